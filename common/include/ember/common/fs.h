@@ -1,0 +1,45 @@
+// Durable file-system helpers: nothing already saved is lost or half-written.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace ember {
+
+// Writes `bytes` to `path` through a temp file in the same directory, fsync, rename.
+// Readers see either the old file or the whole new one.
+void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+
+// Reads a whole (small) file. Throws IoError naming the path.
+std::string read_file(const std::filesystem::path& path);
+
+// fsyncs a directory so that a rename inside it survives a crash.
+void fsync_dir(const std::filesystem::path& dir);
+
+// A directory built under a temporary name beside `target` and renamed onto `target`
+// by commit(). Destroyed uncommitted, it removes the temporary directory, so a failed
+// run leaves nothing behind.
+class StagingDir {
+ public:
+  // Fails with ConfigError if `target` exists and `overwrite` is false.
+  StagingDir(std::filesystem::path target, bool overwrite);
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  const std::filesystem::path& path() const { return tmp_; }
+  const std::filesystem::path& target() const { return target_; }
+
+  // fsyncs the staged files' directory and renames it onto the target (replacing an
+  // existing target only when overwrite was asked for).
+  void commit();
+
+ private:
+  std::filesystem::path target_;
+  std::filesystem::path tmp_;
+  bool overwrite_;
+  bool committed_ = false;
+};
+
+}  // namespace ember

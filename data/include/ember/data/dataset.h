@@ -1,0 +1,249 @@
+// Ember's binary dataset: a directory with manifest.json and shard files per split.
+//
+// Shard file layout (little-endian, every section 64-byte aligned):
+//   ShardHeader | TableColumn[num_tables] | header checksum (u64) | pad
+//   labels  u8[rows]
+//   dense   f32[rows][num_dense]           (log(1+max(x,0)) already applied)
+//   ids[t]  u32 or u64 [rows], per table   (row ids within table t)
+// The header checksum covers everything before it; payload_checksum covers every byte
+// after the header. Columns are contiguous so a batch of one table is one memory span.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/common/mapped_file.h"
+
+namespace ember::data {
+
+inline constexpr std::uint32_t kDatasetFormatVersion = 1;
+inline constexpr char kShardMagic[8] = {'E', 'M', 'B', 'R', 'S', 'H', 'R', 'D'};
+
+struct ShardHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t header_bytes;  // offset of the first payload byte
+  std::uint64_t rows;
+  std::uint64_t file_bytes;
+  std::uint32_t num_dense;
+  std::uint32_t num_tables;
+  std::uint64_t labels_offset;
+  std::uint64_t dense_offset;
+  std::uint64_t payload_checksum;
+};
+struct TableColumn {
+  std::uint64_t offset;
+  std::uint32_t id_bytes;  // 4 or 8
+  std::uint32_t reserved;
+};
+static_assert(sizeof(ShardHeader) == 64 && sizeof(TableColumn) == 16);
+
+enum class Split { kTrain = 0, kVal = 1, kTest = 2 };
+inline constexpr const char* kSplitNames[3] = {"train", "val", "test"};
+Split parse_split(const std::string& name);  // throws ConfigError
+
+struct TableInfo {
+  std::string name;
+  std::uint64_t rows = 0;          // rows of the embedding table (incl. missing + OOV)
+  std::uint32_t id_bytes = 4;      // width of stored ids
+  std::uint64_t values_seen = 0;   // distinct raw values in the input
+};
+
+struct ShardInfo {
+  std::string file;
+  std::uint64_t rows = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;  // payload checksum, as in the shard header
+};
+
+struct Manifest {
+  std::uint32_t format_version = kDatasetFormatVersion;
+  std::string source_format;
+  std::vector<std::string> inputs;
+  std::uint64_t rows[3] = {0, 0, 0};  // train, val, test
+  bool has_labels = true;
+  std::vector<std::string> dense_names;
+  std::vector<TableInfo> tables;
+  std::uint64_t shard_rows = 0;
+  std::uint64_t min_count = 1;
+  bool shuffled = false;
+  std::uint64_t seed = 0;
+  std::uint64_t bad_lines_skipped = 0;
+  std::vector<ShardInfo> shards[3];
+
+  std::uint64_t total_rows() const { return rows[0] + rows[1] + rows[2]; }
+  // Sum of table rows: the size of the global key space.
+  std::uint64_t total_table_rows() const;
+  // Global key = table_offset(t) + row id.
+  std::vector<std::uint64_t> table_offsets() const;
+
+  std::string to_json() const;
+  static Manifest from_json(const std::string& text, const std::string& origin);
+};
+
+// Bytes a shard of `rows` rows takes, and where each section starts.
+struct ShardLayout {
+  std::uint64_t header_bytes = 0;
+  std::uint64_t labels_offset = 0;
+  std::uint64_t dense_offset = 0;
+  std::vector<std::uint64_t> table_offsets;
+  std::uint64_t file_bytes = 0;
+};
+ShardLayout shard_layout(std::uint64_t rows, std::uint32_t num_dense, const std::vector<std::uint32_t>& id_bytes);
+
+// Fills the header of a shard whose payload is written; computes both checksums.
+void finish_shard_header(char* file_base, const ShardLayout& layout, std::uint64_t rows, std::uint32_t num_dense,
+                         const std::vector<std::uint32_t>& id_bytes, std::uint64_t payload_checksum);
+
+// One mapped shard file.
+class Shard {
+ public:
+  // Validates magic, version, header checksum and sizes against the manifest; with
+  // `verify_payload` also the payload checksum. Throws DataError naming the file.
+  Shard(const std::filesystem::path& path, const Manifest& manifest, const ShardInfo& info, bool verify_payload);
+
+  std::uint64_t rows() const { return rows_; }
+  std::uint8_t label(std::uint64_t r) const { return labels_[r]; }
+  const float* dense(std::uint64_t r) const { return dense_ + r * num_dense_; }
+  std::uint64_t id(int table, std::uint64_t r) const {
+    const Column& c = cols_[static_cast<std::size_t>(table)];
+    return c.bytes == 4 ? reinterpret_cast<const std::uint32_t*>(c.base)[r]
+                        : reinterpret_cast<const std::uint64_t*>(c.base)[r];
+  }
+  const std::uint8_t* labels() const { return labels_; }
+  // Raw column of table t: `id_bytes(t)`-wide ids, rows() of them.
+  const void* column(int table) const { return cols_[static_cast<std::size_t>(table)].base; }
+  std::uint32_t id_bytes(int table) const { return cols_[static_cast<std::size_t>(table)].bytes; }
+
+ private:
+  struct Column {
+    const char* base;
+    std::uint32_t bytes;
+  };
+  MappedFile file_;
+  std::uint64_t rows_ = 0;
+  std::uint32_t num_dense_ = 0;
+  const std::uint8_t* labels_ = nullptr;
+  const float* dense_ = nullptr;
+  std::vector<Column> cols_;
+};
+
+// All shards of one split, addressed by a split-wide sample index.
+class SplitData {
+ public:
+  SplitData() = default;
+  SplitData(std::vector<std::unique_ptr<Shard>> shards, std::uint64_t shard_rows);
+
+  std::uint64_t rows() const { return rows_; }
+  int num_shards() const { return static_cast<int>(shards_.size()); }
+  const Shard& shard(int i) const { return *shards_[static_cast<std::size_t>(i)]; }
+  // Shard and row within it of split-wide sample i (every shard but the last is full).
+  const Shard& shard_of(std::uint64_t i, std::uint64_t& row) const {
+    std::uint64_t s = i >> shift_;
+    row = i & mask_;
+    return *shards_[s];
+  }
+
+ private:
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::uint64_t rows_ = 0;
+  int shift_ = 0;
+  std::uint64_t mask_ = 0;
+};
+
+struct OpenOptions {
+  bool verify_checksums = true;  // read every payload byte once at open
+};
+
+class Dataset {
+ public:
+  // Opens a directory written by `ember-data prep`. Throws DataError / IoError.
+  static Dataset open(const std::filesystem::path& dir, OpenOptions options = {});
+
+  const Manifest& manifest() const { return manifest_; }
+  const SplitData& split(Split s) const { return splits_[static_cast<int>(s)]; }
+  int num_tables() const { return static_cast<int>(manifest_.tables.size()); }
+  int num_dense() const { return static_cast<int>(manifest_.dense_names.size()); }
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  Manifest manifest_;
+  SplitData splits_[3];
+};
+
+// A global batch: a view of samples of one split. Contiguous batches inside one shard
+// expose their columns as plain memory spans (zero-copy); others go through indices.
+class Batch {
+ public:
+  std::size_t size() const { return size_; }
+  std::uint64_t index() const { return index_; }  // batch number within the epoch
+
+  std::uint8_t label(std::size_t i) const {
+    std::uint64_t r;
+    return locate(i, r).label(r);
+  }
+  const float* dense(std::size_t i) const {
+    std::uint64_t r;
+    return locate(i, r).dense(r);
+  }
+  std::uint64_t id(int table, std::size_t i) const {
+    std::uint64_t r;
+    return locate(i, r).id(table, r);
+  }
+  // Split-wide sample index of the i-th sample.
+  std::uint64_t sample(std::size_t i) const { return order_ != nullptr ? order_[begin_ + i] : begin_ + i; }
+
+  // Non-null when every sample lies contiguously in one shard: then sample i is row
+  // first_row() + i of that shard.
+  const Shard* contiguous_shard() const { return single_; }
+  std::uint64_t first_row() const { return single_row_; }
+
+ private:
+  friend class BatchReader;
+  const Shard& locate(std::size_t i, std::uint64_t& row) const {
+    if (single_ != nullptr) {
+      row = single_row_ + i;
+      return *single_;
+    }
+    return split_->shard_of(sample(i), row);
+  }
+  const SplitData* split_ = nullptr;
+  const std::uint64_t* order_ = nullptr;  // shuffled permutation, or null for file order
+  std::uint64_t begin_ = 0;
+  std::size_t size_ = 0;
+  std::uint64_t index_ = 0;
+  const Shard* single_ = nullptr;
+  std::uint64_t single_row_ = 0;
+};
+
+struct BatchOptions {
+  std::size_t batch_size = 1024;
+  bool shuffle = false;     // permute samples by `seed` (a new permutation every epoch)
+  std::uint64_t seed = 0;
+  bool drop_last = true;    // a last partial batch is dropped (BSP needs equal batches)
+};
+
+// Iterates the global batches of one split, in dataset order or shuffled by seed.
+class BatchReader {
+ public:
+  BatchReader(const SplitData& split, BatchOptions options);
+
+  // Fills `batch` with the next batch of the current epoch; false at the epoch's end.
+  bool next(Batch& batch);
+  // Starts epoch `epoch` (shuffled runs draw a new permutation from (seed, epoch)).
+  void start_epoch(std::uint64_t epoch);
+  std::uint64_t batches_per_epoch() const;
+
+ private:
+  const SplitData* split_;
+  BatchOptions options_;
+  std::vector<std::uint64_t> order_;
+  std::uint64_t next_ = 0;
+  std::uint64_t batch_index_ = 0;
+};
+
+}  // namespace ember::data

@@ -1,0 +1,48 @@
+// `ember-data stats`: skew and infrequency of a prepared dataset's tables.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ember/data/dataset.h"
+
+namespace ember::data {
+
+struct StatsOptions {
+  Split split = Split::kTrain;
+  int workers = 8;            // for DoI: samples one worker trains per epoch = rows / workers
+  double cache_ratio = 0.1;   // for DoI: a worker caches this share of each table's rows
+  std::uint64_t window = 0;   // > 0: also the mean share of distinct values per window of rows
+};
+
+struct TableStats {
+  std::string name;
+  std::uint64_t rows = 0;         // embedding rows of the table
+  std::uint64_t distinct = 0;     // rows accessed at least once in the split
+  double top1_share = 0;          // accesses taken by the most popular 1% of rows
+  double top10_share = 0;         // ... and 10%
+  std::uint64_t cached_rows = 0;  // ceil(cache_ratio * rows)
+  // Herald's degree of infrequency: among the cached_rows most popular rows, the share
+  // accessed fewer times in the epoch than one worker's samples per epoch.
+  double doi = 0;
+  double window_distinct = 0;     // mean distinct non-missing ids per window / window
+  double missing_share = 0;       // accesses of the reserved "missing" row
+};
+
+struct DatasetStats {
+  std::string split;
+  std::uint64_t samples = 0;
+  double positive_rate = 0;
+  int workers = 0;
+  double cache_ratio = 0;
+  std::uint64_t window = 0;
+  std::vector<TableStats> tables;
+  double doi = 0;  // over the union of every table's cached rows
+};
+
+DatasetStats compute_stats(const Dataset& dataset, const StatsOptions& options);
+std::string stats_json(const DatasetStats& stats);   // one JSON object
+std::string stats_table(const DatasetStats& stats);  // human-readable
+
+}  // namespace ember::data

@@ -1,0 +1,318 @@
+#include "ember/data/dataset.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/common/hash.h"
+
+namespace ember::data {
+namespace {
+
+constexpr std::uint64_t kAlign = 64;
+std::uint64_t align_up(std::uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+std::string hex64(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::uint64_t parse_hex64(const std::string& s, const std::string& origin) {
+  if (s.size() != 16) throw DataError(origin + ": bad checksum '" + s + "'");
+  return std::stoull(s, nullptr, 16);
+}
+
+}  // namespace
+
+Split parse_split(const std::string& name) {
+  for (int i = 0; i < 3; ++i) {
+    if (name == kSplitNames[i]) return static_cast<Split>(i);
+  }
+  throw ConfigError("unknown split '" + name + "' (train, val, test)");
+}
+
+std::uint64_t Manifest::total_table_rows() const {
+  std::uint64_t n = 0;
+  for (const auto& t : tables) n += t.rows;
+  return n;
+}
+
+std::vector<std::uint64_t> Manifest::table_offsets() const {
+  std::vector<std::uint64_t> off(tables.size());
+  std::uint64_t acc = 0;
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    off[i] = acc;
+    acc += tables[i].rows;
+  }
+  return off;
+}
+
+std::string Manifest::to_json() const {
+  nlohmann::ordered_json j;
+  j["format_version"] = format_version;
+  j["source_format"] = source_format;
+  j["inputs"] = inputs;
+  j["rows"] = {{"train", rows[0]}, {"val", rows[1]}, {"test", rows[2]}};
+  j["has_labels"] = has_labels;
+  j["dense_features"] = dense_names.size();
+  j["dense_names"] = dense_names;
+  j["dense_transform"] = "log1p(max(x, 0)); missing = 0";
+  auto& tj = j["tables"] = nlohmann::ordered_json::array();
+  for (const auto& t : tables) {
+    tj.push_back({{"name", t.name}, {"rows", t.rows}, {"id_bytes", t.id_bytes}, {"values_seen", t.values_seen}});
+  }
+  j["reserved_rows"] = {{"missing", 0}, {"oov", 1}};
+  j["min_count"] = min_count;
+  j["shuffled"] = shuffled;
+  j["seed"] = seed;
+  j["bad_lines_skipped"] = bad_lines_skipped;
+  j["shard_rows"] = shard_rows;
+  auto& sj = j["shards"];
+  for (int s = 0; s < 3; ++s) {
+    auto arr = nlohmann::ordered_json::array();
+    for (const auto& sh : shards[s]) {
+      arr.push_back({{"file", sh.file}, {"rows", sh.rows}, {"bytes", sh.bytes}, {"checksum", hex64(sh.checksum)}});
+    }
+    sj[kSplitNames[s]] = arr;
+  }
+  return j.dump(2) + "\n";
+}
+
+Manifest Manifest::from_json(const std::string& text, const std::string& origin) {
+  Manifest m;
+  try {
+    auto j = nlohmann::json::parse(text);
+    m.format_version = j.at("format_version").get<std::uint32_t>();
+    if (m.format_version != kDatasetFormatVersion) {
+      throw DataError(origin + ": format_version " + std::to_string(m.format_version) + " is not supported (expected " +
+                      std::to_string(kDatasetFormatVersion) + ")");
+    }
+    m.source_format = j.at("source_format").get<std::string>();
+    if (j.contains("inputs")) m.inputs = j.at("inputs").get<std::vector<std::string>>();
+    for (int s = 0; s < 3; ++s) m.rows[s] = j.at("rows").at(kSplitNames[s]).get<std::uint64_t>();
+    m.has_labels = j.value("has_labels", true);
+    m.dense_names = j.at("dense_names").get<std::vector<std::string>>();
+    if (j.at("dense_features").get<std::size_t>() != m.dense_names.size()) {
+      throw DataError(origin + ": dense_features does not match dense_names");
+    }
+    for (const auto& t : j.at("tables")) {
+      TableInfo ti;
+      ti.name = t.at("name").get<std::string>();
+      ti.rows = t.at("rows").get<std::uint64_t>();
+      ti.id_bytes = t.value("id_bytes", 4u);
+      ti.values_seen = t.value("values_seen", std::uint64_t{0});
+      if (ti.id_bytes != 4 && ti.id_bytes != 8) throw DataError(origin + ": table " + ti.name + ": id_bytes must be 4 or 8");
+      m.tables.push_back(ti);
+    }
+    m.min_count = j.value("min_count", std::uint64_t{1});
+    m.shuffled = j.value("shuffled", false);
+    m.seed = j.value("seed", std::uint64_t{0});
+    m.bad_lines_skipped = j.value("bad_lines_skipped", std::uint64_t{0});
+    m.shard_rows = j.at("shard_rows").get<std::uint64_t>();
+    for (int s = 0; s < 3; ++s) {
+      for (const auto& sh : j.at("shards").at(kSplitNames[s])) {
+        ShardInfo si;
+        si.file = sh.at("file").get<std::string>();
+        si.rows = sh.at("rows").get<std::uint64_t>();
+        si.bytes = sh.at("bytes").get<std::uint64_t>();
+        si.checksum = parse_hex64(sh.at("checksum").get<std::string>(), origin);
+        if (si.file.find('/') != std::string::npos) throw DataError(origin + ": shard file '" + si.file + "' has a path");
+        m.shards[s].push_back(si);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(origin + ": " + e.what());
+  }
+  if (m.shard_rows == 0 || !std::has_single_bit(m.shard_rows)) {
+    throw DataError(origin + ": shard_rows must be a power of two");
+  }
+  return m;
+}
+
+ShardLayout shard_layout(std::uint64_t rows, std::uint32_t num_dense, const std::vector<std::uint32_t>& id_bytes) {
+  ShardLayout l;
+  l.header_bytes = align_up(sizeof(ShardHeader) + id_bytes.size() * sizeof(TableColumn) + sizeof(std::uint64_t));
+  std::uint64_t off = l.header_bytes;
+  l.labels_offset = off;
+  off = align_up(off + rows);
+  l.dense_offset = off;
+  off = align_up(off + rows * num_dense * sizeof(float));
+  for (std::uint32_t b : id_bytes) {
+    l.table_offsets.push_back(off);
+    off = align_up(off + rows * b);
+  }
+  l.file_bytes = off;
+  return l;
+}
+
+void finish_shard_header(char* base, const ShardLayout& l, std::uint64_t rows, std::uint32_t num_dense,
+                         const std::vector<std::uint32_t>& id_bytes, std::uint64_t payload_checksum) {
+  std::memset(base, 0, l.header_bytes);
+  ShardHeader h{};
+  std::memcpy(h.magic, kShardMagic, sizeof h.magic);
+  h.version = kDatasetFormatVersion;
+  h.header_bytes = static_cast<std::uint32_t>(l.header_bytes);
+  h.rows = rows;
+  h.file_bytes = l.file_bytes;
+  h.num_dense = num_dense;
+  h.num_tables = static_cast<std::uint32_t>(id_bytes.size());
+  h.labels_offset = l.labels_offset;
+  h.dense_offset = l.dense_offset;
+  h.payload_checksum = payload_checksum;
+  std::memcpy(base, &h, sizeof h);
+  for (std::size_t t = 0; t < id_bytes.size(); ++t) {
+    TableColumn c{l.table_offsets[t], id_bytes[t], 0};
+    std::memcpy(base + sizeof h + t * sizeof c, &c, sizeof c);
+  }
+  std::size_t covered = sizeof h + id_bytes.size() * sizeof(TableColumn);
+  std::uint64_t hc = checksum64(base, covered);
+  std::memcpy(base + covered, &hc, sizeof hc);
+}
+
+Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardInfo& info, bool verify_payload)
+    : file_(path, MappedFile::Access::kRandom) {
+  const std::string name = path.string();
+  auto fail = [&](const std::string& why) { throw DataError(name + ": " + why); };
+  if (file_.size() < sizeof(ShardHeader)) fail("truncated (shorter than its header)");
+  ShardHeader h;
+  std::memcpy(&h, file_.data(), sizeof h);
+  if (std::memcmp(h.magic, kShardMagic, sizeof h.magic) != 0) fail("not an Ember shard (bad magic)");
+  if (h.version != kDatasetFormatVersion) fail("shard version " + std::to_string(h.version) + " is not supported");
+  std::size_t covered = sizeof h + static_cast<std::size_t>(h.num_tables) * sizeof(TableColumn);
+  if (h.num_tables != m.tables.size() || h.num_dense != m.dense_names.size()) {
+    fail("has " + std::to_string(h.num_tables) + " tables and " + std::to_string(h.num_dense) +
+         " dense features; the manifest says " + std::to_string(m.tables.size()) + " and " +
+         std::to_string(m.dense_names.size()));
+  }
+  if (file_.size() < covered + 8) fail("truncated header");
+  std::uint64_t hc;
+  std::memcpy(&hc, file_.data() + covered, sizeof hc);
+  if (hc != checksum64(file_.data(), covered)) fail("header checksum mismatch (corrupt file)");
+  if (h.rows != info.rows) fail("has " + std::to_string(h.rows) + " rows; the manifest says " + std::to_string(info.rows));
+  if (h.file_bytes != file_.size()) {
+    fail("is " + std::to_string(file_.size()) + " bytes; its header says " + std::to_string(h.file_bytes) +
+         " (truncated or extended)");
+  }
+  std::vector<std::uint32_t> widths;
+  std::vector<TableColumn> cols(h.num_tables);
+  std::memcpy(cols.data(), file_.data() + sizeof h, cols.size() * sizeof(TableColumn));
+  for (std::size_t t = 0; t < cols.size(); ++t) {
+    if (cols[t].id_bytes != m.tables[t].id_bytes) fail("table " + m.tables[t].name + ": id width differs from manifest");
+    widths.push_back(cols[t].id_bytes);
+  }
+  ShardLayout l = shard_layout(h.rows, h.num_dense, widths);
+  if (l.file_bytes != h.file_bytes || l.labels_offset != h.labels_offset || l.dense_offset != h.dense_offset ||
+      l.table_offsets != [&] {
+        std::vector<std::uint64_t> o;
+        for (auto& c : cols) o.push_back(c.offset);
+        return o;
+      }()) {
+    fail("section offsets are inconsistent (corrupt header)");
+  }
+  if (h.payload_checksum != info.checksum) fail("checksum differs from the manifest's");
+  if (verify_payload &&
+      checksum64(file_.data() + l.header_bytes, file_.size() - l.header_bytes) != h.payload_checksum) {
+    fail("payload checksum mismatch (corrupt file)");
+  }
+  rows_ = h.rows;
+  num_dense_ = h.num_dense;
+  labels_ = reinterpret_cast<const std::uint8_t*>(file_.data() + l.labels_offset);
+  dense_ = reinterpret_cast<const float*>(file_.data() + l.dense_offset);
+  for (std::size_t t = 0; t < cols.size(); ++t) cols_.push_back({file_.data() + l.table_offsets[t], widths[t]});
+}
+
+SplitData::SplitData(std::vector<std::unique_ptr<Shard>> shards, std::uint64_t shard_rows)
+    : shards_(std::move(shards)), shift_(std::countr_zero(shard_rows)), mask_(shard_rows - 1) {
+  for (auto& s : shards_) rows_ += s->rows();
+}
+
+Dataset Dataset::open(const std::filesystem::path& dir, OpenOptions options) {
+  Dataset d;
+  d.dir_ = dir;
+  auto manifest_path = dir / "manifest.json";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw IoError("dataset " + dir.string() + ": not a directory");
+  if (!std::filesystem::exists(manifest_path, ec)) {
+    throw DataError("dataset " + dir.string() + ": no manifest.json (not written by `ember-data prep`?)");
+  }
+  d.manifest_ = Manifest::from_json(read_file(manifest_path), manifest_path.string());
+  const Manifest& m = d.manifest_;
+  for (int s = 0; s < 3; ++s) {
+    std::vector<std::unique_ptr<Shard>> shards;
+    std::uint64_t rows = 0;
+    for (std::size_t i = 0; i < m.shards[s].size(); ++i) {
+      const ShardInfo& info = m.shards[s][i];
+      bool last = i + 1 == m.shards[s].size();
+      if (info.rows > m.shard_rows || (!last && info.rows != m.shard_rows)) {
+        throw DataError(manifest_path.string() + ": shard " + info.file + " has " + std::to_string(info.rows) +
+                        " rows; every shard but the last must have shard_rows");
+      }
+      shards.push_back(std::make_unique<Shard>(dir / info.file, m, info, options.verify_checksums));
+      rows += info.rows;
+    }
+    if (rows != m.rows[s]) {
+      throw DataError(manifest_path.string() + ": " + kSplitNames[s] + " shards hold " + std::to_string(rows) +
+                      " rows; the manifest says " + std::to_string(m.rows[s]));
+    }
+    d.splits_[s] = SplitData(std::move(shards), m.shard_rows);
+  }
+  return d;
+}
+
+BatchReader::BatchReader(const SplitData& split, BatchOptions options) : split_(&split), options_(options) {
+  if (options_.batch_size == 0) throw ConfigError("batch size must be positive");
+  start_epoch(0);
+}
+
+std::uint64_t BatchReader::batches_per_epoch() const {
+  std::uint64_t n = split_->rows();
+  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+}
+
+void BatchReader::start_epoch(std::uint64_t epoch) {
+  next_ = 0;
+  batch_index_ = 0;
+  if (!options_.shuffle) return;
+  order_.resize(split_->rows());
+  std::iota(order_.begin(), order_.end(), std::uint64_t{0});
+  std::mt19937_64 rng(mix64(options_.seed ^ mix64(epoch + 1)));
+  // Fisher-Yates with our own bounded draws: std::shuffle's use of the engine is not
+  // specified, and every worker process must see the same order.
+  for (std::uint64_t i = order_.size(); i > 1; --i) {
+    std::uint64_t j = rng() % i;
+    std::swap(order_[i - 1], order_[j]);
+  }
+}
+
+bool BatchReader::next(Batch& b) {
+  std::uint64_t n = split_->rows();
+  if (next_ >= n) return false;
+  std::uint64_t size = std::min<std::uint64_t>(options_.batch_size, n - next_);
+  if (size < options_.batch_size && options_.drop_last) return false;
+  b.split_ = split_;
+  b.order_ = options_.shuffle ? order_.data() : nullptr;
+  b.begin_ = next_;
+  b.size_ = static_cast<std::size_t>(size);
+  b.index_ = batch_index_++;
+  b.single_ = nullptr;
+  if (!options_.shuffle) {
+    std::uint64_t r0, r1;
+    const Shard& first = split_->shard_of(next_, r0);
+    const Shard& last = split_->shard_of(next_ + size - 1, r1);
+    if (&first == &last) {
+      b.single_ = &first;
+      b.single_row_ = r0;
+    }
+  }
+  next_ += size;
+  return true;
+}
+
+}  // namespace ember::data

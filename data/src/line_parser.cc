@@ -1,0 +1,326 @@
+#include "ember/data/line_parser.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "ember/common/error.h"
+#include "ember/common/hash.h"
+
+namespace ember::data {
+namespace {
+
+// 0-15 for hex digits, 0xff otherwise.
+struct HexTable {
+  std::array<std::uint8_t, 256> v{};
+  constexpr HexTable() {
+    for (auto& x : v) x = 0xff;
+    for (int c = '0'; c <= '9'; ++c) v[c] = static_cast<std::uint8_t>(c - '0');
+    for (int c = 'a'; c <= 'f'; ++c) v[c] = static_cast<std::uint8_t>(c - 'a' + 10);
+    for (int c = 'A'; c <= 'F'; ++c) v[c] = static_cast<std::uint8_t>(c - 'A' + 10);
+  }
+};
+constexpr HexTable kHex;
+
+bool parse_hex(std::string_view s, std::uint64_t& out) {
+  if (s.empty() || s.size() > 16) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    std::uint8_t d = kHex.v[static_cast<unsigned char>(c)];
+    if (d == 0xff) return false;
+    v = (v << 4) | d;
+  }
+  out = v;
+  return true;
+}
+
+// Plain decimal integers are the common case in Criteo; from_chars handles the rest.
+bool parse_number(std::string_view s, double& out) {
+  const char* p = s.data();
+  const char* end = p + s.size();
+  bool neg = false;
+  if (p != end && *p == '-') {
+    neg = true;
+    ++p;
+  }
+  if (p != end && end - p <= 15) {
+    std::int64_t v = 0;
+    const char* q = p;
+    while (q != end && static_cast<unsigned>(*q - '0') < 10) v = v * 10 + (*q++ - '0');
+    if (q == end) {
+      out = static_cast<double>(neg ? -v : v);
+      return true;
+    }
+  }
+  auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && ptr == end && std::isfinite(out);
+}
+
+std::string quote(std::string_view s) {
+  if (s.size() > 40) return "'" + std::string(s.substr(0, 40)) + "...'";
+  return "'" + std::string(s) + "'";
+}
+
+// Days since 1970-01-01 of a civil date (proleptic Gregorian).
+int days_from_civil(int y, int m, int d) {
+  y -= m <= 2;
+  const int era = (y >= 0 ? y : y - 399) / 400;
+  const int yoe = y - era * 400;
+  const int doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+bool equals_ci(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
+std::string_view strip_cr(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
+
+}  // namespace
+
+bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std::string& scratch,
+               std::string& error) {
+  fields.clear();
+  if (line.find('"') == std::string_view::npos) {
+    std::size_t start = 0;
+    while (true) {
+      std::size_t comma = line.find(',', start);
+      if (comma == std::string_view::npos) {
+        fields.push_back(line.substr(start));
+        return true;
+      }
+      fields.push_back(line.substr(start, comma - start));
+      start = comma + 1;
+    }
+  }
+  // Quoted fields: unescape into scratch, reserved up front so views stay valid.
+  scratch.clear();
+  scratch.reserve(line.size());
+  std::size_t i = 0;
+  while (true) {
+    if (i < line.size() && line[i] == '"') {
+      std::size_t begin = scratch.size();
+      ++i;
+      while (true) {
+        if (i >= line.size()) {
+          error = "unterminated quoted field " + std::to_string(fields.size() + 1);
+          return false;
+        }
+        if (line[i] == '"') {
+          if (i + 1 < line.size() && line[i + 1] == '"') {
+            scratch.push_back('"');
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        scratch.push_back(line[i++]);
+      }
+      fields.emplace_back(scratch.data() + begin, scratch.size() - begin);
+      if (i == line.size()) return true;
+      if (line[i] != ',') {
+        error = "text after closing quote in field " + std::to_string(fields.size());
+        return false;
+      }
+      ++i;
+    } else {
+      std::size_t comma = line.find(',', i);
+      std::string_view f = line.substr(i, comma == std::string_view::npos ? std::string_view::npos : comma - i);
+      if (f.find('"') != std::string_view::npos) {
+        error = "stray quote in unquoted field " + std::to_string(fields.size() + 1);
+        return false;
+      }
+      fields.push_back(f);
+      if (comma == std::string_view::npos) return true;
+      i = comma + 1;
+    }
+  }
+}
+
+LineParser::LineParser(SourceFormat format, std::string_view first_line)
+    : schema_(&schema_for(format)), format_(format), sep_(format == SourceFormat::kCriteoTsv ? '\t' : ',') {
+  first_line = strip_cr(first_line);
+  if (format == SourceFormat::kCriteoTsv) {
+    // label + 13 + 26 = 40 fields; Kaggle test.txt has no label (39).
+    std::size_t n = static_cast<std::size_t>(std::count(first_line.begin(), first_line.end(), '\t')) + 1;
+    bool labeled = n == 40;
+    if (n != 40 && n != 39) {
+      throw DataError("expected 40 tab-separated fields (39 without label), found " + std::to_string(n));
+    }
+    if (labeled) {
+      label_col_ = 0;
+      columns_.push_back({Role::kLabel, 0});
+    }
+    for (int i = 0; i < 13; ++i) columns_.push_back({Role::kDense, static_cast<std::uint16_t>(i)});
+    for (int i = 0; i < 26; ++i) columns_.push_back({Role::kTable, static_cast<std::uint16_t>(i)});
+    return;
+  }
+  init_header(first_line);
+  header_consumed_ = true;
+}
+
+void LineParser::init_header(std::string_view header) {
+  std::string err;
+  if (!split_csv(header, fields_, unquoted_, err)) throw DataError("header: " + err);
+  const Schema& s = *schema_;
+  std::vector<bool> dense_seen(s.dense_names.size()), table_seen(s.table_names.size());
+  bool hour_seen = false;
+  if (format_ == SourceFormat::kAvazu) hour_table_ = s.num_tables() - 2;
+  for (std::size_t c = 0; c < fields_.size(); ++c) {
+    std::string_view name = fields_[c];
+    Column col;
+    if (equals_ci(name, "id")) {
+      col.role = format_ == SourceFormat::kAvazu ? Role::kId : Role::kIgnore;
+    } else if (equals_ci(name, format_ == SourceFormat::kAvazu ? "click" : "label")) {
+      col.role = Role::kLabel;
+      label_col_ = static_cast<int>(c);
+    } else if (format_ == SourceFormat::kAvazu && name == "hour") {
+      col.role = Role::kHour;
+      hour_seen = true;
+    } else {
+      bool found = false;
+      for (std::size_t i = 0; i < s.dense_names.size() && !found; ++i) {
+        if (name == s.dense_names[i]) {
+          col = {Role::kDense, static_cast<std::uint16_t>(i)};
+          dense_seen[i] = found = true;
+        }
+      }
+      // Avazu's `hour` and `weekday` tables are derived, not columns.
+      std::size_t raw_tables = format_ == SourceFormat::kAvazu ? s.table_names.size() - 2 : s.table_names.size();
+      for (std::size_t i = 0; i < raw_tables && !found; ++i) {
+        if (name == s.table_names[i]) {
+          col = {Role::kTable, static_cast<std::uint16_t>(i)};
+          table_seen[i] = found = true;
+        }
+      }
+      if (!found) {
+        if (header.find_first_of("0123456789") == 0 || name.empty()) {
+          throw DataError("expected a header line naming the columns, found " + quote(header));
+        }
+        throw DataError("header: unknown column " + quote(name));
+      }
+    }
+    columns_.push_back(col);
+  }
+  for (std::size_t i = 0; i < dense_seen.size(); ++i) {
+    if (!dense_seen[i]) throw DataError("header: missing column " + s.dense_names[i]);
+  }
+  std::size_t raw_tables = format_ == SourceFormat::kAvazu ? s.table_names.size() - 2 : s.table_names.size();
+  for (std::size_t i = 0; i < raw_tables; ++i) {
+    if (!table_seen[i]) throw DataError("header: missing column " + s.table_names[i]);
+  }
+  if (format_ == SourceFormat::kAvazu && !hour_seen) throw DataError("header: missing column hour");
+}
+
+bool LineParser::split(std::string_view line, std::string& error) const {
+  if (sep_ == ',') return split_csv(line, fields_, unquoted_, error);
+  fields_.clear();
+  const char* p = line.data();
+  const char* end = p + line.size();
+  while (true) {
+    const char* tab = static_cast<const char*>(std::memchr(p, '\t', static_cast<std::size_t>(end - p)));
+    if (tab == nullptr) {
+      fields_.emplace_back(p, static_cast<std::size_t>(end - p));
+      return true;
+    }
+    fields_.emplace_back(p, static_cast<std::size_t>(tab - p));
+    p = tab + 1;
+  }
+}
+
+bool LineParser::parse(std::string_view line, Record& out, std::string& error) const {
+  line = strip_cr(line);
+  if (!split(line, error)) return false;
+  if (fields_.size() != columns_.size()) {
+    error = "expected " + std::to_string(columns_.size()) + " fields, found " + std::to_string(fields_.size());
+    return false;
+  }
+  const Schema& s = *schema_;
+  out.label = 0;
+  for (std::size_t c = 0; c < columns_.size(); ++c) {
+    std::string_view f = fields_[c];
+    const Column col = columns_[c];
+    switch (col.role) {
+      case Role::kIgnore:
+        break;
+      case Role::kId: {
+        // Avazu ids exceed INT64_MAX: they must at least be valid uint64.
+        std::uint64_t id = 0;
+        auto [ptr, ec] = std::from_chars(f.data(), f.data() + f.size(), id);
+        if (ec != std::errc() || ptr != f.data() + f.size()) {
+          error = "id " + quote(f) + " is not an unsigned 64-bit integer";
+          return false;
+        }
+        break;
+      }
+      case Role::kLabel: {
+        double v = 0;
+        if (!parse_number(f, v) || (v != 0.0 && v != 1.0)) {
+          error = "label " + quote(f) + " is not 0 or 1";
+          return false;
+        }
+        out.label = static_cast<std::uint8_t>(v);
+        break;
+      }
+      case Role::kDense: {
+        if (f.empty()) {
+          out.dense[col.index] = 0.0f;
+          break;
+        }
+        double v = 0;
+        if (!parse_number(f, v)) {
+          error = "dense feature " + s.dense_names[col.index] + " = " + quote(f) + " is not a number";
+          return false;
+        }
+        out.dense[col.index] = static_cast<float>(std::log1p(v > 0 ? v : 0.0));
+        break;
+      }
+      case Role::kTable: {
+        if (f.empty()) {
+          out.keys[col.index] = kMissingKey;
+        } else if (format_ == SourceFormat::kAvazu) {
+          std::uint64_t h = hash_bytes(f);
+          out.keys[col.index] = h == kMissingKey ? h - 1 : h;
+        } else if (!parse_hex(f, out.keys[col.index])) {
+          error = "categorical " + s.table_names[col.index] + " = " + quote(f) + " is not hexadecimal";
+          return false;
+        }
+        break;
+      }
+      case Role::kHour: {
+        // YYMMDDHH -> hour of day and day of week.
+        int yy = 0, mm = 0, dd = 0, hh = 0;
+        bool ok = f.size() == 8 && std::all_of(f.begin(), f.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        if (ok) {
+          yy = (f[0] - '0') * 10 + (f[1] - '0');
+          mm = (f[2] - '0') * 10 + (f[3] - '0');
+          dd = (f[4] - '0') * 10 + (f[5] - '0');
+          hh = (f[6] - '0') * 10 + (f[7] - '0');
+          ok = mm >= 1 && mm <= 12 && dd >= 1 && dd <= 31 && hh <= 23;
+        }
+        if (!ok) {
+          error = "hour " + quote(f) + " is not YYMMDDHH";
+          return false;
+        }
+        int days = days_from_civil(2000 + yy, mm, dd);
+        out.keys[hour_table_] = static_cast<std::uint64_t>(hh);
+        out.keys[hour_table_ + 1] = static_cast<std::uint64_t>(((days % 7) + 10) % 7);  // 0 = Monday (1970-01-01 was a Thursday)
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+}  // namespace ember::data

@@ -1,0 +1,497 @@
+#include "ember/data/prep.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "ember/common/error.h"
+#include "ember/common/flat_map.h"
+#include "ember/common/fs.h"
+#include "ember/common/hash.h"
+#include "ember/common/process.h"
+#include "ember/data/line_parser.h"
+#include "ember/data/text_input.h"
+
+namespace ember::data {
+namespace {
+
+constexpr std::size_t kMaxBadExamples = 5;
+
+// Splits a block of whole lines into `n` pieces at line boundaries.
+std::vector<std::string_view> split_block(std::string_view block, int n) {
+  std::vector<std::string_view> out;
+  std::size_t begin = 0;
+  for (int i = 1; i <= n && begin < block.size(); ++i) {
+    std::size_t end = i == n ? block.size() : block.size() * static_cast<std::size_t>(i) / static_cast<std::size_t>(n);
+    if (end < begin) end = begin;
+    if (end < block.size()) {
+      std::size_t nl = block.find('\n', end == 0 ? 0 : end - 1);
+      end = nl == std::string_view::npos ? block.size() : nl + 1;
+    }
+    out.push_back(block.substr(begin, end - begin));
+    begin = end;
+  }
+  return out;
+}
+
+// Calls f(line) for every line of `chunk` (the last may lack its newline).
+template <typename F>
+void for_each_line(std::string_view chunk, F&& f) {
+  std::size_t pos = 0;
+  while (pos < chunk.size()) {
+    const char* nl = static_cast<const char*>(std::memchr(chunk.data() + pos, '\n', chunk.size() - pos));
+    std::size_t end = nl == nullptr ? chunk.size() : static_cast<std::size_t>(nl - chunk.data());
+    f(chunk.substr(pos, end - pos));
+    pos = end + 1;
+  }
+}
+
+bool blank(std::string_view line) { return line.empty() || (line.size() == 1 && line[0] == '\r'); }
+
+// Pass-1 result of one chunk of a block.
+struct CountChunk {
+  std::uint64_t lines = 0;  // every line, blank and bad included (for line numbers)
+  std::uint64_t good = 0;
+  std::vector<std::uint64_t> keys;  // good x num_tables raw keys
+  std::vector<std::pair<std::uint64_t, std::string>> bad;  // (line index in chunk, why), capped
+  std::uint64_t bad_count = 0;
+};
+
+// Which vocabulary partition (and so which counting thread) owns a key.
+inline unsigned partition_of(std::uint64_t key, unsigned parts) {
+  return static_cast<unsigned>((mix64(key ^ 0x9e3779b97f4a7c15ULL) >> 40) % parts);
+}
+
+struct InputFile {
+  std::filesystem::path path;
+  std::unique_ptr<TextInput> input;
+  std::unique_ptr<LineParser> parser;
+};
+
+// Output shard being written in place through a shared mapping.
+struct ShardOut {
+  std::filesystem::path path;
+  ShardLayout layout;
+  std::uint64_t rows = 0;
+  std::unique_ptr<MappedOutput> out;
+  std::uint64_t released_rows = 0;
+  std::uint64_t checksum = 0;
+
+  std::uint8_t* labels() { return reinterpret_cast<std::uint8_t*>(out->data() + layout.labels_offset); }
+  float* dense() { return reinterpret_cast<float*>(out->data() + layout.dense_offset); }
+  char* column(int t) { return out->data() + layout.table_offsets[static_cast<std::size_t>(t)]; }
+};
+
+void drop_pages(char* begin, char* end) {
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto b = (reinterpret_cast<std::uintptr_t>(begin) + page - 1) / page * page;
+  auto e = reinterpret_cast<std::uintptr_t>(end) / page * page;
+  // Shared file mapping: dirty pages stay in the page cache and are written back; only
+  // this process's mapping (and so its RSS) lets go of them.
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+class Preparer {
+ public:
+  explicit Preparer(const PrepOptions& o) : opt_(o), schema_(schema_for(o.format)) {
+    threads_ = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    nt_ = schema_.num_tables();
+    nd_ = schema_.num_dense();
+    validate();
+  }
+
+  PrepReport run() {
+    StagingDir staging(opt_.output, opt_.overwrite);
+    tbb::task_arena arena(threads_);
+    open_inputs();
+    Stopwatch sw;
+    arena.execute([&] { count_pass(); });
+    report_.pass1_seconds = sw.seconds();
+    if (total_good_ == 0) throw DataError("no data rows in the input");
+    sw.reset();
+    build_vocabulary();
+    report_.vocab_seconds = sw.seconds();
+    sw.reset();
+    plan_outputs(staging.path());
+    arena.execute([&] { encode_pass(); });
+    report_.pass2_seconds = sw.seconds();
+    sw.reset();
+    arena.execute([&] { finish_outputs(); });
+    write_file_atomic(staging.path() / "manifest.json", manifest_.to_json());
+    staging.commit();
+    report_.finish_seconds = sw.seconds();
+    report_.manifest = manifest_;
+    return report_;
+  }
+
+ private:
+  void validate() {
+    if (opt_.inputs.empty()) throw ConfigError("no input files given");
+    if (opt_.output.empty()) throw ConfigError("--output is required");
+    if (!(opt_.val_fraction >= 0 && opt_.val_fraction < 1)) throw ConfigError("--val-fraction must be in [0, 1)");
+    if (!(opt_.test_fraction >= 0 && opt_.test_fraction < 1)) throw ConfigError("--test-fraction must be in [0, 1)");
+    if (opt_.val_fraction + opt_.test_fraction >= 1) throw ConfigError("--val-fraction + --test-fraction must be < 1");
+    if (opt_.min_count == 0) throw ConfigError("--min-count must be at least 1");
+    if (opt_.shard_rows == 0 || !std::has_single_bit(opt_.shard_rows)) {
+      throw ConfigError("--shard-rows must be a power of two, not " + std::to_string(opt_.shard_rows));
+    }
+  }
+
+  void open_inputs() {
+    bool first = true;
+    for (const auto& p : opt_.inputs) {
+      InputFile f;
+      f.path = p;
+      f.input = std::make_unique<TextInput>(p, opt_.block_bytes);
+      report_.input_bytes += f.input->file_bytes();
+      std::string first_line = read_first_line(p);
+      if (first_line.empty()) throw DataError(p.string() + ":1: empty file");
+      try {
+        f.parser = std::make_unique<LineParser>(opt_.format, first_line);
+      } catch (const DataError& e) {
+        throw DataError(p.string() + ":1: " + e.what());
+      }
+      if (first) {
+        has_labels_ = f.parser->has_label();
+      } else if (f.parser->has_label() != has_labels_) {
+        throw DataError(p.string() + ":1: " + (has_labels_ ? "has no label column but earlier inputs do"
+                                                             : "has a label column but earlier inputs do not"));
+      }
+      first = false;
+      files_.push_back(std::move(f));
+    }
+  }
+
+  // Iterates every block of every input, giving the block (header stripped), the file,
+  // and the 1-based number of the block's first line.
+  template <typename F>
+  void for_each_block(int pass, F&& f) {
+    std::uint64_t bytes_before = 0;
+    for (auto& file : files_) {
+      file.input->rewind();
+      std::string_view block;
+      std::uint64_t line_no = 1;
+      bool first_block = true;
+      while (file.input->next(block)) {
+        if (first_block && file.parser->header_consumed()) {
+          std::size_t nl = block.find('\n');
+          block = nl == std::string_view::npos ? std::string_view() : block.substr(nl + 1);
+          line_no = 2;
+        }
+        first_block = false;
+        if (pass == 1) report_.text_bytes += block.size();
+        line_no += f(file, block, line_no);
+        file.input->release_current();
+        if (opt_.on_progress) {
+          PrepProgress p;
+          p.pass = pass;
+          p.bytes_total = report_.input_bytes;
+          p.bytes_done = bytes_before + file.input->consumed_bytes();
+          p.rows = pass == 1 ? total_good_ : rows_written_;
+          opt_.on_progress(p);
+        }
+      }
+      bytes_before += file.input->file_bytes();
+    }
+  }
+
+  void count_pass() {
+    const unsigned parts = static_cast<unsigned>(threads_);
+    vocab_.clear();
+    vocab_.resize(static_cast<std::size_t>(nt_));
+    for (auto& t : vocab_) t.resize(parts);
+    std::vector<CountChunk> chunks;
+    for_each_block(1, [&](InputFile& file, std::string_view block, std::uint64_t line_no) -> std::uint64_t {
+      auto pieces = split_block(block, threads_);
+      chunks.resize(pieces.size());
+      // Stage 1: parse chunks in parallel into flat key arrays.
+      tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t c) {
+        CountChunk& ch = chunks[c];
+        ch.lines = ch.good = ch.bad_count = 0;
+        ch.keys.clear();
+        ch.bad.clear();
+        LineParser parser = *file.parser;  // parsers keep per-thread scratch
+        Record rec;
+        std::string err;
+        for_each_line(pieces[c], [&](std::string_view line) {
+          std::uint64_t idx = ch.lines++;
+          if (blank(line)) return;
+          if (!parser.parse(line, rec, err)) {
+            if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
+            ++ch.bad_count;
+            return;
+          }
+          ch.keys.insert(ch.keys.end(), rec.keys.begin(), rec.keys.begin() + nt_);
+          ++ch.good;
+        });
+      }, tbb::simple_partitioner());
+      // Bad lines, in file order: fail at the first one past the allowance.
+      std::uint64_t first_line = line_no;
+      for (auto& ch : chunks) {
+        for (auto& [idx, why] : ch.bad) {
+          std::string where = file.path.string() + ":" + std::to_string(first_line + idx);
+          if (report_.bad_lines + 1 > opt_.skip_bad) {
+            if (opt_.skip_bad == 0) throw DataError(where + ": " + why);
+            throw DataError(where + ": " + why + " (more than --skip-bad " + std::to_string(opt_.skip_bad) +
+                            " bad lines)");
+          }
+          ++report_.bad_lines;
+          if (report_.bad_examples.size() < kMaxBadExamples) report_.bad_examples.push_back({where, why});
+        }
+        // Lines beyond the capped examples are still counted.
+        std::uint64_t uncounted = ch.bad_count - ch.bad.size();
+        if (uncounted > 0) {
+          if (report_.bad_lines + uncounted > opt_.skip_bad) {
+            throw DataError(file.path.string() + ": more than --skip-bad " + std::to_string(opt_.skip_bad) +
+                            " bad lines (first: " + ch.bad.front().second + ")");
+          }
+          report_.bad_lines += uncounted;
+        }
+        first_line += ch.lines;
+        chunk_rows_.push_back(ch.good);
+        total_good_ += ch.good;
+        report_.lines += ch.lines;
+      }
+      // Stage 2: count, each thread owning one hash partition of every table.
+      tbb::parallel_for(0u, parts, [&](unsigned p) {
+        for (auto& ch : chunks) {
+          const std::uint64_t* k = ch.keys.data();
+          for (std::uint64_t r = 0; r < ch.good; ++r, k += nt_) {
+            for (int t = 0; t < nt_; ++t) {
+              std::uint64_t key = k[t];
+              if (key == kMissingKey || partition_of(key, parts) != p) continue;
+              std::uint32_t& c = vocab_[static_cast<std::size_t>(t)][p][key];
+              if (c != UINT32_MAX) ++c;
+            }
+          }
+        }
+      }, tbb::simple_partitioner());
+      return first_line - line_no;
+    });
+    for (auto& t : vocab_) {
+      for (auto& m : t) report_.vocab_bytes += m.memory_bytes();
+    }
+  }
+
+  // Row ids by decreasing count (ties by value), after the missing and OOV rows: hot
+  // rows get small ids. Counts are replaced by ids in place.
+  void build_vocabulary() {
+    manifest_.tables.clear();
+    for (int t = 0; t < nt_; ++t) {
+      auto& parts = vocab_[static_cast<std::size_t>(t)];
+      std::vector<std::pair<std::uint32_t, std::uint64_t>> kept;
+      std::uint64_t seen = 0;
+      for (auto& m : parts) {
+        seen += m.size();
+        m.for_each([&](std::uint64_t key, std::uint32_t& count) {
+          if (count >= opt_.min_count) kept.emplace_back(count, key);
+        });
+      }
+      std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      for (auto& m : parts) m.for_each([](std::uint64_t, std::uint32_t& v) { v = static_cast<std::uint32_t>(kOovRow); });
+      if (kept.size() + kFirstValueRow > UINT32_MAX) {
+        throw DataError("table " + schema_.table_names[static_cast<std::size_t>(t)] + " has more than 2^32 rows");
+      }
+      const unsigned np = static_cast<unsigned>(parts.size());
+      for (std::size_t i = 0; i < kept.size(); ++i) {
+        *parts[partition_of(kept[i].second, np)].find(kept[i].second) = static_cast<std::uint32_t>(kFirstValueRow + i);
+      }
+      TableInfo info;
+      info.name = schema_.table_names[static_cast<std::size_t>(t)];
+      info.rows = kFirstValueRow + kept.size();
+      info.id_bytes = 4;  // row ids are below 2^32 (checked above); the format allows 8
+      info.values_seen = seen;
+      manifest_.tables.push_back(info);
+    }
+  }
+
+  void plan_outputs(const std::filesystem::path& dir) {
+    std::uint64_t n = total_good_;
+    auto test = static_cast<std::uint64_t>(std::floor(static_cast<double>(n) * opt_.test_fraction));
+    auto val = static_cast<std::uint64_t>(std::floor(static_cast<double>(n) * opt_.val_fraction));
+    split_rows_[2] = test;
+    split_rows_[1] = val;
+    split_rows_[0] = n - val - test;
+    manifest_.source_format = std::string(format_name(opt_.format));
+    for (const auto& p : opt_.inputs) manifest_.inputs.push_back(p.string());
+    manifest_.has_labels = has_labels_;
+    manifest_.dense_names = schema_.dense_names;
+    manifest_.shard_rows = opt_.shard_rows;
+    manifest_.min_count = opt_.min_count;
+    manifest_.shuffled = opt_.shuffle;
+    manifest_.seed = opt_.seed;
+    manifest_.bad_lines_skipped = report_.bad_lines;
+    for (int s = 0; s < 3; ++s) manifest_.rows[s] = split_rows_[s];
+    for (const auto& t : manifest_.tables) id_bytes_.push_back(t.id_bytes);
+    for (int s = 0; s < 3; ++s) {
+      std::uint64_t left = split_rows_[s];
+      for (int i = 0; left > 0; ++i) {
+        auto sh = std::make_unique<ShardOut>();
+        sh->rows = std::min(left, opt_.shard_rows);
+        left -= sh->rows;
+        char name[64];
+        std::snprintf(name, sizeof name, "%s-%05d.ember", kSplitNames[s], i);
+        sh->path = dir / name;
+        sh->layout = shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), id_bytes_);
+        sh->out = std::make_unique<MappedOutput>(sh->path, sh->layout.file_bytes);
+        shards_[s].push_back(std::move(sh));
+      }
+    }
+    if (opt_.shuffle) {
+      // Destination of each row; 8 bytes per row, only when shuffling was asked for.
+      perm_.resize(n);
+      for (std::uint64_t i = 0; i < n; ++i) perm_[i] = i;
+      std::mt19937_64 rng(mix64(opt_.seed + 0x5eed));
+      for (std::uint64_t i = n; i > 1; --i) std::swap(perm_[i - 1], perm_[rng() % i]);
+    }
+  }
+
+  ShardOut& locate(std::uint64_t pos, std::uint64_t& row) {
+    int s = pos < split_rows_[0] ? 0 : pos < split_rows_[0] + split_rows_[1] ? 1 : 2;
+    std::uint64_t idx = pos - (s >= 1 ? split_rows_[0] : 0) - (s == 2 ? split_rows_[1] : 0);
+    row = idx & (opt_.shard_rows - 1);
+    return *shards_[s][idx / opt_.shard_rows];
+  }
+
+  void encode_pass() {
+    const unsigned parts = static_cast<unsigned>(threads_);
+    std::size_t chunk_index = 0;
+    std::uint64_t row_base = 0;
+    for_each_block(2, [&](InputFile& file, std::string_view block, std::uint64_t) -> std::uint64_t {
+      auto pieces = split_block(block, threads_);
+      std::vector<std::uint64_t> starts(pieces.size());
+      std::uint64_t lines = 0;
+      for (std::size_t c = 0; c < pieces.size(); ++c) {
+        if (chunk_index + c >= chunk_rows_.size()) throw IoError(file.path.string() + ": input changed between passes");
+        starts[c] = row_base;
+        row_base += chunk_rows_[chunk_index + c];
+      }
+      std::vector<std::uint64_t> got(pieces.size()), chunk_lines(pieces.size());
+      tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t c) {
+        LineParser parser = *file.parser;
+        Record rec;
+        std::string err;
+        std::uint64_t g = starts[c];
+        std::uint64_t limit = starts[c] + chunk_rows_[chunk_index + c];
+        for_each_line(pieces[c], [&](std::string_view line) {
+          ++chunk_lines[c];
+          if (blank(line) || !parser.parse(line, rec, err)) return;
+          if (g >= limit) return;  // detected below as a changed input
+          std::uint64_t pos = perm_.empty() ? g : perm_[g];
+          ++g;
+          std::uint64_t r;
+          ShardOut& out = locate(pos, r);
+          out.labels()[r] = rec.label;
+          if (nd_ > 0) std::memcpy(out.dense() + r * static_cast<std::uint64_t>(nd_), rec.dense.data(), sizeof(float) * nd_);
+          for (int t = 0; t < nt_; ++t) {
+            std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
+            std::uint64_t id = kMissingRow;
+            if (key != kMissingKey) id = *vocab_[static_cast<std::size_t>(t)][partition_of(key, parts)].find(key);
+            reinterpret_cast<std::uint32_t*>(out.column(t))[r] = static_cast<std::uint32_t>(id);
+          }
+        });
+        got[c] = g - starts[c];
+      }, tbb::simple_partitioner());
+      for (std::size_t c = 0; c < pieces.size(); ++c) {
+        if (got[c] != chunk_rows_[chunk_index + c]) throw IoError(file.path.string() + ": input changed between passes");
+        lines += chunk_lines[c];
+      }
+      chunk_index += pieces.size();
+      rows_written_ = row_base;
+      if (perm_.empty()) release_written(row_base);
+      return lines;
+    });
+    if (chunk_index != chunk_rows_.size()) throw IoError("input changed between passes");
+  }
+
+  // Rows below `done` (file order, unshuffled) are final: unmap their pages.
+  void release_written(std::uint64_t done) {
+    std::uint64_t split_begin = 0;
+    for (int s = 0; s < 3; ++s) {
+      for (std::size_t i = 0; i < shards_[s].size(); ++i) {
+        ShardOut& sh = *shards_[s][i];
+        std::uint64_t first = split_begin + i * opt_.shard_rows;
+        if (done <= first) return;
+        std::uint64_t upto = std::min(sh.rows, done - first);
+        if (upto <= sh.released_rows) continue;
+        char* base = sh.out->data();
+        std::uint64_t from = sh.released_rows;
+        drop_pages(base + sh.layout.labels_offset + from, base + sh.layout.labels_offset + upto);
+        drop_pages(base + sh.layout.dense_offset + from * nd_ * 4, base + sh.layout.dense_offset + upto * nd_ * 4);
+        for (int t = 0; t < nt_; ++t) {
+          std::uint64_t w = id_bytes_[static_cast<std::size_t>(t)];
+          drop_pages(sh.column(t) + from * w, sh.column(t) + upto * w);
+        }
+        sh.released_rows = upto;
+      }
+      split_begin += split_rows_[s];
+    }
+  }
+
+  // Checksums, headers, msync + fsync, in parallel over shards.
+  void finish_outputs() {
+    std::vector<ShardOut*> all;
+    for (auto& v : shards_) {
+      for (auto& s : v) all.push_back(s.get());
+    }
+    tbb::parallel_for(std::size_t{0}, all.size(), [&](std::size_t i) {
+      ShardOut& sh = *all[i];
+      char* base = sh.out->data();
+      const std::uint64_t size = sh.layout.file_bytes;
+      // Hash the payload a window at a time, dropping each window after: RSS stays flat.
+      XXH3_state_t* st = XXH3_createState();
+      XXH3_64bits_reset(st);
+      constexpr std::uint64_t kWindow = 64u << 20;
+      for (std::uint64_t off = sh.layout.header_bytes; off < size; off += kWindow) {
+        std::uint64_t len = std::min(kWindow, size - off);
+        XXH3_64bits_update(st, base + off, len);
+        drop_pages(base + off, base + off + len);
+      }
+      std::uint64_t sum = XXH3_64bits_digest(st);
+      XXH3_freeState(st);
+      finish_shard_header(base, sh.layout, sh.rows, static_cast<std::uint32_t>(nd_), id_bytes_, sum);
+      sh.out->close();
+      sh.checksum = sum;
+    });
+    for (int s = 0; s < 3; ++s) {
+      for (auto& sh : shards_[s]) {
+        manifest_.shards[s].push_back({sh->path.filename().string(), sh->rows, sh->layout.file_bytes, sh->checksum});
+      }
+    }
+  }
+
+  const PrepOptions& opt_;
+  const Schema& schema_;
+  int threads_ = 1;
+  int nt_ = 0, nd_ = 0;
+  bool has_labels_ = true;
+  std::vector<InputFile> files_;
+  std::vector<std::vector<U64Map<std::uint32_t>>> vocab_;  // [table][partition]: count, then row id
+  std::vector<std::uint64_t> chunk_rows_;                  // good rows per pass-1 chunk, in order
+  std::uint64_t total_good_ = 0;
+  std::uint64_t rows_written_ = 0;
+  std::uint64_t split_rows_[3] = {0, 0, 0};
+  std::vector<std::uint32_t> id_bytes_;
+  std::vector<std::unique_ptr<ShardOut>> shards_[3];
+  std::vector<std::uint64_t> perm_;
+  Manifest manifest_;
+  PrepReport report_;
+};
+
+}  // namespace
+
+PrepReport prepare_dataset(const PrepOptions& options) { return Preparer(options).run(); }
+
+}  // namespace ember::data

@@ -1,0 +1,150 @@
+#include "ember/data/stats.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "ember/common/error.h"
+#include "ember/data/schema.h"
+
+namespace ember::data {
+namespace {
+
+// Sum of the k largest counts (partially reorders `counts`).
+std::uint64_t top_sum(std::vector<std::uint32_t>& counts, std::uint64_t k) {
+  k = std::min<std::uint64_t>(k, counts.size());
+  if (k == 0) return 0;
+  std::nth_element(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(k - 1), counts.end(), std::greater<>());
+  std::uint64_t s = 0;
+  for (std::uint64_t i = 0; i < k; ++i) s += counts[i];
+  return s;
+}
+
+}  // namespace
+
+DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
+  if (o.workers < 1) throw ConfigError("--workers must be at least 1");
+  if (!(o.cache_ratio > 0 && o.cache_ratio <= 1)) throw ConfigError("--cache-ratio must be in (0, 1]");
+  const SplitData& split = ds.split(o.split);
+  DatasetStats out;
+  out.split = kSplitNames[static_cast<int>(o.split)];
+  out.samples = split.rows();
+  out.workers = o.workers;
+  out.cache_ratio = o.cache_ratio;
+  out.window = o.window;
+  if (split.rows() == 0) throw ConfigError("split " + out.split + " is empty");
+  std::uint64_t pos = 0;
+  for (int s = 0; s < split.num_shards(); ++s) {
+    const Shard& sh = split.shard(s);
+    for (std::uint64_t r = 0; r < sh.rows(); ++r) pos += sh.label(r);
+  }
+  out.positive_rate = static_cast<double>(pos) / static_cast<double>(split.rows());
+  const double per_worker = static_cast<double>(split.rows()) / o.workers;
+  const int nt = ds.num_tables();
+  out.tables.resize(static_cast<std::size_t>(nt));
+  // Histogram of counts among each table's cached rows, for the overall DoI.
+  std::vector<std::map<std::uint32_t, std::uint64_t>> cached_hist(static_cast<std::size_t>(nt));
+  tbb::parallel_for(0, nt, [&](int t) {
+    const TableInfo& info = ds.manifest().tables[static_cast<std::size_t>(t)];
+    TableStats& ts = out.tables[static_cast<std::size_t>(t)];
+    ts.name = info.name;
+    ts.rows = info.rows;
+    std::vector<std::uint32_t> counts(info.rows, 0);
+    std::vector<std::uint32_t> stamp;
+    std::uint64_t windows = 0, window_distinct = 0, in_window = 0;
+    if (o.window > 0) stamp.assign(info.rows, 0);
+    std::uint64_t sample = 0;
+    for (int s = 0; s < split.num_shards(); ++s) {
+      const Shard& sh = split.shard(s);
+      for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
+        std::uint64_t id = sh.id(t, r);
+        if (id >= info.rows) {
+          throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) +
+                          " beyond its " + std::to_string(info.rows) + " rows");
+        }
+        if (counts[id] != UINT32_MAX) ++counts[id];
+        if (o.window > 0) {
+          std::uint32_t w = static_cast<std::uint32_t>(sample / o.window) + 1;
+          if (id != kMissingRow && stamp[id] != w) {
+            stamp[id] = w;
+            ++in_window;
+          }
+          if ((sample + 1) % o.window == 0) {
+            ++windows;
+            window_distinct += in_window;
+            in_window = 0;
+          }
+        }
+      }
+    }
+    if (windows > 0) ts.window_distinct = static_cast<double>(window_distinct) / static_cast<double>(windows * o.window);
+    ts.missing_share = static_cast<double>(counts[kMissingRow]) / static_cast<double>(split.rows());
+    ts.distinct = static_cast<std::uint64_t>(std::count_if(counts.begin(), counts.end(), [](std::uint32_t c) { return c > 0; }));
+    const double total = static_cast<double>(split.rows());
+    ts.top1_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.01 * info.rows)))) / total;
+    ts.top10_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.10 * info.rows)))) / total;
+    ts.cached_rows = static_cast<std::uint64_t>(std::ceil(o.cache_ratio * static_cast<double>(info.rows)));
+    // The cached rows are the most popular ones (what an LRU cache converges to).
+    std::nth_element(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(ts.cached_rows - 1), counts.end(),
+                     std::greater<>());
+    std::uint64_t rare = 0;
+    auto& hist = cached_hist[static_cast<std::size_t>(t)];
+    for (std::uint64_t i = 0; i < ts.cached_rows; ++i) {
+      if (static_cast<double>(counts[i]) < per_worker) ++rare;
+      ++hist[counts[i]];
+    }
+    ts.doi = static_cast<double>(rare) / static_cast<double>(ts.cached_rows);
+  });
+  std::uint64_t cached = 0, rare = 0;
+  for (auto& h : cached_hist) {
+    for (auto& [count, n] : h) {
+      cached += n;
+      if (static_cast<double>(count) < per_worker) rare += n;
+    }
+  }
+  out.doi = cached > 0 ? static_cast<double>(rare) / static_cast<double>(cached) : 0.0;
+  return out;
+}
+
+std::string stats_json(const DatasetStats& s) {
+  nlohmann::ordered_json j;
+  j["split"] = s.split;
+  j["samples"] = s.samples;
+  j["positive_rate"] = s.positive_rate;
+  j["workers"] = s.workers;
+  j["cache_ratio"] = s.cache_ratio;
+  j["doi"] = s.doi;
+  if (s.window > 0) j["window"] = s.window;
+  auto& arr = j["tables"] = nlohmann::ordered_json::array();
+  for (const auto& t : s.tables) {
+    nlohmann::ordered_json tj = {{"name", t.name},          {"rows", t.rows},
+                                 {"distinct", t.distinct},  {"top1_share", t.top1_share},
+                                 {"top10_share", t.top10_share}, {"cached_rows", t.cached_rows},
+                                 {"doi", t.doi},            {"missing_share", t.missing_share}};
+    if (s.window > 0) tj["window_distinct"] = t.window_distinct;
+    arr.push_back(tj);
+  }
+  return j.dump();
+}
+
+std::string stats_table(const DatasetStats& s) {
+  std::string out = fmt::format("split {}: {} samples, positive rate {:.3f}; DoI for {} workers, cache ratio {:g}\n",
+                                s.split, s.samples, s.positive_rate, s.workers, s.cache_ratio);
+  out += fmt::format("{:<18}{:>11}{:>11}{:>8}{:>8}{:>8}{:>8}", "table", "rows", "distinct", "top1%", "top10%", "miss", "DoI");
+  if (s.window > 0) out += fmt::format("{:>10}", fmt::format("dist/{}", s.window));
+  out += "\n";
+  for (const auto& t : s.tables) {
+    out += fmt::format("{:<18}{:>11}{:>11}{:>8.3f}{:>8.3f}{:>8.3f}{:>8.3f}", t.name, t.rows, t.distinct, t.top1_share,
+                       t.top10_share, t.missing_share, t.doi);
+    if (s.window > 0) out += fmt::format("{:>10.3f}", t.window_distinct);
+    out += "\n";
+  }
+  out += fmt::format("overall DoI (all cached rows): {:.4f}\n", s.doi);
+  return out;
+}
+
+}  // namespace ember::data

@@ -1,0 +1,320 @@
+#include "ember/data/synthetic.h"
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/common/hash.h"
+#include "ember/data/zipf.h"
+
+namespace ember::data {
+namespace {
+
+// Reference measurements of the real samples in shared/data/real, used for calibration.
+// Criteo: train.tiny.csv (the first 1999 rows of Kaggle train.txt): per table, the
+// mean share of distinct non-missing values in windows of 1024 consecutive rows, and
+// the share of missing values.
+constexpr int kCriteoWindow = 1024;
+constexpr std::array<double, 26> kCriteoDistinct = {
+    0.053, 0.188, 0.672, 0.565, 0.023, 0.006, 0.696, 0.027, 0.002, 0.529, 0.604, 0.646, 0.551,
+    0.015, 0.513, 0.618, 0.009, 0.356, 0.122, 0.003, 0.632, 0.005, 0.012, 0.421, 0.027, 0.319};
+constexpr std::array<double, 26> kCriteoMissing = {
+    0.0, 0.0, 0.033, 0.033, 0.0, 0.126, 0.0, 0.0, 0.0, 0.0, 0.0, 0.033, 0.0,
+    0.0, 0.0, 0.033, 0.0, 0.0, 0.483, 0.483, 0.033, 0.816, 0.0, 0.033, 0.483, 0.483};
+// Dense I1..I13: missing share, mean and standard deviation of log(1+x).
+constexpr std::array<double, 13> kDenseMissing = {0.445, 0.0, 0.225, 0.21, 0.047, 0.247, 0.047,
+                                                  0.001, 0.047, 0.445, 0.047, 0.777, 0.21};
+constexpr std::array<double, 13> kDenseMean = {0.82, 2.15, 2.21, 1.73, 7.25, 3.62, 1.53, 2.06, 3.63, 0.37, 0.84, 0.32, 1.92};
+constexpr std::array<double, 13> kDenseSd = {1.01, 2.19, 1.29, 0.98, 2.83, 1.82, 1.34, 1.2, 1.69, 0.39, 0.71, 0.63, 1.08};
+// Avazu: tr.rx.csv's 499 distinct rows (the first rows of train.csv), one window.
+constexpr int kAvazuWindow = 499;
+constexpr std::array<double, 21> kAvazuDistinct = {0.006, 0.004, 0.152, 0.136, 0.018, 0.102, 0.024,
+                                                   0.014, 0.126, 0.946, 0.445, 0.008, 0.006, 0.17,
+                                                   0.006, 0.006, 0.11,  0.008, 0.044, 0.096, 0.038};
+
+const std::vector<std::uint64_t> kCriteoCard = {1460,    583,  10131227, 2202608, 305,   24,     12517, 633,    3,
+                                                93145,   5683, 8351593,  3194,    27,    14992,  5461306, 10, 5652,
+                                                2173,    4,    7046547,  18,      15,    286181, 105,   142572};
+const std::vector<std::uint64_t> kAvazuCard = {7,       7,    4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251,
+                                               5,       4,    2626, 8,    9,  435,  4,   68, 172,     60,      24, 7};
+
+constexpr std::uint64_t kCoupledMinRows = 64;
+constexpr std::uint64_t kChunkRows = 16384;
+
+// Bijective on 32 bits for a fixed table: distinct values print as distinct ids.
+std::uint32_t permute32(std::uint32_t v, std::uint32_t table) {
+  std::uint32_t x = v + table * 0x9e3779b9u;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+
+void put_hex8(std::string& out, std::uint32_t x) {
+  static const char* digits = "0123456789abcdef";
+  char buf[8];
+  for (int i = 7; i >= 0; --i) {
+    buf[i] = digits[x & 15];
+    x >>= 4;
+  }
+  out.append(buf, 8);
+}
+
+void put_uint(std::string& out, std::uint64_t v) {
+  char buf[24];
+  int n = std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(v));
+  out.append(buf, static_cast<std::size_t>(n));
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// Deterministic value in [-1, 1) from a key.
+double signed_unit(std::uint64_t key) { return static_cast<double>(mix64(key) >> 11) * 0x1.0p-52 - 1.0; }
+
+struct TableModel {
+  std::uint64_t rows = 1;
+  ZipfSampler zipf;
+  double missing = 0;
+  bool coupled = false;
+  bool label_signal = false;
+};
+
+class Generator {
+ public:
+  explicit Generator(const GenOptions& o) : o_(o), criteo_(o.like != SourceFormat::kAvazu) {
+    if (o.rows == 0) throw ConfigError("--rows must be positive");
+    if (!(o.scale > 0)) throw ConfigError("--scale must be positive");
+    if (o.alpha < 0) throw ConfigError("--alpha must be >= 0 (0 = calibrated per table)");
+    if (o.coupling < 0 || o.coupling > 1 || o.session < 0 || o.session >= 1 || o.drift < 0) {
+      throw ConfigError("--coupling in [0,1], --session in [0,1), --drift >= 0");
+    }
+    const auto& card = real_cardinalities(o.like);
+    // Avazu's hour and weekday come from the hour field, not from draws.
+    int raw_tables = criteo_ ? 26 : 21;
+    auto alphas = calibrated_alphas(o.like, o.iid ? 0.0 : o.session, o.iid ? 0.0 : o.coupling);
+    for (int t = 0; t < raw_tables; ++t) {
+      TableModel m;
+      m.rows = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card[t]) * o.scale)));
+      double a = o.alpha > 0 ? o.alpha : alphas[static_cast<std::size_t>(t)];
+      m.zipf = ZipfSampler(m.rows, a);
+      m.missing = criteo_ ? kCriteoMissing[static_cast<std::size_t>(t)] : 0.0;
+      m.coupled = !o.iid && m.rows > kCoupledMinRows;
+      tables_.push_back(m);
+      report_.cardinalities.push_back(m.rows);
+      report_.alphas.push_back(a);
+    }
+    const std::vector<int> signal = criteo_ ? std::vector<int>{0, 1, 5, 7, 13, 16} : std::vector<int>{0, 1, 4, 7, 11, 12, 14, 15, 17};
+    for (int t : signal) tables_[static_cast<std::size_t>(t)].label_signal = true;
+    entities_ = o.entities > 0 ? o.entities : std::max<std::uint64_t>(16, o.rows / 16);
+    entity_zipf_ = ZipfSampler(entities_, o.entity_alpha);
+    // Spread of the logit, so that the bias lands the click rate near the target
+    // (probit approximation of E[sigmoid(b + X)]).
+    double var = (o.iid ? 0.0 : kEntityEffect * kEntityEffect) + static_cast<double>(signal.size()) * kValueEffect * kValueEffect / 3.0;
+    double ctr = o.ctr >= 0 ? o.ctr : (criteo_ ? 0.25 : 0.17);
+    if (!(ctr > 0 && ctr < 1)) throw ConfigError("--ctr must be in (0, 1)");
+    bias_ = std::log(ctr / (1 - ctr)) * std::sqrt(1 + 3.14159265 * var / 8);
+  }
+
+  GenReport run() {
+    const int threads = o_.threads > 0 ? o_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    auto tmp = o_.output;
+    tmp += ".tmp-" + std::to_string(::getpid());
+    std::error_code ec;
+    if (std::filesystem::exists(o_.output, ec) && !o_.overwrite) {
+      throw ConfigError("output " + o_.output.string() + " already exists (use --force to replace it)");
+    }
+    bool gz = o_.output.extension() == ".gz";
+    std::FILE* f = nullptr;
+    gzFile g = nullptr;
+    if (gz) {
+      g = gzopen(tmp.c_str(), "wb6");
+      if (g == nullptr) throw IoError(errno_message("create " + tmp.string()));
+    } else {
+      f = std::fopen(tmp.c_str(), "wb");
+      if (f == nullptr) throw IoError(errno_message("create " + tmp.string()));
+    }
+    auto cleanup = [&] {
+      if (f) std::fclose(f);
+      if (g) gzclose(g);
+      f = nullptr;
+      g = nullptr;
+      std::filesystem::remove(tmp, ec);
+    };
+    try {
+      auto write = [&](const std::string& s) {
+        bool ok = gz ? gzwrite(g, s.data(), static_cast<unsigned>(s.size())) == static_cast<int>(s.size())
+                     : std::fwrite(s.data(), 1, s.size(), f) == s.size();
+        if (!ok) throw IoError(errno_message("write " + tmp.string()));
+        report_.bytes += s.size();
+      };
+      if (!criteo_) {
+        write("id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
+              "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n");
+      }
+      const std::uint64_t chunks = (o_.rows + kChunkRows - 1) / kChunkRows;
+      const std::uint64_t group = static_cast<std::uint64_t>(threads) * 2;
+      std::vector<std::string> bufs(group);
+      std::vector<std::uint64_t> pos(group);
+      tbb::task_arena arena(threads);
+      for (std::uint64_t c0 = 0; c0 < chunks; c0 += group) {
+        std::uint64_t n = std::min(group, chunks - c0);
+        arena.execute([&] {
+          tbb::parallel_for(std::uint64_t{0}, n, [&](std::uint64_t i) { pos[i] = make_chunk(c0 + i, bufs[i]); });
+        });
+        for (std::uint64_t i = 0; i < n; ++i) {
+          write(bufs[i]);
+          report_.positives += pos[i];
+        }
+        if (o_.on_progress) o_.on_progress(std::min(o_.rows, (c0 + n) * kChunkRows));
+      }
+      bool ok = gz ? gzclose(g) == Z_OK : (std::fflush(f) == 0 && ::fsync(fileno(f)) == 0 && std::fclose(f) == 0);
+      f = nullptr;
+      g = nullptr;
+      if (!ok) throw IoError(errno_message("write " + tmp.string()));
+      std::filesystem::rename(tmp, o_.output, ec);
+      if (ec) throw IoError("rename " + tmp.string() + " -> " + o_.output.string() + ": " + ec.message());
+    } catch (...) {
+      cleanup();
+      throw;
+    }
+    report_.rows = o_.rows;
+    return report_;
+  }
+
+ private:
+  static constexpr double kEntityEffect = 0.9;
+  static constexpr double kValueEffect = 0.8;
+
+  // Generates rows [c*kChunkRows, ...) into `out`; returns the number of clicks.
+  std::uint64_t make_chunk(std::uint64_t c, std::string& out) const {
+    out.clear();
+    SplitMix64 rng(mix64(o_.seed * 0x2545f4914f6cdd1dULL + c + 1));
+    const std::uint64_t begin = c * kChunkRows, end = std::min(o_.rows, begin + kChunkRows);
+    const int nt = static_cast<int>(tables_.size());
+    std::vector<std::int64_t> value(static_cast<std::size_t>(nt));
+    std::uint64_t entity = 0, clicks = 0;
+    for (std::uint64_t r = begin; r < end; ++r) {
+      const double tau = static_cast<double>(r) / static_cast<double>(o_.rows);
+      if (!o_.iid) {
+        if (r == begin || rng.uniform() >= o_.session) {
+          std::uint64_t shift = static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(entities_));
+          entity = (entity_zipf_(rng) + shift) % entities_;
+        }
+      }
+      double logit = bias_;
+      if (!o_.iid) logit += kEntityEffect * signed_unit(o_.seed ^ (entity * 0x100000001b3ULL) ^ 0xe17e);
+      for (int t = 0; t < nt; ++t) {
+        const TableModel& m = tables_[static_cast<std::size_t>(t)];
+        if (m.missing > 0 && rng.uniform() < m.missing) {
+          value[static_cast<std::size_t>(t)] = -1;
+          continue;
+        }
+        std::uint64_t v;
+        if (m.coupled && rng.uniform() < o_.coupling) {
+          // The entity's own value for this table: fixed per (entity, table).
+          SplitMix64 er(mix64(o_.seed ^ (entity * 0x9e3779b97f4a7c15ULL) ^ (static_cast<std::uint64_t>(t) << 56)));
+          v = m.zipf(er);
+        } else {
+          std::uint64_t shift = o_.iid ? 0 : static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(m.rows));
+          v = (m.zipf(rng) + shift) % m.rows;
+        }
+        value[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(v);
+        if (m.label_signal) logit += kValueEffect * signed_unit((static_cast<std::uint64_t>(t) << 48) ^ v ^ o_.seed);
+      }
+      double dense_signal = logit - bias_;
+      std::uint8_t label = rng.uniform() < sigmoid(logit) ? 1 : 0;
+      clicks += label;
+      if (criteo_) {
+        out.push_back(static_cast<char>('0' + label));
+        for (int j = 0; j < 13; ++j) {
+          out.push_back('\t');
+          if (rng.uniform() < kDenseMissing[static_cast<std::size_t>(j)]) continue;
+          if (j == 1 && rng.uniform() < 0.03) {
+            out.append("-1");
+            continue;
+          }
+          double lx = kDenseMean[static_cast<std::size_t>(j)] + 0.15 * dense_signal +
+                      kDenseSd[static_cast<std::size_t>(j)] * rng.normal();
+          put_uint(out, static_cast<std::uint64_t>(std::floor(std::expm1(std::max(0.0, lx)))));
+        }
+        for (int t = 0; t < nt; ++t) {
+          out.push_back('\t');
+          std::int64_t v = value[static_cast<std::size_t>(t)];
+          if (v >= 0) put_hex8(out, permute32(static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(t)));
+        }
+        out.push_back('\n');
+      } else {
+        put_uint(out, rng.next());
+        out.push_back(',');
+        out.push_back(static_cast<char>('0' + label));
+        // Ten days of hours from 2014-10-21 00:00, as in Avazu's train.csv.
+        std::uint64_t h = std::min<std::uint64_t>(239, static_cast<std::uint64_t>(tau * 240));
+        char hour[16];
+        std::snprintf(hour, sizeof hour, ",1410%02d%02d", static_cast<int>(21 + h / 24), static_cast<int>(h % 24));
+        out.append(hour);
+        static constexpr std::array<std::int64_t, 21> kBase = {1000, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                                               0,    0, 15000, 300, 30, 1700, 0, 30, 100000, 10};
+        for (int t = 0; t < nt; ++t) {
+          out.push_back(',');
+          std::int64_t v = value[static_cast<std::size_t>(t)];
+          std::int64_t base = kBase[static_cast<std::size_t>(t)];
+          if (base < 0) {
+            put_hex8(out, permute32(static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(t)));
+          } else if (t == 19 && v == 0) {
+            out.append("-1");  // C20's most common value in the real data
+          } else {
+            put_uint(out, static_cast<std::uint64_t>(base + v));
+          }
+        }
+        out.push_back('\n');
+      }
+    }
+    return clicks;
+  }
+
+  const GenOptions& o_;
+  bool criteo_;
+  std::vector<TableModel> tables_;
+  std::uint64_t entities_ = 16;
+  ZipfSampler entity_zipf_;
+  double bias_ = 0;
+  GenReport report_;
+};
+
+}  // namespace
+
+const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like) {
+  return like == SourceFormat::kAvazu ? kAvazuCard : kCriteoCard;
+}
+
+std::vector<double> calibrated_alphas(SourceFormat like, double session, double coupling) {
+  bool criteo = like != SourceFormat::kAvazu;
+  const auto& card = real_cardinalities(like);
+  int n = criteo ? 26 : 21;
+  std::vector<double> out;
+  for (int t = 0; t < n; ++t) {
+    double window = criteo ? kCriteoWindow : kAvazuWindow;
+    double present = criteo ? 1.0 - kCriteoMissing[static_cast<std::size_t>(t)] : 1.0;
+    double target = (criteo ? kCriteoDistinct[static_cast<std::size_t>(t)] : kAvazuDistinct[static_cast<std::size_t>(t)]) * window;
+    // Rows that reuse their predecessor's entity add no new value to coupled tables:
+    // fit the exponent for the independent draws that remain.
+    double reuse = card[static_cast<std::size_t>(t)] > kCoupledMinRows ? session * coupling : 0.0;
+    double draws = window * present * (1.0 - reuse);
+    out.push_back(fit_zipf_exponent(card[static_cast<std::size_t>(t)], draws, std::max(1.0, target)));
+  }
+  return out;
+}
+
+GenReport generate(const GenOptions& options) { return Generator(options).run(); }
+
+}  // namespace ember::data

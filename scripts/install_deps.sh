@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs Ember's build and runtime dependencies from Debian 12 packages.
+# Idempotent: when every package is already present it returns in well under a second.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libzmq3-dev cppzmq-dev
+  libtbb-dev
+  libboost-dev
+  libibverbs-dev librdmacm-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libabsl-dev libxxhash-dev libzstd-dev zlib1g-dev
+  libtorch-dev libgloo-dev
+  python3-matplotlib
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+echo "install_deps: installing ${#missing[@]} package(s): ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+# Refresh the package lists only when they are missing or older than a day.
+if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null | head -1)" ]; then
+  $SUDO apt-get update -q
+fi
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install_deps: done"

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_sort.h>
 #include <tbb/task_arena.h>
 #include <unistd.h>
 
@@ -62,14 +63,32 @@ bool blank(std::string_view line) { return line.empty() || (line.size() == 1 && 
 struct CountChunk {
   std::uint64_t lines = 0;  // every line, blank and bad included (for line numbers)
   std::uint64_t good = 0;
-  std::vector<std::uint64_t> keys;  // good x num_tables raw keys
+  // keys[p * num_tables + t]: the raw keys of table t that partition p owns.
+  std::vector<std::vector<std::uint64_t>> keys;
   std::vector<std::pair<std::uint64_t, std::string>> bad;  // (line index in chunk, why), capped
   std::uint64_t bad_count = 0;
 };
 
-// Which vocabulary partition (and so which counting thread) owns a key.
-inline unsigned partition_of(std::uint64_t key, unsigned parts) {
-  return static_cast<unsigned>((mix64(key ^ 0x9e3779b97f4a7c15ULL) >> 40) % parts);
+using Vocab = U64Map<std::uint32_t>;
+
+// Which vocabulary partition (and so which counting thread) owns a key: the hash's
+// high bits, independent of the low bits that pick its slot.
+inline unsigned partition_of(std::uint64_t h, unsigned parts) { return static_cast<unsigned>((h >> 40) % parts); }
+
+// Applies f(value&) to keys[i] in `map` for every i, prefetching a few keys ahead:
+// the tables of big vocabularies miss the cache on nearly every key.
+template <bool kInsert, typename F>
+void for_each_slot(Vocab& map, const std::uint64_t* keys, std::size_t n, F&& f) {
+  constexpr std::size_t kAhead = 8;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n) map.prefetch(Vocab::hash(keys[i + kAhead]));
+    std::uint64_t h = Vocab::hash(keys[i]);
+    if constexpr (kInsert) {
+      f(*map.try_emplace(keys[i], h, 0).first);
+    } else {
+      f(*map.find(keys[i], h));
+    }
+  }
 }
 
 struct InputFile {
@@ -117,14 +136,17 @@ class Preparer {
     Stopwatch sw;
     arena.execute([&] { count_pass(); });
     report_.pass1_seconds = sw.seconds();
+    spdlog::debug("prep: RSS {:.0f} MB after counting (peak {:.0f} MB)", current_rss_bytes() / 1e6, peak_rss_bytes() / 1e6);
     if (total_good_ == 0) throw DataError("no data rows in the input");
     sw.reset();
-    build_vocabulary();
+    arena.execute([&] { build_vocabulary(); });
     report_.vocab_seconds = sw.seconds();
+    spdlog::debug("prep: RSS {:.0f} MB after the vocabulary (peak {:.0f} MB)", current_rss_bytes() / 1e6, peak_rss_bytes() / 1e6);
     sw.reset();
     plan_outputs(staging.path());
     arena.execute([&] { encode_pass(); });
     report_.pass2_seconds = sw.seconds();
+    spdlog::debug("prep: RSS {:.0f} MB after encoding (peak {:.0f} MB)", current_rss_bytes() / 1e6, peak_rss_bytes() / 1e6);
     sw.reset();
     arena.execute([&] { finish_outputs(); });
     write_file_atomic(staging.path() / "manifest.json", manifest_.to_json());
@@ -218,7 +240,8 @@ class Preparer {
       tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t c) {
         CountChunk& ch = chunks[c];
         ch.lines = ch.good = ch.bad_count = 0;
-        ch.keys.clear();
+        ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
+        for (auto& k : ch.keys) k.clear();
         ch.bad.clear();
         LineParser parser = *file.parser;  // parsers keep per-thread scratch
         Record rec;
@@ -226,12 +249,16 @@ class Preparer {
         for_each_line(pieces[c], [&](std::string_view line) {
           std::uint64_t idx = ch.lines++;
           if (blank(line)) return;
-          if (!parser.parse(line, rec, err)) {
+          if (!parser.parse(line, rec, err, false)) {
             if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
             ++ch.bad_count;
             return;
           }
-          ch.keys.insert(ch.keys.end(), rec.keys.begin(), rec.keys.begin() + nt_);
+          for (int t = 0; t < nt_; ++t) {
+            std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
+            if (key == kMissingKey) continue;
+            ch.keys[partition_of(Vocab::hash(key), parts) * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
+          }
           ++ch.good;
         });
       }, tbb::simple_partitioner());
@@ -265,14 +292,11 @@ class Preparer {
       // Stage 2: count, each thread owning one hash partition of every table.
       tbb::parallel_for(0u, parts, [&](unsigned p) {
         for (auto& ch : chunks) {
-          const std::uint64_t* k = ch.keys.data();
-          for (std::uint64_t r = 0; r < ch.good; ++r, k += nt_) {
-            for (int t = 0; t < nt_; ++t) {
-              std::uint64_t key = k[t];
-              if (key == kMissingKey || partition_of(key, parts) != p) continue;
-              std::uint32_t& c = vocab_[static_cast<std::size_t>(t)][p][key];
+          for (int t = 0; t < nt_; ++t) {
+            const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
+            for_each_slot<true>(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size(), [](std::uint32_t& c) {
               if (c != UINT32_MAX) ++c;
-            }
+            });
           }
         }
       }, tbb::simple_partitioner());
@@ -284,36 +308,39 @@ class Preparer {
   }
 
   // Row ids by decreasing count (ties by value), after the missing and OOV rows: hot
-  // rows get small ids. Counts are replaced by ids in place.
+  // rows get small ids. Counts are replaced by ids in place. One table at a time (each
+  // sorted in parallel), so the transient sort buffer is one table's, not all of them.
   void build_vocabulary() {
-    manifest_.tables.clear();
+    manifest_.tables.assign(static_cast<std::size_t>(nt_), TableInfo{});
     for (int t = 0; t < nt_; ++t) {
       auto& parts = vocab_[static_cast<std::size_t>(t)];
-      std::vector<std::pair<std::uint32_t, std::uint64_t>> kept;
+      struct Kept {
+        std::uint32_t count;
+        std::uint64_t key;
+        std::uint32_t* slot;  // stable: the maps do not grow any more
+      };
+      std::vector<Kept> kept;
       std::uint64_t seen = 0;
       for (auto& m : parts) {
         seen += m.size();
         m.for_each([&](std::uint64_t key, std::uint32_t& count) {
-          if (count >= opt_.min_count) kept.emplace_back(count, key);
+          if (count >= opt_.min_count) kept.push_back({count, key, &count});
+          count = static_cast<std::uint32_t>(kOovRow);
         });
       }
-      std::sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) {
-        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      tbb::parallel_sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
+        return a.count != b.count ? a.count > b.count : a.key < b.key;
       });
-      for (auto& m : parts) m.for_each([](std::uint64_t, std::uint32_t& v) { v = static_cast<std::uint32_t>(kOovRow); });
-      if (kept.size() + kFirstValueRow > UINT32_MAX) {
-        throw DataError("table " + schema_.table_names[static_cast<std::size_t>(t)] + " has more than 2^32 rows");
-      }
-      const unsigned np = static_cast<unsigned>(parts.size());
-      for (std::size_t i = 0; i < kept.size(); ++i) {
-        *parts[partition_of(kept[i].second, np)].find(kept[i].second) = static_cast<std::uint32_t>(kFirstValueRow + i);
-      }
-      TableInfo info;
+      TableInfo& info = manifest_.tables[static_cast<std::size_t>(t)];
       info.name = schema_.table_names[static_cast<std::size_t>(t)];
       info.rows = kFirstValueRow + kept.size();
-      info.id_bytes = 4;  // row ids are below 2^32 (checked above); the format allows 8
+      info.id_bytes = 4;  // checked below; the format also allows 8
       info.values_seen = seen;
-      manifest_.tables.push_back(info);
+      if (info.rows > UINT32_MAX) continue;
+      for (std::size_t i = 0; i < kept.size(); ++i) *kept[i].slot = static_cast<std::uint32_t>(kFirstValueRow + i);
+    }
+    for (const auto& info : manifest_.tables) {
+      if (info.rows > UINT32_MAX) throw DataError("table " + info.name + " has more than 2^32 rows");
     }
   }
 
@@ -365,48 +392,82 @@ class Preparer {
     return *shards_[s][idx / opt_.shard_rows];
   }
 
+  // Pass-2 state of one chunk: its parsed rows, column by column.
+  struct EncodeChunk {
+    std::vector<std::uint8_t> labels;
+    std::vector<float> dense;
+    std::vector<std::vector<std::uint64_t>> keys;  // [table][row]
+    std::vector<std::pair<ShardOut*, std::uint64_t>> dest;  // shard and row of each row
+    std::uint64_t lines = 0;
+  };
+
   void encode_pass() {
     const unsigned parts = static_cast<unsigned>(threads_);
     std::size_t chunk_index = 0;
     std::uint64_t row_base = 0;
+    std::vector<EncodeChunk> chunks;
     for_each_block(2, [&](InputFile& file, std::string_view block, std::uint64_t) -> std::uint64_t {
       auto pieces = split_block(block, threads_);
+      chunks.resize(pieces.size());
       std::vector<std::uint64_t> starts(pieces.size());
-      std::uint64_t lines = 0;
       for (std::size_t c = 0; c < pieces.size(); ++c) {
         if (chunk_index + c >= chunk_rows_.size()) throw IoError(file.path.string() + ": input changed between passes");
         starts[c] = row_base;
         row_base += chunk_rows_[chunk_index + c];
       }
-      std::vector<std::uint64_t> got(pieces.size()), chunk_lines(pieces.size());
       tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t c) {
+        EncodeChunk& ch = chunks[c];
+        ch.labels.clear();
+        ch.dense.clear();
+        ch.keys.resize(static_cast<std::size_t>(nt_));
+        for (auto& k : ch.keys) k.clear();
+        ch.lines = 0;
         LineParser parser = *file.parser;
         Record rec;
         std::string err;
-        std::uint64_t g = starts[c];
-        std::uint64_t limit = starts[c] + chunk_rows_[chunk_index + c];
         for_each_line(pieces[c], [&](std::string_view line) {
-          ++chunk_lines[c];
-          if (blank(line) || !parser.parse(line, rec, err)) return;
-          if (g >= limit) return;  // detected below as a changed input
-          std::uint64_t pos = perm_.empty() ? g : perm_[g];
-          ++g;
-          std::uint64_t r;
-          ShardOut& out = locate(pos, r);
-          out.labels()[r] = rec.label;
-          if (nd_ > 0) std::memcpy(out.dense() + r * static_cast<std::uint64_t>(nd_), rec.dense.data(), sizeof(float) * nd_);
-          for (int t = 0; t < nt_; ++t) {
-            std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
-            std::uint64_t id = kMissingRow;
-            if (key != kMissingKey) id = *vocab_[static_cast<std::size_t>(t)][partition_of(key, parts)].find(key);
-            reinterpret_cast<std::uint32_t*>(out.column(t))[r] = static_cast<std::uint32_t>(id);
-          }
+          ++ch.lines;
+          if (blank(line) || !parser.parse(line, rec, err)) return;  // counted in pass 1
+          ch.labels.push_back(rec.label);
+          ch.dense.insert(ch.dense.end(), rec.dense.begin(), rec.dense.begin() + nd_);
+          for (int t = 0; t < nt_; ++t) ch.keys[static_cast<std::size_t>(t)].push_back(rec.keys[static_cast<std::size_t>(t)]);
         });
-        got[c] = g - starts[c];
+        const std::size_t rows = ch.labels.size();
+        if (rows != chunk_rows_[chunk_index + c]) return;  // reported below
+        ch.dest.resize(rows);
+        for (std::size_t r = 0; r < rows; ++r) {
+          std::uint64_t g = starts[c] + r;
+          std::uint64_t row;
+          ShardOut& out = locate(perm_.empty() ? g : perm_[g], row);
+          ch.dest[r] = {&out, row};
+          out.labels()[row] = ch.labels[r];
+          if (nd_ > 0) std::memcpy(out.dense() + row * static_cast<std::uint64_t>(nd_), &ch.dense[r * static_cast<std::size_t>(nd_)], sizeof(float) * static_cast<std::size_t>(nd_));
+        }
+        // Table by table, prefetching a few keys ahead in the table's vocabulary.
+        constexpr std::size_t kAhead = 8;
+        for (int t = 0; t < nt_; ++t) {
+          auto& maps = vocab_[static_cast<std::size_t>(t)];
+          const std::uint64_t* keys = ch.keys[static_cast<std::size_t>(t)].data();
+          for (std::size_t r = 0; r < rows; ++r) {
+            if (r + kAhead < rows && keys[r + kAhead] != kMissingKey) {
+              std::uint64_t h = Vocab::hash(keys[r + kAhead]);
+              maps[partition_of(h, parts)].prefetch(h);
+            }
+            std::uint32_t id = static_cast<std::uint32_t>(kMissingRow);
+            if (keys[r] != kMissingKey) {
+              std::uint64_t h = Vocab::hash(keys[r]);
+              id = *maps[partition_of(h, parts)].find(keys[r], h);
+            }
+            reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = id;
+          }
+        }
       }, tbb::simple_partitioner());
+      std::uint64_t lines = 0;
       for (std::size_t c = 0; c < pieces.size(); ++c) {
-        if (got[c] != chunk_rows_[chunk_index + c]) throw IoError(file.path.string() + ": input changed between passes");
-        lines += chunk_lines[c];
+        if (chunks[c].labels.size() != chunk_rows_[chunk_index + c]) {
+          throw IoError(file.path.string() + ": input changed between passes");
+        }
+        lines += chunks[c].lines;
       }
       chunk_index += pieces.size();
       rows_written_ = row_base;
@@ -453,7 +514,7 @@ class Preparer {
       // Hash the payload a window at a time, dropping each window after: RSS stays flat.
       XXH3_state_t* st = XXH3_createState();
       XXH3_64bits_reset(st);
-      constexpr std::uint64_t kWindow = 64u << 20;
+      constexpr std::uint64_t kWindow = 4u << 20;
       for (std::uint64_t off = sh.layout.header_bytes; off < size; off += kWindow) {
         std::uint64_t len = std::min(kWindow, size - off);
         XXH3_64bits_update(st, base + off, len);
@@ -478,7 +539,7 @@ class Preparer {
   int nt_ = 0, nd_ = 0;
   bool has_labels_ = true;
   std::vector<InputFile> files_;
-  std::vector<std::vector<U64Map<std::uint32_t>>> vocab_;  // [table][partition]: count, then row id
+  std::vector<std::vector<Vocab>> vocab_;  // [table][partition]: count, then row id
   std::vector<std::uint64_t> chunk_rows_;                  // good rows per pass-1 chunk, in order
   std::uint64_t total_good_ = 0;
   std::uint64_t rows_written_ = 0;

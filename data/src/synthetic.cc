@@ -51,7 +51,7 @@ constexpr std::uint64_t kChunkRows = 16384;
 
 // Bijective on 32 bits for a fixed table: distinct values print as distinct ids.
 std::uint32_t permute32(std::uint32_t v, std::uint32_t table) {
-  std::uint32_t x = v + table * 0x9e3779b9u;
+  std::uint32_t x = v + table * 0x9e3779b9u + 0x5bd1e995u;
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -117,12 +117,9 @@ class Generator {
     for (int t : signal) tables_[static_cast<std::size_t>(t)].label_signal = true;
     entities_ = o.entities > 0 ? o.entities : std::max<std::uint64_t>(16, o.rows / 16);
     entity_zipf_ = ZipfSampler(entities_, o.entity_alpha);
-    // Spread of the logit, so that the bias lands the click rate near the target
-    // (probit approximation of E[sigmoid(b + X)]).
-    double var = (o.iid ? 0.0 : kEntityEffect * kEntityEffect) + static_cast<double>(signal.size()) * kValueEffect * kValueEffect / 3.0;
     double ctr = o.ctr >= 0 ? o.ctr : (criteo_ ? 0.25 : 0.17);
     if (!(ctr > 0 && ctr < 1)) throw ConfigError("--ctr must be in (0, 1)");
-    bias_ = std::log(ctr / (1 - ctr)) * std::sqrt(1 + 3.14159265 * var / 8);
+    bias_ = fit_bias(ctr);
   }
 
   GenReport run() {
@@ -195,6 +192,54 @@ class Generator {
   static constexpr double kEntityEffect = 0.9;
   static constexpr double kValueEffect = 0.8;
 
+  // The label's bias that lands the click rate at `ctr`: the mean of sigmoid(b + x)
+  // over Monte Carlo draws of the row's other logit terms, solved for b by bisection.
+  double fit_bias(double ctr) const {
+    SplitMix64 rng(mix64(o_.seed ^ 0xb1a5));
+    std::vector<double> x(20000);
+    std::vector<std::int64_t> value(tables_.size());
+    std::uint64_t entity = 0;
+    for (double& xi : x) xi = draw_row(rng, rng.below(o_.rows), false, entity, value);
+    double lo = -20, hi = 20;
+    for (int i = 0; i < 60; ++i) {
+      double b = 0.5 * (lo + hi), mean = 0;
+      for (double xi : x) mean += sigmoid(b + xi);
+      (mean / static_cast<double>(x.size()) < ctr ? lo : hi) = b;
+    }
+    return 0.5 * (lo + hi);
+  }
+
+  // Draws row r's entity (reusing `entity` if `reuse_entity`) and table values (-1 =
+  // missing); returns the label logit without the bias.
+  double draw_row(SplitMix64& rng, std::uint64_t r, bool reuse_entity, std::uint64_t& entity,
+                  std::vector<std::int64_t>& value) const {
+    const double tau = static_cast<double>(r) / static_cast<double>(o_.rows);
+    if (!o_.iid && !reuse_entity) {
+      std::uint64_t shift = static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(entities_));
+      entity = (entity_zipf_(rng) + shift) % entities_;
+    }
+    double logit = o_.iid ? 0.0 : kEntityEffect * signed_unit(o_.seed ^ (entity * 0x100000001b3ULL) ^ 0xe17e);
+    for (std::size_t t = 0; t < tables_.size(); ++t) {
+      const TableModel& m = tables_[t];
+      if (m.missing > 0 && rng.uniform() < m.missing) {
+        value[t] = -1;
+        continue;
+      }
+      std::uint64_t v;
+      if (m.coupled && rng.uniform() < o_.coupling) {
+        // The entity's own value for this table: fixed per (entity, table).
+        SplitMix64 er(mix64(o_.seed ^ (entity * 0x9e3779b97f4a7c15ULL) ^ (static_cast<std::uint64_t>(t) << 56)));
+        v = m.zipf(er);
+      } else {
+        std::uint64_t shift = o_.iid ? 0 : static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(m.rows));
+        v = (m.zipf(rng) + shift) % m.rows;
+      }
+      value[t] = static_cast<std::int64_t>(v);
+      if (m.label_signal) logit += kValueEffect * signed_unit((static_cast<std::uint64_t>(t) << 48) ^ v ^ o_.seed);
+    }
+    return logit;
+  }
+
   // Generates rows [c*kChunkRows, ...) into `out`; returns the number of clicks.
   std::uint64_t make_chunk(std::uint64_t c, std::string& out) const {
     out.clear();
@@ -205,33 +250,9 @@ class Generator {
     std::uint64_t entity = 0, clicks = 0;
     for (std::uint64_t r = begin; r < end; ++r) {
       const double tau = static_cast<double>(r) / static_cast<double>(o_.rows);
-      if (!o_.iid) {
-        if (r == begin || rng.uniform() >= o_.session) {
-          std::uint64_t shift = static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(entities_));
-          entity = (entity_zipf_(rng) + shift) % entities_;
-        }
-      }
-      double logit = bias_;
-      if (!o_.iid) logit += kEntityEffect * signed_unit(o_.seed ^ (entity * 0x100000001b3ULL) ^ 0xe17e);
-      for (int t = 0; t < nt; ++t) {
-        const TableModel& m = tables_[static_cast<std::size_t>(t)];
-        if (m.missing > 0 && rng.uniform() < m.missing) {
-          value[static_cast<std::size_t>(t)] = -1;
-          continue;
-        }
-        std::uint64_t v;
-        if (m.coupled && rng.uniform() < o_.coupling) {
-          // The entity's own value for this table: fixed per (entity, table).
-          SplitMix64 er(mix64(o_.seed ^ (entity * 0x9e3779b97f4a7c15ULL) ^ (static_cast<std::uint64_t>(t) << 56)));
-          v = m.zipf(er);
-        } else {
-          std::uint64_t shift = o_.iid ? 0 : static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(m.rows));
-          v = (m.zipf(rng) + shift) % m.rows;
-        }
-        value[static_cast<std::size_t>(t)] = static_cast<std::int64_t>(v);
-        if (m.label_signal) logit += kValueEffect * signed_unit((static_cast<std::uint64_t>(t) << 48) ^ v ^ o_.seed);
-      }
-      double dense_signal = logit - bias_;
+      bool reuse = r != begin && rng.uniform() < o_.session;
+      double signal = draw_row(rng, r, reuse, entity, value);
+      double logit = bias_ + signal;
       std::uint8_t label = rng.uniform() < sigmoid(logit) ? 1 : 0;
       clicks += label;
       if (criteo_) {
@@ -243,7 +264,7 @@ class Generator {
             out.append("-1");
             continue;
           }
-          double lx = kDenseMean[static_cast<std::size_t>(j)] + 0.15 * dense_signal +
+          double lx = kDenseMean[static_cast<std::size_t>(j)] + 0.15 * signal +
                       kDenseSd[static_cast<std::size_t>(j)] * rng.normal();
           put_uint(out, static_cast<std::uint64_t>(std::floor(std::expm1(std::max(0.0, lx)))));
         }

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "ember/common/error.h"
+#include "ember/common/log.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
 #include "ember/data/prep.h"
@@ -117,6 +118,8 @@ int run_verify(const std::string& dir) {
 int main(int argc, char** argv) {
   CLI::App app{"ember-data: prepare Criteo/Avazu files, generate synthetic data, inspect datasets"};
   app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
 
   PrepOptions po;
   std::string prep_format;
@@ -181,6 +184,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
+    setup_logging(log_level);
     if (*prep) {
       for (auto& i : prep_inputs) po.inputs.emplace_back(i);
       return run_prep(po, prep_format, prep_quiet || prep_json, prep_json);

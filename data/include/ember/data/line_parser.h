@@ -35,7 +35,9 @@ class LineParser {
 
   // Parses `line` (no newline; a trailing '\r' is tolerated). On failure returns false
   // and sets `error` to what is wrong, without file or line (the caller adds them).
-  bool parse(std::string_view line, Record& out, std::string& error) const;
+  // With `dense_values` false, dense fields are validated but not converted (a
+  // counting pass needs only the keys).
+  bool parse(std::string_view line, Record& out, std::string& error, bool dense_values = true) const;
 
  private:
   enum class Role : std::uint8_t { kIgnore, kLabel, kDense, kTable, kHour, kId };

@@ -1,0 +1,199 @@
+// ember-bench data: ember-data prep end to end against a plain read of the same file,
+// peak RSS against the vocabulary's own size, and batch reader samples/s.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "bench_common.h"
+#include "bench_data.h"
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+#include "ember/data/dataset.h"
+#include "ember/data/prep.h"
+#include "ember/data/synthetic.h"
+
+namespace ember::bench {
+namespace fs = std::filesystem;
+
+void add_data_options(CLI::App& app, DataBenchOptions& o) {
+  app.add_option("--size-mb", o.size_mb, "size of the generated Criteo-like file")->capture_default_str();
+  app.add_option("--scale", o.scale, "table cardinalities relative to Criteo Kaggle")->capture_default_str();
+  app.add_option("--dir", o.dir, "work directory (kept); default: a temporary one, removed after");
+  app.add_option("--repeats", o.repeats, "repeats for medians")->capture_default_str();
+  app.add_option("--batch", o.batch, "global batch size for the reader")->capture_default_str();
+  app.add_option("--threads", o.threads, "prep threads (0 = all cores)")->capture_default_str();
+}
+
+namespace {
+
+// Plain read of the whole file (read(2) into a 1 MiB buffer, counting lines so the
+// bytes are touched): the floor any text pipeline pays.
+double plain_read_seconds(const fs::path& path, std::uint64_t& lines) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError(errno_message("open " + path.string()));
+  std::vector<char> buf(1u << 20);
+  Stopwatch sw;
+  lines = 0;
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      ::close(fd);
+      throw IoError(errno_message("read " + path.string()));
+    }
+    if (n == 0) break;
+    const char* p = buf.data();
+    const char* end = p + n;
+    while ((p = static_cast<const char*>(std::memchr(p, '\n', static_cast<std::size_t>(end - p)))) != nullptr) {
+      ++lines;
+      ++p;
+    }
+  }
+  double s = sw.seconds();
+  ::close(fd);
+  return s;
+}
+
+// Resets VmHWM so the peak measured is prep's alone (Linux >= 4.0).
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+// Reads every sample's label and every table's id, as the scheduler will.
+double reader_seconds(const data::SplitData& split, data::BatchOptions bo, std::uint64_t& samples, std::uint64_t& sink) {
+  data::BatchReader reader(split, bo);
+  data::Batch b;
+  Stopwatch sw;
+  samples = 0;
+  while (reader.next(b)) {
+    for (std::size_t i = 0; i < b.size(); ++i) sink += b.label(i);
+    samples += b.size();
+  }
+  return sw.seconds();
+}
+
+}  // namespace
+
+int run_data_bench(const DataBenchOptions& o, bool json) {
+  Output out{json};
+  bool temp = o.dir.empty();
+  fs::path dir = temp ? fs::temp_directory_path() / fmt::format("ember-bench-data-{}", ::getpid()) : fs::path(o.dir);
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path d;
+    bool on;
+    ~Cleanup() {
+      std::error_code ec;
+      if (on) fs::remove_all(d, ec);
+    }
+  } cleanup{dir, temp};
+
+  // ~240 bytes per Criteo-like line.
+  data::GenOptions g;
+  g.like = data::SourceFormat::kCriteoTsv;
+  g.rows = static_cast<std::uint64_t>(o.size_mb * 1e6 / 240.0);
+  g.scale = o.scale;
+  g.seed = 7;
+  g.output = dir / "criteo.tsv";
+  g.overwrite = true;
+  out.text(fmt::format("generating {} Criteo-like rows (scale {}) in {} ...\n", g.rows, o.scale, dir.string()));
+  Stopwatch gsw;
+  data::GenReport gr = data::generate(g);
+  double file_mb = static_cast<double>(gr.bytes) / 1e6;
+  out.text(fmt::format("  {:.0f} MB in {:.1f}s\n", file_mb, gsw.seconds()));
+
+  std::vector<double> reads;
+  std::uint64_t lines = 0;
+  for (int i = 0; i < o.repeats; ++i) reads.push_back(plain_read_seconds(g.output, lines));
+  double read_mb_s = file_mb / median(reads);
+
+  data::PrepOptions p;
+  p.format = data::SourceFormat::kCriteoTsv;
+  p.inputs = {g.output};
+  p.output = dir / "dataset";
+  p.overwrite = true;
+  p.threads = o.threads;
+  reset_peak_rss();
+  std::uint64_t rss_before = current_rss_bytes();
+  data::PrepReport pr = data::prepare_dataset(p);
+  double peak_rss_mb = static_cast<double>(peak_rss_bytes()) / 1e6;
+  double prep_s = pr.total_seconds();
+  double prep_mb_s = file_mb / prep_s;
+  double vocab_mb = static_cast<double>(pr.vocab_bytes) / 1e6;
+
+  data::Dataset ds = data::Dataset::open(p.output, {false});
+  const auto& train = ds.split(data::Split::kTrain);
+  std::vector<double> seq, shuf, all_ids;
+  std::uint64_t samples = 0, sink = 0;
+  for (int i = 0; i < o.repeats; ++i) {
+    seq.push_back(reader_seconds(train, {o.batch, false, 0, true}, samples, sink));
+  }
+  // Every id of every table too (what a scheduler reads per sample).
+  const int nt = ds.num_tables();
+  for (int i = 0; i < o.repeats; ++i) {
+    data::BatchReader reader(train, {o.batch, false, 0, true});
+    data::Batch b;
+    Stopwatch sw;
+    while (reader.next(b)) {
+      for (int t = 0; t < nt; ++t) {
+        for (std::size_t s = 0; s < b.size(); ++s) sink += b.id(t, s);
+      }
+    }
+    all_ids.push_back(sw.seconds());
+  }
+  for (int i = 0; i < o.repeats; ++i) {
+    data::BatchReader reader(train, {o.batch, true, 1, true});
+    data::Batch b;
+    Stopwatch sw;
+    std::uint64_t n = 0;
+    while (reader.next(b)) {
+      for (int t = 0; t < nt; ++t) {
+        for (std::size_t s = 0; s < b.size(); ++s) sink += b.id(t, s);
+      }
+      n += b.size();
+    }
+    shuf.push_back(sw.seconds());
+  }
+  double reader_samples_s = static_cast<double>(samples) / median(all_ids);
+  double reader_label_only_s = static_cast<double>(samples) / median(seq);
+  double reader_shuffled_s = static_cast<double>(samples) / median(shuf);
+
+  out.text(fmt::format(
+      "\n{:<36}{:>14}\n"
+      "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n",
+      "figure", "value", "input MB", file_mb, "plain read MB/s (median)", read_mb_s, "prep MB/s end to end (both passes)",
+      prep_mb_s, "prep / plain read", prep_mb_s / read_mb_s, "  count pass s", pr.pass1_seconds, "  vocabulary s",
+      pr.vocab_seconds, "  encode pass s", pr.pass2_seconds + pr.finish_seconds, "vocabulary hash tables MB", vocab_mb,
+      "peak RSS MB (prep)", peak_rss_mb, "peak RSS / vocabulary", peak_rss_mb / vocab_mb,
+      "reader M samples/s (26 ids + label)", reader_samples_s / 1e6, "reader M samples/s (shuffled)",
+      reader_shuffled_s / 1e6, "reader M samples/s (labels only)", reader_label_only_s / 1e6));
+  out.text(fmt::format("targets: prep >= 100 MB/s, reader >= 5 M samples/s; rows {}, embedding rows {}, RSS before prep {:.0f} MB\n",
+                       pr.manifest.rows[0], pr.manifest.total_table_rows(), static_cast<double>(rss_before) / 1e6));
+  out.row({{"bench", "data"},
+           {"input_mb", file_mb},
+           {"rows", pr.manifest.rows[0]},
+           {"embedding_rows", pr.manifest.total_table_rows()},
+           {"read_mb_s", read_mb_s},
+           {"prep_mb_s", prep_mb_s},
+           {"prep_vs_read", prep_mb_s / read_mb_s},
+           {"pass1_s", pr.pass1_seconds},
+           {"vocab_s", pr.vocab_seconds},
+           {"pass2_s", pr.pass2_seconds + pr.finish_seconds},
+           {"vocab_mb", vocab_mb},
+           {"peak_rss_mb", peak_rss_mb},
+           {"reader_samples_s", reader_samples_s},
+           {"reader_shuffled_samples_s", reader_shuffled_s},
+           {"reader_label_only_samples_s", reader_label_only_s},
+           {"sink", sink % 2}});
+  return 0;
+}
+
+}  // namespace ember::bench

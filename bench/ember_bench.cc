@@ -1,0 +1,30 @@
+// ember-bench: Ember's benchmarks. Each subcommand measures a baseline in the same run
+// and prints ratios against it (shared machines are noisy: absolute times are not).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "bench_data.h"
+#include "ember/common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ember-bench: Ember's benchmarks"};
+  app.require_subcommand(1);
+  ember::bench::DataBenchOptions data_opts;
+  bool json = false;
+  app.add_flag("--json", json, "one JSON object per result line");
+  auto* data = app.add_subcommand("data", "prep throughput vs plain read, peak RSS, reader samples/s");
+  ember::bench::add_data_options(*data, data_opts);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*data) return ember::bench::run_data_bench(data_opts, json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember-bench: error: %s\n", e.what());
+    return ember::exit_code(e);
+  }
+  return 0;
+}

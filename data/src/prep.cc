@@ -84,9 +84,9 @@ void for_each_slot(Vocab& map, const std::uint64_t* keys, std::size_t n, F&& f) 
     if (i + kAhead < n) map.prefetch(Vocab::hash(keys[i + kAhead]));
     std::uint64_t h = Vocab::hash(keys[i]);
     if constexpr (kInsert) {
-      f(*map.try_emplace(keys[i], h, 0).first);
+      f(*map.try_emplace_hashed(keys[i], h, 0).first);
     } else {
-      f(*map.find(keys[i], h));
+      f(*map.find_hashed(keys[i], h));
     }
   }
 }
@@ -456,7 +456,7 @@ class Preparer {
             std::uint32_t id = static_cast<std::uint32_t>(kMissingRow);
             if (keys[r] != kMissingKey) {
               std::uint64_t h = Vocab::hash(keys[r]);
-              id = *maps[partition_of(h, parts)].find(keys[r], h);
+              id = *maps[partition_of(h, parts)].find_hashed(keys[r], h);
             }
             reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = id;
           }

@@ -81,7 +81,20 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
         }
       }
     }
-    if (windows > 0) ts.window_distinct = static_cast<double>(window_distinct) / static_cast<double>(windows * o.window);
+    if (windows > 0) {
+      ts.window_distinct = static_cast<double>(window_distinct) / static_cast<double>(windows * o.window);
+      // Hypergeometric: P(a value with c of N occurrences is absent from w random rows).
+      const double n = static_cast<double>(split.rows()), w = static_cast<double>(o.window);
+      const double base = std::lgamma(n - w + 1) - std::lgamma(n + 1);
+      double expected = 0;
+      for (std::uint64_t id = kFirstValueRow - 1; id < counts.size(); ++id) {
+        if (counts[id] == 0) continue;
+        double c = counts[id];
+        double absent = n - c < w ? 0.0 : std::exp(std::lgamma(n - c + 1) - std::lgamma(n - c - w + 1) + base);
+        expected += 1.0 - absent;
+      }
+      ts.window_distinct_random = expected / w;
+    }
     ts.missing_share = static_cast<double>(counts[kMissingRow]) / static_cast<double>(split.rows());
     ts.distinct = static_cast<std::uint64_t>(std::count_if(counts.begin(), counts.end(), [](std::uint32_t c) { return c > 0; }));
     const double total = static_cast<double>(split.rows());
@@ -125,7 +138,10 @@ std::string stats_json(const DatasetStats& s) {
                                  {"distinct", t.distinct},  {"top1_share", t.top1_share},
                                  {"top10_share", t.top10_share}, {"cached_rows", t.cached_rows},
                                  {"doi", t.doi},            {"missing_share", t.missing_share}};
-    if (s.window > 0) tj["window_distinct"] = t.window_distinct;
+    if (s.window > 0) {
+      tj["window_distinct"] = t.window_distinct;
+      tj["window_distinct_random"] = t.window_distinct_random;
+    }
     arr.push_back(tj);
   }
   return j.dump();
@@ -135,12 +151,15 @@ std::string stats_table(const DatasetStats& s) {
   std::string out = fmt::format("split {}: {} samples, positive rate {:.3f}; DoI for {} workers, cache ratio {:g}\n",
                                 s.split, s.samples, s.positive_rate, s.workers, s.cache_ratio);
   out += fmt::format("{:<18}{:>11}{:>11}{:>8}{:>8}{:>8}{:>8}", "table", "rows", "distinct", "top1%", "top10%", "miss", "DoI");
-  if (s.window > 0) out += fmt::format("{:>10}", fmt::format("dist/{}", s.window));
+  if (s.window > 0) out += fmt::format("{:>10}{:>10}{:>9}", fmt::format("dist/{}", s.window), "random", "ratio");
   out += "\n";
   for (const auto& t : s.tables) {
     out += fmt::format("{:<18}{:>11}{:>11}{:>8.3f}{:>8.3f}{:>8.3f}{:>8.3f}", t.name, t.rows, t.distinct, t.top1_share,
                        t.top10_share, t.missing_share, t.doi);
-    if (s.window > 0) out += fmt::format("{:>10.3f}", t.window_distinct);
+    if (s.window > 0) {
+      out += fmt::format("{:>10.3f}{:>10.3f}{:>9.3f}", t.window_distinct, t.window_distinct_random,
+                         t.window_distinct_random > 0 ? t.window_distinct / t.window_distinct_random : 1.0);
+    }
     out += "\n";
   }
   out += fmt::format("overall DoI (all cached rows): {:.4f}\n", s.doi);

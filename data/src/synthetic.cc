@@ -46,7 +46,8 @@ const std::vector<std::uint64_t> kCriteoCard = {1460,    583,  10131227, 2202608
 const std::vector<std::uint64_t> kAvazuCard = {7,       7,    4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251,
                                                5,       4,    2626, 8,    9,  435,  4,   68, 172,     60,      24, 7};
 
-constexpr std::uint64_t kCoupledMinRows = 64;
+// Tables of id-like cardinality (ads, users, devices) are the ones an entity fixes.
+constexpr std::uint64_t kCoupledMinRows = 4000;
 constexpr std::uint64_t kChunkRows = 16384;
 
 // Bijective on 32 bits for a fixed table: distinct values print as distinct ids.
@@ -101,21 +102,21 @@ class Generator {
     const auto& card = real_cardinalities(o.like);
     // Avazu's hour and weekday come from the hour field, not from draws.
     int raw_tables = criteo_ ? 26 : 21;
-    auto alphas = calibrated_alphas(o.like, o.iid ? 0.0 : o.session, o.iid ? 0.0 : o.coupling);
+    entities_ = entity_count(o);
+    auto alphas = calibrated_alphas(o);
     for (int t = 0; t < raw_tables; ++t) {
       TableModel m;
       m.rows = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card[t]) * o.scale)));
       double a = o.alpha > 0 ? o.alpha : alphas[static_cast<std::size_t>(t)];
       m.zipf = ZipfSampler(m.rows, a);
       m.missing = criteo_ ? kCriteoMissing[static_cast<std::size_t>(t)] : 0.0;
-      m.coupled = !o.iid && m.rows > kCoupledMinRows;
+      m.coupled = !o.iid && card[static_cast<std::size_t>(t)] >= kCoupledMinRows;
       tables_.push_back(m);
       report_.cardinalities.push_back(m.rows);
       report_.alphas.push_back(a);
     }
     const std::vector<int> signal = criteo_ ? std::vector<int>{0, 1, 5, 7, 13, 16} : std::vector<int>{0, 1, 4, 7, 11, 12, 14, 15, 17};
     for (int t : signal) tables_[static_cast<std::size_t>(t)].label_signal = true;
-    entities_ = o.entities > 0 ? o.entities : std::max<std::uint64_t>(16, o.rows / 16);
     entity_zipf_ = ZipfSampler(entities_, o.entity_alpha);
     double ctr = o.ctr >= 0 ? o.ctr : (criteo_ ? 0.25 : 0.17);
     if (!(ctr > 0 && ctr < 1)) throw ConfigError("--ctr must be in (0, 1)");
@@ -213,9 +214,9 @@ class Generator {
   // missing); returns the label logit without the bias.
   double draw_row(SplitMix64& rng, std::uint64_t r, bool reuse_entity, std::uint64_t& entity,
                   std::vector<std::int64_t>& value) const {
-    const double tau = static_cast<double>(r) / static_cast<double>(o_.rows);
+    // Rankings shift with time (row number), not with the file's length.
+    const std::uint64_t shift = o_.iid ? 0 : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4);
     if (!o_.iid && !reuse_entity) {
-      std::uint64_t shift = static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(entities_));
       entity = (entity_zipf_(rng) + shift) % entities_;
     }
     double logit = o_.iid ? 0.0 : kEntityEffect * signed_unit(o_.seed ^ (entity * 0x100000001b3ULL) ^ 0xe17e);
@@ -227,12 +228,15 @@ class Generator {
       }
       std::uint64_t v;
       if (m.coupled && rng.uniform() < o_.coupling) {
-        // The entity's own value for this table: fixed per (entity, table).
+        // The entity's own value for this table (its site, its user's device...):
+        // one draw from the table's distribution, fixed per (entity, table).
         SplitMix64 er(mix64(o_.seed ^ (entity * 0x9e3779b97f4a7c15ULL) ^ (static_cast<std::uint64_t>(t) << 56)));
         v = m.zipf(er);
       } else {
-        std::uint64_t shift = o_.iid ? 0 : static_cast<std::uint64_t>(tau * o_.drift * static_cast<double>(m.rows));
-        v = (m.zipf(rng) + shift) % m.rows;
+        // Same relative speed as the entity ranking: small tables stay nearly still.
+        std::uint64_t table_shift = o_.iid ? 0 : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4 *
+                                                                               static_cast<double>(m.rows) / static_cast<double>(entities_));
+        v = (m.zipf(rng) + table_shift) % m.rows;
       }
       value[t] = static_cast<std::int64_t>(v);
       if (m.label_signal) logit += kValueEffect * signed_unit((static_cast<std::uint64_t>(t) << 48) ^ v ^ o_.seed);
@@ -318,20 +322,32 @@ const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like) {
   return like == SourceFormat::kAvazu ? kAvazuCard : kCriteoCard;
 }
 
-std::vector<double> calibrated_alphas(SourceFormat like, double session, double coupling) {
-  bool criteo = like != SourceFormat::kAvazu;
-  const auto& card = real_cardinalities(like);
+std::uint64_t entity_count(const GenOptions& o) {
+  if (o.entities > 0) return o.entities;
+  return std::max<std::uint64_t>(16, static_cast<std::uint64_t>(1e6 * o.scale));
+}
+
+std::vector<double> calibrated_alphas(const GenOptions& o) {
+  bool criteo = o.like != SourceFormat::kAvazu;
+  const auto& card = real_cardinalities(o.like);
+  const double session = o.iid ? 0.0 : o.session;
+  const double coupling = o.iid ? 0.0 : o.coupling;
+  const std::uint64_t entities = entity_count(o);
   int n = criteo ? 26 : 21;
   std::vector<double> out;
   for (int t = 0; t < n; ++t) {
+    const std::size_t ti = static_cast<std::size_t>(t);
+    const std::uint64_t rows = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card[ti]) * o.scale)));
     double window = criteo ? kCriteoWindow : kAvazuWindow;
-    double present = criteo ? 1.0 - kCriteoMissing[static_cast<std::size_t>(t)] : 1.0;
-    double target = (criteo ? kCriteoDistinct[static_cast<std::size_t>(t)] : kAvazuDistinct[static_cast<std::size_t>(t)]) * window;
-    // Rows that reuse their predecessor's entity add no new value to coupled tables:
-    // fit the exponent for the independent draws that remain.
-    double reuse = card[static_cast<std::size_t>(t)] > kCoupledMinRows ? session * coupling : 0.0;
-    double draws = window * present * (1.0 - reuse);
-    out.push_back(fit_zipf_exponent(card[static_cast<std::size_t>(t)], draws, std::max(1.0, target)));
+    double present = criteo ? 1.0 - kCriteoMissing[ti] : 1.0;
+    double target = (criteo ? kCriteoDistinct[ti] : kAvazuDistinct[ti]) * window;
+    double c = card[ti] >= kCoupledMinRows ? coupling : 0.0;
+    // A coupled draw repeats its entity's fixed draw: a window holds as many fresh draws
+    // from the table as distinct entities among its coupled rows (rows that reuse their
+    // predecessor's entity add none), plus its independent draws.
+    double entity_draws = window * present * c * (1.0 - session);
+    double fresh = window * present * (1.0 - c) + (c > 0 ? zipf_expected_distinct(entities, o.entity_alpha, entity_draws) : 0.0);
+    out.push_back(fit_zipf_exponent(rows, std::max(1.0, fresh), std::max(1.0, target)));
   }
   return out;
 }

@@ -151,11 +151,11 @@ int main(int argc, char** argv) {
   gen->add_option("--alpha", go.alpha, "one Zipf exponent for all tables (0 = calibrated per table)")->capture_default_str();
   gen->add_option("--seed", go.seed, "random seed")->capture_default_str();
   gen->add_flag("--iid", go.iid, "independent per-table draws: no entities, sessions or drift");
-  gen->add_option("--entities", go.entities, "latent entities (0 = rows/16)")->capture_default_str();
+  gen->add_option("--entities", go.entities, "latent entities (0 = 1e6 x scale)")->capture_default_str();
   gen->add_option("--entity-alpha", go.entity_alpha, "Zipf exponent of entity popularity")->capture_default_str();
   gen->add_option("--coupling", go.coupling, "probability a table takes the entity's value")->capture_default_str();
   gen->add_option("--session", go.session, "probability a row reuses the previous row's entity")->capture_default_str();
-  gen->add_option("--drift", go.drift, "popularity rotation over the file, as a share of each table")->capture_default_str();
+  gen->add_option("--drift", go.drift, "popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   gen->add_option("--ctr", go.ctr, "target click rate (default 0.25 Criteo, 0.17 Avazu)");
   gen->add_option("--threads", go.threads, "threads (0 = all cores; output does not depend on it)")->capture_default_str();
   gen->add_option("--output,-o", go.output, "output file (.gz: gzip)")->required();

@@ -33,8 +33,8 @@ class U64Map {
   std::size_t memory_bytes() const { return capacity() * sizeof(Slot); }
 
   // Pointer to the value of `key`, or nullptr.
-  V* find(std::uint64_t key) { return find(key, hash(key)); }
-  V* find(std::uint64_t key, std::uint64_t h) {
+  V* find(std::uint64_t key) { return find_hashed(key, hash(key)); }
+  V* find_hashed(std::uint64_t key, std::uint64_t h) {
     if (key == kEmpty) return has_empty_key_ ? &empty_key_value_ : nullptr;
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       if (slots_[i].key == key) return &slots_[i].value;
@@ -42,11 +42,11 @@ class U64Map {
     }
   }
   const V* find(std::uint64_t key) const { return const_cast<U64Map*>(this)->find(key); }
-  const V* find(std::uint64_t key, std::uint64_t h) const { return const_cast<U64Map*>(this)->find(key, h); }
+  const V* find_hashed(std::uint64_t key, std::uint64_t h) const { return const_cast<U64Map*>(this)->find_hashed(key, h); }
 
   // The value of `key`, inserted as `init` if absent; .second tells whether it was.
-  std::pair<V*, bool> try_emplace(std::uint64_t key, V init = V{}) { return try_emplace(key, hash(key), init); }
-  std::pair<V*, bool> try_emplace(std::uint64_t key, std::uint64_t h, V init = V{}) {
+  std::pair<V*, bool> try_emplace(std::uint64_t key, V init = V{}) { return try_emplace_hashed(key, hash(key), init); }
+  std::pair<V*, bool> try_emplace_hashed(std::uint64_t key, std::uint64_t h, V init = V{}) {
     if (key == kEmpty) {
       bool inserted = !has_empty_key_;
       if (inserted) empty_key_value_ = init;

@@ -27,6 +27,10 @@ struct TableStats {
   // accessed fewer times in the epoch than one worker's samples per epoch.
   double doi = 0;
   double window_distinct = 0;     // mean distinct non-missing ids per window / window
+  // The same, expected if the split's rows were in random order (same counts). The
+  // ratio window_distinct / window_distinct_random measures temporal locality: 1 = none,
+  // lower = values come in bursts.
+  double window_distinct_random = 0;
   double missing_share = 0;       // accesses of the reserved "missing" row
 };
 

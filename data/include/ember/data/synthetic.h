@@ -2,13 +2,14 @@
 //
 // Model (per row r, time tau = r / rows):
 //  - Each table t has C_t = max(1, round(card_t * scale)) values with bounded Zipf
-//    popularity of exponent alpha_t. Rankings drift: over the file a table's ranking
-//    rotates by `drift` x C_t, so the head changes over time (popularity drift).
+//    popularity of exponent alpha_t. Rankings drift with time: every 10,000 rows the
+//    entity ranking shifts by `drift` positions and each table's by the same share of
+//    its size, so the head changes (popularity drift).
 //  - Latent entities (an ad, a user) fix the values of several tables at once: a row
-//    picks an entity (Zipf over `entities`, drifting the same way), and each table with
-//    more than 64 values takes the entity's value with probability `coupling`,
-//    otherwise an independent draw. With probability `session` a row reuses the
-//    previous row's entity (bursts of the same ad/user).
+//    picks an entity (Zipf over `entities`, drifting the same way, so an entity's rows
+//    come in a burst around its peak), and each table with at least 4000 real values takes
+//    the entity's own value with probability `coupling`, otherwise an independent
+//    draw. With probability `session` a row reuses the previous row's entity.
 //  - The label is Bernoulli(sigmoid(bias + entity effect + value effects of a few
 //    tables + dense effect)), so models can learn (AUC well above 0.5).
 //  - `iid` turns entities, sessions and drift off: independent per-table Zipf draws.
@@ -32,11 +33,11 @@ struct GenOptions {
   double alpha = 0.0;          // > 0: one Zipf exponent for every table; 0: calibrated per table
   std::uint64_t seed = 1;
   bool iid = false;
-  std::uint64_t entities = 0;  // 0: rows / 16 (at least 16)
+  std::uint64_t entities = 0;  // 0: 1e6 x scale (at least 16)
   double entity_alpha = 1.05;
   double coupling = 0.5;
-  double session = 0.3;
-  double drift = 0.2;
+  double session = 0.02;
+  double drift = 1.0;          // ranking positions shifted per 10,000 rows
   double ctr = -1;             // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
   int threads = 0;             // 0 = all cores; output is identical for any count
   std::filesystem::path output;  // ".gz" suffix: gzip-compressed
@@ -48,8 +49,10 @@ struct GenOptions {
 const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like);
 
 // The per-table exponents used when GenOptions::alpha is 0, fitted so that windows of
-// consecutive rows hold as many distinct values as in the real samples.
-std::vector<double> calibrated_alphas(SourceFormat like, double session, double coupling);
+// consecutive rows hold as many distinct values as in the real samples, given the
+// options' entities, coupling and sessions.
+std::vector<double> calibrated_alphas(const GenOptions& options);
+std::uint64_t entity_count(const GenOptions& options);
 
 struct GenReport {
   std::uint64_t rows = 0;

@@ -332,12 +332,12 @@ std::vector<double> calibrated_alphas(const GenOptions& o) {
   const auto& card = real_cardinalities(o.like);
   const double session = o.iid ? 0.0 : o.session;
   const double coupling = o.iid ? 0.0 : o.coupling;
-  const std::uint64_t entities = entity_count(o);
+  // The shapes are fitted at full (real) cardinality and kept at any --scale.
+  const auto entities = static_cast<std::uint64_t>(std::max(16.0, static_cast<double>(entity_count(o)) / o.scale));
   int n = criteo ? 26 : 21;
   std::vector<double> out;
   for (int t = 0; t < n; ++t) {
     const std::size_t ti = static_cast<std::size_t>(t);
-    const std::uint64_t rows = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card[ti]) * o.scale)));
     double window = criteo ? kCriteoWindow : kAvazuWindow;
     double present = criteo ? 1.0 - kCriteoMissing[ti] : 1.0;
     double target = (criteo ? kCriteoDistinct[ti] : kAvazuDistinct[ti]) * window;
@@ -347,7 +347,7 @@ std::vector<double> calibrated_alphas(const GenOptions& o) {
     // predecessor's entity add none), plus its independent draws.
     double entity_draws = window * present * c * (1.0 - session);
     double fresh = window * present * (1.0 - c) + (c > 0 ? zipf_expected_distinct(entities, o.entity_alpha, entity_draws) : 0.0);
-    out.push_back(fit_zipf_exponent(rows, std::max(1.0, fresh), std::max(1.0, target)));
+    out.push_back(fit_zipf_exponent(card[ti], std::max(1.0, fresh), std::max(1.0, target)));
   }
   return out;
 }

@@ -4,6 +4,7 @@
 // only on the sequence of operations (deterministic across processes).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,20 @@ class U64Map {
 
  public:
   explicit U64Map(std::size_t expected = 0) { rehash(capacity_for(expected)); }
+  U64Map(U64Map&&) noexcept = default;
+  U64Map& operator=(U64Map&&) noexcept = default;
+  U64Map(const U64Map& o)
+      : slots_(std::make_unique_for_overwrite<Slot[]>(o.mask_ + 1)),
+        mask_(o.mask_),
+        size_(o.size_),
+        has_empty_key_(o.has_empty_key_),
+        empty_key_value_(o.empty_key_value_) {
+    std::copy(o.slots_.get(), o.slots_.get() + mask_ + 1, slots_.get());
+  }
+  U64Map& operator=(const U64Map& o) {
+    if (this != &o) *this = U64Map(o);
+    return *this;
+  }
 
   // The hash a key is placed by; callers that look up many keys can compute it once
   // and prefetch() its slot ahead of the lookup.

@@ -1,0 +1,168 @@
+// ember-sim: replay a dataset through the scheduler and count every row that would
+// cross the network, per policy (DESIGN.md accounting).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+#include "ember/data/prep.h"
+#include "ember/data/synthetic.h"
+#include "ember/scheduler/simulator.h"
+
+namespace {
+
+using namespace ember;
+namespace fs = std::filesystem;
+
+// A generated dataset in a temporary directory, removed on destruction.
+struct SyntheticDataset {
+  fs::path dir;
+  ~SyntheticDataset() {
+    std::error_code ec;
+    if (!dir.empty()) fs::remove_all(dir, ec);
+  }
+};
+
+fs::path make_synthetic(SyntheticDataset& holder, const std::string& like, double scale, std::uint64_t rows, std::uint64_t seed,
+                        bool iid, bool quiet) {
+  holder.dir = fs::temp_directory_path() / fmt::format("ember-sim-{}", ::getpid());
+  fs::create_directories(holder.dir);
+  data::GenOptions g;
+  g.like = data::parse_source_format(like);
+  if (g.like == data::SourceFormat::kCriteoCsv) throw ConfigError("--synthetic must be criteo or avazu");
+  g.rows = rows;
+  g.scale = scale;
+  g.seed = seed;
+  g.iid = iid;
+  g.output = holder.dir / "data.txt";
+  if (!quiet) std::fprintf(stderr, "ember-sim: generating %llu %s-like rows (scale %g)...\n", static_cast<unsigned long long>(rows), like.c_str(), scale);
+  data::generate(g);
+  data::PrepOptions p;
+  p.format = g.like;
+  p.inputs = {g.output};
+  p.output = holder.dir / "dataset";
+  data::prepare_dataset(p);
+  fs::remove(g.output);
+  return p.output;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ember-sim: count embedding traffic per scheduling policy"};
+  std::string data_dir, synthetic, policies = "vanilla,laia,plan,herald";
+  double scale = 1.0;
+  std::uint64_t rows = 0;
+  bool iid = false, json = false, quiet = false;
+  scheduler::SimOptions o;
+  auto* data_opt = app.add_option("--data", data_dir, "dataset directory from `ember-data prep`");
+  auto* syn_opt = app.add_option("--synthetic", synthetic, "criteo or avazu: generate a dataset instead");
+  data_opt->excludes(syn_opt);
+  app.add_option("--scale", scale, "synthetic: table cardinalities relative to the real ones")->capture_default_str();
+  app.add_option("--rows", rows, "synthetic: rows to generate (default: exactly the batches needed)");
+  app.add_flag("--iid", iid, "synthetic: independent per-table draws (no entities or drift)");
+  app.add_option("--workers", o.workers, "workers")->capture_default_str();
+  app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker per iteration")->capture_default_str();
+  app.add_option("--cache-ratio", o.cache_ratio, "cache rows per worker as a share of all rows")->capture_default_str();
+  app.add_option("--policies", policies, "comma-separated: vanilla, laia, plan, herald, het:S, fae:F, brute")->capture_default_str();
+  app.add_option("--iterations", o.iterations, "counted iterations")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "iterations run first and not counted")->capture_default_str();
+  app.add_option("--seed", o.seed, "scheduler (and synthetic data) seed")->capture_default_str();
+  app.add_flag("--shuffle", o.shuffle, "global batches from a seeded permutation instead of dataset order");
+  app.add_option("--threads", o.threads, "scheduler threads")->capture_default_str();
+  app.add_option("--budget-ms", o.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")->capture_default_str();
+  app.add_option("--partitions", o.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
+  app.add_flag("--json", json, "one JSON object per policy per line");
+  app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
+  app.add_flag("--quiet,-q", quiet, "no progress lines");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (data_dir.empty() && synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
+    auto list = scheduler::parse_policies(policies);
+    SyntheticDataset holder;
+    fs::path dir = data_dir;
+    if (!synthetic.empty()) {
+      std::uint64_t need = (o.warmup + o.iterations) * o.workers * o.batch_per_worker;
+      dir = make_synthetic(holder, synthetic, scale, rows > 0 ? rows : need, o.seed, iid, quiet);
+    }
+    data::Dataset ds = data::Dataset::open(dir, {false});
+    Stopwatch last;
+    if (!quiet) {
+      o.on_progress = [&](const std::string& p, std::uint64_t done, std::uint64_t total) {
+        if (last.seconds() < 2.0 && done != total) return;
+        last.reset();
+        std::fprintf(stderr, "ember-sim: %s %llu/%llu iterations\n", p.c_str(), static_cast<unsigned long long>(done),
+                     static_cast<unsigned long long>(total));
+      };
+    }
+    std::vector<scheduler::SimResult> results;
+    for (const auto& p : list) results.push_back(scheduler::simulate(ds, p, o));
+    const scheduler::SimResult* vanilla = nullptr;
+    for (const auto& r : results) {
+      if (r.policy == "vanilla") vanilla = &r;
+    }
+    auto reduction = [&](std::uint64_t v, std::uint64_t x) { return v > 0 ? 1.0 - static_cast<double>(x) / static_cast<double>(v) : 0.0; };
+    const auto total_rows = ds.manifest().total_table_rows();
+    if (!json) {
+      std::cout << fmt::format("{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
+                               o.workers, o.batch_per_worker, results.front().cache_rows, o.cache_ratio, total_rows,
+                               ds.num_tables(), o.iterations, o.warmup);
+      std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>13}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
+                               "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
+    }
+    for (const auto& r : results) {
+      const auto& t = r.traffic;
+      double red_pull = vanilla ? reduction(vanilla->traffic.pulls, t.pulls) : 0;
+      double red_push = vanilla ? reduction(vanilla->traffic.pushes(), t.pushes()) : 0;
+      double red_all = vanilla ? reduction(vanilla->traffic.transmissions(), t.transmissions()) : 0;
+      if (json) {
+        nlohmann::ordered_json j = {{"policy", r.policy},
+                                    {"pulls", t.pulls},
+                                    {"pushes", t.pushes()},
+                                    {"push_grad", t.push_grad},
+                                    {"push_value", t.push_value},
+                                    {"push_evict", t.push_evict},
+                                    {"transmissions", t.transmissions()},
+                                    {"iterations", r.iterations},
+                                    {"sched_ms_per_batch", r.sched_ms_mean},
+                                    {"sched_ms_median", r.sched_ms_median},
+                                    {"hit_rate", r.hit_rate()},
+                                    {"hot_sync", t.hot_sync},
+                                    {"workers", o.workers},
+                                    {"batch_per_worker", o.batch_per_worker},
+                                    {"cache_ratio", o.cache_ratio},
+                                    {"cache_rows", r.cache_rows},
+                                    {"laia_tables", r.laia_tables_mean},
+                                    {"scheduler_bytes", r.scheduler_bytes}};
+        if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
+        if (vanilla) {
+          j["pull_reduction"] = red_pull;
+          j["push_reduction"] = red_push;
+          j["reduction_vs_vanilla"] = red_all;
+        }
+        std::cout << j.dump() << "\n";
+      } else {
+        auto pct = [&](double v) { return vanilla ? fmt::format("{:.1f}", 100 * v) : std::string("-"); };
+        std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>13}{:>9}{:>9}{:>9}{:>8.3f}{:>10.3f}\n", r.policy, t.pulls,
+                                 t.push_grad, t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push),
+                                 pct(red_all), r.hit_rate(), r.sched_ms_mean);
+        if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
+        if (t.hot_sync > 0) std::cout << fmt::format("{:<10}hot rows all-reduced among workers: {}\n", "", t.hot_sync);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember-sim: error: %s\n", e.what());
+    return exit_code(e);
+  }
+  return 0;
+}

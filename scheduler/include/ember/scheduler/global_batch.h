@@ -1,0 +1,24 @@
+// GlobalBatch: the global keys of one global batch, sample-major (n samples x T tables).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/common/types.h"
+#include "ember/data/dataset.h"
+
+namespace ember::scheduler {
+
+struct GlobalBatch {
+  std::uint64_t index = 0;  // batch number
+  std::uint32_t samples = 0;
+  std::uint32_t tables = 0;
+  std::vector<Key> keys;    // keys[i * tables + t] = table_offset[t] + row id
+
+  Key key(std::uint32_t sample, std::uint32_t table) const { return keys[static_cast<std::size_t>(sample) * tables + table]; }
+};
+
+// Fills `out` from a dataset batch: global key = table offset + row id.
+void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>& table_offsets, GlobalBatch& out);
+
+}  // namespace ember::scheduler

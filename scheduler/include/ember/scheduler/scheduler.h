@@ -1,0 +1,100 @@
+// Scheduler: Herald-style embedding scheduling, run identically in every worker process
+// (same config, same batches -> byte-identical plans) and in the simulator.
+//
+// For each global batch it (1) allocates samples to workers (random, or LAIA: favour the
+// worker holding the most of a sample's rows as latest, micro-batches of equal size),
+// (2) plans synchronization (full-set, or on demand: Algorithm 2, only rows another
+// worker needs), (3) advances its model of every worker's LRU cache exactly as the
+// workers will, and (4) returns one StepPlan per worker plus the traffic it implies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/cache/location_map.h"
+#include "ember/cache/lru_index.h"
+#include "ember/scheduler/global_batch.h"
+#include "ember/scheduler/policy.h"
+#include "ember/scheduler/step_plan.h"
+
+namespace ember::scheduler {
+
+struct SchedulerConfig {
+  std::uint32_t workers = 8;
+  std::uint32_t batch_per_worker = 128;
+  std::uint32_t cache_rows = 0;               // LRU capacity per worker, in rows
+  std::vector<std::uint64_t> table_offsets;   // global key = offset[t] + row; size T
+  std::uint64_t num_keys = 0;                 // total rows of all tables
+  Policy policy;
+  std::uint64_t seed = 1;
+  int threads = 1;                            // TBB threads for scoring and cache updates
+  // Adaptive LAIA (Herald 4.3): > 0 scores only the k highest-DoI tables that fit this
+  // scoring-time budget per batch; 0 scores every table (static LAIA).
+  double budget_ms = 0;
+  // Herald's partitioned allocation: split the batch into P parts allocated in parallel,
+  // each giving every worker batch_per_worker / P samples. 1 = sequential Algorithm 1.
+  std::uint32_t partitions = 1;
+  // fae: whether each key is hot (replicated); size num_keys. Required for fae.
+  std::vector<std::uint8_t> hot;
+};
+
+struct IterationStats {
+  TrafficCounts traffic;
+  double sched_ms = 0;        // allocation + plan + cache-state update
+  double scoring_ms = 0;      // LAIA scoring alone
+  std::uint32_t laia_tables = 0;  // tables scored (adaptive LAIA's k)
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+  ~Scheduler();
+  Scheduler(const Scheduler&);
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Schedules the next global batch: fills plans[w] for every worker and returns the
+  // iteration's traffic. Throws ConfigError when a micro-batch's distinct rows exceed
+  // the cache.
+  IterationStats schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans);
+
+  // Same, with a given allocation (worker of each sample): brute force and tests.
+  IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
+                               std::vector<StepPlan>& plans);
+
+  const SchedulerConfig& config() const { return config_; }
+  std::uint64_t iteration() const { return iteration_; }
+  const cache::LruIndex& cache_of(WorkerId w) const { return *lru_[w]; }
+  const cache::LocationMap& locations() const { return loc_; }
+  // The DoI of each table as last profiled (adaptive LAIA), and the tables scored.
+  const std::vector<double>& table_doi() const { return doi_; }
+  const std::vector<std::uint32_t>& scored_tables() const { return scored_tables_; }
+  // Bytes of scheduler state (caches' indexes, location map, profiler).
+  std::size_t memory_bytes() const;
+
+ private:
+  struct Scratch;
+  void allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
+  void allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
+  void allocate_random(std::uint32_t n, std::vector<std::uint32_t>& worker_of);
+  void allocate_brute(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of);
+  void profile(const GlobalBatch& batch, double scoring_ms);
+
+  SchedulerConfig config_;
+  std::uint32_t tables_ = 0;
+  std::uint64_t iteration_ = 0;
+  std::vector<std::unique_ptr<cache::LruIndex>> lru_;
+  cache::LocationMap loc_;
+  // het: the PS's version of each row, and each cached copy's version (per slot).
+  std::vector<std::uint32_t> ps_version_;
+  std::vector<std::vector<std::uint32_t>> copy_version_;
+  // Adaptive LAIA profiler: accesses per key, per-table DoI, tables to score.
+  std::vector<std::uint32_t> access_;
+  std::vector<double> doi_;
+  std::vector<std::uint32_t> scored_tables_;
+  double table_cost_ms_ = 0;  // EMA of scoring time per table per batch
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace ember::scheduler

@@ -1,0 +1,75 @@
+// StepPlan: what one worker does in one iteration, decided by the scheduler so that the
+// worker executes it without further decisions. Executed in this order:
+//   1. sync:   push_grads (partial gradients others need; then the copy is dropped),
+//              push_values (own dirty rows another worker needs; the copy stays, clean)
+//   2. pulls:  for each entry, first the evicted row leaves its slot (pushed as a value
+//              if dirty, as a gradient if partial, silently if clean), then the row is
+//              pulled into that slot
+//   3. train:  `samples` of the global batch; `rows` gives the slot of every distinct row
+//              of the micro-batch; a row marked shared keeps its gradient as a partial,
+//              any other row gets the optimizer applied locally (it becomes dirty)
+//   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
+//              copies leave their slots without traffic)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/common/types.h"
+
+namespace ember::scheduler {
+
+enum class EvictKind : std::uint8_t {
+  kNone = 0,   // the slot was free
+  kClean,      // silent
+  kDirty,      // push the row's value (and optimizer state)
+  kPartial,    // push the row's partial gradient
+};
+
+struct KeySlot {
+  Key key;
+  std::uint32_t slot;
+};
+
+struct PullEntry {
+  Key key;
+  std::uint32_t slot;
+  Key evicted;       // valid unless kind == kNone
+  EvictKind kind;
+};
+
+struct RowRef {
+  Key key;
+  std::uint32_t slot;
+  bool shared;  // trained by other workers too in this iteration
+};
+
+struct StepPlan {
+  std::uint64_t iteration = 0;
+  WorkerId worker = 0;
+  std::vector<std::uint32_t> samples;  // indices into the global batch, ascending
+  std::vector<KeySlot> push_grads;
+  std::vector<KeySlot> push_values;
+  std::vector<PullEntry> pulls;
+  std::vector<RowRef> rows;            // distinct rows of the micro-batch, first-appearance order
+  std::vector<KeySlot> end_pushes;
+  std::vector<KeySlot> drops;
+
+  void clear();
+};
+
+// Rows crossing between workers and the PS in one iteration (DESIGN.md accounting).
+struct TrafficCounts {
+  std::uint64_t pulls = 0;
+  std::uint64_t push_grad = 0;   // gradients: sync (1a) and full-set sync
+  std::uint64_t push_value = 0;  // values: dirty rows another worker needs (1b)
+  std::uint64_t push_evict = 0;  // dirty or partial rows leaving a full cache
+  std::uint64_t hits = 0;        // micro-batch rows already cached as latest
+  std::uint64_t hot_sync = 0;    // fae: hot rows all-reduced among workers (not PS traffic)
+
+  std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
+  std::uint64_t transmissions() const { return pulls + pushes(); }
+  TrafficCounts& operator+=(const TrafficCounts& o);
+};
+
+}  // namespace ember::scheduler

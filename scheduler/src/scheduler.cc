@@ -1,0 +1,492 @@
+#include "ember/scheduler/scheduler.h"
+
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+
+#include "ember/common/error.h"
+#include "ember/common/flat_map.h"
+#include "ember/common/hash.h"
+#include "ember/common/process.h"
+#include "ember/data/zipf.h"
+
+namespace ember::scheduler {
+namespace {
+
+constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
+constexpr std::uint32_t kHotD = ~std::uint32_t{0};
+constexpr std::uint32_t kDoiInterval = 16;     // iterations between DoI updates
+constexpr std::uint32_t kDoiSamplesPerWorker = 4096;
+
+inline std::uint64_t bit(std::uint32_t w) { return std::uint64_t{1} << w; }
+
+// Calls f(w) for each set bit w of mask, in increasing order.
+template <typename F>
+void for_each_bit(std::uint64_t mask, F&& f) {
+  while (mask != 0) {
+    f(static_cast<std::uint32_t>(std::countr_zero(mask)));
+    mask &= mask - 1;
+  }
+}
+
+}  // namespace
+
+// Per-batch working memory, reused across iterations.
+struct Scheduler::Scratch {
+  U64Map<std::uint32_t> index;               // key -> d (distinct rows of the batch)
+  std::vector<Key> keys;                     // d -> key
+  std::vector<std::uint64_t> umask;          // d -> workers training it (U(k))
+  std::vector<std::uint32_t> dpos;           // (sample, table) -> d, or kHotD
+  std::vector<std::uint32_t> stamp;          // d -> last worker + 1 that listed it
+  std::vector<std::vector<std::uint32_t>> kw;  // worker -> its distinct d, first-appearance order
+  std::vector<std::uint32_t> dslot;          // d * W + w -> slot of the row in w's cache
+  std::vector<std::uint16_t> scores;         // sample * W + w
+  std::vector<std::uint32_t> worker_of;
+  std::vector<TrafficCounts> per_worker;
+  std::vector<std::uint32_t> hot_keys;       // fae: distinct hot rows of the batch (d of index)
+};
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(std::move(config)),
+      tables_(static_cast<std::uint32_t>(config_.table_offsets.size())),
+      loc_(std::max<std::uint64_t>(config_.num_keys, 1), std::max<std::uint32_t>(config_.workers, 1)),
+      scratch_(std::make_unique<Scratch>()) {
+  const auto& c = config_;
+  if (c.workers == 0 || c.workers > cache::LocationMap::kMaxWorkers) throw ConfigError("--workers must be in [1, 64]");
+  if (c.batch_per_worker == 0) throw ConfigError("--batch-per-worker must be positive");
+  if (c.cache_rows == 0) throw ConfigError("cache capacity must be at least one row");
+  if (tables_ == 0 || c.num_keys == 0) throw ConfigError("no embedding tables");
+  if (c.partitions == 0 || c.batch_per_worker % c.partitions != 0) {
+    throw ConfigError("--partitions must divide --batch-per-worker");
+  }
+  if (c.policy.kind == PolicyKind::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
+    throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
+  }
+  std::uint32_t capacity = c.cache_rows;
+  if (c.policy.kind == PolicyKind::kFae) {
+    if (c.hot.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
+    std::uint64_t hot = static_cast<std::uint64_t>(std::count(c.hot.begin(), c.hot.end(), 1));
+    // Hot rows are replicated on every worker and take their share of the cache.
+    if (hot >= capacity) throw ConfigError("fae: the hot set (" + std::to_string(hot) + " rows) fills the whole cache of " + std::to_string(capacity) + " rows");
+    capacity -= static_cast<std::uint32_t>(hot);
+  }
+  for (std::uint32_t w = 0; w < c.workers; ++w) lru_.push_back(std::make_unique<cache::LruIndex>(capacity));
+  if (c.policy.kind == PolicyKind::kHet) {
+    ps_version_.assign(c.num_keys, 0);
+    copy_version_.assign(c.workers, std::vector<std::uint32_t>(capacity, 0));
+  }
+  scored_tables_.resize(tables_);
+  std::iota(scored_tables_.begin(), scored_tables_.end(), 0u);
+  doi_.assign(tables_, 0.0);
+  if (c.budget_ms > 0) access_.assign(c.num_keys, 0);
+}
+
+Scheduler::~Scheduler() = default;
+
+Scheduler::Scheduler(const Scheduler& o)
+    : config_(o.config_),
+      tables_(o.tables_),
+      iteration_(o.iteration_),
+      loc_(o.loc_),
+      ps_version_(o.ps_version_),
+      copy_version_(o.copy_version_),
+      access_(o.access_),
+      doi_(o.doi_),
+      scored_tables_(o.scored_tables_),
+      table_cost_ms_(o.table_cost_ms_),
+      scratch_(std::make_unique<Scratch>()) {
+  for (const auto& l : o.lru_) lru_.push_back(std::make_unique<cache::LruIndex>(*l));
+}
+
+std::size_t Scheduler::memory_bytes() const {
+  std::size_t b = loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t);
+  for (const auto& l : lru_) b += l->memory_bytes();
+  for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
+  return b;
+}
+
+IterationStats Scheduler::schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans) {
+  Stopwatch sw;
+  IterationStats st;
+  auto& worker_of = scratch_->worker_of;
+  allocate(batch, worker_of, st);
+  std::vector<std::uint32_t> alloc = worker_of;  // schedule_with reuses scratch
+  double alloc_ms = sw.millis();
+  IterationStats rest = schedule_with(batch, alloc, plans);
+  rest.sched_ms += alloc_ms;
+  rest.scoring_ms = st.scoring_ms;
+  rest.laia_tables = st.laia_tables;
+  return rest;
+}
+
+void Scheduler::allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st) {
+  worker_of.resize(batch.samples);
+  if (config_.policy.laia()) {
+    allocate_laia(batch, worker_of, st);
+  } else if (config_.policy.kind == PolicyKind::kBrute) {
+    allocate_brute(batch, worker_of);
+  } else {
+    allocate_random(batch.samples, worker_of);
+  }
+}
+
+void Scheduler::allocate_random(std::uint32_t n, std::vector<std::uint32_t>& worker_of) {
+  // Balanced random partition from (seed, iteration): identical in every process.
+  data::SplitMix64 rng(mix64(config_.seed ^ mix64(iteration_ + 0x51ed)));
+  std::vector<std::uint32_t> perm(n);
+  std::iota(perm.begin(), perm.end(), 0u);
+  for (std::uint32_t i = n; i > 1; --i) std::swap(perm[i - 1], perm[rng.below(i)]);
+  for (std::uint32_t j = 0; j < n; ++j) worker_of[perm[j]] = j / config_.batch_per_worker;
+}
+
+void Scheduler::allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st) {
+  const std::uint32_t n = batch.samples, W = config_.workers, T = batch.tables;
+  auto& scores = scratch_->scores;
+  scores.assign(static_cast<std::size_t>(n) * W, 0);
+  Stopwatch sw;
+  const auto& tables = scored_tables_;
+  auto score_range = [&](std::uint32_t begin, std::uint32_t end) {
+    for (std::uint32_t i = begin; i < end; ++i) {
+      std::uint16_t* s = &scores[static_cast<std::size_t>(i) * W];
+      const Key* k = &batch.keys[static_cast<std::size_t>(i) * T];
+      for (std::uint32_t t : tables) {
+        std::uint8_t o = loc_.owner(k[t]);
+        if (o != cache::LocationMap::kNoOwner) ++s[o];
+      }
+    }
+  };
+  if (config_.threads > 1) {
+    tbb::parallel_for(tbb::blocked_range<std::uint32_t>(0, n, 64),
+                      [&](const tbb::blocked_range<std::uint32_t>& r) { score_range(r.begin(), r.end()); });
+  } else {
+    score_range(0, n);
+  }
+  st.scoring_ms = sw.millis();
+  st.laia_tables = static_cast<std::uint32_t>(tables.size());
+  // Algorithm 1: each sample, in batch order, to the highest-scoring worker with room;
+  // seeded random ties. Partitions (if any) are allocated independently and in parallel.
+  const std::uint32_t P = config_.partitions, per = n / P, cap0 = config_.batch_per_worker / P;
+  auto allocate_part = [&](std::uint32_t p) {
+    data::SplitMix64 rng(mix64(config_.seed ^ mix64(iteration_ * 131 + p + 0x1a1a)));
+    std::vector<std::uint32_t> cap(W, cap0), ties;
+    ties.reserve(W);
+    const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
+    for (std::uint32_t i = begin; i < end; ++i) {
+      const std::uint16_t* s = &scores[static_cast<std::size_t>(i) * W];
+      int best = -1;
+      ties.clear();
+      for (std::uint32_t w = 0; w < W; ++w) {
+        if (cap[w] == 0) continue;
+        if (s[w] > best) {
+          best = s[w];
+          ties.clear();
+        }
+        if (s[w] == best) ties.push_back(w);
+      }
+      std::uint32_t w = ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
+      worker_of[i] = w;
+      --cap[w];
+    }
+  };
+  if (P > 1 && config_.threads > 1) {
+    tbb::parallel_for(0u, P, allocate_part);
+  } else {
+    for (std::uint32_t p = 0; p < P; ++p) allocate_part(p);
+  }
+  if (config_.budget_ms > 0) profile(batch, st.scoring_ms);
+}
+
+void Scheduler::allocate_brute(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of) {
+  // Every assignment of the W samples to the W workers; the one moving fewest rows in
+  // this iteration wins (first in lexicographic order on ties), as Herald's Appendix C.
+  const std::uint32_t W = config_.workers;
+  std::vector<std::uint32_t> perm(W), best;
+  std::iota(perm.begin(), perm.end(), 0u);
+  std::uint64_t best_cost = ~std::uint64_t{0};
+  std::vector<StepPlan> plans;
+  do {
+    Scheduler trial(*this);
+    std::uint64_t cost = trial.schedule_with(batch, perm, plans).traffic.transmissions();
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = perm;
+    }
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  worker_of = best;
+}
+
+void Scheduler::profile(const GlobalBatch& batch, double scoring_ms) {
+  for (Key k : batch.keys) {
+    if (access_[k] != UINT32_MAX) ++access_[k];
+  }
+  if (!scored_tables_.empty()) {
+    double per_table = scoring_ms / static_cast<double>(scored_tables_.size());
+    table_cost_ms_ = table_cost_ms_ == 0 ? per_table : 0.9 * table_cost_ms_ + 0.1 * per_table;
+  }
+  if ((iteration_ + 1) % kDoiInterval != 0) return;
+  // DoI per table over a deterministic sample of cached rows: the share accessed fewer
+  // times than the samples one worker has trained so far.
+  const double per_worker = static_cast<double>(iteration_ + 1) * config_.batch_per_worker;
+  std::vector<std::uint64_t> cached(tables_, 0), rare(tables_, 0);
+  data::SplitMix64 rng(mix64(config_.seed ^ (iteration_ + 0xd01)));
+  for (const auto& l : lru_) {
+    if (l->size() == 0) continue;
+    for (std::uint32_t i = 0; i < kDoiSamplesPerWorker; ++i) {
+      std::uint32_t s = static_cast<std::uint32_t>(rng.below(l->capacity()));
+      Key k = l->key_at(s);
+      if (l->find(k) != s) continue;  // free slot
+      auto t = static_cast<std::uint32_t>(std::upper_bound(config_.table_offsets.begin(), config_.table_offsets.end(), k) -
+                                          config_.table_offsets.begin() - 1);
+      ++cached[t];
+      rare[t] += access_[k] < per_worker;
+    }
+  }
+  for (std::uint32_t t = 0; t < tables_; ++t) doi_[t] = cached[t] ? static_cast<double>(rare[t]) / static_cast<double>(cached[t]) : 0.0;
+  std::uint32_t k = tables_;
+  if (table_cost_ms_ > 0) {
+    k = static_cast<std::uint32_t>(std::clamp(std::floor(config_.budget_ms / table_cost_ms_), 1.0, static_cast<double>(tables_)));
+  }
+  std::vector<std::uint32_t> order(tables_);
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) { return doi_[a] > doi_[b]; });
+  order.resize(k);
+  std::sort(order.begin(), order.end());
+  scored_tables_ = order;
+}
+
+IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
+                                        std::vector<StepPlan>& plans) {
+  Stopwatch sw;
+  IterationStats st;
+  Scratch& s = *scratch_;
+  const std::uint32_t W = config_.workers, n = batch.samples, T = batch.tables, B = config_.batch_per_worker;
+  const Policy& policy = config_.policy;
+  const bool het = policy.kind == PolicyKind::kHet;
+  const bool fae = policy.kind == PolicyKind::kFae;
+  if (n != W * B) {
+    throw ConfigError("global batch of " + std::to_string(n) + " samples; expected workers x batch-per-worker = " + std::to_string(W * B));
+  }
+  if (T != tables_) throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
+  plans.resize(W);
+  for (std::uint32_t w = 0; w < W; ++w) {
+    plans[w].clear();
+    plans[w].iteration = iteration_;
+    plans[w].worker = w;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) plans[worker_of[i]].samples.push_back(i);
+  for (std::uint32_t w = 0; w < W; ++w) {
+    if (plans[w].samples.size() != B) throw Error("allocation is not balanced");
+  }
+
+  // Distinct rows of the batch (first appearance in batch order) and who trains them.
+  s.index.clear();
+  s.keys.clear();
+  s.umask.clear();
+  s.hot_keys.clear();
+  s.dpos.resize(static_cast<std::size_t>(n) * T);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint64_t wb = bit(worker_of[i]);
+    for (std::uint32_t t = 0; t < T; ++t) {
+      Key k = batch.keys[static_cast<std::size_t>(i) * T + t];
+      if (k >= config_.num_keys) throw ConfigError("key " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " rows of the tables");
+      auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
+      if (fresh) {
+        s.keys.push_back(k);
+        s.umask.push_back(0);
+        if (fae && config_.hot[k]) s.hot_keys.push_back(*d);
+      }
+      s.umask[*d] |= wb;
+      s.dpos[static_cast<std::size_t>(i) * T + t] = (fae && config_.hot[k]) ? kHotD : *d;
+    }
+  }
+  const std::uint32_t D = static_cast<std::uint32_t>(s.keys.size());
+  // Each worker's distinct rows in micro-batch order.
+  s.kw.resize(W);
+  s.stamp.assign(D, 0);
+  for (std::uint32_t w = 0; w < W; ++w) {
+    auto& kw = s.kw[w];
+    kw.clear();
+    for (std::uint32_t i : plans[w].samples) {
+      for (std::uint32_t t = 0; t < T; ++t) {
+        std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
+        if (d == kHotD || s.stamp[d] == w + 1) continue;
+        s.stamp[d] = w + 1;
+        kw.push_back(d);
+      }
+    }
+    if (kw.size() > lru_[w]->capacity()) {
+      throw ConfigError("the cache of " + std::to_string(lru_[w]->capacity()) + " rows cannot hold the " + std::to_string(kw.size()) +
+                        " distinct rows of worker " + std::to_string(w) + "'s micro-batch (iteration " + std::to_string(iteration_) +
+                        "); raise --cache-ratio or lower --batch-per-worker");
+    }
+  }
+  s.per_worker.assign(W, TrafficCounts{});
+  s.dslot.assign(static_cast<std::size_t>(D) * W, kNoSlot);
+
+  // 1. Sync on demand: partial holders of a needed row push their gradients (the PS
+  //    aggregates and applies once); a dirty owner pushes its value if another needs it.
+  if (policy.on_demand()) {
+    for (std::uint32_t d = 0; d < D; ++d) {
+      const Key k = s.keys[d];
+      const std::uint64_t U = s.umask[d];
+      if (std::uint64_t P = loc_.partial(k)) {
+        for_each_bit(P, [&](std::uint32_t w) {
+          std::uint32_t slot = lru_[w]->erase(k);
+          plans[w].push_grads.push_back({k, slot});
+          ++s.per_worker[w].push_grad;
+        });
+        loc_.set_partial(k, 0);
+      }
+      std::uint8_t o = loc_.owner(k);
+      if (o != cache::LocationMap::kNoOwner && loc_.dirty(k) && (U & ~bit(o)) != 0) {
+        plans[o].push_values.push_back({k, lru_[o]->find(k)});
+        ++s.per_worker[o].push_value;
+        loc_.set_clean(k);
+      }
+    }
+  }
+
+  // 2. Pulls, worker by worker (independent: in parallel when threads > 1). Hits are
+  //    refreshed first, then missing rows pulled, in order of first appearance, so a row
+  //    needed now is never evicted for another.
+  const std::uint32_t S = policy.staleness;
+  auto pull_worker = [&](std::uint32_t w) {
+    cache::LruIndex& lru = *lru_[w];
+    StepPlan& plan = plans[w];
+    TrafficCounts& c = s.per_worker[w];
+    const auto& kw = s.kw[w];
+    plan.rows.resize(kw.size());
+    for (std::size_t j = 0; j < kw.size(); ++j) {
+      const std::uint32_t d = kw[j];
+      const Key k = s.keys[d];
+      std::uint32_t slot = kNoSlot;
+      if (het) {
+        std::uint32_t cs = lru.find(k);
+        if (cs != kNoSlot && ps_version_[k] - copy_version_[w][cs] <= S) slot = cs;
+      } else if (loc_.owner(k) == w) {
+        slot = lru.find(k);
+      }
+      plan.rows[j] = {k, slot, std::popcount(s.umask[d]) > 1};
+      if (slot != kNoSlot) {
+        lru.touch(slot);
+        ++c.hits;
+      }
+    }
+    for (std::size_t j = 0; j < kw.size(); ++j) {
+      RowRef& row = plan.rows[j];
+      if (row.slot != kNoSlot) continue;
+      const Key k = row.key;
+      PullEntry pull{k, kNoSlot, 0, EvictKind::kNone};
+      std::uint32_t stale = het ? lru.find(k) : kNoSlot;
+      if (stale != kNoSlot) {
+        // het: a copy too many versions behind is refreshed in place.
+        lru.touch(stale);
+        pull.slot = stale;
+      } else {
+        if (lru.full()) {
+          Key e;
+          lru.evict(e);
+          pull.evicted = e;
+          if (het) {
+            pull.kind = EvictKind::kClean;  // gradients were pushed when computed
+            loc_.clear_partial_bit(e, w);   // het keeps its holder set here
+          } else if (loc_.owner(e) == w) {
+            pull.kind = loc_.dirty(e) ? EvictKind::kDirty : EvictKind::kClean;
+            loc_.clear_owner(e);
+          } else if (loc_.partial(e) & bit(w)) {
+            pull.kind = EvictKind::kPartial;
+            loc_.clear_partial_bit(e, w);
+          } else {
+            throw Error("scheduler invariant broken: worker " + std::to_string(w) + " caches row " + std::to_string(e) +
+                        " as neither latest nor partial");
+          }
+          if (pull.kind == EvictKind::kDirty || pull.kind == EvictKind::kPartial) ++c.push_evict;
+        }
+        pull.slot = lru.insert(k);
+      }
+      if (het) {
+        copy_version_[w][pull.slot] = ps_version_[k];
+        loc_.set_partial_bit(k, w);
+      }
+      row.slot = pull.slot;
+      plan.pulls.push_back(pull);
+      ++c.pulls;
+    }
+    for (std::size_t j = 0; j < kw.size(); ++j) s.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
+  };
+  if (config_.threads > 1 && W > 1) {
+    tbb::parallel_for(0u, W, pull_worker);
+  } else {
+    for (std::uint32_t w = 0; w < W; ++w) pull_worker(w);
+  }
+
+  // 3. Train: a sole trainer ends with the latest (dirty) copy; several trainers each
+  //    keep a partial gradient; a latest copy elsewhere is now stale and dropped.
+  //    Full-set policies then push every trained row's gradient at once.
+  for (std::uint32_t d = 0; d < D; ++d) {
+    const Key k = s.keys[d];
+    const std::uint64_t U = s.umask[d];
+    if (fae && config_.hot[k]) continue;
+    const std::uint32_t w0 = static_cast<std::uint32_t>(std::countr_zero(U));
+    const bool sole = std::popcount(U) == 1;
+    auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
+    if (het) {
+      ++ps_version_[k];
+      for_each_bit(U, [&](std::uint32_t w) {
+        plans[w].end_pushes.push_back({k, slot_of(w)});
+        ++s.per_worker[w].push_grad;
+      });
+      // The sole trainer applied its own update: its copy is as new as the PS's.
+      if (sole) copy_version_[w0][slot_of(w0)] = ps_version_[k];
+      std::uint64_t holders = loc_.partial(k);
+      for_each_bit(holders, [&](std::uint32_t h) {
+        std::uint32_t slot = lru_[h]->find(k);
+        if (ps_version_[k] - copy_version_[h][slot] > S) {
+          lru_[h]->erase(k);
+          plans[h].drops.push_back({k, slot});
+          holders &= ~bit(h);
+        }
+      });
+      loc_.set_partial(k, holders);
+      continue;
+    }
+    std::uint8_t o = loc_.owner(k);
+    if (o != cache::LocationMap::kNoOwner && (U & bit(o)) == 0) {
+      std::uint32_t slot = lru_[o]->erase(k);
+      if (slot != kNoSlot) plans[o].drops.push_back({k, slot});
+    }
+    if (policy.on_demand()) {
+      if (sole) {
+        loc_.set_owner(k, w0, true);
+      } else {
+        loc_.clear_owner(k);
+        loc_.set_partial(k, U);
+      }
+    } else {
+      for_each_bit(U, [&](std::uint32_t w) {
+        plans[w].end_pushes.push_back({k, slot_of(w)});
+        ++s.per_worker[w].push_grad;
+      });
+      if (sole) {
+        loc_.set_owner(k, w0, false);
+      } else {
+        loc_.clear_owner(k);
+        for_each_bit(U, [&](std::uint32_t w) {
+          lru_[w]->erase(k);
+          plans[w].drops.push_back({k, slot_of(w)});
+        });
+      }
+    }
+  }
+  for (const auto& c : s.per_worker) st.traffic += c;
+  st.traffic.hot_sync = s.hot_keys.size();
+  ++iteration_;
+  st.sched_ms = sw.millis();
+  return st;
+}
+
+}  // namespace ember::scheduler

@@ -1,0 +1,48 @@
+#include "ember/scheduler/step_plan.h"
+
+#include "ember/scheduler/global_batch.h"
+
+namespace ember::scheduler {
+
+void StepPlan::clear() {
+  samples.clear();
+  push_grads.clear();
+  push_values.clear();
+  pulls.clear();
+  rows.clear();
+  end_pushes.clear();
+  drops.clear();
+}
+
+TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
+  pulls += o.pulls;
+  push_grad += o.push_grad;
+  push_value += o.push_value;
+  push_evict += o.push_evict;
+  hits += o.hits;
+  hot_sync += o.hot_sync;
+  return *this;
+}
+
+void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>& offsets, GlobalBatch& out) {
+  const auto n = static_cast<std::uint32_t>(batch.size());
+  const auto nt = static_cast<std::uint32_t>(offsets.size());
+  out.index = batch.index();
+  out.samples = n;
+  out.tables = nt;
+  out.keys.resize(static_cast<std::size_t>(n) * nt);
+  if (const data::Shard* sh = batch.contiguous_shard()) {
+    // Zero-copy columns: read table by table.
+    const std::uint64_t r0 = batch.first_row();
+    for (std::uint32_t t = 0; t < nt; ++t) {
+      const std::uint64_t off = offsets[t];
+      for (std::uint32_t i = 0; i < n; ++i) out.keys[static_cast<std::size_t>(i) * nt + t] = off + sh->id(static_cast<int>(t), r0 + i);
+    }
+    return;
+  }
+  for (std::uint32_t i = 0; i < n; ++i) {
+    for (std::uint32_t t = 0; t < nt; ++t) out.keys[static_cast<std::size_t>(i) * nt + t] = offsets[t] + batch.id(static_cast<int>(t), i);
+  }
+}
+
+}  // namespace ember::scheduler

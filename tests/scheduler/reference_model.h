@@ -1,0 +1,156 @@
+// A deliberately plain model of DESIGN.md's row-state contract (std::list / std::map,
+// one step at a time, no shared code with the scheduler), to check the scheduler's
+// counts and cache contents against.
+#pragma once
+
+#include <algorithm>
+#include <list>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "ember/scheduler/global_batch.h"
+#include "ember/scheduler/step_plan.h"
+
+namespace ember::test {
+
+class ReferenceModel {
+ public:
+  enum State { kClean, kDirty, kPartial };
+  struct Copy {
+    State state;
+    std::uint32_t version;
+  };
+
+  ReferenceModel(int workers, std::size_t capacity, bool on_demand, bool het = false, std::uint32_t staleness = 0)
+      : W(workers), cap(capacity), on_demand(on_demand), het(het), S(staleness), lru(workers), cache(workers) {}
+
+  scheduler::TrafficCounts step(const scheduler::GlobalBatch& b, const std::vector<std::uint32_t>& worker_of) {
+    scheduler::TrafficCounts c;
+    // Distinct keys in batch order; per worker in micro-batch order; who trains what.
+    std::vector<Key> order;
+    std::map<Key, std::set<int>> users;
+    std::vector<std::vector<Key>> kw(W);
+    for (std::uint32_t i = 0; i < b.samples; ++i) {
+      for (std::uint32_t t = 0; t < b.tables; ++t) {
+        Key k = b.key(i, t);
+        if (!users.count(k)) order.push_back(k);
+        users[k].insert(static_cast<int>(worker_of[i]));
+      }
+    }
+    for (int w = 0; w < W; ++w) {
+      for (std::uint32_t i = 0; i < b.samples; ++i) {
+        if (static_cast<int>(worker_of[i]) != w) continue;
+        for (std::uint32_t t = 0; t < b.tables; ++t) {
+          Key k = b.key(i, t);
+          if (std::find(kw[w].begin(), kw[w].end(), k) == kw[w].end()) kw[w].push_back(k);
+        }
+      }
+    }
+    // 1. Sync.
+    if (on_demand) {
+      for (Key k : order) {
+        for (int w = 0; w < W; ++w) {
+          auto it = cache[w].find(k);
+          if (it != cache[w].end() && it->second.state == kPartial) {
+            ++c.push_grad;
+            erase(w, k);
+          }
+        }
+        for (int o = 0; o < W; ++o) {
+          auto it = cache[o].find(k);
+          if (it == cache[o].end() || it->second.state != kDirty) continue;
+          bool other = false;
+          for (int u : users[k]) other |= u != o;
+          if (other) {
+            ++c.push_value;
+            it->second.state = kClean;
+          }
+        }
+      }
+    }
+    // 2. Pulls: hits refreshed first, then misses in order.
+    for (int w = 0; w < W; ++w) {
+      std::vector<Key> miss;
+      for (Key k : kw[w]) {
+        auto it = cache[w].find(k);
+        bool hit = it != cache[w].end() && (het ? psv[k] - it->second.version <= S : it->second.state != kPartial);
+        if (hit) {
+          touch(w, k);
+          ++c.hits;
+        } else {
+          miss.push_back(k);
+        }
+      }
+      for (Key k : miss) {
+        ++c.pulls;
+        if (cache[w].count(k)) {  // het: stale copy refreshed in place
+          touch(w, k);
+          cache[w][k].version = psv[k];
+          continue;
+        }
+        if (cache[w].size() == cap) {
+          Key e = lru[w].front();
+          State st = cache[w][e].state;
+          if (!het && (st == kDirty || st == kPartial)) ++c.push_evict;
+          erase(w, e);
+        }
+        lru[w].push_back(k);
+        cache[w][k] = {kClean, psv[k]};
+      }
+    }
+    // 3. Train.
+    for (Key k : order) {
+      const std::set<int>& u = users[k];
+      if (het) {
+        ++psv[k];
+        c.push_grad += u.size();
+        if (u.size() == 1) cache[*u.begin()][k].version = psv[k];
+        for (int h = 0; h < W; ++h) {
+          auto it = cache[h].find(k);
+          if (it != cache[h].end() && psv[k] - it->second.version > S) erase(h, k);
+        }
+        continue;
+      }
+      for (int w = 0; w < W; ++w) {
+        if (!u.count(w) && cache[w].count(k)) erase(w, k);  // stale now
+      }
+      if (on_demand) {
+        for (int w : u) cache[w][k].state = u.size() == 1 ? kDirty : kPartial;
+      } else {
+        c.push_grad += u.size();
+        for (int w : u) {
+          if (u.size() == 1) {
+            cache[w][k].state = kClean;
+          } else {
+            erase(w, k);
+          }
+        }
+      }
+    }
+    return c;
+  }
+
+  std::vector<Key> lru_order(int w) const { return {lru[w].begin(), lru[w].end()}; }
+  const std::map<Key, Copy>& copies(int w) const { return cache[w]; }
+
+ private:
+  void touch(int w, Key k) {
+    lru[w].remove(k);
+    lru[w].push_back(k);
+  }
+  void erase(int w, Key k) {
+    lru[w].remove(k);
+    cache[w].erase(k);
+  }
+
+  int W;
+  std::size_t cap;
+  bool on_demand, het;
+  std::uint32_t S;
+  std::vector<std::list<Key>> lru;
+  std::vector<std::map<Key, Copy>> cache;
+  std::map<Key, std::uint32_t> psv;
+};
+
+}  // namespace ember::test

@@ -1,0 +1,301 @@
+#include "ember/scheduler/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "ember/common/error.h"
+#include "ember/data/zipf.h"
+#include "reference_model.h"
+
+namespace ember::scheduler {
+namespace {
+
+// Tables of 4, 40 and 400 rows (keys 0..443), skewed draws: tiny tables every worker
+// trains, a long tail where placement matters.
+struct Workload {
+  std::vector<std::uint64_t> offsets{0, 4, 44};
+  std::uint64_t num_keys = 444;
+  data::ZipfSampler z[3] = {data::ZipfSampler(4, 0.8), data::ZipfSampler(40, 1.0), data::ZipfSampler(400, 1.1)};
+  data::SplitMix64 rng{7};
+
+  GlobalBatch next(std::uint32_t n, std::uint64_t index) {
+    GlobalBatch b;
+    b.index = index;
+    b.samples = n;
+    b.tables = 3;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (int t = 0; t < 3; ++t) b.keys.push_back(offsets[static_cast<std::size_t>(t)] + z[t](rng));
+    }
+    return b;
+  }
+};
+
+SchedulerConfig config(const std::string& policy, std::uint32_t W, std::uint32_t B, std::uint32_t cache, const Workload& wl) {
+  SchedulerConfig c;
+  c.workers = W;
+  c.batch_per_worker = B;
+  c.cache_rows = cache;
+  c.table_offsets = wl.offsets;
+  c.num_keys = wl.num_keys;
+  c.policy = parse_policy(policy);
+  c.seed = 3;
+  return c;
+}
+
+std::vector<std::uint32_t> random_allocation(std::uint32_t W, std::uint32_t B, std::mt19937_64& rng) {
+  std::vector<std::uint32_t> a;
+  for (std::uint32_t w = 0; w < W; ++w) a.insert(a.end(), B, w);
+  std::shuffle(a.begin(), a.end(), rng);
+  return a;
+}
+
+void expect_same_counts(const TrafficCounts& a, const TrafficCounts& b, int it) {
+  ASSERT_EQ(a.pulls, b.pulls) << "iteration " << it;
+  ASSERT_EQ(a.push_grad, b.push_grad) << "iteration " << it;
+  ASSERT_EQ(a.push_value, b.push_value) << "iteration " << it;
+  ASSERT_EQ(a.push_evict, b.push_evict) << "iteration " << it;
+  ASSERT_EQ(a.hits, b.hits) << "iteration " << it;
+}
+
+// The scheduler against the plain model, on random allocations, for each kind of sync.
+class AgainstReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
+  const std::string policy = GetParam();
+  for (std::uint32_t cache : {30u, 60u, 200u}) {
+    Workload wl;
+    const std::uint32_t W = 4, B = 6;
+    Scheduler s(config(policy, W, B, cache, wl));
+    Policy p = parse_policy(policy);
+    test::ReferenceModel ref(W, cache, p.on_demand(), p.kind == PolicyKind::kHet, p.staleness);
+    std::mt19937_64 rng(11);
+    std::vector<StepPlan> plans;
+    for (int it = 0; it < 300; ++it) {
+      GlobalBatch b = wl.next(W * B, static_cast<std::uint64_t>(it));
+      auto alloc = random_allocation(W, B, rng);
+      TrafficCounts got = s.schedule_with(b, alloc, plans).traffic;
+      TrafficCounts want = ref.step(b, alloc);
+      expect_same_counts(got, want, it);
+      for (std::uint32_t w = 0; w < W; ++w) {
+        ASSERT_EQ(s.cache_of(w).keys_lru_order(), ref.lru_order(static_cast<int>(w))) << "worker " << w << " iteration " << it;
+      }
+    }
+    // Row states agree too.
+    for (std::uint32_t w = 0; w < W && p.kind != PolicyKind::kHet; ++w) {
+      for (const auto& [k, copy] : ref.copies(static_cast<int>(w))) {
+        const auto& loc = s.locations();
+        if (copy.state == test::ReferenceModel::kPartial) {
+          EXPECT_TRUE(loc.partial(k) & (1ull << w)) << k;
+        } else {
+          EXPECT_EQ(loc.owner(k), w) << k;
+          EXPECT_EQ(loc.dirty(k), copy.state == test::ReferenceModel::kDirty) << k;
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, AgainstReference, ::testing::Values("vanilla", "plan", "het:0", "het:2"));
+
+TEST(Scheduler, HetWithZeroStalenessIsVanilla) {
+  Workload a, b;
+  Scheduler v(config("vanilla", 4, 6, 60, a)), h(config("het:0", 4, 6, 60, b));
+  std::vector<StepPlan> pv, ph;
+  for (int it = 0; it < 200; ++it) {
+    GlobalBatch ba = a.next(24, static_cast<std::uint64_t>(it)), bb = b.next(24, static_cast<std::uint64_t>(it));
+    expect_same_counts(v.schedule(ba, pv).traffic, h.schedule(bb, ph).traffic, it);
+  }
+}
+
+// Herald's Figure 5 in miniature: two workers, each holding (dirty) the rows of one
+// sample. LAIA sends each sample to its rows' holder: nothing moves. The swapped
+// allocation, which a random partition can pick, moves every row.
+TEST(Scheduler, LocationAwareAllocationMovesNothingWhereSwappedMovesRows) {
+  Workload wl;
+  auto make = [&](std::vector<Key> s0, std::vector<Key> s1) {
+    GlobalBatch b;
+    b.samples = 2;
+    b.tables = 3;
+    b.keys = s0;
+    b.keys.insert(b.keys.end(), s1.begin(), s1.end());
+    return b;
+  };
+  // Iteration 0 places A = {0, 10, 100} on worker 0 and B = {1, 11, 101} on worker 1.
+  GlobalBatch warm = make({0, 10, 100}, {1, 11, 101});
+  GlobalBatch swapped = make({1, 11, 101}, {0, 10, 100});
+  std::vector<StepPlan> plans;
+  Scheduler herald(config("herald", 2, 1, 10, wl));
+  herald.schedule_with(warm, {0, 1}, plans);
+  IterationStats st = herald.schedule(swapped, plans);
+  EXPECT_EQ(st.traffic.transmissions(), 0u);
+  EXPECT_EQ(st.traffic.hits, 6u);
+  EXPECT_EQ(plans[0].samples, (std::vector<std::uint32_t>{1}));  // sample 1 = A's rows, held by worker 0
+
+  Scheduler plan(config("plan", 2, 1, 10, wl));
+  plan.schedule_with(warm, {0, 1}, plans);
+  st = plan.schedule_with(swapped, {0, 1}, plans);
+  // Each dirty owner pushes its 3 values (the other worker needs them), each worker
+  // pulls 3 rows.
+  EXPECT_EQ(st.traffic.push_value, 6u);
+  EXPECT_EQ(st.traffic.pulls, 6u);
+  Scheduler vanilla(config("vanilla", 2, 1, 10, wl));
+  vanilla.schedule_with(warm, {0, 1}, plans);
+  st = vanilla.schedule_with(swapped, {0, 1}, plans);
+  EXPECT_EQ(st.traffic.pulls, 6u);
+  EXPECT_EQ(st.traffic.push_grad, 6u);  // full-set sync of every trained row
+}
+
+// A row trained by two workers becomes partial on both; when a third needs it, both
+// push their gradients and the third pulls the aggregated row.
+TEST(Scheduler, PartialGradientsArePushedWhenTheRowIsNextNeeded) {
+  Workload wl;
+  std::vector<StepPlan> plans;
+  Scheduler s(config("plan", 3, 1, 10, wl));
+  GlobalBatch b;
+  b.samples = 3;
+  b.tables = 3;
+  b.keys = {0, 10, 100, 0, 11, 101, 1, 12, 102};  // row 0 shared by workers 0 and 1
+  s.schedule_with(b, {0, 1, 2}, plans);
+  EXPECT_EQ(s.locations().partial(0), 0b011u);
+  EXPECT_TRUE(plans[0].rows[0].shared);
+  EXPECT_FALSE(plans[0].rows[1].shared);
+  GlobalBatch c = b;
+  c.keys = {2, 13, 103, 3, 14, 104, 0, 15, 105};  // worker 2 needs row 0
+  IterationStats st = s.schedule_with(c, {0, 1, 2}, plans);
+  EXPECT_EQ(st.traffic.push_grad, 2u);
+  ASSERT_EQ(plans[0].push_grads.size(), 1u);
+  EXPECT_EQ(plans[0].push_grads[0].key, 0u);
+  EXPECT_EQ(s.locations().partial(0), 0u);
+  EXPECT_EQ(s.locations().owner(0), 2);
+  EXPECT_TRUE(s.locations().dirty(0));
+}
+
+// Algorithm 2 is minimal: every value pushed is needed by another worker in the same
+// iteration; every gradient pushed belongs to a row someone trains now.
+TEST(Scheduler, OnDemandPlanPushesOnlyWhatOthersNeed) {
+  Workload wl;
+  Scheduler s(config("herald", 4, 6, 60, wl));
+  std::vector<StepPlan> plans;
+  for (int it = 0; it < 300; ++it) {
+    GlobalBatch b = wl.next(24, static_cast<std::uint64_t>(it));
+    s.schedule(b, plans);
+    std::vector<std::set<Key>> used(4);
+    for (const auto& p : plans) {
+      for (const auto& r : p.rows) used[p.worker].insert(r.key);
+    }
+    for (const auto& p : plans) {
+      for (const auto& v : p.push_values) {
+        bool other = false;
+        for (std::uint32_t w = 0; w < 4; ++w) other |= w != p.worker && used[w].count(v.key);
+        ASSERT_TRUE(other) << "value of row " << v.key << " pushed that no other worker needs";
+      }
+      for (const auto& g : p.push_grads) {
+        bool someone = false;
+        for (std::uint32_t w = 0; w < 4; ++w) someone |= used[w].count(g.key) > 0;
+        ASSERT_TRUE(someone) << "gradient of row " << g.key << " pushed that nobody needs";
+      }
+      ASSERT_TRUE(p.end_pushes.empty());
+    }
+  }
+}
+
+// LAIA: balanced micro-batches, and no sample goes to a worker scoring lower than
+// another worker that still had room when the sample was placed.
+TEST(Scheduler, LaiaAllocationIsBalancedAndGreedy) {
+  Workload wl;
+  Scheduler s(config("herald", 4, 6, 60, wl));
+  std::vector<StepPlan> plans;
+  for (int it = 0; it < 100; ++it) {
+    GlobalBatch b = wl.next(24, static_cast<std::uint64_t>(it));
+    // Scores from the state before scheduling.
+    std::vector<std::array<int, 4>> score(24);
+    for (std::uint32_t i = 0; i < 24; ++i) {
+      score[i].fill(0);
+      for (std::uint32_t t = 0; t < 3; ++t) {
+        auto o = s.locations().owner(b.key(i, t));
+        if (o != cache::LocationMap::kNoOwner) ++score[i][o];
+      }
+    }
+    s.schedule(b, plans);
+    std::vector<std::uint32_t> worker_of(24);
+    for (const auto& p : plans) {
+      ASSERT_EQ(p.samples.size(), 6u);
+      for (auto i : p.samples) worker_of[i] = p.worker;
+    }
+    std::array<int, 4> room{6, 6, 6, 6};
+    for (std::uint32_t i = 0; i < 24; ++i) {
+      for (int w = 0; w < 4; ++w) {
+        if (room[w] > 0) ASSERT_GE(score[i][worker_of[i]], score[i][w]) << "sample " << i;
+      }
+      --room[worker_of[i]];
+    }
+  }
+}
+
+TEST(Scheduler, SameInputsGiveIdenticalPlansWithAnyThreadCount) {
+  for (const char* policy : {"herald", "vanilla", "het:1"}) {
+    Workload a, b;
+    SchedulerConfig ca = config(policy, 8, 4, 120, a), cb = config(policy, 8, 4, 120, b);
+    cb.threads = 2;
+    Scheduler sa(ca), sb(cb);
+    std::vector<StepPlan> pa, pb;
+    for (int it = 0; it < 100; ++it) {
+      sa.schedule(a.next(32, static_cast<std::uint64_t>(it)), pa);
+      sb.schedule(b.next(32, static_cast<std::uint64_t>(it)), pb);
+      for (int w = 0; w < 8; ++w) {
+        ASSERT_EQ(pa[w].samples, pb[w].samples);
+        ASSERT_EQ(pa[w].pulls.size(), pb[w].pulls.size());
+        for (std::size_t j = 0; j < pa[w].pulls.size(); ++j) {
+          ASSERT_EQ(pa[w].pulls[j].key, pb[w].pulls[j].key);
+          ASSERT_EQ(pa[w].pulls[j].slot, pb[w].pulls[j].slot);
+        }
+      }
+    }
+  }
+}
+
+TEST(Scheduler, BruteForceIsNeverWorseThanHeraldPerIteration) {
+  Workload wl;
+  std::vector<StepPlan> plans;
+  for (int it = 0; it < 30; ++it) {
+    GlobalBatch b = wl.next(4, static_cast<std::uint64_t>(it));
+    Scheduler brute(config("brute", 4, 1, 20, wl)), herald(config("herald", 4, 1, 20, wl));
+    // Same history: a few iterations of the same random allocations first.
+    Workload hist;
+    std::mt19937_64 rng(5);
+    for (int h = 0; h < 10; ++h) {
+      GlobalBatch hb = hist.next(4, static_cast<std::uint64_t>(h));
+      auto alloc = random_allocation(4, 1, rng);
+      brute.schedule_with(hb, alloc, plans);
+      herald.schedule_with(hb, alloc, plans);
+    }
+    auto tb = brute.schedule(b, plans).traffic.transmissions();
+    auto th = herald.schedule(b, plans).traffic.transmissions();
+    ASSERT_LE(tb, th);
+  }
+}
+
+TEST(Scheduler, ImpossibleConfigurationsAreConfigErrors) {
+  Workload wl;
+  std::vector<StepPlan> plans;
+  Scheduler tiny(config("herald", 2, 4, 3, wl));  // 3 rows < a micro-batch's distinct rows
+  try {
+    tiny.schedule(wl.next(8, 0), plans);
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot hold"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_policy("fastest"), ConfigError);
+  EXPECT_THROW(parse_policy("het:x"), ConfigError);
+  EXPECT_THROW(parse_policy("fae:1.5"), ConfigError);
+  EXPECT_THROW(Scheduler(config("brute", 4, 2, 20, wl)), ConfigError);
+  Scheduler ok(config("vanilla", 2, 4, 30, wl));
+  EXPECT_THROW(ok.schedule(wl.next(6, 0), plans), ConfigError);  // not W x B samples
+}
+
+}  // namespace
+}  // namespace ember::scheduler

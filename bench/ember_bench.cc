@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "bench_data.h"
+#include "bench_sched.h"
 #include "ember/common/error.h"
 
 int main(int argc, char** argv) {
@@ -15,6 +16,9 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "one JSON object per result line");
   auto* data = app.add_subcommand("data", "prep throughput vs plain read, peak RSS, reader samples/s");
   ember::bench::add_data_options(*data, data_opts);
+  ember::bench::SchedBenchOptions sched_opts;
+  auto* sched = app.add_subcommand("sched", "scheduling time per global batch vs a straightforward Algorithm 1");
+  ember::bench::add_sched_options(*sched, sched_opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -22,6 +26,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*data) return ember::bench::run_data_bench(data_opts, json);
+    if (*sched) return ember::bench::run_sched_bench(sched_opts, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember-bench: error: %s\n", e.what());
     return ember::exit_code(e);

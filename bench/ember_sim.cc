@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -29,19 +30,13 @@ struct SyntheticDataset {
   }
 };
 
-fs::path make_synthetic(SyntheticDataset& holder, const std::string& like, double scale, std::uint64_t rows, std::uint64_t seed,
-                        bool iid, bool quiet) {
+fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std::string& like, bool quiet) {
   holder.dir = fs::temp_directory_path() / fmt::format("ember-sim-{}", ::getpid());
   fs::create_directories(holder.dir);
-  data::GenOptions g;
   g.like = data::parse_source_format(like);
   if (g.like == data::SourceFormat::kCriteoCsv) throw ConfigError("--synthetic must be criteo or avazu");
-  g.rows = rows;
-  g.scale = scale;
-  g.seed = seed;
-  g.iid = iid;
   g.output = holder.dir / "data.txt";
-  if (!quiet) std::fprintf(stderr, "ember-sim: generating %llu %s-like rows (scale %g)...\n", static_cast<unsigned long long>(rows), like.c_str(), scale);
+  if (!quiet) std::fprintf(stderr, "ember-sim: generating %llu %s-like rows (scale %g)...\n", static_cast<unsigned long long>(g.rows), like.c_str(), g.scale);
   data::generate(g);
   data::PrepOptions p;
   p.format = g.like;
@@ -57,16 +52,20 @@ fs::path make_synthetic(SyntheticDataset& holder, const std::string& like, doubl
 int main(int argc, char** argv) {
   CLI::App app{"ember-sim: count embedding traffic per scheduling policy"};
   std::string data_dir, synthetic, policies = "vanilla,laia,plan,herald";
-  double scale = 1.0;
-  std::uint64_t rows = 0;
-  bool iid = false, json = false, quiet = false;
+  data::GenOptions gen;
+  bool json = false, quiet = false;
   scheduler::SimOptions o;
   auto* data_opt = app.add_option("--data", data_dir, "dataset directory from `ember-data prep`");
   auto* syn_opt = app.add_option("--synthetic", synthetic, "criteo or avazu: generate a dataset instead");
   data_opt->excludes(syn_opt);
-  app.add_option("--scale", scale, "synthetic: table cardinalities relative to the real ones")->capture_default_str();
-  app.add_option("--rows", rows, "synthetic: rows to generate (default: exactly the batches needed)");
-  app.add_flag("--iid", iid, "synthetic: independent per-table draws (no entities or drift)");
+  gen.rows = 0;
+  app.add_option("--scale", gen.scale, "synthetic: table cardinalities relative to the real ones")->capture_default_str();
+  app.add_option("--rows", gen.rows, "synthetic: rows to generate (default: exactly the batches needed)");
+  app.add_flag("--iid", gen.iid, "synthetic: independent per-table draws (no entities or drift)");
+  app.add_option("--coupling", gen.coupling, "synthetic: probability an id-like table takes the row's entity value")->capture_default_str();
+  app.add_option("--session", gen.session, "synthetic: probability a row reuses the previous row's entity")->capture_default_str();
+  app.add_option("--drift", gen.drift, "synthetic: popularity ranking positions shifted per 10,000 rows")->capture_default_str();
+  app.add_option("--entities", gen.entities, "synthetic: latent entities (0 = 1e6 x scale)")->capture_default_str();
   app.add_option("--workers", o.workers, "workers")->capture_default_str();
   app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker per iteration")->capture_default_str();
   app.add_option("--cache-ratio", o.cache_ratio, "cache rows per worker as a share of all rows")->capture_default_str();
@@ -93,9 +92,19 @@ int main(int argc, char** argv) {
     fs::path dir = data_dir;
     if (!synthetic.empty()) {
       std::uint64_t need = (o.warmup + o.iterations) * o.workers * o.batch_per_worker;
-      dir = make_synthetic(holder, synthetic, scale, rows > 0 ? rows : need, o.seed, iid, quiet);
+      if (gen.rows == 0) gen.rows = need;
+      gen.seed = o.seed;
+      dir = make_synthetic(holder, gen, synthetic, quiet);
     }
     data::Dataset ds = data::Dataset::open(dir, {false});
+    if (!synthetic.empty()) {
+      // The file holds a sample of each table; the key space (and the cache ratio) is
+      // the generator's full tables, as it would be for the real dataset.
+      for (std::uint64_t card : data::real_cardinalities(data::parse_source_format(synthetic))) {
+        o.table_rows.push_back(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card) * gen.scale))) +
+                               data::kFirstValueRow);
+      }
+    }
     Stopwatch last;
     if (!quiet) {
       o.on_progress = [&](const std::string& p, std::uint64_t done, std::uint64_t total) {
@@ -112,7 +121,7 @@ int main(int argc, char** argv) {
       if (r.policy == "vanilla") vanilla = &r;
     }
     auto reduction = [&](std::uint64_t v, std::uint64_t x) { return v > 0 ? 1.0 - static_cast<double>(x) / static_cast<double>(v) : 0.0; };
-    const auto total_rows = ds.manifest().total_table_rows();
+    const auto total_rows = scheduler::key_space(ds, o).back();
     if (!json) {
       std::cout << fmt::format("{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
                                o.workers, o.batch_per_worker, results.front().cache_rows, o.cache_ratio, total_rows,

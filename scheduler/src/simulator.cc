@@ -46,6 +46,21 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
   return h;
 }
 
+std::vector<std::uint64_t> key_space(const data::Dataset& ds, const SimOptions& o) {
+  const auto& tables = ds.manifest().tables;
+  if (!o.table_rows.empty() && o.table_rows.size() != tables.size()) {
+    throw ConfigError("table_rows has " + std::to_string(o.table_rows.size()) + " entries for " + std::to_string(tables.size()) + " tables");
+  }
+  std::vector<std::uint64_t> off;
+  std::uint64_t acc = 0;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    off.push_back(acc);
+    acc += o.table_rows.empty() ? tables[t].rows : std::max(tables[t].rows, o.table_rows[t]);
+  }
+  off.push_back(acc);
+  return off;
+}
+
 std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows) {
   if (!(ratio > 0 && ratio <= 1)) throw ConfigError("--cache-ratio must be in (0, 1]");
   double rows = std::ceil(ratio * static_cast<double>(total_rows));
@@ -54,8 +69,9 @@ std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows) {
 }
 
 std::vector<std::uint8_t> profile_hot_rows(const data::Dataset& ds, const SimOptions& o, double fraction) {
-  const auto offsets = ds.manifest().table_offsets();
-  const std::uint64_t num_keys = ds.manifest().total_table_rows();
+  auto offsets = key_space(ds, o);
+  const std::uint64_t num_keys = offsets.back();
+  offsets.pop_back();
   std::vector<std::uint32_t> count(num_keys, 0);
   data::BatchReader reader = make_reader(ds, o);
   data::Batch b;
@@ -77,8 +93,9 @@ SimResult simulate(const data::Dataset& ds, const Policy& policy, const SimOptio
   SchedulerConfig c;
   c.workers = o.workers;
   c.batch_per_worker = o.batch_per_worker;
-  c.table_offsets = ds.manifest().table_offsets();
-  c.num_keys = ds.manifest().total_table_rows();
+  c.table_offsets = key_space(ds, o);
+  c.num_keys = c.table_offsets.back();
+  c.table_offsets.pop_back();
   c.cache_rows = cache_rows_for(o.cache_ratio, c.num_keys);
   c.policy = policy;
   c.seed = o.seed;

@@ -25,6 +25,9 @@ struct SimOptions {
   double budget_ms = 0;         // adaptive LAIA
   std::uint32_t partitions = 1;
   bool digest = false;          // hash every plan of every worker (determinism checks)
+  // Rows per table of the key space (and so of the cache ratio), when the dataset saw
+  // only part of each table (a short synthetic file); empty = the manifest's rows.
+  std::vector<std::uint64_t> table_rows;
   std::function<void(const std::string& policy, std::uint64_t done, std::uint64_t total)> on_progress;
 };
 
@@ -46,6 +49,10 @@ struct SimResult {
     return total > 0 ? static_cast<double>(traffic.hits) / total : 0.0;
   }
 };
+
+// Global key offsets per table: from SimOptions::table_rows when given (each at least
+// the manifest's rows), else from the manifest. The last element is the key space size.
+std::vector<std::uint64_t> key_space(const data::Dataset& ds, const SimOptions& o);
 
 // Cache rows per worker for a ratio of the key space.
 std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows);

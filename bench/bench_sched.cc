@@ -1,0 +1,149 @@
+// ember-bench sched: scheduling time per global batch (allocation + plan + cache-state
+// update) of the Scheduler, single-threaded and with 2 threads, next to a straightforward
+// Algorithm 1 measured in the same run on the same batches.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "bench_common.h"
+#include "bench_sched.h"
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+#include "ember/data/prep.h"
+#include "ember/data/synthetic.h"
+#include "ember/scheduler/scheduler.h"
+#include "naive_scheduler.h"
+
+namespace ember::bench {
+namespace fs = std::filesystem;
+
+void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
+  app.add_option("--workers", o.workers, "workers")->capture_default_str();
+  app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker")->capture_default_str();
+  app.add_option("--cache-ratio", o.cache_ratio, "cache share of all rows per worker")->capture_default_str();
+  app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
+  app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
+  app.add_option("--baseline-iterations", o.baseline_iterations, "timed iterations of the straightforward version")->capture_default_str();
+}
+
+int run_sched_bench(const SchedBenchOptions& o, bool json) {
+  Output out{json};
+  fs::path dir = fs::temp_directory_path() / fmt::format("ember-bench-sched-{}", ::getpid());
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  const std::uint64_t n = static_cast<std::uint64_t>(o.workers) * o.batch_per_worker;
+  const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations);
+  data::GenOptions g;
+  g.rows = batches * n;
+  g.scale = o.scale;
+  g.output = dir / "criteo.tsv";
+  out.text(fmt::format("generating {} Criteo-like rows (scale {}) ...\n", g.rows, o.scale));
+  data::generate(g);
+  data::PrepOptions p;
+  p.inputs = {g.output};
+  p.output = dir / "ds";
+  data::prepare_dataset(p);
+  fs::remove(g.output);
+  data::Dataset ds = data::Dataset::open(p.output, {false});
+
+  // Key space of the full tables (the file holds a sample of them), as in Herald.
+  scheduler::SchedulerConfig c;
+  c.workers = o.workers;
+  c.batch_per_worker = o.batch_per_worker;
+  std::uint64_t acc = 0;
+  const auto& card = data::real_cardinalities(data::SourceFormat::kCriteoTsv);
+  for (std::size_t t = 0; t < card.size(); ++t) {
+    c.table_offsets.push_back(acc);
+    acc += std::max<std::uint64_t>(ds.manifest().tables[t].rows,
+                                   static_cast<std::uint64_t>(std::llround(static_cast<double>(card[t]) * o.scale)) + data::kFirstValueRow);
+  }
+  c.num_keys = acc;
+  c.cache_rows = static_cast<std::uint32_t>(std::ceil(o.cache_ratio * static_cast<double>(acc)));
+  c.policy = scheduler::parse_policy("herald");
+  c.seed = 1;
+
+  // All batches in memory first, so only scheduling is timed.
+  std::vector<scheduler::GlobalBatch> gb(batches);
+  {
+    data::BatchReader reader(ds.split(data::Split::kTrain), {static_cast<std::size_t>(n), false, 0, true});
+    data::Batch b;
+    for (auto& x : gb) {
+      if (!reader.next(b)) throw Error("dataset shorter than expected");
+      scheduler::to_global_batch(b, c.table_offsets, x);
+    }
+  }
+  auto time_scheduler = [&](int threads, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
+    scheduler::SchedulerConfig cc = c;
+    cc.threads = threads;
+    scheduler::Scheduler s(cc);
+    std::vector<scheduler::StepPlan> plans;
+    std::vector<double> ms;
+    for (std::uint64_t i = 0; i < o.warmup + o.iterations; ++i) {
+      auto st = s.schedule(gb[i], plans);
+      if (i >= o.warmup) {
+        ms.push_back(st.sched_ms);
+        if (i < o.warmup + counted) traffic += st.traffic;
+      }
+    }
+    bytes = s.memory_bytes();
+    return median(ms);
+  };
+  std::size_t bytes = 0, bytes2 = 0;
+  scheduler::TrafficCounts t1, t2;
+  double m1 = time_scheduler(1, bytes, t1, o.baseline_iterations);
+  double m2 = time_scheduler(2, bytes2, t2, o.baseline_iterations);
+
+  // The straightforward version on the same batches; its decisions must match.
+  NaiveHeraldScheduler naive(o.workers, o.batch_per_worker, c.cache_rows, c.seed);
+  std::vector<double> base;
+  scheduler::TrafficCounts tb;
+  for (std::uint64_t i = 0; i < o.warmup + o.baseline_iterations; ++i) {
+    Stopwatch sw;
+    auto t = naive.schedule(gb[i]);
+    double ms = sw.millis();
+    if (i >= o.warmup) {
+      base.push_back(ms);
+      tb += t;
+    }
+  }
+  double mb = median(base);
+  bool agree = tb.transmissions() == t1.transmissions() && tb.hits == t1.hits && t1.transmissions() == t2.transmissions();
+  if (!agree) {
+    throw Error(fmt::format("the straightforward scheduler disagrees: {} vs {} transmissions", tb.transmissions(), t1.transmissions()));
+  }
+  const double slots = static_cast<double>(c.cache_rows) * o.workers;
+  out.text(fmt::format(
+      "herald, {} workers x {} samples, {} tables, {} key rows, cache {} rows per worker; median over {} batches after {} warm-up\n"
+      "{:<44}{:>12}\n{:<44}{:>12.3f}\n{:<44}{:>12.3f}\n{:<44}{:>12.3f}\n{:<44}{:>12.1f}\n{:<44}{:>12.1f}\n{:<44}{:>12.0f}\n{:<44}{:>12}\n",
+      o.workers, o.batch_per_worker, c.table_offsets.size(), c.num_keys, c.cache_rows, o.iterations, o.warmup, "figure", "value",
+      "median ms per batch, 1 thread", m1, "median ms per batch, 2 threads", m2,
+      fmt::format("straightforward Algorithm 1, median ms ({} it.)", o.baseline_iterations), mb, "speedup vs straightforward (1 thread)",
+      mb / m1, "scheduler bytes per cache slot", static_cast<double>(bytes) / slots, "scheduler MB", static_cast<double>(bytes) / 1e6,
+      "decisions agree with the straightforward version", agree ? "yes" : "no"));
+  out.text("targets: <= 2 ms per batch on one core, >= 10x the straightforward version\n");
+  out.row({{"bench", "sched"},
+           {"workers", o.workers},
+           {"batch_per_worker", o.batch_per_worker},
+           {"tables", c.table_offsets.size()},
+           {"key_rows", c.num_keys},
+           {"cache_rows", c.cache_rows},
+           {"median_ms", m1},
+           {"median_ms_2threads", m2},
+           {"baseline_median_ms", mb},
+           {"speedup", mb / m1},
+           {"bytes_per_cache_slot", static_cast<double>(bytes) / slots},
+           {"scheduler_mb", static_cast<double>(bytes) / 1e6},
+           {"agree", agree}});
+  return 0;
+}
+
+}  // namespace ember::bench

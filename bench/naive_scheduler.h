@@ -1,0 +1,150 @@
+// A straightforward implementation of Herald's Algorithm 1 "as printed" plus the
+// contract's state update, for `ember-bench sched` to compare against: every sample is
+// scored against every worker's cache (one lookup per sample x worker x table), caches
+// are node-based (std::unordered_map + std::list). It makes the same decisions as the
+// Scheduler (same tie-breaking stream), so the benchmark also checks both agree.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <unordered_map>
+#include <vector>
+
+#include "ember/common/hash.h"
+#include "ember/data/zipf.h"
+#include "ember/scheduler/global_batch.h"
+#include "ember/scheduler/step_plan.h"
+
+namespace ember::bench {
+
+class NaiveHeraldScheduler {
+ public:
+  NaiveHeraldScheduler(std::uint32_t workers, std::uint32_t batch_per_worker, std::size_t capacity, std::uint64_t seed)
+      : W_(workers), B_(batch_per_worker), cap_(capacity), seed_(seed), caches_(workers) {}
+
+  scheduler::TrafficCounts schedule(const scheduler::GlobalBatch& b) {
+    scheduler::TrafficCounts c;
+    const std::uint32_t n = b.samples, T = b.tables;
+    // Algorithm 1: score every sample against every worker's cache.
+    std::vector<std::uint32_t> worker_of(n), room(W_, B_), ties;
+    data::SplitMix64 rng(mix64(seed_ ^ mix64(iteration_ * 131 + 0 + 0x1a1a)));
+    for (std::uint32_t i = 0; i < n; ++i) {
+      int best = -1;
+      ties.clear();
+      for (std::uint32_t w = 0; w < W_; ++w) {
+        if (room[w] == 0) continue;
+        int score = 0;
+        for (std::uint32_t t = 0; t < T; ++t) {
+          auto it = caches_[w].map.find(b.key(i, t));
+          if (it != caches_[w].map.end() && it->second.state != kPartial) ++score;
+        }
+        if (score > best) {
+          best = score;
+          ties.clear();
+        }
+        if (score == best) ties.push_back(w);
+      }
+      std::uint32_t w = ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
+      worker_of[i] = w;
+      --room[w];
+    }
+    // Who trains what; each worker's rows in micro-batch order.
+    std::unordered_map<Key, std::uint64_t> users;
+    std::vector<Key> order;
+    std::vector<std::vector<Key>> kw(W_);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (std::uint32_t t = 0; t < T; ++t) {
+        auto [it, fresh] = users.try_emplace(b.key(i, t), 0);
+        if (fresh) order.push_back(b.key(i, t));
+        it->second |= std::uint64_t{1} << worker_of[i];
+      }
+    }
+    for (std::uint32_t w = 0; w < W_; ++w) {
+      std::unordered_map<Key, bool> seen;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (worker_of[i] != w) continue;
+        for (std::uint32_t t = 0; t < T; ++t) {
+          if (seen.emplace(b.key(i, t), true).second) kw[w].push_back(b.key(i, t));
+        }
+      }
+    }
+    // Sync on demand.
+    for (Key k : order) {
+      std::uint64_t u = users[k];
+      for (std::uint32_t w = 0; w < W_; ++w) {
+        auto it = caches_[w].map.find(k);
+        if (it == caches_[w].map.end()) continue;
+        if (it->second.state == kPartial) {
+          ++c.push_grad;
+          caches_[w].erase(k);
+        } else if (it->second.state == kDirty && (u & ~(std::uint64_t{1} << w))) {
+          ++c.push_value;
+          it->second.state = kClean;
+        }
+      }
+    }
+    // Pulls: hits first, then misses.
+    for (std::uint32_t w = 0; w < W_; ++w) {
+      Cache& cw = caches_[w];
+      std::vector<Key> miss;
+      for (Key k : kw[w]) {
+        auto it = cw.map.find(k);
+        if (it != cw.map.end()) {
+          cw.lru.splice(cw.lru.end(), cw.lru, it->second.pos);
+          ++c.hits;
+        } else {
+          miss.push_back(k);
+        }
+      }
+      for (Key k : miss) {
+        ++c.pulls;
+        if (cw.map.size() == cap_) {
+          Key e = cw.lru.front();
+          if (cw.map[e].state != kClean) ++c.push_evict;
+          cw.erase(e);
+        }
+        cw.lru.push_back(k);
+        cw.map[k] = {std::prev(cw.lru.end()), kClean};
+      }
+    }
+    // Train.
+    for (Key k : order) {
+      std::uint64_t u = users[k];
+      for (std::uint32_t w = 0; w < W_; ++w) {
+        bool trains = (u >> w) & 1;
+        auto it = caches_[w].map.find(k);
+        if (it == caches_[w].map.end()) continue;
+        if (!trains) {
+          caches_[w].erase(k);
+        } else {
+          it->second.state = std::popcount(u) == 1 ? kDirty : kPartial;
+        }
+      }
+    }
+    ++iteration_;
+    return c;
+  }
+
+ private:
+  enum State { kClean, kDirty, kPartial };
+  struct Entry {
+    std::list<Key>::iterator pos;
+    State state;
+  };
+  struct Cache {
+    std::list<Key> lru;
+    std::unordered_map<Key, Entry> map;
+    void erase(Key k) {
+      auto it = map.find(k);
+      lru.erase(it->second.pos);
+      map.erase(it);
+    }
+  };
+  std::uint32_t W_, B_;
+  std::size_t cap_;
+  std::uint64_t seed_;
+  std::uint64_t iteration_ = 0;
+  std::vector<Cache> caches_;
+};
+
+}  // namespace ember::bench

@@ -4,30 +4,36 @@
 
 namespace ember::cache {
 
-LruIndex::LruIndex(std::uint32_t capacity)
-    : capacity_(capacity), map_(capacity), keys_(capacity), prev_(capacity), next_(capacity) {
+LruIndex::LruIndex(std::uint32_t capacity) : capacity_(capacity), map_(capacity), keys_(capacity), stamp_(capacity, 0) {
+  queue_.reserve(2 * static_cast<std::size_t>(capacity) + 1024);
   // A stack of free slots, 0 on top: deterministic, O(1).
   free_.reserve(capacity);
   for (std::uint32_t s = capacity; s > 0; --s) free_.push_back(s - 1);
 }
 
-void LruIndex::unlink(std::uint32_t s) {
-  std::uint32_t p = prev_[s], n = next_[s];
-  if (p != kNone) next_[p] = n; else head_ = n;
-  if (n != kNone) prev_[n] = p; else tail_ = p;
+void LruIndex::append(std::uint32_t slot) {
+  if (queue_.size() >= 2 * static_cast<std::size_t>(capacity_) + 1024 || next_stamp_ == ~std::uint32_t{0}) compact();
+  stamp_[slot] = next_stamp_;
+  queue_.push_back({slot, next_stamp_++});
 }
 
-void LruIndex::push_back(std::uint32_t s) {
-  prev_[s] = tail_;
-  next_[s] = kNone;
-  if (tail_ != kNone) next_[tail_] = s; else head_ = s;
-  tail_ = s;
+void LruIndex::compact() {
+  // Keep the live entries in order and renumber their stamps from 1.
+  std::size_t out = 0;
+  std::uint32_t stamp = 1;
+  for (std::size_t i = head_; i < queue_.size(); ++i) {
+    Entry e = queue_[i];
+    if (stamp_[e.slot] != e.stamp) continue;
+    stamp_[e.slot] = stamp;
+    queue_[out++] = {e.slot, stamp++};
+  }
+  queue_.resize(out);
+  head_ = 0;
+  next_stamp_ = stamp;
 }
 
-void LruIndex::touch(std::uint32_t s) {
-  if (s == tail_) return;
-  unlink(s);
-  push_back(s);
+void LruIndex::skip_stale() {
+  while (head_ < queue_.size() && stamp_[queue_[head_].slot] != queue_[head_].stamp) ++head_;
 }
 
 std::uint32_t LruIndex::insert(Key key) {
@@ -36,27 +42,31 @@ std::uint32_t LruIndex::insert(Key key) {
   free_.pop_back();
   keys_[s] = key;
   map_[key] = s;
-  push_back(s);
+  append(s);
   ++size_;
   return s;
 }
 
+Key LruIndex::lru_key() {
+  skip_stale();
+  return keys_[queue_[head_].slot];
+}
+
 std::uint32_t LruIndex::evict(Key& key) {
-  std::uint32_t s = head_;
+  skip_stale();
+  std::uint32_t s = queue_[head_++].slot;
   key = keys_[s];
-  unlink(s);
   map_.erase(key);
+  stamp_[s] = 0;
   free_.push_back(s);
   --size_;
   return s;
 }
 
 std::uint32_t LruIndex::erase(Key key) {
-  const std::uint32_t* p = map_.find(key);
-  if (p == nullptr) return kNone;
-  std::uint32_t s = *p;
-  unlink(s);
-  map_.erase(key);
+  std::uint32_t s;
+  if (!map_.erase(key, s)) return kNone;
+  stamp_[s] = 0;
   free_.push_back(s);
   --size_;
   return s;
@@ -64,12 +74,15 @@ std::uint32_t LruIndex::erase(Key key) {
 
 std::vector<Key> LruIndex::keys_lru_order() const {
   std::vector<Key> out;
-  for (std::uint32_t s = head_; s != kNone; s = next_[s]) out.push_back(keys_[s]);
+  for (std::size_t i = head_; i < queue_.size(); ++i) {
+    if (stamp_[queue_[i].slot] == queue_[i].stamp) out.push_back(keys_[queue_[i].slot]);
+  }
   return out;
 }
 
 std::size_t LruIndex::memory_bytes() const {
-  return map_.memory_bytes() + keys_.capacity() * sizeof(Key) + (prev_.capacity() + next_.capacity() + free_.capacity()) * sizeof(std::uint32_t);
+  return map_.memory_bytes() + keys_.capacity() * sizeof(Key) + stamp_.capacity() * sizeof(std::uint32_t) +
+         queue_.capacity() * sizeof(Entry) + free_.capacity() * sizeof(std::uint32_t);
 }
 
 }  // namespace ember::cache

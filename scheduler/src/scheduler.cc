@@ -18,7 +18,6 @@ namespace ember::scheduler {
 namespace {
 
 constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
-constexpr std::uint32_t kHotD = ~std::uint32_t{0};
 constexpr std::uint32_t kDoiInterval = 16;     // iterations between DoI updates
 constexpr std::uint32_t kDoiSamplesPerWorker = 4096;
 
@@ -48,6 +47,9 @@ struct Scheduler::Scratch {
   std::vector<std::uint32_t> worker_of;
   std::vector<TrafficCounts> per_worker;
   std::vector<std::uint32_t> hot_keys;       // fae: distinct hot rows of the batch (d of index)
+  std::vector<std::uint8_t> owner_d;         // d -> latest holder before the iteration
+  std::vector<std::uint8_t> partial_d;       // d -> had partial holders before the iteration
+  std::vector<std::uint8_t> hot_d;           // d -> fae hot row
 };
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -111,16 +113,56 @@ std::size_t Scheduler::memory_bytes() const {
 
 IterationStats Scheduler::schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans) {
   Stopwatch sw;
-  IterationStats st;
-  auto& worker_of = scratch_->worker_of;
-  allocate(batch, worker_of, st);
-  std::vector<std::uint32_t> alloc = worker_of;  // schedule_with reuses scratch
-  double alloc_ms = sw.millis();
-  IterationStats rest = schedule_with(batch, alloc, plans);
-  rest.sched_ms += alloc_ms;
-  rest.scoring_ms = st.scoring_ms;
-  rest.laia_tables = st.laia_tables;
-  return rest;
+  IterationStats alloc;
+  index_batch(batch);
+  std::vector<std::uint32_t>& worker_of = scratch_->worker_of;
+  allocate(batch, worker_of, alloc);
+  IterationStats st = apply(batch, worker_of, plans);
+  st.sched_ms = sw.millis();
+  st.scoring_ms = alloc.scoring_ms;
+  st.laia_tables = alloc.laia_tables;
+  return st;
+}
+
+IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
+                                        std::vector<StepPlan>& plans) {
+  Stopwatch sw;
+  index_batch(batch);
+  IterationStats st = apply(batch, worker_of, plans);
+  st.sched_ms = sw.millis();
+  return st;
+}
+
+void Scheduler::index_batch(const GlobalBatch& batch) {
+  Scratch& s = *scratch_;
+  const std::uint32_t n = batch.samples, T = batch.tables;
+  if (T != tables_) throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
+  const bool fae = config_.policy.kind == PolicyKind::kFae;
+  s.index.clear();
+  // Sized by the last batch's distinct rows: a small table stays in L2 (it grows when
+  // needed).
+  s.index.reserve(2 * s.keys.size() + 1024);
+  s.keys.clear();
+  s.hot_d.clear();
+  s.dpos.resize(static_cast<std::size_t>(n) * T);
+  for (std::size_t j = 0; j < s.dpos.size(); ++j) {
+    const Key k = batch.keys[j];
+    if (k >= config_.num_keys) throw ConfigError("key " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " rows of the tables");
+    auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
+    if (fresh) {
+      s.keys.push_back(k);
+      s.hot_d.push_back(fae && config_.hot[k]);
+      loc_.prefetch(k);
+    }
+    s.dpos[j] = *d;
+  }
+  const std::size_t D = s.keys.size();
+  s.owner_d.resize(D);
+  s.partial_d.resize(D);
+  for (std::size_t d = 0; d < D; ++d) {
+    s.owner_d[d] = loc_.owner(s.keys[d]);
+    s.partial_d[d] = loc_.has_partial(s.keys[d]);
+  }
 }
 
 void Scheduler::allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st) {
@@ -152,9 +194,9 @@ void Scheduler::allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_
   auto score_range = [&](std::uint32_t begin, std::uint32_t end) {
     for (std::uint32_t i = begin; i < end; ++i) {
       std::uint16_t* s = &scores[static_cast<std::size_t>(i) * W];
-      const Key* k = &batch.keys[static_cast<std::size_t>(i) * T];
+      const std::uint32_t* d = &scratch_->dpos[static_cast<std::size_t>(i) * T];
       for (std::uint32_t t : tables) {
-        std::uint8_t o = loc_.owner(k[t]);
+        std::uint8_t o = scratch_->owner_d[d[t]];
         if (o != cache::LocationMap::kNoOwner) ++s[o];
       }
     }
@@ -237,8 +279,8 @@ void Scheduler::profile(const GlobalBatch& batch, double scoring_ms) {
     if (l->size() == 0) continue;
     for (std::uint32_t i = 0; i < kDoiSamplesPerWorker; ++i) {
       std::uint32_t s = static_cast<std::uint32_t>(rng.below(l->capacity()));
+      if (!l->occupied(s)) continue;
       Key k = l->key_at(s);
-      if (l->find(k) != s) continue;  // free slot
       auto t = static_cast<std::uint32_t>(std::upper_bound(config_.table_offsets.begin(), config_.table_offsets.end(), k) -
                                           config_.table_offsets.begin() - 1);
       ++cached[t];
@@ -258,9 +300,8 @@ void Scheduler::profile(const GlobalBatch& batch, double scoring_ms) {
   scored_tables_ = order;
 }
 
-IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
-                                        std::vector<StepPlan>& plans) {
-  Stopwatch sw;
+IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
+                                std::vector<StepPlan>& plans) {
   IterationStats st;
   Scratch& s = *scratch_;
   const std::uint32_t W = config_.workers, n = batch.samples, T = batch.tables, B = config_.batch_per_worker;
@@ -270,7 +311,6 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
   if (n != W * B) {
     throw ConfigError("global batch of " + std::to_string(n) + " samples; expected workers x batch-per-worker = " + std::to_string(W * B));
   }
-  if (T != tables_) throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
   plans.resize(W);
   for (std::uint32_t w = 0; w < W; ++w) {
     plans[w].clear();
@@ -281,29 +321,20 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
   for (std::uint32_t w = 0; w < W; ++w) {
     if (plans[w].samples.size() != B) throw Error("allocation is not balanced");
   }
-
-  // Distinct rows of the batch (first appearance in batch order) and who trains them.
-  s.index.clear();
-  s.keys.clear();
-  s.umask.clear();
+  // Who trains each distinct row: U(k).
+  const std::uint32_t D = static_cast<std::uint32_t>(s.keys.size());
+  s.umask.assign(D, 0);
   s.hot_keys.clear();
-  s.dpos.resize(static_cast<std::size_t>(n) * T);
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint64_t wb = bit(worker_of[i]);
-    for (std::uint32_t t = 0; t < T; ++t) {
-      Key k = batch.keys[static_cast<std::size_t>(i) * T + t];
-      if (k >= config_.num_keys) throw ConfigError("key " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " rows of the tables");
-      auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
-      if (fresh) {
-        s.keys.push_back(k);
-        s.umask.push_back(0);
-        if (fae && config_.hot[k]) s.hot_keys.push_back(*d);
-      }
-      s.umask[*d] |= wb;
-      s.dpos[static_cast<std::size_t>(i) * T + t] = (fae && config_.hot[k]) ? kHotD : *d;
+    const std::uint32_t* d = &s.dpos[static_cast<std::size_t>(i) * T];
+    for (std::uint32_t t = 0; t < T; ++t) s.umask[d[t]] |= wb;
+  }
+  if (fae) {
+    for (std::uint32_t d = 0; d < D; ++d) {
+      if (s.hot_d[d]) s.hot_keys.push_back(d);
     }
   }
-  const std::uint32_t D = static_cast<std::uint32_t>(s.keys.size());
   // Each worker's distinct rows in micro-batch order.
   s.kw.resize(W);
   s.stamp.assign(D, 0);
@@ -313,7 +344,7 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
     for (std::uint32_t i : plans[w].samples) {
       for (std::uint32_t t = 0; t < T; ++t) {
         std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
-        if (d == kHotD || s.stamp[d] == w + 1) continue;
+        if (s.stamp[d] == w + 1 || (fae && s.hot_d[d])) continue;
         s.stamp[d] = w + 1;
         kw.push_back(d);
       }
@@ -330,10 +361,19 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
   // 1. Sync on demand: partial holders of a needed row push their gradients (the PS
   //    aggregates and applies once); a dirty owner pushes its value if another needs it.
   if (policy.on_demand()) {
+    // Two-stage prefetch: the partial mask 16 rows ahead, the holders' index entries 8
+    // ahead; these rows miss the cache otherwise.
+    constexpr std::uint32_t kFar = 16, kNear = 8;
     for (std::uint32_t d = 0; d < D; ++d) {
+      if (d + kFar < D && s.partial_d[d + kFar]) loc_.prefetch_partial(s.keys[d + kFar]);
+      if (d + kNear < D && s.partial_d[d + kNear]) {
+        const Key kn = s.keys[d + kNear];
+        for_each_bit(loc_.partial(kn), [&](std::uint32_t w) { lru_[w]->prefetch(kn); });
+      }
       const Key k = s.keys[d];
       const std::uint64_t U = s.umask[d];
-      if (std::uint64_t P = loc_.partial(k)) {
+      if (s.partial_d[d]) {
+        std::uint64_t P = loc_.partial(k);
         for_each_bit(P, [&](std::uint32_t w) {
           std::uint32_t slot = lru_[w]->erase(k);
           plans[w].push_grads.push_back({k, slot});
@@ -341,8 +381,8 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
         });
         loc_.set_partial(k, 0);
       }
-      std::uint8_t o = loc_.owner(k);
-      if (o != cache::LocationMap::kNoOwner && loc_.dirty(k) && (U & ~bit(o)) != 0) {
+      std::uint8_t o = s.owner_d[d];
+      if (o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0 && loc_.dirty(k)) {
         plans[o].push_values.push_back({k, lru_[o]->find(k)});
         ++s.per_worker[o].push_value;
         loc_.set_clean(k);
@@ -360,15 +400,29 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
     TrafficCounts& c = s.per_worker[w];
     const auto& kw = s.kw[w];
     plan.rows.resize(kw.size());
-    for (std::size_t j = 0; j < kw.size(); ++j) {
+    // Index entries 16 rows ahead; for hits, their list nodes 8 ahead (found early and
+    // kept in plan.rows until used).
+    constexpr std::size_t kFar = 16, kNear = 8;
+    const std::size_t nk = kw.size();
+    for (std::size_t j = 0; j < std::min(nk, kNear); ++j) {
+      if (!het && s.owner_d[kw[j]] == w) plan.rows[j].slot = lru.find(s.keys[kw[j]]);
+    }
+    for (std::size_t j = 0; j < nk; ++j) {
+      if (j + kFar < nk) lru.prefetch(s.keys[kw[j + kFar]]);
+      if (!het && j + kNear < nk && s.owner_d[kw[j + kNear]] == w) {
+        std::uint32_t early = lru.find(s.keys[kw[j + kNear]]);
+        plan.rows[j + kNear].slot = early;
+        lru.prefetch_slot(early);
+      }
       const std::uint32_t d = kw[j];
       const Key k = s.keys[d];
       std::uint32_t slot = kNoSlot;
       if (het) {
         std::uint32_t cs = lru.find(k);
         if (cs != kNoSlot && ps_version_[k] - copy_version_[w][cs] <= S) slot = cs;
-      } else if (loc_.owner(k) == w) {
-        slot = lru.find(k);
+      } else if (s.owner_d[d] == w) {
+        // Latest at w before the iteration, and w needs it now: still there.
+        slot = plan.rows[j].slot;
       }
       plan.rows[j] = {k, slot, std::popcount(s.umask[d]) > 1};
       if (slot != kNoSlot) {
@@ -393,7 +447,7 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
           pull.evicted = e;
           if (het) {
             pull.kind = EvictKind::kClean;  // gradients were pushed when computed
-            loc_.clear_partial_bit(e, w);   // het keeps its holder set here
+            loc_.remove_holder(e, w);
           } else if (loc_.owner(e) == w) {
             pull.kind = loc_.dirty(e) ? EvictKind::kDirty : EvictKind::kClean;
             loc_.clear_owner(e);
@@ -410,7 +464,7 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
       }
       if (het) {
         copy_version_[w][pull.slot] = ps_version_[k];
-        loc_.set_partial_bit(k, w);
+        loc_.add_holder(k, w);
       }
       row.slot = pull.slot;
       plan.pulls.push_back(pull);
@@ -428,9 +482,10 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
   //    keep a partial gradient; a latest copy elsewhere is now stale and dropped.
   //    Full-set policies then push every trained row's gradient at once.
   for (std::uint32_t d = 0; d < D; ++d) {
+    if (policy.on_demand() && d + 8 < D && std::popcount(s.umask[d + 8]) > 1) loc_.prefetch_partial(s.keys[d + 8]);
     const Key k = s.keys[d];
     const std::uint64_t U = s.umask[d];
-    if (fae && config_.hot[k]) continue;
+    if (fae && s.hot_d[d]) continue;
     const std::uint32_t w0 = static_cast<std::uint32_t>(std::countr_zero(U));
     const bool sole = std::popcount(U) == 1;
     auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
@@ -442,7 +497,7 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
       });
       // The sole trainer applied its own update: its copy is as new as the PS's.
       if (sole) copy_version_[w0][slot_of(w0)] = ps_version_[k];
-      std::uint64_t holders = loc_.partial(k);
+      std::uint64_t holders = loc_.holders(k);
       for_each_bit(holders, [&](std::uint32_t h) {
         std::uint32_t slot = lru_[h]->find(k);
         if (ps_version_[k] - copy_version_[h][slot] > S) {
@@ -451,10 +506,12 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
           holders &= ~bit(h);
         }
       });
-      loc_.set_partial(k, holders);
+      loc_.set_holders(k, holders);
       continue;
     }
-    std::uint8_t o = loc_.owner(k);
+    // The holder before the iteration, if it did not train the row, now has a stale
+    // copy (unless it evicted it meanwhile: erase then finds nothing).
+    std::uint8_t o = s.owner_d[d];
     if (o != cache::LocationMap::kNoOwner && (U & bit(o)) == 0) {
       std::uint32_t slot = lru_[o]->erase(k);
       if (slot != kNoSlot) plans[o].drops.push_back({k, slot});
@@ -485,7 +542,6 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
   for (const auto& c : s.per_worker) st.traffic += c;
   st.traffic.hot_sync = s.hot_keys.size();
   ++iteration_;
-  st.sched_ms = sw.millis();
   return st;
 }
 

@@ -4,13 +4,14 @@
 //
 // Invariant between iterations (DESIGN.md, row states): a row has at most one latest
 // holder (clean or dirty), or a set of partial holders, or neither (the PS holds the
-// latest). Flat arrays over the dense key space: 9 bytes per row, no hashing.
+// latest). Flat arrays over the dense key space: 10 bytes per row, no hashing.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <vector>
 
+#include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
 
 namespace ember::cache {
@@ -22,36 +23,69 @@ class LocationMap {
 
   LocationMap(std::uint64_t num_keys, std::uint32_t workers);
 
-  std::uint64_t num_keys() const { return owner_.size(); }
+  std::uint64_t num_keys() const { return state_.size(); }
   // The latest holder of `key`, or kNoOwner. Accesses are relaxed atomics: the
   // scheduler updates different workers' rows from parallel threads.
   std::uint8_t owner(Key key) const { return load(key) & 0x7f; }
   bool dirty(Key key) const { return (load(key) & 0x80) != 0; }
-  void set_owner(Key key, WorkerId w, bool dirty) { store(key, static_cast<std::uint8_t>(w | (dirty ? 0x80 : 0))); }
-  void clear_owner(Key key) { store(key, kNoOwner); }
-  void set_clean(Key key) { store(key, load(key) & 0x7f); }
+  void set_owner(Key key, WorkerId w, bool dirty) { store_owner(key, static_cast<std::uint8_t>(w | (dirty ? 0x80 : 0))); }
+  void clear_owner(Key key) { store_owner(key, kNoOwner); }
+  void set_clean(Key key) { store_owner(key, static_cast<std::uint8_t>(load(key) & 0x7f)); }
+  // Prefetches the row's entry (the scheduler reads it for every distinct row), and its
+  // partial mask (for writing).
+  void prefetch(Key key) const { __builtin_prefetch(&state_[key]); }
+  void prefetch_partial(Key key) const { __builtin_prefetch(&partial_[key], 1); }
+  // Whether the row has partial holders (without reading the mask).
+  bool has_partial(Key key) const { return (load(key) & kHasPartial) != 0; }
 
-  // Workers holding a partial gradient of `key` (bit w). The HET-style policy keeps
-  // its set of copy holders here instead.
-  std::uint64_t partial(Key key) const { return std::atomic_ref<const std::uint64_t>(partial_[key]).load(std::memory_order_relaxed); }
-  void set_partial(Key key, std::uint64_t mask) { std::atomic_ref<std::uint64_t>(partial_[key]).store(mask, std::memory_order_relaxed); }
-  void set_partial_bit(Key key, WorkerId w) {
-    std::atomic_ref<std::uint64_t>(partial_[key]).fetch_or(std::uint64_t{1} << w, std::memory_order_relaxed);
+  // Workers holding a partial gradient of `key` (bit w). A flag beside the owner says
+  // whether the mask is non-zero, so rows without partials cost one memory access.
+  std::uint64_t partial(Key key) const {
+    return (load(key) & kHasPartial) ? std::atomic_ref<const std::uint64_t>(partial_[key]).load(std::memory_order_relaxed) : 0;
   }
-  // Clears worker w's bit; returns the mask left.
+  void set_partial(Key key, std::uint64_t mask) {
+    std::atomic_ref<std::uint64_t>(partial_[key]).store(mask, std::memory_order_relaxed);
+    set_flag(key, mask != 0);
+  }
+  // Clears worker w's bit; returns the mask left. Safe when several workers clear bits
+  // of one row concurrently (evictions); not concurrently with set_partial.
   std::uint64_t clear_partial_bit(Key key, WorkerId w) {
     const std::uint64_t b = std::uint64_t{1} << w;
-    return std::atomic_ref<std::uint64_t>(partial_[key]).fetch_and(~b, std::memory_order_relaxed) & ~b;
+    std::uint64_t left = std::atomic_ref<std::uint64_t>(partial_[key]).fetch_and(~b, std::memory_order_relaxed) & ~b;
+    if (left == 0) set_flag(key, false);
+    return left;
   }
 
-  std::size_t memory_bytes() const { return owner_.size() * (sizeof(std::uint8_t) + sizeof(std::uint64_t)); }
+  // A plain per-row worker mask for policies that track every copy (het), without the
+  // flag; safe to set and clear bits concurrently.
+  std::uint64_t holders(Key key) const { return std::atomic_ref<const std::uint64_t>(partial_[key]).load(std::memory_order_relaxed); }
+  void set_holders(Key key, std::uint64_t mask) { std::atomic_ref<std::uint64_t>(partial_[key]).store(mask, std::memory_order_relaxed); }
+  void add_holder(Key key, WorkerId w) {
+    std::atomic_ref<std::uint64_t>(partial_[key]).fetch_or(std::uint64_t{1} << w, std::memory_order_relaxed);
+  }
+  void remove_holder(Key key, WorkerId w) {
+    std::atomic_ref<std::uint64_t>(partial_[key]).fetch_and(~(std::uint64_t{1} << w), std::memory_order_relaxed);
+  }
+
+  std::size_t memory_bytes() const { return state_.size() * (sizeof(std::uint16_t) + sizeof(std::uint64_t)); }
 
  private:
-  std::uint8_t load(Key key) const { return std::atomic_ref<const std::uint8_t>(owner_[key]).load(std::memory_order_relaxed); }
-  void store(Key key, std::uint8_t v) { std::atomic_ref<std::uint8_t>(owner_[key]).store(v, std::memory_order_relaxed); }
+  static constexpr std::uint16_t kHasPartial = 0x100;
+  std::uint16_t load(Key key) const { return std::atomic_ref<const std::uint16_t>(state_[key]).load(std::memory_order_relaxed); }
+  void store_owner(Key key, std::uint8_t v) {
+    std::atomic_ref<std::uint16_t> r(state_[key]);
+    std::uint16_t cur = r.load(std::memory_order_relaxed);
+    while (!r.compare_exchange_weak(cur, static_cast<std::uint16_t>((cur & 0xff00) | v), std::memory_order_relaxed)) {
+    }
+  }
+  void set_flag(Key key, bool on) {
+    std::atomic_ref<std::uint16_t> r(state_[key]);
+    if (on) r.fetch_or(kHasPartial, std::memory_order_relaxed); else r.fetch_and(static_cast<std::uint16_t>(~kHasPartial), std::memory_order_relaxed);
+  }
 
-  std::vector<std::uint8_t> owner_;    // bit 7 dirty, bits 0-6 worker (kNoOwner = none)
-  std::vector<std::uint64_t> partial_;
+  // Per row: low byte = owner | dirty bit, bit 8 = partial mask non-zero.
+  std::vector<std::uint16_t, HugePageAllocator<std::uint16_t>> state_;
+  std::vector<std::uint64_t, HugePageAllocator<std::uint64_t>> partial_;
 };
 
 }  // namespace ember::cache

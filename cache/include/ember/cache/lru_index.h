@@ -1,16 +1,23 @@
 // LruIndex: which rows a worker's cache holds, in which slot, in recency order.
 //
-// Exact LRU with O(1) find / touch / insert / evict / erase: an open-addressing map from
-// row key to slot, and a doubly linked recency list threaded through flat slot arrays
-// (no per-entry allocation). Freed slots are reused last-freed-first, so the same
-// sequence of operations gives the same slots in every process: the scheduler's model
-// of a worker's cache and the worker's real cache agree slot for slot.
+// Exact LRU, O(1) amortized find / touch / insert / evict / erase, built for caches of
+// millions of rows read at random:
+//  - an open-addressing map from row key to slot (no per-entry allocation);
+//  - recency as an append-only queue of (slot, stamp): a touch appends the slot with a
+//    new stamp and records the stamp at the slot; queue entries whose stamp no longer
+//    matches their slot's are stale and skipped when the LRU end is read. A touch costs
+//    one sequential append instead of relinking list neighbours (two random accesses);
+//    the queue is compacted (stamps renumbered) when it reaches twice the capacity.
+// Freed slots are reused last-freed-first, so the same sequence of operations gives the
+// same slots in every process: the scheduler's model of a worker's cache and the
+// worker's real cache agree slot for slot.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "ember/common/flat_map.h"
+#include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
 
 namespace ember::cache {
@@ -32,33 +39,49 @@ class LruIndex {
   }
   bool contains(Key key) const { return map_.find(key) != nullptr; }
   // Makes `slot` the most recently used.
-  void touch(std::uint32_t slot);
+  void touch(std::uint32_t slot) {
+    if (stamp_[slot] + 1 != next_stamp_) append(slot);
+  }
   // Adds `key` (absent) as most recently used; the cache must not be full.
   std::uint32_t insert(Key key);
   // The least recently used key (cache not empty).
-  Key lru_key() const { return keys_[head_]; }
+  Key lru_key();
   // Removes the least recently used entry; returns its slot (now free) and key.
   std::uint32_t evict(Key& key);
   // Removes `key` if present; returns its former slot or kNone.
   std::uint32_t erase(Key key);
   Key key_at(std::uint32_t slot) const { return keys_[slot]; }
+  // Whether `slot` holds a row.
+  bool occupied(std::uint32_t slot) const { return stamp_[slot] != 0; }
+
+  // Prefetches the index entry `key` would be found at (batch lookups ahead of use).
+  void prefetch(Key key) const { map_.prefetch(U64Map<std::uint32_t>::hash(key)); }
+  // Prefetches a slot's recency stamp (before touch).
+  void prefetch_slot(std::uint32_t slot) const { __builtin_prefetch(&stamp_[slot], 1); }
 
   // Keys from least to most recently used (tests, debugging).
   std::vector<Key> keys_lru_order() const;
-  // Bytes held by the index (map + slot arrays).
+  // Bytes held by the index.
   std::size_t memory_bytes() const;
 
  private:
-  void unlink(std::uint32_t slot);
-  void push_back(std::uint32_t slot);
+  struct Entry {
+    std::uint32_t slot;
+    std::uint32_t stamp;
+  };
+  void append(std::uint32_t slot);
+  void compact();
+  void skip_stale();
 
   std::uint32_t capacity_;
   std::uint32_t size_ = 0;
   U64Map<std::uint32_t> map_;
-  std::vector<Key> keys_;
-  std::vector<std::uint32_t> prev_, next_;
-  std::uint32_t head_ = kNone, tail_ = kNone;  // LRU end, MRU end
-  std::vector<std::uint32_t> free_;  // stack of free slots
+  std::vector<Key, HugePageAllocator<Key>> keys_;                // slot -> key
+  std::vector<std::uint32_t, HugePageAllocator<std::uint32_t>> stamp_;  // slot -> stamp (0 = free)
+  std::vector<Entry, HugePageAllocator<Entry>> queue_;           // recency, oldest first
+  std::size_t head_ = 0;                                         // first entry not yet consumed
+  std::uint32_t next_stamp_ = 1;
+  std::vector<std::uint32_t> free_;                              // stack of free slots
 };
 
 }  // namespace ember::cache

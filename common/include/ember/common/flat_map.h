@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "ember/common/hash.h"
+#include "ember/common/huge_pages.h"
 
 namespace ember {
 
@@ -24,7 +25,7 @@ class U64Map {
   U64Map(U64Map&&) noexcept = default;
   U64Map& operator=(U64Map&&) noexcept = default;
   U64Map(const U64Map& o)
-      : slots_(std::make_unique_for_overwrite<Slot[]>(o.mask_ + 1)),
+      : slots_(make_slots(o.mask_ + 1)),
         mask_(o.mask_),
         size_(o.size_),
         has_empty_key_(o.has_empty_key_),
@@ -84,12 +85,21 @@ class U64Map {
 
   // Removes `key`; returns whether it was present.
   bool erase(std::uint64_t key) {
-    if (key == kEmpty) return std::exchange(has_empty_key_, false);
+    V ignored;
+    return erase(key, ignored);
+  }
+  // Removes `key`, handing its value to `out`; returns whether it was present.
+  bool erase(std::uint64_t key, V& out) {
+    if (key == kEmpty) {
+      out = empty_key_value_;
+      return std::exchange(has_empty_key_, false);
+    }
     std::size_t i = hash(key) & mask_;
     for (;; i = (i + 1) & mask_) {
       if (slots_[i].key == key) break;
       if (slots_[i].key == kEmpty) return false;
     }
+    out = slots_[i].value;
     // Backward-shift: pull later entries of the probe run into the hole.
     for (std::size_t j = (i + 1) & mask_;; j = (j + 1) & mask_) {
       if (slots_[j].key == kEmpty) break;
@@ -147,7 +157,7 @@ class U64Map {
   void rehash(std::size_t cap) {
     auto old = std::move(slots_);
     std::size_t old_cap = old ? mask_ + 1 : 0;
-    slots_ = std::make_unique_for_overwrite<Slot[]>(cap);
+    slots_ = make_slots(cap);
     for (std::size_t i = 0; i < cap; ++i) slots_[i].key = kEmpty;
     mask_ = cap - 1;
     for (std::size_t i = 0; i < old_cap; ++i) {
@@ -158,7 +168,16 @@ class U64Map {
     }
   }
 
-  std::unique_ptr<Slot[]> slots_;
+  // Slot arrays come from huge_alloc (large ones on huge pages), uninitialized.
+  struct SlotDeleter {
+    std::size_t count;
+    void operator()(Slot* p) const noexcept { huge_free(p, count * sizeof(Slot)); }
+  };
+  static std::unique_ptr<Slot[], SlotDeleter> make_slots(std::size_t n) {
+    return std::unique_ptr<Slot[], SlotDeleter>(static_cast<Slot*>(huge_alloc(n * sizeof(Slot))), SlotDeleter{n});
+  }
+
+  std::unique_ptr<Slot[], SlotDeleter> slots_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
   bool has_empty_key_ = false;

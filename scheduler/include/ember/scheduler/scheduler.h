@@ -75,6 +75,10 @@ class Scheduler {
 
  private:
   struct Scratch;
+  // Distinct rows of the batch, where each sample's rows are, and each row's latest
+  // holder before the iteration (one location read per distinct row).
+  void index_batch(const GlobalBatch& batch);
+  IterationStats apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
   void allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
   void allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
   void allocate_random(std::uint32_t n, std::vector<std::uint32_t>& worker_of);

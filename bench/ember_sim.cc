@@ -147,11 +147,13 @@ int main(int argc, char** argv) {
                                     {"sched_ms_median", r.sched_ms_median},
                                     {"hit_rate", r.hit_rate()},
                                     {"hot_sync", t.hot_sync},
+                                    {"cold_pulls", t.cold_pulls},
                                     {"workers", o.workers},
                                     {"batch_per_worker", o.batch_per_worker},
                                     {"cache_ratio", o.cache_ratio},
                                     {"cache_rows", r.cache_rows},
                                     {"laia_tables", r.laia_tables_mean},
+                                    {"scoring_ms_per_batch", r.scoring_ms_mean},
                                     {"scheduler_bytes", r.scheduler_bytes}};
         if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
         if (vanilla) {
@@ -166,6 +168,12 @@ int main(int argc, char** argv) {
                                  t.push_grad, t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push),
                                  pct(red_all), r.hit_rate(), r.sched_ms_mean);
         if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
+        if (o.budget_ms > 0 && r.laia_tables_mean > 0) {
+          std::cout << fmt::format("{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",
+                                   r.laia_tables_mean, r.scoring_ms_mean, o.budget_ms, r.scoring_ms_mean <= o.budget_ms ? "met" : "exceeded");
+        }
+        std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
+                                 t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
         if (t.hot_sync > 0) std::cout << fmt::format("{:<10}hot rows all-reduced among workers: {}\n", "", t.hot_sync);
       }
     }

@@ -50,6 +50,7 @@ struct Scheduler::Scratch {
   std::vector<std::uint8_t> owner_d;         // d -> latest holder before the iteration
   std::vector<std::uint8_t> partial_d;       // d -> had partial holders before the iteration
   std::vector<std::uint8_t> hot_d;           // d -> fae hot row
+  std::vector<std::uint8_t> cold_d;          // d -> no earlier iteration used the row
 };
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -85,6 +86,7 @@ Scheduler::Scheduler(SchedulerConfig config)
   std::iota(scored_tables_.begin(), scored_tables_.end(), 0u);
   doi_.assign(tables_, 0.0);
   if (c.budget_ms > 0) access_.assign(c.num_keys, 0);
+  seen_.assign((c.num_keys + 7) / 8, 0);
 }
 
 Scheduler::~Scheduler() = default;
@@ -97,6 +99,7 @@ Scheduler::Scheduler(const Scheduler& o)
       ps_version_(o.ps_version_),
       copy_version_(o.copy_version_),
       access_(o.access_),
+      seen_(o.seen_),
       doi_(o.doi_),
       scored_tables_(o.scored_tables_),
       table_cost_ms_(o.table_cost_ms_),
@@ -105,7 +108,8 @@ Scheduler::Scheduler(const Scheduler& o)
 }
 
 std::size_t Scheduler::memory_bytes() const {
-  std::size_t b = loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t);
+  std::size_t b = loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) +
+                  seen_.capacity();
   for (const auto& l : lru_) b += l->memory_bytes();
   for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
   return b;
@@ -159,9 +163,12 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
   const std::size_t D = s.keys.size();
   s.owner_d.resize(D);
   s.partial_d.resize(D);
+  s.cold_d.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
-    s.owner_d[d] = loc_.owner(s.keys[d]);
-    s.partial_d[d] = loc_.has_partial(s.keys[d]);
+    const Key k = s.keys[d];
+    s.owner_d[d] = loc_.owner(k);
+    s.partial_d[d] = loc_.has_partial(k);
+    s.cold_d[d] = (seen_[k >> 3] >> (k & 7) & 1) == 0;
   }
 }
 
@@ -469,6 +476,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       row.slot = pull.slot;
       plan.pulls.push_back(pull);
       ++c.pulls;
+      c.cold_pulls += s.cold_d[kw[j]];
     }
     for (std::size_t j = 0; j < kw.size(); ++j) s.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
   };
@@ -539,6 +547,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       }
     }
   }
+  for (std::uint32_t d = 0; d < D; ++d) seen_[s.keys[d] >> 3] |= static_cast<std::uint8_t>(1u << (s.keys[d] & 7));
   for (const auto& c : s.per_worker) st.traffic += c;
   st.traffic.hot_sync = s.hot_keys.size();
   ++iteration_;

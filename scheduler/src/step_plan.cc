@@ -21,6 +21,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   push_evict += o.push_evict;
   hits += o.hits;
   hot_sync += o.hot_sync;
+  cold_pulls += o.cold_pulls;
   return *this;
 }
 

@@ -299,3 +299,71 @@ TEST(Scheduler, ImpossibleConfigurationsAreConfigErrors) {
 
 }  // namespace
 }  // namespace ember::scheduler
+
+namespace ember::scheduler {
+namespace {
+
+TEST(Scheduler, AdaptiveLaiaScoresTheHighestDoiTablesWithinBudget) {
+  Workload wl;
+  SchedulerConfig c = config("herald", 4, 6, 100, wl);
+  c.budget_ms = 1e-9;  // room for one table only
+  Scheduler s(c);
+  std::vector<StepPlan> plans;
+  std::uint32_t last_k = 0;
+  for (int it = 0; it < 64; ++it) last_k = s.schedule(wl.next(24, static_cast<std::uint64_t>(it)), plans).laia_tables;
+  ASSERT_EQ(s.scored_tables().size(), 1u);
+  EXPECT_EQ(last_k, 1u);
+  // The table scored is the one with the highest DoI.
+  const auto& doi = s.table_doi();
+  EXPECT_EQ(doi[s.scored_tables()[0]], *std::max_element(doi.begin(), doi.end()));
+  // The tiny table (4 rows, trained by every worker) is the least infrequent.
+  EXPECT_LE(doi[0], doi[2]);
+  SchedulerConfig big = config("herald", 4, 6, 100, wl);
+  big.budget_ms = 1e9;  // every table fits
+  Scheduler all(big);
+  for (int it = 0; it < 32; ++it) all.schedule(wl.next(24, static_cast<std::uint64_t>(it)), plans);
+  EXPECT_EQ(all.scored_tables().size(), 3u);
+}
+
+TEST(Scheduler, PartitionedAllocationIsBalancedPerPartitionAndDeterministic) {
+  Workload a, b;
+  SchedulerConfig c = config("herald", 4, 8, 120, a);
+  c.partitions = 2;
+  c.threads = 2;
+  SchedulerConfig c1 = c;
+  c1.threads = 1;
+  Scheduler s2(c), s1(c1);
+  std::vector<StepPlan> p2, p1;
+  for (int it = 0; it < 50; ++it) {
+    s2.schedule(a.next(32, static_cast<std::uint64_t>(it)), p2);
+    s1.schedule(b.next(32, static_cast<std::uint64_t>(it)), p1);
+    for (int w = 0; w < 4; ++w) {
+      ASSERT_EQ(p2[w].samples, p1[w].samples);
+      // Each partition (samples 0-15, 16-31) gives every worker 4 samples.
+      ASSERT_EQ(std::count_if(p2[w].samples.begin(), p2[w].samples.end(), [](std::uint32_t i) { return i < 16; }), 4);
+    }
+  }
+  SchedulerConfig bad = config("herald", 4, 6, 120, a);
+  bad.partitions = 4;  // does not divide 6
+  EXPECT_THROW(Scheduler{bad}, ConfigError);
+}
+
+TEST(Scheduler, FaeKeepsHotRowsOffThePs) {
+  Workload wl;
+  SchedulerConfig c = config("fae:0.01", 4, 6, 100, wl);
+  c.hot.assign(wl.num_keys, 0);
+  for (Key k = 0; k < 4; ++k) c.hot[k] = 1;  // the tiny table is hot
+  Scheduler s(c);
+  std::vector<StepPlan> plans;
+  for (int it = 0; it < 50; ++it) {
+    IterationStats st = s.schedule(wl.next(24, static_cast<std::uint64_t>(it)), plans);
+    EXPECT_GT(st.traffic.hot_sync, 0u);
+    for (const auto& p : plans) {
+      for (const auto& pull : p.pulls) ASSERT_GE(pull.key, 4u) << "a hot row went through the PS";
+    }
+  }
+  EXPECT_EQ(s.cache_of(0).capacity(), 96u);  // hot rows take their share of the cache
+}
+
+}  // namespace
+}  // namespace ember::scheduler

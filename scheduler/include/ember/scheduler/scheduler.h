@@ -95,6 +95,7 @@ class Scheduler {
   std::vector<std::vector<std::uint32_t>> copy_version_;
   // Adaptive LAIA profiler: accesses per key, per-table DoI, tables to score.
   std::vector<std::uint32_t> access_;
+  std::vector<std::uint8_t> seen_;  // bit per key: used by an earlier iteration
   std::vector<double> doi_;
   std::vector<std::uint32_t> scored_tables_;
   double table_cost_ms_ = 0;  // EMA of scoring time per table per batch

@@ -66,6 +66,7 @@ struct TrafficCounts {
   std::uint64_t push_evict = 0;  // dirty or partial rows leaving a full cache
   std::uint64_t hits = 0;        // micro-batch rows already cached as latest
   std::uint64_t hot_sync = 0;    // fae: hot rows all-reduced among workers (not PS traffic)
+  std::uint64_t cold_pulls = 0;  // pulls of rows no earlier iteration used: no policy avoids them
 
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
   std::uint64_t transmissions() const { return pulls + pushes(); }

@@ -75,19 +75,14 @@ using Vocab = U64Map<std::uint32_t>;
 // high bits, independent of the low bits that pick its slot.
 inline unsigned partition_of(std::uint64_t h, unsigned parts) { return static_cast<unsigned>((h >> 40) % parts); }
 
-// Applies f(value&) to keys[i] in `map` for every i, prefetching a few keys ahead:
-// the tables of big vocabularies miss the cache on nearly every key.
-template <bool kInsert, typename F>
-void for_each_slot(Vocab& map, const std::uint64_t* keys, std::size_t n, F&& f) {
+// Counts keys[0..n) in `map`, prefetching a few keys ahead: the tables of big
+// vocabularies miss the cache on nearly every key.
+void count_keys(Vocab& map, const std::uint64_t* keys, std::size_t n) {
   constexpr std::size_t kAhead = 8;
   for (std::size_t i = 0; i < n; ++i) {
     if (i + kAhead < n) map.prefetch(Vocab::hash(keys[i + kAhead]));
-    std::uint64_t h = Vocab::hash(keys[i]);
-    if constexpr (kInsert) {
-      f(*map.try_emplace_hashed(keys[i], h, 0).first);
-    } else {
-      f(*map.find_hashed(keys[i], h));
-    }
+    std::uint32_t& c = *map.try_emplace_hashed(keys[i], Vocab::hash(keys[i]), 0).first;
+    if (c != UINT32_MAX) ++c;
   }
 }
 
@@ -294,9 +289,7 @@ class Preparer {
         for (auto& ch : chunks) {
           for (int t = 0; t < nt_; ++t) {
             const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
-            for_each_slot<true>(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size(), [](std::uint32_t& c) {
-              if (c != UINT32_MAX) ++c;
-            });
+            count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
           }
         }
       }, tbb::simple_partitioner());

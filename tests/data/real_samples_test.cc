@@ -56,6 +56,15 @@ class RealSamples : public test::TempDirTest {
     }
     return out;
   }
+  // Every table's values_seen equals the distinct non-empty values of its column in the
+  // text (tables in column order from `first_column`).
+  static void expect_values_seen(const Dataset& ds, const fs::path& file, char sep, bool header, std::size_t first_column, int tables) {
+    auto distinct = distinct_per_column(file, sep, header);
+    for (int t = 0; t < tables; ++t) {
+      const TableInfo& info = ds.manifest().tables[static_cast<std::size_t>(t)];
+      EXPECT_EQ(info.values_seen, distinct[first_column + static_cast<std::size_t>(t)].size()) << info.name;
+    }
+  }
 };
 
 #define SKIP_IF_ABSENT(name) \
@@ -66,10 +75,7 @@ TEST_F(RealSamples, KaggleTsv) {
   Dataset ds = prep("sample_train.txt", SourceFormat::kCriteoTsv);
   EXPECT_EQ(ds.split(Split::kTrain).rows(), 100u);
   EXPECT_EQ(positives(ds), 29u);
-  auto distinct = distinct_per_column(test::real_sample("sample_train.txt"), '\t', false);
-  for (int t = 0; t < 26; ++t) {
-    EXPECT_EQ(ds.manifest().tables[static_cast<std::size_t>(t)].values_seen, distinct[static_cast<std::size_t>(14 + t)].size()) << "C" << t + 1;
-  }
+  expect_values_seen(ds, test::real_sample("sample_train.txt"), '\t', false, 14, 26);
   // First line: "0\t\t0\t5\t4\t13275..." -> I1 missing, I5 = 13275.
   const Shard& sh = ds.split(Split::kTrain).shard(0);
   EXPECT_EQ(sh.dense(0)[0], 0.0f);
@@ -81,10 +87,7 @@ TEST_F(RealSamples, CompetitionCsvWithCrlf) {
   Dataset ds = prep("train.tiny.csv", SourceFormat::kCriteoCsv);
   EXPECT_EQ(ds.split(Split::kTrain).rows(), 1999u);
   EXPECT_EQ(positives(ds), 418u);
-  auto distinct = distinct_per_column(test::real_sample("train.tiny.csv"), ',', true);
-  for (int t = 0; t < 26; ++t) {
-    EXPECT_EQ(ds.manifest().tables[static_cast<std::size_t>(t)].values_seen, distinct[static_cast<std::size_t>(15 + t)].size()) << "C" << t + 1;
-  }
+  expect_values_seen(ds, test::real_sample("train.tiny.csv"), ',', true, 15, 26);
   // First row: Id 10000000, label 0, I1 = 1, I5 = 1382.
   const Shard& sh = ds.split(Split::kTrain).shard(0);
   EXPECT_FLOAT_EQ(sh.dense(0)[0], std::log1p(1.0f));
@@ -116,11 +119,7 @@ TEST_F(RealSamples, AvazuSample) {
   EXPECT_EQ(positives(ds), 20u);
   EXPECT_EQ(ds.num_dense(), 0);
   EXPECT_EQ(ds.num_tables(), 23);
-  auto distinct = distinct_per_column(test::real_sample("avazu_sample.txt"), ',', true);
-  for (int t = 0; t < 21; ++t) {
-    EXPECT_EQ(ds.manifest().tables[static_cast<std::size_t>(t)].values_seen, distinct[static_cast<std::size_t>(3 + t)].size())
-        << ds.manifest().tables[static_cast<std::size_t>(t)].name;
-  }
+  expect_values_seen(ds, test::real_sample("avazu_sample.txt"), ',', true, 3, 21);
   // All rows are from hour 14102100: one hour-of-day and one weekday value.
   EXPECT_EQ(ds.manifest().tables[21].values_seen, 1u);
   EXPECT_EQ(ds.manifest().tables[22].values_seen, 1u);

@@ -1,0 +1,34 @@
+// LibTorch is linked and trains: a linear model's gradient step on the selected device.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "ember/worker/device.h"
+
+namespace ember::worker {
+namespace {
+
+TEST(Device, SelectsCpuWithoutCudaAndTrainsALinearModel) {
+  DeviceInfo info = select_device(true);
+  if (!info.cuda_available) EXPECT_EQ(info.device, "cpu");
+  EXPECT_FALSE(info.torch_version.empty());
+  EXPECT_NE(describe(info).find(info.device), std::string::npos);
+  torch::manual_seed(0);
+  torch::Device dev(info.device);
+  torch::nn::Linear lin(4, 1);
+  lin->to(dev);
+  torch::optim::SGD opt(lin->parameters(), 0.1);
+  auto x = torch::randn({64, 4}, dev);
+  auto y = x.matmul(torch::tensor({1.0f, -2.0f, 0.5f, 3.0f}, dev).unsqueeze(1));
+  float first = 0, last = 0;
+  for (int i = 0; i < 50; ++i) {
+    opt.zero_grad();
+    auto loss = torch::mse_loss(lin->forward(x), y);
+    loss.backward();
+    opt.step();
+    (i == 0 ? first : last) = loss.item<float>();
+  }
+  EXPECT_LT(last, first * 0.1f);
+}
+
+}  // namespace
+}  // namespace ember::worker

@@ -1,0 +1,23 @@
+// Where a worker trains: the LibTorch device it will use and what it offers. This is the
+// only module that includes LibTorch (it is slow to compile, and the PS must not need it).
+#pragma once
+
+#include <string>
+
+namespace ember::worker {
+
+struct DeviceInfo {
+  std::string device;        // "cpu" or "cuda:0"
+  bool cuda_available = false;
+  int cuda_devices = 0;
+  int intra_op_threads = 1;  // at::get_num_threads()
+  std::string torch_version;
+};
+
+// The device a worker uses: CUDA when `prefer_cuda` and a device is visible, else CPU.
+DeviceInfo select_device(bool prefer_cuda);
+
+// One-line description for logs.
+std::string describe(const DeviceInfo& info);
+
+}  // namespace ember::worker

@@ -1,0 +1,24 @@
+#include "ember/worker/device.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+namespace ember::worker {
+
+DeviceInfo select_device(bool prefer_cuda) {
+  DeviceInfo info;
+  info.cuda_available = torch::cuda::is_available();
+  info.cuda_devices = info.cuda_available ? static_cast<int>(torch::cuda::device_count()) : 0;
+  info.device = prefer_cuda && info.cuda_available ? "cuda:0" : "cpu";
+  info.intra_op_threads = at::get_num_threads();
+  info.torch_version = TORCH_VERSION;
+  return info;
+}
+
+std::string describe(const DeviceInfo& info) {
+  return fmt::format("device {} (LibTorch {}, {} CUDA device(s), {} intra-op thread(s))", info.device, info.torch_version,
+                     info.cuda_devices, info.intra_op_threads);
+}
+
+}  // namespace ember::worker

@@ -1,5 +1,5 @@
 // U64Map: an open-addressing hash map from uint64 keys to small trivially copyable
-// values. One flat slot array (key beside value), linear probing at load <= 3/4,
+// values. One flat slot array (key beside value), linear probing at load <= 7/8,
 // backward-shift deletion: no per-entry allocation, and iteration order that depends
 // only on the sequence of operations (deterministic across processes).
 #pragma once
@@ -69,7 +69,7 @@ class U64Map {
       has_empty_key_ = true;
       return {&empty_key_value_, inserted};
     }
-    if ((size_ + 1) * 4 > capacity() * 3) rehash(capacity() * 2);
+    if ((size_ + 1) * 8 > capacity() * 7) rehash(capacity() * 2);
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       if (slots_[i].key == key) return {&slots_[i].value, false};
       if (slots_[i].key == kEmpty) {
@@ -150,7 +150,7 @@ class U64Map {
 
   static std::size_t capacity_for(std::size_t n) {
     std::size_t cap = 16;
-    while (cap * 3 < n * 4) cap *= 2;
+    while (cap * 7 < n * 8) cap *= 2;
     return cap;
   }
 

@@ -229,7 +229,9 @@ TEST(Scheduler, LaiaAllocationIsBalancedAndGreedy) {
     std::array<int, 4> room{6, 6, 6, 6};
     for (std::uint32_t i = 0; i < 24; ++i) {
       for (int w = 0; w < 4; ++w) {
-        if (room[w] > 0) ASSERT_GE(score[i][worker_of[i]], score[i][w]) << "sample " << i;
+        if (room[w] > 0) {
+          ASSERT_GE(score[i][worker_of[i]], score[i][w]) << "sample " << i;
+        }
       }
       --room[worker_of[i]];
     }

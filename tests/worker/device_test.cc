@@ -9,7 +9,9 @@ namespace {
 
 TEST(Device, SelectsCpuWithoutCudaAndTrainsALinearModel) {
   DeviceInfo info = select_device(true);
-  if (!info.cuda_available) EXPECT_EQ(info.device, "cpu");
+  if (!info.cuda_available) {
+    EXPECT_EQ(info.device, "cpu");
+  }
   EXPECT_FALSE(info.torch_version.empty());
   EXPECT_NE(describe(info).find(info.device), std::string::npos);
   torch::manual_seed(0);

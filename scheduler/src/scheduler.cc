@@ -373,9 +373,12 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     constexpr std::uint32_t kFar = 16, kNear = 8;
     for (std::uint32_t d = 0; d < D; ++d) {
       if (d + kFar < D && s.partial_d[d + kFar]) loc_.prefetch_partial(s.keys[d + kFar]);
-      if (d + kNear < D && s.partial_d[d + kNear]) {
+      if (d + kNear < D) {
         const Key kn = s.keys[d + kNear];
-        for_each_bit(loc_.partial(kn), [&](std::uint32_t w) { lru_[w]->prefetch(kn); });
+        if (s.partial_d[d + kNear]) for_each_bit(loc_.partial(kn), [&](std::uint32_t w) { lru_[w]->prefetch(kn); });
+        // An owner that may have to push its value to another trainer.
+        const std::uint8_t on = s.owner_d[d + kNear];
+        if (on != cache::LocationMap::kNoOwner && (s.umask[d + kNear] & ~bit(on)) != 0) lru_[on]->prefetch(kn);
       }
       const Key k = s.keys[d];
       const std::uint64_t U = s.umask[d];
@@ -490,7 +493,13 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   //    keep a partial gradient; a latest copy elsewhere is now stale and dropped.
   //    Full-set policies then push every trained row's gradient at once.
   for (std::uint32_t d = 0; d < D; ++d) {
-    if (policy.on_demand() && d + 8 < D && std::popcount(s.umask[d + 8]) > 1) loc_.prefetch_partial(s.keys[d + 8]);
+    if (d + 8 < D) {
+      const std::uint64_t Un = s.umask[d + 8];
+      if (policy.on_demand() && std::popcount(Un) > 1) loc_.prefetch_partial(s.keys[d + 8]);
+      // The holder of a copy the next rows' trainers make stale: its index entry.
+      const std::uint8_t on = s.owner_d[d + 8];
+      if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) lru_[on]->prefetch(s.keys[d + 8]);
+    }
     const Key k = s.keys[d];
     const std::uint64_t U = s.umask[d];
     if (fae && s.hot_d[d]) continue;

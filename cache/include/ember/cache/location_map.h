@@ -36,15 +36,13 @@ class LocationMap {
   void prefetch(Key key) const { __builtin_prefetch(&state_[key]); }
   void prefetch_partial(Key key) const { __builtin_prefetch(&partial_[key], 1); }
   // Whether the row has partial holders (without reading the mask).
-  bool has_partial(Key key) const { return (load(key) & kHasPartial) != 0; }
+  bool has_partial(Key key) const { return flag(key); }
 
   // Workers holding a partial gradient of `key` (bit w). A flag beside the owner says
   // whether the mask is non-zero, so rows without partials cost one memory access.
-  std::uint64_t partial(Key key) const {
-    return (load(key) & kHasPartial) ? std::atomic_ref<const std::uint64_t>(partial_[key]).load(std::memory_order_relaxed) : 0;
-  }
+  std::uint64_t partial(Key key) const { return flag(key) ? relaxed_load(partial_[key]) : 0; }
   void set_partial(Key key, std::uint64_t mask) {
-    std::atomic_ref<std::uint64_t>(partial_[key]).store(mask, std::memory_order_relaxed);
+    relaxed_store(partial_[key], mask);
     set_flag(key, mask != 0);
   }
   // Clears worker w's bit; returns the mask left. Safe when several workers clear bits
@@ -58,8 +56,8 @@ class LocationMap {
 
   // A plain per-row worker mask for policies that track every copy (het), without the
   // flag; safe to set and clear bits concurrently.
-  std::uint64_t holders(Key key) const { return std::atomic_ref<const std::uint64_t>(partial_[key]).load(std::memory_order_relaxed); }
-  void set_holders(Key key, std::uint64_t mask) { std::atomic_ref<std::uint64_t>(partial_[key]).store(mask, std::memory_order_relaxed); }
+  std::uint64_t holders(Key key) const { return relaxed_load(partial_[key]); }
+  void set_holders(Key key, std::uint64_t mask) { relaxed_store(partial_[key], mask); }
   void add_holder(Key key, WorkerId w) {
     std::atomic_ref<std::uint64_t>(partial_[key]).fetch_or(std::uint64_t{1} << w, std::memory_order_relaxed);
   }
@@ -67,24 +65,26 @@ class LocationMap {
     std::atomic_ref<std::uint64_t>(partial_[key]).fetch_and(~(std::uint64_t{1} << w), std::memory_order_relaxed);
   }
 
-  std::size_t memory_bytes() const { return state_.size() * (sizeof(std::uint16_t) + sizeof(std::uint64_t)); }
+  std::size_t memory_bytes() const { return state_.size() * (sizeof(Entry) + sizeof(std::uint64_t)); }
 
  private:
-  static constexpr std::uint16_t kHasPartial = 0x100;
-  std::uint16_t load(Key key) const { return std::atomic_ref<const std::uint16_t>(state_[key]).load(std::memory_order_relaxed); }
-  void store_owner(Key key, std::uint8_t v) {
-    std::atomic_ref<std::uint16_t> r(state_[key]);
-    std::uint16_t cur = r.load(std::memory_order_relaxed);
-    while (!r.compare_exchange_weak(cur, static_cast<std::uint16_t>((cur & 0xff00) | v), std::memory_order_relaxed)) {
-    }
-  }
-  void set_flag(Key key, bool on) {
-    std::atomic_ref<std::uint16_t> r(state_[key]);
-    if (on) r.fetch_or(kHasPartial, std::memory_order_relaxed); else r.fetch_and(static_cast<std::uint16_t>(~kHasPartial), std::memory_order_relaxed);
-  }
+  static constexpr std::uint8_t kHasPartial = 1;
+  // Owner and flags are separate bytes, so updates are plain (relaxed) stores: no locked
+  // read-modify-write on the hot path. Only the partial masks need atomic bit clears.
+  struct Entry {
+    std::uint8_t owner;  // bit 7 dirty, bits 0-6 worker (kNoOwner = none)
+    std::uint8_t flags;  // kHasPartial: the partial mask is non-zero
+  };
+  template <typename T>
+  static T relaxed_load(const T& x) { return std::atomic_ref<T>(const_cast<T&>(x)).load(std::memory_order_relaxed); }
+  template <typename T>
+  static void relaxed_store(T& x, T v) { std::atomic_ref<T>(x).store(v, std::memory_order_relaxed); }
+  std::uint8_t load(Key key) const { return relaxed_load(state_[key].owner); }
+  void store_owner(Key key, std::uint8_t v) { relaxed_store(state_[key].owner, v); }
+  bool flag(Key key) const { return relaxed_load(state_[key].flags) != 0; }
+  void set_flag(Key key, bool on) { relaxed_store(state_[key].flags, static_cast<std::uint8_t>(on ? kHasPartial : 0)); }
 
-  // Per row: low byte = owner | dirty bit, bit 8 = partial mask non-zero.
-  std::vector<std::uint16_t, HugePageAllocator<std::uint16_t>> state_;
+  std::vector<Entry, HugePageAllocator<Entry>> state_;
   std::vector<std::uint64_t, HugePageAllocator<std::uint64_t>> partial_;
 };
 

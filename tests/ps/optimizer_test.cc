@@ -7,6 +7,7 @@
 
 #include "ember/common/error.h"
 #include "ember/ps/placement.h"
+#include "ember/ps/shard_store.h"
 
 namespace ember::ps {
 namespace {
@@ -61,7 +62,7 @@ TEST(Placement, InitialRowsDependOnlyOnSeedAndKey) {
   for (float x : a) EXPECT_LT(std::abs(x), 0.25f);
   // Shards: every key has exactly one owner, and the load is spread.
   std::vector<int> count(3, 0);
-  for (Key k = 0; k < 30000; ++k) ++count[shard_of(k, 3)];
+  for (Key k = 0; k < 30000; ++k) ++count[owner_shard(k, 3)];
   for (int n : count) EXPECT_NEAR(n, 10000, 500);
 }
 

@@ -1,5 +1,5 @@
-// Which PS shard owns a row, and a row's initial value: both pure functions of the key
-// (and seed), so any number of shards, and any worker, agree.
+// A row's initial value: a pure function of (seed, key), so any number of shards, and
+// any worker, agree. (Which shard owns a row: owner_shard() in shard_store.h.)
 #pragma once
 
 #include <cstdint>
@@ -8,11 +8,6 @@
 #include "ember/common/types.h"
 
 namespace ember::ps {
-
-// Row key to shard by a fixed hash (spreads each table's hot rows over every shard).
-inline std::uint32_t shard_of(Key key, std::uint32_t shards) {
-  return static_cast<std::uint32_t>(mix64(key ^ 0x5ca1ab1e) % shards);
-}
 
 // The initial value of row `key`: uniform in [-1/sqrt(dim), 1/sqrt(dim)), from (seed, key)
 // alone, so any shard layout builds the same initial model.

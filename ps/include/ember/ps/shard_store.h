@@ -1,0 +1,99 @@
+// ShardStore: one PS shard's rows of every embedding table, with their optimizer state,
+// and the BSP aggregation of gradient pushes. Pure logic (no sockets): the ember-ps
+// daemon puts requests in, the tests drive it directly.
+//
+// Placement: row key k belongs to shard k mod S and is stored at local index k div S, so
+// each shard's rows are one flat array (ids from ember-data are dense and ordered by
+// frequency, so round-robin spreads every table's hot rows over all shards).
+//
+// Gradients: a push carries the iteration that computed it and how many workers trained
+// the row then. Contributions are summed; once all have arrived the row is ready, and
+// commit() applies each ready row's sum once, with that iteration's learning rate, as
+// vanilla BSP would have. A row cannot be trained again before its aggregation is
+// applied (it must be pulled as latest first), so per-row updates stay in order.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ember/common/flat_map.h"
+#include "ember/common/types.h"
+#include "ember/ps/sparse_optimizer.h"
+
+namespace ember::ps {
+
+struct StoreConfig {
+  std::uint64_t num_keys = 0;      // rows of all tables
+  std::uint32_t dim = 16;
+  std::uint32_t shard = 0, shards = 1;
+  std::uint64_t seed = 1;          // initial rows from (seed, key)
+  OptimizerConfig optimizer;
+  // Learning rate of an iteration (default: optimizer.lr throughout).
+  std::function<float(std::uint64_t iteration)> lr_at;
+};
+
+inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }
+
+class ShardStore {
+ public:
+  explicit ShardStore(StoreConfig config);
+
+  const StoreConfig& config() const { return config_; }
+  std::uint32_t row_floats() const { return config_.dim + state_; }  // value + state
+  bool owns(Key key) const { return owner_shard(key, config_.shards) == config_.shard; }
+
+  // Copies each row's value (dim floats) into out[i * dim]. Throws ProtocolError for a
+  // key this shard does not own or beyond the tables.
+  void pull(std::span<const Key> keys, float* out);
+  // Same, value and optimizer state (row_floats() each): for a worker that will own the row.
+  void pull_with_state(std::span<const Key> keys, float* out);
+  // Adds `grads` (dim floats per key) for rows trained in `iteration` by `trainers` workers.
+  void push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads);
+  // Overwrites rows (value + state, row_floats() each) written back by their owner.
+  void push_value(std::span<const Key> keys, const float* rows);
+  // Applies every complete aggregation; returns how many rows were updated.
+  std::uint64_t commit();
+  // Rows with gradients still waiting for contributions.
+  std::size_t pending() const { return pending_.size(); }
+
+  // Checkpoint: every initialized row of this shard with its state, atomically written
+  // (temp file, fsync, rename), checksummed. Pending aggregations are refused.
+  void save(const std::filesystem::path& file) const;
+  // Loads the rows this shard owns from checkpoint files written by any number of
+  // shards. Throws DataError for a corrupt, truncated or mismatched file.
+  void load(const std::vector<std::filesystem::path>& files);
+
+  // Direct access for tests and the daemon's stats.
+  const float* row(Key key);
+  std::uint64_t initialized_rows() const { return initialized_count_; }
+
+ private:
+  float* row_ptr(Key key);
+  void check_key(Key key) const;
+
+  struct Pending {
+    std::uint64_t iteration;
+    std::uint32_t expected;
+    std::uint32_t received;
+    std::uint32_t offset;  // into pending_grads_
+  };
+
+  StoreConfig config_;
+  std::uint32_t state_ = 0;
+  std::uint64_t local_rows_ = 0;
+  // Rows in chunks allocated on first use (lazily): a shard of a 33M-row model touched
+  // by a short run holds only what it touched.
+  static constexpr std::uint64_t kChunkRows = 1 << 16;
+  std::vector<std::unique_ptr<float[]>> chunks_;
+  std::vector<std::uint8_t> initialized_;
+  std::uint64_t initialized_count_ = 0;
+  U64Map<Pending> pending_;
+  std::vector<float> pending_grads_;
+  std::vector<std::uint32_t> free_offsets_;
+};
+
+}  // namespace ember::ps

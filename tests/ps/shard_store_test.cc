@@ -1,0 +1,185 @@
+#include "ember/ps/shard_store.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/ps/placement.h"
+#include "../data/test_util.h"
+
+namespace ember::ps {
+namespace {
+
+constexpr std::uint32_t kDim = 4;
+constexpr std::uint64_t kKeys = 500;
+
+StoreConfig store_config(OptimizerKind kind, std::uint32_t shard, std::uint32_t shards) {
+  StoreConfig c;
+  c.num_keys = kKeys;
+  c.dim = kDim;
+  c.shard = shard;
+  c.shards = shards;
+  c.seed = 9;
+  c.optimizer.kind = kind;
+  c.optimizer.lr = 0.05f;
+  c.optimizer.weight_decay = 0.001f;
+  c.lr_at = [](std::uint64_t it) { return 0.05f / (1.0f + 0.1f * static_cast<float>(it)); };
+  return c;
+}
+
+// A single-process reference: each iteration, every row's gradients summed over the
+// workers and applied once, with that iteration's learning rate.
+struct Reference {
+  OptimizerConfig opt;
+  std::map<Key, std::vector<float>> rows;  // value + state
+  std::vector<float>& row(Key k) {
+    auto it = rows.find(k);
+    if (it == rows.end()) {
+      std::vector<float> r(kDim + state_floats(opt.kind, kDim));
+      initial_row(9, k, kDim, r.data());
+      init_state(opt, kDim, r.data() + kDim);
+      it = rows.emplace(k, r).first;
+    }
+    return it->second;
+  }
+};
+
+class ShardStoreTest : public test::TempDirTest, public ::testing::WithParamInterface<OptimizerKind> {};
+
+// Two PS shards fed by two workers for BSP rounds, against the reference; every
+// optimizer.
+TEST_P(ShardStoreTest, BspRoundsOverTwoShardsMatchOneProcess) {
+  const OptimizerKind kind = GetParam();
+  std::vector<ShardStore> shards;
+  for (std::uint32_t s = 0; s < 2; ++s) shards.emplace_back(store_config(kind, s, 2));
+  Reference ref;
+  ref.opt = store_config(kind, 0, 1).optimizer;
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> g(0, 1);
+  for (std::uint64_t it = 0; it < 30; ++it) {
+    // Each worker trains a few rows; some rows are trained by both.
+    std::map<Key, std::vector<std::vector<float>>> grads;
+    for (int w = 0; w < 2; ++w) {
+      for (int j = 0; j < 20; ++j) {
+        Key k = rng() % 60;
+        std::vector<float> gr(kDim);
+        for (auto& x : gr) x = g(rng);
+        grads[k].push_back(gr);
+      }
+    }
+    for (auto& [k, list] : grads) {
+      ShardStore& s = shards[owner_shard(k, 2)];
+      for (auto& gr : list) {
+        Key key = k;
+        std::uint32_t trainers = static_cast<std::uint32_t>(list.size());
+        s.push_grad(it, {&key, 1}, {&trainers, 1}, gr.data());
+      }
+      std::vector<float> sum(kDim, 0);
+      for (auto& gr : list) {
+        for (std::uint32_t j = 0; j < kDim; ++j) sum[j] += gr[j];
+      }
+      auto& r = ref.row(k);
+      apply(ref.opt, 0.05f / (1.0f + 0.1f * static_cast<float>(it)), kDim, r.data(), r.data() + kDim, sum.data());
+    }
+    for (auto& s : shards) s.commit();
+  }
+  for (auto& [k, r] : ref.rows) {
+    const float* got = shards[owner_shard(k, 2)].row(k);
+    for (std::uint32_t j = 0; j < kDim + state_floats(kind, kDim); ++j) ASSERT_NEAR(got[j], r[j], 1e-5) << "key " << k << " float " << j;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, ShardStoreTest,
+                         ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowWiseAdagrad, OptimizerKind::kAdam));
+
+TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate) {
+  ShardStore s(store_config(OptimizerKind::kSgd, 0, 1));
+  Key k = 7;
+  std::uint32_t two = 2;
+  float g[kDim] = {1, 1, 1, 1};
+  std::vector<float> before(s.row(k), s.row(k) + kDim);
+  s.push_grad(3, {&k, 1}, {&two, 1}, g);  // one holder evicted its partial at iteration 3
+  EXPECT_EQ(s.commit(), 0u);
+  EXPECT_EQ(s.row(k)[0], before[0]);
+  EXPECT_THROW(s.push_grad(4, {&k, 1}, {&two, 1}, g), ProtocolError);  // a different iteration
+  s.push_grad(3, {&k, 1}, {&two, 1}, g);  // the other holder, when the row is next needed
+  EXPECT_EQ(s.commit(), 1u);
+  const float lr3 = 0.05f / 1.3f;
+  EXPECT_NEAR(s.row(k)[0], before[0] - lr3 * (2.0f + 0.001f * before[0]), 1e-6);
+  EXPECT_EQ(s.pending(), 0u);
+}
+
+TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
+  ShardStore s(store_config(OptimizerKind::kAdagrad, 1, 2));
+  Key keys[2] = {3, 4};  // 4 belongs to shard 0
+  std::uint32_t trainers[2] = {1, 1};
+  float g[2 * kDim] = {};
+  EXPECT_THROW(s.push_grad(0, keys, trainers, g), ProtocolError);
+  EXPECT_EQ(s.pending(), 0u);  // key 3 was not half-applied
+  Key far = kKeys + 1;
+  float out[kDim];
+  EXPECT_THROW(s.pull({&far, 1}, out), ProtocolError);
+  Key k = 5;
+  std::uint32_t one = 1;
+  s.push_grad(0, {&k, 1}, {&one, 1}, g);
+  EXPECT_THROW(s.push_grad(0, {&k, 1}, {&one, 1}, g), ProtocolError);  // more contributions than trainers
+}
+
+TEST_F(ShardStoreTest, CheckpointOfTwoShardsLoadsIntoThree) {
+  const OptimizerKind kind = OptimizerKind::kAdam;
+  std::vector<ShardStore> two;
+  for (std::uint32_t s = 0; s < 2; ++s) two.emplace_back(store_config(kind, s, 2));
+  std::mt19937_64 rng(8);
+  for (std::uint64_t it = 0; it < 10; ++it) {
+    std::set<Key> trained;  // one worker, each row once per iteration
+    for (int j = 0; j < 40; ++j) trained.insert(rng() % kKeys);
+    for (Key k : trained) {
+      std::uint32_t one = 1;
+      float gr[kDim] = {0.01f * static_cast<float>(k), -0.2f, 0.3f, 0.0f};
+      two[owner_shard(k, 2)].push_grad(it, {&k, 1}, {&one, 1}, gr);
+    }
+    for (auto& s : two) s.commit();
+  }
+  std::vector<std::filesystem::path> files = {dir_ / "shard-0.ckpt", dir_ / "shard-1.ckpt"};
+  two[0].save(files[0]);
+  two[1].save(files[1]);
+  for (std::uint32_t s = 0; s < 3; ++s) {
+    ShardStore three(store_config(kind, s, 3));
+    three.load(files);
+    for (Key k = s; k < kKeys; k += 3) {
+      const float* a = three.row(k);
+      const float* b = two[owner_shard(k, 2)].row(k);
+      for (std::uint32_t j = 0; j < kDim + state_floats(kind, kDim); ++j) ASSERT_EQ(a[j], b[j]) << k;
+    }
+  }
+  // Corrupt and truncated files are refused, naming the file.
+  std::string bytes = read_file(files[0]);
+  std::string bad = bytes;
+  bad[bad.size() / 2] ^= 0x10;
+  write_file_atomic(dir_ / "bad.ckpt", bad);
+  ShardStore fresh(store_config(kind, 0, 1));
+  try {
+    fresh.load({dir_ / "bad.ckpt"});
+    ADD_FAILURE();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.ckpt: checksum mismatch"), std::string::npos) << e.what();
+  }
+  write_file_atomic(dir_ / "short.ckpt", bytes.substr(0, bytes.size() - 10));
+  EXPECT_THROW(fresh.load({dir_ / "short.ckpt"}), DataError);
+  ShardStore sgd(store_config(OptimizerKind::kSgd, 0, 1));
+  EXPECT_THROW(sgd.load({files[0]}), DataError);  // written with Adam state
+  // A shard with incomplete aggregations refuses to checkpoint.
+  Key k = 0;
+  std::uint32_t twoc = 2;
+  float gr[kDim] = {};
+  ShardStore busy(store_config(kind, 0, 1));
+  busy.push_grad(0, {&k, 1}, {&twoc, 1}, gr);
+  EXPECT_THROW(busy.save(dir_ / "busy.ckpt"), Error);
+}
+
+}  // namespace
+}  // namespace ember::ps

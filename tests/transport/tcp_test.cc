@@ -1,0 +1,211 @@
+// The TCP data plane over loopback: round trips, pipelining, and peers that misbehave.
+#include "ember/transport/tcp.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <cerrno>
+#include <thread>
+
+#include "ember/common/error.h"
+
+namespace ember::transport {
+namespace {
+
+const std::string kToken = "job-secret";
+
+// Replies with the request's keys and its values doubled; kPull of key 666 is refused.
+std::unique_ptr<TcpServer> echo_server() {
+  TcpServerOptions o;
+  o.token = kToken;
+  o.max_payload_bytes = 1 << 20;
+  return std::make_unique<TcpServer>(o, [](const Message& req, OutMessage& reply, std::vector<float>& scratch) {
+    if (req.header.type == MessageType::kPull && req.header.key_count > 0 && req.keys[0] == 666) throw ProtocolError("key 666 is unknown");
+    if (req.header.type == MessageType::kCommit && req.header.iteration == 999) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    }
+    scratch.assign(req.values, req.values + req.header.value_count);
+    for (float& v : scratch) v *= 2;
+    reply.header.type = MessageType::kAck;
+    reply.keys = req.keys;
+    reply.key_count = req.header.key_count;
+    reply.values = scratch.data();
+    reply.value_count = static_cast<std::uint32_t>(scratch.size());
+  });
+}
+
+// Opens a raw socket, sends `bytes`, and reports whether the server then closed it.
+bool raw_peer_gets_closed(std::uint16_t port, const std::vector<std::uint8_t>& bytes, bool close_early = false) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return false;
+  }
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ssize_t w = ::write(fd, bytes.data(), bytes.size());
+  (void)w;
+  if (close_early) {
+    ::close(fd);
+    return true;
+  }
+  char buf[256];
+  bool closed = false;
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) {
+      closed = true;
+      break;
+    }
+    if (n < 0) {
+      closed = errno == ECONNRESET;  // closed with our bytes unread: a reset
+      break;                         // otherwise a timeout: still open
+    }
+  }
+  ::close(fd);
+  return closed;
+}
+
+std::vector<std::uint8_t> hello_bytes() {
+  MessageHeader h;
+  h.type = MessageType::kHello;
+  h.key_count = 1;
+  std::vector<std::uint8_t> b(kHeaderBytes + 8);
+  encode_header(h, b.data());
+  Key t = token_hash(kToken);
+  std::memcpy(b.data() + kHeaderBytes, &t, 8);
+  return b;
+}
+
+TEST(Tcp, RoundTripsAndPipelining) {
+  auto server = echo_server();
+  TcpClient c("127.0.0.1", server->port(), kToken);
+  Key keys[3] = {1, 2, 1ull << 40};
+  float vals[6] = {1, 2, 3, 4, 5, 6};
+  OutMessage m;
+  m.header.type = MessageType::kPushGrad;
+  m.header.iteration = 5;
+  m.keys = keys;
+  m.key_count = 3;
+  m.values = vals;
+  m.value_count = 6;
+  Message r = c.call(m);
+  EXPECT_EQ(r.header.type, MessageType::kAck);
+  EXPECT_EQ(r.header.iteration, 5u);
+  ASSERT_EQ(r.header.key_count, 3u);
+  EXPECT_EQ(r.keys[2], 1ull << 40);
+  ASSERT_EQ(r.header.value_count, 6u);
+  EXPECT_EQ(r.values[5], 12.0f);
+  // 50 requests in flight on one connection; replies come back in order.
+  std::vector<std::uint64_t> ids;
+  for (int i = 0; i < 50; ++i) {
+    vals[0] = static_cast<float>(i);
+    ids.push_back(c.send(m));
+  }
+  for (int i = 0; i < 50; ++i) {
+    Message x = c.receive();
+    ASSERT_EQ(x.header.request_id, ids[static_cast<std::size_t>(i)]);
+    ASSERT_EQ(x.values[0], 2.0f * static_cast<float>(i));
+  }
+  EXPECT_EQ(server->requests_served(), 51u);
+}
+
+TEST(Tcp, RefusedRequestKeepsTheConnection) {
+  auto server = echo_server();
+  TcpClient c("127.0.0.1", server->port(), kToken);
+  Key bad = 666;
+  OutMessage m;
+  m.header.type = MessageType::kPull;
+  m.keys = &bad;
+  m.key_count = 1;
+  try {
+    c.call(m);
+    ADD_FAILURE();
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 666 is unknown"), std::string::npos) << e.what();
+  }
+  Key good = 7;
+  m.keys = &good;
+  EXPECT_EQ(c.call(m).keys[0], 7u);
+}
+
+TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {
+  auto server = echo_server();
+  const std::uint16_t port = server->port();
+  TcpClient good("127.0.0.1", port, kToken);
+  // Wrong token.
+  EXPECT_THROW(TcpClient("127.0.0.1", port, "not-the-token"), Error);
+  // Random bytes.
+  EXPECT_TRUE(raw_peer_gets_closed(port, std::vector<std::uint8_t>(100, 0x5a)));
+  // A request before hello.
+  {
+    MessageHeader h;
+    h.type = MessageType::kPull;
+    std::vector<std::uint8_t> b(kHeaderBytes);
+    encode_header(h, b.data());
+    EXPECT_TRUE(raw_peer_gets_closed(port, b));
+  }
+  // Oversized payload announced by a well-formed header.
+  {
+    auto b = hello_bytes();
+    MessageHeader h;
+    h.type = MessageType::kPushGrad;
+    h.value_count = 1u << 24;  // 64 MiB > the 1 MiB limit
+    std::vector<std::uint8_t> big(kHeaderBytes);
+    encode_header(h, big.data());
+    b.insert(b.end(), big.begin(), big.end());
+    EXPECT_TRUE(raw_peer_gets_closed(port, b));
+  }
+  // A truncated message: the header promises 400 bytes, 10 arrive, the peer leaves.
+  {
+    auto b = hello_bytes();
+    MessageHeader h;
+    h.type = MessageType::kPushGrad;
+    h.value_count = 100;
+    std::vector<std::uint8_t> t(kHeaderBytes + 10);
+    encode_header(h, t.data());
+    b.insert(b.end(), t.begin(), t.end());
+    raw_peer_gets_closed(port, b, true);
+  }
+  Key k = 3;
+  OutMessage m;
+  m.header.type = MessageType::kPull;
+  m.keys = &k;
+  m.key_count = 1;
+  EXPECT_EQ(good.call(m).keys[0], 3u);
+  for (int i = 0; i < 100 && server->connections_dropped() < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server->connections_dropped(), 5u);
+}
+
+TEST(Tcp, CallsTimeOutAndUnreachableServersFailClearly) {
+  auto server = echo_server();
+  TcpClient c("127.0.0.1", server->port(), kToken, std::chrono::milliseconds(200));
+  OutMessage m;
+  m.header.type = MessageType::kCommit;
+  m.header.iteration = 999;  // the handler takes 600 ms
+  try {
+    c.call(m);
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+  }
+  const std::uint16_t port = server->port();
+  server.reset();
+  try {
+    TcpClient gone("127.0.0.1", port, kToken);
+    ADD_FAILURE();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("connect"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ember::transport

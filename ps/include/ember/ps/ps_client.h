@@ -1,0 +1,47 @@
+// PsClient: a worker's view of the PS shards: routes every key to its shard, sends one
+// request per shard (in flight together), de-duplicates pulled keys, and puts the
+// replies back in the caller's order.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ember/common/types.h"
+#include "ember/transport/tcp.h"
+
+namespace ember::ps {
+
+struct ShardAddress {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+};
+
+// "host:port" -> address; ConfigError otherwise.
+ShardAddress parse_address(const std::string& text);
+
+class PsClient {
+ public:
+  PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
+           std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+
+  std::uint32_t shards() const { return static_cast<std::uint32_t>(conns_.size()); }
+  // out[i * per] = row of keys[i] (per = dim, or dim + state with `with_state`);
+  // repeated keys are fetched once.
+  void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false);
+  // Gradients (dim floats per key) of rows trained in `iteration` by trainers[i] workers.
+  void push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
+                 const std::vector<float>& grads);
+  // Rows written back (dim + state floats per key).
+  void push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
+  // Commits `iteration` on every shard; returns the rows updated in all.
+  std::uint64_t commit(std::uint64_t iteration);
+
+ private:
+  std::vector<std::unique_ptr<transport::TcpClient>> conns_;
+  std::uint32_t dim_, state_;
+};
+
+}  // namespace ember::ps

@@ -1,0 +1,69 @@
+#include "ember/ps/ps_service.h"
+
+#include "ember/common/error.h"
+
+namespace ember::ps {
+
+using transport::MessageType;
+
+void PsService::handle(const transport::Message& req, transport::OutMessage& reply, std::vector<float>& scratch) {
+  const auto& h = req.header;
+  const std::uint32_t dim = store_.config().dim, rf = store_.row_floats();
+  std::lock_guard<std::mutex> lock(mutex_);
+  switch (h.type) {
+    case MessageType::kPull: {
+      const bool with_state = (h.flags & kWithState) != 0;
+      const std::uint32_t per = with_state ? rf : dim;
+      if (h.value_count != 0) throw ProtocolError("pull with values");
+      scratch.resize(static_cast<std::size_t>(h.key_count) * per);
+      std::span<const Key> keys(req.keys, h.key_count);
+      if (with_state) {
+        store_.pull_with_state(keys, scratch.data());
+      } else {
+        store_.pull(keys, scratch.data());
+      }
+      reply.header.type = MessageType::kPullReply;
+      reply.header.flags = h.flags;
+      reply.values = scratch.data();
+      reply.value_count = static_cast<std::uint32_t>(scratch.size());
+      rows_ += h.key_count;
+      return;
+    }
+    case MessageType::kPushGrad: {
+      if (h.key_count % 2 != 0) throw ProtocolError("push-grad: keys must be followed by one trainer count each");
+      const std::uint32_t n = h.key_count / 2;
+      if (h.value_count != static_cast<std::uint64_t>(n) * dim) {
+        throw ProtocolError("push-grad: " + std::to_string(h.value_count) + " values for " + std::to_string(n) + " rows of dim " +
+                            std::to_string(dim));
+      }
+      std::vector<std::uint32_t> trainers(n);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (req.keys[n + i] > 64) throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
+        trainers[i] = static_cast<std::uint32_t>(req.keys[n + i]);
+      }
+      store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values);
+      reply.header.type = MessageType::kAck;
+      rows_ += n;
+      return;
+    }
+    case MessageType::kPushValue: {
+      if (h.value_count != static_cast<std::uint64_t>(h.key_count) * rf) {
+        throw ProtocolError("push-value: " + std::to_string(h.value_count) + " values for " + std::to_string(h.key_count) +
+                            " rows of " + std::to_string(rf) + " floats");
+      }
+      store_.push_value(std::span<const Key>(req.keys, h.key_count), req.values);
+      reply.header.type = MessageType::kAck;
+      rows_ += h.key_count;
+      return;
+    }
+    case MessageType::kCommit: {
+      reply.header.type = MessageType::kAck;
+      reply.header.flags = static_cast<std::uint32_t>(store_.commit());
+      return;
+    }
+    default:
+      throw ProtocolError(std::string("a PS does not serve ") + transport::type_name(h.type) + " requests");
+  }
+}
+
+}  // namespace ember::ps

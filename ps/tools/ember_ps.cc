@@ -1,0 +1,157 @@
+// ember-ps: one parameter-server shard serving pulls and pushes over TCP.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/common/log.h"
+#include "ember/common/process.h"
+#include "ember/ps/ps_client.h"
+#include "ember/ps/ps_service.h"
+
+namespace {
+
+using namespace ember;
+namespace fs = std::filesystem;
+
+std::uint64_t rows_of_dataset(const fs::path& dir) {
+  auto path = dir / "manifest.json";
+  try {
+    auto j = nlohmann::json::parse(read_file(path));
+    std::uint64_t n = 0;
+    for (const auto& t : j.at("tables")) n += t.at("rows").get<std::uint64_t>();
+    return n;
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(path.string() + ": " + e.what());
+  }
+}
+
+std::string checkpoint_name(std::uint32_t shard, std::uint32_t shards) {
+  return "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".ckpt";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ember-ps: a parameter-server shard (embedding rows + optimizer state) over TCP"};
+  ps::StoreConfig sc;
+  std::string optimizer = "sgd", listen = "127.0.0.1:0", token, token_file, port_file, dataset, restore_dir, checkpoint_dir,
+              log_level = "info", stats_file;
+  int io_threads = 2;
+  double stats_interval = 10;
+  bool checkpoint_on_exit = false;
+  app.add_option("--shard", sc.shard, "this shard's index")->capture_default_str();
+  app.add_option("--shards", sc.shards, "number of shards")->capture_default_str();
+  auto* nk = app.add_option("--num-keys", sc.num_keys, "rows of all tables");
+  app.add_option("--dataset", dataset, "take the rows of all tables from an ember-data dataset")->excludes(nk);
+  app.add_option("--dim", sc.dim, "embedding dimension")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sgd, adagrad, rowwise-adagrad, adam")->capture_default_str();
+  app.add_option("--lr", sc.optimizer.lr, "learning rate")->capture_default_str();
+  app.add_option("--weight-decay", sc.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
+  app.add_option("--seed", sc.seed, "initial rows from (seed, key)")->capture_default_str();
+  app.add_option("--listen", listen, "host:port (port 0: any free port)")->capture_default_str();
+  app.add_option("--port-file", port_file, "write the port listened on to this file (atomically)");
+  app.add_option("--token", token, "job token required from every peer");
+  app.add_option("--token-file", token_file, "read the job token from this file");
+  app.add_option("--io-threads", io_threads, "I/O threads")->capture_default_str();
+  app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
+  app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
+  app.add_option("--stats-interval", stats_interval, "seconds between stats lines (0: none)")->capture_default_str();
+  app.add_option("--stats-file", stats_file, "JSON stats, rewritten atomically at every stats line");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    setup_logging(log_level);
+    if (token.empty() && token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
+    if (!token_file.empty()) {
+      token = read_file(token_file);
+      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+      if (token.empty()) throw ConfigError("--token-file " + token_file + " is empty");
+    }
+    if (!dataset.empty()) sc.num_keys = rows_of_dataset(dataset);
+    if (sc.num_keys == 0) throw ConfigError("give --num-keys or --dataset");
+    if (checkpoint_on_exit && checkpoint_dir.empty()) throw ConfigError("--checkpoint-on-exit needs --checkpoint-dir");
+    sc.optimizer.kind = ps::parse_optimizer(optimizer);
+    ps::ShardAddress where = ps::parse_address(listen);
+
+    // Signals are waited for by this thread only; the I/O threads inherit the mask.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+    ps::PsService service(sc);
+    const std::uint32_t rf = service.store().row_floats();
+    spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
+                 optimizer, rf - sc.dim, rf * 4);
+    if (!restore_dir.empty()) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::directory_iterator(restore_dir)) {
+        if (e.path().extension() == ".ckpt") files.push_back(e.path());
+      }
+      std::sort(files.begin(), files.end());
+      if (files.empty()) throw DataError("--restore " + restore_dir + ": no *.ckpt files");
+      service.store().load(files);
+      spdlog::info("restored {} rows from {} checkpoint file(s) in {}", service.store().initialized_rows(), files.size(), restore_dir);
+    }
+    transport::TcpServerOptions to;
+    to.address = where.host;
+    to.port = where.port;
+    to.io_threads = io_threads;
+    to.token = token;
+    transport::TcpServer server(to, [&service](const transport::Message& r, transport::OutMessage& o, std::vector<float>& s) {
+      service.handle(r, o, s);
+    });
+    spdlog::info("listening on {}:{}", where.host, server.port());
+    if (!port_file.empty()) write_file_atomic(port_file, std::to_string(server.port()) + "\n");
+
+    Stopwatch since;
+    std::uint64_t last_requests = 0, last_rows = 0;
+    while (true) {
+      timespec ts{static_cast<time_t>(stats_interval > 0 ? stats_interval : 3600), 0};
+      int sig = sigtimedwait(&stop, nullptr, &ts);
+      if (sig == SIGTERM || sig == SIGINT) {
+        spdlog::info("signal {}: stopping", sig);
+        break;
+      }
+      if (stats_interval <= 0) continue;
+      double secs = since.seconds();
+      since.reset();
+      std::uint64_t req = server.requests_served(), rows = service.rows_served();
+      double rps = static_cast<double>(req - last_requests) / secs, rowps = static_cast<double>(rows - last_rows) / secs;
+      spdlog::info("stats: {:.0f} requests/s, {:.0f} rows/s, {:.1f} MB/s of rows, {} rows initialized, {} pending, {} peers dropped", rps,
+                   rowps, rowps * sc.dim * 4 / 1e6, service.store().initialized_rows(), service.store().pending(), server.connections_dropped());
+      if (!stats_file.empty()) {
+        nlohmann::json j = {{"shard", sc.shard},          {"requests_s", rps},
+                            {"rows_s", rowps},            {"initialized_rows", service.store().initialized_rows()},
+                            {"requests", req},            {"peers_dropped", server.connections_dropped()}};
+        write_file_atomic(stats_file, j.dump() + "\n");
+      }
+      last_requests = req;
+      last_rows = rows;
+    }
+    if (checkpoint_on_exit) {
+      std::lock_guard<std::mutex> lock(service.mutex());
+      fs::create_directories(checkpoint_dir);
+      fs::path file = fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards);
+      service.store().save(file);
+      spdlog::info("checkpoint written: {} ({} rows)", file.string(), service.store().initialized_rows());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ember-ps: error: %s\n", e.what());
+    return exit_code(e);
+  }
+  return 0;
+}

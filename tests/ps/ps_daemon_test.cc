@@ -1,0 +1,168 @@
+// Real ember-ps processes on loopback: BSP rounds from two workers against a
+// single-process reference, and checkpoint / restore into a different shard count.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "ember/common/error.h"
+#include "ember/ps/ps_client.h"
+#include "ember/ps/shard_store.h"
+#include "../data/test_util.h"
+
+namespace ember::ps {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr std::uint32_t kDim = 8;
+constexpr std::uint64_t kKeys = 2000;
+const std::string kToken = "t0ken";
+
+// One ember-ps process; killed (SIGKILL) if still running when destroyed.
+class Daemon {
+ public:
+  Daemon(const fs::path& dir, std::uint32_t shard, std::uint32_t shards, const std::string& optimizer, const std::string& extra = "") {
+    port_file_ = dir / ("port-" + std::to_string(shard) + "-" + std::to_string(shards) + "-" + std::to_string(counter_++));
+    std::vector<std::string> args = {test::bin("ember-ps"), "--shard", std::to_string(shard), "--shards", std::to_string(shards),
+                                     "--num-keys", std::to_string(kKeys), "--dim", std::to_string(kDim), "--optimizer", optimizer,
+                                     "--lr", "0.1", "--seed", "5", "--token", kToken, "--port-file", port_file_.string(),
+                                     "--log-level", "warn", "--stats-interval", "0"};
+    std::istringstream more(extra);
+    for (std::string a; more >> a;) args.push_back(a);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    for (int i = 0; i < 500 && !fs::exists(port_file_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!fs::exists(port_file_)) throw Error("ember-ps did not start");
+    std::ifstream(port_file_) >> port_;
+  }
+  ~Daemon() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  // SIGTERM and wait (at most 10 s); returns the exit status.
+  int stop() {
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 500; ++i) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -2;
+  }
+  ShardAddress address() const { return {"127.0.0.1", port_}; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path port_file_;
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+struct Round {
+  std::vector<Key> keys;
+  std::vector<std::uint32_t> trainers;
+  std::vector<float> grads;
+};
+
+// Two workers' gradients for one iteration; rows both trained carry trainers = 2.
+std::vector<Round> make_rounds(std::mt19937_64& rng) {
+  std::map<Key, int> count;
+  std::vector<std::vector<Key>> picked(2);
+  for (int w = 0; w < 2; ++w) {
+    std::set<Key> s;
+    for (int j = 0; j < 50; ++j) s.insert(rng() % 300);
+    picked[w].assign(s.begin(), s.end());
+    for (Key k : s) ++count[k];
+  }
+  std::normal_distribution<float> g(0, 1);
+  std::vector<Round> out(2);
+  for (int w = 0; w < 2; ++w) {
+    for (Key k : picked[w]) {
+      out[w].keys.push_back(k);
+      out[w].trainers.push_back(static_cast<std::uint32_t>(count[k]));
+      for (std::uint32_t j = 0; j < kDim; ++j) out[w].grads.push_back(g(rng));
+    }
+  }
+  return out;
+}
+
+class PsDaemon : public test::TempDirTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(PsDaemon, BspRoundsMatchOneProcessAndCheckpointsReshard) {
+  const std::string opt = GetParam();
+  StoreConfig rc;
+  rc.num_keys = kKeys;
+  rc.dim = kDim;
+  rc.seed = 5;
+  rc.optimizer.kind = parse_optimizer(opt);
+  rc.optimizer.lr = 0.1f;
+  ShardStore reference(rc);
+  const std::uint32_t sf = state_floats(rc.optimizer.kind, kDim);
+  fs::path ckpt = dir_ / "ckpt";
+  std::vector<Key> all;
+  for (Key k = 0; k < 300; ++k) all.push_back(k);
+  {
+    Daemon d0(dir_, 0, 2, opt, "--checkpoint-dir " + ckpt.string() + " --checkpoint-on-exit");
+    Daemon d1(dir_, 1, 2, opt, "--checkpoint-dir " + ckpt.string() + " --checkpoint-on-exit");
+    PsClient w0({d0.address(), d1.address()}, kToken, kDim, sf), w1({d0.address(), d1.address()}, kToken, kDim, sf);
+    std::mt19937_64 rng(12);
+    for (std::uint64_t it = 0; it < 20; ++it) {
+      auto rounds = make_rounds(rng);
+      w0.push_grad(it, rounds[0].keys, rounds[0].trainers, rounds[0].grads);
+      w1.push_grad(it, rounds[1].keys, rounds[1].trainers, rounds[1].grads);
+      for (auto& r : rounds) reference.push_grad(it, r.keys, r.trainers, r.grads.data());
+      w0.commit(it);
+      reference.commit();
+    }
+    std::vector<float> got;
+    w1.pull(all, got);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      for (std::uint32_t j = 0; j < kDim; ++j) ASSERT_NEAR(got[i * kDim + j], reference.row(all[i])[j], 1e-5) << "key " << all[i];
+    }
+    EXPECT_EQ(d0.stop(), 0);
+    EXPECT_EQ(d1.stop(), 0);
+  }
+  ASSERT_TRUE(fs::exists(ckpt / "shard-0-of-2.ckpt"));
+  // Three shards restored from the two shards' checkpoint: the same rows and state.
+  Daemon r0(dir_, 0, 3, opt, "--restore " + ckpt.string());
+  Daemon r1(dir_, 1, 3, opt, "--restore " + ckpt.string());
+  Daemon r2(dir_, 2, 3, opt, "--restore " + ckpt.string());
+  PsClient c({r0.address(), r1.address(), r2.address()}, kToken, kDim, sf);
+  std::vector<float> got;
+  c.pull(all, got, true);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const float* want = reference.row(all[i]);
+    for (std::uint32_t j = 0; j < kDim + sf; ++j) ASSERT_NEAR(got[i * (kDim + sf) + j], want[j], 1e-5) << "key " << all[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, PsDaemon, ::testing::Values("sgd", "adagrad"));
+
+TEST(PsDaemonCli, RefusesToStartWithoutAToken) {
+  std::string out;
+  int rc = test::run_command(test::bin("ember-ps") + " --num-keys 10", out);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("job token is required"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace ember::ps

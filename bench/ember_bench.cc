@@ -6,6 +6,7 @@
 
 #include "bench_data.h"
 #include "bench_sched.h"
+#include "bench_ps.h"
 #include "ember/common/error.h"
 
 int main(int argc, char** argv) {
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   ember::bench::SchedBenchOptions sched_opts;
   auto* sched = app.add_subcommand("sched", "scheduling time per global batch vs a straightforward Algorithm 1");
   ember::bench::add_sched_options(*sched, sched_opts);
+  ember::bench::PsBenchOptions ps_opts;
+  auto* ps = app.add_subcommand("ps", "PS pull/push throughput over TCP loopback vs raw sockets; small-pull latency");
+  ember::bench::add_ps_options(*ps, ps_opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -27,6 +31,7 @@ int main(int argc, char** argv) {
   try {
     if (*data) return ember::bench::run_data_bench(data_opts, json);
     if (*sched) return ember::bench::run_sched_bench(sched_opts, json);
+    if (*ps) return ember::bench::run_ps_bench(ps_opts, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ember-bench: error: %s\n", e.what());
     return ember::exit_code(e);

@@ -1,0 +1,203 @@
+// ember-bench ps: pull and push throughput of a PS shard over TCP loopback for several
+// row sizes and client threads, small-pull latency, and raw loopback TCP moving the same
+// bytes per request (plain sockets, no framing or processing) in the same run.
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "bench_common.h"
+#include "bench_ps.h"
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+#include "ember/ps/ps_client.h"
+#include "ember/ps/ps_service.h"
+
+namespace ember::bench {
+
+void add_ps_options(CLI::App& app, PsBenchOptions& o) {
+  app.add_option("--seconds", o.seconds, "seconds per case")->capture_default_str();
+  app.add_option("--rows", o.rows_per_request, "rows per request")->capture_default_str();
+  app.add_option("--num-keys", o.num_keys, "rows of the shard")->capture_default_str();
+}
+
+namespace {
+
+const std::string kToken = "bench";
+
+bool io_all(int fd, void* buf, std::size_t n, bool write) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t r = write ? ::write(fd, p, n) : ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+// A plain-socket server: per connection, read `in` bytes, write `out` bytes, repeat.
+class RawServer {
+ public:
+  RawServer(std::size_t in, std::size_t out) : in_(in), out_(out) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) throw IoError("raw server: bind/listen");
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    accept_ = std::thread([this] {
+      while (true) {
+        int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        int one = 1;
+        ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        workers_.emplace_back([this, c] {
+          std::vector<char> ib(in_), ob(out_, 1);
+          while (io_all(c, ib.data(), in_, false) && io_all(c, ob.data(), out_, true)) {
+          }
+          ::close(c);
+        });
+      }
+    });
+  }
+  ~RawServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    accept_.join();
+    for (auto& t : workers_) t.join();
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  std::size_t in_, out_;
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::thread accept_;
+  std::vector<std::thread> workers_;
+};
+
+// Requests per second of `threads` raw clients moving in/out bytes per request.
+double raw_rate(std::size_t in, std::size_t out, int threads, double seconds) {
+  RawServer server(in, out);
+  std::atomic<std::uint64_t> total{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&] {
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(server.port());
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      std::vector<char> ib(in, 1), ob(out);
+      std::uint64_t n = 0;
+      Stopwatch sw;
+      while (sw.seconds() < seconds) {
+        if (!io_all(fd, ib.data(), in, true) || !io_all(fd, ob.data(), out, false)) break;
+        ++n;
+      }
+      total += n;
+      ::close(fd);
+    });
+  }
+  for (auto& t : ts) t.join();
+  return static_cast<double>(total) / seconds;
+}
+
+}  // namespace
+
+int run_ps_bench(const PsBenchOptions& o, bool json) {
+  Output out{json};
+  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio"));
+  const std::uint32_t n = o.rows_per_request;
+  for (std::uint32_t dim : {16u, 64u, 256u}) {
+    ps::StoreConfig sc;
+    sc.num_keys = o.num_keys;
+    sc.dim = dim;
+    ps::PsService service(sc);
+    transport::TcpServerOptions to;
+    to.token = kToken;
+    to.io_threads = 4;
+    transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, std::vector<float>& s) { service.handle(r, m, s); });
+    {
+      // Initialize every row first: the timed runs measure serving, not first touches.
+      std::vector<float> tmp(dim);
+      for (Key k = 0; k < o.num_keys; ++k) service.store().pull({&k, 1}, tmp.data());
+    }
+    for (const char* op : {"pull", "push"}) {
+      for (int threads : {1, 2, 4}) {
+        std::atomic<std::uint64_t> rows{0};
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t) {
+          ts.emplace_back([&, t] {
+            ps::PsClient c({{"127.0.0.1", server.port()}}, kToken, dim, 0);
+            std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+            std::vector<Key> keys(n);
+            std::vector<std::uint32_t> trainers(n, 1);
+            std::vector<float> buf(static_cast<std::size_t>(n) * dim, 0.001f);
+            std::uint64_t done = 0, it = 0;
+            Stopwatch sw;
+            while (sw.seconds() < o.seconds) {
+              // Distinct keys per request, and each thread its own key range: a row
+              // gets one gradient per iteration from one worker.
+              const std::uint64_t range = o.num_keys / static_cast<std::uint64_t>(threads);
+              Key base = static_cast<Key>(t) * range + rng() % (range - n);
+              for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+              if (std::string(op) == "pull") {
+                c.pull(keys, buf);
+              } else {
+                c.push_grad(it, keys, trainers, buf);
+                c.commit(it++);
+              }
+              done += n;
+            }
+            rows += done;
+          });
+        }
+        for (auto& th : ts) th.join();
+        const double rps = static_cast<double>(rows) / o.seconds;
+        const double bytes_per_row = 4.0 * dim;
+        const double gb = rps * bytes_per_row / 1e9;
+        // Raw: the same request and reply sizes on plain sockets.
+        const std::size_t req = transport::kHeaderBytes + 8ull * n + (std::string(op) == "push" ? 8ull * n + 4ull * n * dim : 0);
+        const std::size_t rep = transport::kHeaderBytes + (std::string(op) == "pull" ? 4ull * n * dim : 0);
+        const double raw_gb = raw_rate(req, rep, threads, o.seconds) * n * bytes_per_row / 1e9;
+        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}\n", op, dim, threads, rps, gb, raw_gb, gb / raw_gb));
+        out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"rows_s", rps}, {"gb_s", gb}, {"raw_gb_s", raw_gb},
+                 {"ratio", gb / raw_gb}});
+      }
+    }
+    if (dim == 16) {
+      // Latency of small pulls (16 rows), one client.
+      ps::PsClient c({{"127.0.0.1", server.port()}}, kToken, dim, 0);
+      std::vector<Key> keys(16);
+      std::vector<float> buf;
+      std::vector<double> us;
+      for (int i = 0; i < 2000; ++i) {
+        for (std::uint32_t j = 0; j < 16; ++j) keys[j] = (static_cast<Key>(i) * 16 + j) % o.num_keys;
+        Stopwatch sw;
+        c.pull(keys, buf);
+        us.push_back(sw.seconds() * 1e6);
+      }
+      std::sort(us.begin(), us.end());
+      double p50 = us[us.size() / 2], p99 = us[us.size() * 99 / 100];
+      out.text(fmt::format("small pulls (16 rows of dim 16): p50 {:.1f} us, p99 {:.1f} us\n", p50, p99));
+      out.row({{"bench", "ps"}, {"op", "pull_latency"}, {"dim", dim}, {"rows", 16}, {"p50_us", p50}, {"p99_us", p99}});
+    }
+  }
+  out.text("target: >= 0.70 of raw throughput for rows of 256 B and up (dim >= 64)\n");
+  return 0;
+}
+
+}  // namespace ember::bench

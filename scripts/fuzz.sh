@@ -10,4 +10,4 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebI
   -DEMBER_WITH_TORCH=OFF -DEMBER_WITH_TESTS=OFF -DEMBER_WITH_BENCH=OFF > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j "$(nproc)" --target fuzz_message
 mkdir -p "$build/corpus"
-"$build/transport/fuzz_message" -max_total_time="$seconds" -max_len=256 "$build/corpus"
+"$build/bin/fuzz_message" -max_total_time="$seconds" -max_len=256 "$build/corpus"

@@ -2,12 +2,11 @@
 // and prints ratios against it (shared machines are noisy: absolute times are not).
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 
 #include "bench_data.h"
 #include "bench_sched.h"
 #include "bench_ps.h"
-#include "ember/common/error.h"
+#include "ember/common/main.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ember-bench: Ember's benchmarks"};
@@ -28,13 +27,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  try {
+  return ember::guarded_main("ember-bench", [&] {
     if (*data) return ember::bench::run_data_bench(data_opts, json);
     if (*sched) return ember::bench::run_sched_bench(sched_opts, json);
-    if (*ps) return ember::bench::run_ps_bench(ps_opts, json);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember-bench: error: %s\n", e.what());
-    return ember::exit_code(e);
-  }
-  return 0;
+    return ember::bench::run_ps_bench(ps_opts, json);
+  });
 }

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "ember/common/error.h"
+#include "ember/common/main.h"
 #include "ember/common/process.h"
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  try {
+  return guarded_main("ember-sim", [&] {
     if (data_dir.empty() && synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
     auto list = scheduler::parse_policies(policies);
     SyntheticDataset holder;
@@ -177,9 +178,6 @@ int main(int argc, char** argv) {
         if (t.hot_sync > 0) std::cout << fmt::format("{:<10}hot rows all-reduced among workers: {}\n", "", t.hot_sync);
       }
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember-sim: error: %s\n", e.what());
-    return exit_code(e);
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -9,6 +9,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/log.h"
+#include "ember/common/main.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
 #include "ember/data/prep.h"
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  try {
+  return guarded_main("ember-data", [&] {
     setup_logging(log_level);
     if (*prep) {
       for (auto& i : prep_inputs) po.inputs.emplace_back(i);
@@ -194,10 +195,6 @@ int main(int argc, char** argv) {
       so.split = parse_split(stats_split);
       return run_stats(stats_dir, so, stats_json_out, !stats_no_verify);
     }
-    if (*verify) return run_verify(verify_dir);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember-data: error: %s\n", e.what());
-    return exit_code(e);
-  }
-  return 0;
+    return run_verify(verify_dir);
+  });
 }

@@ -11,6 +11,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/log.h"
+#include "ember/common/main.h"
 #include "ember/common/process.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
@@ -71,7 +72,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  try {
+  return guarded_main("ember-ps", [&] {
     setup_logging(log_level);
     if (token.empty() && token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
     if (!token_file.empty()) {
@@ -149,9 +150,6 @@ int main(int argc, char** argv) {
       service.store().save(file);
       spdlog::info("checkpoint written: {} ({} rows)", file.string(), service.store().initialized_rows());
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ember-ps: error: %s\n", e.what());
-    return exit_code(e);
-  }
-  return 0;
+    return 0;
+  });
 }

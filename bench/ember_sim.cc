@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       std::cout << fmt::format("{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
                                o.workers, o.batch_per_worker, results.front().cache_rows, o.cache_ratio, total_rows,
                                ds.num_tables(), o.iterations, o.warmup);
-      std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>13}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
+      std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
     }
     for (const auto& r : results) {
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
         std::cout << j.dump() << "\n";
       } else {
         auto pct = [&](double v) { return vanilla ? fmt::format("{:.1f}", 100 * v) : std::string("-"); };
-        std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>13}{:>9}{:>9}{:>9}{:>8.3f}{:>10.3f}\n", r.policy, t.pulls,
+        std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8.3f}{:>10.3f}\n", r.policy, t.pulls,
                                  t.push_grad, t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push),
                                  pct(red_all), r.hit_rate(), r.sched_ms_mean);
         if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);

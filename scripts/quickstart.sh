@@ -2,9 +2,9 @@
 # The README's main command: installs dependencies, builds, and runs the main job on an
 # embedded default (synthetic Criteo-like data on localhost).
 #
-# Today the data pipeline is what runs: generate Criteo-like data, prepare it, and show
-# its skew. Distributed training (PS + workers) is not available yet; this script says so
-# rather than pretending.
+# Today the data pipeline is what runs: generate Criteo-like data, prepare it, show its
+# skew, and simulate the scheduling policies' traffic on it. Distributed training needs
+# ember-worker, which does not exist yet; this script says so rather than pretending.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/install_deps.sh"
@@ -20,9 +20,12 @@ echo "== preparing the binary dataset (90% train, 10% validation)"
 echo "== table skew and Herald's degree of infrequency (8 workers, 10% cache)"
 "$bin/ember-data" stats --workers 8 --cache-ratio 0.1 "$work/criteo"
 
-if [ -x "$bin/ember-worker" ] && [ -x "$bin/ember-ps" ]; then
+echo "== embedding traffic per scheduling policy (ember-sim: 8 workers x 128 samples, 10% cache)"
+"$bin/ember-sim" --data "$work/criteo" --policies vanilla,laia,plan,herald --iterations 150 --warmup 20 -q
+
+if [ -x "$bin/ember-worker" ]; then
   echo "== training: see scripts/run_local.sh"
 else
-  echo "== training: not yet available (ember-ps and ember-worker are not built yet);"
+  echo "== training: not yet available: ember-ps (parameter server) is built, ember-worker is not yet;"
   echo "   the dataset above is ready for them: $work/criteo"
 fi

@@ -55,17 +55,28 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
     m.key_count = static_cast<std::uint32_t>(by_shard[s].size());
     conns_[s]->send(m);
   }
-  std::vector<std::vector<float>> rows(S);
+  // Each reply is scattered into the caller's order straight from the receive buffer.
+  out.resize(keys.size() * per);
+  std::vector<std::vector<std::uint32_t>> positions(S);  // for each shard's row j: where the first use of its key is
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::uint64_t w = *where.find(keys[i]);
+    auto& pos = positions[w >> 32];
+    if (pos.size() <= (w & 0xffffffff)) pos.resize((w & 0xffffffff) + 1, ~std::uint32_t{0});
+    if (pos[w & 0xffffffff] == ~std::uint32_t{0}) pos[w & 0xffffffff] = static_cast<std::uint32_t>(i);
+  }
   for (std::uint32_t s = 0; s < S; ++s) {
     if (by_shard[s].empty()) continue;
     transport::Message r = conns_[s]->receive();
     if (r.header.value_count != by_shard[s].size() * per) throw ProtocolError("PS shard " + std::to_string(s) + ": pull reply of the wrong size");
-    rows[s].assign(r.values, r.values + r.header.value_count);
+    for (std::size_t j = 0; j < by_shard[s].size(); ++j) {
+      std::memcpy(&out[static_cast<std::size_t>(positions[s][j]) * per], r.values + j * per, per * sizeof(float));
+    }
   }
-  out.resize(keys.size() * per);
+  // Repeated keys copy from their first occurrence.
   for (std::size_t i = 0; i < keys.size(); ++i) {
     std::uint64_t w = *where.find(keys[i]);
-    std::memcpy(&out[i * per], &rows[w >> 32][(w & 0xffffffff) * per], per * sizeof(float));
+    std::uint32_t first = positions[w >> 32][w & 0xffffffff];
+    if (first != i) std::memcpy(&out[i * per], &out[static_cast<std::size_t>(first) * per], per * sizeof(float));
   }
 }
 

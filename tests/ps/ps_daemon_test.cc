@@ -138,6 +138,13 @@ TEST_P(PsDaemon, BspRoundsMatchOneProcessAndCheckpointsReshard) {
     for (std::size_t i = 0; i < all.size(); ++i) {
       for (std::uint32_t j = 0; j < kDim; ++j) ASSERT_NEAR(got[i * kDim + j], reference.row(all[i])[j], 1e-5) << "key " << all[i];
     }
+    // Repeated keys are fetched once and returned at every position.
+    std::vector<float> dup;
+    w0.pull({5, 7, 5, 9, 7}, dup);
+    const Key order[5] = {5, 7, 5, 9, 7};
+    for (int i = 0; i < 5; ++i) {
+      for (std::uint32_t j = 0; j < kDim; ++j) ASSERT_NEAR(dup[static_cast<std::size_t>(i) * kDim + j], reference.row(order[i])[j], 1e-5);
+    }
     EXPECT_EQ(d0.stop(), 0);
     EXPECT_EQ(d1.stop(), 0);
   }

@@ -1,5 +1,7 @@
 #include "ember/ps/ps_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include "ember/common/error.h"
 
 namespace ember::ps {
@@ -59,6 +61,14 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
     case MessageType::kCommit: {
       reply.header.type = MessageType::kAck;
       reply.header.flags = static_cast<std::uint32_t>(store_.commit());
+      if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {
+        if (store_.pending() > 0) {
+          spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, store_.pending());
+        } else {
+          store_.save(checkpoint_file_);
+          spdlog::info("iteration {}: checkpoint written to {}", h.iteration, checkpoint_file_.string());
+        }
+      }
       return;
     }
     default:

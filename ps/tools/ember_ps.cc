@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   int io_threads = 2;
   double stats_interval = 10;
   bool checkpoint_on_exit = false;
+  std::uint64_t checkpoint_every = 0;
   app.add_option("--shard", sc.shard, "this shard's index")->capture_default_str();
   app.add_option("--shards", sc.shards, "number of shards")->capture_default_str();
   auto* nk = app.add_option("--num-keys", sc.num_keys, "rows of all tables");
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
   app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
+  app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
   app.add_option("--stats-interval", stats_interval, "seconds between stats lines (0: none)")->capture_default_str();
   app.add_option("--stats-file", stats_file, "JSON stats, rewritten atomically at every stats line");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
@@ -82,7 +84,9 @@ int main(int argc, char** argv) {
     }
     if (!dataset.empty()) sc.num_keys = rows_of_dataset(dataset);
     if (sc.num_keys == 0) throw ConfigError("give --num-keys or --dataset");
-    if (checkpoint_on_exit && checkpoint_dir.empty()) throw ConfigError("--checkpoint-on-exit needs --checkpoint-dir");
+    if ((checkpoint_on_exit || checkpoint_every > 0) && checkpoint_dir.empty()) {
+      throw ConfigError("--checkpoint-on-exit and --checkpoint-every need --checkpoint-dir");
+    }
     sc.optimizer.kind = ps::parse_optimizer(optimizer);
     ps::ShardAddress where = ps::parse_address(listen);
 
@@ -94,6 +98,10 @@ int main(int argc, char** argv) {
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
     ps::PsService service(sc);
+    if (checkpoint_every > 0) {
+      fs::create_directories(checkpoint_dir);
+      service.checkpoint_every(checkpoint_every, fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards));
+    }
     const std::uint32_t rf = service.store().row_floats();
     spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
                  optimizer, rf - sc.dim, rf * 4);

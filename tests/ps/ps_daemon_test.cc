@@ -69,6 +69,11 @@ class Daemon {
     return -2;
   }
   ShardAddress address() const { return {"127.0.0.1", port_}; }
+  void kill9() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
 
  private:
   static inline int counter_ = 0;
@@ -163,6 +168,53 @@ TEST_P(PsDaemon, BspRoundsMatchOneProcessAndCheckpointsReshard) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, PsDaemon, ::testing::Values("sgd", "adagrad"));
+
+// kill -9 every shard mid-run; restarted from the periodic checkpoint (iteration 4) and
+// fed iterations 5.. again, the job ends with exactly the uninterrupted run's rows.
+TEST_F(PsDaemon, KilledShardsResumeFromTheLastCheckpoint) {
+  StoreConfig rc;
+  rc.num_keys = kKeys;
+  rc.dim = kDim;
+  rc.seed = 5;
+  rc.optimizer.kind = OptimizerKind::kAdagrad;
+  rc.optimizer.lr = 0.1f;
+  ShardStore reference(rc);
+  const std::uint32_t sf = state_floats(rc.optimizer.kind, kDim);
+  std::mt19937_64 rng(21);
+  std::vector<std::vector<Round>> rounds;
+  for (int it = 0; it < 10; ++it) rounds.push_back(make_rounds(rng));
+  for (std::uint64_t it = 0; it < 10; ++it) {
+    for (auto& r : rounds[it]) reference.push_grad(it, r.keys, r.trainers, r.grads.data());
+    reference.commit();
+  }
+  fs::path ckpt = dir_ / "ckpt";
+  const std::string every = "--checkpoint-dir " + ckpt.string() + " --checkpoint-every 5";
+  auto run = [&](PsClient& w0, PsClient& w1, std::uint64_t from, std::uint64_t to) {
+    for (std::uint64_t it = from; it < to; ++it) {
+      w0.push_grad(it, rounds[it][0].keys, rounds[it][0].trainers, rounds[it][0].grads);
+      w1.push_grad(it, rounds[it][1].keys, rounds[it][1].trainers, rounds[it][1].grads);
+      w0.commit(it);
+    }
+  };
+  {
+    Daemon d0(dir_, 0, 2, "adagrad", every), d1(dir_, 1, 2, "adagrad", every);
+    PsClient w0({d0.address(), d1.address()}, kToken, kDim, sf), w1({d0.address(), d1.address()}, kToken, kDim, sf);
+    run(w0, w1, 0, 8);
+    d0.kill9();
+    d1.kill9();
+  }
+  Daemon d0(dir_, 0, 2, "adagrad", "--restore " + ckpt.string() + " " + every);
+  Daemon d1(dir_, 1, 2, "adagrad", "--restore " + ckpt.string() + " " + every);
+  PsClient w0({d0.address(), d1.address()}, kToken, kDim, sf), w1({d0.address(), d1.address()}, kToken, kDim, sf);
+  run(w0, w1, 5, 10);
+  std::vector<Key> all;
+  for (Key k = 0; k < 300; ++k) all.push_back(k);
+  std::vector<float> got;
+  w0.pull(all, got, true);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::uint32_t j = 0; j < kDim + sf; ++j) ASSERT_EQ(got[i * (kDim + sf) + j], reference.row(all[i])[j]) << "key " << all[i];
+  }
+}
 
 TEST(PsDaemonCli, RefusesToStartWithoutAToken) {
   std::string out;

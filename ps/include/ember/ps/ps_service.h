@@ -8,11 +8,13 @@
 //   kPushGrad   keys[n] then trainer counts[n] (2n keys), values[n * dim] gradients of
 //               the header's iteration -> kAck
 //   kPushValue  keys[n], values[n * (dim + state)] -> kAck
-//   kCommit     (empty) -> kAck, flags = rows updated
+//   kCommit     (empty) -> kAck, flags = rows updated; every `checkpoint_every`
+//               iterations the shard then checkpoints (at an iteration boundary)
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <filesystem>
 #include <mutex>
 #include <vector>
 
@@ -27,6 +29,12 @@ class PsService {
  public:
   explicit PsService(StoreConfig config) : store_(std::move(config)) {}
 
+  // Checkpoint to `file` after committing every iteration i with (i + 1) % every == 0.
+  void checkpoint_every(std::uint64_t every, std::filesystem::path file) {
+    checkpoint_every_ = every;
+    checkpoint_file_ = std::move(file);
+  }
+
   // A transport::RequestHandler.
   void handle(const transport::Message& request, transport::OutMessage& reply, std::vector<float>& scratch);
 
@@ -38,6 +46,8 @@ class PsService {
   ShardStore store_;
   std::mutex mutex_;  // one lock per shard for now; requests touch many rows each
   std::atomic<std::uint64_t> rows_{0};
+  std::uint64_t checkpoint_every_ = 0;
+  std::filesystem::path checkpoint_file_;
 };
 
 }  // namespace ember::ps

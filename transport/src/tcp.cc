@@ -19,10 +19,13 @@ std::uint64_t token_hash(const std::string& token) { return hash_bytes(token, 0x
 
 namespace {
 
+// No Nagle delay (requests are small and latency-bound) and large buffers (replies are
+// big). Best effort: a socket that refuses an option still works.
 void tune(tcp::socket& s) {
-  s.set_option(tcp::no_delay(true));
-  s.set_option(asio::socket_base::send_buffer_size(4 << 20));
-  s.set_option(asio::socket_base::receive_buffer_size(4 << 20));
+  boost::system::error_code ignored;
+  s.set_option(tcp::no_delay(true), ignored);
+  s.set_option(asio::socket_base::send_buffer_size(4 << 20), ignored);
+  s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
 }
 
 // kError carries its reason as bytes packed into keys; flags = length.
@@ -170,10 +173,7 @@ struct TcpServer::Impl {
         if (ec != asio::error::operation_aborted) spdlog::warn("tcp server: accept: {}", ec.message());
         if (!acceptor.is_open()) return;
       } else {
-        boost::system::error_code ignored;
-        s.set_option(tcp::no_delay(true), ignored);
-        s.set_option(asio::socket_base::send_buffer_size(4 << 20), ignored);
-        s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
+        tune(s);
         std::make_shared<Session>(this, std::move(s))->read_header();
       }
       accept();

@@ -133,10 +133,11 @@ int run_data_bench(const DataBenchOptions& o, bool json) {
   for (int i = 0; i < o.repeats; ++i) {
     seq.push_back(reader_seconds(train, {o.batch, false, 0, true}, samples, sink));
   }
-  // Every id of every table too (what a scheduler reads per sample).
+  // Every id of every table too (what a scheduler reads per sample), in dataset order
+  // and shuffled.
   const int nt = ds.num_tables();
-  for (int i = 0; i < o.repeats; ++i) {
-    data::BatchReader reader(train, {o.batch, false, 0, true});
+  auto all_ids_seconds = [&](bool shuffle) {
+    data::BatchReader reader(train, {o.batch, shuffle, 1, true});
     data::Batch b;
     Stopwatch sw;
     while (reader.next(b)) {
@@ -144,21 +145,10 @@ int run_data_bench(const DataBenchOptions& o, bool json) {
         for (std::size_t s = 0; s < b.size(); ++s) sink += b.id(t, s);
       }
     }
-    all_ids.push_back(sw.seconds());
-  }
-  for (int i = 0; i < o.repeats; ++i) {
-    data::BatchReader reader(train, {o.batch, true, 1, true});
-    data::Batch b;
-    Stopwatch sw;
-    std::uint64_t n = 0;
-    while (reader.next(b)) {
-      for (int t = 0; t < nt; ++t) {
-        for (std::size_t s = 0; s < b.size(); ++s) sink += b.id(t, s);
-      }
-      n += b.size();
-    }
-    shuf.push_back(sw.seconds());
-  }
+    return sw.seconds();
+  };
+  for (int i = 0; i < o.repeats; ++i) all_ids.push_back(all_ids_seconds(false));
+  for (int i = 0; i < o.repeats; ++i) shuf.push_back(all_ids_seconds(true));
   double reader_samples_s = static_cast<double>(samples) / median(all_ids);
   double reader_label_only_s = static_cast<double>(samples) / median(seq);
   double reader_shuffled_s = static_cast<double>(samples) / median(shuf);

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <filesystem>
 
 #include "bench_common.h"
@@ -14,6 +13,7 @@
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
 #include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/simulator.h"
 #include "naive_scheduler.h"
 
 namespace ember::bench {
@@ -59,15 +59,12 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   scheduler::SchedulerConfig c;
   c.workers = o.workers;
   c.batch_per_worker = o.batch_per_worker;
-  std::uint64_t acc = 0;
-  const auto& card = data::real_cardinalities(data::SourceFormat::kCriteoTsv);
-  for (std::size_t t = 0; t < card.size(); ++t) {
-    c.table_offsets.push_back(acc);
-    acc += std::max<std::uint64_t>(ds.manifest().tables[t].rows,
-                                   static_cast<std::uint64_t>(std::llround(static_cast<double>(card[t]) * o.scale)) + data::kFirstValueRow);
-  }
-  c.num_keys = acc;
-  c.cache_rows = static_cast<std::uint32_t>(std::ceil(o.cache_ratio * static_cast<double>(acc)));
+  scheduler::SimOptions space;
+  space.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
+  c.table_offsets = scheduler::key_space(ds, space);
+  c.num_keys = c.table_offsets.back();
+  c.table_offsets.pop_back();
+  c.cache_rows = scheduler::cache_rows_for(o.cache_ratio, c.num_keys);
   c.policy = scheduler::parse_policy("herald");
   c.seed = 1;
 

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -101,10 +100,7 @@ int main(int argc, char** argv) {
     if (!synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
       // the generator's full tables, as it would be for the real dataset.
-      for (std::uint64_t card : data::real_cardinalities(data::parse_source_format(synthetic))) {
-        o.table_rows.push_back(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card) * gen.scale))) +
-                               data::kFirstValueRow);
-      }
+      o.table_rows = data::synthetic_table_rows(data::parse_source_format(synthetic), gen.scale);
     }
     Stopwatch last;
     if (!quiet) {

@@ -106,7 +106,7 @@ class Generator {
     auto alphas = calibrated_alphas(o);
     for (int t = 0; t < raw_tables; ++t) {
       TableModel m;
-      m.rows = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card[t]) * o.scale)));
+      m.rows = scaled_cardinality(card[static_cast<std::size_t>(t)], o.scale);
       double a = o.alpha > 0 ? o.alpha : alphas[static_cast<std::size_t>(t)];
       m.zipf = ZipfSampler(m.rows, a);
       m.missing = criteo_ ? kCriteoMissing[static_cast<std::size_t>(t)] : 0.0;
@@ -320,6 +320,18 @@ class Generator {
 
 const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like) {
   return like == SourceFormat::kAvazu ? kAvazuCard : kCriteoCard;
+}
+
+std::uint64_t scaled_cardinality(std::uint64_t card, double scale) {
+  return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card) * scale)));
+}
+
+std::vector<std::uint64_t> synthetic_table_rows(SourceFormat like, double scale) {
+  const auto& card = real_cardinalities(like);
+  const std::size_t drawn = like == SourceFormat::kAvazu ? 21 : card.size();  // hour, weekday come from the clock
+  std::vector<std::uint64_t> rows;
+  for (std::size_t t = 0; t < card.size(); ++t) rows.push_back((t < drawn ? scaled_cardinality(card[t], scale) : card[t]) + kFirstValueRow);
+  return rows;
 }
 
 std::uint64_t entity_count(const GenOptions& o) {

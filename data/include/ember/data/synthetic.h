@@ -48,6 +48,14 @@ struct GenOptions {
 // Real cardinalities (Criteo Kaggle C1..C26; Avazu C1..C21 then hour, weekday).
 const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like);
 
+// Values the generator draws for a table of real cardinality `card` at `scale` (>= 1).
+std::uint64_t scaled_cardinality(std::uint64_t card, double scale);
+
+// Rows of each table of generated data's full key space: the values the generator can
+// emit (Avazu's hour and weekday are not scaled) plus the reserved missing and OOV rows.
+// A short generated file holds only part of each table; simulators size caches by this.
+std::vector<std::uint64_t> synthetic_table_rows(SourceFormat like, double scale);
+
 // The per-table exponents used when GenOptions::alpha is 0, fitted so that windows of
 // consecutive rows hold as many distinct values as in the real samples, given the
 // options' entities, coupling and sessions.

@@ -1,0 +1,119 @@
+// Control plane on ZeroMQ: forms the job and notices failures. Not on the data path.
+//
+// The Coordinator (run by PS rank 0, or by a launcher) binds one ROUTER socket whose
+// address every process gets from its command line or config file. A ControlMember
+// (every PS shard and worker) joins with the job token, its role, an optional requested
+// rank and the address of its data plane; once every expected member has joined, all of
+// them receive the same peer table (rank assignment + address exchange). Afterwards:
+//   - barriers with generation numbers, among the workers or among everybody;
+//   - a small key-value board (publish / lookup) for rendezvous data such as the dense
+//     collective's store address;
+//   - heartbeats both ways: a member silent for longer than the timeout is reported
+//     dead to everyone, and a member that stops hearing the coordinator fails too;
+//   - clean shutdown: when every worker has left, the PS members are told to stop.
+// A join without the right token is refused with an error reply and logged.
+//
+// Messages are single JSON frames: control traffic is a few small messages per
+// iteration, so readability wins over bytes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember::transport {
+
+enum class Role : std::uint8_t { kPs = 0, kWorker = 1 };
+const char* role_name(Role role);
+
+struct JobShape {
+  std::uint32_t ps = 1;
+  std::uint32_t workers = 1;
+};
+
+struct ControlTimeouts {
+  std::chrono::milliseconds heartbeat_interval{300};
+  std::chrono::milliseconds heartbeat_timeout{5000};   // silence before a peer is declared dead
+  std::chrono::milliseconds join_timeout{120000};      // until every member has joined
+};
+
+struct Peer {
+  Role role = Role::kWorker;
+  std::uint32_t rank = 0;
+  std::string data_address;  // "host:port" of its data plane (empty for workers)
+};
+
+class Coordinator {
+ public:
+  // endpoint: a ZeroMQ endpoint to bind, e.g. "tcp://127.0.0.1:5555" or
+  // "tcp://127.0.0.1:*" (any free port; see endpoint()).
+  Coordinator(const std::string& endpoint, std::string token, JobShape shape, ControlTimeouts timeouts = {});
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // The bound endpoint with its actual port.
+  std::string endpoint() const;
+  // Joins refused (wrong token, duplicate rank, job already formed).
+  std::uint64_t refused() const;
+  // The first failure reported to the job ("worker 2: no heartbeat for 5000 ms"), if any.
+  std::optional<std::string> failure() const;
+  // True once every worker has left and the PS members were told to stop.
+  bool finished() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+enum class BarrierGroup : std::uint8_t { kWorkers = 0, kAll = 1 };
+
+struct MemberOptions {
+  std::string coordinator;       // "tcp://host:port"
+  std::string token;
+  Role role = Role::kWorker;
+  int rank = -1;                 // -1: any free rank of the role
+  std::string data_address;      // published to the peers
+  ControlTimeouts timeouts;
+};
+
+class ControlMember {
+ public:
+  // Joins and blocks until the job is formed. Throws ProtocolError when refused (wrong
+  // token, rank taken) and IoError when the coordinator does not answer in time.
+  explicit ControlMember(MemberOptions options);
+  ~ControlMember();  // leaves cleanly if leave() was not called
+  ControlMember(const ControlMember&) = delete;
+  ControlMember& operator=(const ControlMember&) = delete;
+
+  std::uint32_t rank() const;
+  JobShape shape() const;
+  const std::vector<Peer>& peers() const;
+  std::vector<Peer> peers_of(Role role) const;
+
+  // Waits until every member of the group called barrier with the same generation.
+  // Throws Error when a peer died, the generations disagree, or the timeout passes.
+  void barrier(BarrierGroup group, std::uint64_t generation,
+               std::chrono::milliseconds timeout = std::chrono::milliseconds(600000));
+  void publish(const std::string& key, const std::string& value);
+  // Waits until some member published `key`.
+  std::string lookup(const std::string& key, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+
+  // A failure of the job (dead peer, lost coordinator), if any was reported.
+  std::optional<std::string> failure() const;
+  // True once the coordinator said the job is over (PS members wait for this).
+  bool shutdown_requested() const;
+  // Waits for shutdown or failure; returns false on timeout.
+  bool wait_shutdown(std::chrono::milliseconds timeout);
+  // Leaves the job cleanly (workers: after the last iteration).
+  void leave();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ember::transport

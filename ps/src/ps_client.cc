@@ -33,7 +33,7 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& t
   for (const auto& a : shards) conns_.push_back(std::make_unique<transport::TcpClient>(a.host, a.port, token, timeout));
 }
 
-void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state) {
+void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration) {
   const std::uint32_t S = shards(), per = with_state ? dim_ + state_ : dim_;
   // Distinct keys per shard, and where each distinct key's row lands.
   std::vector<std::vector<Key>> by_shard(S);
@@ -51,6 +51,7 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
     OutMessage m;
     m.header.type = MessageType::kPull;
     m.header.flags = with_state ? kWithState : 0;
+    m.header.iteration = iteration;
     m.keys = by_shard[s].data();
     m.key_count = static_cast<std::uint32_t>(by_shard[s].size());
     conns_[s]->send(m);

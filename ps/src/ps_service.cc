@@ -17,6 +17,10 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
       const bool with_state = (h.flags & kWithState) != 0;
       const std::uint32_t per = with_state ? rf : dim;
       if (h.value_count != 0) throw ProtocolError("pull with values");
+      if (h.iteration > 0 && static_cast<std::int64_t>(h.iteration) > committed_) {
+        throw ProtocolError("pull for iteration " + std::to_string(h.iteration) + " before its commit (last committed " +
+                            std::to_string(committed_) + ")");
+      }
       scratch.resize(static_cast<std::size_t>(h.key_count) * per);
       std::span<const Key> keys(req.keys, h.key_count);
       if (with_state) {
@@ -61,6 +65,7 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
     case MessageType::kCommit: {
       reply.header.type = MessageType::kAck;
       reply.header.flags = static_cast<std::uint32_t>(store_.commit());
+      committed_ = std::max(committed_, static_cast<std::int64_t>(h.iteration));
       if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {
         if (store_.pending() > 0) {
           spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, store_.pending());

@@ -15,6 +15,7 @@
 #include "ember/common/process.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
+#include "ember/transport/control.h"
 
 namespace {
 
@@ -48,6 +49,10 @@ int main(int argc, char** argv) {
   double stats_interval = 10;
   bool checkpoint_on_exit = false;
   std::uint64_t checkpoint_every = 0;
+  std::string coordinator, coordinator_file;
+  std::uint32_t workers = 0;
+  int heartbeat_timeout_ms = 10000;
+  app.set_config("--config", "", "read options from this TOML/INI file");
   app.add_option("--shard", sc.shard, "this shard's index")->capture_default_str();
   app.add_option("--shards", sc.shards, "number of shards")->capture_default_str();
   auto* nk = app.add_option("--num-keys", sc.num_keys, "rows of all tables");
@@ -68,6 +73,12 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
   app.add_option("--stats-interval", stats_interval, "seconds between stats lines (0: none)")->capture_default_str();
   app.add_option("--stats-file", stats_file, "JSON stats, rewritten atomically at every stats line");
+  app.add_option("--coordinator", coordinator,
+                 "join a job's control plane at this ZeroMQ endpoint (tcp://host:port); shard 0 runs the coordinator there "
+                 "(port 0: any free port, see --coordinator-file)");
+  app.add_option("--coordinator-file", coordinator_file, "shard 0: write the coordinator's endpoint to this file (atomically)");
+  app.add_option("--workers", workers, "workers of the job (with --coordinator)");
+  app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -89,6 +100,8 @@ int main(int argc, char** argv) {
     }
     sc.optimizer.kind = ps::parse_optimizer(optimizer);
     ps::ShardAddress where = ps::parse_address(listen);
+    if (!coordinator.empty() && workers == 0) throw ConfigError("--coordinator needs --workers (the job's worker count)");
+    if (sc.shard >= sc.shards) throw ConfigError("--shard " + std::to_string(sc.shard) + " is not below --shards " + std::to_string(sc.shards));
 
     // Signals are waited for by this thread only; the I/O threads inherit the mask.
     sigset_t stop;
@@ -126,16 +139,62 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}:{}", where.host, server.port());
     if (!port_file.empty()) write_file_atomic(port_file, std::to_string(server.port()) + "\n");
 
-    Stopwatch since;
+    // Control plane: shard 0 coordinates; every shard joins and publishes its address.
+    transport::ControlTimeouts ct;
+    ct.heartbeat_timeout = std::chrono::milliseconds(heartbeat_timeout_ms);
+    ct.heartbeat_interval = std::max(std::chrono::milliseconds(20), ct.heartbeat_timeout / 10);
+    std::unique_ptr<transport::Coordinator> coord;
+    std::unique_ptr<transport::ControlMember> member;
+    if (!coordinator.empty()) {
+      std::string endpoint = coordinator;
+      if (sc.shard == 0) {
+        std::string bind = endpoint;
+        if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) bind = bind.substr(0, bind.size() - 1) + "*";
+        coord = std::make_unique<transport::Coordinator>(bind, token, transport::JobShape{sc.shards, workers}, ct);
+        endpoint = coord->endpoint();
+        if (!coordinator_file.empty()) write_file_atomic(coordinator_file, endpoint + "\n");
+      }
+      transport::MemberOptions mo;
+      mo.coordinator = endpoint;
+      mo.token = token;
+      mo.role = transport::Role::kPs;
+      mo.rank = static_cast<int>(sc.shard);
+      mo.data_address = where.host + ":" + std::to_string(server.port());
+      mo.timeouts = ct;
+      spdlog::info("joining the job at {}", endpoint);
+      member = std::make_unique<transport::ControlMember>(mo);
+      if (sc.shard == 0) {
+        nlohmann::json pc = {{"num_keys", sc.num_keys}, {"dim", sc.dim}, {"optimizer", optimizer}, {"lr", sc.optimizer.lr},
+                             {"weight_decay", sc.optimizer.weight_decay}, {"seed", sc.seed}, {"shards", sc.shards}};
+        member->publish("ps_config", pc.dump());
+      }
+      spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);
+    }
+
+    Stopwatch since, stats_clock;
     std::uint64_t last_requests = 0, last_rows = 0;
+    int exit_status = 0;
     while (true) {
-      timespec ts{static_cast<time_t>(stats_interval > 0 ? stats_interval : 3600), 0};
+      // Short waits when a control plane may end the job; stats on their own clock.
+      timespec ts{member ? 0 : static_cast<time_t>(stats_interval > 0 ? stats_interval : 3600), member ? 100000000L : 0};
       int sig = sigtimedwait(&stop, nullptr, &ts);
       if (sig == SIGTERM || sig == SIGINT) {
         spdlog::info("signal {}: stopping", sig);
         break;
       }
-      if (stats_interval <= 0) continue;
+      if (member) {
+        if (auto why = member->failure()) {
+          spdlog::error("job failed: {}", *why);
+          exit_status = 6;
+          break;
+        }
+        if (member->shutdown_requested()) {
+          spdlog::info("every worker finished: stopping");
+          break;
+        }
+      }
+      if (stats_interval <= 0 || stats_clock.seconds() < stats_interval) continue;
+      stats_clock.reset();
       double secs = since.seconds();
       since.reset();
       std::uint64_t req = server.requests_served(), rows = service.rows_served();
@@ -158,6 +217,8 @@ int main(int argc, char** argv) {
       service.store().save(file);
       spdlog::info("checkpoint written: {} ({} rows)", file.string(), service.store().initialized_rows());
     }
-    return 0;
+    if (member) member->leave();
+    if (coord) coord->wait_ps_left(std::chrono::milliseconds(3000));  // let the others hear the shutdown first
+    return exit_status;
   });
 }

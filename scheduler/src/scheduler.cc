@@ -434,7 +434,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
         // Latest at w before the iteration, and w needs it now: still there.
         slot = plan.rows[j].slot;
       }
-      plan.rows[j] = {k, slot, std::popcount(s.umask[d]) > 1};
+      plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d]))};
       if (slot != kNoSlot) {
         lru.touch(slot);
         ++c.hits;
@@ -561,6 +561,39 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   st.traffic.hot_sync = s.hot_keys.size();
   ++iteration_;
   return st;
+}
+
+TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
+  const std::uint32_t W = config_.workers;
+  plans.resize(W);
+  TrafficCounts c;
+  for (std::uint32_t w = 0; w < W; ++w) {
+    StepPlan& plan = plans[w];
+    plan.clear();
+    plan.iteration = iteration_;
+    plan.worker = w;
+    cache::LruIndex& lru = *lru_[w];
+    for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
+      if (!lru.occupied(slot)) continue;
+      const Key k = lru.key_at(slot);
+      if (loc_.owner(k) == w) {
+        if (loc_.dirty(k)) {
+          plan.push_values.push_back({k, slot});
+          loc_.set_clean(k);
+          ++c.push_value;
+        }
+      } else if (loc_.partial(k) & bit(w)) {
+        plan.push_grads.push_back({k, slot});
+        ++c.push_grad;
+      }
+    }
+    // Partial copies leave after the scan (erasing frees slots the scan must not revisit).
+    for (const KeySlot& g : plan.push_grads) {
+      lru.erase(g.key);
+      loc_.clear_partial_bit(g.key, w);
+    }
+  }
+  return c;
 }
 
 }  // namespace ember::scheduler

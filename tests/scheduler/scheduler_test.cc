@@ -161,8 +161,9 @@ TEST(Scheduler, PartialGradientsArePushedWhenTheRowIsNextNeeded) {
   b.keys = {0, 10, 100, 0, 11, 101, 1, 12, 102};  // row 0 shared by workers 0 and 1
   s.schedule_with(b, {0, 1, 2}, plans);
   EXPECT_EQ(s.locations().partial(0), 0b011u);
-  EXPECT_TRUE(plans[0].rows[0].shared);
-  EXPECT_FALSE(plans[0].rows[1].shared);
+  EXPECT_TRUE(plans[0].rows[0].shared());
+  EXPECT_EQ(plans[0].rows[0].trainers, 2u);
+  EXPECT_FALSE(plans[0].rows[1].shared());
   GlobalBatch c = b;
   c.keys = {2, 13, 103, 3, 14, 104, 0, 15, 105};  // worker 2 needs row 0
   IterationStats st = s.schedule_with(c, {0, 1, 2}, plans);
@@ -172,6 +173,29 @@ TEST(Scheduler, PartialGradientsArePushedWhenTheRowIsNextNeeded) {
   EXPECT_EQ(s.locations().partial(0), 0u);
   EXPECT_EQ(s.locations().owner(0), 2);
   EXPECT_TRUE(s.locations().dirty(0));
+}
+
+// flush() leaves the PS with every update: dirty rows pushed as values (copies stay,
+// clean), partial gradients pushed (copies leave); a second flush pushes nothing.
+TEST(Scheduler, FlushPushesDirtyValuesAndPartialGradients) {
+  Workload wl;
+  std::vector<StepPlan> plans;
+  Scheduler s(config("plan", 3, 1, 10, wl));
+  GlobalBatch b;
+  b.samples = 3;
+  b.tables = 3;
+  b.keys = {0, 10, 100, 0, 11, 101, 1, 12, 102};  // row 0 shared by workers 0 and 1
+  s.schedule_with(b, {0, 1, 2}, plans);
+  TrafficCounts c = s.flush(plans);
+  EXPECT_EQ(c.push_grad, 2u);   // row 0 from workers 0 and 1
+  EXPECT_EQ(c.push_value, 7u);  // every other row, by its sole trainer
+  ASSERT_EQ(plans[0].push_grads.size(), 1u);
+  EXPECT_EQ(plans[0].push_grads[0].key, 0u);
+  EXPECT_EQ(s.locations().partial(0), 0u);
+  EXPECT_FALSE(s.cache_of(0).contains(0));
+  EXPECT_TRUE(s.cache_of(2).contains(102));
+  EXPECT_FALSE(s.locations().dirty(102));
+  EXPECT_EQ(s.flush(plans).transmissions(), 0u);
 }
 
 // Algorithm 2 is minimal: every value pushed is needed by another worker in the same

@@ -66,6 +66,7 @@ struct Coordinator::Impl {
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> refused{0};
   std::atomic<bool> finished{false};
+  std::atomic<std::uint32_t> ps_left{0};
   mutable std::mutex mutex;  // guards failure (read by other threads)
   std::optional<std::string> failure;
 
@@ -165,6 +166,7 @@ struct Coordinator::Impl {
         else
           waiting_lookups.emplace(key, id);
       } else if (op == "leave") {
+        if (!m.left && m.role == Role::kPs) ps_left.fetch_add(1);
         m.left = true;
         spdlog::info("control: {} left", peer_name(m.role, m.rank));
         maybe_finish();
@@ -282,6 +284,15 @@ Coordinator::~Coordinator() {
 }
 
 std::string Coordinator::endpoint() const { return impl_->bound; }
+bool Coordinator::wait_ps_left(std::chrono::milliseconds timeout) const {
+  const auto until = Clock::now() + timeout;
+  while (impl_->ps_left.load() < impl_->shape.ps) {
+    if (Clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 std::uint64_t Coordinator::refused() const { return impl_->refused.load(); }
 bool Coordinator::finished() const { return impl_->finished.load(); }
 std::optional<std::string> Coordinator::failure() const {

@@ -29,8 +29,9 @@ class PsClient {
 
   std::uint32_t shards() const { return static_cast<std::uint32_t>(conns_.size()); }
   // out[i * per] = row of keys[i] (per = dim, or dim + state with `with_state`);
-  // repeated keys are fetched once.
-  void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false);
+  // repeated keys are fetched once. `iteration`: the iteration the rows are for; a shard
+  // refuses a pull for an iteration it has not committed yet (t > 0).
+  void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0);
   // Gradients (dim floats per key) of rows trained in `iteration` by trainers[i] workers.
   void push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
                  const std::vector<float>& grads);

@@ -10,6 +10,8 @@
 //   kPushValue  keys[n], values[n * (dim + state)] -> kAck
 //   kCommit     (empty) -> kAck, flags = rows updated; every `checkpoint_every`
 //               iterations the shard then checkpoints (at an iteration boundary)
+// A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
+// of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
 
 #include <atomic>
@@ -46,6 +48,7 @@ class PsService {
   ShardStore store_;
   std::mutex mutex_;  // one lock per shard for now; requests touch many rows each
   std::atomic<std::uint64_t> rows_{0};
+  std::int64_t committed_ = -1;  // highest iteration committed (under mutex_)
   std::uint64_t checkpoint_every_ = 0;
   std::filesystem::path checkpoint_file_;
 };

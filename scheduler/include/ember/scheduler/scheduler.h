@@ -63,6 +63,13 @@ class Scheduler {
   IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
                                std::vector<StepPlan>& plans);
 
+  // Brings the PS up to date without a batch (before evaluation, a checkpoint, or the
+  // end of training): every dirty row is pushed as a value (the copy stays, clean) and
+  // every partial gradient is pushed (the copy leaves). Fills push_values / push_grads
+  // of each worker's plan (other lists empty), in slot order; returns the traffic.
+  // Not for het (its copies carry no un-pushed updates).
+  TrafficCounts flush(std::vector<StepPlan>& plans);
+
   const SchedulerConfig& config() const { return config_; }
   std::uint64_t iteration() const { return iteration_; }
   const cache::LruIndex& cache_of(WorkerId w) const { return *lru_[w]; }

@@ -6,8 +6,10 @@
 //              if dirty, as a gradient if partial, silently if clean), then the row is
 //              pulled into that slot
 //   3. train:  `samples` of the global batch; `rows` gives the slot of every distinct row
-//              of the micro-batch; a row marked shared keeps its gradient as a partial,
-//              any other row gets the optimizer applied locally (it becomes dirty)
+//              of the micro-batch; a shared row (trainers > 1) keeps its gradient as a
+//              partial (pushed later with its iteration and trainer count, so the PS
+//              knows when the sum is complete), any other row gets the optimizer
+//              applied locally (it becomes dirty)
 //   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
 //              copies leave their slots without traffic)
 #pragma once
@@ -41,7 +43,10 @@ struct PullEntry {
 struct RowRef {
   Key key;
   std::uint32_t slot;
-  bool shared;  // trained by other workers too in this iteration
+  std::uint32_t trainers;  // workers training this row in this iteration (1: only this one)
+
+  // Trained by other workers too: the gradient is partial (on-demand sync) or pushed.
+  bool shared() const { return trainers > 1; }
 };
 
 struct StepPlan {

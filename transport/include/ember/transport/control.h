@@ -63,6 +63,9 @@ class Coordinator {
   std::optional<std::string> failure() const;
   // True once every worker has left and the PS members were told to stop.
   bool finished() const;
+  // Waits until every PS member left (so they heard the shutdown before this process,
+  // which hosts the coordinator, exits); false on timeout.
+  bool wait_ps_left(std::chrono::milliseconds timeout) const;
 
  private:
   struct Impl;

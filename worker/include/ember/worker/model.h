@@ -1,0 +1,42 @@
+// CTR models in LibTorch, all taking the dense features and one embedding per table and
+// returning one logit per sample (trained with BCE on logits):
+//   wide-deep  linear(x) + MLP(x)                       x = [dense, flattened embeddings]
+//   deepfm     linear(x) + FM(embeddings) + MLP(x)
+//   dcn        cross network (x0 * (x_l . w_l) + b_l + x_l) beside an MLP, then linear
+//   dlrm       bottom MLP(dense) -> dim, pairwise dots of it and the embeddings, top MLP
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ember::worker {
+
+struct ModelConfig {
+  std::string kind = "dlrm";                  // wide-deep, deepfm, dcn, dlrm
+  std::uint32_t num_dense = 13;
+  std::uint32_t num_tables = 26;
+  std::uint32_t dim = 16;
+  std::vector<std::int64_t> bottom = {512, 256, 64};  // dlrm: dense -> ... -> dim
+  std::vector<std::int64_t> top = {512, 256};         // dlrm: interactions -> ... -> 1
+  std::vector<std::int64_t> deep = {400, 400, 400};   // wide-deep, deepfm, dcn
+  int cross_layers = 3;                               // dcn
+};
+
+// "512-256-64" -> {512, 256, 64}; ConfigError otherwise ("" -> {}).
+std::vector<std::int64_t> parse_layers(const std::string& text, const std::string& flag);
+
+class CtrModel : public torch::nn::Module {
+ public:
+  // dense: [B, num_dense], emb: [B, num_tables, dim] -> logits [B].
+  virtual torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& emb) = 0;
+};
+
+// Parameters initialized from LibTorch's generator: seed it (torch::manual_seed) first so
+// every worker builds the same model. Throws ConfigError for an unknown kind.
+std::shared_ptr<CtrModel> make_model(const ModelConfig& config);
+
+}  // namespace ember::worker

@@ -1,0 +1,104 @@
+// A worker's whole life: join the job, build the dense model, run the scheduler one
+// iteration ahead in a loader thread, execute each StepPlan against the embedding cache
+// and the PS, all-reduce dense gradients with c10d (Gloo), evaluate, leave.
+//
+// One iteration t, for this worker (DESIGN.md "One training iteration"):
+//   1. sync pushes of the plan (partial gradients with their iteration and trainer
+//      count; dirty values another worker needs)
+//   2. barrier among workers (control plane), then commit(t) on every shard: the PS
+//      applies every complete aggregation before anyone pulls rows for t
+//   3. evicted rows leave (dirty: value pushed; partial: gradient pushed), pulls fill
+//      their slots (value + optimizer state)
+//   4. forward/backward on the micro-batch; dense gradients (and the loss) all-reduced;
+//      row gradients summed per slot; a row trained here alone gets the sparse
+//      optimizer locally (the same code as the PS); a shared row keeps its gradient as a
+//      partial (on-demand policies) or pushes it (full-set policies); drops
+// Every `eval_every` iterations and at the end the scheduler flushes (dirty values and
+// partial gradients go to the PS), and worker 0 evaluates AUC / log loss on the
+// validation split with rows read from the PS.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/step_plan.h"
+#include "ember/worker/model.h"
+
+namespace ember::worker {
+
+struct TrainConfig {
+  std::string dataset;                 // ember-data directory (train split; val for evaluation)
+  ModelConfig model;                   // num_dense / num_tables / dim are filled from the job
+  std::string policy = "herald";
+  std::uint32_t workers = 4;           // checked against the job's shape
+  std::uint32_t batch_per_worker = 128;
+  double cache_ratio = 0.1;
+  std::uint64_t iterations = 100;
+  std::uint64_t seed = 1;              // data order, allocation ties, dense initialization
+  bool shuffle = false;                // global batches from a seeded permutation
+  std::string dense_optimizer = "sgd"; // sgd or adagrad
+  float dense_lr = 0.01f;
+  std::uint64_t eval_every = 0;        // 0: only at the end
+  std::uint64_t eval_samples = 0;      // 0: the whole validation split
+  int sched_threads = 1;
+  int torch_threads = 1;
+  std::uint64_t progress_every = 10;
+  std::string metrics_file;            // JSON lines (one per iteration, evaluation, summary)
+  std::string dump_dir;                // worker 0: dense weights and every embedding row at the end
+
+  // Job
+  std::string coordinator;             // tcp://host:port of the control plane
+  std::string token;
+  int rank = -1;                       // -1: assigned at join
+  std::string transport = "tcp";
+  std::string gloo_host = "127.0.0.1"; // interface the dense collective binds on
+  std::chrono::milliseconds timeout{30000};            // PS requests
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  std::chrono::milliseconds join_timeout{120000};
+};
+
+// Rows and bytes this worker moved (what crossed its sockets), DESIGN.md accounting.
+struct WireCounts {
+  std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
+  std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes
+  std::uint64_t bytes_out = 0, bytes_in = 0;
+  std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
+};
+
+struct TrainSummary {
+  std::uint32_t rank = 0;
+  WireCounts wire;
+  std::uint64_t iterations = 0;
+  double seconds = 0;             // training loop, wall
+  double samples_per_s = 0;       // global samples per second
+  double final_loss = 0;          // mean over the last iteration's global batch
+  double auc = -1, logloss = -1;  // final evaluation (worker 0; -1 when none)
+};
+
+// Runs one worker to the end. Throws ConfigError / IoError / ProtocolError / Error.
+TrainSummary run_worker(const TrainConfig& config);
+
+// The single-process reference: the whole global batch in one process, the full
+// embedding table in memory, the same initialization, data order, loss scaling and
+// optimizers. Used by the equivalence test and `ember-bench e2e`.
+struct ReferenceResult {
+  std::vector<float> dense;   // parameters, flattened in named_parameters order
+  std::vector<float> rows;    // num_keys x dim
+  std::vector<double> losses; // per iteration
+  double seconds = 0;         // training loop, wall
+};
+ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim);
+
+// Reads a dump written by worker 0 (--dump-dir): dense parameters and rows.
+struct ModelDump {
+  std::vector<float> dense;
+  std::vector<float> rows;
+  std::uint32_t dim = 0;
+};
+ModelDump read_dump(const std::string& dir);
+
+}  // namespace ember::worker

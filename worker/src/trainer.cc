@@ -1,0 +1,726 @@
+#include "ember/worker/trainer.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "ember/cache/embedding_cache.h"
+#include "ember/common/error.h"
+#include "ember/common/flat_map.h"
+#include "ember/common/fs.h"
+#include "ember/common/process.h"
+#include "ember/data/dataset.h"
+#include "ember/ps/placement.h"
+#include "ember/ps/ps_client.h"
+#include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/simulator.h"
+#include "ember/transport/control.h"
+#include "ember/transport/rdma.h"
+#include "ember/worker/metrics.h"
+
+namespace ember::worker {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using scheduler::EvictKind;
+using scheduler::StepPlan;
+
+namespace {
+
+// One iteration's work as the loader hands it over: this worker's plan and the features
+// of its samples, copied out of the global batch.
+struct Step {
+  std::uint64_t iteration = 0;
+  StepPlan plan;
+  std::vector<Key> keys;       // samples x tables, global keys
+  std::vector<float> dense;    // samples x num_dense
+  std::vector<float> labels;   // samples
+  double sched_ms = 0;
+  bool flush = false;          // flush after training this iteration
+  StepPlan flush_plan;
+  bool last = false;
+};
+
+// The scheduler, one iteration ahead of training, in its own thread.
+class Loader {
+ public:
+  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank)
+      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank) {
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Loader() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Next step, or throws what the loader thread threw.
+  Step next() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return !queue_.empty() || error_; });
+    if (queue_.empty()) std::rethrow_exception(error_);
+    Step s = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return s;
+  }
+  const scheduler::SchedulerConfig& config() const { return sched_.config(); }
+
+ private:
+  void run() {
+    try {
+      data::BatchOptions bo;
+      bo.batch_size = static_cast<std::size_t>(c_.workers) * c_.batch_per_worker;
+      bo.shuffle = c_.shuffle;
+      bo.seed = c_.seed;
+      data::BatchReader reader(ds_.split(data::Split::kTrain), bo);
+      if (reader.batches_per_epoch() == 0) {
+        throw ConfigError("the training split of " + c_.dataset + " holds fewer samples than one global batch (" +
+                          std::to_string(bo.batch_size) + ")");
+      }
+      data::Batch b;
+      scheduler::GlobalBatch g;
+      std::vector<StepPlan> plans;
+      std::uint64_t epoch = 0;
+      const std::uint32_t T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
+      for (std::uint64_t t = 0; t < c_.iterations; ++t) {
+        if (!reader.next(b)) {
+          reader.start_epoch(++epoch);
+          reader.next(b);
+        }
+        scheduler::to_global_batch(b, sched_.config().table_offsets, g);
+        Step s;
+        s.iteration = t;
+        s.sched_ms = sched_.schedule(g, plans).sched_ms;
+        s.plan = std::move(plans[rank_]);
+        for (std::uint32_t i : s.plan.samples) {
+          s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T, g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
+          const float* d = b.dense(i);
+          s.dense.insert(s.dense.end(), d, d + D);
+          s.labels.push_back(static_cast<float>(b.label(i)));
+        }
+        s.last = t + 1 == c_.iterations;
+        s.flush = s.last || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
+        if (s.flush && sched_.config().policy.kind != scheduler::PolicyKind::kHet) {
+          sched_.flush(plans);
+          s.flush_plan = std::move(plans[rank_]);
+        }
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return queue_.size() < 2 || stop_; });
+        if (stop_) return;
+        queue_.push_back(std::move(s));
+        cv_.notify_all();
+      }
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+
+  const data::Dataset& ds_;
+  scheduler::Scheduler sched_;
+  const TrainConfig& c_;
+  std::uint32_t rank_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Step> queue_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+};
+
+// What the PS shards serve (published by shard 0), checked against this worker's data.
+struct PsConfig {
+  std::uint64_t num_keys = 0;
+  std::uint32_t dim = 0;
+  ps::OptimizerConfig optimizer;
+  std::uint64_t seed = 0;
+};
+
+PsConfig parse_ps_config(const std::string& text) {
+  try {
+    auto j = json::parse(text);
+    PsConfig p;
+    p.num_keys = j.at("num_keys");
+    p.dim = j.at("dim");
+    p.optimizer.kind = ps::parse_optimizer(j.at("optimizer"));
+    p.optimizer.lr = j.at("lr");
+    p.optimizer.weight_decay = j.at("weight_decay");
+    p.seed = j.at("seed");
+    return p;
+  } catch (const json::exception& e) {
+    throw ProtocolError(std::string("the PS published a malformed configuration: ") + e.what());
+  }
+}
+
+scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const TrainConfig& c) {
+  scheduler::SchedulerConfig sc;
+  sc.workers = c.workers;
+  sc.batch_per_worker = c.batch_per_worker;
+  sc.table_offsets = ds.manifest().table_offsets();
+  sc.num_keys = ds.manifest().total_table_rows();
+  sc.cache_rows = scheduler::cache_rows_for(c.cache_ratio, sc.num_keys);
+  sc.policy = scheduler::parse_policy(c.policy);
+  if (sc.policy.kind == scheduler::PolicyKind::kFae || sc.policy.kind == scheduler::PolicyKind::kBrute) {
+    throw ConfigError("--policy " + c.policy + " is simulator-only (ember-sim); training runs vanilla, laia, plan, herald or het:S");
+  }
+  sc.seed = c.seed;
+  sc.threads = c.sched_threads;
+  return sc;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_dense_optimizer(const std::string& name, std::vector<torch::Tensor> params, float lr) {
+  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
+  if (name == "adagrad") return std::make_unique<torch::optim::Adagrad>(params, torch::optim::AdagradOptions(lr));
+  throw ConfigError("--dense-optimizer '" + name + "': choose sgd or adagrad");
+}
+
+std::vector<float> flatten_params(CtrModel& model) {
+  std::vector<float> out;
+  for (const auto& p : model.named_parameters()) {
+    auto t = p.value().detach().contiguous().to(torch::kCPU);
+    out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  }
+  return out;
+}
+
+void fill_model_shape(const data::Dataset& ds, std::uint32_t dim, TrainConfig& c) {
+  c.model.num_dense = static_cast<std::uint32_t>(ds.num_dense());
+  c.model.num_tables = static_cast<std::uint32_t>(ds.num_tables());
+  c.model.dim = dim;
+}
+
+// Group consecutive partial gradients by the iteration that computed them.
+struct GradBatch {
+  std::vector<Key> keys;
+  std::vector<std::uint32_t> trainers;
+  std::vector<float> grads;
+};
+
+class Worker {
+ public:
+  explicit Worker(TrainConfig c) : c_(std::move(c)) {}
+
+  TrainSummary run();
+
+ private:
+  void join();
+  void setup_collective();
+  void execute(Step& s);
+  void sync_pushes(const StepPlan& p, bool flush);
+  void push_partials(std::map<std::uint64_t, GradBatch>& by_iter);
+  void commit_barrier(std::uint64_t generation, std::uint64_t iteration);
+  void take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter);
+  void evaluate(std::uint64_t iteration);
+  void dump(std::uint64_t iteration);
+  void log_json(const json& j);
+
+  TrainConfig c_;
+  std::optional<data::Dataset> ds_;
+  std::unique_ptr<transport::ControlMember> control_;
+  std::unique_ptr<ps::PsClient> client_;
+  PsConfig ps_;
+  std::uint32_t rank_ = 0, dim_ = 0, state_ = 0;
+  bool on_demand_ = false;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::shared_ptr<CtrModel> model_;
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  std::unique_ptr<cache::EmbeddingCache> cache_;
+  std::vector<std::uint64_t> partial_iter_;       // per slot: iteration of its partial gradient
+  std::vector<std::uint32_t> partial_trainers_;   // per slot: workers that trained it then
+  WireCounts wire_;
+  std::ofstream metrics_;
+  double last_loss_ = 0, auc_ = -1, logloss_ = -1;
+};
+
+void Worker::log_json(const json& j) {
+  if (metrics_.is_open()) metrics_ << j.dump() << '\n' << std::flush;
+}
+
+void Worker::join() {
+  transport::MemberOptions mo;
+  mo.coordinator = c_.coordinator;
+  mo.token = c_.token;
+  mo.role = transport::Role::kWorker;
+  mo.rank = c_.rank;
+  mo.timeouts.heartbeat_timeout = c_.heartbeat_timeout;
+  mo.timeouts.heartbeat_interval = std::max(std::chrono::milliseconds(20), c_.heartbeat_timeout / 10);
+  mo.timeouts.join_timeout = c_.join_timeout;
+  spdlog::info("joining the job at {}", c_.coordinator);
+  control_ = std::make_unique<transport::ControlMember>(mo);
+  rank_ = control_->rank();
+  if (control_->shape().workers != c_.workers) {
+    throw ConfigError("--workers " + std::to_string(c_.workers) + " but the job has " + std::to_string(control_->shape().workers) + " workers");
+  }
+  ps_ = parse_ps_config(control_->lookup("ps_config", c_.join_timeout));
+  const std::uint64_t rows = ds_->manifest().total_table_rows();
+  if (ps_.num_keys != rows) {
+    throw ConfigError("dataset mismatch: " + c_.dataset + " has " + std::to_string(rows) + " embedding rows in its tables, the PS serves " +
+                      std::to_string(ps_.num_keys) + " (was ember-ps started with another --dataset?)");
+  }
+  dim_ = ps_.dim;
+  state_ = ps::state_floats(ps_.optimizer.kind, dim_);
+  std::vector<ps::ShardAddress> shards;
+  for (const auto& p : control_->peers_of(transport::Role::kPs)) shards.push_back(ps::parse_address(p.data_address));
+  client_ = std::make_unique<ps::PsClient>(shards, c_.token, dim_, state_, c_.timeout);
+  spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(), ps_.num_keys,
+               dim_, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);
+}
+
+void Worker::setup_collective() {
+  // Worker 0 hosts the c10d store on any free port and publishes where it is.
+  c10d::TCPStoreOptions so;
+  so.timeout = c_.join_timeout;
+  if (rank_ == 0) {
+    so.port = 0;
+    so.isServer = true;
+    so.numWorkers = c_.workers;
+    so.waitWorkers = false;
+    auto store = c10::make_intrusive<c10d::TCPStore>(c_.gloo_host, so);
+    control_->publish("gloo_store", c_.gloo_host + ":" + std::to_string(store->getPort()));
+    store_ = store;
+  } else {
+    auto addr = ps::parse_address(control_->lookup("gloo_store", c_.join_timeout));
+    so.port = addr.port;
+    store_ = c10::make_intrusive<c10d::TCPStore>(addr.host, so);
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create();
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c_.gloo_host));
+  opts->timeout = std::max(std::chrono::milliseconds(60000), c_.heartbeat_timeout * 3);
+  pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, static_cast<int>(rank_), static_cast<int>(c_.workers), opts);
+}
+
+void Worker::take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter) {
+  GradBatch& b = by_iter[partial_iter_[slot]];
+  b.keys.push_back(cache_->key(slot));
+  b.trainers.push_back(partial_trainers_[slot]);
+  const float* g = cache_->grad(slot);
+  b.grads.insert(b.grads.end(), g, g + dim_);
+}
+
+void Worker::push_partials(std::map<std::uint64_t, GradBatch>& by_iter) {
+  for (auto& [iter, b] : by_iter) {
+    client_->push_grad(iter, b.keys, b.trainers, b.grads);
+    wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
+  }
+}
+
+void Worker::sync_pushes(const StepPlan& p, bool flush) {
+  std::map<std::uint64_t, GradBatch> grads;
+  for (const auto& g : p.push_grads) {
+    take_grad(g.slot, grads);
+    cache_->drop(g.slot);
+  }
+  push_partials(grads);
+  if (!p.push_values.empty()) {
+    std::vector<Key> keys;
+    std::vector<float> rows;
+    rows.reserve(p.push_values.size() * (dim_ + state_));
+    for (const auto& v : p.push_values) {
+      keys.push_back(v.key);
+      rows.insert(rows.end(), cache_->value(v.slot), cache_->value(v.slot) + dim_);
+      rows.insert(rows.end(), cache_->state(v.slot), cache_->state(v.slot) + state_);
+      cache_->set_row_state(v.slot, cache::RowState::kLatestClean);
+    }
+    client_->push_value(keys, rows);
+    wire_.bytes_out += keys.size() * 8 + rows.size() * 4;
+  }
+  (flush ? wire_.flush_grad : wire_.push_grad) += p.push_grads.size();
+  (flush ? wire_.flush_value : wire_.push_value) += p.push_values.size();
+}
+
+void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration) {
+  control_->barrier(transport::BarrierGroup::kWorkers, generation);
+  client_->commit(iteration);
+}
+
+void Worker::execute(Step& s) {
+  const StepPlan& p = s.plan;
+  const std::uint64_t t = s.iteration;
+  const std::uint32_t T = c_.model.num_tables, n = static_cast<std::uint32_t>(p.samples.size());
+  const std::uint32_t global_n = c_.workers * c_.batch_per_worker;
+
+  // 1-2. Sync, barrier, commit: the PS applies every update of earlier iterations.
+  sync_pushes(p, false);
+  commit_barrier(2 * t, t);
+
+  // 3. Evictions leave (their data copied out first: the pull overwrites the slot), pulls.
+  if (!p.pulls.empty()) {
+    std::map<std::uint64_t, GradBatch> evicted_grads;
+    std::vector<Key> evicted_keys, pull_keys;
+    std::vector<float> evicted_rows;
+    for (const auto& e : p.pulls) {
+      pull_keys.push_back(e.key);
+      if (e.kind == EvictKind::kDirty) {
+        evicted_keys.push_back(e.evicted);
+        evicted_rows.insert(evicted_rows.end(), cache_->value(e.slot), cache_->value(e.slot) + dim_);
+        evicted_rows.insert(evicted_rows.end(), cache_->state(e.slot), cache_->state(e.slot) + state_);
+        ++wire_.push_evict;
+      } else if (e.kind == EvictKind::kPartial) {
+        take_grad(e.slot, evicted_grads);
+        ++wire_.push_evict;
+      }
+    }
+    if (!evicted_keys.empty()) {
+      client_->push_value(evicted_keys, evicted_rows);
+      wire_.bytes_out += evicted_keys.size() * 8 + evicted_rows.size() * 4;
+    }
+    push_partials(evicted_grads);
+    std::vector<float> rows;
+    client_->pull(pull_keys, rows, true, t);
+    const std::uint32_t per = dim_ + state_;
+    for (std::size_t i = 0; i < p.pulls.size(); ++i) {
+      const float* r = &rows[i * per];
+      cache_->fill(p.pulls[i].slot, p.pulls[i].key, r, r + dim_, cache::RowState::kLatestClean);
+    }
+    wire_.pulls += p.pulls.size();
+    wire_.bytes_out += pull_keys.size() * 8;
+    wire_.bytes_in += rows.size() * 4;
+  }
+  wire_.hits += p.rows.size() - p.pulls.size();
+
+  // 4. Train the micro-batch.
+  U64Map<std::uint32_t> slot_of;
+  for (const auto& r : p.rows) *slot_of.try_emplace(r.key, r.slot).first = r.slot;
+  std::vector<std::uint32_t> slots(static_cast<std::size_t>(n) * T);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = *slot_of.find(s.keys[i]);
+  auto emb = torch::empty({n, static_cast<std::int64_t>(T), dim_});
+  cache_->gather(slots.data(), slots.size(), emb.data_ptr<float>());
+  emb.set_requires_grad(true);
+  auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(c_.model.num_dense)}, torch::kFloat32);
+  auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32);
+  opt_->zero_grad();
+  auto logits = model_->forward(dense, emb);
+  // The sum over this micro-batch scaled by the global batch: the all-reduced sum is the
+  // gradient of the global batch's mean loss, whatever the partition.
+  auto loss = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n);
+  loss.backward();
+  {
+    std::vector<torch::Tensor> parts;
+    for (auto& param : model_->parameters()) parts.push_back(param.grad().reshape(-1));
+    parts.push_back(loss.detach().reshape(1));
+    std::vector<torch::Tensor> flat{torch::cat(parts)};
+    pg_->allreduce(flat)->wait();
+    std::int64_t off = 0;
+    for (auto& param : model_->parameters()) {
+      const std::int64_t k = param.numel();
+      param.mutable_grad().copy_(flat[0].narrow(0, off, k).view_as(param));
+      off += k;
+    }
+    last_loss_ = flat[0][off].item<double>();
+  }
+  opt_->step();
+  auto eg = emb.grad().contiguous();
+  cache_->scatter_add_grad(slots.data(), slots.size(), eg.data_ptr<float>());
+
+  // Full-set sync pushes every trained row's gradient (with its trainer count).
+  if (!p.end_pushes.empty()) {
+    GradBatch b;
+    U64Map<std::uint32_t> trainers;
+    for (const auto& r : p.rows) *trainers.try_emplace(r.key, r.trainers).first = r.trainers;
+    for (const auto& e : p.end_pushes) {
+      b.keys.push_back(e.key);
+      b.trainers.push_back(*trainers.find(e.key));
+      b.grads.insert(b.grads.end(), cache_->grad(e.slot), cache_->grad(e.slot) + dim_);
+    }
+    client_->push_grad(t, b.keys, b.trainers, b.grads);
+    wire_.push_grad += b.keys.size();
+    wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
+  }
+  const float lr = ps_.optimizer.lr;
+  for (const auto& r : p.rows) {
+    if (r.trainers == 1) {
+      ps::apply(ps_.optimizer, lr, dim_, cache_->value(r.slot), cache_->state(r.slot), cache_->grad(r.slot));
+      cache_->zero_grad(r.slot);
+      cache_->set_row_state(r.slot, on_demand_ ? cache::RowState::kLatestDirty : cache::RowState::kLatestClean);
+    } else if (on_demand_) {
+      partial_iter_[r.slot] = t;
+      partial_trainers_[r.slot] = r.trainers;
+      cache_->set_row_state(r.slot, cache::RowState::kPartial);
+    } else {
+      cache_->zero_grad(r.slot);  // pushed above
+    }
+  }
+  for (const auto& d : p.drops) cache_->drop(d.slot);
+}
+
+void Worker::evaluate(std::uint64_t iteration) {
+  const auto& val = ds_->split(data::Split::kVal);
+  if (val.rows() == 0) {
+    spdlog::warn("no validation split in {}: skipping evaluation (ember-data prep --val-fraction)", c_.dataset);
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  data::BatchOptions bo;
+  bo.batch_size = 4096;
+  bo.drop_last = false;
+  data::BatchReader reader(val, bo);
+  data::Batch b;
+  std::vector<float> probs;
+  std::vector<std::uint8_t> labels;
+  const std::uint32_t T = c_.model.num_tables, D = c_.model.num_dense;
+  const auto offsets = ds_->manifest().table_offsets();
+  std::vector<Key> keys;
+  std::vector<float> rows, dense;
+  while (reader.next(b)) {
+    std::size_t n = b.size();
+    if (c_.eval_samples > 0) n = std::min<std::size_t>(n, c_.eval_samples - probs.size());
+    if (n == 0) break;
+    keys.resize(n * T);
+    dense.resize(n * D);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::uint32_t t = 0; t < T; ++t) keys[i * T + t] = offsets[t] + b.id(static_cast<int>(t), i);
+      std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
+      labels.push_back(b.label(i));
+    }
+    client_->pull(keys, rows, false, iteration);
+    auto emb = torch::from_blob(rows.data(), {static_cast<std::int64_t>(n), static_cast<std::int64_t>(T), dim_}, torch::kFloat32);
+    auto x = torch::from_blob(dense.data(), {static_cast<std::int64_t>(n), static_cast<std::int64_t>(D)}, torch::kFloat32);
+    auto p = torch::sigmoid(model_->forward(x, emb)).contiguous();
+    probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + n);
+    if (c_.eval_samples > 0 && probs.size() >= c_.eval_samples) break;
+  }
+  auc_ = auc(probs, labels);
+  logloss_ = logloss(probs, labels);
+  spdlog::info("eval after iteration {}: AUC {:.4f}, logloss {:.4f} on {} validation samples", iteration + 1, auc_, logloss_, probs.size());
+  log_json({{"eval", true}, {"iteration", iteration + 1}, {"auc", auc_}, {"logloss", logloss_}, {"samples", probs.size()}});
+}
+
+void Worker::dump(std::uint64_t iteration) {
+  fs::create_directories(c_.dump_dir);
+  auto dense = flatten_params(*model_);
+  write_file_atomic(fs::path(c_.dump_dir) / "dense.bin", std::string_view(reinterpret_cast<const char*>(dense.data()), dense.size() * 4));
+  const std::uint64_t N = ps_.num_keys;
+  if (N * dim_ * 4 > (std::uint64_t{4} << 30)) throw ConfigError("--dump-dir: the tables are over 4 GiB; use the PS checkpoints instead");
+  std::string rows;
+  rows.reserve(N * dim_ * 4);
+  std::vector<Key> keys;
+  std::vector<float> out;
+  for (Key k0 = 0; k0 < N; k0 += 65536) {
+    keys.clear();
+    for (Key k = k0; k < std::min<Key>(N, k0 + 65536); ++k) keys.push_back(k);
+    client_->pull(keys, out, false, iteration);
+    rows.append(reinterpret_cast<const char*>(out.data()), out.size() * 4);
+  }
+  write_file_atomic(fs::path(c_.dump_dir) / "rows.bin", rows);
+  json meta = {{"dim", dim_}, {"num_keys", N}, {"dense_floats", dense.size()}, {"iterations", iteration + 1}, {"model", c_.model.kind}};
+  write_file_atomic(fs::path(c_.dump_dir) / "model.json", meta.dump(2) + "\n");
+  spdlog::info("model written to {} ({} dense floats, {} rows)", c_.dump_dir, dense.size(), N);
+}
+
+TrainSummary Worker::run() {
+  if (c_.transport == "rdma") {
+    std::string why = transport::rdma_unavailable_reason();
+    if (!why.empty()) throw ConfigError(why);
+    throw ConfigError("--transport rdma: the RDMA data plane is not implemented yet; use --transport tcp");
+  }
+  if (c_.transport != "tcp") throw ConfigError("--transport '" + c_.transport + "': choose tcp or rdma");
+  if (c_.coordinator.empty()) throw ConfigError("--coordinator is required (the control plane endpoint of ember-ps shard 0)");
+  if (c_.token.empty()) throw ConfigError("a job token is required (--token or --token-file)");
+  ds_.emplace(data::Dataset::open(c_.dataset));
+  auto sc = scheduler_config(*ds_, c_);  // config errors before joining
+  on_demand_ = sc.policy.on_demand();
+  at::set_num_threads(c_.torch_threads);
+  if (!c_.metrics_file.empty()) {
+    metrics_.open(c_.metrics_file, std::ios::trunc);
+    if (!metrics_) throw IoError(errno_message("open " + c_.metrics_file));
+  }
+  join();
+  setup_collective();
+  fill_model_shape(*ds_, dim_, c_);
+  torch::manual_seed(c_.seed);
+  model_ = make_model(c_.model);
+  opt_ = make_dense_optimizer(c_.dense_optimizer, model_->parameters(), c_.dense_lr);
+  cache_ = std::make_unique<cache::EmbeddingCache>(sc.cache_rows, dim_, state_);
+  partial_iter_.assign(sc.cache_rows, 0);
+  partial_trainers_.assign(sc.cache_rows, 0);
+  spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB)", rank_, c_.model.kind, c_.policy, sc.cache_rows,
+               cache_->memory_bytes() / 1e6);
+
+  Loader loader(*ds_, std::move(sc), c_, rank_);
+  TrainSummary sum;
+  sum.rank = rank_;
+  Stopwatch total, window;
+  WireCounts at_window;
+  const double global_n = static_cast<double>(c_.workers) * c_.batch_per_worker;
+  for (std::uint64_t t = 0; t < c_.iterations; ++t) {
+    Stopwatch it_clock;
+    Step s = loader.next();
+    const double wait_ms = it_clock.millis();
+    if (auto why = control_->failure()) throw Error("job failed: " + *why);
+    WireCounts before = wire_;
+    execute(s);
+    if (s.flush) {
+      sync_pushes(s.flush_plan, true);
+      commit_barrier(2 * t + 1, t);
+      if (rank_ == 0) evaluate(t);
+    }
+    const double ms = it_clock.millis();
+    log_json({{"iteration", t},
+              {"loss", last_loss_},
+              {"iter_ms", ms},
+              {"wait_ms", wait_ms},
+              {"sched_ms", s.sched_ms},
+              {"samples_s", global_n / (ms / 1e3)},
+              {"pulls", wire_.pulls - before.pulls},
+              {"push_grad", wire_.push_grad - before.push_grad},
+              {"push_value", wire_.push_value - before.push_value},
+              {"push_evict", wire_.push_evict - before.push_evict},
+              {"hits", wire_.hits - before.hits},
+              {"bytes_out", wire_.bytes_out - before.bytes_out},
+              {"bytes_in", wire_.bytes_in - before.bytes_in}});
+    if (rank_ == 0 && c_.progress_every > 0 && ((t + 1) % c_.progress_every == 0 || t + 1 == c_.iterations)) {
+      const double secs = window.seconds();
+      const std::uint64_t iters = (t + 1) % c_.progress_every == 0 ? c_.progress_every : (t + 1) % c_.progress_every;
+      const double hits = static_cast<double>(wire_.hits - at_window.hits), pulls = static_cast<double>(wire_.pulls - at_window.pulls);
+      spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed", t + 1, c_.iterations,
+                   global_n * static_cast<double>(iters) / secs, last_loss_, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
+                   wire_.pulls - at_window.pulls, wire_.pushes() - at_window.pushes());
+      window.reset();
+      at_window = wire_;
+    }
+  }
+  sum.seconds = total.seconds();
+  sum.iterations = c_.iterations;
+  sum.samples_per_s = global_n * static_cast<double>(c_.iterations) / sum.seconds;
+  if (rank_ == 0 && !c_.dump_dir.empty()) dump(c_.iterations - 1);
+  // Everyone waits for worker 0's evaluation and dump before leaving.
+  control_->barrier(transport::BarrierGroup::kWorkers, 2 * c_.iterations + 2);
+  sum.wire = wire_;
+  sum.final_loss = last_loss_;
+  sum.auc = auc_;
+  sum.logloss = logloss_;
+  log_json({{"summary", true},
+            {"rank", rank_},
+            {"iterations", sum.iterations},
+            {"seconds", sum.seconds},
+            {"samples_s", sum.samples_per_s},
+            {"loss", sum.final_loss},
+            {"auc", sum.auc},
+            {"logloss", sum.logloss},
+            {"pulls", wire_.pulls},
+            {"push_grad", wire_.push_grad},
+            {"push_value", wire_.push_value},
+            {"push_evict", wire_.push_evict},
+            {"hits", wire_.hits},
+            {"flush_grad", wire_.flush_grad},
+            {"flush_value", wire_.flush_value},
+            {"bytes_out", wire_.bytes_out},
+            {"bytes_in", wire_.bytes_in}});
+  control_->leave();
+  return sum;
+}
+
+}  // namespace
+
+TrainSummary run_worker(const TrainConfig& config) { return Worker(config).run(); }
+
+ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim) {
+  TrainConfig c = config;
+  auto ds = data::Dataset::open(c.dataset);
+  fill_model_shape(ds, dim, c);
+  const std::uint64_t N = ds.manifest().total_table_rows();
+  const auto offsets = ds.manifest().table_offsets();
+  const std::uint32_t state = ps::state_floats(sparse.kind, dim), T = c.model.num_tables, D = c.model.num_dense;
+  ReferenceResult r;
+  std::vector<float> states(N * state);
+  r.rows.resize(N * dim);
+  for (Key k = 0; k < N; ++k) {
+    ps::initial_row(config.seed, k, dim, &r.rows[k * dim]);
+    ps::init_state(sparse, dim, &states[k * state]);
+  }
+  at::set_num_threads(c.torch_threads);
+  torch::manual_seed(c.seed);
+  auto model = make_model(c.model);
+  auto opt = make_dense_optimizer(c.dense_optimizer, model->parameters(), c.dense_lr);
+  data::BatchOptions bo;
+  bo.batch_size = static_cast<std::size_t>(c.workers) * c.batch_per_worker;
+  bo.shuffle = c.shuffle;
+  bo.seed = c.seed;
+  data::BatchReader reader(ds.split(data::Split::kTrain), bo);
+  data::Batch b;
+  std::uint64_t epoch = 0;
+  const std::int64_t n = static_cast<std::int64_t>(bo.batch_size);
+  std::vector<Key> keys(bo.batch_size * T);
+  std::vector<float> dense(bo.batch_size * D), labels(bo.batch_size);
+  // Its configuration errors first, as run_worker would.
+  if (sparse.kind != ps::OptimizerKind::kSgd && sparse.kind != ps::OptimizerKind::kAdagrad && sparse.kind != ps::OptimizerKind::kRowWiseAdagrad &&
+      sparse.kind != ps::OptimizerKind::kAdam) {
+    throw ConfigError("unknown sparse optimizer");
+  }
+  Stopwatch clock;
+  for (std::uint64_t t = 0; t < c.iterations; ++t) {
+    if (!reader.next(b)) {
+      reader.start_epoch(++epoch);
+      reader.next(b);
+    }
+    for (std::size_t i = 0; i < bo.batch_size; ++i) {
+      for (std::uint32_t tb = 0; tb < T; ++tb) keys[i * T + tb] = offsets[tb] + b.id(static_cast<int>(tb), i);
+      std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
+      labels[i] = static_cast<float>(b.label(i));
+    }
+    auto emb = torch::empty({n, static_cast<std::int64_t>(T), dim});
+    float* e = emb.data_ptr<float>();
+    for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(e + i * dim, &r.rows[keys[i] * dim], dim * sizeof(float));
+    emb.set_requires_grad(true);
+    opt->zero_grad();
+    auto logits = model->forward(torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}), emb);
+    auto loss = torch::binary_cross_entropy_with_logits(logits, torch::from_blob(labels.data(), {n}), {}, {}, at::Reduction::Sum) /
+                static_cast<double>(n);
+    loss.backward();
+    opt->step();
+    r.losses.push_back(loss.item<double>());
+    // Sum each row's gradient over the batch, then one optimizer step per row.
+    auto g = emb.grad().contiguous();
+    const float* gp = g.data_ptr<float>();
+    U64Map<std::uint32_t> index;
+    std::vector<Key> order;
+    std::vector<float> sums;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
+      if (fresh) {
+        order.push_back(keys[i]);
+        sums.resize(sums.size() + dim, 0.0f);
+      }
+      float* s = &sums[static_cast<std::size_t>(*p) * dim];
+      for (std::uint32_t d = 0; d < dim; ++d) s[d] += gp[i * dim + d];
+    }
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      ps::apply(sparse, sparse.lr, dim, &r.rows[order[j] * dim], &states[order[j] * state], &sums[j * dim]);
+    }
+  }
+  r.seconds = clock.seconds();
+  r.dense = flatten_params(*model);
+  return r;
+}
+
+ModelDump read_dump(const std::string& dir) {
+  ModelDump m;
+  auto meta = json::parse(read_file(fs::path(dir) / "model.json"));
+  m.dim = meta.at("dim");
+  auto load = [&](const char* name, std::vector<float>& out) {
+    std::string bytes = read_file(fs::path(dir) / name);
+    out.resize(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  };
+  load("dense.bin", m.dense);
+  load("rows.bin", m.rows);
+  return m;
+}
+
+}  // namespace ember::worker

@@ -1,0 +1,74 @@
+// ember-worker: one training worker of a job (joins the control plane of ember-ps shard 0).
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/common/log.h"
+#include "ember/common/main.h"
+#include "ember/worker/device.h"
+#include "ember/worker/trainer.h"
+
+int main(int argc, char** argv) {
+  using namespace ember;
+  CLI::App app{"ember-worker: trains a CTR model on its share of every global batch, with a Herald-style scheduler"};
+  worker::TrainConfig c;
+  std::string token_file, log_level = "info", bottom = "512-256-64", top = "512-256", deep = "400-400-400";
+  int heartbeat_ms = 10000, timeout_ms = 30000;
+  app.set_config("--config", "", "read options from this TOML/INI file");
+  app.add_option("--dataset", c.dataset, "ember-data dataset directory")->required();
+  app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)")->required();
+  app.add_option("--token", c.token, "job token");
+  app.add_option("--token-file", token_file, "read the job token from this file");
+  app.add_option("--rank", c.rank, "this worker's rank (default: assigned at join)");
+  app.add_option("--workers", c.workers, "workers in the job")->capture_default_str();
+  app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S")->capture_default_str();
+  app.add_option("--transport", c.transport, "tcp or rdma")->capture_default_str();
+  app.add_option("--model", c.model.kind, "wide-deep, deepfm, dcn, dlrm")->capture_default_str();
+  app.add_option("--bottom-mlp", bottom, "dlrm bottom MLP (then the embedding dim)")->capture_default_str();
+  app.add_option("--top-mlp", top, "dlrm top MLP (then 1)")->capture_default_str();
+  app.add_option("--deep-mlp", deep, "wide-deep / deepfm / dcn deep MLP")->capture_default_str();
+  app.add_option("--cross-layers", c.model.cross_layers, "dcn cross layers")->capture_default_str();
+  app.add_option("--batch-per-worker", c.batch_per_worker, "samples per worker per iteration")->capture_default_str();
+  app.add_option("--cache-ratio", c.cache_ratio, "embedding cache rows per worker, as a fraction of all rows")->capture_default_str();
+  app.add_option("--iterations", c.iterations, "global batches to train")->capture_default_str();
+  app.add_option("--seed", c.seed, "data order, allocation ties, dense initialization")->capture_default_str();
+  app.add_flag("--shuffle", c.shuffle, "global batches from a seeded permutation of the training split");
+  app.add_option("--dense-optimizer", c.dense_optimizer, "sgd or adagrad")->capture_default_str();
+  app.add_option("--dense-lr", c.dense_lr, "dense learning rate")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every, "evaluate every N iterations (0: only at the end)")->capture_default_str();
+  app.add_option("--eval-samples", c.eval_samples, "validation samples per evaluation (0: all)")->capture_default_str();
+  app.add_option("--sched-threads", c.sched_threads, "scheduler threads")->capture_default_str();
+  app.add_option("--torch-threads", c.torch_threads, "LibTorch intra-op threads")->capture_default_str();
+  app.add_option("--progress-every", c.progress_every, "iterations between progress lines (worker 0)")->capture_default_str();
+  app.add_option("--metrics", c.metrics_file, "JSON lines: one per iteration, evaluation and the summary");
+  app.add_option("--dump-dir", c.dump_dir, "worker 0 writes the final dense weights and every embedding row here");
+  app.add_option("--gloo-host", c.gloo_host, "address the dense all-reduce (Gloo) binds on")->capture_default_str();
+  app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
+  app.add_option("--heartbeat-timeout-ms", heartbeat_ms, "silence after which a peer is reported dead")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return guarded_main("ember-worker", [&] {
+    setup_logging(log_level);
+    if (!token_file.empty()) {
+      c.token = read_file(token_file);
+      while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) c.token.pop_back();
+      if (c.token.empty()) throw ConfigError("--token-file " + token_file + " is empty");
+    }
+    c.model.bottom = worker::parse_layers(bottom, "--bottom-mlp");
+    c.model.top = worker::parse_layers(top, "--top-mlp");
+    c.model.deep = worker::parse_layers(deep, "--deep-mlp");
+    c.timeout = std::chrono::milliseconds(timeout_ms);
+    c.heartbeat_timeout = std::chrono::milliseconds(heartbeat_ms);
+    spdlog::info("{}", worker::describe(worker::select_device(false)));
+    worker::TrainSummary s = worker::run_worker(c);
+    spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}", s.rank,
+                 s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,
+                 s.wire.push_evict, s.auc >= 0 ? fmt::format(", AUC {:.4f}, logloss {:.4f}", s.auc, s.logloss) : std::string());
+    return 0;
+  });
+}

@@ -1,6 +1,11 @@
 #include "test_util.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <sstream>
+#include <thread>
 
 #include <array>
 #include <cstdio>
@@ -54,6 +59,76 @@ std::string criteo_line(int seed, int label) {
     s += hex;
   }
   return s;
+}
+
+Process::Process(std::vector<std::string> args, const fs::path& log) : log_(log) {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+}
+
+Process::~Process() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+bool Process::running() {
+  if (pid_ <= 0) return false;
+  if (::waitpid(pid_, &status_, WNOHANG) == pid_) {
+    pid_ = -1;
+    return false;
+  }
+  return true;
+}
+
+int Process::wait(std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (running()) {
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      return -2;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : -1;
+}
+
+void Process::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+std::string Process::log_tail(std::size_t lines) const {
+  std::ifstream in(log_);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  std::ostringstream out;
+  for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out << all[i] << "\n";
+  return out.str();
+}
+
+std::string wait_for_file(const fs::path& file, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in(file);
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) return line;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return "";
 }
 
 }  // namespace ember::test

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -29,5 +32,30 @@ std::string bin(const std::string& name);
 
 // A valid Criteo TSV line: label, 13 integers, 26 hex ids derived from `seed`.
 std::string criteo_line(int seed, int label = 0);
+
+// A child process (argv[0] is a path), stdout and stderr appended to `log`; killed with
+// SIGKILL if still running when destroyed, so a failing test never leaves it behind.
+class Process {
+ public:
+  Process(std::vector<std::string> args, const std::filesystem::path& log);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  // Exit status; -1 when killed by a signal; on timeout the process is killed and -2
+  // returned.
+  int wait(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  bool running();
+  std::string log_tail(std::size_t lines) const;
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = 0;
+  std::filesystem::path log_;
+};
+
+// Waits until `file` exists and is non-empty; returns its first line ("" on timeout).
+std::string wait_for_file(const std::filesystem::path& file, std::chrono::milliseconds timeout);
 
 }  // namespace ember::test

@@ -110,23 +110,28 @@ class Dcn : public CtrModel {
 
 class Dlrm : public CtrModel {
  public:
-  explicit Dlrm(const ModelConfig& c) {
-    bottom_ = register_module("bottom", mlp(c.num_dense, with(c.bottom, c.dim), true));
-    const std::int64_t f = c.num_tables + 1;
+  // Without dense features (Avazu) there is no bottom MLP: only the embeddings interact.
+  explicit Dlrm(const ModelConfig& c) : has_dense_(c.num_dense > 0) {
+    if (has_dense_) bottom_ = register_module("bottom", mlp(c.num_dense, with(c.bottom, c.dim), true));
+    const std::int64_t f = c.num_tables + (has_dense_ ? 1 : 0);
     auto tri = torch::tril_indices(f, f, -1);  // strictly lower triangle: each pair once
     li_ = tri[0];
     lj_ = tri[1];
-    top_ = register_module("top", mlp(c.dim + f * (f - 1) / 2, with(c.top, 1), false));
+    top_ = register_module("top", mlp((has_dense_ ? c.dim : 0) + f * (f - 1) / 2, with(c.top, 1), false));
   }
   torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& emb) override {
-    auto x = bottom_->forward(dense);                       // [B, dim]
-    auto z = torch::cat({x.unsqueeze(1), emb}, 1);           // [B, T+1, dim]
-    auto dots = torch::bmm(z, z.transpose(1, 2));            // [B, T+1, T+1]
+    torch::Tensor x, z = emb;
+    if (has_dense_) {
+      x = bottom_->forward(dense);                 // [B, dim]
+      z = torch::cat({x.unsqueeze(1), emb}, 1);    // [B, T+1, dim]
+    }
+    auto dots = torch::bmm(z, z.transpose(1, 2));  // [B, F, F]
     auto pairs = dots.index({torch::indexing::Slice(), li_, lj_});
-    return top_->forward(torch::cat({x, pairs}, 1)).squeeze(1);
+    return top_->forward(has_dense_ ? torch::cat({x, pairs}, 1) : pairs).squeeze(1);
   }
 
  private:
+  bool has_dense_;
   nn::Sequential bottom_{nullptr}, top_{nullptr};
   torch::Tensor li_, lj_;
 };

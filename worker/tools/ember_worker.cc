@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ember-worker: trains a CTR model on its share of every global batch, with a Herald-style scheduler"};
   worker::TrainConfig c;
   std::string token_file, log_level = "info", bottom = "512-256-64", top = "512-256", deep = "400-400-400";
-  int heartbeat_ms = 10000, timeout_ms = 30000;
+  int heartbeat_ms = 10000, timeout_ms = 30000, join_timeout_ms = 120000;
   app.set_config("--config", "", "read options from this TOML/INI file");
   app.add_option("--dataset", c.dataset, "ember-data dataset directory")->required();
   app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)")->required();
@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--dump-dir", c.dump_dir, "worker 0 writes the final dense weights and every embedding row here");
   app.add_option("--gloo-host", c.gloo_host, "address the dense all-reduce (Gloo) binds on")->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
+  app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();
   app.add_option("--heartbeat-timeout-ms", heartbeat_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
   try {
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     c.model.deep = worker::parse_layers(deep, "--deep-mlp");
     c.timeout = std::chrono::milliseconds(timeout_ms);
     c.heartbeat_timeout = std::chrono::milliseconds(heartbeat_ms);
+    c.join_timeout = std::chrono::milliseconds(join_timeout_ms);
     spdlog::info("{}", worker::describe(worker::select_device(false)));
     worker::TrainSummary s = worker::run_worker(c);
     spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}", s.rank,

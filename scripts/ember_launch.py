@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Run one Ember job on this machine: S ember-ps shards and W ember-worker processes on
+localhost, a merged progress view, the metrics collected into one summary.json.
+
+If any process dies, everything is stopped and the launcher exits non-zero naming the
+process and its last log lines; it never hangs (the control plane's heartbeats fail the
+job, and --timeout bounds the whole run).
+
+  scripts/ember_launch.py --dataset out/criteo --workers 4 --policy herald --out out/run-herald \\
+      -- --model dlrm --iterations 200
+
+Arguments after `--` go to every ember-worker. --ps-args adds arguments for every ember-ps.
+"""
+import argparse
+import json
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def tail(path, n=15):
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join("    " + l for l in lines[-n:])
+
+
+class Job:
+    def __init__(self, args, worker_args):
+        self.a = args
+        self.worker_args = worker_args
+        self.out = Path(args.out)
+        self.bin = Path(args.bin)
+        self.procs = []  # (name, Popen, log path)
+
+    def start(self, name, cmd):
+        log = self.out / f"{name}.log"
+        with open(log, "w") as f:
+            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        p = subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs.append((name, p, log))
+        return p
+
+    def stop_all(self, sig=signal.SIGTERM):
+        for _, p, _ in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 10
+        for _, p, _ in self.procs:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def fail(self, name, why, log):
+        print(f"ember-launch: {name} {why}; its last log lines:\n{tail(log)}", file=sys.stderr)
+        self.stop_all()
+        sys.exit(1)
+
+    def run(self):
+        a = self.a
+        self.out.mkdir(parents=True, exist_ok=True)
+        for old in self.out.glob("*.jsonl"):
+            old.unlink()
+        token_file = self.out / "token"
+        token_file.write_text(secrets.token_hex(16) + "\n")
+        os.chmod(token_file, 0o600)
+        coord_file = self.out / "coordinator"
+        if coord_file.exists():
+            coord_file.unlink()
+        ps_extra = shlex.split(a.ps_args)
+        common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
+        for s in range(a.ps):
+            if s == 1:
+                coord = self.wait_coordinator(coord_file)
+            cmd = [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
+                   "--workers", str(a.workers), "--stats-interval", "0",
+                   "--coordinator", "tcp://127.0.0.1:0" if s == 0 else coord, "--coordinator-file", str(coord_file)] + common + ps_extra
+            self.start(f"ps{s}", cmd)
+        coord = self.wait_coordinator(coord_file)
+        for w in range(a.workers):
+            cmd = [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
+                   "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
+                   "--metrics", str(self.out / f"w{w}.jsonl")] + common + self.worker_args
+            if w == 0 and a.dump_dir:
+                cmd += ["--dump-dir", a.dump_dir]
+            self.start(f"worker{w}", cmd)
+        self.watch()
+        return self.summarize()
+
+    def wait_coordinator(self, coord_file):
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if coord_file.exists() and coord_file.read_text().strip():
+                return coord_file.read_text().strip()
+            name, p, log = self.procs[0]
+            if p.poll() is not None:
+                self.fail(name, f"exited with status {p.returncode} before the job formed", log)
+            time.sleep(0.05)
+        self.fail("ps0", "did not publish its coordinator endpoint within 60 s", self.procs[0][2])
+
+    def watch(self):
+        """Streams worker 0's progress lines; fails fast when any process dies."""
+        start = time.time()
+        w0_log = self.out / "worker0.log"
+        pos = 0
+        while True:
+            if w0_log.exists():
+                with open(w0_log, errors="replace") as f:
+                    f.seek(pos)
+                    chunk = f.read()
+                    pos = f.tell()
+                for line in chunk.splitlines():
+                    if not self.a.quiet and ("iteration" in line or "eval" in line or "error" in line):
+                        print(f"[{self.a.policy}] {line.split('] ', 2)[-1]}", flush=True)
+            workers_done = True
+            for name, p, log in self.procs:
+                rc = p.poll()
+                if name.startswith("worker"):
+                    if rc is None:
+                        workers_done = False
+                    elif rc != 0:
+                        self.fail(name, f"exited with status {rc}", log)
+                elif rc is not None and rc != 0:
+                    self.fail(name, f"exited with status {rc}", log)
+            if workers_done:
+                break
+            if time.time() - start > self.a.timeout:
+                self.fail("the job", f"did not finish within --timeout {self.a.timeout} s", w0_log)
+            time.sleep(0.2)
+        # Workers left: the parameter servers stop by themselves.
+        for name, p, log in self.procs:
+            try:
+                rc = p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.fail(name, "did not stop within 30 s after the workers finished", log)
+            if rc != 0:
+                self.fail(name, f"exited with status {rc}", log)
+
+    def summarize(self):
+        a = self.a
+        per_iter = {}
+        summaries = []
+        evals = []
+        for w in range(a.workers):
+            for line in open(self.out / f"w{w}.jsonl"):
+                j = json.loads(line)
+                if j.get("summary"):
+                    summaries.append(j)
+                elif j.get("eval"):
+                    if w == 0:
+                        evals.append(j)
+                else:
+                    it = per_iter.setdefault(j["iteration"], {"iteration": j["iteration"], "pulls": 0, "pushes": 0, "hits": 0})
+                    it["pulls"] += j["pulls"]
+                    it["pushes"] += j["push_grad"] + j["push_value"] + j["push_evict"]
+                    it["hits"] += j["hits"]
+                    if w == 0:
+                        it["loss"] = j["loss"]
+                        it["iter_ms"] = j["iter_ms"]
+        if len(summaries) != a.workers:
+            print(f"ember-launch: {len(summaries)} of {a.workers} workers wrote a summary", file=sys.stderr)
+            sys.exit(1)
+        tot = {k: sum(s[k] for s in summaries) for k in ("pulls", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")}
+        w0 = next(s for s in summaries if s["rank"] == 0)
+        result = {
+            "policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
+            "samples_s": min(s["samples_s"] for s in summaries),
+            "seconds": max(s["seconds"] for s in summaries),
+            "iterations": w0["iterations"],
+            **tot,
+            "pushes": tot["push_grad"] + tot["push_value"] + tot["push_evict"],
+            "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
+            "hit_rate": tot["hits"] / max(1, tot["hits"] + tot["pulls"]),
+            "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
+            "evals": evals,
+            "per_iteration": [per_iter[k] for k in sorted(per_iter)],
+        }
+        tmp = self.out / "summary.json.tmp"
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        tmp.replace(self.out / "summary.json")
+        print(f"[{a.policy}] done: {result['samples_s']:.0f} samples/s, rows pulled {result['pulls']}, pushed {result['pushes']}, "
+              f"hit rate {100 * result['hit_rate']:.1f}%, AUC {result['auc']:.4f}, logloss {result['logloss']:.4f} -> {self.out}/summary.json",
+              flush=True)
+        return result
+
+
+def main():
+    argv = sys.argv[1:]
+    worker_args = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, worker_args = argv[:i], argv[i + 1:]
+    root = Path(__file__).resolve().parent.parent
+    p = argparse.ArgumentParser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.")
+    p.add_argument("--dataset", required=True, help="ember-data dataset directory")
+    p.add_argument("--ps", type=int, default=1, help="PS shards")
+    p.add_argument("--workers", type=int, default=4, help="workers")
+    p.add_argument("--policy", default="herald", help="vanilla, laia, plan, herald, het:S")
+    p.add_argument("--transport", default="tcp", help="tcp or rdma")
+    p.add_argument("--out", required=True, help="directory for logs, metrics and summary.json")
+    p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
+    p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad')")
+    p.add_argument("--dump-dir", default="", help="worker 0 writes the final model here")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds before the whole job is stopped")
+    p.add_argument("--heartbeat-timeout-ms", type=int, default=10000)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    a = p.parse_args(argv)
+    if a.ps < 1 or a.workers < 1:
+        p.error("--ps and --workers must be at least 1")
+    if not (Path(a.dataset) / "manifest.json").exists():
+        p.error(f"--dataset {a.dataset}: no manifest.json (run ember-data prep first)")
+    for b in ("ember-ps", "ember-worker"):
+        if not os.access(Path(a.bin) / b, os.X_OK):
+            p.error(f"{Path(a.bin) / b} is missing (bash scripts/build.sh)")
+    job = Job(a, worker_args)
+
+    def on_signal(signum, frame):
+        print("ember-launch: interrupted; stopping the job", file=sys.stderr)
+        job.stop_all()
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    job.run()
+
+
+if __name__ == "__main__":
+    main()

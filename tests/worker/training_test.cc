@@ -1,0 +1,296 @@
+// End-to-end training with real processes on loopback: ember-ps shards + 4 ember-worker
+// processes (ZeroMQ control plane, TCP rows, Gloo all-reduce, LibTorch).
+//
+// The central test: on the same data and seed, K iterations of (a) one process training
+// the whole global batch, (b) 4 workers with vanilla, (c) 4 workers with herald give the
+// same embedding rows and dense weights (up to float summation order), (c) moves fewer
+// rows than (b), and the rows counted on the wire equal ember-sim's prediction.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "../data/test_util.h"
+#include "ember/ps/placement.h"
+#include "ember/ps/sparse_optimizer.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kWorkers = 4, kBatch = 32, kDim = 8, kIterations = 10;
+constexpr std::uint64_t kSeed = 3;
+const std::string kToken = "train-token";
+
+struct JobOptions {
+  std::string policy = "herald";
+  std::string optimizer = "sgd";
+  std::uint32_t shards = 2;
+  std::uint32_t workers = kWorkers, batch = kBatch;
+  std::uint64_t iterations = kIterations;
+  std::string cache_ratio = "0.15";
+  std::string model = "dlrm";
+};
+
+struct JobResult {
+  ModelDump dump;
+  std::map<std::string, std::uint64_t> wire;  // summed over workers
+  double auc = -1;
+};
+
+class Training : public test::TempDirTest {
+ protected:
+  fs::path dataset(std::uint64_t rows = 8000) {
+    fs::path tsv = dir_ / "data.tsv", out = dir_ / "data";
+    std::string log;
+    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) + " --scale 0.0005 --seed 7 --force -o " +
+                            tsv.string() + " && " + test::bin("ember-data") + " prep --format criteo --val-fraction 0.1 --force -o " + out.string() +
+                            " " + tsv.string();
+    EXPECT_EQ(test::run_command(cmd, log), 0) << log;
+    return out;
+  }
+
+  TrainConfig reference_config(const fs::path& data, const JobOptions& o) {
+    TrainConfig c;
+    c.dataset = data.string();
+    c.workers = o.workers;
+    c.batch_per_worker = o.batch;
+    c.iterations = o.iterations;
+    c.seed = kSeed;
+    c.model.kind = o.model;
+    c.model.bottom = {16};
+    c.model.top = {16};
+    c.model.deep = {16};
+    c.dense_lr = 0.05f;
+    return c;
+  }
+
+  std::vector<std::string> worker_args(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name, int rank) {
+    fs::path metrics = dir_ / (name + "-w" + std::to_string(rank) + ".jsonl");
+    std::vector<std::string> a = {test::bin("ember-worker"), "--dataset", data.string(), "--coordinator", coord, "--token", kToken,
+                                  "--workers", std::to_string(o.workers), "--rank", std::to_string(rank), "--policy", o.policy,
+                                  "--model", o.model, "--bottom-mlp", "16", "--top-mlp", "16", "--deep-mlp", "16",
+                                  "--batch-per-worker", std::to_string(o.batch), "--cache-ratio", o.cache_ratio,
+                                  "--iterations", std::to_string(o.iterations), "--seed", std::to_string(kSeed), "--dense-lr", "0.05",
+                                  "--metrics", metrics.string(), "--heartbeat-timeout-ms", "3000", "--log-level", "warn"};
+    if (rank == 0) {
+      a.push_back("--dump-dir");
+      a.push_back((dir_ / (name + "-model")).string());
+    }
+    return a;
+  }
+
+  // Starts the shards; returns the coordinator endpoint.
+  std::string start_ps(const fs::path& data, const JobOptions& o, const std::string& name, std::vector<std::unique_ptr<test::Process>>& ps) {
+    fs::path coord_file = dir_ / (name + ".coord");
+    std::string coord;
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      std::vector<std::string> a = {test::bin("ember-ps"), "--dataset", data.string(), "--shard", std::to_string(s), "--shards",
+                                    std::to_string(o.shards), "--dim", std::to_string(kDim), "--optimizer", o.optimizer, "--lr", "0.05",
+                                    "--seed", std::to_string(kSeed), "--token", kToken, "--workers", std::to_string(o.workers),
+                                    "--coordinator", s == 0 ? "tcp://127.0.0.1:0" : coord, "--coordinator-file", coord_file.string(),
+                                    "--stats-interval", "0", "--heartbeat-timeout-ms", "3000", "--log-level", "warn"};
+      ps.push_back(std::make_unique<test::Process>(a, dir_ / (name + "-ps" + std::to_string(s) + ".log")));
+      if (s == 0) {
+        coord = test::wait_for_file(coord_file, 20s);
+        if (coord.empty()) ADD_FAILURE() << "ember-ps 0 did not start:\n" << ps[0]->log_tail(20);
+      }
+    }
+    return coord;
+  }
+
+  JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name) {
+    std::vector<std::unique_ptr<test::Process>> ps, workers;
+    const std::string coord = start_ps(data, o, name, ps);
+    JobResult r;
+    if (coord.empty()) return r;
+    for (std::uint32_t w = 0; w < o.workers; ++w)
+      workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)), dir_ / (name + "-w" + std::to_string(w) + ".log")));
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      int rc = workers[w]->wait(240s);
+      EXPECT_EQ(rc, 0) << name << " worker " << w << " failed:\n" << workers[w]->log_tail(20);
+    }
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      EXPECT_EQ(ps[s]->wait(30s), 0) << name << " ps " << s << ":\n" << ps[s]->log_tail(20);
+    }
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      std::ifstream in(dir_ / (name + "-w" + std::to_string(w) + ".jsonl"));
+      for (std::string line; std::getline(in, line);) {
+        auto j = json::parse(line);
+        if (!j.value("summary", false)) continue;
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits"}) r.wire[k] += j.at(k).get<std::uint64_t>();
+        if (w == 0) r.auc = j.at("auc");
+      }
+    }
+    if (fs::exists(dir_ / (name + "-model") / "model.json")) r.dump = read_dump((dir_ / (name + "-model")).string());
+    return r;
+  }
+
+  // ember-sim's prediction for the same data, seed and policy (no warm-up).
+  std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
+    std::string out;
+    const std::string cmd = test::bin("ember-sim") + " --data " + data.string() + " --policies " + o.policy + " --workers " +
+                            std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio +
+                            " --iterations " + std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --json -q 2>/dev/null";
+    EXPECT_EQ(test::run_command(cmd, out), 0) << out;
+    auto j = json::parse(out.substr(0, out.find('\n')));
+    std::map<std::string, std::uint64_t> m;
+    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict"}) m[k] = j.at(k);
+    return m;
+  }
+};
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+std::uint64_t transmissions(const std::map<std::string, std::uint64_t>& w) {
+  return w.at("pulls") + w.at("push_grad") + w.at("push_value") + w.at("push_evict");
+}
+
+void expect_same_model(const ReferenceResult& ref, const JobResult& job, const std::string& what) {
+  ASSERT_FALSE(job.dump.dense.empty()) << what << ": no model dump";
+  EXPECT_EQ(job.dump.dense.size(), ref.dense.size()) << what;
+  EXPECT_EQ(job.dump.rows.size(), ref.rows.size()) << what;
+  EXPECT_LT(max_abs_diff(ref.dense, job.dump.dense), 2e-5) << what << ": dense weights differ from one-process training";
+  EXPECT_LT(max_abs_diff(ref.rows, job.dump.rows), 2e-5) << what << ": embedding rows differ from one-process training";
+}
+
+TEST_F(Training, SchedulerTrainsTheBspModelWithFewerRowsAndTheSimulatorsCounts) {
+  const fs::path data = dataset();
+  JobOptions vanilla;
+  vanilla.policy = "vanilla";
+  JobOptions herald;
+  herald.policy = "herald";
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kSgd;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(reference_config(data, herald), sparse, kDim);
+  ASSERT_EQ(ref.losses.size(), kIterations);
+
+  JobResult v = run_job(data, vanilla, "vanilla");
+  JobResult h = run_job(data, herald, "herald");
+  expect_same_model(ref, v, "vanilla");
+  expect_same_model(ref, h, "herald");
+  // Training moved the model away from its initialization (the comparison is not trivial).
+  std::vector<float> init(ref.rows.size());
+  for (Key k = 0; k < init.size() / kDim; ++k) ps::initial_row(kSeed, k, kDim, &init[k * kDim]);
+  EXPECT_GT(max_abs_diff(init, h.dump.rows), 1e-3);
+
+  ASSERT_FALSE(v.wire.empty());
+  ASSERT_FALSE(h.wire.empty());
+  EXPECT_LT(transmissions(h.wire), transmissions(v.wire)) << "herald should move fewer rows than vanilla";
+  for (auto [opts, job] : {std::pair{vanilla, &v}, std::pair{herald, &h}}) {
+    auto sim = simulate(data, opts);
+    for (const auto& [k, n] : sim) EXPECT_EQ(job->wire[k], n) << opts.policy << ": rows of kind " << k << " on the wire vs ember-sim";
+  }
+  EXPECT_GE(h.auc, 0.0);
+  EXPECT_LE(h.auc, 1.0);
+}
+
+TEST_F(Training, AdagradRowsMatchOneProcessTraining) {
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "herald";
+  o.optimizer = "adagrad";
+  o.shards = 1;
+  o.model = "wide-deep";
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kAdagrad;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
+  expect_same_model(ref, run_job(data, o, "adagrad"), "herald + adagrad");
+}
+
+TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
+  const fs::path data = dataset(4000);
+  std::string out;
+  // No RDMA device here (or one, on a machine that has it): one line either way.
+  int rc = test::run_command(test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator tcp://127.0.0.1:1 --token x --transport rdma", out);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("RDMA"), std::string::npos) << out;
+  EXPECT_NE(out.find("--transport tcp"), std::string::npos) << out;
+
+  JobOptions o;
+  o.shards = 1;
+  o.workers = 1;
+  std::vector<std::unique_ptr<test::Process>> ps;
+  const std::string coord = start_ps(data, o, "job", ps);
+  ASSERT_FALSE(coord.empty());
+  rc = test::run_command(test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator " + coord +
+                             " --token wrong --workers 1 --join-timeout-ms 5000 2>&1",
+                         out);
+  EXPECT_EQ(rc, 5) << out;
+  EXPECT_NE(out.find("wrong job token"), std::string::npos) << out;
+  // Another dataset than the PS serves.
+  const fs::path other = dir_ / "other";
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 3000 --scale 0.0002 --seed 9 --force -o " + (dir_ / "o.tsv").string() +
+                                  " && " + test::bin("ember-data") + " prep --format criteo --force -o " + other.string() + " " + (dir_ / "o.tsv").string(),
+                              out),
+            0)
+      << out;
+  rc = test::run_command(test::bin("ember-worker") + " --dataset " + other.string() + " --coordinator " + coord + " --token " + kToken +
+                             " --workers 1 2>&1",
+                         out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("dataset mismatch"), std::string::npos) << out;
+}
+
+TEST_F(Training, KilledWorkerFailsTheJobWithoutHanging) {
+  const fs::path data = dataset(4000);
+  JobOptions o;
+  o.shards = 1;
+  o.workers = 2;
+  o.iterations = 1000000;
+  std::vector<std::unique_ptr<test::Process>> ps, workers;
+  const std::string coord = start_ps(data, o, "kill", ps);
+  ASSERT_FALSE(coord.empty());
+  for (int w = 0; w < 2; ++w)
+    workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, "kill", w), dir_ / ("kill-w" + std::to_string(w) + ".log")));
+  // Wait until training runs (the metrics file grows), then kill worker 1.
+  ASSERT_FALSE(test::wait_for_file(dir_ / "kill-w0.jsonl", 60s).empty()) << workers[0]->log_tail(20);
+  workers[1]->signal(SIGKILL);
+  EXPECT_NE(workers[1]->wait(5s), 0);
+  const int rc0 = workers[0]->wait(60s);
+  EXPECT_NE(rc0, 0);
+  EXPECT_NE(rc0, -2) << "worker 0 hung after its peer died";
+  const int rps = ps[0]->wait(60s);
+  EXPECT_EQ(rps, 6) << ps[0]->log_tail(10);  // job failed
+  EXPECT_NE(ps[0]->log_tail(30).find("worker 1"), std::string::npos) << ps[0]->log_tail(30);
+}
+
+TEST_F(Training, RealCriteoAndAvazuSamplesTrainEndToEnd) {
+  for (auto [file, format] : {std::pair{"train.tiny.csv", "criteo-csv"}, std::pair{"tr.rx.csv", "avazu"}}) {
+    fs::path sample = test::real_sample(file);
+    if (sample.empty()) GTEST_SKIP() << "../shared/data/real is absent";
+    fs::path data = dir_ / format;
+    std::string out;
+    ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --format " + format + " --val-fraction 0.2 --force -o " + data.string() + " " +
+                                    sample.string(),
+                                out),
+              0)
+        << out;
+    JobOptions o;
+    o.shards = 1;
+    o.workers = 2;
+    o.batch = 32;
+    o.iterations = 20;
+    o.cache_ratio = "0.3";
+    JobResult r = run_job(data, o, format);
+    EXPECT_GE(r.auc, 0.0) << format;
+    EXPECT_GT(r.wire["pulls"], 0u) << format;
+  }
+}
+
+}  // namespace
+}  // namespace ember::worker

@@ -121,6 +121,8 @@ class Job:
                     chunk = f.read()
                     pos = f.tell()
                 for line in chunk.splitlines():
+                    if line.startswith("$ "):  # the command line the launcher wrote
+                        continue
                     if not self.a.quiet and ("iteration" in line or "eval" in line or "error" in line):
                         print(f"[{self.a.policy}] {line.split('] ', 2)[-1]}", flush=True)
             workers_done = True

@@ -2,9 +2,9 @@
 # The README's main command: installs dependencies, builds, and runs the main job on an
 # embedded default (synthetic Criteo-like data on localhost).
 #
-# Today the data pipeline is what runs: generate Criteo-like data, prepare it, show its
-# skew, and simulate the scheduling policies' traffic on it. Distributed training needs
-# ember-worker, which does not exist yet; this script says so rather than pretending.
+# Generates a small Criteo-like dataset, shows its skew, predicts each policy's traffic
+# (ember-sim), then trains DLRM with 1 PS and 4 workers over TCP, once with vanilla and
+# once with herald, and prints them side by side with a plot of loss and traffic.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/install_deps.sh"
@@ -12,6 +12,9 @@ bash "$root/scripts/build.sh"
 bin="${EMBER_BUILD_DIR:-$root/build}/bin"
 work="${EMBER_WORK_DIR:-$root/out/quickstart}"
 mkdir -p "$work"
+# Debian's interpreter has python3-matplotlib (a pyenv or venv python3 first on PATH may not).
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
 
 echo "== generating 200,000 Criteo-like rows (1/100 of Kaggle's cardinalities)"
 "$bin/ember-data" gen --like criteo --rows 200000 --scale 0.01 --seed 1 --force -o "$work/criteo.tsv"
@@ -20,12 +23,16 @@ echo "== preparing the binary dataset (90% train, 10% validation)"
 echo "== table skew and Herald's degree of infrequency (8 workers, 10% cache)"
 "$bin/ember-data" stats --workers 8 --cache-ratio 0.1 "$work/criteo"
 
-echo "== embedding traffic per scheduling policy (ember-sim: 8 workers x 128 samples, 10% cache)"
-"$bin/ember-sim" --data "$work/criteo" --policies vanilla,laia,plan,herald --iterations 150 --warmup 20 -q
+echo "== predicted embedding traffic per policy (ember-sim: 4 workers x 128 samples, 10% cache)"
+"$bin/ember-sim" --data "$work/criteo" --workers 4 --policies vanilla,laia,plan,herald --iterations ${EMBER_ITERATIONS:-300} --warmup 0 -q
 
-if [ -x "$bin/ember-worker" ]; then
-  echo "== training: see scripts/run_local.sh"
-else
-  echo "== training: not yet available: ember-ps (parameter server) is built, ember-worker is not yet;"
-  echo "   the dataset above is ready for them: $work/criteo"
-fi
+# DLRM with small MLPs so 4 CPU workers train at a useful speed on a laptop-class machine.
+train_args=(--model dlrm --bottom-mlp 64-32 --top-mlp 64-32 --batch-per-worker 128 --cache-ratio 0.1
+            --iterations "${EMBER_ITERATIONS:-300}" --eval-every 100 --dense-lr 0.05 --progress-every 50)
+for policy in vanilla herald; do
+  echo "== training with $policy: 1 PS + 4 workers over TCP on localhost"
+  "$py" "$root/scripts/ember_launch.py" --dataset "$work/criteo" --ps 1 --workers 4 --policy "$policy" \
+    --bin "$bin" --out "$work/run-$policy" --timeout 900 --ps-args "--dim 16 --optimizer adagrad --lr 0.05" -- "${train_args[@]}"
+done
+echo "== vanilla vs herald (ratios against vanilla)"
+"$py" "$root/scripts/compare_runs.py" "$work/run-vanilla" "$work/run-herald" --plot "$work/vanilla-vs-herald.png"

@@ -2,10 +2,13 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
+#include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
 
@@ -17,7 +20,17 @@ int main(int argc, char** argv) {
   int heartbeat_ms = 10000, timeout_ms = 30000, join_timeout_ms = 120000;
   app.set_config("--config", "", "read options from this TOML/INI file");
   app.add_option("--dataset", c.dataset, "ember-data dataset directory")->required();
-  app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)")->required();
+  app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)");
+  bool reference = false;
+  std::uint32_t ref_dim = 16;
+  std::string ref_optimizer = "sgd";
+  float ref_lr = 0.01f;
+  app.add_flag("--reference", reference,
+               "train the whole global batch in this one process with the tables in memory (no PS, no scheduler): "
+               "the baseline of the equivalence test and of the e2e benchmark; prints one JSON line");
+  app.add_option("--dim", ref_dim, "--reference: embedding dimension (normally the PS's)")->capture_default_str();
+  app.add_option("--optimizer", ref_optimizer, "--reference: sparse optimizer (normally the PS's)")->capture_default_str();
+  app.add_option("--lr", ref_lr, "--reference: sparse learning rate (normally the PS's)")->capture_default_str();
   app.add_option("--token", c.token, "job token");
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--rank", c.rank, "this worker's rank (default: assigned at join)");
@@ -67,6 +80,16 @@ int main(int argc, char** argv) {
     c.heartbeat_timeout = std::chrono::milliseconds(heartbeat_ms);
     c.join_timeout = std::chrono::milliseconds(join_timeout_ms);
     spdlog::info("{}", worker::describe(worker::select_device(false)));
+    if (reference) {
+      ps::OptimizerConfig sparse;
+      sparse.kind = ps::parse_optimizer(ref_optimizer);
+      sparse.lr = ref_lr;
+      auto r = worker::train_reference(c, sparse, ref_dim);
+      const double samples = static_cast<double>(c.workers) * c.batch_per_worker * static_cast<double>(c.iterations);
+      std::printf("{\"reference\":true,\"iterations\":%llu,\"seconds\":%.4f,\"samples_s\":%.1f,\"loss\":%.6f}\n",
+                  static_cast<unsigned long long>(c.iterations), r.seconds, samples / r.seconds, r.losses.empty() ? 0.0 : r.losses.back());
+      return 0;
+    }
     worker::TrainSummary s = worker::run_worker(c);
     spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}", s.rank,
                  s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,

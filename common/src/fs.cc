@@ -64,6 +64,13 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   fsync_dir(path.parent_path());
 }
 
+std::string read_secret_file(const fs::path& path, const std::string& flag) {
+  std::string text = read_file(path);
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (text.empty()) throw ConfigError(flag + " " + path.string() + " is empty");
+  return text;
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(errno_message("open " + path.string()));

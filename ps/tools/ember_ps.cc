@@ -88,11 +88,7 @@ int main(int argc, char** argv) {
   return guarded_main("ember-ps", [&] {
     setup_logging(log_level);
     if (token.empty() && token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
-    if (!token_file.empty()) {
-      token = read_file(token_file);
-      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-      if (token.empty()) throw ConfigError("--token-file " + token_file + " is empty");
-    }
+    if (!token_file.empty()) token = read_secret_file(token_file, "--token-file");
     if (!dataset.empty()) sc.num_keys = rows_of_dataset(dataset);
     if (sc.num_keys == 0) throw ConfigError("give --num-keys or --dataset");
     if ((checkpoint_on_exit || checkpoint_every > 0) && checkpoint_dir.empty()) {

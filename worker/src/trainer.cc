@@ -395,10 +395,11 @@ void Worker::execute(Step& s) {
   wire_.hits += p.rows.size() - p.pulls.size();
 
   // 4. Train the micro-batch.
-  U64Map<std::uint32_t> slot_of;
-  for (const auto& r : p.rows) *slot_of.try_emplace(r.key, r.slot).first = r.slot;
+  // Each distinct row's index in p.rows: its slot here, its trainer count for pushes.
+  U64Map<std::uint32_t> row_of;
+  for (std::uint32_t j = 0; j < p.rows.size(); ++j) row_of.try_emplace(p.rows[j].key, j);
   std::vector<std::uint32_t> slots(static_cast<std::size_t>(n) * T);
-  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = *slot_of.find(s.keys[i]);
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = p.rows[*row_of.find(s.keys[i])].slot;
   auto emb = torch::empty({n, static_cast<std::int64_t>(T), dim_});
   cache_->gather(slots.data(), slots.size(), emb.data_ptr<float>());
   emb.set_requires_grad(true);
@@ -431,11 +432,9 @@ void Worker::execute(Step& s) {
   // Full-set sync pushes every trained row's gradient (with its trainer count).
   if (!p.end_pushes.empty()) {
     GradBatch b;
-    U64Map<std::uint32_t> trainers;
-    for (const auto& r : p.rows) *trainers.try_emplace(r.key, r.trainers).first = r.trainers;
     for (const auto& e : p.end_pushes) {
       b.keys.push_back(e.key);
-      b.trainers.push_back(*trainers.find(e.key));
+      b.trainers.push_back(p.rows[*row_of.find(e.key)].trainers);
       b.grads.insert(b.grads.end(), cache_->grad(e.slot), cache_->grad(e.slot) + dim_);
     }
     client_->push_grad(t, b.keys, b.trainers, b.grads);
@@ -658,11 +657,6 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   const std::int64_t n = static_cast<std::int64_t>(bo.batch_size);
   std::vector<Key> keys(bo.batch_size * T);
   std::vector<float> dense(bo.batch_size * D), labels(bo.batch_size);
-  // Its configuration errors first, as run_worker would.
-  if (sparse.kind != ps::OptimizerKind::kSgd && sparse.kind != ps::OptimizerKind::kAdagrad && sparse.kind != ps::OptimizerKind::kRowWiseAdagrad &&
-      sparse.kind != ps::OptimizerKind::kAdam) {
-    throw ConfigError("unknown sparse optimizer");
-  }
   Stopwatch clock;
   for (std::uint64_t t = 0; t < c.iterations; ++t) {
     if (!reader.next(b)) {

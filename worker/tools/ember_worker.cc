@@ -68,11 +68,7 @@ int main(int argc, char** argv) {
   }
   return guarded_main("ember-worker", [&] {
     setup_logging(log_level);
-    if (!token_file.empty()) {
-      c.token = read_file(token_file);
-      while (!c.token.empty() && (c.token.back() == '\n' || c.token.back() == '\r')) c.token.pop_back();
-      if (c.token.empty()) throw ConfigError("--token-file " + token_file + " is empty");
-    }
+    if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
     c.model.bottom = worker::parse_layers(bottom, "--bottom-mlp");
     c.model.top = worker::parse_layers(top, "--top-mlp");
     c.model.deep = worker::parse_layers(deep, "--deep-mlp");

@@ -14,6 +14,10 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 // Reads a whole (small) file. Throws IoError naming the path.
 std::string read_file(const std::filesystem::path& path);
 
+// A secret kept in a file (a job token): its content without trailing newlines. Throws
+// IoError naming the path, ConfigError naming `flag` when it is empty.
+std::string read_secret_file(const std::filesystem::path& path, const std::string& flag);
+
 // fsyncs a directory so that a rename inside it survives a crash.
 void fsync_dir(const std::filesystem::path& dir);
 

@@ -18,6 +18,7 @@
 #include "ember/common/process.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
+#include "ember/transport/tcp.h"
 
 namespace ember::bench {
 

@@ -7,6 +7,7 @@
 #include "ember/common/flat_map.h"
 #include "ember/ps/ps_service.h"
 #include "ember/ps/shard_store.h"
+#include "ember/transport/tcp.h"
 
 namespace ember::ps {
 
@@ -26,12 +27,25 @@ ShardAddress parse_address(const std::string& text) {
   return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
-PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
-                   std::chrono::milliseconds timeout)
+Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout) {
+  return [token, timeout](const ShardAddress& a) { return std::make_unique<transport::TcpClient>(a.host, a.port, token, timeout); };
+}
+
+Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options) {
+  return [&fabric, token, options](const ShardAddress& a) {
+    return std::make_unique<transport::RdmaClient>(fabric, a.host, a.port, token, options);
+  };
+}
+
+PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect)
     : dim_(dim), state_(state_floats) {
   if (shards.empty()) throw ConfigError("no PS shard addresses");
-  for (const auto& a : shards) conns_.push_back(std::make_unique<transport::TcpClient>(a.host, a.port, token, timeout));
+  for (const auto& a : shards) conns_.push_back(connect(a));
 }
+
+PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
+                   std::chrono::milliseconds timeout)
+    : PsClient(shards, dim, state_floats, tcp_connector(token, timeout)) {}
 
 void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration) {
   const std::uint32_t S = shards(), per = with_state ? dim_ + state_ : dim_;

@@ -1,4 +1,4 @@
-// ember-ps: one parameter-server shard serving pulls and pushes over TCP.
+// ember-ps: one parameter-server shard serving pulls and pushes over TCP or RDMA.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -16,6 +16,8 @@
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
 #include "ember/transport/control.h"
+#include "ember/transport/rdma.h"
+#include "ember/transport/tcp.h"
 
 namespace {
 
@@ -41,11 +43,13 @@ std::string checkpoint_name(std::uint32_t shard, std::uint32_t shards) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ember-ps: a parameter-server shard (embedding rows + optimizer state) over TCP"};
+  CLI::App app{"ember-ps: a parameter-server shard (embedding rows + optimizer state) over TCP or RDMA"};
   ps::StoreConfig sc;
   std::string optimizer = "sgd", listen = "127.0.0.1:0", token, token_file, port_file, dataset, restore_dir, checkpoint_dir,
               log_level = "info", stats_file;
   int io_threads = 2;
+  std::string transport_kind = "tcp";
+  std::uint32_t rdma_slot_mib = 4;
   double stats_interval = 10;
   bool checkpoint_on_exit = false;
   std::uint64_t checkpoint_every = 0;
@@ -66,7 +70,9 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file, "write the port listened on to this file (atomically)");
   app.add_option("--token", token, "job token required from every peer");
   app.add_option("--token-file", token_file, "read the job token from this file");
-  app.add_option("--io-threads", io_threads, "I/O threads")->capture_default_str();
+  app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str();
+  app.add_option("--transport", transport_kind, "data plane: tcp or rdma (ibverbs, rdma_cm port space)")->capture_default_str();
+  app.add_option("--rdma-slot-mib", rdma_slot_mib, "RDMA: largest request in MiB (a slot of the receive ring)")->capture_default_str();
   app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
   app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
@@ -124,15 +130,29 @@ int main(int argc, char** argv) {
       service.store().load(files);
       spdlog::info("restored {} rows from {} checkpoint file(s) in {}", service.store().initialized_rows(), files.size(), restore_dir);
     }
-    transport::TcpServerOptions to;
-    to.address = where.host;
-    to.port = where.port;
-    to.io_threads = io_threads;
-    to.token = token;
-    transport::TcpServer server(to, [&service](const transport::Message& r, transport::OutMessage& o, std::vector<float>& s) {
-      service.handle(r, o, s);
-    });
-    spdlog::info("listening on {}:{}", where.host, server.port());
+    auto handler = [&service](const transport::Message& r, transport::OutMessage& o, std::vector<float>& s) { service.handle(r, o, s); };
+    std::unique_ptr<transport::verbs::Fabric> fabric;
+    std::unique_ptr<transport::Server> server_ptr;
+    if (transport_kind == "tcp") {
+      transport::TcpServerOptions to;
+      to.address = where.host;
+      to.port = where.port;
+      to.io_threads = io_threads;
+      to.token = token;
+      server_ptr = std::make_unique<transport::TcpServer>(to, handler);
+    } else if (transport_kind == "rdma") {
+      fabric = transport::verbs::make_ibverbs_fabric();  // one line and exit 2 without a device
+      transport::RdmaServerOptions ro;
+      ro.address = where.host;
+      ro.port = where.port;
+      ro.token = token;
+      ro.rdma.slot_bytes = rdma_slot_mib << 20;
+      server_ptr = std::make_unique<transport::RdmaServer>(*fabric, ro, handler);
+    } else {
+      throw ConfigError("--transport '" + transport_kind + "': choose tcp or rdma");
+    }
+    transport::Server& server = *server_ptr;
+    spdlog::info("listening on {}:{} ({})", where.host, server.port(), transport_kind);
     if (!port_file.empty()) write_file_atomic(port_file, std::to_string(server.port()) + "\n");
 
     // Control plane: shard 0 coordinates; every shard joins and publishes its address.
@@ -161,7 +181,8 @@ int main(int argc, char** argv) {
       member = std::make_unique<transport::ControlMember>(mo);
       if (sc.shard == 0) {
         nlohmann::json pc = {{"num_keys", sc.num_keys}, {"dim", sc.dim}, {"optimizer", optimizer}, {"lr", sc.optimizer.lr},
-                             {"weight_decay", sc.optimizer.weight_decay}, {"seed", sc.seed}, {"shards", sc.shards}};
+                             {"weight_decay", sc.optimizer.weight_decay}, {"seed", sc.seed}, {"shards", sc.shards},
+                             {"transport", transport_kind}};
         member->publish("ps_config", pc.dump());
       }
       spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);

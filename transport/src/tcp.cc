@@ -15,8 +15,6 @@ namespace ember::transport {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 
-std::uint64_t token_hash(const std::string& token) { return hash_bytes(token, 0x70ce1); }
-
 namespace {
 
 // No Nagle delay (requests are small and latency-bound) and large buffers (replies are
@@ -26,22 +24,6 @@ void tune(tcp::socket& s) {
   s.set_option(tcp::no_delay(true), ignored);
   s.set_option(asio::socket_base::send_buffer_size(4 << 20), ignored);
   s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
-}
-
-// kError carries its reason as bytes packed into keys; flags = length.
-void error_reply(const std::string& why, OutMessage& reply, std::vector<Key>& storage) {
-  storage.assign((why.size() + 7) / 8, 0);
-  std::memcpy(storage.data(), why.data(), why.size());
-  reply = OutMessage{};
-  reply.header.type = MessageType::kError;
-  reply.header.flags = static_cast<std::uint32_t>(why.size());
-  reply.keys = storage.data();
-  reply.key_count = static_cast<std::uint32_t>(storage.size());
-}
-
-std::string error_text(const Message& m) {
-  std::size_t len = std::min<std::size_t>(m.header.flags, static_cast<std::size_t>(m.header.key_count) * 8);
-  return std::string(reinterpret_cast<const char*>(m.keys), len);
 }
 
 // Payload storage aligned for uint64 keys, followed by the float values.
@@ -143,7 +125,7 @@ struct TcpServer::Impl {
           server->handler(m, reply, scratch);
           ++server->served;
         } catch (const ProtocolError& e) {
-          error_reply(e.what(), reply, error_storage);
+          make_error_reply(e.what(), reply, error_storage);
         } catch (const std::exception& e) {
           drop(std::string("request failed: ") + e.what());
           return;
@@ -294,16 +276,10 @@ Message TcpClient::receive() {
   void* dst = impl_->payload.prepare(h.payload_bytes());
   impl_->run([&](auto handler) { asio::async_read(impl_->socket, asio::buffer(dst, h.payload_bytes()), handler); }, "receive payload");
   Message m = impl_->payload.view(h);
-  if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_text(m));
+  if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
   return m;
 }
 
-Message TcpClient::call(OutMessage request) {
-  std::uint64_t id = send(request);
-  Message m = receive();
-  if (m.header.request_id != id) throw ProtocolError("PS " + impl_->peer + ": reply to request " + std::to_string(m.header.request_id) +
-                                                     ", expected " + std::to_string(id));
-  return m;
-}
+const std::string& TcpClient::peer() const { return impl_->peer; }
 
 }  // namespace ember::transport

@@ -149,6 +149,7 @@ struct PsConfig {
   std::uint32_t dim = 0;
   ps::OptimizerConfig optimizer;
   std::uint64_t seed = 0;
+  std::string transport = "tcp";
 };
 
 PsConfig parse_ps_config(const std::string& text) {
@@ -161,6 +162,7 @@ PsConfig parse_ps_config(const std::string& text) {
     p.optimizer.lr = j.at("lr");
     p.optimizer.weight_decay = j.at("weight_decay");
     p.seed = j.at("seed");
+    p.transport = j.value("transport", "tcp");
     return p;
   } catch (const json::exception& e) {
     throw ProtocolError(std::string("the PS published a malformed configuration: ") + e.what());
@@ -232,6 +234,7 @@ class Worker {
   TrainConfig c_;
   std::optional<data::Dataset> ds_;
   std::unique_ptr<transport::ControlMember> control_;
+  std::unique_ptr<transport::verbs::Fabric> fabric_;  // --transport rdma; outlives client_
   std::unique_ptr<ps::PsClient> client_;
   PsConfig ps_;
   std::uint32_t rank_ = 0, dim_ = 0, state_ = 0;
@@ -273,11 +276,21 @@ void Worker::join() {
     throw ConfigError("dataset mismatch: " + c_.dataset + " has " + std::to_string(rows) + " embedding rows in its tables, the PS serves " +
                       std::to_string(ps_.num_keys) + " (was ember-ps started with another --dataset?)");
   }
+  if (ps_.transport != c_.transport) {
+    throw ConfigError("--transport " + c_.transport + " but the PS shards serve " + ps_.transport + " (start both with the same --transport)");
+  }
   dim_ = ps_.dim;
   state_ = ps::state_floats(ps_.optimizer.kind, dim_);
   std::vector<ps::ShardAddress> shards;
   for (const auto& p : control_->peers_of(transport::Role::kPs)) shards.push_back(ps::parse_address(p.data_address));
-  client_ = std::make_unique<ps::PsClient>(shards, c_.token, dim_, state_, c_.timeout);
+  if (fabric_) {
+    transport::RdmaOptions ro;
+    ro.slot_bytes = c_.rdma_slot_mib << 20;
+    ro.timeout = c_.timeout;
+    client_ = std::make_unique<ps::PsClient>(shards, dim_, state_, ps::rdma_connector(*fabric_, c_.token, ro));
+  } else {
+    client_ = std::make_unique<ps::PsClient>(shards, c_.token, dim_, state_, c_.timeout);
+  }
   spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(), ps_.num_keys,
                dim_, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);
 }
@@ -524,11 +537,10 @@ void Worker::dump(std::uint64_t iteration) {
 
 TrainSummary Worker::run() {
   if (c_.transport == "rdma") {
-    std::string why = transport::rdma_unavailable_reason();
-    if (!why.empty()) throw ConfigError(why);
-    throw ConfigError("--transport rdma: the RDMA data plane is not implemented yet; use --transport tcp");
+    fabric_ = transport::verbs::make_ibverbs_fabric();  // one line, exit 2, without a device
+  } else if (c_.transport != "tcp") {
+    throw ConfigError("--transport '" + c_.transport + "': choose tcp or rdma");
   }
-  if (c_.transport != "tcp") throw ConfigError("--transport '" + c_.transport + "': choose tcp or rdma");
   if (c_.coordinator.empty()) throw ConfigError("--coordinator is required (the control plane endpoint of ember-ps shard 0)");
   if (c_.token.empty()) throw ConfigError("a job token is required (--token or --token-file)");
   ds_.emplace(data::Dataset::open(c_.dataset));

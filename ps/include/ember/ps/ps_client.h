@@ -5,12 +5,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ember/common/types.h"
-#include "ember/transport/tcp.h"
+#include "ember/transport/channel.h"
+#include "ember/transport/rdma.h"
 
 namespace ember::ps {
 
@@ -22,8 +24,16 @@ struct ShardAddress {
 // "host:port" -> address; ConfigError otherwise.
 ShardAddress parse_address(const std::string& text);
 
+// Opens the data connection to one shard.
+using Connector = std::function<std::unique_ptr<transport::Client>(const ShardAddress&)>;
+Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+// `fabric` must outlive the clients made.
+Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options);
+
 class PsClient {
  public:
+  PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect);
+  // Over TCP.
   PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
            std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
@@ -41,7 +51,7 @@ class PsClient {
   std::uint64_t commit(std::uint64_t iteration);
 
  private:
-  std::vector<std::unique_ptr<transport::TcpClient>> conns_;
+  std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
 };
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ember/ps/shard_store.h"
-#include "ember/transport/tcp.h"
+#include "ember/transport/channel.h"
 
 namespace ember::ps {
 

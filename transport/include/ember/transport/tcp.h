@@ -15,29 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "ember/transport/message.h"
+#include "ember/transport/channel.h"
 
 namespace ember::transport {
-
-// A received message: header and payload segments (views into the connection's buffer).
-struct Message {
-  MessageHeader header;
-  const Key* keys = nullptr;
-  const float* values = nullptr;
-};
-
-// An outgoing message: header (counts are filled from the segments) and segments the
-// caller owns until the send returns; sent scatter-gather, without copies.
-struct OutMessage {
-  MessageHeader header;
-  const Key* keys = nullptr;
-  std::uint32_t key_count = 0;
-  const float* values = nullptr;
-  std::uint32_t value_count = 0;
-};
-
-// Hash of a job token as carried by kHello (the token itself never crosses the wire).
-std::uint64_t token_hash(const std::string& token);
 
 struct TcpServerOptions {
   std::string address = "127.0.0.1";
@@ -47,28 +27,23 @@ struct TcpServerOptions {
   std::uint64_t max_payload_bytes = 256u << 20;
 };
 
-// Answers one request: fills `reply` (its segments must stay valid until the handler is
-// called again on this connection; `scratch` is a per-connection buffer for that).
-// Throwing ProtocolError sends kError and keeps the connection; other exceptions drop it.
-using RequestHandler = std::function<void(const Message& request, OutMessage& reply, std::vector<float>& scratch)>;
-
-class TcpServer {
+class TcpServer final : public Server {
  public:
   TcpServer(TcpServerOptions options, RequestHandler handler);
   ~TcpServer();  // stops accepting, closes connections, joins threads
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;
 
-  std::uint16_t port() const;
-  std::uint64_t connections_dropped() const;
-  std::uint64_t requests_served() const;
+  std::uint16_t port() const override;
+  std::uint64_t connections_dropped() const override;
+  std::uint64_t requests_served() const override;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-class TcpClient {
+class TcpClient final : public Client {
  public:
   // Connects and authenticates; throws IoError (unreachable, timeout) or ProtocolError
   // (refused).
@@ -78,13 +53,9 @@ class TcpClient {
   TcpClient(const TcpClient&) = delete;
   TcpClient& operator=(const TcpClient&) = delete;
 
-  // Sends a request (the request id is assigned here and returned).
-  std::uint64_t send(OutMessage request);
-  // Receives the next reply into buffers this client owns (valid until the next call).
-  // A kError reply is thrown as ProtocolError with the server's reason.
-  Message receive();
-  // send + receive.
-  Message call(OutMessage request);
+  std::uint64_t send(OutMessage request) override;
+  Message receive() override;
+  const std::string& peer() const override;
 
  private:
   struct Impl;

@@ -1,0 +1,72 @@
+// What every data-plane transport (TCP, RDMA) offers: messages (message.h) with their
+// payload segments, a server that answers requests through a RequestHandler, and a
+// client that sends requests and receives replies in order, with several in flight.
+// The PS client and the conformance tests only see these two interfaces.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ember/common/types.h"
+#include "ember/transport/message.h"
+
+namespace ember::transport {
+
+// A received message: header and payload segments (views into a transport's buffer).
+struct Message {
+  MessageHeader header;
+  const Key* keys = nullptr;
+  const float* values = nullptr;
+};
+
+// An outgoing message: header (counts are filled from the segments) and segments the
+// caller owns until the send returns.
+struct OutMessage {
+  MessageHeader header;
+  const Key* keys = nullptr;
+  std::uint32_t key_count = 0;
+  const float* values = nullptr;
+  std::uint32_t value_count = 0;
+};
+
+// Hash of a job token as carried at connection time (the token itself never crosses
+// the wire).
+std::uint64_t token_hash(const std::string& token);
+
+// Answers one request: fills `reply` (its segments must stay valid until the handler is
+// called again on this connection; `scratch` is a per-connection buffer for that).
+// Throwing ProtocolError sends kError and keeps the connection; other exceptions drop it.
+using RequestHandler = std::function<void(const Message& request, OutMessage& reply, std::vector<float>& scratch)>;
+
+// kError replies carry their reason as bytes packed into keys (flags = length).
+void make_error_reply(const std::string& why, OutMessage& reply, std::vector<Key>& storage);
+std::string error_reply_text(const Message& m);
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  virtual std::uint16_t port() const = 0;
+  // Connections dropped for misbehaving (bad message, wrong token, transport error).
+  virtual std::uint64_t connections_dropped() const = 0;
+  virtual std::uint64_t requests_served() const = 0;
+};
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  // Sends a request (the request id is assigned here and returned). May block until the
+  // transport has room (flow control), never past the client's timeout.
+  virtual std::uint64_t send(OutMessage request) = 0;
+  // Receives the next reply, in request order, into buffers the client owns (valid
+  // until the next receive). A kError reply is thrown as ProtocolError with the reason;
+  // a broken connection or a timeout as IoError naming the peer.
+  virtual Message receive() = 0;
+  // "host:port" of the server, for messages.
+  virtual const std::string& peer() const = 0;
+  // send + receive, checking that the reply answers this request.
+  Message call(OutMessage request);
+};
+
+}  // namespace ember::transport

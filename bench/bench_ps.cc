@@ -26,6 +26,9 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--seconds", o.seconds, "seconds per case")->capture_default_str();
   app.add_option("--rows", o.rows_per_request, "rows per request")->capture_default_str();
   app.add_option("--num-keys", o.num_keys, "rows of the shard")->capture_default_str();
+  app.add_option("--dims", o.dims, "embedding dimensions")->capture_default_str();
+  app.add_option("--threads", o.threads, "client thread counts")->capture_default_str();
+  app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
 }
 
 namespace {
@@ -122,7 +125,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   Output out{json};
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio"));
   const std::uint32_t n = o.rows_per_request;
-  for (std::uint32_t dim : {16u, 64u, 256u}) {
+  for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
     sc.dim = dim;
@@ -130,14 +133,15 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     transport::TcpServerOptions to;
     to.token = kToken;
     to.io_threads = 4;
-    transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, std::vector<float>& s) { service.handle(r, m, s); });
+    transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) { service.handle(r, m, s); });
     {
       // Initialize every row first: the timed runs measure serving, not first touches.
       std::vector<float> tmp(dim);
       for (Key k = 0; k < o.num_keys; ++k) service.store().pull({&k, 1}, tmp.data());
     }
-    for (const char* op : {"pull", "push"}) {
-      for (int threads : {1, 2, 4}) {
+    for (const std::string& op_name : o.ops) {
+      const char* op = op_name.c_str();
+      for (int threads : o.threads) {
         std::atomic<std::uint64_t> rows{0};
         std::vector<std::thread> ts;
         for (int t = 0; t < threads; ++t) {

@@ -79,12 +79,14 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
     if (pos.size() <= (w & 0xffffffff)) pos.resize((w & 0xffffffff) + 1, ~std::uint32_t{0});
     if (pos[w & 0xffffffff] == ~std::uint32_t{0}) pos[w & 0xffffffff] = static_cast<std::uint32_t>(i);
   }
+  std::vector<float*> dst;
   for (std::uint32_t s = 0; s < S; ++s) {
     if (by_shard[s].empty()) continue;
-    transport::Message r = conns_[s]->receive();
-    if (r.header.value_count != by_shard[s].size() * per) throw ProtocolError("PS shard " + std::to_string(s) + ": pull reply of the wrong size");
-    for (std::size_t j = 0; j < by_shard[s].size(); ++j) {
-      std::memcpy(&out[static_cast<std::size_t>(positions[s][j]) * per], r.values + j * per, per * sizeof(float));
+    dst.resize(by_shard[s].size());
+    for (std::size_t j = 0; j < dst.size(); ++j) dst[j] = &out[static_cast<std::size_t>(positions[s][j]) * per];
+    transport::Message r = conns_[s]->receive_rows(dst, per);
+    if (r.header.value_count != by_shard[s].size() * per || r.values != nullptr) {
+      throw ProtocolError("PS shard " + std::to_string(s) + ": pull reply of the wrong size");
     }
   }
   // Repeated keys copy from their first occurrence.

@@ -2,36 +2,59 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+
 #include "ember/common/error.h"
 
 namespace ember::ps {
 
 using transport::MessageType;
 
-void PsService::handle(const transport::Message& req, transport::OutMessage& reply, std::vector<float>& scratch) {
+namespace {
+// Sending from the store without a copy pays when rows come in long runs; a segment is a
+// scatter-gather entry (the kernel takes 64 per call).
+constexpr std::size_t kMinRowsPerSegment = 8;
+}  // namespace
+
+void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
   const auto& h = req.header;
   const std::uint32_t dim = store_.config().dim, rf = store_.row_floats();
-  std::lock_guard<std::mutex> lock(mutex_);
   switch (h.type) {
     case MessageType::kPull: {
       const bool with_state = (h.flags & kWithState) != 0;
       const std::uint32_t per = with_state ? rf : dim;
       if (h.value_count != 0) throw ProtocolError("pull with values");
-      if (h.iteration > 0 && static_cast<std::int64_t>(h.iteration) > committed_) {
+      const std::int64_t committed = committed_.load();
+      if (h.iteration > 0 && static_cast<std::int64_t>(h.iteration) > committed) {
         throw ProtocolError("pull for iteration " + std::to_string(h.iteration) + " before its commit (last committed " +
-                            std::to_string(committed_) + ")");
+                            std::to_string(committed) + ")");
       }
-      scratch.resize(static_cast<std::size_t>(h.key_count) * per);
       std::span<const Key> keys(req.keys, h.key_count);
-      if (with_state) {
-        store_.pull_with_state(keys, scratch.data());
-      } else {
-        store_.pull(keys, scratch.data());
-      }
       reply.header.type = MessageType::kPullReply;
       reply.header.flags = h.flags;
-      reply.values = scratch.data();
-      reply.value_count = static_cast<std::uint32_t>(scratch.size());
+      reply.value_count = h.key_count * per;
+      // Rows that follow each other in the store (consecutive keys) form one segment; when
+      // segments are long the reply leaves straight from the store, else a copy is cheaper.
+      scratch.rows.resize(h.key_count);
+      store_.row_pointers(keys, scratch.rows.data());
+      auto& segs = scratch.segments;
+      segs.clear();
+      const std::uint32_t rf = store_.row_floats();
+      for (const float* r : scratch.rows) {
+        if (!segs.empty() && per == rf && segs.back().data + segs.back().floats == r) {
+          segs.back().floats += per;
+        } else {
+          segs.push_back({r, per});
+        }
+      }
+      if (!segs.empty() && segs.size() * kMinRowsPerSegment <= h.key_count) {
+        reply.value_segments = segs.data();
+        reply.segment_count = static_cast<std::uint32_t>(segs.size());
+      } else {
+        scratch.values.resize(static_cast<std::size_t>(h.key_count) * per);
+        for (std::size_t i = 0; i < scratch.rows.size(); ++i) std::memcpy(&scratch.values[i * per], scratch.rows[i], per * sizeof(float));
+        reply.values = scratch.values.data();
+      }
       rows_ += h.key_count;
       return;
     }
@@ -63,9 +86,11 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
       return;
     }
     case MessageType::kCommit: {
+      std::lock_guard<std::mutex> lock(commit_mutex_);
       reply.header.type = MessageType::kAck;
       reply.header.flags = static_cast<std::uint32_t>(store_.commit());
-      committed_ = std::max(committed_, static_cast<std::int64_t>(h.iteration));
+      // Published after the updates: a pull of this iteration sees all of them.
+      committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
       if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {
         if (store_.pending() > 0) {
           spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, store_.pending());

@@ -1,7 +1,11 @@
 #include "ember/ps/shard_store.h"
 
+#include <tbb/spin_mutex.h>
+
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
@@ -29,6 +33,40 @@ static_assert(sizeof(CheckpointHeader) == 48);
 
 }  // namespace
 
+struct ShardStore::Stripe {
+  mutable tbb::spin_mutex mu;
+  U64Map<Pending> pending;
+  std::vector<float> grads;
+  std::vector<std::uint32_t> free_offsets;
+};
+
+ShardStore::Stripe& ShardStore::stripe_of(Key key) const { return stripes_[(key / config_.shards) % kStripes]; }
+
+ShardStore::~ShardStore() {
+  for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) delete[] chunks_[c].load();
+}
+
+ShardStore::ShardStore(ShardStore&& o) noexcept
+    : config_(std::move(o.config_)),
+      state_(o.state_),
+      local_rows_(o.local_rows_),
+      chunks_(std::move(o.chunks_)),
+      chunk_count_(o.chunk_count_),
+      initialized_(std::move(o.initialized_)),
+      initialized_count_(o.initialized_count_.load()),
+      stripes_(std::move(o.stripes_)) {
+  o.chunk_count_ = 0;
+}
+
+std::size_t ShardStore::pending() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < kStripes; ++i) {
+    tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
+    n += stripes_[i].pending.size();
+  }
+  return n;
+}
+
 ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   if (config_.shards == 0 || config_.shard >= config_.shards) throw ConfigError("shard index out of range");
   if (config_.dim == 0) throw ConfigError("embedding dimension must be positive");
@@ -38,8 +76,12 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   }
   state_ = state_floats(config_.optimizer.kind, config_.dim);
   local_rows_ = config_.num_keys > config_.shard ? (config_.num_keys - 1 - config_.shard) / config_.shards + 1 : 0;
-  chunks_.resize((local_rows_ + kChunkRows - 1) / kChunkRows);
-  initialized_.assign(local_rows_, 0);
+  chunk_count_ = (local_rows_ + kChunkRows - 1) / kChunkRows;
+  chunks_ = std::make_unique<std::atomic<float*>[]>(chunk_count_);
+  for (std::uint64_t c = 0; c < chunk_count_; ++c) chunks_[c].store(nullptr);
+  initialized_ = std::make_unique<std::atomic<std::uint8_t>[]>(local_rows_);
+  for (std::uint64_t i = 0; i < local_rows_; ++i) initialized_[i].store(0, std::memory_order_relaxed);
+  stripes_ = std::make_unique<Stripe[]>(kStripes);
 }
 
 void ShardStore::check_key(Key key) const {
@@ -54,15 +96,30 @@ void ShardStore::check_key(Key key) const {
 
 float* ShardStore::row_ptr(Key key) {
   const std::uint64_t local = key / config_.shards;
-  auto& chunk = chunks_[local / kChunkRows];
   const std::uint32_t rf = row_floats();
-  if (!chunk) chunk = std::make_unique_for_overwrite<float[]>(kChunkRows * rf);
-  float* p = chunk.get() + (local % kChunkRows) * rf;
-  if (!initialized_[local]) {
-    initial_row(config_.seed, key, config_.dim, p);
-    init_state(config_.optimizer, config_.dim, p + config_.dim);
-    initialized_[local] = 1;
-    ++initialized_count_;
+  std::atomic<float*>& slot = chunks_[local / kChunkRows];
+  float* chunk = slot.load(std::memory_order_acquire);
+  if (chunk == nullptr) {
+    // First touch of this chunk: whoever installs it first wins; the others free theirs.
+    float* fresh = new float[kChunkRows * rf];
+    if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
+      chunk = fresh;
+    } else {
+      delete[] fresh;
+    }
+  }
+  float* p = chunk + (local % kChunkRows) * rf;
+  std::atomic<std::uint8_t>& init = initialized_[local];
+  if (init.load(std::memory_order_acquire) != 2) {
+    std::uint8_t expected = 0;
+    if (init.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+      initial_row(config_.seed, key, config_.dim, p);
+      init_state(config_.optimizer, config_.dim, p + config_.dim);
+      init.store(2, std::memory_order_release);
+      initialized_count_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      while (init.load(std::memory_order_acquire) != 2) std::this_thread::yield();  // another thread is initializing it
+    }
   }
   return p;
 }
@@ -83,14 +140,22 @@ void ShardStore::pull_with_state(std::span<const Key> keys, float* out) {
   for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * rf, row_ptr(keys[i]), sizeof(float) * rf);
 }
 
+void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
+  for (Key k : keys) check_key(k);
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = row_ptr(keys[i]);
+}
+
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
                            const float* grads) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
-  // Validate everything first: a refused request changes nothing.
+  // Validate everything first: a refused request changes nothing (unless another
+  // request races it on the same keys, which BSP rules out).
   for (std::size_t i = 0; i < keys.size(); ++i) {
     check_key(keys[i]);
     if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
-    if (const Pending* p = pending_.find(keys[i])) {
+    Stripe& st = stripe_of(keys[i]);
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    if (const Pending* p = st.pending.find(keys[i])) {
       if (p->iteration != iteration) {
         throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " from iteration " + std::to_string(iteration) +
                             " while the aggregation of iteration " + std::to_string(p->iteration) + " is incomplete");
@@ -100,18 +165,20 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   }
   const std::uint32_t dim = config_.dim;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    auto [p, fresh] = pending_.try_emplace(keys[i], Pending{iteration, trainers[i], 0, 0});
+    Stripe& st = stripe_of(keys[i]);
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    auto [p, fresh] = st.pending.try_emplace(keys[i], Pending{iteration, trainers[i], 0, 0});
     if (fresh) {
-      if (!free_offsets_.empty()) {
-        p->offset = free_offsets_.back();
-        free_offsets_.pop_back();
-        std::fill_n(pending_grads_.begin() + p->offset, dim, 0.0f);
+      if (!st.free_offsets.empty()) {
+        p->offset = st.free_offsets.back();
+        st.free_offsets.pop_back();
+        std::fill_n(st.grads.begin() + p->offset, dim, 0.0f);
       } else {
-        p->offset = static_cast<std::uint32_t>(pending_grads_.size());
-        pending_grads_.resize(pending_grads_.size() + dim, 0.0f);
+        p->offset = static_cast<std::uint32_t>(st.grads.size());
+        st.grads.resize(st.grads.size() + dim, 0.0f);
       }
     }
-    float* acc = pending_grads_.data() + p->offset;
+    float* acc = st.grads.data() + p->offset;
     const float* g = grads + i * dim;
     for (std::uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
     ++p->received;
@@ -121,36 +188,46 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
 void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   for (Key k : keys) {
     check_key(k);
-    if (pending_.find(k)) throw ProtocolError("push-value: key " + std::to_string(k) + " has an incomplete gradient aggregation");
+    Stripe& st = stripe_of(k);
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    if (st.pending.find(k)) throw ProtocolError("push-value: key " + std::to_string(k) + " has an incomplete gradient aggregation");
   }
   const std::uint32_t rf = row_floats();
   for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(row_ptr(keys[i]), rows + i * rf, sizeof(float) * rf);
 }
 
 std::uint64_t ShardStore::commit() {
-  std::vector<Key> ready;
-  pending_.for_each([&](std::uint64_t k, const Pending& p) {
-    if (p.received == p.expected) ready.push_back(k);
-  });
-  std::sort(ready.begin(), ready.end());  // a fixed order, though rows are independent
-  for (Key k : ready) {
-    Pending p = *pending_.find(k);
-    float* r = row_ptr(k);
-    apply(config_.optimizer, config_.lr_at(p.iteration), config_.dim, r, r + config_.dim, pending_grads_.data() + p.offset);
-    free_offsets_.push_back(p.offset);
-    pending_.erase(k);
+  std::uint64_t applied = 0;
+  for (std::size_t s = 0; s < kStripes; ++s) {
+    Stripe& st = stripes_[s];
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    std::vector<Key> ready;
+    st.pending.for_each([&](std::uint64_t k, const Pending& p) {
+      if (p.received == p.expected) ready.push_back(k);
+    });
+    std::sort(ready.begin(), ready.end());  // a fixed order, though rows are independent
+    for (Key k : ready) {
+      Pending p = *st.pending.find(k);
+      float* r = row_ptr(k);
+      apply(config_.optimizer, config_.lr_at(p.iteration), config_.dim, r, r + config_.dim, st.grads.data() + p.offset);
+      st.free_offsets.push_back(p.offset);
+      st.pending.erase(k);
+    }
+    applied += ready.size();
   }
-  return ready.size();
+  return applied;
 }
 
 void ShardStore::save(const std::filesystem::path& file) const {
-  if (!pending_.empty()) {
-    throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(pending_.size()) +
+  if (std::size_t n = pending(); n > 0) {
+    throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(n) +
                 " rows have incomplete gradient aggregations");
   }
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
-  std::string buf(sizeof(CheckpointHeader) + initialized_count_ * record + sizeof(std::uint64_t), '\0');
+  std::uint64_t rows = 0;
+  for (std::uint64_t local = 0; local < local_rows_; ++local) rows += initialized_[local].load() == 2;
+  std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');
   CheckpointHeader h{};
   std::memcpy(h.magic, kCheckpointMagic, sizeof h.magic);
   h.version = kCheckpointVersion;
@@ -160,14 +237,14 @@ void ShardStore::save(const std::filesystem::path& file) const {
   h.shard = config_.shard;
   h.shards = config_.shards;
   h.num_keys = config_.num_keys;
-  h.rows = initialized_count_;
+  h.rows = rows;
   std::memcpy(buf.data(), &h, sizeof h);
   char* p = buf.data() + sizeof h;
   for (std::uint64_t local = 0; local < local_rows_; ++local) {
-    if (!initialized_[local]) continue;
+    if (initialized_[local].load() != 2) continue;
     const Key key = local * config_.shards + config_.shard;
     std::memcpy(p, &key, sizeof key);
-    std::memcpy(p + sizeof key, chunks_[local / kChunkRows].get() + (local % kChunkRows) * rf, rf * sizeof(float));
+    std::memcpy(p + sizeof key, chunks_[local / kChunkRows].load() + (local % kChunkRows) * rf, rf * sizeof(float));
     p += record;
   }
   std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   std::string transport_kind = "tcp";
   std::uint32_t rdma_slot_mib = 4;
   double stats_interval = 10;
+  int drain_ms = 5000;
   bool checkpoint_on_exit = false;
   std::uint64_t checkpoint_every = 0;
   std::string coordinator, coordinator_file;
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
   app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
+  app.add_option("--drain-ms", drain_ms, "on SIGTERM/SIGINT: how long requests in flight may take to finish")->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
   app.add_option("--stats-interval", stats_interval, "seconds between stats lines (0: none)")->capture_default_str();
   app.add_option("--stats-file", stats_file, "JSON stats, rewritten atomically at every stats line");
@@ -130,7 +132,7 @@ int main(int argc, char** argv) {
       service.store().load(files);
       spdlog::info("restored {} rows from {} checkpoint file(s) in {}", service.store().initialized_rows(), files.size(), restore_dir);
     }
-    auto handler = [&service](const transport::Message& r, transport::OutMessage& o, std::vector<float>& s) { service.handle(r, o, s); };
+    auto handler = [&service](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { service.handle(r, o, s); };
     std::unique_ptr<transport::verbs::Fabric> fabric;
     std::unique_ptr<transport::Server> server_ptr;
     if (transport_kind == "tcp") {
@@ -227,8 +229,12 @@ int main(int argc, char** argv) {
       last_requests = req;
       last_rows = rows;
     }
+    // Requests being handled finish and their replies go out; then no more come in, so
+    // the final checkpoint sees a quiet store.
+    server.drain(std::chrono::milliseconds(drain_ms));
+    spdlog::info("drained: {} requests served, {} peers dropped", server.requests_served(), server.connections_dropped());
     if (checkpoint_on_exit) {
-      std::lock_guard<std::mutex> lock(service.mutex());
+      std::lock_guard<std::mutex> lock(service.commit_mutex());
       fs::create_directories(checkpoint_dir);
       fs::path file = fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards);
       service.store().save(file);

@@ -16,28 +16,29 @@ const std::string kToken = "ps-token";
 constexpr std::uint32_t kDim = 8;
 constexpr std::uint64_t kKeys = 5000;
 
-StoreConfig config(std::uint32_t shard) {
+StoreConfig config(std::uint32_t shard, std::uint32_t shards) {
   StoreConfig c;
   c.num_keys = kKeys;
   c.dim = kDim;
   c.shard = shard;
-  c.shards = 2;
+  c.shards = shards;
   c.seed = 3;
   c.optimizer.kind = OptimizerKind::kAdagrad;
   c.optimizer.lr = 0.1f;
   return c;
 }
 
-// Two shards and two workers for 6 BSP rounds; returns every row with its state.
-std::vector<float> run_rounds(const std::string& kind) {
+// S shards and two workers for 6 BSP rounds; returns every row with its state. Key
+// ranges make replies leave straight from the store and land straight in the pulled rows.
+std::vector<float> run_rounds(const std::string& kind, std::uint32_t S) {
   transport::verbs::FakeFabric fabric;
   std::vector<std::unique_ptr<PsService>> services;
   std::vector<std::unique_ptr<transport::Server>> servers;
   std::vector<ShardAddress> addrs;
-  for (std::uint32_t s = 0; s < 2; ++s) {
-    services.push_back(std::make_unique<PsService>(config(s)));
+  for (std::uint32_t s = 0; s < S; ++s) {
+    services.push_back(std::make_unique<PsService>(config(s, S)));
     PsService* svc = services.back().get();
-    auto h = [svc](const transport::Message& r, transport::OutMessage& o, std::vector<float>& x) { svc->handle(r, o, x); };
+    auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
     if (kind == "tcp") {
       transport::TcpServerOptions o;
       o.token = kToken;
@@ -84,9 +85,11 @@ std::vector<float> run_rounds(const std::string& kind) {
   return rows;
 }
 
-TEST(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
-  std::vector<float> tcp = run_rounds("tcp");
-  std::vector<float> rdma = run_rounds("rdma_fake");
+class PsTransports : public ::testing::TestWithParam<std::uint32_t> {};
+
+TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
+  std::vector<float> tcp = run_rounds("tcp", GetParam());
+  std::vector<float> rdma = run_rounds("rdma_fake", GetParam());
   ASSERT_EQ(tcp.size(), rdma.size());
   std::size_t moved = 0;
   std::vector<float> fresh;
@@ -94,8 +97,7 @@ TEST(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
     ASSERT_EQ(tcp[i], rdma[i]) << "float " << i;
   }
   // And training did change rows (the comparison is not between two untouched tables).
-  StoreConfig c = config(0);
-  c.shards = 1;
+  StoreConfig c = config(0, 1);
   ShardStore untouched(c);
   std::vector<Key> all;
   for (Key k = 0; k < kKeys; ++k) all.push_back(k);
@@ -104,6 +106,8 @@ TEST(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
   for (std::size_t i = 0; i < tcp.size(); ++i) moved += tcp[i] != fresh[i];
   EXPECT_GT(moved, 10000u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shards, PsTransports, ::testing::Values(1u, 2u, 3u));
 
 }  // namespace
 }  // namespace ember::ps

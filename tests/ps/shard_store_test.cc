@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
@@ -111,6 +112,61 @@ TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate)
   const float lr3 = 0.05f / 1.3f;
   EXPECT_NEAR(s.row(k)[0], before[0] - lr3 * (2.0f + 0.001f * before[0]), 1e-6);
   EXPECT_EQ(s.pending(), 0u);
+}
+
+// Four handler threads at once (no store-wide lock): first touches of the same rows,
+// overlapping gradient aggregation, pulls. The result equals one thread doing it all,
+// up to float summation order.
+TEST(ShardStore, ConcurrentHandlersMatchOneThread) {
+  constexpr int kThreads = 4;
+  constexpr std::uint64_t kRounds = 5;
+  auto grads_of = [](int t, std::uint64_t it, std::vector<Key>& keys, std::vector<float>& g) {
+    keys.clear();
+    g.clear();
+    for (Key k = 0; k < kKeys; k += 1 + static_cast<Key>(t)) {
+      keys.push_back(k);
+      for (std::uint32_t d = 0; d < kDim; ++d) g.push_back(0.01f * static_cast<float>((k + d + it) % 7) - 0.03f);
+    }
+  };
+  // Each key's trainer count: how many threads' key sets contain it.
+  auto trainers_of = [](Key k) {
+    std::uint32_t n = 0;
+    for (int t = 0; t < kThreads; ++t) n += k % (1 + static_cast<Key>(t)) == 0;
+    return n;
+  };
+  ShardStore serial(store_config(OptimizerKind::kAdagrad, 0, 1)), parallel(store_config(OptimizerKind::kAdagrad, 0, 1));
+  for (std::uint64_t it = 0; it < kRounds; ++it) {
+    for (int t = 0; t < kThreads; ++t) {
+      std::vector<Key> keys;
+      std::vector<float> g;
+      grads_of(t, it, keys, g);
+      std::vector<std::uint32_t> tr;
+      for (Key k : keys) tr.push_back(trainers_of(k));
+      serial.push_grad(it, keys, tr, g.data());
+    }
+    serial.commit();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::vector<Key> keys;
+        std::vector<float> g, pulled(kKeys * 2 * kDim);
+        grads_of(t, it, keys, g);
+        parallel.pull_with_state(keys, pulled.data());
+        std::vector<std::uint32_t> tr;
+        for (Key k : keys) tr.push_back(trainers_of(k));
+        parallel.push_grad(it, keys, tr, g.data());
+      });
+    }
+    for (auto& th : threads) th.join();
+    std::vector<std::thread> committers;  // every worker commits; each row is applied once
+    for (int t = 0; t < kThreads; ++t) committers.emplace_back([&] { parallel.commit(); });
+    for (auto& th : committers) th.join();
+    EXPECT_EQ(parallel.pending(), 0u);
+  }
+  EXPECT_EQ(parallel.initialized_rows(), serial.initialized_rows());
+  for (Key k = 0; k < kKeys; ++k) {
+    for (std::uint32_t j = 0; j < 2 * kDim; ++j) ASSERT_NEAR(parallel.row(k)[j], serial.row(k)[j], 1e-6) << "key " << k;
+  }
 }
 
 TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {

@@ -22,16 +22,16 @@ using std::chrono::milliseconds;
 
 // Echoes the keys and doubles the values; a pull of key 666 is refused; a commit of
 // iteration 999 takes 600 ms.
-void echo(const Message& req, OutMessage& reply, std::vector<float>& scratch) {
+void echo(const Message& req, OutMessage& reply, Scratch& scratch) {
   if (req.header.type == MessageType::kPull && req.header.key_count > 0 && req.keys[0] == 666) throw ProtocolError("key 666 is unknown");
   if (req.header.type == MessageType::kCommit && req.header.iteration == 999) std::this_thread::sleep_for(milliseconds(600));
-  scratch.assign(req.values, req.values + req.header.value_count);
-  for (float& v : scratch) v *= 2;
+  scratch.values.assign(req.values, req.values + req.header.value_count);
+  for (float& v : scratch.values) v *= 2;
   reply.header.type = MessageType::kAck;
   reply.keys = req.keys;
   reply.key_count = req.header.key_count;
-  reply.values = scratch.data();
-  reply.value_count = static_cast<std::uint32_t>(scratch.size());
+  reply.values = scratch.values.data();
+  reply.value_count = static_cast<std::uint32_t>(scratch.values.size());
 }
 
 // Small RDMA pools, so that credits run out and slots are reused all the time.
@@ -219,6 +219,28 @@ TEST_P(Conformance, SlowRepliesTimeOutAndGoneServersFailClearly) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
   }
+}
+
+TEST_P(Conformance, DrainFinishesTheRequestInFlightThenRefusesMore) {
+  auto server = make_server();
+  auto c = make_client(server->port(), kToken, milliseconds(3000));
+  OutMessage m;
+  m.header.type = MessageType::kCommit;
+  m.header.iteration = 999;  // the handler takes 600 ms
+  const std::uint64_t id = c->send(m);
+  std::this_thread::sleep_for(milliseconds(100));  // the server is inside the handler
+  std::thread drainer([&] { server->drain(milliseconds(3000)); });
+  try {
+    Message r = c->receive();  // the reply still comes
+    EXPECT_EQ(r.header.request_id, id);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  drainer.join();
+  EXPECT_EQ(server->requests_served(), 1u);
+  m.header.iteration = 1;
+  EXPECT_THROW(c->call(m), IoError);  // no more requests on the old connection
+  EXPECT_THROW(make_client(server->port(), kToken, milliseconds(500)), IoError);  // nor new connections
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values(std::string("tcp"), std::string("rdma_fake")),

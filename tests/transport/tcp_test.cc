@@ -23,18 +23,18 @@ std::unique_ptr<TcpServer> echo_server() {
   TcpServerOptions o;
   o.token = kToken;
   o.max_payload_bytes = 1 << 20;
-  return std::make_unique<TcpServer>(o, [](const Message& req, OutMessage& reply, std::vector<float>& scratch) {
+  return std::make_unique<TcpServer>(o, [](const Message& req, OutMessage& reply, Scratch& scratch) {
     if (req.header.type == MessageType::kPull && req.header.key_count > 0 && req.keys[0] == 666) throw ProtocolError("key 666 is unknown");
     if (req.header.type == MessageType::kCommit && req.header.iteration == 999) {
       std::this_thread::sleep_for(std::chrono::milliseconds(600));
     }
-    scratch.assign(req.values, req.values + req.header.value_count);
-    for (float& v : scratch) v *= 2;
+    scratch.values.assign(req.values, req.values + req.header.value_count);
+    for (float& v : scratch.values) v *= 2;
     reply.header.type = MessageType::kAck;
     reply.keys = req.keys;
     reply.key_count = req.header.key_count;
-    reply.values = scratch.data();
-    reply.value_count = static_cast<std::uint32_t>(scratch.size());
+    reply.values = scratch.values.data();
+    reply.value_count = static_cast<std::uint32_t>(scratch.values.size());
   });
 }
 

@@ -34,4 +34,12 @@ Message Client::call(OutMessage request) {
   return m;
 }
 
+Message Client::receive_rows(std::span<float* const> rows, std::uint32_t row_floats) {
+  Message m = receive();
+  if (m.header.value_count != rows.size() * static_cast<std::uint64_t>(row_floats)) return m;
+  for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], m.values + i * row_floats, 4ull * row_floats);
+  m.values = nullptr;
+  return m;
+}
+
 }  // namespace ember::transport

@@ -195,7 +195,15 @@ class Conn {
     encode_header(h, buf + kFrameHeaderBytes);
     std::uint8_t* p = buf + kFrameHeaderBytes + kHeaderBytes;
     if (m.key_count) std::memcpy(p, m.keys, 8ull * m.key_count);
-    if (m.value_count) std::memcpy(p + 8ull * m.key_count, m.values, 4ull * m.value_count);
+    p += 8ull * m.key_count;
+    if (m.value_segments != nullptr) {
+      for (std::uint32_t i = 0; i < m.segment_count; ++i) {
+        std::memcpy(p, m.value_segments[i].data, 4ull * m.value_segments[i].floats);
+        p += 4ull * m.value_segments[i].floats;
+      }
+    } else if (m.value_count) {
+      std::memcpy(p, m.values, 4ull * m.value_count);
+    }
 
     verbs::SendRequest w;
     w.sge = {buf, frame, mr_.lkey};
@@ -222,12 +230,12 @@ class Conn {
   // The next data frame in arrival order, or nothing at the deadline.
   std::optional<Frame> next(Clock::time_point deadline) {
     for (;;) {
-      fail_if_broken();
       if (!arrived_.empty()) {
         Frame f = std::move(arrived_.front());
         arrived_.pop_front();
         return f;
       }
+      fail_if_broken();
       auto now = Clock::now();
       if (now >= deadline) return std::nullopt;
       progress(std::min(std::chrono::duration_cast<milliseconds>(deadline - now) + milliseconds(1), milliseconds(50)));
@@ -236,6 +244,11 @@ class Conn {
 
   // Gives a frame's RECV buffer and slot back (and tells the peer when many are owed).
   void release(Frame& f) {
+    if (!broken_.empty()) {  // nothing to give back to a queue pair that is gone
+      f.recv_index = -1;
+      f.slot = -1;
+      return;
+    }
     if (f.recv_index >= 0) {
       post_recv(static_cast<std::uint32_t>(f.recv_index));
       ++owed_recv_;
@@ -257,15 +270,11 @@ class Conn {
     throw IoError("RDMA peer " + peer_name_ + ": " + why);
   }
 
-  // The peer went away (or this side failed earlier): the connection ends, not an error
-  // of the peer's making.
-  [[noreturn]] void closed(const std::string& why) {
-    if (broken_.empty()) broken_ = why;
-    throw PeerClosed("RDMA peer " + peer_name_ + ": " + why);
-  }
-
   void fail_if_broken() {
-    if (!broken_.empty()) throw IoError("RDMA peer " + peer_name_ + ": connection failed earlier (" + broken_ + ")");
+    if (broken_.empty()) return;
+    // A peer that went away ends the connection: not an error of the peer's making.
+    if (peer_closed_) throw PeerClosed("RDMA peer " + peer_name_ + ": " + broken_);
+    throw IoError("RDMA peer " + peer_name_ + ": connection failed earlier (" + broken_ + ")");
   }
 
  private:
@@ -344,7 +353,14 @@ class Conn {
   }
 
   void on_completion(const verbs::Completion& c) {
-    if (!c.ok && c.flushed) closed("connection closed (" + c.status + ")");
+    if (!c.ok && c.flushed) {
+      // The peer went away: frames that arrived before still get delivered (next()).
+      if (broken_.empty()) {
+        broken_ = "connection closed (" + c.status + ")";
+        peer_closed_ = true;
+      }
+      return;
+    }
     if (!c.ok) fail("completion error: " + c.status);
     if (c.wr_id & kSendTag) {
       auto idx = static_cast<std::uint32_t>(c.wr_id & 0xffffffff);
@@ -415,6 +431,7 @@ class Conn {
   std::uint32_t owed_recv_ = 0, owed_slots_ = 0;
   std::deque<Frame> arrived_;
   std::string broken_;
+  bool peer_closed_ = false;
 };
 
 // A message view of a frame, its lengths validated.
@@ -439,7 +456,7 @@ struct RdmaServer::Impl {
   RequestHandler handler;
   std::unique_ptr<verbs::Listener> listener;
   std::uint64_t token = 0;
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, draining{false};
   std::atomic<std::uint64_t> dropped{0}, served{0};
   std::thread acceptor;
   struct Session {
@@ -449,7 +466,7 @@ struct RdmaServer::Impl {
   std::list<Session> sessions;  // touched by the acceptor thread only, then by the destructor
 
   void accept_loop() {
-    while (!stop.load()) {
+    while (!stop.load() && !draining.load()) {
       std::optional<verbs::ConnectRequest> req;
       try {
         req = listener->next(milliseconds(50));
@@ -498,10 +515,10 @@ struct RdmaServer::Impl {
   }
 
   void serve(Conn& conn) {
-    std::vector<float> scratch;
+    Scratch scratch;
     std::vector<Key> error_storage;
     try {
-      while (!stop.load()) {
+      while (!stop.load() && !draining.load()) {  // draining: the request in hand is finished first
         auto f = conn.next(Clock::now() + milliseconds(50));
         if (!f) continue;
         Message m = view(*f, opt.rdma.slot_bytes, conn.peer());
@@ -545,9 +562,18 @@ RdmaServer::RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, Request
   impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
 }
 
+void RdmaServer::drain(std::chrono::milliseconds grace) {
+  impl_->draining = true;
+  if (impl_->acceptor.joinable()) impl_->acceptor.join();
+  const auto deadline = Clock::now() + grace;
+  for (auto& s : impl_->sessions) {
+    while (!s.done.load() && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
 RdmaServer::~RdmaServer() {
   impl_->stop = true;
-  impl_->acceptor.join();
+  if (impl_->acceptor.joinable()) impl_->acceptor.join();
   for (auto& s : impl_->sessions) s.thread.join();
   impl_->listener.reset();
 }

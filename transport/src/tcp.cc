@@ -6,6 +6,8 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstring>
+#include <future>
+#include <mutex>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -16,6 +18,10 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 namespace {
+
+// Reading straight into the caller's rows pays when they form few pieces: a piece is a
+// scatter entry (the kernel takes 64 per call); with short pieces a copy is cheaper.
+constexpr std::size_t kMinRowsPerPiece = 8;
 
 // No Nagle delay (requests are small and latency-bound) and large buffers (replies are
 // big). Best effort: a socket that refuses an option still works.
@@ -47,11 +53,20 @@ struct PayloadBuffer {
 struct TcpServer::Impl {
   TcpServerOptions opt;
   RequestHandler handler;
-  asio::io_context io;
-  tcp::acceptor acceptor{io};
+  // One io_context per I/O thread, each connection on one of them: a request is read,
+  // handled and answered on one thread, with no hand-offs between threads.
+  std::vector<std::unique_ptr<asio::io_context>> ios;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
+  std::unique_ptr<tcp::acceptor> acceptor;
+  std::size_t next_io = 0;
   std::vector<std::thread> threads;
   std::atomic<std::uint64_t> dropped{0}, served{0};
+  std::atomic<int> in_flight{0};
+  std::atomic<bool> draining{false}, stopping{false};
   std::uint64_t token = 0;
+  struct Session;
+  std::mutex sessions_mu;
+  std::vector<std::weak_ptr<Session>> sessions;
 
   struct Session : std::enable_shared_from_this<Session> {
     Session(Impl* s, tcp::socket sock) : server(s), socket(std::move(sock)) {
@@ -66,19 +81,33 @@ struct TcpServer::Impl {
     std::uint8_t out_header[kHeaderBytes];
     MessageHeader header;
     PayloadBuffer payload;
-    std::vector<float> scratch;
+    Scratch scratch;
+    std::vector<asio::const_buffer> out_bufs;
     std::vector<Key> error_storage;
     OutMessage reply;
     bool authenticated = false;
 
+    bool busy = false;  // between a request's header and its reply's last byte
+
     void drop(const std::string& why) {
+      if (busy) {
+        busy = false;
+        --server->in_flight;
+      }
+      boost::system::error_code ec;
+      socket.close(ec);
+      if (server->stopping.load()) return;
       spdlog::warn("tcp server: dropping peer {}: {}", peer, why);
       ++server->dropped;
+    }
+
+    void close() {
       boost::system::error_code ec;
       socket.close(ec);
     }
 
     void read_header() {
+      if (server->draining.load()) return close();  // draining: no new requests
       auto self = shared_from_this();
       asio::async_read(socket, asio::buffer(in_header), [self](boost::system::error_code ec, std::size_t) {
         if (ec) {
@@ -90,6 +119,8 @@ struct TcpServer::Impl {
     }
 
     void on_header() {
+      busy = true;
+      ++server->in_flight;
       try {
         header = decode_header(in_header, server->opt.max_payload_bytes);
       } catch (const ProtocolError& e) {
@@ -131,32 +162,52 @@ struct TcpServer::Impl {
           return;
         }
       }
+      if (server->stopping.load()) return close();  // stopping (not draining): no more replies
       reply.header.request_id = header.request_id;
       reply.header.iteration = reply.header.iteration ? reply.header.iteration : header.iteration;
       reply.header.key_count = reply.key_count;
       reply.header.value_count = reply.value_count;
       encode_header(reply.header, out_header);
-      std::array<asio::const_buffer, 3> bufs = {asio::buffer(out_header), asio::buffer(reply.keys, 8ull * reply.key_count),
-                                                 asio::buffer(reply.values, 4ull * reply.value_count)};
+      out_bufs.clear();
+      out_bufs.push_back(asio::buffer(out_header));
+      if (reply.key_count) out_bufs.push_back(asio::buffer(reply.keys, 8ull * reply.key_count));
+      if (reply.value_segments != nullptr) {
+        // Values straight from where they live (the PS store): no copy into one buffer.
+        for (std::uint32_t i = 0; i < reply.segment_count; ++i) {
+          out_bufs.push_back(asio::buffer(reply.value_segments[i].data, 4ull * reply.value_segments[i].floats));
+        }
+      } else if (reply.value_count) {
+        out_bufs.push_back(asio::buffer(reply.values, 4ull * reply.value_count));
+      }
       auto self = shared_from_this();
-      asio::async_write(socket, bufs, [self](boost::system::error_code ec, std::size_t) {
+      asio::async_write(socket, out_bufs, [self](boost::system::error_code ec, std::size_t) {
         if (ec) {
           self->drop("write: " + ec.message());
           return;
         }
+        self->busy = false;
+        --self->server->in_flight;
         self->read_header();
       });
     }
   };
 
   void accept() {
-    acceptor.async_accept([this](boost::system::error_code ec, tcp::socket s) {
+    asio::io_context& target = *ios[next_io++ % ios.size()];
+    acceptor->async_accept(target, [this](boost::system::error_code ec, tcp::socket s) {
       if (ec) {
         if (ec != asio::error::operation_aborted) spdlog::warn("tcp server: accept: {}", ec.message());
-        if (!acceptor.is_open()) return;
+        if (!acceptor->is_open()) return;
       } else {
         tune(s);
-        std::make_shared<Session>(this, std::move(s))->read_header();
+        auto session = std::make_shared<Session>(this, std::move(s));
+        {
+          std::lock_guard<std::mutex> lock(sessions_mu);
+          std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+          sessions.push_back(session);
+        }
+        // The session's handlers run on the context its socket belongs to.
+        asio::post(session->socket.get_executor(), [session] { session->read_header(); });
       }
       accept();
     });
@@ -171,25 +222,60 @@ TcpServer::TcpServer(TcpServerOptions options, RequestHandler handler) : impl_(s
   auto addr = asio::ip::make_address(impl_->opt.address, ec);
   if (ec) throw ConfigError("listen address '" + impl_->opt.address + "': " + ec.message());
   tcp::endpoint ep(addr, impl_->opt.port);
-  impl_->acceptor.open(ep.protocol());
-  impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
-  impl_->acceptor.bind(ep, ec);
+  const int n = std::max(1, impl_->opt.io_threads);
+  for (int i = 0; i < n; ++i) {
+    impl_->ios.push_back(std::make_unique<asio::io_context>(1));
+    impl_->guards.push_back(asio::make_work_guard(*impl_->ios.back()));
+  }
+  impl_->acceptor = std::make_unique<tcp::acceptor>(*impl_->ios[0]);
+  impl_->acceptor->open(ep.protocol());
+  impl_->acceptor->set_option(tcp::acceptor::reuse_address(true));
+  impl_->acceptor->bind(ep, ec);
   if (ec) throw IoError("listen on " + impl_->opt.address + ":" + std::to_string(impl_->opt.port) + ": " + ec.message());
-  impl_->acceptor.listen();
+  impl_->acceptor->listen();
   impl_->accept();
-  for (int i = 0; i < std::max(1, impl_->opt.io_threads); ++i) impl_->threads.emplace_back([this] { impl_->io.run(); });
+  for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this, i] { impl_->ios[static_cast<std::size_t>(i)]->run(); });
+}
+
+void TcpServer::drain(std::chrono::milliseconds grace) {
+  impl_->draining = true;
+  std::promise<void> closed;
+  asio::post(*impl_->ios[0], [&] {
+    boost::system::error_code ec;
+    impl_->acceptor->close(ec);
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  // Idle connections close now; busy ones after their reply (read_header sees draining).
+  {
+    std::lock_guard<std::mutex> lock(impl_->sessions_mu);
+    for (auto& w : impl_->sessions) {
+      if (auto s = w.lock()) {
+        asio::post(s->socket.get_executor(), [s] {
+          if (!s->busy) s->close();
+        });
+      }
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (impl_->in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 TcpServer::~TcpServer() {
-  asio::post(impl_->io, [this] {
+  impl_->stopping = true;
+  asio::post(*impl_->ios[0], [this] {
     boost::system::error_code ec;
-    impl_->acceptor.close(ec);
+    impl_->acceptor->close(ec);
   });
-  impl_->io.stop();
+  impl_->guards.clear();
+  for (auto& io : impl_->ios) io->stop();
   for (auto& t : impl_->threads) t.join();
 }
 
-std::uint16_t TcpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+std::uint16_t TcpServer::port() const {
+  boost::system::error_code ec;
+  return impl_->acceptor->local_endpoint(ec).port();
+}
 std::uint64_t TcpServer::connections_dropped() const { return impl_->dropped.load(); }
 std::uint64_t TcpServer::requests_served() const { return impl_->served.load(); }
 
@@ -202,6 +288,9 @@ struct TcpClient::Impl {
   std::uint8_t header[kHeaderBytes];
   PayloadBuffer payload;
   std::string broken;  // set once a call failed mid-message: the stream is out of step
+  std::vector<asio::mutable_buffer> scatter;
+
+  MessageHeader read_header();
 
   [[noreturn]] void fail(const std::string& what) {
     broken = what;
@@ -270,13 +359,49 @@ std::uint64_t TcpClient::send(OutMessage m) {
   return m.header.request_id;
 }
 
+MessageHeader TcpClient::Impl::read_header() {
+  run([&](auto handler) { asio::async_read(socket, asio::buffer(header), handler); }, "receive");
+  return decode_header(header, std::uint64_t{1} << 34);
+}
+
 Message TcpClient::receive() {
-  impl_->run([&](auto handler) { asio::async_read(impl_->socket, asio::buffer(impl_->header), handler); }, "receive");
-  MessageHeader h = decode_header(impl_->header, std::uint64_t{1} << 34);
+  MessageHeader h = impl_->read_header();
   void* dst = impl_->payload.prepare(h.payload_bytes());
   impl_->run([&](auto handler) { asio::async_read(impl_->socket, asio::buffer(dst, h.payload_bytes()), handler); }, "receive payload");
   Message m = impl_->payload.view(h);
   if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
+  return m;
+}
+
+Message TcpClient::receive_rows(std::span<float* const> rows, std::uint32_t row_floats) {
+  MessageHeader h = impl_->read_header();
+  const bool fits = h.type != MessageType::kError && h.value_count == rows.size() * static_cast<std::uint64_t>(row_floats);
+  // Rows whose destinations follow each other form one run; read straight into the runs
+  // when they are long (few pieces), else into the buffer and copy.
+  auto& runs = impl_->scatter;
+  runs.clear();
+  if (fits) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (!runs.empty() && static_cast<float*>(runs.back().data()) + runs.back().size() / 4 == rows[i]) {
+        runs.back() = asio::buffer(runs.back().data(), runs.back().size() + 4ull * row_floats);
+      } else {
+        runs.push_back(asio::buffer(rows[i], 4ull * row_floats));
+      }
+    }
+  }
+  const bool scatter = fits && !rows.empty() && runs.size() * kMinRowsPerPiece <= rows.size();
+  const std::uint64_t head = scatter ? 8ull * h.key_count : h.payload_bytes();
+  void* dst = impl_->payload.prepare(head);
+  if (head) impl_->run([&](auto handler) { asio::async_read(impl_->socket, asio::buffer(dst, head), handler); }, "receive payload");
+  Message m = impl_->payload.view(h);
+  if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
+  if (!fits) return m;
+  if (scatter) {
+    impl_->run([&](auto handler) { asio::async_read(impl_->socket, runs, handler); }, "receive rows");
+  } else {
+    for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], m.values + i * row_floats, 4ull * row_floats);
+  }
+  m.values = nullptr;
   return m;
 }
 

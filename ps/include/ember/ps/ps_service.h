@@ -38,17 +38,20 @@ class PsService {
   }
 
   // A transport::RequestHandler.
-  void handle(const transport::Message& request, transport::OutMessage& reply, std::vector<float>& scratch);
+  // Called by several handler threads at once: the store has no global lock (see
+  // shard_store.h); commits, checkpoints and the committed iteration are serialized.
+  void handle(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
 
   ShardStore& store() { return store_; }
-  std::mutex& mutex() { return mutex_; }
+  // Held while committing and checkpointing; the daemon takes it for its final checkpoint.
+  std::mutex& commit_mutex() { return commit_mutex_; }
   std::uint64_t rows_served() const { return rows_.load(); }
 
  private:
   ShardStore store_;
-  std::mutex mutex_;  // one lock per shard for now; requests touch many rows each
+  std::mutex commit_mutex_;
   std::atomic<std::uint64_t> rows_{0};
-  std::int64_t committed_ = -1;  // highest iteration committed (under mutex_)
+  std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
   std::uint64_t checkpoint_every_ = 0;
   std::filesystem::path checkpoint_file_;
 };

@@ -11,8 +11,17 @@
 // commit() applies each ready row's sum once, with that iteration's learning rate, as
 // vanilla BSP would have. A row cannot be trained again before its aggregation is
 // applied (it must be pulled as latest first), so per-row updates stay in order.
+//
+// Concurrency: every method may be called from several handler threads at once, with no
+// store-wide lock. Rows live in chunks allocated once (atomically) and never moved, each
+// row initialized exactly once; pending aggregations are split over stripes, each behind
+// its own TBB spin lock. What the store does not arbitrate is BSP itself: a row being
+// pulled while another request overwrites it gives a torn copy, which the protocol rules
+// out (pulls of t follow commit(t); write-backs precede the barrier). save() and load()
+// need the store quiet (the daemon calls them at iteration boundaries).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -51,6 +60,8 @@ class ShardStore {
   void pull(std::span<const Key> keys, float* out);
   // Same, value and optimizer state (row_floats() each): for a worker that will own the row.
   void pull_with_state(std::span<const Key> keys, float* out);
+  // Where each row lives (value, then state), for replies sent straight from the store.
+  void row_pointers(std::span<const Key> keys, const float** out);
   // Adds `grads` (dim floats per key) for rows trained in `iteration` by `trainers` workers.
   void push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads);
   // Overwrites rows (value + state, row_floats() each) written back by their owner.
@@ -58,7 +69,7 @@ class ShardStore {
   // Applies every complete aggregation; returns how many rows were updated.
   std::uint64_t commit();
   // Rows with gradients still waiting for contributions.
-  std::size_t pending() const { return pending_.size(); }
+  std::size_t pending() const;
 
   // Checkpoint: every initialized row of this shard with its state, atomically written
   // (temp file, fsync, rename), checksummed. Pending aggregations are refused.
@@ -69,7 +80,10 @@ class ShardStore {
 
   // Direct access for tests and the daemon's stats.
   const float* row(Key key);
-  std::uint64_t initialized_rows() const { return initialized_count_; }
+  std::uint64_t initialized_rows() const { return initialized_count_.load(); }
+
+  ~ShardStore();
+  ShardStore(ShardStore&&) noexcept;
 
  private:
   float* row_ptr(Key key);
@@ -79,8 +93,11 @@ class ShardStore {
     std::uint64_t iteration;
     std::uint32_t expected;
     std::uint32_t received;
-    std::uint32_t offset;  // into pending_grads_
+    std::uint32_t offset;  // into the stripe's grads
   };
+  // Pending aggregations of the keys that hash to one stripe.
+  struct Stripe;
+  Stripe& stripe_of(Key key) const;
 
   StoreConfig config_;
   std::uint32_t state_ = 0;
@@ -88,12 +105,12 @@ class ShardStore {
   // Rows in chunks allocated on first use (lazily): a shard of a 33M-row model touched
   // by a short run holds only what it touched.
   static constexpr std::uint64_t kChunkRows = 1 << 16;
-  std::vector<std::unique_ptr<float[]>> chunks_;
-  std::vector<std::uint8_t> initialized_;
-  std::uint64_t initialized_count_ = 0;
-  U64Map<Pending> pending_;
-  std::vector<float> pending_grads_;
-  std::vector<std::uint32_t> free_offsets_;
+  std::unique_ptr<std::atomic<float*>[]> chunks_;
+  std::uint64_t chunk_count_ = 0;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> initialized_;  // 0 new, 1 being initialized, 2 ready
+  std::atomic<std::uint64_t> initialized_count_{0};
+  static constexpr std::size_t kStripes = 64;
+  std::unique_ptr<Stripe[]> stripes_;
 };
 
 }  // namespace ember::ps

@@ -4,8 +4,10 @@
 // The PS client and the conformance tests only see these two interfaces.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,24 +23,41 @@ struct Message {
   const float* values = nullptr;
 };
 
+// A run of floats that lives somewhere else (a PS store's rows).
+struct Segment {
+  const float* data = nullptr;
+  std::uint32_t floats = 0;
+};
+
 // An outgoing message: header (counts are filled from the segments) and segments the
-// caller owns until the send returns.
+// caller owns until the send returns. The values are either one array (`values`) or,
+// with `value_segments`, gathered from where they live (a PS replies from its store this
+// way, without first copying the rows into one buffer); value_count is the total.
 struct OutMessage {
   MessageHeader header;
   const Key* keys = nullptr;
   std::uint32_t key_count = 0;
   const float* values = nullptr;
   std::uint32_t value_count = 0;
+  const Segment* value_segments = nullptr;
+  std::uint32_t segment_count = 0;
 };
 
 // Hash of a job token as carried at connection time (the token itself never crosses
 // the wire).
 std::uint64_t token_hash(const std::string& token);
 
+// Per-connection storage a handler may point its reply into.
+struct Scratch {
+  std::vector<float> values;
+  std::vector<Segment> segments;
+  std::vector<const float*> rows;
+};
+
 // Answers one request: fills `reply` (its segments must stay valid until the handler is
-// called again on this connection; `scratch` is a per-connection buffer for that).
+// called again on this connection; `scratch` is per connection for that).
 // Throwing ProtocolError sends kError and keeps the connection; other exceptions drop it.
-using RequestHandler = std::function<void(const Message& request, OutMessage& reply, std::vector<float>& scratch)>;
+using RequestHandler = std::function<void(const Message& request, OutMessage& reply, Scratch& scratch)>;
 
 // kError replies carry their reason as bytes packed into keys (flags = length).
 void make_error_reply(const std::string& why, OutMessage& reply, std::vector<Key>& storage);
@@ -51,6 +70,9 @@ class Server {
   // Connections dropped for misbehaving (bad message, wrong token, transport error).
   virtual std::uint64_t connections_dropped() const = 0;
   virtual std::uint64_t requests_served() const = 0;
+  // Graceful stop (SIGTERM): accepts no more connections or requests, lets the requests
+  // being handled finish and their replies go out (up to `grace`), then closes.
+  virtual void drain(std::chrono::milliseconds grace) = 0;
 };
 
 class Client {
@@ -63,6 +85,10 @@ class Client {
   // until the next receive). A kError reply is thrown as ProtocolError with the reason;
   // a broken connection or a timeout as IoError naming the peer.
   virtual Message receive() = 0;
+  // Like receive(), for a reply expected to carry rows.size() rows of row_floats values:
+  // they are placed at rows[i] (TCP reads them there straight from the socket) and the
+  // returned message has no values pointer. A reply of another shape is returned as is.
+  virtual Message receive_rows(std::span<float* const> rows, std::uint32_t row_floats);
   // "host:port" of the server, for messages.
   virtual const std::string& peer() const = 0;
   // send + receive, checking that the reply answers this request.

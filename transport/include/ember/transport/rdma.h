@@ -63,6 +63,7 @@ class RdmaServer final : public Server {
   std::uint16_t port() const override;
   std::uint64_t connections_dropped() const override;
   std::uint64_t requests_served() const override;
+  void drain(std::chrono::milliseconds grace) override;
 
  private:
   struct Impl;

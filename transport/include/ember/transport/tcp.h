@@ -37,6 +37,7 @@ class TcpServer final : public Server {
   std::uint16_t port() const override;
   std::uint64_t connections_dropped() const override;
   std::uint64_t requests_served() const override;
+  void drain(std::chrono::milliseconds grace) override;
 
  private:
   struct Impl;
@@ -55,6 +56,7 @@ class TcpClient final : public Client {
 
   std::uint64_t send(OutMessage request) override;
   Message receive() override;
+  Message receive_rows(std::span<float* const> rows, std::uint32_t row_floats) override;
   const std::string& peer() const override;
 
  private:

@@ -1,6 +1,7 @@
 // ember-bench ps: pull and push throughput of a PS shard over TCP loopback for several
 // row sizes and client threads, small-pull latency, and raw loopback TCP moving the same
-// bytes per request (plain sockets, no framing or processing) in the same run.
+// bytes per request (plain sockets, no framing or processing; replies read from a table
+// of the same size at the same rows) in the same run.
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -46,10 +48,19 @@ bool io_all(int fd, void* buf, std::size_t n, bool write) {
   return true;
 }
 
+// A request's first key: each client thread its own range of the table, distinct keys
+// per request (a row gets one gradient per iteration from one worker).
+Key first_key(std::mt19937_64& rng, int t, int threads, std::uint64_t num_keys, std::uint32_t n) {
+  const std::uint64_t range = num_keys / static_cast<std::uint64_t>(threads);
+  return static_cast<Key>(t) * range + rng() % (range - n);
+}
+
 // A plain-socket server: per connection, read `in` bytes, write `out` bytes, repeat.
+// The reply comes from `table` at the offset the request's first 8 bytes give, so the
+// raw path reads the same (cold or warm) memory as the PS serving those rows does.
 class RawServer {
  public:
-  RawServer(std::size_t in, std::size_t out) : in_(in), out_(out) {
+  RawServer(std::size_t in, std::size_t out, const std::vector<char>& table) : in_(in), out_(out), table_(table) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -65,8 +76,12 @@ class RawServer {
         int one = 1;
         ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         workers_.emplace_back([this, c] {
-          std::vector<char> ib(in_), ob(out_, 1);
-          while (io_all(c, ib.data(), in_, false) && io_all(c, ob.data(), out_, true)) {
+          std::vector<char> ib(std::max<std::size_t>(in_, 8));
+          while (io_all(c, ib.data(), in_, false)) {
+            std::uint64_t offset = 0;
+            std::memcpy(&offset, ib.data(), 8);
+            if (offset + out_ > table_.size()) offset = 0;
+            if (!io_all(c, const_cast<char*>(table_.data() + offset), out_, true)) break;
           }
           ::close(c);
         });
@@ -83,19 +98,22 @@ class RawServer {
 
  private:
   std::size_t in_, out_;
+  const std::vector<char>& table_;
   int fd_ = -1;
   std::uint16_t port_ = 0;
   std::thread accept_;
   std::vector<std::thread> workers_;
 };
 
-// Requests per second of `threads` raw clients moving in/out bytes per request.
-double raw_rate(std::size_t in, std::size_t out, int threads, double seconds) {
-  RawServer server(in, out);
+// Requests per second of `threads` raw clients moving in/out bytes per request, the
+// replies read from `table` at the rows the request names.
+double raw_rate(std::size_t in, std::size_t out, int threads, double seconds, const std::vector<char>& table, std::uint64_t num_keys,
+                std::uint32_t n, std::size_t row_bytes) {
+  RawServer server(in, out, table);
   std::atomic<std::uint64_t> total{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
-    ts.emplace_back([&] {
+    ts.emplace_back([&, t] {
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
@@ -104,14 +122,17 @@ double raw_rate(std::size_t in, std::size_t out, int threads, double seconds) {
       if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      std::vector<char> ib(in, 1), ob(out);
-      std::uint64_t n = 0;
+      std::vector<char> ib(std::max<std::size_t>(in, 8), 1), ob(out);
+      std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+      std::uint64_t done = 0;
       Stopwatch sw;
       while (sw.seconds() < seconds) {
+        const std::uint64_t offset = first_key(rng, t, threads, num_keys, n) * row_bytes;
+        std::memcpy(ib.data(), &offset, 8);
         if (!io_all(fd, ib.data(), in, true) || !io_all(fd, ob.data(), out, false)) break;
-        ++n;
+        ++done;
       }
-      total += n;
+      total += done;
       ::close(fd);
     });
   }
@@ -139,6 +160,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       std::vector<float> tmp(dim);
       for (Key k = 0; k < o.num_keys; ++k) service.store().pull({&k, 1}, tmp.data());
     }
+    // The raw baseline's replies come from a table of the same size.
+    std::vector<char> table(o.num_keys * dim * 4ull, 1);
     for (const std::string& op_name : o.ops) {
       const char* op = op_name.c_str();
       for (int threads : o.threads) {
@@ -154,10 +177,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
             std::uint64_t done = 0, it = 0;
             Stopwatch sw;
             while (sw.seconds() < o.seconds) {
-              // Distinct keys per request, and each thread its own key range: a row
-              // gets one gradient per iteration from one worker.
-              const std::uint64_t range = o.num_keys / static_cast<std::uint64_t>(threads);
-              Key base = static_cast<Key>(t) * range + rng() % (range - n);
+              Key base = first_key(rng, t, threads, o.num_keys, n);
               for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
               if (std::string(op) == "pull") {
                 c.pull(keys, buf);
@@ -177,7 +197,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         // Raw: the same request and reply sizes on plain sockets.
         const std::size_t req = transport::kHeaderBytes + 8ull * n + (std::string(op) == "push" ? 8ull * n + 4ull * n * dim : 0);
         const std::size_t rep = transport::kHeaderBytes + (std::string(op) == "pull" ? 4ull * n * dim : 0);
-        const double raw_gb = raw_rate(req, rep, threads, o.seconds) * n * bytes_per_row / 1e9;
+        const double raw_gb = raw_rate(req, rep, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n * bytes_per_row / 1e9;
         out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}\n", op, dim, threads, rps, gb, raw_gb, gb / raw_gb));
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"rows_s", rps}, {"gb_s", gb}, {"raw_gb_s", raw_gb},
                  {"ratio", gb / raw_gb}});

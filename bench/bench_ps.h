@@ -11,7 +11,7 @@ namespace ember::bench {
 struct PsBenchOptions {
   double seconds = 1.0;          // per case
   std::uint32_t rows_per_request = 1024;
-  std::uint64_t num_keys = 1u << 20;
+  std::uint64_t num_keys = 1u << 18;
   std::vector<std::uint32_t> dims{16, 64, 256};
   std::vector<int> threads{1, 2, 4};
   std::vector<std::string> ops{"pull", "push"};

@@ -49,76 +49,83 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& t
 
 void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration) {
   const std::uint32_t S = shards(), per = with_state ? dim_ + state_ : dim_;
-  // Distinct keys per shard, and where each distinct key's row lands.
-  std::vector<std::vector<Key>> by_shard(S);
-  U64Map<std::uint64_t> where;  // key -> shard << 32 | index in shard list
-  for (Key k : keys) {
-    auto [p, fresh] = where.try_emplace(k, 0);
+  const std::size_t n = keys.size();
+  out.resize(n * per);
+  // Distinct keys per shard, each with where its row lands; repeats point at their first.
+  by_shard_.resize(S);
+  dst_.resize(S);
+  for (std::uint32_t s = 0; s < S; ++s) {
+    by_shard_[s].clear();
+    dst_[s].clear();
+  }
+  first_.resize(n);
+  U64Map<std::uint32_t> first_of(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto [p, fresh] = first_of.try_emplace(keys[i], static_cast<std::uint32_t>(i));
+    first_[i] = *p;
     if (!fresh) continue;
-    std::uint32_t s = owner_shard(k, S);
-    *p = (static_cast<std::uint64_t>(s) << 32) | by_shard[s].size();
-    by_shard[s].push_back(k);
+    const std::uint32_t s = owner_shard(keys[i], S);
+    by_shard_[s].push_back(keys[i]);
+    dst_[s].push_back(&out[i * per]);
   }
   // One request per shard, all in flight before the first reply is read.
   for (std::uint32_t s = 0; s < S; ++s) {
-    if (by_shard[s].empty()) continue;
+    if (by_shard_[s].empty()) continue;
     OutMessage m;
     m.header.type = MessageType::kPull;
     m.header.flags = with_state ? kWithState : 0;
     m.header.iteration = iteration;
-    m.keys = by_shard[s].data();
-    m.key_count = static_cast<std::uint32_t>(by_shard[s].size());
+    m.keys = by_shard_[s].data();
+    m.key_count = static_cast<std::uint32_t>(by_shard_[s].size());
     conns_[s]->send(m);
   }
-  // Each reply is scattered into the caller's order straight from the receive buffer.
-  out.resize(keys.size() * per);
-  std::vector<std::vector<std::uint32_t>> positions(S);  // for each shard's row j: where the first use of its key is
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::uint64_t w = *where.find(keys[i]);
-    auto& pos = positions[w >> 32];
-    if (pos.size() <= (w & 0xffffffff)) pos.resize((w & 0xffffffff) + 1, ~std::uint32_t{0});
-    if (pos[w & 0xffffffff] == ~std::uint32_t{0}) pos[w & 0xffffffff] = static_cast<std::uint32_t>(i);
-  }
-  std::vector<float*> dst;
+  // Each reply's rows go straight to their places in `out`.
   for (std::uint32_t s = 0; s < S; ++s) {
-    if (by_shard[s].empty()) continue;
-    dst.resize(by_shard[s].size());
-    for (std::size_t j = 0; j < dst.size(); ++j) dst[j] = &out[static_cast<std::size_t>(positions[s][j]) * per];
-    transport::Message r = conns_[s]->receive_rows(dst, per);
-    if (r.header.value_count != by_shard[s].size() * per || r.values != nullptr) {
+    if (by_shard_[s].empty()) continue;
+    transport::Message r = conns_[s]->receive_rows(dst_[s], per);
+    if (r.header.value_count != by_shard_[s].size() * per || r.values != nullptr) {
       throw ProtocolError("PS shard " + std::to_string(s) + ": pull reply of the wrong size");
     }
   }
-  // Repeated keys copy from their first occurrence.
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::uint64_t w = *where.find(keys[i]);
-    std::uint32_t first = positions[w >> 32][w & 0xffffffff];
-    if (first != i) std::memcpy(&out[i * per], &out[static_cast<std::size_t>(first) * per], per * sizeof(float));
+  for (std::size_t i = 0; i < n; ++i) {
+    if (first_[i] != i) std::memcpy(&out[i * per], &out[static_cast<std::size_t>(first_[i]) * per], per * sizeof(float));
   }
 }
 
 void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
                          const std::vector<float>& grads) {
   const std::uint32_t S = shards();
-  std::vector<std::vector<Key>> k(S), t(S);
-  std::vector<std::vector<float>> g(S);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::uint32_t s = owner_shard(keys[i], S);
-    k[s].push_back(keys[i]);
-    t[s].push_back(trainers[i]);
-    g[s].insert(g[s].end(), grads.begin() + static_cast<std::ptrdiff_t>(i * dim_), grads.begin() + static_cast<std::ptrdiff_t>((i + 1) * dim_));
+  by_shard_.resize(S);
+  segments_.resize(S);
+  for (std::uint32_t s = 0; s < S; ++s) {
+    by_shard_[s].clear();
+    segments_[s].clear();
   }
+  // Keys, then trainer counts; the gradients are gathered from the caller's array (runs of
+  // consecutive rows of one shard are one segment), never copied per shard.
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::uint32_t s = owner_shard(keys[i], S);
+    by_shard_[s].push_back(keys[i]);
+    const float* row = grads.data() + i * dim_;
+    auto& seg = segments_[s];
+    if (!seg.empty() && seg.back().data + seg.back().floats == row) {
+      seg.back().floats += dim_;
+    } else {
+      seg.push_back({row, dim_});
+    }
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[owner_shard(keys[i], S)].push_back(trainers[i]);
   std::vector<bool> sent(S, false);
   for (std::uint32_t s = 0; s < S; ++s) {
-    if (k[s].empty()) continue;
-    k[s].insert(k[s].end(), t[s].begin(), t[s].end());  // keys, then trainer counts
+    if (by_shard_[s].empty()) continue;
     OutMessage m;
     m.header.type = MessageType::kPushGrad;
     m.header.iteration = iteration;
-    m.keys = k[s].data();
-    m.key_count = static_cast<std::uint32_t>(k[s].size());
-    m.values = g[s].data();
-    m.value_count = static_cast<std::uint32_t>(g[s].size());
+    m.keys = by_shard_[s].data();
+    m.key_count = static_cast<std::uint32_t>(by_shard_[s].size());
+    m.value_segments = segments_[s].data();
+    m.segment_count = static_cast<std::uint32_t>(segments_[s].size());
+    m.value_count = static_cast<std::uint32_t>(by_shard_[s].size() / 2 * dim_);
     conns_[s]->send(m);
     sent[s] = true;
   }

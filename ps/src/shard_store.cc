@@ -168,19 +168,20 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
     Stripe& st = stripe_of(keys[i]);
     tbb::spin_mutex::scoped_lock lock(st.mu);
     auto [p, fresh] = st.pending.try_emplace(keys[i], Pending{iteration, trainers[i], 0, 0});
+    const float* g = grads + i * dim;
     if (fresh) {
       if (!st.free_offsets.empty()) {
         p->offset = st.free_offsets.back();
         st.free_offsets.pop_back();
-        std::fill_n(st.grads.begin() + p->offset, dim, 0.0f);
       } else {
         p->offset = static_cast<std::uint32_t>(st.grads.size());
-        st.grads.resize(st.grads.size() + dim, 0.0f);
+        st.grads.resize(st.grads.size() + dim);
       }
+      std::memcpy(st.grads.data() + p->offset, g, dim * sizeof(float));  // the first contribution
+    } else {
+      float* __restrict acc = st.grads.data() + p->offset;
+      for (std::uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
     }
-    float* acc = st.grads.data() + p->offset;
-    const float* g = grads + i * dim;
-    for (std::uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
     ++p->received;
   }
 }

@@ -40,7 +40,7 @@ void init_state(const OptimizerConfig& c, std::uint32_t dim, float* state) {
   for (std::uint32_t i = 0; i < n; ++i) state[i] = init;
 }
 
-void apply(const OptimizerConfig& c, float lr, std::uint32_t dim, float* w, float* s, const float* grad) {
+void apply(const OptimizerConfig& c, float lr, std::uint32_t dim, float* __restrict w, float* __restrict s, const float* __restrict grad) {
   // Gradients with weight decay, computed per element on the fly (no allocation).
   auto g = [&](std::uint32_t i) { return grad[i] + c.weight_decay * w[i]; };
   switch (c.kind) {

@@ -1,6 +1,16 @@
 #include "ember/transport/tcp.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
 
 #include <array>
 #include <atomic>
@@ -23,13 +33,12 @@ namespace {
 // scatter entry (the kernel takes 64 per call); with short pieces a copy is cheaper.
 constexpr std::size_t kMinRowsPerPiece = 8;
 
-// No Nagle delay (requests are small and latency-bound) and large buffers (replies are
-// big). Best effort: a socket that refuses an option still works.
+// No Nagle delay (requests are small and latency-bound). Buffer sizes are left to the
+// kernel's autotuning, which grows them past any fixed size we could set (setting one
+// turns autotuning off). Best effort: a socket that refuses an option still works.
 void tune(tcp::socket& s) {
   boost::system::error_code ignored;
   s.set_option(tcp::no_delay(true), ignored);
-  s.set_option(asio::socket_base::send_buffer_size(4 << 20), ignored);
-  s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ignored);
 }
 
 // Payload storage aligned for uint64 keys, followed by the float values.
@@ -279,45 +288,76 @@ std::uint16_t TcpServer::port() const {
 std::uint64_t TcpServer::connections_dropped() const { return impl_->dropped.load(); }
 std::uint64_t TcpServer::requests_served() const { return impl_->served.load(); }
 
+// The client is one thread's blocking calls: plain non-blocking sockets, each call tried
+// at once and waited for with poll() only when the kernel has no room or no data (an
+// event loop would add wake-ups to every round trip).
 struct TcpClient::Impl {
-  asio::io_context io;
-  tcp::socket socket{io};
+  int fd = -1;
   std::string peer;
   std::chrono::milliseconds timeout{10000};
   std::uint64_t next_id = 1;
   std::uint8_t header[kHeaderBytes];
   PayloadBuffer payload;
   std::string broken;  // set once a call failed mid-message: the stream is out of step
-  std::vector<asio::mutable_buffer> scatter;
-
-  MessageHeader read_header();
+  std::vector<iovec> iov;
 
   [[noreturn]] void fail(const std::string& what) {
     broken = what;
     throw IoError("PS " + peer + ": " + what);
   }
 
-  // Runs one asynchronous operation to completion or until the timeout: no call blocks
-  // forever (a dead or stuck PS shows up as an error naming it).
-  template <typename Start>
-  void run(Start start, const char* what) {
+  // Moves all bytes of `iov` (consumed as it goes), or fails by the deadline: no call
+  // blocks forever (a dead or stuck PS shows up as an error naming it).
+  void transfer(bool out, const char* what) {
     if (!broken.empty()) throw IoError("PS " + peer + ": connection unusable after an earlier failure (" + broken + ")");
-    bool done = false;
-    boost::system::error_code result;
-    start([&](boost::system::error_code ec, std::size_t) {
-      result = ec;
-      done = true;
-    });
-    io.restart();
-    io.run_for(timeout);
-    if (!done) {
-      boost::system::error_code ignored;
-      socket.cancel(ignored);
-      io.restart();
-      io.run();
-      fail(std::string(what) + " timed out after " + std::to_string(timeout.count()) + " ms");
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::size_t first = 0;
+    while (first < iov.size()) {
+      if (iov[first].iov_len == 0) {
+        ++first;
+        continue;
+      }
+      msghdr msg{};
+      msg.msg_iov = iov.data() + first;
+      msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
+      ssize_t n = out ? ::sendmsg(fd, &msg, MSG_NOSIGNAL) : ::recvmsg(fd, &msg, 0);
+      if (n > 0) {
+        auto left = static_cast<std::size_t>(n);
+        while (left > 0) {
+          std::size_t take = std::min(left, iov[first].iov_len);
+          iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+          iov[first].iov_len -= take;
+          left -= take;
+          if (iov[first].iov_len == 0) ++first;
+        }
+        continue;
+      }
+      if (n == 0 && !out) fail(std::string(what) + ": connection closed by the server");
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) fail(std::string(what) + ": " + std::strerror(errno));
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      pollfd p{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left) + 1) == 0) {
+        fail(std::string(what) + " timed out after " + std::to_string(timeout.count()) + " ms");
+      }
     }
-    if (result) fail(std::string(what) + ": " + (result == asio::error::eof ? std::string("connection closed by the server") : result.message()));
+  }
+
+  void add(const void* p, std::size_t bytes) {
+    if (bytes) iov.push_back({const_cast<void*>(p), bytes});
+  }
+
+  MessageHeader read_header() {
+    iov.clear();
+    add(header, kHeaderBytes);
+    transfer(false, "receive");
+    return decode_header(header, std::uint64_t{1} << 34);
+  }
+
+  void read(void* p, std::size_t bytes, const char* what) {
+    iov.clear();
+    add(p, bytes);
+    transfer(false, what);
   }
 };
 
@@ -325,14 +365,40 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
     : impl_(std::make_unique<Impl>()) {
   impl_->peer = host + ":" + std::to_string(port);
   impl_->timeout = timeout;
-  boost::system::error_code ec;
-  tcp::resolver resolver(impl_->io);
-  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-  if (ec) throw IoError("PS " + impl_->peer + ": resolve: " + ec.message());
-  impl_->run([&](auto handler) {
-    asio::async_connect(impl_->socket, endpoints, [handler](boost::system::error_code e, const tcp::endpoint&) mutable { handler(e, 0); });
-  }, "connect");
-  tune(impl_->socket);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int e = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); e != 0 || res == nullptr) {
+    throw IoError("PS " + impl_->peer + ": resolve: " + ::gai_strerror(e));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = res; a != nullptr && impl_->fd < 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (::poll(&p, 1, static_cast<int>(timeout.count())) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0) {
+        rc = err == 0 ? 0 : -1;
+        errno = err;
+      } else {
+        errno = ETIMEDOUT;
+      }
+    }
+    if (rc == 0) {
+      impl_->fd = fd;
+    } else {
+      why = errno == ETIMEDOUT ? "timed out after " + std::to_string(timeout.count()) + " ms" : std::strerror(errno);
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(res);
+  if (impl_->fd < 0) throw IoError("PS " + impl_->peer + ": connect: " + why);
+  int one = 1, big = 4 << 20;
+  ::setsockopt(impl_->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // best effort, as tune()
   Key h = token_hash(token);
   OutMessage hello;
   hello.header.type = MessageType::kHello;
@@ -343,8 +409,7 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
 }
 
 TcpClient::~TcpClient() {
-  boost::system::error_code ec;
-  impl_->socket.close(ec);
+  if (impl_->fd >= 0) ::close(impl_->fd);
 }
 
 std::uint64_t TcpClient::send(OutMessage m) {
@@ -353,21 +418,22 @@ std::uint64_t TcpClient::send(OutMessage m) {
   m.header.value_count = m.value_count;
   std::uint8_t h[kHeaderBytes];
   encode_header(m.header, h);
-  std::array<asio::const_buffer, 3> bufs = {asio::buffer(h), asio::buffer(m.keys, 8ull * m.key_count),
-                                             asio::buffer(m.values, 4ull * m.value_count)};
-  impl_->run([&](auto handler) { asio::async_write(impl_->socket, bufs, handler); }, "send");
+  impl_->iov.clear();
+  impl_->add(h, kHeaderBytes);
+  impl_->add(m.keys, 8ull * m.key_count);
+  if (m.value_segments != nullptr) {
+    for (std::uint32_t i = 0; i < m.segment_count; ++i) impl_->add(m.value_segments[i].data, 4ull * m.value_segments[i].floats);
+  } else {
+    impl_->add(m.values, 4ull * m.value_count);
+  }
+  impl_->transfer(true, "send");
   return m.header.request_id;
-}
-
-MessageHeader TcpClient::Impl::read_header() {
-  run([&](auto handler) { asio::async_read(socket, asio::buffer(header), handler); }, "receive");
-  return decode_header(header, std::uint64_t{1} << 34);
 }
 
 Message TcpClient::receive() {
   MessageHeader h = impl_->read_header();
   void* dst = impl_->payload.prepare(h.payload_bytes());
-  impl_->run([&](auto handler) { asio::async_read(impl_->socket, asio::buffer(dst, h.payload_bytes()), handler); }, "receive payload");
+  impl_->read(dst, h.payload_bytes(), "receive payload");
   Message m = impl_->payload.view(h);
   if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
   return m;
@@ -378,26 +444,29 @@ Message TcpClient::receive_rows(std::span<float* const> rows, std::uint32_t row_
   const bool fits = h.type != MessageType::kError && h.value_count == rows.size() * static_cast<std::uint64_t>(row_floats);
   // Rows whose destinations follow each other form one run; read straight into the runs
   // when they are long (few pieces), else into the buffer and copy.
-  auto& runs = impl_->scatter;
+  auto& runs = impl_->iov;
   runs.clear();
   if (fits) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (!runs.empty() && static_cast<float*>(runs.back().data()) + runs.back().size() / 4 == rows[i]) {
-        runs.back() = asio::buffer(runs.back().data(), runs.back().size() + 4ull * row_floats);
+      if (!runs.empty() && static_cast<char*>(runs.back().iov_base) + runs.back().iov_len == reinterpret_cast<char*>(rows[i])) {
+        runs.back().iov_len += 4ull * row_floats;
       } else {
-        runs.push_back(asio::buffer(rows[i], 4ull * row_floats));
+        runs.push_back({rows[i], 4ull * row_floats});
       }
     }
   }
   const bool scatter = fits && !rows.empty() && runs.size() * kMinRowsPerPiece <= rows.size();
+  std::vector<iovec> saved;
+  if (scatter) saved.swap(runs);
   const std::uint64_t head = scatter ? 8ull * h.key_count : h.payload_bytes();
   void* dst = impl_->payload.prepare(head);
-  if (head) impl_->run([&](auto handler) { asio::async_read(impl_->socket, asio::buffer(dst, head), handler); }, "receive payload");
+  impl_->read(dst, head, "receive payload");
   Message m = impl_->payload.view(h);
   if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
   if (!fits) return m;
   if (scatter) {
-    impl_->run([&](auto handler) { asio::async_read(impl_->socket, runs, handler); }, "receive rows");
+    impl_->iov.swap(saved);
+    impl_->transfer(false, "receive rows");
   } else {
     for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], m.values + i * row_floats, 4ull * row_floats);
   }

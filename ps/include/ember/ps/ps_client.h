@@ -1,6 +1,6 @@
 // PsClient: a worker's view of the PS shards: routes every key to its shard, sends one
 // request per shard (in flight together), de-duplicates pulled keys, and puts the
-// replies back in the caller's order.
+// replies back in the caller's order. One thread uses a PsClient at a time.
 #pragma once
 
 #include <chrono>
@@ -53,6 +53,11 @@ class PsClient {
  private:
   std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
+  // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
+  std::vector<std::vector<Key>> by_shard_;
+  std::vector<std::vector<float*>> dst_;
+  std::vector<std::vector<transport::Segment>> segments_;
+  std::vector<std::uint32_t> first_;
 };
 
 }  // namespace ember::ps

@@ -80,18 +80,23 @@ class Job:
             coord_file.unlink()
         ps_extra = shlex.split(a.ps_args)
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
+        # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS
+        # shards in one, the workers in another, joined by a veth pair.
+        ps_ns = ["ip", "netns", "exec", a.ps_netns] if a.ps_netns else []
+        wk_ns = ["ip", "netns", "exec", a.worker_netns] if a.worker_netns else []
+        host = a.ps_address
         for s in range(a.ps):
             if s == 1:
                 coord = self.wait_coordinator(coord_file)
-            cmd = [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
-                   "--workers", str(a.workers), "--stats-interval", "0",
-                   "--coordinator", "tcp://127.0.0.1:0" if s == 0 else coord, "--coordinator-file", str(coord_file)] + common + ps_extra
+            cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
+                           "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
+                           "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file)] + common + ps_extra
             self.start(f"ps{s}", cmd)
         coord = self.wait_coordinator(coord_file)
         for w in range(a.workers):
-            cmd = [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
-                   "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
-                   "--metrics", str(self.out / f"w{w}.jsonl")] + common + self.worker_args
+            cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
+                           "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
+                           "--metrics", str(self.out / f"w{w}.jsonl")] + common + self.worker_args
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
             self.start(f"worker{w}", cmd)
@@ -216,6 +221,9 @@ def main():
     p.add_argument("--dump-dir", default="", help="worker 0 writes the final model here")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before the whole job is stopped")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=10000)
+    p.add_argument("--ps-address", default="127.0.0.1", help="address the PS shards listen on (and the coordinator binds)")
+    p.add_argument("--ps-netns", default="", help="run the PS shards in this network namespace (ip netns exec; root)")
+    p.add_argument("--worker-netns", default="", help="run the workers in this network namespace (ip netns exec; root)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a = p.parse_args(argv)
     if a.ps < 1 or a.workers < 1:

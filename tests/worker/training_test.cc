@@ -18,6 +18,8 @@
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/trainer.h"
 
+#include <torch/cuda.h>
+
 namespace ember::worker {
 namespace {
 
@@ -37,6 +39,8 @@ struct JobOptions {
   std::uint64_t iterations = kIterations;
   std::string cache_ratio = "0.15";
   std::string model = "dlrm";
+  std::string cache_backend = "auto";
+  std::string device = "cpu";
 };
 
 struct JobResult {
@@ -79,7 +83,8 @@ class Training : public test::TempDirTest {
                                   "--model", o.model, "--bottom-mlp", "16", "--top-mlp", "16", "--deep-mlp", "16",
                                   "--batch-per-worker", std::to_string(o.batch), "--cache-ratio", o.cache_ratio,
                                   "--iterations", std::to_string(o.iterations), "--seed", std::to_string(kSeed), "--dense-lr", "0.05",
-                                  "--metrics", metrics.string(), "--heartbeat-timeout-ms", "3000", "--log-level", "warn"};
+                                  "--metrics", metrics.string(), "--heartbeat-timeout-ms", "3000", "--log-level", "warn",
+                                  "--cache-backend", o.cache_backend, "--device", o.device};
     if (rank == 0) {
       a.push_back("--dump-dir");
       a.push_back((dir_ / (name + "-model")).string());
@@ -212,6 +217,36 @@ TEST_F(Training, AdagradRowsMatchOneProcessTraining) {
   expect_same_model(ref, run_job(data, o, "adagrad"), "herald + adagrad");
 }
 
+// The tensor cache backend (the one that keeps rows in GPU memory with --device cuda),
+// run here on the CPU: the same model as one process, within float rounding.
+TEST_F(Training, TensorCacheBackendTrainsTheSameModel) {
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "herald";
+  o.optimizer = "adagrad";
+  o.cache_backend = "tensor";
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kAdagrad;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
+  expect_same_model(ref, run_job(data, o, "tensor"), "herald + adagrad, tensor cache backend");
+}
+
+// On a GPU machine (a CUDA build of LibTorch), the same with the cache in GPU memory.
+TEST_F(Training, CudaWorkersTrainTheSameModel) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "herald";
+  o.device = "cuda";
+  o.workers = 1;
+  o.batch = kBatch * kWorkers;
+  ps::OptimizerConfig sparse;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
+  expect_same_model(ref, run_job(data, o, "cuda"), "herald on CUDA");
+}
+
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
   const fs::path data = dataset(4000);
   std::string out;
@@ -220,6 +255,12 @@ TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("RDMA"), std::string::npos) << out;
   EXPECT_NE(out.find("--transport tcp"), std::string::npos) << out;
+  if (!torch::cuda::is_available()) {
+    rc = test::run_command(test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator tcp://127.0.0.1:1 --token x --device cuda 2>&1", out);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find("no CUDA device"), std::string::npos) << out;
+    EXPECT_NE(out.find("--device cpu"), std::string::npos) << out;
+  }
 
   JobOptions o;
   o.shards = 1;

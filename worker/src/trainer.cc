@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
@@ -28,6 +31,7 @@
 #include "ember/transport/control.h"
 #include "ember/transport/rdma.h"
 #include "ember/worker/metrics.h"
+#include "ember/worker/row_cache.h"
 
 namespace ember::worker {
 
@@ -152,6 +156,21 @@ struct PsConfig {
   std::string transport = "tcp";
 };
 
+torch::Device parse_device(const std::string& text) {
+  std::optional<torch::Device> d;
+  try {
+    d.emplace(text);
+  } catch (const c10::Error&) {
+    throw ConfigError("--device '" + text + "': choose cpu, cuda or cuda:N");
+  }
+  if (d->is_cuda() && !torch::cuda::is_available()) {
+    throw ConfigError("--device " + text + ": no CUDA device visible to LibTorch (" + std::string(TORCH_VERSION) +
+                      (torch::cuda::device_count() == 0 ? ", built without CUDA or no GPU" : "") + "); use --device cpu");
+  }
+  if (!d->is_cpu() && !d->is_cuda()) throw ConfigError("--device '" + text + "': choose cpu, cuda or cuda:N");
+  return *d;
+}
+
 PsConfig parse_ps_config(const std::string& text) {
   try {
     auto j = json::parse(text);
@@ -210,6 +229,7 @@ void fill_model_shape(const data::Dataset& ds, std::uint32_t dim, TrainConfig& c
 struct GradBatch {
   std::vector<Key> keys;
   std::vector<std::uint32_t> trainers;
+  std::vector<std::uint32_t> slots;  // their gradients are read from the cache when pushed
   std::vector<float> grads;
 };
 
@@ -240,10 +260,14 @@ class Worker {
   std::uint32_t rank_ = 0, dim_ = 0, state_ = 0;
   bool on_demand_ = false;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  // Sums tensors over the workers: Gloo, or NCCL on a GPU (their base classes differ
+  // between LibTorch versions, hence a function).
+  std::function<void(std::vector<torch::Tensor>&)> allreduce_;
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> opt_;
-  std::unique_ptr<cache::EmbeddingCache> cache_;
+  std::unique_ptr<RowCache> cache_;
+  torch::Device device_{torch::kCPU};
+  bool collective_on_device_ = false;  // NCCL on a GPU; otherwise Gloo on host tensors
   std::vector<std::uint64_t> partial_iter_;       // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;   // per slot: workers that trained it then
   WireCounts wire_;
@@ -312,22 +336,34 @@ void Worker::setup_collective() {
     so.port = addr.port;
     store_ = c10::make_intrusive<c10d::TCPStore>(addr.host, so);
   }
+#ifdef USE_C10D_NCCL
+  if (device_.is_cuda()) {
+    auto nccl = c10d::ProcessGroupNCCL::Options::create();
+    nccl->timeout = std::max(std::chrono::milliseconds(60000), c_.heartbeat_timeout * 3);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, static_cast<int>(rank_), static_cast<int>(c_.workers), nccl);
+    allreduce_ = [pg](std::vector<torch::Tensor>& t) { pg->allreduce(t)->wait(); };
+    collective_on_device_ = true;
+    return;
+  }
+#endif
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c_.gloo_host));
   opts->timeout = std::max(std::chrono::milliseconds(60000), c_.heartbeat_timeout * 3);
-  pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, static_cast<int>(rank_), static_cast<int>(c_.workers), opts);
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, static_cast<int>(rank_), static_cast<int>(c_.workers), opts);
+  allreduce_ = [pg](std::vector<torch::Tensor>& t) { pg->allreduce(t)->wait(); };
 }
 
 void Worker::take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter) {
   GradBatch& b = by_iter[partial_iter_[slot]];
   b.keys.push_back(cache_->key(slot));
   b.trainers.push_back(partial_trainers_[slot]);
-  const float* g = cache_->grad(slot);
-  b.grads.insert(b.grads.end(), g, g + dim_);
+  b.slots.push_back(slot);
 }
 
 void Worker::push_partials(std::map<std::uint64_t, GradBatch>& by_iter) {
   for (auto& [iter, b] : by_iter) {
+    b.grads.clear();
+    cache_->read_grads(b.slots, b.grads);
     client_->push_grad(iter, b.keys, b.trainers, b.grads);
     wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
   }
@@ -342,14 +378,15 @@ void Worker::sync_pushes(const StepPlan& p, bool flush) {
   push_partials(grads);
   if (!p.push_values.empty()) {
     std::vector<Key> keys;
+    std::vector<std::uint32_t> slots;
     std::vector<float> rows;
     rows.reserve(p.push_values.size() * (dim_ + state_));
     for (const auto& v : p.push_values) {
       keys.push_back(v.key);
-      rows.insert(rows.end(), cache_->value(v.slot), cache_->value(v.slot) + dim_);
-      rows.insert(rows.end(), cache_->state(v.slot), cache_->state(v.slot) + state_);
+      slots.push_back(v.slot);
       cache_->set_row_state(v.slot, cache::RowState::kLatestClean);
     }
+    cache_->read_rows(slots, rows);
     client_->push_value(keys, rows);
     wire_.bytes_out += keys.size() * 8 + rows.size() * 4;
   }
@@ -376,13 +413,14 @@ void Worker::execute(Step& s) {
   if (!p.pulls.empty()) {
     std::map<std::uint64_t, GradBatch> evicted_grads;
     std::vector<Key> evicted_keys, pull_keys;
+    std::vector<std::uint32_t> evicted_slots, pull_slots;
     std::vector<float> evicted_rows;
     for (const auto& e : p.pulls) {
       pull_keys.push_back(e.key);
+      pull_slots.push_back(e.slot);
       if (e.kind == EvictKind::kDirty) {
         evicted_keys.push_back(e.evicted);
-        evicted_rows.insert(evicted_rows.end(), cache_->value(e.slot), cache_->value(e.slot) + dim_);
-        evicted_rows.insert(evicted_rows.end(), cache_->state(e.slot), cache_->state(e.slot) + state_);
+        evicted_slots.push_back(e.slot);
         ++wire_.push_evict;
       } else if (e.kind == EvictKind::kPartial) {
         take_grad(e.slot, evicted_grads);
@@ -390,17 +428,14 @@ void Worker::execute(Step& s) {
       }
     }
     if (!evicted_keys.empty()) {
+      cache_->read_rows(evicted_slots, evicted_rows);
       client_->push_value(evicted_keys, evicted_rows);
       wire_.bytes_out += evicted_keys.size() * 8 + evicted_rows.size() * 4;
     }
     push_partials(evicted_grads);
     std::vector<float> rows;
     client_->pull(pull_keys, rows, true, t);
-    const std::uint32_t per = dim_ + state_;
-    for (std::size_t i = 0; i < p.pulls.size(); ++i) {
-      const float* r = &rows[i * per];
-      cache_->fill(p.pulls[i].slot, p.pulls[i].key, r, r + dim_, cache::RowState::kLatestClean);
-    }
+    cache_->fill(pull_slots, pull_keys, rows.data());
     wire_.pulls += p.pulls.size();
     wire_.bytes_out += pull_keys.size() * 8;
     wire_.bytes_in += rows.size() * 4;
@@ -413,11 +448,10 @@ void Worker::execute(Step& s) {
   for (std::uint32_t j = 0; j < p.rows.size(); ++j) row_of.try_emplace(p.rows[j].key, j);
   std::vector<std::uint32_t> slots(static_cast<std::size_t>(n) * T);
   for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = p.rows[*row_of.find(s.keys[i])].slot;
-  auto emb = torch::empty({n, static_cast<std::int64_t>(T), dim_});
-  cache_->gather(slots.data(), slots.size(), emb.data_ptr<float>());
+  auto emb = cache_->gather(slots).view({n, static_cast<std::int64_t>(T), dim_});
   emb.set_requires_grad(true);
-  auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(c_.model.num_dense)}, torch::kFloat32);
-  auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32);
+  auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(c_.model.num_dense)}, torch::kFloat32).to(device_);
+  auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32).to(device_);
   opt_->zero_grad();
   auto logits = model_->forward(dense, emb);
   // The sum over this micro-batch scaled by the global batch: the all-reduced sum is the
@@ -428,19 +462,20 @@ void Worker::execute(Step& s) {
     std::vector<torch::Tensor> parts;
     for (auto& param : model_->parameters()) parts.push_back(param.grad().reshape(-1));
     parts.push_back(loss.detach().reshape(1));
-    std::vector<torch::Tensor> flat{torch::cat(parts)};
-    pg_->allreduce(flat)->wait();
+    // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
+    // host (with NCCL, built in with EMBER_TORCH_NCCL, it stays on the device).
+    std::vector<torch::Tensor> flat{collective_on_device_ ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU)};
+    allreduce_(flat);
     std::int64_t off = 0;
     for (auto& param : model_->parameters()) {
       const std::int64_t k = param.numel();
-      param.mutable_grad().copy_(flat[0].narrow(0, off, k).view_as(param));
+      param.mutable_grad().copy_(flat[0].narrow(0, off, k).view_as(param));  // copy_ moves it back to the device
       off += k;
     }
     last_loss_ = flat[0][off].item<double>();
   }
   opt_->step();
-  auto eg = emb.grad().contiguous();
-  cache_->scatter_add_grad(slots.data(), slots.size(), eg.data_ptr<float>());
+  cache_->scatter_add_grad(slots, emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)}));
 
   // Full-set sync pushes every trained row's gradient (with its trainer count).
   if (!p.end_pushes.empty()) {
@@ -448,26 +483,28 @@ void Worker::execute(Step& s) {
     for (const auto& e : p.end_pushes) {
       b.keys.push_back(e.key);
       b.trainers.push_back(p.rows[*row_of.find(e.key)].trainers);
-      b.grads.insert(b.grads.end(), cache_->grad(e.slot), cache_->grad(e.slot) + dim_);
+      b.slots.push_back(e.slot);
     }
+    cache_->read_grads(b.slots, b.grads);
     client_->push_grad(t, b.keys, b.trainers, b.grads);
     wire_.push_grad += b.keys.size();
     wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
   }
-  const float lr = ps_.optimizer.lr;
+  std::vector<std::uint32_t> sole, pushed;
   for (const auto& r : p.rows) {
     if (r.trainers == 1) {
-      ps::apply(ps_.optimizer, lr, dim_, cache_->value(r.slot), cache_->state(r.slot), cache_->grad(r.slot));
-      cache_->zero_grad(r.slot);
+      sole.push_back(r.slot);
       cache_->set_row_state(r.slot, on_demand_ ? cache::RowState::kLatestDirty : cache::RowState::kLatestClean);
     } else if (on_demand_) {
       partial_iter_[r.slot] = t;
       partial_trainers_[r.slot] = r.trainers;
       cache_->set_row_state(r.slot, cache::RowState::kPartial);
     } else {
-      cache_->zero_grad(r.slot);  // pushed above
+      pushed.push_back(r.slot);  // its gradient went out above
     }
   }
+  cache_->apply(sole, ps_.optimizer, ps_.optimizer.lr);  // rows only this worker trained: the PS's update, here
+  cache_->zero_grad(pushed);
   for (const auto& d : p.drops) cache_->drop(d.slot);
 }
 
@@ -501,9 +538,9 @@ void Worker::evaluate(std::uint64_t iteration) {
       labels.push_back(b.label(i));
     }
     client_->pull(keys, rows, false, iteration);
-    auto emb = torch::from_blob(rows.data(), {static_cast<std::int64_t>(n), static_cast<std::int64_t>(T), dim_}, torch::kFloat32);
-    auto x = torch::from_blob(dense.data(), {static_cast<std::int64_t>(n), static_cast<std::int64_t>(D)}, torch::kFloat32);
-    auto p = torch::sigmoid(model_->forward(x, emb)).contiguous();
+    auto emb = torch::from_blob(rows.data(), {static_cast<std::int64_t>(n), static_cast<std::int64_t>(T), dim_}, torch::kFloat32).to(device_);
+    auto x = torch::from_blob(dense.data(), {static_cast<std::int64_t>(n), static_cast<std::int64_t>(D)}, torch::kFloat32).to(device_);
+    auto p = torch::sigmoid(model_->forward(x, emb)).to(torch::kCPU).contiguous();
     probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + n);
     if (c_.eval_samples > 0 && probs.size() >= c_.eval_samples) break;
   }
@@ -543,6 +580,8 @@ TrainSummary Worker::run() {
   }
   if (c_.coordinator.empty()) throw ConfigError("--coordinator is required (the control plane endpoint of ember-ps shard 0)");
   if (c_.token.empty()) throw ConfigError("a job token is required (--token or --token-file)");
+  device_ = parse_device(c_.device);
+  make_row_cache(c_.cache_backend, device_, 1, 1, 0);  // --cache-backend errors before joining
   ds_.emplace(data::Dataset::open(c_.dataset));
   auto sc = scheduler_config(*ds_, c_);  // config errors before joining
   on_demand_ = sc.policy.on_demand();
@@ -555,13 +594,14 @@ TrainSummary Worker::run() {
   setup_collective();
   fill_model_shape(*ds_, dim_, c_);
   torch::manual_seed(c_.seed);
-  model_ = make_model(c_.model);
+  model_ = make_model(c_.model);  // initialized on the CPU: the same weights on every device
+  model_->to(device_);
   opt_ = make_dense_optimizer(c_.dense_optimizer, model_->parameters(), c_.dense_lr);
-  cache_ = std::make_unique<cache::EmbeddingCache>(sc.cache_rows, dim_, state_);
+  cache_ = make_row_cache(c_.cache_backend, device_, sc.cache_rows, dim_, state_);
   partial_iter_.assign(sc.cache_rows, 0);
   partial_trainers_.assign(sc.cache_rows, 0);
-  spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB)", rank_, c_.model.kind, c_.policy, sc.cache_rows,
-               cache_->memory_bytes() / 1e6);
+  spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB, {} backend on {})", rank_, c_.model.kind, c_.policy,
+               sc.cache_rows, cache_->memory_bytes() / 1e6, cache_->backend(), device_.str());
 
   Loader loader(*ds_, std::move(sc), c_, rank_);
   TrainSummary sum;

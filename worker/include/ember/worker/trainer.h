@@ -44,6 +44,8 @@ struct TrainConfig {
   float dense_lr = 0.01f;
   std::uint64_t eval_every = 0;        // 0: only at the end
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
+  std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
+  std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
   int sched_threads = 1;
   int torch_threads = 1;
   std::uint64_t progress_every = 10;

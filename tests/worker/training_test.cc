@@ -130,7 +130,7 @@ class Training : public test::TempDirTest {
       for (std::string line; std::getline(in, line);) {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
-        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits"}) r.wire[k] += j.at(k).get<std::uint64_t>();
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync"}) r.wire[k] += j.value(k, std::uint64_t{0});
         if (w == 0) r.auc = j.at("auc");
       }
     }
@@ -230,6 +230,24 @@ TEST_F(Training, TensorCacheBackendTrainsTheSameModel) {
   sparse.lr = 0.05f;
   const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
   expect_same_model(ref, run_job(data, o, "tensor"), "herald + adagrad, tensor cache backend");
+}
+
+// FAE-style training: the hottest rows replicated on every worker, their gradients summed
+// with the dense ones. Same model as one process; cold rows on the wire as ember-sim says.
+TEST_F(Training, FaeTrainsTheSameModelWithTheSimulatorsCounts) {
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "fae:0.02";
+  o.optimizer = "adagrad";
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kAdagrad;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
+  JobResult f = run_job(data, o, "fae");
+  expect_same_model(ref, f, "fae:0.02 + adagrad");
+  ASSERT_FALSE(f.wire.empty());
+  EXPECT_GT(f.wire["hot_sync"], 0u) << "no hot row was trained";
+  for (const auto& [k, n] : simulate(data, o)) EXPECT_EQ(f.wire[k], n) << "fae: rows of kind " << k << " on the wire vs ember-sim";
 }
 
 // On a GPU machine (a CUDA build of LibTorch), the same with the cache in GPU memory.

@@ -196,11 +196,24 @@ scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const Train
   sc.num_keys = ds.manifest().total_table_rows();
   sc.cache_rows = scheduler::cache_rows_for(c.cache_ratio, sc.num_keys);
   sc.policy = scheduler::parse_policy(c.policy);
-  if (sc.policy.kind == scheduler::PolicyKind::kFae || sc.policy.kind == scheduler::PolicyKind::kBrute) {
-    throw ConfigError("--policy " + c.policy + " is simulator-only (ember-sim); training runs vanilla, laia, plan, herald or het:S");
+  if (sc.policy.kind == scheduler::PolicyKind::kBrute) {
+    throw ConfigError("--policy brute is simulator-only (ember-sim); training runs vanilla, laia, plan, herald, het:S or fae:F");
   }
   sc.seed = c.seed;
   sc.threads = c.sched_threads;
+  if (sc.policy.kind == scheduler::PolicyKind::kFae) {
+    // The hot rows, profiled over the batches this job will train (as ember-sim does):
+    // every worker computes the same set from the same data.
+    scheduler::SimOptions so;
+    so.workers = c.workers;
+    so.batch_per_worker = c.batch_per_worker;
+    so.iterations = c.iterations;
+    so.warmup = 0;
+    so.seed = c.seed;
+    so.shuffle = c.shuffle;
+    so.cache_ratio = c.cache_ratio;
+    sc.hot = scheduler::profile_hot_rows(ds, so, sc.policy.hot_fraction);
+  }
   return sc;
 }
 
@@ -259,6 +272,14 @@ class Worker {
   PsConfig ps_;
   std::uint32_t rank_ = 0, dim_ = 0, state_ = 0;
   bool on_demand_ = false;
+  // fae:F: the hot rows, replicated on every worker (value + state, in key order), their
+  // gradients summed with the dense ones each iteration, the PS's optimizer applied here.
+  std::vector<Key> hot_keys_;
+  U64Map<std::uint32_t> hot_index_;
+  std::vector<float> hot_rows_;
+  torch::Tensor hot_grad_, hot_touched_;  // host, [H, dim] and [H]
+  void load_hot_rows(const std::vector<std::uint8_t>& hot);
+  void push_hot_rows();
   c10::intrusive_ptr<c10d::Store> store_;
   // Sums tensors over the workers: Gloo, or NCCL on a GPU (their base classes differ
   // between LibTorch versions, hence a function).
@@ -394,6 +415,27 @@ void Worker::sync_pushes(const StepPlan& p, bool flush) {
   (flush ? wire_.flush_value : wire_.push_value) += p.push_values.size();
 }
 
+void Worker::load_hot_rows(const std::vector<std::uint8_t>& hot) {
+  for (Key k = 0; k < hot.size(); ++k) {
+    if (hot[k]) {
+      hot_index_.try_emplace(k, static_cast<std::uint32_t>(hot_keys_.size()));
+      hot_keys_.push_back(k);
+    }
+  }
+  client_->pull(hot_keys_, hot_rows_, true, 0);
+  wire_.hot_load += hot_keys_.size();
+  hot_grad_ = torch::zeros({static_cast<std::int64_t>(hot_keys_.size()), static_cast<std::int64_t>(dim_)});
+  hot_touched_ = torch::zeros({static_cast<std::int64_t>(hot_keys_.size())});
+  spdlog::info("worker {}: fae: {} hot rows replicated ({:.1f} MB)", rank_, hot_keys_.size(), hot_rows_.size() * 4 / 1e6);
+}
+
+void Worker::push_hot_rows() {
+  if (hot_keys_.empty()) return;
+  client_->push_value(hot_keys_, hot_rows_);
+  wire_.flush_value += hot_keys_.size();
+  wire_.bytes_out += hot_keys_.size() * 8 + hot_rows_.size() * 4;
+}
+
 void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration) {
   control_->barrier(transport::BarrierGroup::kWorkers, generation);
   client_->commit(iteration);
@@ -446,9 +488,32 @@ void Worker::execute(Step& s) {
   // Each distinct row's index in p.rows: its slot here, its trainer count for pushes.
   U64Map<std::uint32_t> row_of;
   for (std::uint32_t j = 0; j < p.rows.size(); ++j) row_of.try_emplace(p.rows[j].key, j);
-  std::vector<std::uint32_t> slots(static_cast<std::size_t>(n) * T);
-  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = p.rows[*row_of.find(s.keys[i])].slot;
-  auto emb = cache_->gather(slots).view({n, static_cast<std::int64_t>(T), dim_});
+  // Cold rows come from the cache; fae's hot rows from the replica.
+  std::vector<std::uint32_t> slots, hot_h;
+  std::vector<std::int64_t> cold_pos, hot_pos;
+  slots.reserve(static_cast<std::size_t>(n) * T);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n) * T; ++i) {
+    if (const std::uint32_t* h = hot_keys_.empty() ? nullptr : hot_index_.find(s.keys[i])) {
+      hot_pos.push_back(static_cast<std::int64_t>(i));
+      hot_h.push_back(*h);
+    } else {
+      cold_pos.push_back(static_cast<std::int64_t>(i));
+      slots.push_back(p.rows[*row_of.find(s.keys[i])].slot);
+    }
+  }
+  torch::Tensor emb_flat;
+  if (hot_pos.empty()) {
+    emb_flat = cache_->gather(slots);
+  } else {
+    emb_flat = torch::empty({static_cast<std::int64_t>(n) * T, static_cast<std::int64_t>(dim_)}, torch::TensorOptions().device(device_));
+    if (!cold_pos.empty()) emb_flat.index_copy_(0, torch::tensor(cold_pos).to(device_), cache_->gather(slots));
+    auto hv = torch::empty({static_cast<std::int64_t>(hot_h.size()), static_cast<std::int64_t>(dim_)});
+    for (std::size_t j = 0; j < hot_h.size(); ++j) {
+      std::memcpy(hv.data_ptr<float>() + j * dim_, &hot_rows_[static_cast<std::size_t>(hot_h[j]) * (dim_ + state_)], dim_ * sizeof(float));
+    }
+    emb_flat.index_copy_(0, torch::tensor(hot_pos).to(device_), hv.to(device_));
+  }
+  auto emb = emb_flat.view({n, static_cast<std::int64_t>(T), dim_});
   emb.set_requires_grad(true);
   auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(c_.model.num_dense)}, torch::kFloat32).to(device_);
   auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32).to(device_);
@@ -458,10 +523,22 @@ void Worker::execute(Step& s) {
   // gradient of the global batch's mean loss, whatever the partition.
   auto loss = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n);
   loss.backward();
+  auto eg = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
+  if (!hot_pos.empty()) {
+    // This worker's part of the hot rows' gradients; summed over workers with the dense ones.
+    auto g = eg.index_select(0, torch::tensor(hot_pos).to(device_)).to(torch::kCPU);
+    auto h = torch::tensor(std::vector<std::int64_t>(hot_h.begin(), hot_h.end()));
+    hot_grad_.index_add_(0, h, g);
+    hot_touched_.index_fill_(0, h, 1.0f);
+  }
   {
     std::vector<torch::Tensor> parts;
     for (auto& param : model_->parameters()) parts.push_back(param.grad().reshape(-1));
     parts.push_back(loss.detach().reshape(1));
+    if (!hot_keys_.empty()) {
+      parts.push_back(hot_grad_.reshape(-1).to(device_));
+      parts.push_back(hot_touched_.to(device_));
+    }
     // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
     // host (with NCCL, built in with EMBER_TORCH_NCCL, it stays on the device).
     std::vector<torch::Tensor> flat{collective_on_device_ ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU)};
@@ -473,9 +550,33 @@ void Worker::execute(Step& s) {
       off += k;
     }
     last_loss_ = flat[0][off].item<double>();
+    if (!hot_keys_.empty()) {
+      // Every replica applies the same summed gradients to the hot rows any worker
+      // trained, with the PS's optimizer code: the replicas stay identical.
+      const std::int64_t H = static_cast<std::int64_t>(hot_keys_.size());
+      auto sums = flat[0].narrow(0, off + 1, H * dim_).to(torch::kCPU).contiguous();
+      auto touched = flat[0].narrow(0, off + 1 + H * dim_, H).to(torch::kCPU).contiguous();
+      const float* g = sums.data_ptr<float>();
+      const float* tc = touched.data_ptr<float>();
+      const std::uint32_t per = dim_ + state_;
+      std::uint64_t trained = 0;
+      for (std::int64_t h = 0; h < H; ++h) {
+        if (tc[h] == 0) continue;
+        float* row = &hot_rows_[static_cast<std::size_t>(h) * per];
+        ps::apply(ps_.optimizer, ps_.optimizer.lr, dim_, row, row + dim_, g + h * dim_);
+        ++trained;
+      }
+      wire_.hot_sync += trained;
+      hot_grad_.zero_();
+      hot_touched_.zero_();
+    }
   }
   opt_->step();
-  cache_->scatter_add_grad(slots, emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)}));
+  if (cold_pos.size() == static_cast<std::size_t>(eg.size(0))) {
+    cache_->scatter_add_grad(slots, eg);
+  } else if (!cold_pos.empty()) {
+    cache_->scatter_add_grad(slots, eg.index_select(0, torch::tensor(cold_pos).to(device_)));
+  }
 
   // Full-set sync pushes every trained row's gradient (with its trainer count).
   if (!p.end_pushes.empty()) {
@@ -603,6 +704,7 @@ TrainSummary Worker::run() {
   spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB, {} backend on {})", rank_, c_.model.kind, c_.policy,
                sc.cache_rows, cache_->memory_bytes() / 1e6, cache_->backend(), device_.str());
 
+  if (!sc.hot.empty()) load_hot_rows(sc.hot);
   Loader loader(*ds_, std::move(sc), c_, rank_);
   TrainSummary sum;
   sum.rank = rank_;
@@ -618,6 +720,7 @@ TrainSummary Worker::run() {
     execute(s);
     if (s.flush) {
       sync_pushes(s.flush_plan, true);
+      if (rank_ == 0) push_hot_rows();  // the replicas agree: one copy goes back to the PS
       commit_barrier(2 * t + 1, t);
       if (rank_ == 0) evaluate(t);
     }
@@ -671,6 +774,8 @@ TrainSummary Worker::run() {
             {"hits", wire_.hits},
             {"flush_grad", wire_.flush_grad},
             {"flush_value", wire_.flush_value},
+            {"hot_load", wire_.hot_load},
+            {"hot_sync", wire_.hot_sync},
             {"bytes_out", wire_.bytes_out},
             {"bytes_in", wire_.bytes_in}});
   control_->leave();

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--rank", c.rank, "this worker's rank (default: assigned at join)");
   app.add_option("--workers", c.workers, "workers in the job")->capture_default_str();
-  app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S")->capture_default_str();
+  app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S, fae:F (hottest fraction F replicated on every worker)")->capture_default_str();
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (the embedding cache then lives in GPU memory)")->capture_default_str();
   app.add_option("--cache-backend", c.cache_backend, "auto, host (CPU memory, the PS's optimizer code) or tensor (device memory)")
       ->capture_default_str();

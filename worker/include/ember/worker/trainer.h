@@ -68,6 +68,7 @@ struct TrainConfig {
 struct WireCounts {
   std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
   std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes
+  std::uint64_t hot_load = 0, hot_sync = 0;       // fae: hot rows loaded at start; hot rows all-reduced
   std::uint64_t bytes_out = 0, bytes_in = 0;
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
 };

@@ -2,8 +2,6 @@
 // single-process reference, and checkpoint / restore into a different shard count.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -26,59 +24,38 @@ constexpr std::uint32_t kDim = 8;
 constexpr std::uint64_t kKeys = 2000;
 const std::string kToken = "t0ken";
 
-// One ember-ps process; killed (SIGKILL) if still running when destroyed.
+// One ember-ps process (test::Process: killed if still running when destroyed), with
+// the port it reports.
 class Daemon {
  public:
   Daemon(const fs::path& dir, std::uint32_t shard, std::uint32_t shards, const std::string& optimizer, const std::string& extra = "") {
-    port_file_ = dir / ("port-" + std::to_string(shard) + "-" + std::to_string(shards) + "-" + std::to_string(counter_++));
+    const std::string tag = std::to_string(shard) + "-" + std::to_string(shards) + "-" + std::to_string(counter_++);
+    const fs::path port_file = dir / ("port-" + tag);
     std::vector<std::string> args = {test::bin("ember-ps"), "--shard", std::to_string(shard), "--shards", std::to_string(shards),
                                      "--num-keys", std::to_string(kKeys), "--dim", std::to_string(kDim), "--optimizer", optimizer,
-                                     "--lr", "0.1", "--seed", "5", "--token", kToken, "--port-file", port_file_.string(),
+                                     "--lr", "0.1", "--seed", "5", "--token", kToken, "--port-file", port_file.string(),
                                      "--log-level", "warn", "--stats-interval", "0"};
     std::istringstream more(extra);
     for (std::string a; more >> a;) args.push_back(a);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    for (int i = 0; i < 500 && !fs::exists(port_file_); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (!fs::exists(port_file_)) throw Error("ember-ps did not start");
-    std::ifstream(port_file_) >> port_;
-  }
-  ~Daemon() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    proc_ = std::make_unique<test::Process>(args, dir / ("ps-" + tag + ".log"));
+    const std::string port = test::wait_for_file(port_file, std::chrono::seconds(10));
+    if (port.empty()) throw Error("ember-ps did not start:\n" + proc_->log_tail(10));
+    port_ = static_cast<std::uint16_t>(std::stoi(port));
   }
   // SIGTERM and wait (at most 10 s); returns the exit status.
   int stop() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 500; ++i) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return -2;
+    proc_->signal(SIGTERM);
+    return proc_->wait(std::chrono::seconds(10));
   }
   ShardAddress address() const { return {"127.0.0.1", port_}; }
   void kill9() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    proc_->signal(SIGKILL);
+    proc_->wait(std::chrono::seconds(10));
   }
 
  private:
   static inline int counter_ = 0;
-  fs::path port_file_;
-  pid_t pid_ = -1;
+  std::unique_ptr<test::Process> proc_;
   std::uint16_t port_ = 0;
 };
 

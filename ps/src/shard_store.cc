@@ -3,6 +3,7 @@
 #include <tbb/spin_mutex.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -40,7 +41,8 @@ struct ShardStore::Stripe {
   std::vector<std::uint32_t> free_offsets;
 };
 
-ShardStore::Stripe& ShardStore::stripe_of(Key key) const { return stripes_[(key / config_.shards) % kStripes]; }
+std::size_t ShardStore::stripe_index(Key key) const { return (key / config_.shards) % kStripes; }
+ShardStore::Stripe& ShardStore::stripe_of(Key key) const { return stripes_[stripe_index(key)]; }
 
 ShardStore::~ShardStore() {
   for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) delete[] chunks_[c].load();
@@ -148,41 +150,65 @@ void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
                            const float* grads) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
+  // The request's keys grouped by stripe, so each stripe's lock is taken once per pass
+  // (a lock per key makes handler threads fight over the same cache lines).
+  thread_local std::vector<std::uint32_t> order;
+  std::array<std::uint32_t, kStripes + 1> start{};
+  for (Key k : keys) ++start[stripe_index(k) + 1];
+  for (std::size_t s = 0; s < kStripes; ++s) start[s + 1] += start[s];
+  order.resize(keys.size());
+  {
+    std::array<std::uint32_t, kStripes> fill{};
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const std::size_t s = stripe_index(keys[i]);
+      order[start[s] + fill[s]++] = static_cast<std::uint32_t>(i);
+    }
+  }
   // Validate everything first: a refused request changes nothing (unless another
   // request races it on the same keys, which BSP rules out).
   for (std::size_t i = 0; i < keys.size(); ++i) {
     check_key(keys[i]);
     if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
-    Stripe& st = stripe_of(keys[i]);
+  }
+  for (std::size_t s = 0; s < kStripes; ++s) {
+    if (start[s] == start[s + 1]) continue;
+    Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);
-    if (const Pending* p = st.pending.find(keys[i])) {
-      if (p->iteration != iteration) {
-        throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " from iteration " + std::to_string(iteration) +
-                            " while the aggregation of iteration " + std::to_string(p->iteration) + " is incomplete");
+    for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
+      const Key k = keys[order[j]];
+      if (const Pending* p = st.pending.find(k)) {
+        if (p->iteration != iteration) {
+          throw ProtocolError("push-grad: key " + std::to_string(k) + " from iteration " + std::to_string(iteration) +
+                              " while the aggregation of iteration " + std::to_string(p->iteration) + " is incomplete");
+        }
+        if (p->received >= p->expected) throw ProtocolError("push-grad: key " + std::to_string(k) + " has all its contributions");
       }
-      if (p->received >= p->expected) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " has all its contributions");
     }
   }
   const std::uint32_t dim = config_.dim;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    Stripe& st = stripe_of(keys[i]);
+  for (std::size_t s = 0; s < kStripes; ++s) {
+    if (start[s] == start[s + 1]) continue;
+    Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);
-    auto [p, fresh] = st.pending.try_emplace(keys[i], Pending{iteration, trainers[i], 0, 0});
-    const float* g = grads + i * dim;
-    if (fresh) {
-      if (!st.free_offsets.empty()) {
-        p->offset = st.free_offsets.back();
-        st.free_offsets.pop_back();
+    for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
+      const std::uint32_t i = order[j];
+      auto [p, fresh] = st.pending.try_emplace(keys[i], Pending{iteration, trainers[i], 0, 0});
+      const float* g = grads + static_cast<std::size_t>(i) * dim;
+      if (fresh) {
+        if (!st.free_offsets.empty()) {
+          p->offset = st.free_offsets.back();
+          st.free_offsets.pop_back();
+        } else {
+          p->offset = static_cast<std::uint32_t>(st.grads.size());
+          st.grads.resize(st.grads.size() + dim);
+        }
+        std::memcpy(st.grads.data() + p->offset, g, dim * sizeof(float));  // the first contribution
       } else {
-        p->offset = static_cast<std::uint32_t>(st.grads.size());
-        st.grads.resize(st.grads.size() + dim);
+        float* __restrict acc = st.grads.data() + p->offset;
+        for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
       }
-      std::memcpy(st.grads.data() + p->offset, g, dim * sizeof(float));  // the first contribution
-    } else {
-      float* __restrict acc = st.grads.data() + p->offset;
-      for (std::uint32_t j = 0; j < dim; ++j) acc[j] += g[j];
+      ++p->received;
     }
-    ++p->received;
   }
 }
 

@@ -98,6 +98,7 @@ class ShardStore {
   // Pending aggregations of the keys that hash to one stripe.
   struct Stripe;
   Stripe& stripe_of(Key key) const;
+  std::size_t stripe_index(Key key) const;
 
   StoreConfig config_;
   std::uint32_t state_ = 0;

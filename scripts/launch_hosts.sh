@@ -4,7 +4,7 @@
 # every host (shared filesystem) and password-less ssh.
 #
 #   scripts/launch_hosts.sh --hostfile hosts.txt --ps 2 --workers 8 --dataset /shared/criteo \
-#       --policy herald --out /shared/runs/herald -- --model dlrm --iterations 1000
+#       --policy herald [--transport rdma] --out /shared/runs/herald -- --model dlrm --iterations 1000
 #
 # hostfile: one host per line (# comments allowed). PS shard s runs on host s mod H,
 # worker w on host (S + w) mod H. Rendezvous: ember-ps shard 0 binds the control plane at
@@ -15,7 +15,7 @@
 # resolved by `hostname -f` (override with --bind-ip-cmd).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-hostfile="" ps=1 workers=1 dataset="" policy=herald out="" port=29600 ps_args="" bin="$root/build/bin"
+hostfile="" ps=1 workers=1 dataset="" policy=herald out="" port=29600 ps_args="" bin="$root/build/bin" transport=tcp
 while [ $# -gt 0 ]; do
   case "$1" in
     --hostfile) hostfile="$2"; shift 2;;
@@ -23,6 +23,7 @@ while [ $# -gt 0 ]; do
     --workers) workers="$2"; shift 2;;
     --dataset) dataset="$2"; shift 2;;
     --policy) policy="$2"; shift 2;;
+    --transport) transport="$2"; shift 2;;
     --out) out="$2"; shift 2;;
     --port) port="$2"; shift 2;;
     --ps-args) ps_args="$2"; shift 2;;
@@ -48,13 +49,13 @@ trap cleanup EXIT INT TERM
 for ((s = 0; s < ps; s++)); do
   h="${hosts[$((s % ${#hosts[@]}))]}"
   run "ps$s" "$h" "$bin/ember-ps --dataset '$dataset' --shard $s --shards $ps --workers $workers --listen $h:0 --coordinator $coord \
-    --token-file '$out/token' --stats-interval 30 $ps_args"
+    --transport $transport --token-file '$out/token' --stats-interval 30 $ps_args"
   [ "$s" -eq 0 ] && sleep 2
 done
 for ((w = 0; w < workers; w++)); do
   h="${hosts[$(((ps + w) % ${#hosts[@]}))]}"
   run "worker$w" "$h" "$bin/ember-worker --dataset '$dataset' --coordinator $coord --workers $workers --rank $w --policy $policy \
-    --gloo-host $h --token-file '$out/token' --metrics '$out/w$w.jsonl' $*"
+    --transport $transport --gloo-host $h --token-file '$out/token' --metrics '$out/w$w.jsonl' $*"
 done
 status=0
 for i in "${!pids[@]}"; do

@@ -1,5 +1,7 @@
 #include "ember/ps/ps_client.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -38,9 +40,16 @@ Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& to
 }
 
 PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect)
-    : dim_(dim), state_(state_floats) {
+    : connect_(connect), addresses_(shards), dim_(dim), state_(state_floats) {
   if (shards.empty()) throw ConfigError("no PS shard addresses");
   for (const auto& a : shards) conns_.push_back(connect(a));
+}
+
+void PsClient::reconnect(std::uint32_t s, const std::string& why) {
+  spdlog::warn("PS shard {} ({}:{}): {}; retrying the pull on a new connection", s, addresses_[s].host, addresses_[s].port, why);
+  conns_[s].reset();
+  conns_[s] = connect_(addresses_[s]);
+  ++retries_;
 }
 
 PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
@@ -68,21 +77,39 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
     by_shard_[s].push_back(keys[i]);
     dst_[s].push_back(&out[i * per]);
   }
-  // One request per shard, all in flight before the first reply is read.
-  for (std::uint32_t s = 0; s < S; ++s) {
-    if (by_shard_[s].empty()) continue;
+  auto request = [&](std::uint32_t s) {
     OutMessage m;
     m.header.type = MessageType::kPull;
     m.header.flags = with_state ? kWithState : 0;
     m.header.iteration = iteration;
     m.keys = by_shard_[s].data();
     m.key_count = static_cast<std::uint32_t>(by_shard_[s].size());
-    conns_[s]->send(m);
+    return m;
+  };
+  // One request per shard, all in flight before the first reply is read. A pull changes
+  // nothing at the PS, so a connection that fails (not a refusal) is replaced and the
+  // pull sent once more; pushes are never retried.
+  std::vector<bool> resend(S, false);
+  for (std::uint32_t s = 0; s < S; ++s) {
+    if (by_shard_[s].empty()) continue;
+    try {
+      conns_[s]->send(request(s));
+    } catch (const IoError&) {
+      resend[s] = true;
+    }
   }
   // Each reply's rows go straight to their places in `out`.
   for (std::uint32_t s = 0; s < S; ++s) {
     if (by_shard_[s].empty()) continue;
-    transport::Message r = conns_[s]->receive_rows(dst_[s], per);
+    transport::Message r;
+    try {
+      if (resend[s]) throw IoError("send failed");
+      r = conns_[s]->receive_rows(dst_[s], per);
+    } catch (const IoError& e) {
+      reconnect(s, e.what());
+      conns_[s]->send(request(s));
+      r = conns_[s]->receive_rows(dst_[s], per);
+    }
     if (r.header.value_count != by_shard_[s].size() * per || r.values != nullptr) {
       throw ProtocolError("PS shard " + std::to_string(s) + ": pull reply of the wrong size");
     }

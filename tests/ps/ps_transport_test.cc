@@ -2,6 +2,8 @@
 // over RDMA (the in-process verbs fake) leave bit-identical rows and optimizer state.
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include "ember/common/error.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
@@ -108,6 +110,31 @@ TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, PsTransports, ::testing::Values(1u, 2u, 3u));
+
+// A pull whose connection breaks is sent again on a new one (pulls change nothing);
+// a push whose connection breaks fails (it may have been applied).
+TEST(PsClientRetry, PullsRetryOnceOnANewConnectionPushesDoNot) {
+  PsService svc(config(0, 1));
+  std::atomic<int> pulls{0}, pushes{0};
+  transport::TcpServerOptions o;
+  o.token = kToken;
+  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) {
+    // The first pull and every push kill their connection (an exception that is not a refusal).
+    if (r.header.type == transport::MessageType::kPull && pulls++ == 0) throw std::runtime_error("injected failure");
+    if (r.header.type == transport::MessageType::kPushGrad && pushes++ >= 0) throw std::runtime_error("injected failure");
+    svc.handle(r, out, x);
+  });
+  PsClient c({{"127.0.0.1", server.port()}}, kToken, kDim, state_floats(OptimizerKind::kAdagrad, kDim), std::chrono::milliseconds(2000));
+  std::vector<Key> keys = {1, 2, 3, 2};
+  std::vector<float> rows;
+  c.pull(keys, rows, false, 0);
+  EXPECT_EQ(c.retries(), 1u);
+  ASSERT_EQ(rows.size(), 4u * kDim);
+  EXPECT_EQ(rows[3 * kDim], rows[1 * kDim]);
+  std::vector<float> g(3 * kDim, 0.1f);
+  EXPECT_THROW(c.push_grad(0, {1, 2, 3}, {1, 1, 1}, g), IoError);
+  EXPECT_EQ(pushes.load(), 1);
+}
 
 }  // namespace
 }  // namespace ember::ps

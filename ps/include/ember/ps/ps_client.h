@@ -1,6 +1,8 @@
 // PsClient: a worker's view of the PS shards: routes every key to its shard, sends one
 // request per shard (in flight together), de-duplicates pulled keys, and puts the
-// replies back in the caller's order. One thread uses a PsClient at a time.
+// replies back in the caller's order. A pull whose connection fails is retried once on a
+// new connection (it is idempotent); pushes and commits are not. One thread uses a
+// PsClient at a time.
 #pragma once
 
 #include <chrono>
@@ -38,6 +40,8 @@ class PsClient {
            std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
   std::uint32_t shards() const { return static_cast<std::uint32_t>(conns_.size()); }
+  // Pulls sent again on a new connection after the first one failed.
+  std::uint64_t retries() const { return retries_; }
   // out[i * per] = row of keys[i] (per = dim, or dim + state with `with_state`);
   // repeated keys are fetched once. `iteration`: the iteration the rows are for; a shard
   // refuses a pull for an iteration it has not committed yet (t > 0).
@@ -51,8 +55,13 @@ class PsClient {
   std::uint64_t commit(std::uint64_t iteration);
 
  private:
+  void reconnect(std::uint32_t shard, const std::string& why);
+
+  Connector connect_;
+  std::vector<ShardAddress> addresses_;
   std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
+  std::uint64_t retries_ = 0;
   // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
   std::vector<std::vector<Key>> by_shard_;
   std::vector<std::vector<float*>> dst_;

@@ -60,6 +60,14 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
   o.chunk_count_ = 0;
 }
 
+std::uint64_t ShardStore::local_rows(const StoreConfig& c) {
+  return c.num_keys > c.shard ? (c.num_keys - 1 - c.shard) / c.shards + 1 : 0;
+}
+
+std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
+  return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1);
+}
+
 std::size_t ShardStore::pending() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < kStripes; ++i) {
@@ -77,13 +85,26 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
     config_.lr_at = [lr](std::uint64_t) { return lr; };
   }
   state_ = state_floats(config_.optimizer.kind, config_.dim);
-  local_rows_ = config_.num_keys > config_.shard ? (config_.num_keys - 1 - config_.shard) / config_.shards + 1 : 0;
+  local_rows_ = local_rows(config_);
   chunk_count_ = (local_rows_ + kChunkRows - 1) / kChunkRows;
-  chunks_ = std::make_unique<std::atomic<float*>[]>(chunk_count_);
+  try {
+    chunks_ = std::make_unique<std::atomic<float*>[]>(chunk_count_);
+    initialized_ = std::make_unique<std::atomic<std::uint8_t>[]>(local_rows_);
+  } catch (const std::bad_alloc&) {
+    throw ConfigError("cannot allocate the row index of shard " + std::to_string(config_.shard) + " (" + std::to_string(local_rows_) +
+                      " rows): add shards");
+  }
   for (std::uint64_t c = 0; c < chunk_count_; ++c) chunks_[c].store(nullptr);
-  initialized_ = std::make_unique<std::atomic<std::uint8_t>[]>(local_rows_);
   for (std::uint64_t i = 0; i < local_rows_; ++i) initialized_[i].store(0, std::memory_order_relaxed);
   stripes_ = std::make_unique<Stripe[]>(kStripes);
+  if (config_.allocate_up_front) {
+    try {
+      for (std::uint64_t local = 0; local < local_rows_; ++local) row_ptr(local * config_.shards + config_.shard);
+    } catch (const std::bad_alloc&) {
+      throw ConfigError("cannot allocate the " + std::to_string(bytes_when_full() >> 20) + " MiB of shard " + std::to_string(config_.shard) +
+                        "'s rows up front: add shards, or allocate on first use");
+    }
+  }
 }
 
 void ShardStore::check_key(Key key) const {

@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -36,6 +37,18 @@ std::uint64_t rows_of_dataset(const fs::path& dir) {
   }
 }
 
+// MemAvailable of /proc/meminfo in bytes (0 when unknown).
+std::uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
 std::string checkpoint_name(std::uint32_t shard, std::uint32_t shards) {
   return "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".ckpt";
 }
@@ -52,6 +65,7 @@ int main(int argc, char** argv) {
   std::uint32_t rdma_slot_mib = 4;
   double stats_interval = 10;
   int drain_ms = 5000;
+  std::string allocate = "lazy";
   bool checkpoint_on_exit = false;
   std::uint64_t checkpoint_every = 0;
   std::string coordinator, coordinator_file;
@@ -67,6 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", sc.optimizer.lr, "learning rate")->capture_default_str();
   app.add_option("--weight-decay", sc.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
   app.add_option("--seed", sc.seed, "initial rows from (seed, key)")->capture_default_str();
+  app.add_option("--allocate", allocate, "rows allocated 'lazy' (on first use) or 'upfront' (all at start)")->capture_default_str();
   app.add_option("--listen", listen, "host:port (port 0: any free port)")->capture_default_str();
   app.add_option("--port-file", port_file, "write the port listened on to this file (atomically)");
   app.add_option("--token", token, "job token required from every peer");
@@ -114,6 +129,20 @@ int main(int argc, char** argv) {
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
+    if (allocate != "lazy" && allocate != "upfront") throw ConfigError("--allocate '" + allocate + "': choose lazy or upfront");
+    sc.allocate_up_front = allocate == "upfront";
+    {
+      // What the tables need on this shard, against the memory this machine has now.
+      const double need = static_cast<double>(ps::ShardStore::bytes_when_full(sc)), have = static_cast<double>(available_memory());
+      const std::uint64_t rows = ps::ShardStore::local_rows(sc);
+      spdlog::info("shard {}/{}: {} rows x {} bytes = {:.2f} GB when every row is allocated; {:.2f} GB available", sc.shard, sc.shards, rows,
+                   rows ? ps::ShardStore::bytes_when_full(sc) / rows : 0, need / 1e9, have / 1e9);
+      if (have > 0 && need > have) {
+        const std::string msg = fmt::format("the tables need {:.2f} GB on shard {} and {:.2f} GB are available", need / 1e9, sc.shard, have / 1e9);
+        if (sc.allocate_up_front) throw ConfigError(msg + ": add shards (--shards) or use --allocate lazy");
+        spdlog::warn("{}: fine while the rows touched fit (--allocate lazy)", msg);
+      }
+    }
     ps::PsService service(sc);
     if (checkpoint_every > 0) {
       fs::create_directories(checkpoint_dir);

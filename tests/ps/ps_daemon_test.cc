@@ -200,5 +200,28 @@ TEST(PsDaemonCli, RefusesToStartWithoutAToken) {
   EXPECT_NE(out.find("job token is required"), std::string::npos) << out;
 }
 
+// Tables larger than this machine's memory: refused up front with the sizes, in one line.
+TEST(PsDaemonCli, TablesThatCannotFitAreRefusedWithTheirSize) {
+  std::string out;
+  // 2^40 rows of dim 64: about 282 TB.
+  int rc = test::run_command(test::bin("ember-ps") + " --num-keys 1099511627776 --dim 64 --token t --allocate upfront 2>&1", out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("the tables need"), std::string::npos) << out;
+  EXPECT_NE(out.find("GB available"), std::string::npos) << out;
+  EXPECT_NE(out.find("--allocate lazy"), std::string::npos) << out;
+}
+
+// Up-front allocation initializes every row before serving: the same rows as lazy.
+TEST_F(PsDaemon, UpFrontAllocationServesTheSameRows) {
+  Daemon lazy(dir_, 0, 1, "adagrad"), upfront(dir_, 0, 1, "adagrad", "--allocate upfront");
+  PsClient a({lazy.address()}, kToken, kDim, kDim), b({upfront.address()}, kToken, kDim, kDim);
+  std::vector<Key> keys;
+  for (Key k = 0; k < kKeys; k += 7) keys.push_back(k);
+  std::vector<float> ra, rb;
+  a.pull(keys, ra, true);
+  b.pull(keys, rb, true);
+  EXPECT_EQ(ra, rb);
+}
+
 }  // namespace
 }  // namespace ember::ps

@@ -43,6 +43,8 @@ struct StoreConfig {
   OptimizerConfig optimizer;
   // Learning rate of an iteration (default: optimizer.lr throughout).
   std::function<float(std::uint64_t iteration)> lr_at;
+  // Allocate and initialize every row of this shard at construction (else on first use).
+  bool allocate_up_front = false;
 };
 
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }
@@ -81,6 +83,13 @@ class ShardStore {
   // Direct access for tests and the daemon's stats.
   const float* row(Key key);
   std::uint64_t initialized_rows() const { return initialized_count_.load(); }
+  // Rows this shard owns, and the bytes they take once all are allocated (values and
+  // optimizer state, plus one byte of row state each).
+  std::uint64_t local_rows() const { return local_rows_; }
+  std::uint64_t bytes_when_full() const { return bytes_when_full(config_); }
+  // The same from a configuration alone (before deciding to build a store).
+  static std::uint64_t local_rows(const StoreConfig& c);
+  static std::uint64_t bytes_when_full(const StoreConfig& c);
 
   ~ShardStore();
   ShardStore(ShardStore&&) noexcept;

@@ -31,6 +31,7 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--dims", o.dims, "embedding dimensions")->capture_default_str();
   app.add_option("--threads", o.threads, "client thread counts")->capture_default_str();
   app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
+  app.add_option("--connections", o.connections, "connections per client thread to the shard")->capture_default_str();
 }
 
 namespace {
@@ -169,7 +170,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         std::vector<std::thread> ts;
         for (int t = 0; t < threads; ++t) {
           ts.emplace_back([&, t] {
-            ps::PsClient c({{"127.0.0.1", server.port()}}, kToken, dim, 0);
+            ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken), o.connections);
             std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
             std::vector<Key> keys(n);
             std::vector<std::uint32_t> trainers(n, 1);

@@ -15,6 +15,7 @@ struct PsBenchOptions {
   std::vector<std::uint32_t> dims{16, 64, 256};
   std::vector<int> threads{1, 2, 4};
   std::vector<std::string> ops{"pull", "push"};
+  std::uint32_t connections = 1;
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

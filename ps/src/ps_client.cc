@@ -39,16 +39,25 @@ Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& to
   };
 }
 
-PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect)
-    : connect_(connect), addresses_(shards), dim_(dim), state_(state_floats) {
+PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect,
+                   std::uint32_t connections_per_shard)
+    : connect_(connect), addresses_(shards), per_shard_(std::max<std::uint32_t>(1, connections_per_shard)), dim_(dim), state_(state_floats) {
   if (shards.empty()) throw ConfigError("no PS shard addresses");
-  for (const auto& a : shards) conns_.push_back(connect(a));
+  for (const auto& a : shards) {
+    for (std::uint32_t c = 0; c < per_shard_; ++c) conns_.push_back(connect(a));
+  }
+}
+
+std::uint32_t PsClient::lane_of(Key key) const {
+  const std::uint32_t S = shards();
+  return owner_shard(key, S) * per_shard_ + static_cast<std::uint32_t>((key / S) % per_shard_);
 }
 
 void PsClient::reconnect(std::uint32_t s, const std::string& why) {
-  spdlog::warn("PS shard {} ({}:{}): {}; retrying the pull on a new connection", s, addresses_[s].host, addresses_[s].port, why);
+  const ShardAddress& a = addresses_[s / per_shard_];
+  spdlog::warn("PS shard {} ({}:{}): {}; retrying the pull on a new connection", s / per_shard_, a.host, a.port, why);
   conns_[s].reset();
-  conns_[s] = connect_(addresses_[s]);
+  conns_[s] = connect_(addresses_[s / per_shard_]);
   ++retries_;
 }
 
@@ -57,7 +66,7 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& t
     : PsClient(shards, dim, state_floats, tcp_connector(token, timeout)) {}
 
 void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration) {
-  const std::uint32_t S = shards(), per = with_state ? dim_ + state_ : dim_;
+  const std::uint32_t S = lanes(), per = with_state ? dim_ + state_ : dim_;
   const std::size_t n = keys.size();
   out.resize(n * per);
   // Distinct keys per shard, each with where its row lands; repeats point at their first.
@@ -73,7 +82,7 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
     auto [p, fresh] = first_of.try_emplace(keys[i], static_cast<std::uint32_t>(i));
     first_[i] = *p;
     if (!fresh) continue;
-    const std::uint32_t s = owner_shard(keys[i], S);
+    const std::uint32_t s = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
     dst_[s].push_back(&out[i * per]);
   }
@@ -111,7 +120,7 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
       r = conns_[s]->receive_rows(dst_[s], per);
     }
     if (r.header.value_count != by_shard_[s].size() * per || r.values != nullptr) {
-      throw ProtocolError("PS shard " + std::to_string(s) + ": pull reply of the wrong size");
+      throw ProtocolError("PS shard " + std::to_string(s / per_shard_) + ": pull reply of the wrong size");
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -121,7 +130,7 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
 
 void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
                          const std::vector<float>& grads) {
-  const std::uint32_t S = shards();
+  const std::uint32_t S = lanes();
   by_shard_.resize(S);
   segments_.resize(S);
   for (std::uint32_t s = 0; s < S; ++s) {
@@ -131,7 +140,7 @@ void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, 
   // Keys, then trainer counts; the gradients are gathered from the caller's array (runs of
   // consecutive rows of one shard are one segment), never copied per shard.
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::uint32_t s = owner_shard(keys[i], S);
+    const std::uint32_t s = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
     const float* row = grads.data() + i * dim_;
     auto& seg = segments_[s];
@@ -141,7 +150,7 @@ void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, 
       seg.push_back({row, dim_});
     }
   }
-  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[owner_shard(keys[i], S)].push_back(trainers[i]);
+  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_of(keys[i])].push_back(trainers[i]);
   std::vector<bool> sent(S, false);
   for (std::uint32_t s = 0; s < S; ++s) {
     if (by_shard_[s].empty()) continue;
@@ -162,11 +171,11 @@ void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, 
 }
 
 void PsClient::push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
-  const std::uint32_t S = shards(), per = dim_ + state_;
+  const std::uint32_t S = lanes(), per = dim_ + state_;
   std::vector<std::vector<Key>> k(S);
   std::vector<std::vector<float>> v(S);
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::uint32_t s = owner_shard(keys[i], S);
+    std::uint32_t s = lane_of(keys[i]);
     k[s].push_back(keys[i]);
     v[s].insert(v[s].end(), rows.begin() + static_cast<std::ptrdiff_t>(i * per), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
   }
@@ -178,19 +187,23 @@ void PsClient::push_value(const std::vector<Key>& keys, const std::vector<float>
     m.key_count = static_cast<std::uint32_t>(k[s].size());
     m.values = v[s].data();
     m.value_count = static_cast<std::uint32_t>(v[s].size());
-    conns_[s]->call(m);
+    conns_[s]->send(m);
+  }
+  for (std::uint32_t s = 0; s < S; ++s) {
+    if (!k[s].empty()) conns_[s]->receive();
   }
 }
 
 std::uint64_t PsClient::commit(std::uint64_t iteration) {
-  for (auto& c : conns_) {
+  // On each shard's first connection: every push before it was acknowledged already.
+  for (std::uint32_t s = 0; s < shards(); ++s) {
     OutMessage m;
     m.header.type = MessageType::kCommit;
     m.header.iteration = iteration;
-    c->send(m);
+    conns_[s * per_shard_]->send(m);
   }
   std::uint64_t updated = 0;
-  for (auto& c : conns_) updated += c->receive().header.flags;
+  for (std::uint32_t s = 0; s < shards(); ++s) updated += conns_[s * per_shard_]->receive().header.flags;
   return updated;
 }
 

@@ -1,5 +1,6 @@
-// The PS service and client over every data plane: the same BSP rounds over TCP and
-// over RDMA (the in-process verbs fake) leave bit-identical rows and optimizer state.
+// The PS service and client over every data plane: the same BSP rounds over TCP, over
+// RDMA (the in-process verbs fake) and over several TCP connections per shard leave
+// bit-identical rows and optimizer state.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -32,7 +33,7 @@ StoreConfig config(std::uint32_t shard, std::uint32_t shards) {
 
 // S shards and two workers for 6 BSP rounds; returns every row with its state. Key
 // ranges make replies leave straight from the store and land straight in the pulled rows.
-std::vector<float> run_rounds(const std::string& kind, std::uint32_t S) {
+std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1) {
   transport::verbs::FakeFabric fabric;
   std::vector<std::unique_ptr<PsService>> services;
   std::vector<std::unique_ptr<transport::Server>> servers;
@@ -57,7 +58,7 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S) {
   transport::RdmaOptions ro;
   ro.slot_bytes = 1 << 20;
   Connector connect = kind == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, ro);
-  PsClient w0(addrs, kDim, state, connect), w1(addrs, kDim, state, connect);
+  PsClient w0(addrs, kDim, state, connect, connections), w1(addrs, kDim, state, connect, connections);
   std::vector<float> rows;
   for (std::uint64_t t = 0; t < 6; ++t) {
     // Both workers train keys [100t, 100t + 300) (shared: 2 trainers); each also trains
@@ -92,7 +93,9 @@ class PsTransports : public ::testing::TestWithParam<std::uint32_t> {};
 TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
   std::vector<float> tcp = run_rounds("tcp", GetParam());
   std::vector<float> rdma = run_rounds("rdma_fake", GetParam());
+  std::vector<float> spread = run_rounds("tcp", GetParam(), 3);  // three connections per shard
   ASSERT_EQ(tcp.size(), rdma.size());
+  ASSERT_EQ(tcp, spread);
   std::size_t moved = 0;
   std::vector<float> fresh;
   for (std::size_t i = 0; i < tcp.size(); ++i) {

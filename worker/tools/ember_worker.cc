@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--cache-backend", c.cache_backend, "auto, host (CPU memory, the PS's optimizer code) or tensor (device memory)")
       ->capture_default_str();
   app.add_option("--transport", c.transport, "data plane to the PS shards: tcp or rdma")->capture_default_str();
+  app.add_option("--ps-connections", c.ps_connections, "data connections per PS shard (keys spread over them)")->capture_default_str();
   app.add_option("--rdma-slot-mib", c.rdma_slot_mib, "RDMA: largest reply (pulled rows) in MiB")->capture_default_str();
   app.add_option("--model", c.model.kind, "wide-deep, deepfm, dcn, dlrm")->capture_default_str();
   app.add_option("--bottom-mlp", bottom, "dlrm bottom MLP (then the embedding dim)")->capture_default_str();

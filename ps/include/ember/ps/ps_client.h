@@ -34,12 +34,15 @@ Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& to
 
 class PsClient {
  public:
-  PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect);
+  // `connections_per_shard` > 1: each shard's keys are spread over that many connections
+  // (by key), whose requests the shard serves in parallel.
+  PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect,
+           std::uint32_t connections_per_shard = 1);
   // Over TCP.
   PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
            std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
 
-  std::uint32_t shards() const { return static_cast<std::uint32_t>(conns_.size()); }
+  std::uint32_t shards() const { return static_cast<std::uint32_t>(addresses_.size()); }
   // Pulls sent again on a new connection after the first one failed.
   std::uint64_t retries() const { return retries_; }
   // out[i * per] = row of keys[i] (per = dim, or dim + state with `with_state`);
@@ -55,10 +58,14 @@ class PsClient {
   std::uint64_t commit(std::uint64_t iteration);
 
  private:
-  void reconnect(std::uint32_t shard, const std::string& why);
+  void reconnect(std::uint32_t lane, const std::string& why);
+  // A lane is one connection: shard s has lanes s * per_shard_ ... + per_shard_ - 1.
+  std::uint32_t lanes() const { return static_cast<std::uint32_t>(conns_.size()); }
+  std::uint32_t lane_of(Key key) const;
 
   Connector connect_;
   std::vector<ShardAddress> addresses_;
+  std::uint32_t per_shard_ = 1;
   std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
   std::uint64_t retries_ = 0;

@@ -58,6 +58,7 @@ struct TrainConfig {
   int rank = -1;                       // -1: assigned at join
   std::string transport = "tcp";       // tcp or rdma (the PS shards must serve the same)
   std::uint32_t rdma_slot_mib = 4;     // RDMA: largest reply (pulled rows) in MiB
+  std::uint32_t ps_connections = 1;    // data connections per PS shard
   std::string gloo_host = "127.0.0.1"; // interface the dense collective binds on
   std::chrono::milliseconds timeout{30000};            // PS requests
   std::chrono::milliseconds heartbeat_timeout{10000};

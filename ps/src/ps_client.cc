@@ -131,8 +131,7 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
   }
 }
 
-void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
-                         const std::vector<float>& grads) {
+void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per) {
   const std::uint32_t S = lanes();
   by_shard_.resize(S);
   segments_.resize(S);
@@ -140,61 +139,45 @@ void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, 
     by_shard_[s].clear();
     segments_[s].clear();
   }
-  // Keys, then trainer counts; the gradients are gathered from the caller's array (runs of
-  // consecutive rows of one shard are one segment), never copied per shard.
+  // The rows are gathered from the caller's array (consecutive rows of one lane are one
+  // segment), never copied per shard.
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t s = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
-    const float* row = grads.data() + i * dim_;
-    auto& seg = segments_[s];
-    if (!seg.empty() && seg.back().data + seg.back().floats == row) {
-      seg.back().floats += dim_;
-    } else {
-      seg.push_back({row, dim_});
-    }
+    transport::append_run(segments_[s], rows + i * per, per);
   }
-  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_of(keys[i])].push_back(trainers[i]);
-  std::vector<bool> sent(S, false);
+}
+
+void PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row) {
+  const std::uint32_t S = lanes();
   for (std::uint32_t s = 0; s < S; ++s) {
     if (by_shard_[s].empty()) continue;
     OutMessage m;
-    m.header.type = MessageType::kPushGrad;
+    m.header.type = type;
     m.header.iteration = iteration;
     m.keys = by_shard_[s].data();
     m.key_count = static_cast<std::uint32_t>(by_shard_[s].size());
     m.value_segments = segments_[s].data();
     m.segment_count = static_cast<std::uint32_t>(segments_[s].size());
-    m.value_count = static_cast<std::uint32_t>(by_shard_[s].size() / 2 * dim_);
+    m.value_count = static_cast<std::uint32_t>(by_shard_[s].size() / keys_per_row * per);
     conns_[s]->send(m);
-    sent[s] = true;
   }
   for (std::uint32_t s = 0; s < S; ++s) {
-    if (sent[s]) conns_[s]->receive();
+    if (!by_shard_[s].empty()) conns_[s]->receive();
   }
 }
 
+void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
+                         const std::vector<float>& grads) {
+  route_rows(keys, grads.data(), dim_);
+  // Keys, then trainer counts.
+  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_of(keys[i])].push_back(trainers[i]);
+  send_routed(MessageType::kPushGrad, iteration, dim_, 2);
+}
+
 void PsClient::push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
-  const std::uint32_t S = lanes(), per = dim_ + state_;
-  std::vector<std::vector<Key>> k(S);
-  std::vector<std::vector<float>> v(S);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    std::uint32_t s = lane_of(keys[i]);
-    k[s].push_back(keys[i]);
-    v[s].insert(v[s].end(), rows.begin() + static_cast<std::ptrdiff_t>(i * per), rows.begin() + static_cast<std::ptrdiff_t>((i + 1) * per));
-  }
-  for (std::uint32_t s = 0; s < S; ++s) {
-    if (k[s].empty()) continue;
-    OutMessage m;
-    m.header.type = MessageType::kPushValue;
-    m.keys = k[s].data();
-    m.key_count = static_cast<std::uint32_t>(k[s].size());
-    m.values = v[s].data();
-    m.value_count = static_cast<std::uint32_t>(v[s].size());
-    conns_[s]->send(m);
-  }
-  for (std::uint32_t s = 0; s < S; ++s) {
-    if (!k[s].empty()) conns_[s]->receive();
-  }
+  route_rows(keys, rows.data(), dim_ + state_);
+  send_routed(MessageType::kPushValue, 0, dim_ + state_, 1);
 }
 
 std::uint64_t PsClient::commit(std::uint64_t iteration) {

@@ -10,11 +10,6 @@ namespace ember::ps {
 
 using transport::MessageType;
 
-namespace {
-// Sending from the store without a copy pays when rows come in long runs; a segment is a
-// scatter-gather entry (the kernel takes 64 per call).
-constexpr std::size_t kMinRowsPerSegment = 8;
-}  // namespace
 
 void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
   const auto& h = req.header;
@@ -39,15 +34,8 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
       store_.row_pointers(keys, scratch.rows.data());
       auto& segs = scratch.segments;
       segs.clear();
-      const std::uint32_t rf = store_.row_floats();
-      for (const float* r : scratch.rows) {
-        if (!segs.empty() && per == rf && segs.back().data + segs.back().floats == r) {
-          segs.back().floats += per;
-        } else {
-          segs.push_back({r, per});
-        }
-      }
-      if (!segs.empty() && segs.size() * kMinRowsPerSegment <= h.key_count) {
+      for (const float* r : scratch.rows) transport::append_run(segs, r, per);
+      if (!segs.empty() && segs.size() * transport::kMinRowsPerPiece <= h.key_count) {
         reply.value_segments = segs.data();
         reply.segment_count = static_cast<std::uint32_t>(segs.size());
       } else {

@@ -29,10 +29,6 @@ using asio::ip::tcp;
 
 namespace {
 
-// Reading straight into the caller's rows pays when they form few pieces: a piece is a
-// scatter entry (the kernel takes 64 per call); with short pieces a copy is cheaper.
-constexpr std::size_t kMinRowsPerPiece = 8;
-
 // No Nagle delay (requests are small and latency-bound). Buffer sizes are left to the
 // kernel's autotuning, which grows them past any fixed size we could set (setting one
 // turns autotuning off). Best effort: a socket that refuses an option still works.
@@ -300,6 +296,7 @@ struct TcpClient::Impl {
   PayloadBuffer payload;
   std::string broken;  // set once a call failed mid-message: the stream is out of step
   std::vector<iovec> iov;
+  std::vector<Segment> runs;
 
   [[noreturn]] void fail(const std::string& what) {
     broken = what;
@@ -397,7 +394,7 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
   }
   ::freeaddrinfo(res);
   if (impl_->fd < 0) throw IoError("PS " + impl_->peer + ": connect: " + why);
-  int one = 1, big = 4 << 20;
+  int one = 1;
   ::setsockopt(impl_->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // best effort, as tune()
   Key h = token_hash(token);
   OutMessage hello;
@@ -444,20 +441,12 @@ Message TcpClient::receive_rows(std::span<float* const> rows, std::uint32_t row_
   const bool fits = h.type != MessageType::kError && h.value_count == rows.size() * static_cast<std::uint64_t>(row_floats);
   // Rows whose destinations follow each other form one run; read straight into the runs
   // when they are long (few pieces), else into the buffer and copy.
-  auto& runs = impl_->iov;
+  auto& runs = impl_->runs;
   runs.clear();
   if (fits) {
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (!runs.empty() && static_cast<char*>(runs.back().iov_base) + runs.back().iov_len == reinterpret_cast<char*>(rows[i])) {
-        runs.back().iov_len += 4ull * row_floats;
-      } else {
-        runs.push_back({rows[i], 4ull * row_floats});
-      }
-    }
+    for (float* r : rows) append_run(runs, r, row_floats);
   }
   const bool scatter = fits && !rows.empty() && runs.size() * kMinRowsPerPiece <= rows.size();
-  std::vector<iovec> saved;
-  if (scatter) saved.swap(runs);
   const std::uint64_t head = scatter ? 8ull * h.key_count : h.payload_bytes();
   void* dst = impl_->payload.prepare(head);
   impl_->read(dst, head, "receive payload");
@@ -465,7 +454,8 @@ Message TcpClient::receive_rows(std::span<float* const> rows, std::uint32_t row_
   if (h.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
   if (!fits) return m;
   if (scatter) {
-    impl_->iov.swap(saved);
+    impl_->iov.clear();
+    for (const Segment& r : runs) impl_->add(r.data, 4ull * r.floats);  // the caller's rows: writable
     impl_->transfer(false, "receive rows");
   } else {
     for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], m.values + i * row_floats, 4ull * row_floats);

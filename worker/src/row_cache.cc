@@ -172,15 +172,17 @@ class TensorRowCache final : public RowCache {
 
 }  // namespace
 
+std::string resolve_cache_backend(const std::string& backend, torch::Device device) {
+  if (backend == "auto") return device.is_cpu() ? "host" : "tensor";
+  if (backend == "host" && !device.is_cpu()) throw ConfigError("--cache-backend host keeps rows in CPU memory: use it with --device cpu");
+  if (backend != "host" && backend != "tensor") throw ConfigError("--cache-backend '" + backend + "': choose auto, host or tensor");
+  return backend;
+}
+
 std::unique_ptr<RowCache> make_row_cache(const std::string& backend, torch::Device device, std::uint32_t capacity, std::uint32_t dim,
                                          std::uint32_t state_dim) {
-  std::string b = backend == "auto" ? (device.is_cpu() ? "host" : "tensor") : backend;
-  if (b == "host") {
-    if (!device.is_cpu()) throw ConfigError("--cache-backend host keeps rows in CPU memory: use it with --device cpu");
-    return std::make_unique<HostRowCache>(capacity, dim, state_dim);
-  }
-  if (b == "tensor") return std::make_unique<TensorRowCache>(device, capacity, dim, state_dim);
-  throw ConfigError("--cache-backend '" + backend + "': choose auto, host or tensor");
+  if (resolve_cache_backend(backend, device) == "host") return std::make_unique<HostRowCache>(capacity, dim, state_dim);
+  return std::make_unique<TensorRowCache>(device, capacity, dim, state_dim);
 }
 
 }  // namespace ember::worker

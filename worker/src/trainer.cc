@@ -501,17 +501,22 @@ void Worker::execute(Step& s) {
       slots.push_back(p.rows[*row_of.find(s.keys[i])].slot);
     }
   }
+  // Positions of cold and hot rows in the batch, on the device (fae only; used forward
+  // and backward).
+  torch::Tensor cold_idx, hot_idx;
   torch::Tensor emb_flat;
   if (hot_pos.empty()) {
     emb_flat = cache_->gather(slots);
   } else {
+    cold_idx = torch::tensor(cold_pos).to(device_);
+    hot_idx = torch::tensor(hot_pos).to(device_);
     emb_flat = torch::empty({static_cast<std::int64_t>(n) * T, static_cast<std::int64_t>(dim_)}, torch::TensorOptions().device(device_));
-    if (!cold_pos.empty()) emb_flat.index_copy_(0, torch::tensor(cold_pos).to(device_), cache_->gather(slots));
+    if (!cold_pos.empty()) emb_flat.index_copy_(0, cold_idx, cache_->gather(slots));
     auto hv = torch::empty({static_cast<std::int64_t>(hot_h.size()), static_cast<std::int64_t>(dim_)});
     for (std::size_t j = 0; j < hot_h.size(); ++j) {
       std::memcpy(hv.data_ptr<float>() + j * dim_, &hot_rows_[static_cast<std::size_t>(hot_h[j]) * (dim_ + state_)], dim_ * sizeof(float));
     }
-    emb_flat.index_copy_(0, torch::tensor(hot_pos).to(device_), hv.to(device_));
+    emb_flat.index_copy_(0, hot_idx, hv.to(device_));
   }
   auto emb = emb_flat.view({n, static_cast<std::int64_t>(T), dim_});
   emb.set_requires_grad(true);
@@ -526,7 +531,7 @@ void Worker::execute(Step& s) {
   auto eg = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
   if (!hot_pos.empty()) {
     // This worker's part of the hot rows' gradients; summed over workers with the dense ones.
-    auto g = eg.index_select(0, torch::tensor(hot_pos).to(device_)).to(torch::kCPU);
+    auto g = eg.index_select(0, hot_idx).to(torch::kCPU);
     auto h = torch::tensor(std::vector<std::int64_t>(hot_h.begin(), hot_h.end()));
     hot_grad_.index_add_(0, h, g);
     hot_touched_.index_fill_(0, h, 1.0f);
@@ -572,10 +577,10 @@ void Worker::execute(Step& s) {
     }
   }
   opt_->step();
-  if (cold_pos.size() == static_cast<std::size_t>(eg.size(0))) {
+  if (hot_pos.empty()) {
     cache_->scatter_add_grad(slots, eg);
   } else if (!cold_pos.empty()) {
-    cache_->scatter_add_grad(slots, eg.index_select(0, torch::tensor(cold_pos).to(device_)));
+    cache_->scatter_add_grad(slots, eg.index_select(0, cold_idx));
   }
 
   // Full-set sync pushes every trained row's gradient (with its trainer count).
@@ -682,7 +687,7 @@ TrainSummary Worker::run() {
   if (c_.coordinator.empty()) throw ConfigError("--coordinator is required (the control plane endpoint of ember-ps shard 0)");
   if (c_.token.empty()) throw ConfigError("a job token is required (--token or --token-file)");
   device_ = parse_device(c_.device);
-  make_row_cache(c_.cache_backend, device_, 1, 1, 0);  // --cache-backend errors before joining
+  resolve_cache_backend(c_.cache_backend, device_);  // --cache-backend errors before joining
   ds_.emplace(data::Dataset::open(c_.dataset));
   auto sc = scheduler_config(*ds_, c_);  // config errors before joining
   on_demand_ = sc.policy.on_demand();

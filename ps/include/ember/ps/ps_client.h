@@ -59,6 +59,11 @@ class PsClient {
 
  private:
   void reconnect(std::uint32_t lane, const std::string& why);
+  // Splits rows (per floats each, in the order of `keys`) into by_shard_ / segments_ by lane.
+  void route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per);
+  // Sends every lane's keys and segments as one request each, all in flight, then waits
+  // for the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).
+  void send_routed(transport::MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row);
   // A lane is one connection: shard s has lanes s * per_shard_ ... + per_shard_ - 1.
   std::uint32_t lanes() const { return static_cast<std::uint32_t>(conns_.size()); }
   std::uint32_t lane_of(Key key) const;

@@ -29,6 +29,21 @@ struct Segment {
   std::uint32_t floats = 0;
 };
 
+// Appends `floats` values at `data` to `runs`, extending the last run when they follow
+// it in memory (rows next to each other travel as one scatter-gather piece).
+inline void append_run(std::vector<Segment>& runs, const float* data, std::uint32_t floats) {
+  if (!runs.empty() && runs.back().data + runs.back().floats == data) {
+    runs.back().floats += floats;
+  } else {
+    runs.push_back({data, floats});
+  }
+}
+
+// Sending or receiving rows as separate scatter-gather pieces pays when the pieces hold
+// at least this many rows on average (the kernel takes 64 pieces per call); with shorter
+// pieces a copy into or out of one buffer is cheaper.
+inline constexpr std::size_t kMinRowsPerPiece = 8;
+
 // An outgoing message: header (counts are filled from the segments) and segments the
 // caller owns until the send returns. The values are either one array (`values`) or,
 // with `value_segments`, gathered from where they live (a PS replies from its store this

@@ -51,6 +51,10 @@ class RowCache {
   virtual const char* backend() const = 0;
 };
 
+// The backend `backend` names on `device` ("auto": host on CPU, tensor elsewhere);
+// ConfigError for an unknown name or host memory with a GPU.
+std::string resolve_cache_backend(const std::string& backend, torch::Device device);
+
 // `backend`: "host" or "tensor" ("auto": host on CPU, tensor elsewhere).
 std::unique_ptr<RowCache> make_row_cache(const std::string& backend, torch::Device device, std::uint32_t capacity, std::uint32_t dim,
                                          std::uint32_t state_dim);

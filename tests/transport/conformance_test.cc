@@ -13,6 +13,7 @@
 #include "ember/transport/rdma.h"
 #include "ember/transport/tcp.h"
 #include "ember/transport/verbs_fake.h"
+#include "echo_handler.h"
 
 namespace ember::transport {
 namespace {
@@ -20,19 +21,7 @@ namespace {
 const std::string kToken = "job-secret";
 using std::chrono::milliseconds;
 
-// Echoes the keys and doubles the values; a pull of key 666 is refused; a commit of
-// iteration 999 takes 600 ms.
-void echo(const Message& req, OutMessage& reply, Scratch& scratch) {
-  if (req.header.type == MessageType::kPull && req.header.key_count > 0 && req.keys[0] == 666) throw ProtocolError("key 666 is unknown");
-  if (req.header.type == MessageType::kCommit && req.header.iteration == 999) std::this_thread::sleep_for(milliseconds(600));
-  scratch.values.assign(req.values, req.values + req.header.value_count);
-  for (float& v : scratch.values) v *= 2;
-  reply.header.type = MessageType::kAck;
-  reply.keys = req.keys;
-  reply.key_count = req.header.key_count;
-  reply.values = scratch.values.data();
-  reply.value_count = static_cast<std::uint32_t>(scratch.values.size());
-}
+using test::echo;
 
 // Small RDMA pools, so that credits run out and slots are reused all the time.
 RdmaOptions tight_rdma(milliseconds timeout = milliseconds(5000)) {
@@ -45,17 +34,19 @@ RdmaOptions tight_rdma(milliseconds timeout = milliseconds(5000)) {
   return o;
 }
 
+RdmaServerOptions tight_server() {
+  RdmaServerOptions o;
+  o.token = kToken;
+  o.rdma = tight_rdma();
+  return o;
+}
+
 class Conformance : public ::testing::TestWithParam<std::string> {
  protected:
   bool rdma() const { return GetParam() == "rdma_fake"; }
 
   std::unique_ptr<Server> make_server(RequestHandler h = echo) {
-    if (rdma()) {
-      RdmaServerOptions o;
-      o.token = kToken;
-      o.rdma = tight_rdma();
-      return std::make_unique<RdmaServer>(fabric_, o, std::move(h));
-    }
+    if (rdma()) return std::make_unique<RdmaServer>(fabric_, tight_server(), std::move(h));
     TcpServerOptions o;
     o.token = kToken;
     o.max_payload_bytes = 1 << 20;
@@ -248,51 +239,44 @@ INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values(std::string(
 
 // ----------------------------------------------------------------- RDMA protocol only
 
-TEST(RdmaFake, MemoryIsRegisteredOncePerConnectionNotPerMessage) {
+// An echo server on a fake fabric with small pools.
+class RdmaFake : public ::testing::Test {
+ protected:
+  std::unique_ptr<RdmaClient> client() { return std::make_unique<RdmaClient>(fabric, "127.0.0.1", server.port(), kToken, tight_rdma()); }
+
   verbs::FakeFabric fabric;
-  RdmaServerOptions so;
-  so.token = kToken;
-  so.rdma = tight_rdma();
-  RdmaServer server(fabric, so, echo);
-  RdmaClient c(fabric, "127.0.0.1", server.port(), kToken, tight_rdma());
+  RdmaServer server{fabric, tight_server(), echo};
+};
+
+TEST_F(RdmaFake, MemoryIsRegisteredOncePerConnectionNotPerMessage) {
+  auto c = client();
   const std::uint64_t after_connect = fabric.registrations();
   EXPECT_EQ(after_connect, 2u);  // one pool per side
   for (int i = 0; i < 300; ++i) {
     Request r = make_request(static_cast<std::size_t>(i * 31 % 4000), static_cast<std::uint64_t>(i));
-    expect_echo(c.call(r.msg()), r);
+    expect_echo(c->call(r.msg()), r);
   }
   EXPECT_EQ(fabric.registrations(), after_connect);
   EXPECT_GT(fabric.bytes_moved(), 300u * 1000u);
 }
 
-TEST(RdmaFake, OversizedMessagesAreRefusedAndTheConnectionStaysUsable) {
-  verbs::FakeFabric fabric;
-  RdmaServerOptions so;
-  so.token = kToken;
-  so.rdma = tight_rdma();
-  RdmaServer server(fabric, so, echo);
-  RdmaClient c(fabric, "127.0.0.1", server.port(), kToken, tight_rdma());
+TEST_F(RdmaFake, OversizedMessagesAreRefusedAndTheConnectionStaysUsable) {
+  auto c = client();
   Request big = make_request(40000, 1);  // 960 KB > the 256 KiB slots
   try {
-    c.send(big.msg());
+    c->send(big.msg());
     ADD_FAILURE();
   } catch (const ProtocolError& e) {
     EXPECT_NE(std::string(e.what()).find("slot size"), std::string::npos) << e.what();
   }
   Request r = make_request(10, 1);
-  expect_echo(c.call(r.msg()), r);
+  expect_echo(c->call(r.msg()), r);
 }
 
-TEST(RdmaFake, CompletionErrorFailsThatConnectionOnly) {
-  verbs::FakeFabric fabric;
-  RdmaServerOptions so;
-  so.token = kToken;
-  so.rdma = tight_rdma();
-  RdmaServer server(fabric, so, echo);
-  RdmaClient victim(fabric, "127.0.0.1", server.port(), kToken, tight_rdma());
-  RdmaClient other(fabric, "127.0.0.1", server.port(), kToken, tight_rdma());
+TEST_F(RdmaFake, CompletionErrorFailsThatConnectionOnly) {
+  auto victim = client(), other = client();
   Request r = make_request(2000, 9);
-  expect_echo(victim.call(r.msg()), r);
+  expect_echo(victim->call(r.msg()), r);
   std::this_thread::sleep_for(milliseconds(100));  // let the server's credit frame, if any, go out first
   // The next post_send on the fabric (the victim's request) fails with a completion
   // error; its own and its later requests throw, the server drops it, the other
@@ -300,23 +284,18 @@ TEST(RdmaFake, CompletionErrorFailsThatConnectionOnly) {
   fabric.inject_send_error(1);
   EXPECT_THROW(
       {
-        victim.send(r.msg());
-        victim.send(r.msg());
-        victim.receive();
+        victim->send(r.msg());
+        victim->send(r.msg());
+        victim->receive();
       },
       IoError);
-  EXPECT_THROW(victim.call(r.msg()), IoError);
-  for (int i = 0; i < 5; ++i) expect_echo(other.call(r.msg()), r);
+  EXPECT_THROW(victim->call(r.msg()), IoError);
+  for (int i = 0; i < 5; ++i) expect_echo(other->call(r.msg()), r);
   EXPECT_EQ(server.requests_served(), 6u);
 }
 
-TEST(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
-  verbs::FakeFabric fabric;
-  RdmaServerOptions so;
-  so.token = kToken;
-  so.rdma = tight_rdma();
-  RdmaServer server(fabric, so, echo);
-  RdmaClient good(fabric, "127.0.0.1", server.port(), kToken, tight_rdma());
+TEST_F(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
+  auto good = client();
 
   // Connect data that is not Ember's: refused at connect.
   {
@@ -382,7 +361,7 @@ TEST(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
     send_raw(f, false, 0);
   }
   Request r = make_request(3000, 4);
-  expect_echo(good.call(r.msg()), r);
+  expect_echo(good->call(r.msg()), r);
   for (int i = 0; i < 100 && server.connections_dropped() < 5; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(server.connections_dropped(), 5u);
 }

@@ -12,30 +12,19 @@
 #include <thread>
 
 #include "ember/common/error.h"
+#include "echo_handler.h"
 
 namespace ember::transport {
 namespace {
 
 const std::string kToken = "job-secret";
 
-// Replies with the request's keys and its values doubled; kPull of key 666 is refused.
+// A server answering with test::echo (echo_handler.h).
 std::unique_ptr<TcpServer> echo_server() {
   TcpServerOptions o;
   o.token = kToken;
   o.max_payload_bytes = 1 << 20;
-  return std::make_unique<TcpServer>(o, [](const Message& req, OutMessage& reply, Scratch& scratch) {
-    if (req.header.type == MessageType::kPull && req.header.key_count > 0 && req.keys[0] == 666) throw ProtocolError("key 666 is unknown");
-    if (req.header.type == MessageType::kCommit && req.header.iteration == 999) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(600));
-    }
-    scratch.values.assign(req.values, req.values + req.header.value_count);
-    for (float& v : scratch.values) v *= 2;
-    reply.header.type = MessageType::kAck;
-    reply.keys = req.keys;
-    reply.key_count = req.header.key_count;
-    reply.values = scratch.values.data();
-    reply.value_count = static_cast<std::uint32_t>(scratch.values.size());
-  });
+  return std::make_unique<TcpServer>(o, test::echo);
 }
 
 // Opens a raw socket, sends `bytes`, and reports whether the server then closed it.

@@ -49,6 +49,8 @@ struct JobResult {
   double auc = -1;
 };
 
+void expect_same_model(const ReferenceResult& ref, const JobResult& job, const std::string& what);
+
 class Training : public test::TempDirTest {
  protected:
   fs::path dataset(std::uint64_t rows = 8000) {
@@ -138,6 +140,18 @@ class Training : public test::TempDirTest {
     return r;
   }
 
+  // Runs `o` as a job and trains the same batches in one process (sparse optimizer
+  // o.optimizer with the PS's learning rate); expects the same model; returns the job.
+  JobResult run_job_like_one_process(const fs::path& data, const JobOptions& o, const std::string& name, const std::string& what) {
+    ps::OptimizerConfig sparse;
+    sparse.kind = ps::parse_optimizer(o.optimizer);
+    sparse.lr = 0.05f;
+    const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
+    JobResult job = run_job(data, o, name);
+    expect_same_model(ref, job, what);
+    return job;
+  }
+
   // ember-sim's prediction for the same data, seed and policy (no warm-up).
   std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
     std::string out;
@@ -210,11 +224,7 @@ TEST_F(Training, AdagradRowsMatchOneProcessTraining) {
   o.optimizer = "adagrad";
   o.shards = 1;
   o.model = "wide-deep";
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kAdagrad;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
-  expect_same_model(ref, run_job(data, o, "adagrad"), "herald + adagrad");
+  run_job_like_one_process(data, o, "adagrad", "herald + adagrad");
 }
 
 // The tensor cache backend (the one that keeps rows in GPU memory with --device cuda),
@@ -225,11 +235,7 @@ TEST_F(Training, TensorCacheBackendTrainsTheSameModel) {
   o.policy = "herald";
   o.optimizer = "adagrad";
   o.cache_backend = "tensor";
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kAdagrad;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
-  expect_same_model(ref, run_job(data, o, "tensor"), "herald + adagrad, tensor cache backend");
+  run_job_like_one_process(data, o, "tensor", "herald + adagrad, tensor cache backend");
 }
 
 // FAE-style training: the hottest rows replicated on every worker, their gradients summed
@@ -239,12 +245,7 @@ TEST_F(Training, FaeTrainsTheSameModelWithTheSimulatorsCounts) {
   JobOptions o;
   o.policy = "fae:0.02";
   o.optimizer = "adagrad";
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kAdagrad;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
-  JobResult f = run_job(data, o, "fae");
-  expect_same_model(ref, f, "fae:0.02 + adagrad");
+  JobResult f = run_job_like_one_process(data, o, "fae", "fae:0.02 + adagrad");
   ASSERT_FALSE(f.wire.empty());
   EXPECT_GT(f.wire["hot_sync"], 0u) << "no hot row was trained";
   for (const auto& [k, n] : simulate(data, o)) EXPECT_EQ(f.wire[k], n) << "fae: rows of kind " << k << " on the wire vs ember-sim";
@@ -259,10 +260,7 @@ TEST_F(Training, CudaWorkersTrainTheSameModel) {
   o.device = "cuda";
   o.workers = 1;
   o.batch = kBatch * kWorkers;
-  ps::OptimizerConfig sparse;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
-  expect_same_model(ref, run_job(data, o, "cuda"), "herald on CUDA");
+  run_job_like_one_process(data, o, "cuda", "herald on CUDA");
 }
 
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {

@@ -107,24 +107,7 @@ TEST(Tcp, RoundTripsAndPipelining) {
   EXPECT_EQ(server->requests_served(), 51u);
 }
 
-TEST(Tcp, RefusedRequestKeepsTheConnection) {
-  auto server = echo_server();
-  TcpClient c("127.0.0.1", server->port(), kToken);
-  Key bad = 666;
-  OutMessage m;
-  m.header.type = MessageType::kPull;
-  m.keys = &bad;
-  m.key_count = 1;
-  try {
-    c.call(m);
-    ADD_FAILURE();
-  } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("key 666 is unknown"), std::string::npos) << e.what();
-  }
-  Key good = 7;
-  m.keys = &good;
-  EXPECT_EQ(c.call(m).keys[0], 7u);
-}
+// A refused request keeping its connection: Conformance.RefusedRequestKeepsTheConnection/tcp.
 
 TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {
   auto server = echo_server();

@@ -34,14 +34,28 @@ static_assert(sizeof(CheckpointHeader) == 48);
 
 }  // namespace
 
+// A row's state byte: its initialization, then whether a gradient aggregation of it
+// waits (partial, or complete until the next commit). Only the holder of the row's
+// stripe lock moves a row between kIdle and kAggregating.
+enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
+
 struct ShardStore::Stripe {
   mutable tbb::spin_mutex mu;
-  U64Map<Pending> pending;
-  std::vector<float> grads;
+  // Aggregations still waiting for contributions, their sums in `partial_grads`.
+  U64Map<Pending> partial;
+  std::vector<float> partial_grads;
   std::vector<std::uint32_t> free_offsets;
+  // Complete aggregations, applied at the next commit: appended in arrival order, so the
+  // common case (one trainer) is one copy in and one sequential pass out.
+  struct Ready {
+    Key key;
+    std::uint64_t iteration;
+  };
+  std::vector<Ready> ready;
+  std::vector<float> ready_grads;  // dim floats per entry of `ready`
 };
 
-std::size_t ShardStore::stripe_index(Key key) const { return (key / config_.shards) % kStripes; }
+std::size_t ShardStore::stripe_index(Key key) const { return local_of(key) % kStripes; }
 ShardStore::Stripe& ShardStore::stripe_of(Key key) const { return stripes_[stripe_index(key)]; }
 
 ShardStore::~ShardStore() {
@@ -72,7 +86,7 @@ std::size_t ShardStore::pending() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < kStripes; ++i) {
     tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
-    n += stripes_[i].pending.size();
+    n += stripes_[i].partial.size() + stripes_[i].ready.size();
   }
   return n;
 }
@@ -111,14 +125,14 @@ void ShardStore::check_key(Key key) const {
   if (key >= config_.num_keys) {
     throw ProtocolError("key " + std::to_string(key) + " is beyond the " + std::to_string(config_.num_keys) + " rows of the tables");
   }
-  if (!owns(key)) {
+  if (key - local_of(key) * config_.shards != config_.shard) {
     throw ProtocolError("key " + std::to_string(key) + " belongs to shard " + std::to_string(owner_shard(key, config_.shards)) +
                         ", not " + std::to_string(config_.shard));
   }
 }
 
 float* ShardStore::row_ptr(Key key) {
-  const std::uint64_t local = key / config_.shards;
+  const std::uint64_t local = local_of(key);
   const std::uint32_t rf = row_floats();
   std::atomic<float*>& slot = chunks_[local / kChunkRows];
   float* chunk = slot.load(std::memory_order_acquire);
@@ -132,16 +146,16 @@ float* ShardStore::row_ptr(Key key) {
     }
   }
   float* p = chunk + (local % kChunkRows) * rf;
-  std::atomic<std::uint8_t>& init = initialized_[local];
-  if (init.load(std::memory_order_acquire) != 2) {
-    std::uint8_t expected = 0;
-    if (init.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) {
+  std::atomic<std::uint8_t>& state = initialized_[local];
+  if (state.load(std::memory_order_acquire) < kIdle) {
+    std::uint8_t expected = kNew;
+    if (state.compare_exchange_strong(expected, kInitializing, std::memory_order_acq_rel)) {
       initial_row(config_.seed, key, config_.dim, p);
       init_state(config_.optimizer, config_.dim, p + config_.dim);
-      init.store(2, std::memory_order_release);
+      state.store(kIdle, std::memory_order_release);
       initialized_count_.fetch_add(1, std::memory_order_relaxed);
     } else {
-      while (init.load(std::memory_order_acquire) != 2) std::this_thread::yield();  // another thread is initializing it
+      while (state.load(std::memory_order_acquire) < kIdle) std::this_thread::yield();  // another thread is initializing it
     }
   }
   return p;
@@ -171,12 +185,22 @@ void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
                            const float* grads) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
+  // Validate everything first: a refused request changes nothing (unless another
+  // request races it on the same keys, which BSP rules out). Rows are initialized here
+  // so that their state can say "aggregating".
+  bool aggregating = false;  // some row already has an aggregation: check it under its lock
+  std::array<std::uint32_t, kStripes + 1> start{};
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    check_key(keys[i]);
+    if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
+    row_ptr(keys[i]);
+    aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
+    ++start[stripe_index(keys[i]) + 1];
+  }
   // The request's keys grouped by stripe, so each stripe's lock is taken once per pass
   // (a lock per key makes handler threads fight over the same cache lines).
-  thread_local std::vector<std::uint32_t> order;
-  std::array<std::uint32_t, kStripes + 1> start{};
-  for (Key k : keys) ++start[stripe_index(k) + 1];
   for (std::size_t s = 0; s < kStripes; ++s) start[s + 1] += start[s];
+  thread_local std::vector<std::uint32_t> order;
   order.resize(keys.size());
   {
     std::array<std::uint32_t, kStripes> fill{};
@@ -185,50 +209,66 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
       order[start[s] + fill[s]++] = static_cast<std::uint32_t>(i);
     }
   }
-  // Validate everything first: a refused request changes nothing (unless another
-  // request races it on the same keys, which BSP rules out).
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    check_key(keys[i]);
-    if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
-  }
-  for (std::size_t s = 0; s < kStripes; ++s) {
-    if (start[s] == start[s + 1]) continue;
-    Stripe& st = stripes_[s];
-    tbb::spin_mutex::scoped_lock lock(st.mu);
-    for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
-      const Key k = keys[order[j]];
-      if (const Pending* p = st.pending.find(k)) {
-        if (p->iteration != iteration) {
-          throw ProtocolError("push-grad: key " + std::to_string(k) + " from iteration " + std::to_string(iteration) +
-                              " while the aggregation of iteration " + std::to_string(p->iteration) + " is incomplete");
-        }
-        if (p->received >= p->expected) throw ProtocolError("push-grad: key " + std::to_string(k) + " has all its contributions");
+  // A contribution to an existing aggregation must be of its iteration and not one too many.
+  auto check_partial = [&](const Stripe& st, Key k) {
+    const Pending* p = st.partial.find(k);
+    if (p == nullptr) throw ProtocolError("push-grad: key " + std::to_string(k) + " has all its contributions (awaiting commit)");
+    if (p->iteration != iteration) {
+      throw ProtocolError("push-grad: key " + std::to_string(k) + " from iteration " + std::to_string(iteration) +
+                          " while the aggregation of iteration " + std::to_string(p->iteration) + " is incomplete");
+    }
+  };
+  if (aggregating) {
+    for (std::size_t s = 0; s < kStripes; ++s) {
+      if (start[s] == start[s + 1]) continue;
+      Stripe& st = stripes_[s];
+      tbb::spin_mutex::scoped_lock lock(st.mu);
+      for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
+        const Key k = keys[order[j]];
+        if (initialized_[local_of(k)].load(std::memory_order_relaxed) == kAggregating) check_partial(st, k);
       }
     }
   }
   const std::uint32_t dim = config_.dim;
+  auto append = [dim](std::vector<float>& to, const float* g) { to.insert(to.end(), g, g + dim); };
   for (std::size_t s = 0; s < kStripes; ++s) {
     if (start[s] == start[s + 1]) continue;
     Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);
     for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
       const std::uint32_t i = order[j];
-      auto [p, fresh] = st.pending.try_emplace(keys[i], Pending{iteration, trainers[i], 0, 0});
+      const Key k = keys[i];
       const float* g = grads + static_cast<std::size_t>(i) * dim;
-      if (fresh) {
-        if (!st.free_offsets.empty()) {
-          p->offset = st.free_offsets.back();
-          st.free_offsets.pop_back();
+      std::atomic<std::uint8_t>& state = initialized_[local_of(k)];
+      if (state.load(std::memory_order_relaxed) != kAggregating) {
+        if (trainers[i] == 1) {
+          st.ready.push_back({k, iteration});  // complete already: the common case
+          append(st.ready_grads, g);
         } else {
-          p->offset = static_cast<std::uint32_t>(st.grads.size());
-          st.grads.resize(st.grads.size() + dim);
+          std::uint32_t offset;
+          if (!st.free_offsets.empty()) {
+            offset = st.free_offsets.back();
+            st.free_offsets.pop_back();
+            std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
+          } else {
+            offset = static_cast<std::uint32_t>(st.partial_grads.size());
+            append(st.partial_grads, g);
+          }
+          st.partial.try_emplace(k, Pending{iteration, trainers[i], 1, offset});
         }
-        std::memcpy(st.grads.data() + p->offset, g, dim * sizeof(float));  // the first contribution
-      } else {
-        float* __restrict acc = st.grads.data() + p->offset;
-        for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
+        state.store(kAggregating, std::memory_order_release);
+        continue;
       }
-      ++p->received;
+      check_partial(st, k);  // again: another request may have raced this one
+      Pending* p = st.partial.find(k);
+      float* __restrict acc = st.partial_grads.data() + p->offset;
+      for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
+      if (++p->received == p->expected) {
+        st.ready.push_back({k, p->iteration});
+        append(st.ready_grads, acc);
+        st.free_offsets.push_back(p->offset);
+        st.partial.erase(k);
+      }
     }
   }
 }
@@ -236,9 +276,9 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
 void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   for (Key k : keys) {
     check_key(k);
-    Stripe& st = stripe_of(k);
-    tbb::spin_mutex::scoped_lock lock(st.mu);
-    if (st.pending.find(k)) throw ProtocolError("push-value: key " + std::to_string(k) + " has an incomplete gradient aggregation");
+    if (initialized_[local_of(k)].load(std::memory_order_acquire) == kAggregating) {
+      throw ProtocolError("push-value: key " + std::to_string(k) + " has a gradient aggregation not yet applied");
+    }
   }
   const std::uint32_t rf = row_floats();
   for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(row_ptr(keys[i]), rows + i * rf, sizeof(float) * rf);
@@ -246,22 +286,27 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
 
 std::uint64_t ShardStore::commit() {
   std::uint64_t applied = 0;
+  const std::uint32_t dim = config_.dim;
+  std::uint64_t lr_iteration = ~std::uint64_t{0};
+  float lr = 0;
   for (std::size_t s = 0; s < kStripes; ++s) {
     Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);
-    std::vector<Key> ready;
-    st.pending.for_each([&](std::uint64_t k, const Pending& p) {
-      if (p.received == p.expected) ready.push_back(k);
-    });
-    std::sort(ready.begin(), ready.end());  // a fixed order, though rows are independent
-    for (Key k : ready) {
-      Pending p = *st.pending.find(k);
-      float* r = row_ptr(k);
-      apply(config_.optimizer, config_.lr_at(p.iteration), config_.dim, r, r + config_.dim, st.grads.data() + p.offset);
-      st.free_offsets.push_back(p.offset);
-      st.pending.erase(k);
+    // Rows are independent: applying them in arrival order gives the same rows as any order.
+    for (std::size_t j = 0; j < st.ready.size(); ++j) {
+      const auto& r = st.ready[j];
+      if (j + 1 < st.ready.size()) __builtin_prefetch(row_ptr(st.ready[j + 1].key), 1);
+      if (r.iteration != lr_iteration) {
+        lr_iteration = r.iteration;
+        lr = config_.lr_at(r.iteration);
+      }
+      float* row = row_ptr(r.key);
+      apply(config_.optimizer, lr, dim, row, row + dim, st.ready_grads.data() + j * dim);
+      initialized_[local_of(r.key)].store(kIdle, std::memory_order_release);
     }
-    applied += ready.size();
+    applied += st.ready.size();
+    st.ready.clear();
+    st.ready_grads.clear();
   }
   return applied;
 }
@@ -274,7 +319,7 @@ void ShardStore::save(const std::filesystem::path& file) const {
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
   std::uint64_t rows = 0;
-  for (std::uint64_t local = 0; local < local_rows_; ++local) rows += initialized_[local].load() == 2;
+  for (std::uint64_t local = 0; local < local_rows_; ++local) rows += initialized_[local].load() >= kIdle;
   std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');
   CheckpointHeader h{};
   std::memcpy(h.magic, kCheckpointMagic, sizeof h.magic);
@@ -289,7 +334,7 @@ void ShardStore::save(const std::filesystem::path& file) const {
   std::memcpy(buf.data(), &h, sizeof h);
   char* p = buf.data() + sizeof h;
   for (std::uint64_t local = 0; local < local_rows_; ++local) {
-    if (initialized_[local].load() != 2) continue;
+    if (initialized_[local].load() < kIdle) continue;
     const Key key = local * config_.shards + config_.shard;
     std::memcpy(p, &key, sizeof key);
     std::memcpy(p + sizeof key, chunks_[local / kChunkRows].load() + (local % kChunkRows) * rf, rf * sizeof(float));

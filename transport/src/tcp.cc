@@ -37,6 +37,27 @@ void tune(tcp::socket& s) {
   s.set_option(tcp::no_delay(true), ignored);
 }
 
+// Consumes `n` bytes from iov[first...] (a sendmsg/recvmsg moved them).
+void consume(std::vector<iovec>& iov, std::size_t& first, std::size_t n) {
+  while (n > 0) {
+    const std::size_t take = std::min(n, iov[first].iov_len);
+    iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+    iov[first].iov_len -= take;
+    n -= take;
+    if (iov[first].iov_len == 0) ++first;
+  }
+}
+
+// One sendmsg/recvmsg over iov[first...] (at most IOV_MAX pieces, empty ones skipped).
+ssize_t move_some(int fd, bool out, std::vector<iovec>& iov, std::size_t& first) {
+  while (first < iov.size() && iov[first].iov_len == 0) ++first;
+  if (first == iov.size()) return 0;
+  msghdr msg{};
+  msg.msg_iov = iov.data() + first;
+  msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
+  return out ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
+}
+
 // Payload storage aligned for uint64 keys, followed by the float values.
 struct PayloadBuffer {
   std::vector<std::uint64_t> words;
@@ -87,7 +108,8 @@ struct TcpServer::Impl {
     MessageHeader header;
     PayloadBuffer payload;
     Scratch scratch;
-    std::vector<asio::const_buffer> out_bufs;
+    std::vector<iovec> in_iov, out_iov;
+    std::size_t in_first = 0, out_first = 0;
     std::vector<Key> error_storage;
     OutMessage reply;
     bool authenticated = false;
@@ -132,15 +154,35 @@ struct TcpServer::Impl {
         drop(e.what());
         return;
       }
-      auto self = shared_from_this();
-      asio::async_read(socket, asio::buffer(payload.prepare(header.payload_bytes()), header.payload_bytes()),
-                       [self](boost::system::error_code ec, std::size_t) {
-                         if (ec) {
-                           self->drop("truncated " + std::string(type_name(self->header.type)) + " payload: " + ec.message());
-                           return;
-                         }
-                         self->on_message();
-                       });
+      in_iov.assign(1, iovec{payload.prepare(header.payload_bytes()), header.payload_bytes()});
+      in_first = 0;
+      read_payload();
+    }
+
+    // The payload is read in as few recvmsg calls as the kernel allows (asio's async_read
+    // would cut it into 64 KiB operations, each a trip through the event loop), waiting
+    // for the socket only when no data is there.
+    void read_payload() {
+      const int fd = socket.native_handle();
+      while (true) {
+        const ssize_t n = move_some(fd, false, in_iov, in_first);
+        if (n > 0) {
+          consume(in_iov, in_first, static_cast<std::size_t>(n));
+          continue;
+        }
+        if (in_first == in_iov.size()) return on_message();
+        if (n == 0) return drop("truncated " + std::string(type_name(header.type)) + " payload: connection closed");
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          return drop("truncated " + std::string(type_name(header.type)) + " payload: " + std::strerror(errno));
+        }
+        auto self = shared_from_this();
+        socket.async_wait(tcp::socket::wait_read, [self](boost::system::error_code ec) {
+          if (ec) return self->drop("truncated " + std::string(type_name(self->header.type)) + " payload: " + ec.message());
+          self->read_payload();
+        });
+        return;
+      }
     }
 
     void on_message() {
@@ -173,27 +215,44 @@ struct TcpServer::Impl {
       reply.header.key_count = reply.key_count;
       reply.header.value_count = reply.value_count;
       encode_header(reply.header, out_header);
-      out_bufs.clear();
-      out_bufs.push_back(asio::buffer(out_header));
-      if (reply.key_count) out_bufs.push_back(asio::buffer(reply.keys, 8ull * reply.key_count));
+      out_iov.clear();
+      auto add = [&](const void* p, std::size_t bytes) { out_iov.push_back({const_cast<void*>(p), bytes}); };
+      add(out_header, kHeaderBytes);
+      if (reply.key_count) add(reply.keys, 8ull * reply.key_count);
       if (reply.value_segments != nullptr) {
         // Values straight from where they live (the PS store): no copy into one buffer.
-        for (std::uint32_t i = 0; i < reply.segment_count; ++i) {
-          out_bufs.push_back(asio::buffer(reply.value_segments[i].data, 4ull * reply.value_segments[i].floats));
-        }
+        for (std::uint32_t i = 0; i < reply.segment_count; ++i) add(reply.value_segments[i].data, 4ull * reply.value_segments[i].floats);
       } else if (reply.value_count) {
-        out_bufs.push_back(asio::buffer(reply.values, 4ull * reply.value_count));
+        add(reply.values, 4ull * reply.value_count);
       }
-      auto self = shared_from_this();
-      asio::async_write(socket, out_bufs, [self](boost::system::error_code ec, std::size_t) {
-        if (ec) {
-          self->drop("write: " + ec.message());
-          return;
+      out_first = 0;
+      write_reply();
+    }
+
+    // The reply goes out in as few sendmsg calls as the socket takes (asio's async_write
+    // would cut it into 64 KiB operations, each a trip through the event loop); only when
+    // the kernel has no room does the session wait for the socket to become writable.
+    void write_reply() {
+      const int fd = socket.native_handle();
+      while (out_first < out_iov.size()) {
+        const ssize_t n = move_some(fd, true, out_iov, out_first);
+        if (n > 0) {
+          consume(out_iov, out_first, static_cast<std::size_t>(n));
+          continue;
         }
-        self->busy = false;
-        --self->server->in_flight;
-        self->read_header();
-      });
+        if (n == 0) break;  // nothing left (trailing empty pieces)
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return drop(std::string("write: ") + std::strerror(errno));
+        auto self = shared_from_this();
+        socket.async_wait(tcp::socket::wait_write, [self](boost::system::error_code ec) {
+          if (ec) return self->drop("write: " + ec.message());
+          self->write_reply();
+        });
+        return;
+      }
+      busy = false;
+      --server->in_flight;
+      read_header();
     }
   };
 
@@ -309,26 +368,13 @@ struct TcpClient::Impl {
     if (!broken.empty()) throw IoError("PS " + peer + ": connection unusable after an earlier failure (" + broken + ")");
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t first = 0;
-    while (first < iov.size()) {
-      if (iov[first].iov_len == 0) {
-        ++first;
-        continue;
-      }
-      msghdr msg{};
-      msg.msg_iov = iov.data() + first;
-      msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
-      ssize_t n = out ? ::sendmsg(fd, &msg, MSG_NOSIGNAL) : ::recvmsg(fd, &msg, 0);
+    while (true) {
+      const ssize_t n = move_some(fd, out, iov, first);
       if (n > 0) {
-        auto left = static_cast<std::size_t>(n);
-        while (left > 0) {
-          std::size_t take = std::min(left, iov[first].iov_len);
-          iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
-          iov[first].iov_len -= take;
-          left -= take;
-          if (iov[first].iov_len == 0) ++first;
-        }
+        consume(iov, first, static_cast<std::size_t>(n));
         continue;
       }
+      if (first == iov.size()) return;  // all moved
       if (n == 0 && !out) fail(std::string(what) + ": connection closed by the server");
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) fail(std::string(what) + ": " + std::strerror(errno));

@@ -95,14 +95,16 @@ class ShardStore {
   ShardStore(ShardStore&&) noexcept;
 
  private:
-  float* row_ptr(Key key);
+  float* row_ptr(Key key);  // initializes the row on first use
   void check_key(Key key) const;
+  // Index of the key among this shard's rows (a division only with several shards).
+  std::uint64_t local_of(Key key) const { return config_.shards == 1 ? key : key / config_.shards; }
 
   struct Pending {
     std::uint64_t iteration;
     std::uint32_t expected;
     std::uint32_t received;
-    std::uint32_t offset;  // into the stripe's grads
+    std::uint32_t offset;  // into the stripe's partial_grads
   };
   // Pending aggregations of the keys that hash to one stripe.
   struct Stripe;
@@ -117,7 +119,7 @@ class ShardStore {
   static constexpr std::uint64_t kChunkRows = 1 << 16;
   std::unique_ptr<std::atomic<float*>[]> chunks_;
   std::uint64_t chunk_count_ = 0;
-  std::unique_ptr<std::atomic<std::uint8_t>[]> initialized_;  // 0 new, 1 being initialized, 2 ready
+  std::unique_ptr<std::atomic<std::uint8_t>[]> initialized_;  // per row: a RowState (shard_store.cc)
   std::atomic<std::uint64_t> initialized_count_{0};
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

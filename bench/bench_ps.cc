@@ -181,7 +181,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
               Key base = first_key(rng, t, threads, o.num_keys, n);
               for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
               if (std::string(op) == "pull") {
-                c.pull(keys, buf);
+                c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
               } else {
                 c.push_grad(it, keys, trainers, buf);
                 c.commit(it++);

@@ -52,6 +52,7 @@ std::uint32_t PsClient::lane_of(Key key) const {
   // Blocks of 64 rows that follow each other on the shard stay on one connection, so
   // replies of consecutive keys still travel as runs (sent and received without copies).
   constexpr std::uint64_t kBlock = 64;
+  if (conns_.size() == 1) return 0;
   const std::uint32_t S = shards();
   return owner_shard(key, S) * per_shard_ + static_cast<std::uint32_t>((key / S / kBlock) % per_shard_);
 }
@@ -68,23 +69,31 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& t
                    std::chrono::milliseconds timeout)
     : PsClient(shards, dim, state_floats, tcp_connector(token, timeout)) {}
 
-void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration) {
+void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration, Dedup dedup) {
   const std::uint32_t S = lanes(), per = with_state ? dim_ + state_ : dim_;
   const std::size_t n = keys.size();
   out.resize(n * per);
-  // Distinct keys per shard, each with where its row lands; repeats point at their first.
+  // Keys per lane, each with where its row lands; with de-duplication, repeats are
+  // dropped here and copied from their first occurrence at the end.
   by_shard_.resize(S);
   dst_.resize(S);
   for (std::uint32_t s = 0; s < S; ++s) {
     by_shard_[s].clear();
     dst_[s].clear();
   }
-  first_.resize(n);
-  U64Map<std::uint32_t> first_of(n);
+  if (dedup == Dedup::kYes) {
+    first_.resize(n);
+    // The map is kept between calls (cleared, not reallocated) unless far larger than needed.
+    if (first_of_.capacity() > 16 * n + 64) first_of_ = U64Map<std::uint32_t>(n);
+    first_of_.clear();
+    first_of_.reserve(n);
+  }
   for (std::size_t i = 0; i < n; ++i) {
-    auto [p, fresh] = first_of.try_emplace(keys[i], static_cast<std::uint32_t>(i));
-    first_[i] = *p;
-    if (!fresh) continue;
+    if (dedup == Dedup::kYes) {
+      auto [p, fresh] = first_of_.try_emplace(keys[i], static_cast<std::uint32_t>(i));
+      first_[i] = *p;
+      if (!fresh) continue;
+    }
     const std::uint32_t s = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
     dst_[s].push_back(&out[i * per]);
@@ -126,6 +135,7 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
       throw ProtocolError("PS shard " + std::to_string(s / per_shard_) + ": pull reply of the wrong size");
     }
   }
+  if (dedup == Dedup::kNo) return;
   for (std::size_t i = 0; i < n; ++i) {
     if (first_[i] != i) std::memcpy(&out[i * per], &out[static_cast<std::size_t>(first_[i]) * per], per * sizeof(float));
   }

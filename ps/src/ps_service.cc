@@ -53,7 +53,8 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
         throw ProtocolError("push-grad: " + std::to_string(h.value_count) + " values for " + std::to_string(n) + " rows of dim " +
                             std::to_string(dim));
       }
-      std::vector<std::uint32_t> trainers(n);
+      thread_local std::vector<std::uint32_t> trainers;  // reused: no allocation per request
+      trainers.resize(n);
       for (std::uint32_t i = 0; i < n; ++i) {
         if (req.keys[n + i] > 64) throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
         trainers[i] = static_cast<std::uint32_t>(req.keys[n + i]);

@@ -37,7 +37,9 @@ static_assert(sizeof(CheckpointHeader) == 48);
 // A row's state byte: its initialization, then whether a gradient aggregation of it
 // waits (partial, or complete until the next commit). Only the holder of the row's
 // stripe lock moves a row between kIdle and kAggregating.
+namespace {
 enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
+}  // namespace
 
 struct ShardStore::Stripe {
   mutable tbb::spin_mutex mu;
@@ -121,17 +123,17 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   }
 }
 
-void ShardStore::check_key(Key key) const {
+static_assert(kIdle == 2, "row_ptr()'s inline test in shard_store.h");
+
+void ShardStore::refuse_key(Key key) const {
   if (key >= config_.num_keys) {
     throw ProtocolError("key " + std::to_string(key) + " is beyond the " + std::to_string(config_.num_keys) + " rows of the tables");
   }
-  if (key - local_of(key) * config_.shards != config_.shard) {
-    throw ProtocolError("key " + std::to_string(key) + " belongs to shard " + std::to_string(owner_shard(key, config_.shards)) +
-                        ", not " + std::to_string(config_.shard));
-  }
+  throw ProtocolError("key " + std::to_string(key) + " belongs to shard " + std::to_string(owner_shard(key, config_.shards)) + ", not " +
+                      std::to_string(config_.shard));
 }
 
-float* ShardStore::row_ptr(Key key) {
+float* ShardStore::first_touch(Key key) {
   const std::uint64_t local = local_of(key);
   const std::uint32_t rf = row_floats();
   std::atomic<float*>& slot = chunks_[local / kChunkRows];
@@ -178,7 +180,7 @@ void ShardStore::pull_with_state(std::span<const Key> keys, float* out) {
 }
 
 void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
-  for (Key k : keys) check_key(k);
+  for (Key k : keys) check_key(k);  // all first: a refused pull touches nothing
   for (std::size_t i = 0; i < keys.size(); ++i) out[i] = row_ptr(keys[i]);
 }
 
@@ -231,7 +233,11 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   }
   const std::uint32_t dim = config_.dim;
   auto append = [dim](std::vector<float>& to, const float* g) { to.insert(to.end(), g, g + dim); };
-  for (std::size_t s = 0; s < kStripes; ++s) {
+  // Requests handled at once start at different stripes, so their threads do not queue
+  // behind each other stripe after stripe.
+  const std::size_t rotate = next_rotation_.fetch_add(17, std::memory_order_relaxed);
+  for (std::size_t r = 0; r < kStripes; ++r) {
+    const std::size_t s = (r + rotate) % kStripes;
     if (start[s] == start[s + 1]) continue;
     Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);

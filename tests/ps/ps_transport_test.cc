@@ -73,6 +73,9 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
       std::vector<Key> with_repeats = keys;
       with_repeats.insert(with_repeats.end(), keys.begin(), keys.begin() + 50);
       c.pull(with_repeats, pulled, true, t);
+      std::vector<float> undeduplicated;  // the repeats fetched twice: the same rows
+      c.pull(with_repeats, undeduplicated, true, t, PsClient::Dedup::kNo);
+      EXPECT_EQ(undeduplicated, pulled);
       std::vector<float> grads(keys.size() * kDim);
       for (std::size_t i = 0; i < keys.size(); ++i) {
         for (std::uint32_t d = 0; d < kDim; ++d) grads[i * kDim + d] = 0.01f * pulled[i * (kDim + state) + d] + 0.001f * static_cast<float>(w + d);

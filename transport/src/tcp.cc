@@ -58,18 +58,26 @@ ssize_t move_some(int fd, bool out, std::vector<iovec>& iov, std::size_t& first)
   return out ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
 }
 
-// Payload storage aligned for uint64 keys, followed by the float values.
+// Payload storage aligned for uint64 keys, followed by the float values. It only grows
+// (a push alternating with a commit must not re-zero 256 KiB each time) unless one huge
+// message left it far larger than what follows.
 struct PayloadBuffer {
-  std::vector<std::uint64_t> words;
+  std::unique_ptr<std::uint64_t[]> words;
+  std::size_t capacity = 0;
   void* prepare(std::uint64_t bytes) {
-    words.resize((bytes + 7) / 8);
-    return words.data();
+    const std::size_t n = (bytes + 7) / 8;
+    constexpr std::size_t kKeepWords = std::size_t{8} << 20;  // 64 MiB
+    if (n > capacity || (capacity > kKeepWords && n < capacity / 4)) {
+      words = std::make_unique_for_overwrite<std::uint64_t[]>(std::max<std::size_t>(n, 1));
+      capacity = std::max<std::size_t>(n, 1);
+    }
+    return words.get();
   }
   Message view(const MessageHeader& h) const {
     Message m;
     m.header = h;
-    m.keys = words.data();
-    m.values = reinterpret_cast<const float*>(reinterpret_cast<const char*>(words.data()) + 8ull * h.key_count);
+    m.keys = words.get();
+    m.values = reinterpret_cast<const float*>(reinterpret_cast<const char*>(words.get()) + 8ull * h.key_count);
     return m;
   }
 };

@@ -476,7 +476,7 @@ void Worker::execute(Step& s) {
     }
     push_partials(evicted_grads);
     std::vector<float> rows;
-    client_->pull(pull_keys, rows, true, t);
+    client_->pull(pull_keys, rows, true, t, ps::PsClient::Dedup::kNo);  // a slot per key: distinct
     cache_->fill(pull_slots, pull_keys, rows.data());
     wire_.pulls += p.pulls.size();
     wire_.bytes_out += pull_keys.size() * 8;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/common/flat_map.h"
 #include "ember/common/types.h"
 #include "ember/transport/channel.h"
 #include "ember/transport/rdma.h"
@@ -45,10 +46,15 @@ class PsClient {
   std::uint32_t shards() const { return static_cast<std::uint32_t>(addresses_.size()); }
   // Pulls sent again on a new connection after the first one failed.
   std::uint64_t retries() const { return retries_; }
+  // Whether pull() looks for repeated keys. kNo is for callers whose keys are distinct
+  // (a cache's misses): it spares a hash lookup per key, and is still correct if some
+  // key repeats (that row is then sent as often as it is asked for).
+  enum class Dedup { kYes, kNo };
   // out[i * per] = row of keys[i] (per = dim, or dim + state with `with_state`);
   // repeated keys are fetched once. `iteration`: the iteration the rows are for; a shard
   // refuses a pull for an iteration it has not committed yet (t > 0).
-  void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0);
+  void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
+            Dedup dedup = Dedup::kYes);
   // Gradients (dim floats per key) of rows trained in `iteration` by trainers[i] workers.
   void push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
                  const std::vector<float>& grads);
@@ -79,6 +85,7 @@ class PsClient {
   std::vector<std::vector<float*>> dst_;
   std::vector<std::vector<transport::Segment>> segments_;
   std::vector<std::uint32_t> first_;
+  U64Map<std::uint32_t> first_of_;
 };
 
 }  // namespace ember::ps

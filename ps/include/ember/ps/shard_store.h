@@ -95,8 +95,20 @@ class ShardStore {
   ShardStore(ShardStore&&) noexcept;
 
  private:
-  float* row_ptr(Key key);  // initializes the row on first use
-  void check_key(Key key) const;
+  // The row of `key`, initialized on first use. Inline for the common case (a row in
+  // place), out of line for a first touch.
+  float* row_ptr(Key key) {
+    const std::uint64_t local = local_of(key);
+    float* chunk = chunks_[local / kChunkRows].load(std::memory_order_acquire);
+    if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= 2) return chunk + (local % kChunkRows) * row_floats();
+    return first_touch(key);
+  }
+  float* first_touch(Key key);
+  // Throws ProtocolError naming the key unless this shard holds it.
+  void check_key(Key key) const {
+    if (key >= config_.num_keys || key - local_of(key) * config_.shards != config_.shard) [[unlikely]] refuse_key(key);
+  }
+  [[noreturn]] void refuse_key(Key key) const;
   // Index of the key among this shard's rows (a division only with several shards).
   std::uint64_t local_of(Key key) const { return config_.shards == 1 ? key : key / config_.shards; }
 
@@ -123,6 +135,7 @@ class ShardStore {
   std::atomic<std::uint64_t> initialized_count_{0};
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;
+  std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes
 };
 
 }  // namespace ember::ps

@@ -25,7 +25,8 @@
 namespace ember::bench {
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o) {
-  app.add_option("--seconds", o.seconds, "seconds per case")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "seconds per run")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repeats", o.repeats, "runs per case, PS and raw alternating (medians reported)")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--rows", o.rows_per_request, "rows per request")->capture_default_str();
   app.add_option("--num-keys", o.num_keys, "rows of the shard")->capture_default_str();
   app.add_option("--dims", o.dims, "embedding dimensions")->capture_default_str();
@@ -145,8 +146,12 @@ double raw_rate(std::size_t in, std::size_t out, int threads, double seconds, co
 
 int run_ps_bench(const PsBenchOptions& o, bool json) {
   Output out{json};
-  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio"));
+  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request\n", o.repeats, o.seconds,
+                       o.rows_per_request));
+  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
+                       "ratio range"));
   const std::uint32_t n = o.rows_per_request;
+  if (n == 0 || n * 2ull > o.num_keys) throw ConfigError("--rows must be positive and at most half of --num-keys");
   for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
@@ -163,45 +168,57 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     }
     // The raw baseline's replies come from a table of the same size.
     std::vector<char> table(o.num_keys * dim * 4ull, 1);
-    for (const std::string& op_name : o.ops) {
-      const char* op = op_name.c_str();
+    for (const std::string& op : o.ops) {
+      if (op != "pull" && op != "push") throw ConfigError("--ops: unknown op '" + op + "' (pull, push)");
       for (int threads : o.threads) {
-        std::atomic<std::uint64_t> rows{0};
-        std::vector<std::thread> ts;
-        for (int t = 0; t < threads; ++t) {
-          ts.emplace_back([&, t] {
-            ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken), o.connections);
-            std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
-            std::vector<Key> keys(n);
-            std::vector<std::uint32_t> trainers(n, 1);
-            std::vector<float> buf(static_cast<std::size_t>(n) * dim, 0.001f);
-            std::uint64_t done = 0, it = 0;
-            Stopwatch sw;
-            while (sw.seconds() < o.seconds) {
-              Key base = first_key(rng, t, threads, o.num_keys, n);
-              for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
-              if (std::string(op) == "pull") {
-                c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
-              } else {
-                c.push_grad(it, keys, trainers, buf);
-                c.commit(it++);
+        // Rows per second of `threads` PsClients, each on its own range of keys.
+        auto ps_rate = [&] {
+          std::atomic<std::uint64_t> rows{0};
+          std::vector<std::thread> ts;
+          for (int t = 0; t < threads; ++t) {
+            ts.emplace_back([&, t] {
+              ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken), o.connections);
+              std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+              std::vector<Key> keys(n);
+              std::vector<std::uint32_t> trainers(n, 1);
+              std::vector<float> buf(static_cast<std::size_t>(n) * dim, 0.001f);
+              std::uint64_t done = 0, iteration = 0;
+              Stopwatch sw;
+              while (sw.seconds() < o.seconds) {
+                Key base = first_key(rng, t, threads, o.num_keys, n);
+                for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+                if (op == "pull") {
+                  c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
+                } else {
+                  c.push_grad(iteration, keys, trainers, buf);  // then committed: each row applied once
+                  c.commit(iteration++);
+                }
+                done += n;
               }
-              done += n;
-            }
-            rows += done;
-          });
-        }
-        for (auto& th : ts) th.join();
-        const double rps = static_cast<double>(rows) / o.seconds;
+              rows += done;
+            });
+          }
+          for (auto& th : ts) th.join();
+          return static_cast<double>(rows) / o.seconds;
+        };
         const double bytes_per_row = 4.0 * dim;
-        const double gb = rps * bytes_per_row / 1e9;
         // Raw: the same request and reply sizes on plain sockets.
-        const std::size_t req = transport::kHeaderBytes + 8ull * n + (std::string(op) == "push" ? 8ull * n + 4ull * n * dim : 0);
-        const std::size_t rep = transport::kHeaderBytes + (std::string(op) == "pull" ? 4ull * n * dim : 0);
-        const double raw_gb = raw_rate(req, rep, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n * bytes_per_row / 1e9;
-        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}\n", op, dim, threads, rps, gb, raw_gb, gb / raw_gb));
-        out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"rows_s", rps}, {"gb_s", gb}, {"raw_gb_s", raw_gb},
-                 {"ratio", gb / raw_gb}});
+        const std::size_t req = transport::kHeaderBytes + 8ull * n + (op == "push" ? 8ull * n + 4ull * n * dim : 0);
+        const std::size_t rep = transport::kHeaderBytes + (op == "pull" ? 4ull * n * dim : 0);
+        // Alternate PS and raw runs, so that both see the same spells of a noisy host, and
+        // report medians (the ratio: the median of each PS run over the raw run beside it).
+        std::vector<double> ps_rows, raw_gbs, ratios;
+        for (int r = 0; r < o.repeats; ++r) {
+          ps_rows.push_back(ps_rate());
+          raw_gbs.push_back(raw_rate(req, rep, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n * bytes_per_row / 1e9);
+          ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
+        }
+        const double rps = median(ps_rows), gb = rps * bytes_per_row / 1e9, raw_gb = median(raw_gbs), ratio = median(ratios);
+        const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}\n", op, dim, threads, rps, gb, raw_gb, ratio,
+                             fmt::format("{:.2f}-{:.2f}", *lo, *hi)));
+        out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
+                 {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}});
       }
     }
     if (dim == 16) {

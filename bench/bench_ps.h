@@ -9,7 +9,8 @@
 namespace ember::bench {
 
 struct PsBenchOptions {
-  double seconds = 1.0;          // per case
+  double seconds = 0.5;          // per run of a case (PS or raw)
+  int repeats = 3;               // runs of each, alternating PS and raw; medians reported
   std::uint32_t rows_per_request = 1024;
   std::uint64_t num_keys = 1u << 18;
   std::vector<std::uint32_t> dims{16, 64, 256};

@@ -191,16 +191,39 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   // request races it on the same keys, which BSP rules out). Rows are initialized here
   // so that their state can say "aggregating".
   bool aggregating = false;  // some row already has an aggregation: check it under its lock
-  std::array<std::uint32_t, kStripes + 1> start{};
+  bool shared = false;       // some row has several trainers
   for (std::size_t i = 0; i < keys.size(); ++i) {
     check_key(keys[i]);
     if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
     row_ptr(keys[i]);
     aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
-    ++start[stripe_index(keys[i]) + 1];
+    shared |= trainers[i] > 1;
+  }
+  const std::size_t rotate = next_rotation_.fetch_add(17, std::memory_order_relaxed);
+  if (!aggregating && !shared) {
+    // The common case: every row complete with this push. Claim each row (idle to
+    // aggregating: a row claimed by another request meanwhile, or twice in this one, is
+    // refused and the claims undone), then append the whole request to one stripe's
+    // ready list: ready rows need no lookup by key, so any stripe does.
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      std::uint8_t idle = kIdle;
+      if (!initialized_[local_of(keys[i])].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
+        for (std::size_t j = 0; j < i; ++j) initialized_[local_of(keys[j])].store(kIdle, std::memory_order_release);
+        throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " pushed twice in iteration " + std::to_string(iteration));
+      }
+    }
+    // Each handler thread keeps to one stripe: its ready buffer stays warm in cache.
+    thread_local const std::size_t home = std::hash<std::thread::id>{}(std::this_thread::get_id());
+    Stripe& st = stripes_[home % kStripes];
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    for (Key k : keys) st.ready.push_back({k, iteration});
+    st.ready_grads.insert(st.ready_grads.end(), grads, grads + keys.size() * config_.dim);
+    return;
   }
   // The request's keys grouped by stripe, so each stripe's lock is taken once per pass
   // (a lock per key makes handler threads fight over the same cache lines).
+  std::array<std::uint32_t, kStripes + 1> start{};
+  for (Key k : keys) ++start[stripe_index(k) + 1];
   for (std::size_t s = 0; s < kStripes; ++s) start[s + 1] += start[s];
   thread_local std::vector<std::uint32_t> order;
   order.resize(keys.size());
@@ -235,7 +258,6 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   auto append = [dim](std::vector<float>& to, const float* g) { to.insert(to.end(), g, g + dim); };
   // Requests handled at once start at different stripes, so their threads do not queue
   // behind each other stripe after stripe.
-  const std::size_t rotate = next_rotation_.fetch_add(17, std::memory_order_relaxed);
   for (std::size_t r = 0; r < kStripes; ++r) {
     const std::size_t s = (r + rotate) % kStripes;
     if (start[s] == start[s + 1]) continue;
@@ -246,7 +268,8 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
       const Key k = keys[i];
       const float* g = grads + static_cast<std::size_t>(i) * dim;
       std::atomic<std::uint8_t>& state = initialized_[local_of(k)];
-      if (state.load(std::memory_order_relaxed) != kAggregating) {
+      std::uint8_t idle = kIdle;
+      if (state.compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
         if (trainers[i] == 1) {
           st.ready.push_back({k, iteration});  // complete already: the common case
           append(st.ready_grads, g);
@@ -262,7 +285,6 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
           }
           st.partial.try_emplace(k, Pending{iteration, trainers[i], 1, offset});
         }
-        state.store(kAggregating, std::memory_order_release);
         continue;
       }
       check_partial(st, k);  // again: another request may have raced this one

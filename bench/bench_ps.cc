@@ -25,8 +25,8 @@
 namespace ember::bench {
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o) {
-  app.add_option("--seconds", o.seconds, "seconds per run")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--repeats", o.repeats, "runs per case, PS and raw alternating (medians reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seconds", o.seconds, "seconds per run")->capture_default_str()->check(CLI::Range(0.001, 3600.0));
+  app.add_option("--repeats", o.repeats, "runs per case, PS and raw alternating (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
   app.add_option("--rows", o.rows_per_request, "rows per request")->capture_default_str();
   app.add_option("--num-keys", o.num_keys, "rows of the shard")->capture_default_str();
   app.add_option("--dims", o.dims, "embedding dimensions")->capture_default_str();
@@ -145,13 +145,19 @@ double raw_rate(std::size_t in, std::size_t out, int threads, double seconds, co
 }  // namespace
 
 int run_ps_bench(const PsBenchOptions& o, bool json) {
+  const std::uint32_t n = o.rows_per_request;
+  if (n == 0 || n * 2ull > o.num_keys) throw ConfigError("--rows must be positive and at most half of --num-keys");
+  for (const std::string& op : o.ops) {
+    if (op != "pull" && op != "push") throw ConfigError("--ops: unknown op '" + op + "' (pull, push)");
+  }
+  for (int t : o.threads) {
+    if (t < 1 || n * static_cast<std::uint64_t>(t) * 2 > o.num_keys) throw ConfigError("--threads: each thread needs 2 x --rows keys of its own");
+  }
   Output out{json};
   out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request\n", o.repeats, o.seconds,
                        o.rows_per_request));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
                        "ratio range"));
-  const std::uint32_t n = o.rows_per_request;
-  if (n == 0 || n * 2ull > o.num_keys) throw ConfigError("--rows must be positive and at most half of --num-keys");
   for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
@@ -169,7 +175,6 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     // The raw baseline's replies come from a table of the same size.
     std::vector<char> table(o.num_keys * dim * 4ull, 1);
     for (const std::string& op : o.ops) {
-      if (op != "pull" && op != "push") throw ConfigError("--ops: unknown op '" + op + "' (pull, push)");
       for (int threads : o.threads) {
         // Rows per second of `threads` PsClients, each on its own range of keys.
         auto ps_rate = [&] {

@@ -226,6 +226,38 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}});
       }
     }
+    {
+      // The store alone, no sockets, one thread: what serving a row costs in the PS itself,
+      // next to a plain copy of the same bytes (the floor a loopback byte costs).
+      ps::ShardStore& store = service.store();
+      std::mt19937_64 rng(99);
+      std::vector<Key> keys(n);
+      std::vector<std::uint32_t> trainers(n, 1);
+      std::vector<float> grads(static_cast<std::size_t>(n) * dim, 0.001f), dst(grads.size());
+      auto ns_per_row = [&](auto&& step) {
+        std::uint64_t rows = 0;
+        Stopwatch sw;
+        while (sw.seconds() < o.seconds / 2) {
+          const Key base = first_key(rng, 0, 1, o.num_keys, n);
+          for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+          step();
+          rows += n;
+        }
+        return sw.seconds() * 1e9 / static_cast<double>(rows);
+      };
+      std::uint64_t it = 1u << 30;  // past the client runs' iterations
+      const double push_ns = ns_per_row([&] {
+        store.push_grad(it, keys, trainers, grads.data());
+        store.commit();
+        ++it;
+      });
+      const double pull_ns = ns_per_row([&] { store.pull(keys, dst.data()); });
+      const double copy_ns = ns_per_row([&] { std::memcpy(dst.data(), grads.data(), grads.size() * sizeof(float)); });
+      out.text(fmt::format("store alone, dim {}: push + commit {:.1f} ns/row, pull {:.1f} ns/row, memcpy of a row {:.1f} ns\n", dim, push_ns,
+                           pull_ns, copy_ns));
+      out.row({{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns}, {"pull_ns_per_row", pull_ns},
+               {"memcpy_ns_per_row", copy_ns}});
+    }
     if (dim == 16) {
       // Latency of small pulls (16 rows), one client.
       ps::PsClient c({{"127.0.0.1", server.port()}}, kToken, dim, 0);

@@ -1,5 +1,6 @@
 #include "ember/transport/tcp.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -48,14 +49,16 @@ void consume(std::vector<iovec>& iov, std::size_t& first, std::size_t n) {
   }
 }
 
-// One sendmsg/recvmsg over iov[first...] (at most IOV_MAX pieces, empty ones skipped).
-ssize_t move_some(int fd, bool out, std::vector<iovec>& iov, std::size_t& first) {
+// One sendmsg/recvmsg over iov[first...] (at most IOV_MAX pieces, empty ones skipped);
+// `wait`: block until all of it moved (or the socket's timeout), else never block.
+ssize_t move_some(int fd, bool out, std::vector<iovec>& iov, std::size_t& first, bool wait = false) {
   while (first < iov.size() && iov[first].iov_len == 0) ++first;
   if (first == iov.size()) return 0;
   msghdr msg{};
   msg.msg_iov = iov.data() + first;
   msg.msg_iovlen = std::min<std::size_t>(iov.size() - first, IOV_MAX);
-  return out ? ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) : ::recvmsg(fd, &msg, MSG_DONTWAIT);
+  if (out) return ::sendmsg(fd, &msg, MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
+  return ::recvmsg(fd, &msg, wait ? MSG_WAITALL : MSG_DONTWAIT);
 }
 
 // Payload storage aligned for uint64 keys, followed by the float values. It only grows
@@ -351,9 +354,11 @@ std::uint16_t TcpServer::port() const {
 std::uint64_t TcpServer::connections_dropped() const { return impl_->dropped.load(); }
 std::uint64_t TcpServer::requests_served() const { return impl_->served.load(); }
 
-// The client is one thread's blocking calls: plain non-blocking sockets, each call tried
-// at once and waited for with poll() only when the kernel has no room or no data (an
-// event loop would add wake-ups to every round trip).
+// The client is one thread's blocking calls on a blocking socket whose send and receive
+// timeouts are the client's: a message moves in one sendmsg, a reply's header and rows in
+// one recvmsg each (MSG_WAITALL), the thread sleeping in the kernel until they are there,
+// as plain sockets do (polling a non-blocking socket costs a failed call and a poll per
+// reply).
 struct TcpClient::Impl {
   int fd = -1;
   std::string peer;
@@ -364,6 +369,10 @@ struct TcpClient::Impl {
   std::string broken;  // set once a call failed mid-message: the stream is out of step
   std::vector<iovec> iov;
   std::vector<Segment> runs;
+
+  ~Impl() {
+    if (fd >= 0) ::close(fd);  // also when the constructor failed after connecting
+  }
 
   [[noreturn]] void fail(const std::string& what) {
     broken = what;
@@ -377,20 +386,21 @@ struct TcpClient::Impl {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     std::size_t first = 0;
     while (true) {
-      const ssize_t n = move_some(fd, out, iov, first);
+      const ssize_t n = move_some(fd, out, iov, first, true);
       if (n > 0) {
         consume(iov, first, static_cast<std::size_t>(n));
+        if (first < iov.size() && std::chrono::steady_clock::now() >= deadline) {
+          fail(std::string(what) + " timed out after " + std::to_string(timeout.count()) + " ms");  // trickling
+        }
         continue;
       }
       if (first == iov.size()) return;  // all moved
       if (n == 0 && !out) fail(std::string(what) + ": connection closed by the server");
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) fail(std::string(what) + ": " + std::strerror(errno));
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-      pollfd p{fd, static_cast<short>(out ? POLLOUT : POLLIN), 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left) + 1) == 0) {
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {  // the socket's timeout
         fail(std::string(what) + " timed out after " + std::to_string(timeout.count()) + " ms");
       }
+      fail(std::string(what) + ": " + std::strerror(errno));
     }
   }
 
@@ -450,6 +460,14 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
   if (impl_->fd < 0) throw IoError("PS " + impl_->peer + ": connect: " + why);
   int one = 1;
   ::setsockopt(impl_->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // best effort, as tune()
+  // Blocking from now on, each call bounded by the timeout (connect above was not).
+  const int flags = ::fcntl(impl_->fd, F_GETFL);
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  if (timeout.count() <= 0) tv.tv_usec = 1000;  // 0 would mean "no timeout"
+  if (flags < 0 || ::fcntl(impl_->fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
+      ::setsockopt(impl_->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 || ::setsockopt(impl_->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
+    throw IoError("PS " + impl_->peer + ": socket options: " + std::strerror(errno));
+  }
   Key h = token_hash(token);
   OutMessage hello;
   hello.header.type = MessageType::kHello;
@@ -459,9 +477,7 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
   if (r.header.type != MessageType::kHelloReply) throw ProtocolError("PS " + impl_->peer + ": unexpected reply to hello");
 }
 
-TcpClient::~TcpClient() {
-  if (impl_->fd >= 0) ::close(impl_->fd);
-}
+TcpClient::~TcpClient() = default;
 
 std::uint64_t TcpClient::send(OutMessage m) {
   m.header.request_id = impl_->next_id++;

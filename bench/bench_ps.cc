@@ -1,7 +1,8 @@
 // ember-bench ps: pull and push throughput of a PS shard over TCP loopback for several
 // row sizes and client threads, small-pull latency, and raw loopback TCP moving the same
-// bytes per request (plain sockets, no framing or processing; replies read from a table
-// of the same size at the same rows) in the same run.
+// messages (plain blocking sockets, no processing; a pull's reply read from a table of
+// the same size at the same rows; a push, its ack, a commit and its ack) in the same run,
+// the two alternating. Also the shard's store alone (no sockets) per row, next to memcpy.
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -57,12 +58,17 @@ Key first_key(std::mt19937_64& rng, int t, int threads, std::uint64_t num_keys, 
   return static_cast<Key>(t) * range + rng() % (range - n);
 }
 
-// A plain-socket server: per connection, read `in` bytes, write `out` bytes, repeat.
-// The reply comes from `table` at the offset the request's first 8 bytes give, so the
-// raw path reads the same (cold or warm) memory as the PS serving those rows does.
+// One message exchange of an op: `in` bytes to the server, `out` bytes back.
+struct Exchange {
+  std::size_t in, out;
+};
+
+// A plain-socket server: per connection, the exchanges of one op in turn, repeated. A
+// reply longer than a header comes from `table` at the offset the request's first 8 bytes
+// give, so the raw path reads the same (cold or warm) memory as the PS serving those rows.
 class RawServer {
  public:
-  RawServer(std::size_t in, std::size_t out, const std::vector<char>& table) : in_(in), out_(out), table_(table) {
+  RawServer(std::vector<Exchange> op, const std::vector<char>& table) : op_(std::move(op)), table_(table) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -78,12 +84,23 @@ class RawServer {
         int one = 1;
         ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         workers_.emplace_back([this, c] {
-          std::vector<char> ib(std::max<std::size_t>(in_, 8));
-          while (io_all(c, ib.data(), in_, false)) {
-            std::uint64_t offset = 0;
-            std::memcpy(&offset, ib.data(), 8);
-            if (offset + out_ > table_.size()) offset = 0;
-            if (!io_all(c, const_cast<char*>(table_.data() + offset), out_, true)) break;
+          std::size_t most = 8;
+          for (const Exchange& e : op_) most = std::max(most, e.in);
+          std::vector<char> ib(most);
+          for (bool open = true; open;) {
+            for (const Exchange& e : op_) {
+              if (!io_all(c, ib.data(), e.in, false)) {
+                open = false;
+                break;
+              }
+              std::uint64_t offset = 0;
+              std::memcpy(&offset, ib.data(), 8);
+              if (offset + e.out > table_.size()) offset = 0;
+              if (!io_all(c, const_cast<char*>(table_.data() + offset), e.out, true)) {
+                open = false;
+                break;
+              }
+            }
           }
           ::close(c);
         });
@@ -99,7 +116,7 @@ class RawServer {
   std::uint16_t port() const { return port_; }
 
  private:
-  std::size_t in_, out_;
+  std::vector<Exchange> op_;
   const std::vector<char>& table_;
   int fd_ = -1;
   std::uint16_t port_ = 0;
@@ -107,11 +124,11 @@ class RawServer {
   std::vector<std::thread> workers_;
 };
 
-// Requests per second of `threads` raw clients moving in/out bytes per request, the
-// replies read from `table` at the rows the request names.
-double raw_rate(std::size_t in, std::size_t out, int threads, double seconds, const std::vector<char>& table, std::uint64_t num_keys,
+// Ops per second of `threads` raw clients each doing the exchanges of `op` in turn, the
+// replies read from `table` at the rows the first request names.
+double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, const std::vector<char>& table, std::uint64_t num_keys,
                 std::uint32_t n, std::size_t row_bytes) {
-  RawServer server(in, out, table);
+  RawServer server(op, table);
   std::atomic<std::uint64_t> total{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
@@ -124,15 +141,23 @@ double raw_rate(std::size_t in, std::size_t out, int threads, double seconds, co
       if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      std::vector<char> ib(std::max<std::size_t>(in, 8), 1), ob(out);
+      std::size_t in = 8, out = 0;
+      for (const Exchange& e : op) in = std::max(in, e.in), out = std::max(out, e.out);
+      std::vector<char> ib(in, 1), ob(out);
       std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
       std::uint64_t done = 0;
       Stopwatch sw;
-      while (sw.seconds() < seconds) {
-        const std::uint64_t offset = first_key(rng, t, threads, num_keys, n) * row_bytes;
-        std::memcpy(ib.data(), &offset, 8);
-        if (!io_all(fd, ib.data(), in, true) || !io_all(fd, ob.data(), out, false)) break;
-        ++done;
+      bool open = true;
+      while (open && sw.seconds() < seconds) {
+        for (std::size_t x = 0; x < op.size(); ++x) {
+          const std::uint64_t offset = x == 0 ? first_key(rng, t, threads, num_keys, n) * row_bytes : table.size();  // later: no rows
+          std::memcpy(ib.data(), &offset, 8);
+          if (!io_all(fd, ib.data(), op[x].in, true) || !io_all(fd, ob.data(), op[x].out, false)) {
+            open = false;
+            break;
+          }
+        }
+        done += open;
       }
       total += done;
       ::close(fd);
@@ -207,15 +232,18 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
           return static_cast<double>(rows) / o.seconds;
         };
         const double bytes_per_row = 4.0 * dim;
-        // Raw: the same request and reply sizes on plain sockets.
-        const std::size_t req = transport::kHeaderBytes + 8ull * n + (op == "push" ? 8ull * n + 4ull * n * dim : 0);
-        const std::size_t rep = transport::kHeaderBytes + (op == "pull" ? 4ull * n * dim : 0);
+        // Raw: the same messages on plain sockets. A pull is a request (keys) and its reply
+        // (rows); a push is the push (keys, trainer counts, gradients) and its ack, then the
+        // commit and its ack.
+        const std::size_t H = transport::kHeaderBytes;
+        const std::vector<Exchange> raw_op = op == "pull" ? std::vector<Exchange>{{H + 8ull * n, H + 4ull * n * dim}}
+                                                          : std::vector<Exchange>{{H + 16ull * n + 4ull * n * dim, H}, {H, H}};
         // Alternate PS and raw runs, so that both see the same spells of a noisy host, and
         // report medians (the ratio: the median of each PS run over the raw run beside it).
         std::vector<double> ps_rows, raw_gbs, ratios;
         for (int r = 0; r < o.repeats; ++r) {
           ps_rows.push_back(ps_rate());
-          raw_gbs.push_back(raw_rate(req, rep, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n * bytes_per_row / 1e9);
+          raw_gbs.push_back(raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n * bytes_per_row / 1e9);
           ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
         }
         const double rps = median(ps_rows), gb = rps * bytes_per_row / 1e9, raw_gb = median(raw_gbs), ratio = median(ratios);

@@ -34,6 +34,9 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--threads", o.threads, "client thread counts")->capture_default_str();
   app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
   app.add_option("--connections", o.connections, "connections per client thread to the shard")->capture_default_str();
+  app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 21));
 }
 
 namespace {
@@ -191,6 +194,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     transport::TcpServerOptions to;
     to.token = kToken;
     to.io_threads = 4;
+    to.socket_buffer_bytes = o.socket_buffer_kib << 10;
     transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) { service.handle(r, m, s); });
     {
       // Initialize every row first: the timed runs measure serving, not first touches.
@@ -207,7 +211,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
           std::vector<std::thread> ts;
           for (int t = 0; t < threads; ++t) {
             ts.emplace_back([&, t] {
-              ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken), o.connections);
+              ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken, std::chrono::milliseconds(10000), o.socket_buffer_kib << 10),
+                            o.connections);
               std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
               std::vector<Key> keys(n);
               std::vector<std::uint32_t> trainers(n, 1);

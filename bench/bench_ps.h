@@ -17,6 +17,7 @@ struct PsBenchOptions {
   std::vector<int> threads{1, 2, 4};
   std::vector<std::string> ops{"pull", "push"};
   std::uint32_t connections = 1;
+  std::uint32_t socket_buffer_kib = 0;  // TCP buffers of the PS path (0: kernel autotuning)
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

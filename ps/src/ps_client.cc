@@ -29,8 +29,10 @@ ShardAddress parse_address(const std::string& text) {
   return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
-Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout) {
-  return [token, timeout](const ShardAddress& a) { return std::make_unique<transport::TcpClient>(a.host, a.port, token, timeout); };
+Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout, std::uint32_t socket_buffer_bytes) {
+  return [token, timeout, socket_buffer_bytes](const ShardAddress& a) {
+    return std::make_unique<transport::TcpClient>(a.host, a.port, token, timeout, socket_buffer_bytes);
+  };
 }
 
 Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options) {

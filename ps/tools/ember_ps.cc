@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
               log_level = "info", stats_file;
   int io_threads = 2;
   std::string transport_kind = "tcp";
-  std::uint32_t rdma_slot_mib = 4;
+  std::uint32_t rdma_slot_mib = 4, socket_buffer_kib = 0;
   double stats_interval = 10;
   int drain_ms = 5000;
   std::string allocate = "lazy";
@@ -87,6 +87,9 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "job token required from every peer");
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str();
+  app.add_option("--socket-buffer-kib", socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 21));
   app.add_option("--transport", transport_kind, "data plane: tcp or rdma (ibverbs, rdma_cm port space)")->capture_default_str();
   app.add_option("--rdma-slot-mib", rdma_slot_mib, "RDMA: largest request in MiB (a slot of the receive ring)")->capture_default_str();
   app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
@@ -170,6 +173,7 @@ int main(int argc, char** argv) {
       to.port = where.port;
       to.io_threads = io_threads;
       to.token = token;
+      to.socket_buffer_bytes = socket_buffer_kib << 10;
       server_ptr = std::make_unique<transport::TcpServer>(to, handler);
     } else if (transport_kind == "rdma") {
       fabric = transport::verbs::make_ibverbs_fabric();  // one line and exit 2 without a device

@@ -107,6 +107,33 @@ TEST(Tcp, RoundTripsAndPipelining) {
   EXPECT_EQ(server->requests_served(), 51u);
 }
 
+// Fixed socket buffers far smaller than a message (autotuning off) still carry it whole,
+// both ways, in either order of sizes.
+TEST(Tcp, FixedSocketBuffersCarryMessagesLargerThanThem) {
+  TcpServerOptions o;
+  o.token = kToken;
+  o.max_payload_bytes = 16 << 20;
+  o.socket_buffer_bytes = 32 << 10;
+  TcpServer server(o, test::echo);
+  TcpClient c("127.0.0.1", server.port(), kToken, std::chrono::milliseconds(10000), 32 << 10);
+  for (std::size_t floats : {std::size_t{1} << 20, std::size_t{3}, std::size_t{777777}}) {
+    std::vector<float> vals(floats);
+    for (std::size_t i = 0; i < floats; ++i) vals[i] = static_cast<float>(i % 1000);
+    Key key = floats;
+    OutMessage m;
+    m.header.type = MessageType::kPushValue;
+    m.keys = &key;
+    m.key_count = 1;
+    m.values = vals.data();
+    m.value_count = static_cast<std::uint32_t>(floats);
+    Message r = c.call(m);
+    ASSERT_EQ(r.header.value_count, floats);
+    EXPECT_EQ(r.keys[0], floats);
+    for (std::size_t i = 0; i < floats; i += 4099) ASSERT_EQ(r.values[i], 2.0f * vals[i]) << i;
+    EXPECT_EQ(r.values[floats - 1], 2.0f * vals[floats - 1]);
+  }
+}
+
 // A refused request keeping its connection: Conformance.RefusedRequestKeepsTheConnection/tcp.
 
 TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {

@@ -31,11 +31,25 @@ using asio::ip::tcp;
 namespace {
 
 // No Nagle delay (requests are small and latency-bound). Buffer sizes are left to the
-// kernel's autotuning, which grows them past any fixed size we could set (setting one
-// turns autotuning off). Best effort: a socket that refuses an option still works.
-void tune(tcp::socket& s) {
-  boost::system::error_code ignored;
-  s.set_option(tcp::no_delay(true), ignored);
+// kernel's autotuning unless `buffer_bytes` fixes them (which turns autotuning off).
+// Best effort: a socket that refuses an option still works. Returns a warning when the
+// kernel granted less than asked (it caps at net.core.wmem_max / rmem_max), else "".
+std::string tune(int fd, std::uint32_t buffer_bytes) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (buffer_bytes == 0) return "";
+  std::string capped;
+  for (int option : {SO_SNDBUF, SO_RCVBUF}) {
+    int want = static_cast<int>(std::min<std::uint32_t>(buffer_bytes, INT_MAX / 2)), got = 0;
+    socklen_t len = sizeof got;
+    ::setsockopt(fd, SOL_SOCKET, option, &want, sizeof want);
+    // The kernel doubles what it grants (bookkeeping overhead): half is the usable size.
+    if (::getsockopt(fd, SOL_SOCKET, option, &got, &len) == 0 && got / 2 < want) {
+      capped += std::string(capped.empty() ? "" : ", ") + (option == SO_SNDBUF ? "send " : "receive ") + std::to_string(got / 2) +
+                " bytes (net.core." + (option == SO_SNDBUF ? "wmem_max" : "rmem_max") + ")";
+    }
+  }
+  return capped.empty() ? "" : "socket buffers of " + std::to_string(buffer_bytes) + " bytes asked, the kernel granted " + capped;
 }
 
 // Consumes `n` bytes from iov[first...] (a sendmsg/recvmsg moved them).
@@ -99,7 +113,7 @@ struct TcpServer::Impl {
   std::vector<std::thread> threads;
   std::atomic<std::uint64_t> dropped{0}, served{0};
   std::atomic<int> in_flight{0};
-  std::atomic<bool> draining{false}, stopping{false};
+  std::atomic<bool> draining{false}, stopping{false}, warned_buffers{false};
   std::uint64_t token = 0;
   struct Session;
   std::mutex sessions_mu;
@@ -274,7 +288,9 @@ struct TcpServer::Impl {
         if (ec != asio::error::operation_aborted) spdlog::warn("tcp server: accept: {}", ec.message());
         if (!acceptor->is_open()) return;
       } else {
-        tune(s);
+        if (std::string capped = tune(s.native_handle(), opt.socket_buffer_bytes); !capped.empty() && !warned_buffers.exchange(true)) {
+          spdlog::warn("tcp server: {}", capped);  // once: every connection gets the same
+        }
         auto session = std::make_shared<Session>(this, std::move(s));
         {
           std::lock_guard<std::mutex> lock(sessions_mu);
@@ -422,7 +438,8 @@ struct TcpClient::Impl {
   }
 };
 
-TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::string& token, std::chrono::milliseconds timeout)
+TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::string& token, std::chrono::milliseconds timeout,
+                     std::uint32_t socket_buffer_bytes)
     : impl_(std::make_unique<Impl>()) {
   impl_->peer = host + ":" + std::to_string(port);
   impl_->timeout = timeout;
@@ -458,8 +475,7 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
   }
   ::freeaddrinfo(res);
   if (impl_->fd < 0) throw IoError("PS " + impl_->peer + ": connect: " + why);
-  int one = 1;
-  ::setsockopt(impl_->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // best effort, as tune()
+  if (std::string capped = tune(impl_->fd, socket_buffer_bytes); !capped.empty()) spdlog::warn("PS {}: {}", impl_->peer, capped);
   // Blocking from now on, each call bounded by the timeout (connect above was not).
   const int flags = ::fcntl(impl_->fd, F_GETFL);
   timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};

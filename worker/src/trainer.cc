@@ -334,7 +334,8 @@ void Worker::join() {
     ro.timeout = c_.timeout;
     client_ = std::make_unique<ps::PsClient>(shards, dim_, state_, ps::rdma_connector(*fabric_, c_.token, ro), c_.ps_connections);
   } else {
-    client_ = std::make_unique<ps::PsClient>(shards, dim_, state_, ps::tcp_connector(c_.token, c_.timeout), c_.ps_connections);
+    client_ = std::make_unique<ps::PsClient>(shards, dim_, state_, ps::tcp_connector(c_.token, c_.timeout, c_.socket_buffer_kib << 10),
+                                           c_.ps_connections);
   }
   spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(), ps_.num_keys,
                dim_, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);

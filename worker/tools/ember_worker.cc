@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--transport", c.transport, "data plane to the PS shards: tcp or rdma")->capture_default_str();
   app.add_option("--ps-connections", c.ps_connections, "data connections per PS shard (keys spread over them)")->capture_default_str();
   app.add_option("--rdma-slot-mib", c.rdma_slot_mib, "RDMA: largest reply (pulled rows) in MiB")->capture_default_str();
+  app.add_option("--socket-buffer-kib", c.socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 1u << 21));
   app.add_option("--model", c.model.kind, "wide-deep, deepfm, dcn, dlrm")->capture_default_str();
   app.add_option("--bottom-mlp", bottom, "dlrm bottom MLP (then the embedding dim)")->capture_default_str();
   app.add_option("--top-mlp", top, "dlrm top MLP (then 1)")->capture_default_str();

@@ -29,7 +29,9 @@ ShardAddress parse_address(const std::string& text);
 
 // Opens the data connection to one shard.
 using Connector = std::function<std::unique_ptr<transport::Client>(const ShardAddress&)>;
-Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+// `socket_buffer_bytes`: 0 leaves the socket buffers to the kernel (TcpServerOptions).
+Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
+                        std::uint32_t socket_buffer_bytes = 0);
 // `fabric` must outlive the clients made.
 Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options);
 

@@ -25,6 +25,10 @@ struct TcpServerOptions {
   int io_threads = 2;
   std::string token;                    // required in every connection's kHello
   std::uint64_t max_payload_bytes = 256u << 20;
+  // Send and receive buffer of every connection; 0 leaves them to the kernel's
+  // autotuning (which grows them up to net.ipv4.tcp_wmem/tcp_rmem's maximum). A fixed
+  // size turns autotuning off and is capped by net.core.wmem_max/rmem_max (logged).
+  std::uint32_t socket_buffer_bytes = 0;
 };
 
 class TcpServer final : public Server {
@@ -48,8 +52,9 @@ class TcpClient final : public Client {
  public:
   // Connects and authenticates; throws IoError (unreachable, timeout) or ProtocolError
   // (refused).
+  // `socket_buffer_bytes`: as TcpServerOptions'.
   TcpClient(const std::string& host, std::uint16_t port, const std::string& token,
-            std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+            std::chrono::milliseconds timeout = std::chrono::milliseconds(10000), std::uint32_t socket_buffer_bytes = 0);
   ~TcpClient();
   TcpClient(const TcpClient&) = delete;
   TcpClient& operator=(const TcpClient&) = delete;

@@ -59,6 +59,7 @@ struct TrainConfig {
   std::string transport = "tcp";       // tcp or rdma (the PS shards must serve the same)
   std::uint32_t rdma_slot_mib = 4;     // RDMA: largest reply (pulled rows) in MiB
   std::uint32_t ps_connections = 1;    // data connections per PS shard
+  std::uint32_t socket_buffer_kib = 0;  // TCP send/receive buffers (0: kernel autotuning)
   std::string gloo_host = "127.0.0.1"; // interface the dense collective binds on
   std::chrono::milliseconds timeout{30000};            // PS requests
   std::chrono::milliseconds heartbeat_timeout{10000};

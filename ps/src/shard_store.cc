@@ -35,8 +35,8 @@ static_assert(sizeof(CheckpointHeader) == 48);
 }  // namespace
 
 // A row's state byte: its initialization, then whether a gradient aggregation of it
-// waits (partial, or complete until the next commit). Only the holder of the row's
-// stripe lock moves a row between kIdle and kAggregating.
+// waits (partial, or complete until the next commit). A push claims an idle row by
+// compare-and-swap (of two claims one wins); commit sets it idle again once applied.
 namespace {
 enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
 }  // namespace
@@ -199,7 +199,6 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
     aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
     shared |= trainers[i] > 1;
   }
-  const std::size_t rotate = next_rotation_.fetch_add(17, std::memory_order_relaxed);
   if (!aggregating && !shared) {
     // The common case: every row complete with this push. Claim each row (idle to
     // aggregating: a row claimed by another request meanwhile, or twice in this one, is
@@ -209,7 +208,8 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
       std::uint8_t idle = kIdle;
       if (!initialized_[local_of(keys[i])].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
         for (std::size_t j = 0; j < i; ++j) initialized_[local_of(keys[j])].store(kIdle, std::memory_order_release);
-        throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " pushed twice in iteration " + std::to_string(iteration));
+        throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " of iteration " + std::to_string(iteration) +
+                            " pushed twice (in this request, or by another one at the same time)");
       }
     }
     // Each handler thread keeps to one stripe: its ready buffer stays warm in cache.
@@ -258,6 +258,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   auto append = [dim](std::vector<float>& to, const float* g) { to.insert(to.end(), g, g + dim); };
   // Requests handled at once start at different stripes, so their threads do not queue
   // behind each other stripe after stripe.
+  const std::size_t rotate = next_rotation_.fetch_add(17, std::memory_order_relaxed);
   for (std::size_t r = 0; r < kStripes; ++r) {
     const std::size_t s = (r + rotate) % kStripes;
     if (start[s] == start[s + 1]) continue;

@@ -43,7 +43,13 @@ Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& to
 
 PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect,
                    std::uint32_t connections_per_shard)
-    : connect_(connect), addresses_(shards), per_shard_(std::max<std::uint32_t>(1, connections_per_shard)), dim_(dim), state_(state_floats) {
+    : connect_(connect),
+      addresses_(shards),
+      per_shard_(std::max<std::uint32_t>(1, connections_per_shard)),
+      shards_div_(shards.size()),
+      per_shard_div_(per_shard_),
+      dim_(dim),
+      state_(state_floats) {
   if (shards.empty()) throw ConfigError("no PS shard addresses");
   for (const auto& a : shards) {
     for (std::uint32_t c = 0; c < per_shard_; ++c) conns_.push_back(connect(a));
@@ -55,8 +61,10 @@ std::uint32_t PsClient::lane_of(Key key) const {
   // replies of consecutive keys still travel as runs (sent and received without copies).
   constexpr std::uint64_t kBlock = 64;
   if (conns_.size() == 1) return 0;
-  const std::uint32_t S = shards();
-  return owner_shard(key, S) * per_shard_ + static_cast<std::uint32_t>((key / S / kBlock) % per_shard_);
+  const std::uint64_t local = shards_div_.quotient(key);  // the key's row index on its shard
+  const auto shard = static_cast<std::uint32_t>(key - local * shards_div_.divisor());
+  if (per_shard_ == 1) return shard;
+  return shard * per_shard_ + static_cast<std::uint32_t>(per_shard_div_.remainder(local / kBlock));
 }
 
 void PsClient::reconnect(std::uint32_t s, const std::string& why) {
@@ -90,15 +98,22 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
     first_of_.clear();
     first_of_.reserve(n);
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (dedup == Dedup::kYes) {
-      auto [p, fresh] = first_of_.try_emplace(keys[i], static_cast<std::uint32_t>(i));
-      first_[i] = *p;
-      if (!fresh) continue;
+  if (dedup == Dedup::kNo && S == 1) {
+    // One connection, every key sent: the keys as given, the rows in order.
+    by_shard_[0].assign(keys.begin(), keys.end());
+    dst_[0].resize(n);
+    for (std::size_t i = 0; i < n; ++i) dst_[0][i] = out.data() + i * per;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dedup == Dedup::kYes) {
+        auto [p, fresh] = first_of_.try_emplace(keys[i], static_cast<std::uint32_t>(i));
+        first_[i] = *p;
+        if (!fresh) continue;
+      }
+      const std::uint32_t s = lane_of(keys[i]);
+      by_shard_[s].push_back(keys[i]);
+      dst_[s].push_back(&out[i * per]);
     }
-    const std::uint32_t s = lane_of(keys[i]);
-    by_shard_[s].push_back(keys[i]);
-    dst_[s].push_back(&out[i * per]);
   }
   auto request = [&](std::uint32_t s) {
     OutMessage m;

@@ -66,6 +66,7 @@ ShardStore::~ShardStore() {
 
 ShardStore::ShardStore(ShardStore&& o) noexcept
     : config_(std::move(o.config_)),
+      shards_div_(o.shards_div_),
       state_(o.state_),
       local_rows_(o.local_rows_),
       chunks_(std::move(o.chunks_)),
@@ -95,6 +96,7 @@ std::size_t ShardStore::pending() const {
 
 ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   if (config_.shards == 0 || config_.shard >= config_.shards) throw ConfigError("shard index out of range");
+  shards_div_ = FastDiv(config_.shards);
   if (config_.dim == 0) throw ConfigError("embedding dimension must be positive");
   if (!config_.lr_at) {
     const float lr = config_.optimizer.lr;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/common/fast_div.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/types.h"
 #include "ember/transport/channel.h"
@@ -79,6 +80,7 @@ class PsClient {
   Connector connect_;
   std::vector<ShardAddress> addresses_;
   std::uint32_t per_shard_ = 1;
+  FastDiv shards_div_, per_shard_div_;  // every key is routed: no hardware divide
   std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
   std::uint64_t retries_ = 0;

@@ -29,6 +29,7 @@
 #include <span>
 #include <vector>
 
+#include "ember/common/fast_div.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/types.h"
 #include "ember/ps/sparse_optimizer.h"
@@ -109,8 +110,8 @@ class ShardStore {
     if (key >= config_.num_keys || key - local_of(key) * config_.shards != config_.shard) [[unlikely]] refuse_key(key);
   }
   [[noreturn]] void refuse_key(Key key) const;
-  // Index of the key among this shard's rows (a division only with several shards).
-  std::uint64_t local_of(Key key) const { return config_.shards == 1 ? key : key / config_.shards; }
+  // Index of the key among this shard's rows.
+  std::uint64_t local_of(Key key) const { return shards_div_.quotient(key); }
 
   struct Pending {
     std::uint64_t iteration;
@@ -124,6 +125,7 @@ class ShardStore {
   std::size_t stripe_index(Key key) const;
 
   StoreConfig config_;
+  FastDiv shards_div_;  // by config_.shards: every key of every request is divided
   std::uint32_t state_ = 0;
   std::uint64_t local_rows_ = 0;
   // Rows in chunks allocated on first use (lazily): a shard of a 33M-row model touched

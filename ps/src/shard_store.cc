@@ -34,13 +34,6 @@ static_assert(sizeof(CheckpointHeader) == 48);
 
 }  // namespace
 
-// A row's state byte: its initialization, then whether a gradient aggregation of it
-// waits (partial, or complete until the next commit). A push claims an idle row by
-// compare-and-swap (of two claims one wins); commit sets it idle again once applied.
-namespace {
-enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
-}  // namespace
-
 struct ShardStore::Stripe {
   mutable tbb::spin_mutex mu;
   // Aggregations still waiting for contributions, their sums in `partial_grads`.
@@ -58,7 +51,6 @@ struct ShardStore::Stripe {
 };
 
 std::size_t ShardStore::stripe_index(Key key) const { return local_of(key) % kStripes; }
-ShardStore::Stripe& ShardStore::stripe_of(Key key) const { return stripes_[stripe_index(key)]; }
 
 ShardStore::~ShardStore() {
   for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) delete[] chunks_[c].load();
@@ -124,8 +116,6 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
     }
   }
 }
-
-static_assert(kIdle == 2, "row_ptr()'s inline test in shard_store.h");
 
 void ShardStore::refuse_key(Key key) const {
   if (key >= config_.num_keys) {
@@ -326,7 +316,6 @@ std::uint64_t ShardStore::commit() {
     // Rows are independent: applying them in arrival order gives the same rows as any order.
     for (std::size_t j = 0; j < st.ready.size(); ++j) {
       const auto& r = st.ready[j];
-      if (j + 1 < st.ready.size()) __builtin_prefetch(row_ptr(st.ready[j + 1].key), 1);
       if (r.iteration != lr_iteration) {
         lr_iteration = r.iteration;
         lr = config_.lr_at(r.iteration);

@@ -56,7 +56,7 @@ class ShardStore {
 
   const StoreConfig& config() const { return config_; }
   std::uint32_t row_floats() const { return config_.dim + state_; }  // value + state
-  bool owns(Key key) const { return owner_shard(key, config_.shards) == config_.shard; }
+  bool owns(Key key) const { return shards_div_.remainder(key) == config_.shard; }
 
   // Copies each row's value (dim floats) into out[i * dim]. Throws ProtocolError for a
   // key this shard does not own or beyond the tables.
@@ -71,7 +71,8 @@ class ShardStore {
   void push_value(std::span<const Key> keys, const float* rows);
   // Applies every complete aggregation; returns how many rows were updated.
   std::uint64_t commit();
-  // Rows with gradients still waiting for contributions.
+  // Rows whose gradients are not applied yet (waiting for contributions, or complete and
+  // waiting for the commit).
   std::size_t pending() const;
 
   // Checkpoint: every initialized row of this shard with its state, atomically written
@@ -96,18 +97,23 @@ class ShardStore {
   ShardStore(ShardStore&&) noexcept;
 
  private:
+  // A row's state byte: its initialization, then whether a gradient aggregation of it
+  // waits (partial, or complete until the next commit). A push claims an idle row by
+  // compare-and-swap (of two claims one wins); commit sets it idle again once applied.
+  enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
+
   // The row of `key`, initialized on first use. Inline for the common case (a row in
   // place), out of line for a first touch.
   float* row_ptr(Key key) {
     const std::uint64_t local = local_of(key);
     float* chunk = chunks_[local / kChunkRows].load(std::memory_order_acquire);
-    if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= 2) return chunk + (local % kChunkRows) * row_floats();
+    if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= kIdle) return chunk + (local % kChunkRows) * row_floats();
     return first_touch(key);
   }
   float* first_touch(Key key);
   // Throws ProtocolError naming the key unless this shard holds it.
   void check_key(Key key) const {
-    if (key >= config_.num_keys || key - local_of(key) * config_.shards != config_.shard) [[unlikely]] refuse_key(key);
+    if (key >= config_.num_keys || !owns(key)) [[unlikely]] refuse_key(key);
   }
   [[noreturn]] void refuse_key(Key key) const;
   // Index of the key among this shard's rows.
@@ -121,7 +127,6 @@ class ShardStore {
   };
   // Pending aggregations of the keys that hash to one stripe.
   struct Stripe;
-  Stripe& stripe_of(Key key) const;
   std::size_t stripe_index(Key key) const;
 
   StoreConfig config_;
@@ -133,7 +138,7 @@ class ShardStore {
   static constexpr std::uint64_t kChunkRows = 1 << 16;
   std::unique_ptr<std::atomic<float*>[]> chunks_;
   std::uint64_t chunk_count_ = 0;
-  std::unique_ptr<std::atomic<std::uint8_t>[]> initialized_;  // per row: a RowState (shard_store.cc)
+  std::unique_ptr<std::atomic<std::uint8_t>[]> initialized_;  // per row: a RowState
   std::atomic<std::uint64_t> initialized_count_{0};
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

@@ -71,7 +71,7 @@ void PsClient::reconnect(std::uint32_t s, const std::string& why) {
   const ShardAddress& a = addresses_[s / per_shard_];
   spdlog::warn("PS shard {} ({}:{}): {}; retrying the pull on a new connection", s / per_shard_, a.host, a.port, why);
   conns_[s].reset();
-  conns_[s] = connect_(addresses_[s / per_shard_]);
+  conns_[s] = connect_(a);
   ++retries_;
 }
 
@@ -168,8 +168,9 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
   }
   // The rows are gathered from the caller's array (consecutive rows of one lane are one
   // segment), never copied per shard.
+  lane_.resize(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::uint32_t s = lane_of(keys[i]);
+    const std::uint32_t s = lane_[i] = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
     transport::append_run(segments_[s], rows + i * per, per);
   }
@@ -198,7 +199,7 @@ void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, 
                          const std::vector<float>& grads) {
   route_rows(keys, grads.data(), dim_);
   // Keys, then trainer counts.
-  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_of(keys[i])].push_back(trainers[i]);
+  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_[i]].push_back(trainers[i]);
   send_routed(MessageType::kPushGrad, iteration, dim_, 2);
 }
 

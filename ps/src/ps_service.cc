@@ -10,7 +10,6 @@ namespace ember::ps {
 
 using transport::MessageType;
 
-
 void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
   const auto& h = req.header;
   const std::uint32_t dim = store_.config().dim, rf = store_.row_floats();

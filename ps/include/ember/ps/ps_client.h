@@ -68,7 +68,8 @@ class PsClient {
 
  private:
   void reconnect(std::uint32_t lane, const std::string& why);
-  // Splits rows (per floats each, in the order of `keys`) into by_shard_ / segments_ by lane.
+  // Splits rows (per floats each, in the order of `keys`) into by_shard_ / segments_ by
+  // lane, each key's lane kept in lane_.
   void route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per);
   // Sends every lane's keys and segments as one request each, all in flight, then waits
   // for the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).
@@ -88,7 +89,7 @@ class PsClient {
   std::vector<std::vector<Key>> by_shard_;
   std::vector<std::vector<float*>> dst_;
   std::vector<std::vector<transport::Segment>> segments_;
-  std::vector<std::uint32_t> first_;
+  std::vector<std::uint32_t> first_, lane_;
   U64Map<std::uint32_t> first_of_;
 };
 

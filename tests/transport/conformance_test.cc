@@ -188,9 +188,7 @@ TEST_P(Conformance, ConcurrentClientsAreServedIndependently) {
 TEST_P(Conformance, SlowRepliesTimeOutAndGoneServersFailClearly) {
   auto server = make_server();
   auto c = make_client(server->port(), kToken, milliseconds(200));
-  OutMessage m;
-  m.header.type = MessageType::kCommit;
-  m.header.iteration = 999;  // the handler takes 600 ms
+  OutMessage m = test::slow_commit();
   try {
     c->call(m);
     ADD_FAILURE();
@@ -199,7 +197,6 @@ TEST_P(Conformance, SlowRepliesTimeOutAndGoneServersFailClearly) {
   }
   // A request in flight when the server goes away fails; so does connecting again.
   auto d = make_client(server->port(), kToken, milliseconds(2000));
-  m.header.iteration = 999;
   d->send(m);
   const std::uint16_t port = server->port();
   server.reset();
@@ -215,9 +212,7 @@ TEST_P(Conformance, SlowRepliesTimeOutAndGoneServersFailClearly) {
 TEST_P(Conformance, DrainFinishesTheRequestInFlightThenRefusesMore) {
   auto server = make_server();
   auto c = make_client(server->port(), kToken, milliseconds(3000));
-  OutMessage m;
-  m.header.type = MessageType::kCommit;
-  m.header.iteration = 999;  // the handler takes 600 ms
+  OutMessage m = test::slow_commit();
   const std::uint64_t id = c->send(m);
   std::this_thread::sleep_for(milliseconds(100));  // the server is inside the handler
   std::thread drainer([&] { server->drain(milliseconds(3000)); });

@@ -187,9 +187,7 @@ TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {
 TEST(Tcp, CallsTimeOutAndUnreachableServersFailClearly) {
   auto server = echo_server();
   TcpClient c("127.0.0.1", server->port(), kToken, std::chrono::milliseconds(200));
-  OutMessage m;
-  m.header.type = MessageType::kCommit;
-  m.header.iteration = 999;  // the handler takes 600 ms
+  OutMessage m = test::slow_commit();
   try {
     c.call(m);
     ADD_FAILURE();

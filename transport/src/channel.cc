@@ -34,10 +34,14 @@ Message Client::call(OutMessage request) {
   return m;
 }
 
+void place_rows(const Message& reply, std::span<float* const> rows, std::uint32_t row_floats) {
+  for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], reply.values + i * row_floats, 4ull * row_floats);
+}
+
 Message Client::receive_rows(std::span<float* const> rows, std::uint32_t row_floats) {
   Message m = receive();
   if (m.header.value_count != rows.size() * static_cast<std::uint64_t>(row_floats)) return m;
-  for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], m.values + i * row_floats, 4ull * row_floats);
+  place_rows(m, rows, row_floats);
   m.values = nullptr;
   return m;
 }

@@ -544,7 +544,7 @@ Message TcpClient::receive_rows(std::span<float* const> rows, std::uint32_t row_
     for (const Segment& r : runs) impl_->add(r.data, 4ull * r.floats);  // the caller's rows: writable
     impl_->transfer(false, "receive rows");
   } else {
-    for (std::size_t i = 0; i < rows.size(); ++i) std::memcpy(rows[i], m.values + i * row_floats, 4ull * row_floats);
+    place_rows(m, rows, row_floats);
   }
   m.values = nullptr;
   return m;

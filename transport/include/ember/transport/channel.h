@@ -39,6 +39,9 @@ inline void append_run(std::vector<Segment>& runs, const float* data, std::uint3
   }
 }
 
+// Copies a reply's values, row_floats per row, to rows[i] (the reply has rows.size() rows).
+void place_rows(const Message& reply, std::span<float* const> rows, std::uint32_t row_floats);
+
 // Sending or receiving rows as separate scatter-gather pieces pays when the pieces hold
 // at least this many rows on average (the kernel takes 64 pieces per call); with shorter
 // pieces a copy into or out of one buffer is cheaper.

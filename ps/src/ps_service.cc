@@ -74,9 +74,11 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
       return;
     }
     case MessageType::kCommit: {
-      std::lock_guard<std::mutex> lock(commit_mutex_);
       reply.header.type = MessageType::kAck;
+      // Outside the lock: the commits of several workers share the applying (the store
+      // returns once every row complete before this commit is applied).
       reply.header.flags = static_cast<std::uint32_t>(store_.commit());
+      std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the updates: a pull of this iteration sees all of them.
       committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
       if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {

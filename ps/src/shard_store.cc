@@ -1,5 +1,7 @@
 #include "ember/ps/shard_store.h"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 #include <tbb/spin_mutex.h>
 
 #include <algorithm>
@@ -48,6 +50,12 @@ struct ShardStore::Stripe {
   };
   std::vector<Ready> ready;
   std::vector<float> ready_grads;  // dim floats per entry of `ready`
+  // A commit swaps the ready lists for these (under `mu`, briefly) and applies them
+  // holding only `apply_mu`: pushes keep appending meanwhile, and another commit waits
+  // for this apply rather than returning before its rows are applied.
+  mutable std::mutex apply_mu;
+  std::vector<Ready> applying;
+  std::vector<float> applying_grads;
 };
 
 std::size_t ShardStore::stripe_index(Key key) const { return local_of(key) % kStripes; }
@@ -80,10 +88,15 @@ std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
 std::size_t ShardStore::pending() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < kStripes; ++i) {
-    tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
-    n += stripes_[i].partial.size() + stripes_[i].ready.size();
+    std::lock_guard<std::mutex> applying(stripes_[i].apply_mu);  // an apply in flight: wait for it
+    n += pending_in(stripes_[i]);
   }
   return n;
+}
+
+std::size_t ShardStore::pending_in(const Stripe& st) {
+  tbb::spin_mutex::scoped_lock lock(st.mu);
+  return st.partial.size() + st.ready.size();
 }
 
 ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
@@ -179,38 +192,57 @@ void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
                            const float* grads) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
-  // Validate everything first: a refused request changes nothing (unless another
-  // request races it on the same keys, which BSP rules out). Rows are initialized here
-  // so that their state can say "aggregating".
-  bool aggregating = false;  // some row already has an aggregation: check it under its lock
-  bool shared = false;       // some row has several trainers
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    check_key(keys[i]);
-    if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
-    row_ptr(keys[i]);
-    aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
-    shared |= trainers[i] > 1;
-  }
-  if (!aggregating && !shared) {
-    // The common case: every row complete with this push. Claim each row (idle to
-    // aggregating: a row claimed by another request meanwhile, or twice in this one, is
-    // refused and the claims undone), then append the whole request to one stripe's
-    // ready list: ready rows need no lookup by key, so any stripe does.
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      std::uint8_t idle = kIdle;
-      if (!initialized_[local_of(keys[i])].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
-        for (std::size_t j = 0; j < i; ++j) initialized_[local_of(keys[j])].store(kIdle, std::memory_order_release);
-        throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " of iteration " + std::to_string(iteration) +
-                            " pushed twice (in this request, or by another one at the same time)");
-      }
+  // The common case first, in one pass: every row idle and complete with this push (one
+  // trainer). Claim each row (idle to aggregating by compare-and-swap: of two claims one
+  // wins), then append the whole request to one stripe's ready list: ready rows need no
+  // lookup by key, so any stripe does. Anything else (a bad key, a shared row, a row
+  // already aggregating or claimed twice) undoes the claims and takes the general path,
+  // which validates the request in full first: a refused request changes nothing
+  // (unless another races it on the same keys, which BSP rules out).
+  std::size_t claimed = 0;
+  auto undo_claims = [&] {
+    for (std::size_t j = 0; j < claimed; ++j) initialized_[local_of(keys[j])].store(kIdle, std::memory_order_release);
+  };
+  for (; claimed < keys.size(); ++claimed) {
+    const Key k = keys[claimed];
+    if (k >= config_.num_keys || !owns(k) || trainers[claimed] != 1) break;
+    row_ptr(k);  // initialized, so that its state can say "aggregating"
+    std::uint8_t idle = kIdle;
+    if (!initialized_[local_of(k)].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
+      // A row with one trainer has one contribution: if it is aggregating already, this
+      // push repeats one.
+      undo_claims();
+      throw ProtocolError("push-grad: key " + std::to_string(k) + " of iteration " + std::to_string(iteration) +
+                          " pushed twice (in this request, or by another before a commit)");
     }
-    // Each handler thread keeps to one stripe: its ready buffer stays warm in cache.
-    thread_local const std::size_t home = std::hash<std::thread::id>{}(std::this_thread::get_id());
+  }
+  if (claimed == keys.size()) {
+    // Each handler thread keeps to one stripe: its ready buffer stays warm in cache, and
+    // threads numbered in turn never share one (up to kStripes threads).
+    static std::atomic<std::size_t> threads_seen{0};
+    thread_local const std::size_t home = threads_seen.fetch_add(1, std::memory_order_relaxed);
     Stripe& st = stripes_[home % kStripes];
     tbb::spin_mutex::scoped_lock lock(st.mu);
     for (Key k : keys) st.ready.push_back({k, iteration});
     st.ready_grads.insert(st.ready_grads.end(), grads, grads + keys.size() * config_.dim);
     return;
+  }
+  undo_claims();
+  bool aggregating = false;  // some row already has an aggregation: check it under its lock
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    check_key(keys[i]);
+    if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
+    row_ptr(keys[i]);
+    aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
+  }
+  {
+    // A key twice in one request would be half-applied when its second copy is refused.
+    thread_local std::vector<Key> sorted;
+    sorted.assign(keys.begin(), keys.end());
+    std::sort(sorted.begin(), sorted.end());
+    if (auto d = std::adjacent_find(sorted.begin(), sorted.end()); d != sorted.end()) {
+      throw ProtocolError("push-grad: key " + std::to_string(*d) + " twice in one request");
+    }
   }
   // The request's keys grouped by stripe, so each stripe's lock is taken once per pass
   // (a lock per key makes handler threads fight over the same cache lines).
@@ -306,33 +338,77 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
 }
 
 std::uint64_t ShardStore::commit() {
+  // Every worker commits, so commits arrive together: each starts at its own stripe and
+  // skips a stripe another commit is applying, so they share the work. A skipped stripe
+  // is revisited (waiting for that apply) before returning, so every row complete when
+  // this commit began has been applied when it returns.
+  std::array<std::uint8_t, kStripes> skipped;
+  std::size_t skips = 0;
   std::uint64_t applied = 0;
-  const std::uint32_t dim = config_.dim;
-  std::uint64_t lr_iteration = ~std::uint64_t{0};
-  float lr = 0;
-  for (std::size_t s = 0; s < kStripes; ++s) {
-    Stripe& st = stripes_[s];
+  const std::size_t rotate = next_commit_.fetch_add(kStripes / 4 + 1, std::memory_order_relaxed);
+  for (std::size_t r = 0; r < kStripes; ++r) {
+    const std::size_t s = (r + rotate) % kStripes;
+    std::unique_lock<std::mutex> lock(stripes_[s].apply_mu, std::try_to_lock);
+    if (lock.owns_lock()) {
+      applied += apply_ready(stripes_[s]);
+    } else {
+      skipped[skips++] = static_cast<std::uint8_t>(s);
+    }
+  }
+  for (std::size_t i = 0; i < skips; ++i) {
+    std::lock_guard<std::mutex> lock(stripes_[skipped[i]].apply_mu);
+    applied += apply_ready(stripes_[skipped[i]]);
+  }
+  return applied;
+}
+
+std::uint64_t ShardStore::apply_ready(Stripe& st) {
+  {
     tbb::spin_mutex::scoped_lock lock(st.mu);
-    // Rows are independent: applying them in arrival order gives the same rows as any order.
-    for (std::size_t j = 0; j < st.ready.size(); ++j) {
-      const auto& r = st.ready[j];
+    if (st.ready.empty()) return 0;
+    std::swap(st.ready, st.applying);  // `applying` is empty: its buffers are reused
+    std::swap(st.ready_grads, st.applying_grads);
+  }
+  const std::uint32_t dim = config_.dim;
+  auto apply_range = [&](std::size_t begin, std::size_t end) {
+    std::uint64_t lr_iteration = ~std::uint64_t{0};
+    float lr = 0;
+    for (std::size_t j = begin; j < end; ++j) {
+      const auto& r = st.applying[j];
       if (r.iteration != lr_iteration) {
         lr_iteration = r.iteration;
         lr = config_.lr_at(r.iteration);
       }
       float* row = row_ptr(r.key);
-      apply(config_.optimizer, lr, dim, row, row + dim, st.ready_grads.data() + j * dim);
+      apply(config_.optimizer, lr, dim, row, row + dim, st.applying_grads.data() + j * dim);
       initialized_[local_of(r.key)].store(kIdle, std::memory_order_release);
     }
-    applied += st.ready.size();
-    st.ready.clear();
-    st.ready_grads.clear();
+  };
+  // Rows are independent, so any order and any split gives the same rows. The worker
+  // waits for this commit's ack, so idle cores share a large apply (it reads and writes
+  // rows that are cold by now: memory-bound, and one core's misses in flight are few).
+  const std::uint64_t n = st.applying.size();
+  const std::size_t grain = std::max<std::size_t>(32, 16384 / dim);  // ~64 KiB of gradients
+  if (n >= 2 * grain) {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
+                      [&](const tbb::blocked_range<std::size_t>& r) { apply_range(r.begin(), r.end()); });
+  } else {
+    apply_range(0, n);
   }
-  return applied;
+  st.applying.clear();
+  st.applying_grads.clear();
+  return n;
 }
 
 void ShardStore::save(const std::filesystem::path& file) const {
-  if (std::size_t n = pending(); n > 0) {
+  // No commit may apply rows while they are written out.
+  std::vector<std::unique_lock<std::mutex>> no_applies;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < kStripes; ++i) {
+    no_applies.emplace_back(stripes_[i].apply_mu);
+    n += pending_in(stripes_[i]);
+  }
+  if (n > 0) {
     throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(n) +
                 " rows have incomplete gradient aggregations");
   }

@@ -183,6 +183,41 @@ TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
   std::uint32_t one = 1;
   s.push_grad(0, {&k, 1}, {&one, 1}, g);
   EXPECT_THROW(s.push_grad(0, {&k, 1}, {&one, 1}, g), ProtocolError);  // more contributions than trainers
+  EXPECT_EQ(s.commit(), 1u);
+  // A key twice in one request, with one trainer (the common path) or beside a shared row
+  // (the general path): refused before anything changes.
+  Key twice[3] = {7, 9, 7};
+  std::uint32_t ones[3] = {1, 1, 1}, mixed[3] = {1, 2, 1};
+  float g3[3 * kDim] = {};
+  EXPECT_THROW(s.push_grad(1, twice, ones, g3), ProtocolError);
+  EXPECT_EQ(s.pending(), 0u);
+  EXPECT_THROW(s.push_grad(1, twice, mixed, g3), ProtocolError);
+  EXPECT_EQ(s.pending(), 0u);
+  s.push_grad(1, std::span<const Key>(twice, 2), std::span<const std::uint32_t>(ones, 2), g3);  // 7 and 9 once: accepted
+  EXPECT_EQ(s.commit(), 2u);
+}
+
+// A commit large enough to be applied by several threads gives each row exactly what one
+// apply() of its gradient gives.
+TEST(ShardStore, LargeCommitSplitOverThreadsAppliesEachRowOnce) {
+  StoreConfig c = store_config(OptimizerKind::kAdam, 0, 1);
+  c.num_keys = 50000;
+  ShardStore s(c);
+  std::vector<Key> keys(c.num_keys);
+  std::vector<std::uint32_t> trainers(keys.size(), 1);
+  std::vector<float> grads(keys.size() * kDim), before(keys.size() * s.row_floats());
+  for (Key k = 0; k < keys.size(); ++k) {
+    keys[k] = k;
+    for (std::uint32_t d = 0; d < kDim; ++d) grads[k * kDim + d] = 0.001f * static_cast<float>((k * 7 + d) % 13) - 0.006f;
+  }
+  s.pull_with_state(keys, before.data());
+  s.push_grad(4, keys, trainers, grads.data());
+  EXPECT_EQ(s.commit(), keys.size());
+  for (Key k = 0; k < keys.size(); ++k) {
+    float* w = &before[k * s.row_floats()];
+    apply(c.optimizer, c.lr_at(4), kDim, w, w + kDim, &grads[k * kDim]);
+    for (std::uint32_t j = 0; j < s.row_floats(); ++j) ASSERT_EQ(s.row(k)[j], w[j]) << "key " << k << " float " << j;
+  }
 }
 
 TEST_F(ShardStoreTest, CheckpointOfTwoShardsLoadsIntoThree) {

@@ -39,11 +39,12 @@ class PsService {
 
   // A transport::RequestHandler.
   // Called by several handler threads at once: the store has no global lock (see
-  // shard_store.h); commits, checkpoints and the committed iteration are serialized.
+  // shard_store.h), concurrent commits apply rows in parallel; checkpoints and the
+  // committed iteration are serialized.
   void handle(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
 
   ShardStore& store() { return store_; }
-  // Held while committing and checkpointing; the daemon takes it for its final checkpoint.
+  // Held while checkpointing; the daemon takes it for its final checkpoint.
   std::mutex& commit_mutex() { return commit_mutex_; }
   std::uint64_t rows_served() const { return rows_.load(); }
 

@@ -17,8 +17,9 @@
 // row initialized exactly once; pending aggregations are split over stripes, each behind
 // its own TBB spin lock. What the store does not arbitrate is BSP itself: a row being
 // pulled while another request overwrites it gives a torn copy, which the protocol rules
-// out (pulls of t follow commit(t); write-backs precede the barrier). save() and load()
-// need the store quiet (the daemon calls them at iteration boundaries).
+// out (pulls of t follow commit(t); write-backs precede the barrier). Concurrent commits
+// apply different stripes in parallel; save() waits for applies in flight and holds new
+// ones off. load() needs the store quiet (the daemon calls it before serving).
 #pragma once
 
 #include <atomic>
@@ -128,6 +129,10 @@ class ShardStore {
   // Pending aggregations of the keys that hash to one stripe.
   struct Stripe;
   std::size_t stripe_index(Key key) const;
+  // Applies the stripe's complete aggregations; the caller holds its apply_mu.
+  std::uint64_t apply_ready(Stripe& st);
+  // Aggregations of the stripe not yet being applied.
+  static std::size_t pending_in(const Stripe& st);
 
   StoreConfig config_;
   FastDiv shards_div_;  // by config_.shards: every key of every request is divided
@@ -143,6 +148,7 @@ class ShardStore {
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes
+  std::atomic<std::size_t> next_commit_{0};    // and where commit() starts
 };
 
 }  // namespace ember::ps

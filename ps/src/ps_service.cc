@@ -75,11 +75,11 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
     }
     case MessageType::kCommit: {
       reply.header.type = MessageType::kAck;
-      // Outside the lock: the commits of several workers share the applying (the store
-      // returns once every row complete before this commit is applied).
-      reply.header.flags = static_cast<std::uint32_t>(store_.commit());
+      // Acknowledged once the rows are handed to the store's applier: a pull of the next
+      // iteration waits for the rows it reads (see shard_store.h).
+      reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
       std::lock_guard<std::mutex> lock(commit_mutex_);
-      // Published after the updates: a pull of this iteration sees all of them.
+      // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
       if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {
         if (store_.pending() > 0) {

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -42,25 +45,75 @@ struct ShardStore::Stripe {
   U64Map<Pending> partial;
   std::vector<float> partial_grads;
   std::vector<std::uint32_t> free_offsets;
-  // Complete aggregations, applied at the next commit: appended in arrival order, so the
+  // Complete aggregations, taken by the next commit: appended in arrival order, so the
   // common case (one trainer) is one copy in and one sequential pass out.
-  struct Ready {
-    Key key;
-    std::uint64_t iteration;
-  };
   std::vector<Ready> ready;
   std::vector<float> ready_grads;  // dim floats per entry of `ready`
-  // A commit swaps the ready lists for these (under `mu`, briefly) and applies them
-  // holding only `apply_mu`: pushes keep appending meanwhile, and another commit waits
-  // for this apply rather than returning before its rows are applied.
-  mutable std::mutex apply_mu;
-  std::vector<Ready> applying;
-  std::vector<float> applying_grads;
+};
+
+// The thread that applies committed batches, and what waiters watch: `in_flight` counts
+// commits whose rows are not all applied; `applied` changes (and wakes waiters) each time
+// one finishes. Apart from the store so that a store can be moved while idle.
+struct ShardStore::Applier {
+  std::atomic<std::uint32_t> in_flight{0};
+  std::atomic<std::uint32_t> applied{0};
+  // Held shared while a batch is applied; save() holds it exclusively.
+  std::shared_mutex gate;
+  std::mutex mu;  // guards the rest
+  std::condition_variable cv;
+  struct Job {
+    ShardStore* store;
+    std::vector<Batch> batches;
+  };
+  std::deque<Job> jobs;
+  std::vector<Batch> spare;  // emptied batches, their buffers kept for the next commits
+  bool stop = false;
+  std::thread thread;
+
+  Applier() {
+    thread = std::thread([this] {
+      std::unique_lock<std::mutex> lock(mu);
+      while (true) {
+        cv.wait(lock, [&] { return stop || !jobs.empty(); });
+        if (jobs.empty()) return;  // stopping, nothing left
+        Job job = std::move(jobs.front());
+        jobs.pop_front();
+        lock.unlock();
+        {
+          std::shared_lock<std::shared_mutex> g(gate);
+          for (const Batch& b : job.batches) job.store->apply_batch(b);
+        }
+        lock.lock();
+        for (Batch& b : job.batches) {
+          if (spare.size() >= 2 * kStripes) break;
+          b.rows.clear();
+          b.grads.clear();
+          spare.push_back(std::move(b));
+        }
+        done();
+      }
+    });
+  }
+  ~Applier() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    cv.notify_one();
+    thread.join();
+  }
+  // A commit's rows are all applied (or it had none).
+  void done() {
+    in_flight.fetch_sub(1, std::memory_order_acq_rel);
+    applied.fetch_add(1, std::memory_order_release);
+    applied.notify_all();
+  }
 };
 
 std::size_t ShardStore::stripe_index(Key key) const { return local_of(key) % kStripes; }
 
 ShardStore::~ShardStore() {
+  applier_.reset();  // applies what was committed, then stops: before the rows go
   for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) delete[] chunks_[c].load();
 }
 
@@ -73,7 +126,8 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
       chunk_count_(o.chunk_count_),
       initialized_(std::move(o.initialized_)),
       initialized_count_(o.initialized_count_.load()),
-      stripes_(std::move(o.stripes_)) {
+      stripes_(std::move(o.stripes_)),
+      applier_(std::move(o.applier_)) {  // jobs name their store: moved only while none is in flight
   o.chunk_count_ = 0;
 }
 
@@ -86,17 +140,35 @@ std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
 }
 
 std::size_t ShardStore::pending() const {
+  wait_all_applied();
   std::size_t n = 0;
   for (std::size_t i = 0; i < kStripes; ++i) {
-    std::lock_guard<std::mutex> applying(stripes_[i].apply_mu);  // an apply in flight: wait for it
-    n += pending_in(stripes_[i]);
+    tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
+    n += stripes_[i].partial.size() + stripes_[i].ready.size();
   }
   return n;
 }
 
-std::size_t ShardStore::pending_in(const Stripe& st) {
-  tbb::spin_mutex::scoped_lock lock(st.mu);
-  return st.partial.size() + st.ready.size();
+void ShardStore::wait_applied_slow(std::uint64_t local) const {
+  Applier& a = *applier_;
+  while (initialized_[local].load(std::memory_order_acquire) == kAggregating) {
+    // Read the counter before the last checks: a commit finishing after them changes it,
+    // so the wait below returns at once instead of missing that wake-up.
+    const std::uint32_t seen = a.applied.load(std::memory_order_acquire);
+    // Nothing in flight: the row waits for contributions or a commit, not for an apply.
+    if (a.in_flight.load(std::memory_order_acquire) == 0) return;
+    if (initialized_[local].load(std::memory_order_acquire) != kAggregating) return;
+    a.applied.wait(seen, std::memory_order_acquire);
+  }
+}
+
+void ShardStore::wait_all_applied() const {
+  Applier& a = *applier_;
+  while (true) {
+    const std::uint32_t seen = a.applied.load(std::memory_order_acquire);
+    if (a.in_flight.load(std::memory_order_acquire) == 0) return;
+    a.applied.wait(seen, std::memory_order_acquire);
+  }
 }
 
 ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
@@ -120,6 +192,7 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   for (std::uint64_t c = 0; c < chunk_count_; ++c) chunks_[c].store(nullptr);
   for (std::uint64_t i = 0; i < local_rows_; ++i) initialized_[i].store(0, std::memory_order_relaxed);
   stripes_ = std::make_unique<Stripe[]>(kStripes);
+  applier_ = std::make_unique<Applier>();
   if (config_.allocate_up_front) {
     try {
       for (std::uint64_t local = 0; local < local_rows_; ++local) row_ptr(local * config_.shards + config_.shard);
@@ -170,23 +243,23 @@ float* ShardStore::first_touch(Key key) {
 
 const float* ShardStore::row(Key key) {
   check_key(key);
-  return row_ptr(key);
+  return read_row(key);
 }
 
 void ShardStore::pull(std::span<const Key> keys, float* out) {
-  for (Key k : keys) check_key(k);
-  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * config_.dim, row_ptr(keys[i]), sizeof(float) * config_.dim);
+  for (Key k : keys) check_key(k);  // all first: a refused pull touches nothing
+  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * config_.dim, read_row(keys[i]), sizeof(float) * config_.dim);
 }
 
 void ShardStore::pull_with_state(std::span<const Key> keys, float* out) {
   for (Key k : keys) check_key(k);
   const std::uint32_t rf = row_floats();
-  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * rf, row_ptr(keys[i]), sizeof(float) * rf);
+  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * rf, read_row(keys[i]), sizeof(float) * rf);
 }
 
 void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
-  for (Key k : keys) check_key(k);  // all first: a refused pull touches nothing
-  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = row_ptr(keys[i]);
+  for (Key k : keys) check_key(k);
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = read_row(keys[i]);
 }
 
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
@@ -207,8 +280,8 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
     const Key k = keys[claimed];
     if (k >= config_.num_keys || !owns(k) || trainers[claimed] != 1) break;
     row_ptr(k);  // initialized, so that its state can say "aggregating"
-    std::uint8_t idle = kIdle;
-    if (!initialized_[local_of(k)].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
+    const std::uint64_t local = local_of(k);
+    if (!claim(local) && (wait_applied(local), !claim(local))) {
       // A row with one trainer has one contribution: if it is aggregating already, this
       // push repeats one.
       undo_claims();
@@ -232,7 +305,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   for (std::size_t i = 0; i < keys.size(); ++i) {
     check_key(keys[i]);
     if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
-    row_ptr(keys[i]);
+    read_row(keys[i]);
     aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
   }
   {
@@ -292,9 +365,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
       const std::uint32_t i = order[j];
       const Key k = keys[i];
       const float* g = grads + static_cast<std::size_t>(i) * dim;
-      std::atomic<std::uint8_t>& state = initialized_[local_of(k)];
-      std::uint8_t idle = kIdle;
-      if (state.compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel)) {
+      if (claim(local_of(k))) {
         if (trainers[i] == 1) {
           st.ready.push_back({k, iteration});  // complete already: the common case
           append(st.ready_grads, g);
@@ -329,6 +400,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
 void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   for (Key k : keys) {
     check_key(k);
+    read_row(k);
     if (initialized_[local_of(k)].load(std::memory_order_acquire) == kAggregating) {
       throw ProtocolError("push-value: key " + std::to_string(k) + " has a gradient aggregation not yet applied");
     }
@@ -338,56 +410,65 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
 }
 
 std::uint64_t ShardStore::commit() {
-  // Every worker commits, so commits arrive together: each starts at its own stripe and
-  // skips a stripe another commit is applying, so they share the work. A skipped stripe
-  // is revisited (waiting for that apply) before returning, so every row complete when
-  // this commit began has been applied when it returns.
-  std::array<std::uint8_t, kStripes> skipped;
-  std::size_t skips = 0;
-  std::uint64_t applied = 0;
-  const std::size_t rotate = next_commit_.fetch_add(kStripes / 4 + 1, std::memory_order_relaxed);
-  for (std::size_t r = 0; r < kStripes; ++r) {
-    const std::size_t s = (r + rotate) % kStripes;
-    std::unique_lock<std::mutex> lock(stripes_[s].apply_mu, std::try_to_lock);
-    if (lock.owns_lock()) {
-      applied += apply_ready(stripes_[s]);
-    } else {
-      skipped[skips++] = static_cast<std::uint8_t>(s);
-    }
-  }
-  for (std::size_t i = 0; i < skips; ++i) {
-    std::lock_guard<std::mutex> lock(stripes_[skipped[i]].apply_mu);
-    applied += apply_ready(stripes_[skipped[i]]);
-  }
-  return applied;
+  const std::uint64_t n = commit_async();
+  wait_all_applied();
+  return n;
 }
 
-std::uint64_t ShardStore::apply_ready(Stripe& st) {
-  {
+std::uint64_t ShardStore::commit_async() {
+  Applier& a = *applier_;
+  // In flight before any row leaves a ready list: a reader that finds a row aggregating
+  // and nothing in flight knows that row is not being applied.
+  a.in_flight.fetch_add(1, std::memory_order_acq_rel);
+  std::vector<Batch> batches;
+  std::uint64_t rows = 0;
+  for (std::size_t s = 0; s < kStripes; ++s) {
+    Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);
-    if (st.ready.empty()) return 0;
-    std::swap(st.ready, st.applying);  // `applying` is empty: its buffers are reused
-    std::swap(st.ready_grads, st.applying_grads);
+    if (st.ready.empty()) continue;
+    rows += st.ready.size();
+    Batch& b = batches.emplace_back();
+    std::swap(b.rows, st.ready);
+    std::swap(b.grads, st.ready_grads);
+    std::lock_guard<std::mutex> pool(a.mu);  // the stripe gets buffers that have grown already
+    if (!a.spare.empty()) {
+      std::swap(st.ready, a.spare.back().rows);
+      std::swap(st.ready_grads, a.spare.back().grads);
+      a.spare.pop_back();
+    }
   }
+  if (batches.empty()) {
+    a.done();
+    return 0;
+  }
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.jobs.push_back({this, std::move(batches)});
+  }
+  a.cv.notify_one();
+  return rows;
+}
+
+void ShardStore::apply_batch(const Batch& b) {
   const std::uint32_t dim = config_.dim;
   auto apply_range = [&](std::size_t begin, std::size_t end) {
     std::uint64_t lr_iteration = ~std::uint64_t{0};
     float lr = 0;
     for (std::size_t j = begin; j < end; ++j) {
-      const auto& r = st.applying[j];
+      const Ready& r = b.rows[j];
       if (r.iteration != lr_iteration) {
         lr_iteration = r.iteration;
         lr = config_.lr_at(r.iteration);
       }
       float* row = row_ptr(r.key);
-      apply(config_.optimizer, lr, dim, row, row + dim, st.applying_grads.data() + j * dim);
+      apply(config_.optimizer, lr, dim, row, row + dim, b.grads.data() + j * dim);
       initialized_[local_of(r.key)].store(kIdle, std::memory_order_release);
     }
   };
-  // Rows are independent, so any order and any split gives the same rows. The worker
-  // waits for this commit's ack, so idle cores share a large apply (it reads and writes
-  // rows that are cold by now: memory-bound, and one core's misses in flight are few).
-  const std::uint64_t n = st.applying.size();
+  // Rows are independent, so any order and any split gives the same rows. A large batch
+  // is shared with idle cores: it reads and writes rows that are cold by now, so it is
+  // memory-bound, and one core has few misses in flight.
+  const std::size_t n = b.rows.size();
   const std::size_t grain = std::max<std::size_t>(32, 16384 / dim);  // ~64 KiB of gradients
   if (n >= 2 * grain) {
     tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
@@ -395,18 +476,22 @@ std::uint64_t ShardStore::apply_ready(Stripe& st) {
   } else {
     apply_range(0, n);
   }
-  st.applying.clear();
-  st.applying_grads.clear();
-  return n;
 }
 
 void ShardStore::save(const std::filesystem::path& file) const {
-  // No commit may apply rows while they are written out.
-  std::vector<std::unique_lock<std::mutex>> no_applies;
+  // Every commit so far applied, and no apply while the rows are written out: a commit
+  // meanwhile waits (its rows belong to the next checkpoint).
+  std::unique_lock<std::shared_mutex> no_applies;
+  while (true) {
+    wait_all_applied();
+    no_applies = std::unique_lock<std::shared_mutex>(applier_->gate);
+    if (applier_->in_flight.load(std::memory_order_acquire) == 0) break;
+    no_applies.unlock();
+  }
   std::size_t n = 0;
   for (std::size_t i = 0; i < kStripes; ++i) {
-    no_applies.emplace_back(stripes_[i].apply_mu);
-    n += pending_in(stripes_[i]);
+    tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
+    n += stripes_[i].partial.size() + stripes_[i].ready.size();
   }
   if (n > 0) {
     throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(n) +
@@ -442,6 +527,7 @@ void ShardStore::save(const std::filesystem::path& file) const {
 }
 
 void ShardStore::load(const std::vector<std::filesystem::path>& files) {
+  wait_all_applied();
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
   for (const auto& f : files) {

@@ -199,6 +199,49 @@ TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
 
 // A commit large enough to be applied by several threads gives each row exactly what one
 // apply() of its gradient gives.
+// commit_async() acknowledges before the rows are applied; whatever comes next waits for
+// the rows it touches: a pull sees the update, a push of the next iteration is accepted
+// (not refused as a second push), a checkpoint holds every committed update.
+TEST_F(ShardStoreTest, WorkAfterAnAsyncCommitWaitsForItsRows) {
+  StoreConfig c = store_config(OptimizerKind::kAdagrad, 0, 1);
+  c.num_keys = 20000;
+  ShardStore reference(c);
+  // The applier looks up each learning rate once per range of rows: slowed down there,
+  // it is still applying when the next call comes.
+  auto lr = c.lr_at;
+  c.lr_at = [lr](std::uint64_t it) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return lr(it);
+  };
+  ShardStore s(c);
+  std::vector<Key> keys(c.num_keys);
+  std::vector<std::uint32_t> trainers(keys.size(), 1);
+  std::vector<float> grads(keys.size() * kDim, 0.02f), pulled(keys.size() * s.row_floats()), expected(pulled.size());
+  for (Key k = 0; k < keys.size(); ++k) keys[k] = k;
+  for (std::uint64_t it = 0; it < 4; ++it) {
+    s.push_grad(it, keys, trainers, grads.data());  // iterations 1 and 3: right after the async commit
+    reference.push_grad(it, keys, trainers, grads.data());
+    EXPECT_EQ(s.commit_async(), keys.size());
+    reference.commit();
+    if (it % 2 == 0) continue;
+    s.pull_with_state(keys, pulled.data());
+    reference.pull_with_state(keys, expected.data());
+    ASSERT_EQ(pulled, expected) << "iteration " << it;
+  }
+  s.push_grad(4, keys, trainers, grads.data());
+  reference.push_grad(4, keys, trainers, grads.data());
+  s.commit_async();
+  reference.commit();
+  s.save(dir_ / "async.ckpt");
+  ShardStore loaded(c);
+  loaded.load({dir_ / "async.ckpt"});
+  loaded.pull_with_state(keys, pulled.data());
+  reference.pull_with_state(keys, expected.data());
+  EXPECT_EQ(pulled, expected);
+  s.commit_async();  // nothing ready: acknowledged, nothing in flight
+  EXPECT_EQ(s.pending(), 0u);
+}
+
 TEST(ShardStore, LargeCommitSplitOverThreadsAppliesEachRowOnce) {
   StoreConfig c = store_config(OptimizerKind::kAdam, 0, 1);
   c.num_keys = 50000;

@@ -8,18 +8,25 @@
 //
 // Gradients: a push carries the iteration that computed it and how many workers trained
 // the row then. Contributions are summed; once all have arrived the row is ready, and
-// commit() applies each ready row's sum once, with that iteration's learning rate, as
-// vanilla BSP would have. A row cannot be trained again before its aggregation is
-// applied (it must be pulled as latest first), so per-row updates stay in order.
+// the next commit applies each ready row's sum once, with that iteration's learning
+// rate, as vanilla BSP would have. A row cannot be trained again before its aggregation
+// is applied (it must be pulled as latest first), so per-row updates stay in order.
+//
+// Applying after the commit: commit_async() takes the ready rows out of the push path
+// and hands them to the store's applier thread, so the commit's ack need not wait for
+// the optimizer to run over rows that are cold by then. Whoever reads or writes a row
+// whose update is still being applied waits for it (pulls, write-backs, a next push of
+// the row, checkpoints): a pull after commit(t) sees every update of t. commit() is
+// commit_async() and that wait.
 //
 // Concurrency: every method may be called from several handler threads at once, with no
 // store-wide lock. Rows live in chunks allocated once (atomically) and never moved, each
 // row initialized exactly once; pending aggregations are split over stripes, each behind
 // its own TBB spin lock. What the store does not arbitrate is BSP itself: a row being
 // pulled while another request overwrites it gives a torn copy, which the protocol rules
-// out (pulls of t follow commit(t); write-backs precede the barrier). Concurrent commits
-// apply different stripes in parallel; save() waits for applies in flight and holds new
-// ones off. load() needs the store quiet (the daemon calls it before serving).
+// out (pulls of t follow commit(t); write-backs precede the barrier). save() waits for
+// applies in flight and holds new ones off; load() needs the store quiet (the daemon
+// calls it before serving).
 #pragma once
 
 #include <atomic>
@@ -72,6 +79,8 @@ class ShardStore {
   void push_value(std::span<const Key> keys, const float* rows);
   // Applies every complete aggregation; returns how many rows were updated.
   std::uint64_t commit();
+  // The same, returning once the rows are handed to the applier (see above).
+  std::uint64_t commit_async();
   // Rows whose gradients are not applied yet (waiting for contributions, or complete and
   // waiting for the commit).
   std::size_t pending() const;
@@ -95,6 +104,7 @@ class ShardStore {
   static std::uint64_t bytes_when_full(const StoreConfig& c);
 
   ~ShardStore();
+  // Only while no commit is being applied (stores are built, then serve).
   ShardStore(ShardStore&&) noexcept;
 
  private:
@@ -120,19 +130,46 @@ class ShardStore {
   // Index of the key among this shard's rows.
   std::uint64_t local_of(Key key) const { return shards_div_.quotient(key); }
 
+  // Waits while the row's update is being applied (its state says aggregating and an
+  // apply is in flight). Returns at once in the common case.
+  void wait_applied(std::uint64_t local) const {
+    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]] wait_applied_slow(local);
+  }
+  void wait_applied_slow(std::uint64_t local) const;
+  // The row of `key` once no update of it is being applied.
+  float* read_row(Key key) {
+    float* p = row_ptr(key);
+    wait_applied(local_of(key));
+    return p;
+  }
+  void wait_all_applied() const;
+  // Compare-and-swap idle to aggregating; false if the row was not idle.
+  bool claim(std::uint64_t local) {
+    std::uint8_t idle = kIdle;
+    return initialized_[local].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel);
+  }
+
   struct Pending {
     std::uint64_t iteration;
     std::uint32_t expected;
     std::uint32_t received;
     std::uint32_t offset;  // into the stripe's partial_grads
   };
+  // A complete aggregation, waiting for a commit: its gradient sum is kept beside it.
+  struct Ready {
+    Key key;
+    std::uint64_t iteration;
+  };
+  // Complete aggregations taken by a commit, applied by the applier.
+  struct Batch {
+    std::vector<Ready> rows;
+    std::vector<float> grads;  // dim floats per row
+  };
+  void apply_batch(const Batch& b);
   // Pending aggregations of the keys that hash to one stripe.
   struct Stripe;
   std::size_t stripe_index(Key key) const;
-  // Applies the stripe's complete aggregations; the caller holds its apply_mu.
-  std::uint64_t apply_ready(Stripe& st);
-  // Aggregations of the stripe not yet being applied.
-  static std::size_t pending_in(const Stripe& st);
+  struct Applier;
 
   StoreConfig config_;
   FastDiv shards_div_;  // by config_.shards: every key of every request is divided
@@ -148,7 +185,7 @@ class ShardStore {
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes
-  std::atomic<std::size_t> next_commit_{0};    // and where commit() starts
+  std::unique_ptr<Applier> applier_;
 };
 
 }  // namespace ember::ps

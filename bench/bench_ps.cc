@@ -184,8 +184,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   Output out{json};
   out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request\n", o.repeats, o.seconds,
                        o.rows_per_request));
-  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
-                       "ratio range"));
+  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
+                       "ratio range", "CPU ns/row PS|raw"));
   for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
@@ -245,18 +245,28 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                                                           : std::vector<Exchange>{{H + 16ull * n + 4ull * n * dim, H}, {H, H}};
         // Alternate PS and raw runs, so that both see the same spells of a noisy host, and
         // report medians (the ratio: the median of each PS run over the raw run beside it).
-        std::vector<double> ps_rows, raw_gbs, ratios;
+        // Also the CPU time (client, server and kernel: one process) per row moved, which
+        // bounds throughput once the cores are busy and varies less than the rate does.
+        std::vector<double> ps_rows, raw_gbs, ratios, ps_cpu, raw_cpu;
         for (int r = 0; r < o.repeats; ++r) {
+          const double c0 = process_cpu_seconds();
           ps_rows.push_back(ps_rate());
-          raw_gbs.push_back(raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n * bytes_per_row / 1e9);
+          const double c1 = process_cpu_seconds();
+          const double raw_rows = raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n;
+          const double c2 = process_cpu_seconds();
+          raw_gbs.push_back(raw_rows * bytes_per_row / 1e9);
           ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
+          ps_cpu.push_back((c1 - c0) * 1e9 / std::max(1.0, ps_rows.back() * o.seconds));
+          raw_cpu.push_back((c2 - c1) * 1e9 / std::max(1.0, raw_rows * o.seconds));
         }
         const double rps = median(ps_rows), gb = rps * bytes_per_row / 1e9, raw_gb = median(raw_gbs), ratio = median(ratios);
+        const double cpu = median(ps_cpu), rcpu = median(raw_cpu);
         const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
-        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}\n", op, dim, threads, rps, gb, raw_gb, ratio,
-                             fmt::format("{:.2f}-{:.2f}", *lo, *hi)));
+        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}\n", op, dim, threads, rps, gb, raw_gb, ratio,
+                             fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu)));
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
-                 {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}});
+                 {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
+                 {"raw_cpu_ns_per_row", rcpu}});
       }
     }
     {

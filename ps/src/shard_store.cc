@@ -1,7 +1,5 @@
 #include "ember/ps/shard_store.h"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
 #include <tbb/spin_mutex.h>
 
 #include <algorithm>
@@ -450,31 +448,20 @@ std::uint64_t ShardStore::commit_async() {
 }
 
 void ShardStore::apply_batch(const Batch& b) {
+  // Rows are independent: any order gives the same rows. One thread: on a busy host a
+  // split over TBB's workers cost more CPU per row (their spinning) than it saved.
   const std::uint32_t dim = config_.dim;
-  auto apply_range = [&](std::size_t begin, std::size_t end) {
-    std::uint64_t lr_iteration = ~std::uint64_t{0};
-    float lr = 0;
-    for (std::size_t j = begin; j < end; ++j) {
-      const Ready& r = b.rows[j];
-      if (r.iteration != lr_iteration) {
-        lr_iteration = r.iteration;
-        lr = config_.lr_at(r.iteration);
-      }
-      float* row = row_ptr(r.key);
-      apply(config_.optimizer, lr, dim, row, row + dim, b.grads.data() + j * dim);
-      initialized_[local_of(r.key)].store(kIdle, std::memory_order_release);
+  std::uint64_t lr_iteration = ~std::uint64_t{0};
+  float lr = 0;
+  for (std::size_t j = 0; j < b.rows.size(); ++j) {
+    const Ready& r = b.rows[j];
+    if (r.iteration != lr_iteration) {
+      lr_iteration = r.iteration;
+      lr = config_.lr_at(r.iteration);
     }
-  };
-  // Rows are independent, so any order and any split gives the same rows. A large batch
-  // is shared with idle cores: it reads and writes rows that are cold by now, so it is
-  // memory-bound, and one core has few misses in flight.
-  const std::size_t n = b.rows.size();
-  const std::size_t grain = std::max<std::size_t>(32, 16384 / dim);  // ~64 KiB of gradients
-  if (n >= 2 * grain) {
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
-                      [&](const tbb::blocked_range<std::size_t>& r) { apply_range(r.begin(), r.end()); });
-  } else {
-    apply_range(0, n);
+    float* row = row_ptr(r.key);
+    apply(config_.optimizer, lr, dim, row, row + dim, b.grads.data() + j * dim);
+    initialized_[local_of(r.key)].store(kIdle, std::memory_order_release);
   }
 }
 

@@ -206,8 +206,8 @@ TEST_F(ShardStoreTest, WorkAfterAnAsyncCommitWaitsForItsRows) {
   StoreConfig c = store_config(OptimizerKind::kAdagrad, 0, 1);
   c.num_keys = 20000;
   ShardStore reference(c);
-  // The applier looks up each learning rate once per range of rows: slowed down there,
-  // it is still applying when the next call comes.
+  // The applier looks up the learning rate once per batch: slowed down there, it is
+  // still applying when the next call comes.
   auto lr = c.lr_at;
   c.lr_at = [lr](std::uint64_t it) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -2,7 +2,6 @@
 // and prints ratios against it (shared machines are noisy: absolute times are not).
 #include <CLI/CLI.hpp>
 
-
 #include "bench_data.h"
 #include "bench_sched.h"
 #include "bench_ps.h"
@@ -11,6 +10,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"ember-bench: Ember's benchmarks"};
   app.require_subcommand(1);
+  app.fallthrough();  // --json before or after the subcommand (subcommands inherit this)
   ember::bench::DataBenchOptions data_opts;
   bool json = false;
   app.add_flag("--json", json, "one JSON object per result line");

@@ -77,20 +77,27 @@ struct ShardStore::Applier {
         Job job = std::move(jobs.front());
         jobs.pop_front();
         lock.unlock();
-        {
-          std::shared_lock<std::shared_mutex> g(gate);
-          for (const Batch& b : job.batches) job.store->apply_batch(b);
-        }
+        run(job);
         lock.lock();
-        for (Batch& b : job.batches) {
-          if (spare.size() >= 2 * kStripes) break;
-          b.rows.clear();
-          b.grads.clear();
-          spare.push_back(std::move(b));
-        }
-        done();
       }
     });
+  }
+  // Applies a commit's batches, keeps their buffers for the next commits, marks it done.
+  void run(Job& job) {
+    {
+      std::shared_lock<std::shared_mutex> g(gate);
+      for (const Batch& b : job.batches) job.store->apply_batch(b);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (Batch& b : job.batches) {
+        if (spare.size() >= 2 * kStripes) break;
+        b.rows.clear();
+        b.grads.clear();
+        spare.push_back(std::move(b));
+      }
+    }
+    done();
   }
   ~Applier() {
     {
@@ -439,9 +446,14 @@ std::uint64_t ShardStore::commit_async() {
     a.done();
     return 0;
   }
+  Applier::Job job{this, std::move(batches)};
+  if (rows * config_.dim < kInlineApplyFloats) {
+    a.run(job);  // small: waking the applier would cost more than applying here
+    return rows;
+  }
   {
     std::lock_guard<std::mutex> lock(a.mu);
-    a.jobs.push_back({this, std::move(batches)});
+    a.jobs.push_back(std::move(job));
   }
   a.cv.notify_one();
   return rows;

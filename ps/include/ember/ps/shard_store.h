@@ -14,7 +14,8 @@
 //
 // Applying after the commit: commit_async() takes the ready rows out of the push path
 // and hands them to the store's applier thread, so the commit's ack need not wait for
-// the optimizer to run over rows that are cold by then. Whoever reads or writes a row
+// the optimizer to run over rows that are cold by then (a small commit, under 64 KiB of
+// gradients, is applied on the spot: cheaper than waking that thread). Whoever reads or writes a row
 // whose update is still being applied waits for it (pulls, write-backs, a next push of
 // the row, checkpoints): a pull after commit(t) sees every update of t. commit() is
 // commit_async() and that wait.
@@ -186,6 +187,8 @@ class ShardStore {
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes
   std::unique_ptr<Applier> applier_;
+  // Commits with fewer gradient floats than this apply on the committing thread.
+  static constexpr std::uint64_t kInlineApplyFloats = 16384;
 };
 
 }  // namespace ember::ps

@@ -8,8 +8,10 @@
 //   kPushGrad   keys[n] then trainer counts[n] (2n keys), values[n * dim] gradients of
 //               the header's iteration -> kAck
 //   kPushValue  keys[n], values[n * (dim + state)] -> kAck
-//   kCommit     (empty) -> kAck, flags = rows updated; every `checkpoint_every`
-//               iterations the shard then checkpoints (at an iteration boundary)
+//   kCommit     (empty) -> kAck, flags = rows updated (acknowledged once they are handed
+//               to the store's applier; requests that read them wait for them); every
+//               `checkpoint_every` iterations the shard then checkpoints (at an
+//               iteration boundary, once they are applied)
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once

@@ -34,6 +34,7 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--threads", o.threads, "client thread counts")->capture_default_str();
   app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
   app.add_option("--connections", o.connections, "connections per client thread to the shard")->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "the shard's optimizer: sgd, adagrad, rowwise-adagrad, adam")->capture_default_str();
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
@@ -181,15 +182,17 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   for (int t : o.threads) {
     if (t < 1 || n * static_cast<std::uint64_t>(t) * 2 > o.num_keys) throw ConfigError("--threads: each thread needs 2 x --rows keys of its own");
   }
+  const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
   Output out{json};
-  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request\n", o.repeats, o.seconds,
-                       o.rows_per_request));
+  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request; optimizer {}\n", o.repeats,
+                       o.seconds, o.rows_per_request, o.optimizer));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
                        "ratio range", "CPU ns/row PS|raw"));
   for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
     sc.dim = dim;
+    sc.optimizer.kind = optimizer;
     ps::PsService service(sc);
     transport::TcpServerOptions to;
     to.token = kToken;
@@ -266,7 +269,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                              fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu)));
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
-                 {"raw_cpu_ns_per_row", rcpu}});
+                 {"raw_cpu_ns_per_row", rcpu}, {"optimizer", o.optimizer}});
       }
     }
     {
@@ -299,7 +302,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       out.text(fmt::format("store alone, dim {}: push + commit {:.1f} ns/row, pull {:.1f} ns/row, memcpy of a row {:.1f} ns\n", dim, push_ns,
                            pull_ns, copy_ns));
       out.row({{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns}, {"pull_ns_per_row", pull_ns},
-               {"memcpy_ns_per_row", copy_ns}});
+               {"memcpy_ns_per_row", copy_ns}, {"optimizer", o.optimizer}});
     }
     if (dim == 16) {
       // Latency of small pulls (16 rows), one client.

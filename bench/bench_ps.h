@@ -18,6 +18,7 @@ struct PsBenchOptions {
   std::vector<std::string> ops{"pull", "push"};
   std::uint32_t connections = 1;
   std::uint32_t socket_buffer_kib = 0;  // TCP buffers of the PS path (0: kernel autotuning)
+  std::string optimizer = "sgd";        // the shard's sparse optimizer (what a push's apply costs)
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

@@ -273,9 +273,10 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   // The common case first, in one pass: every row idle and complete with this push (one
   // trainer). Claim each row (idle to aggregating by compare-and-swap: of two claims one
   // wins), then append the whole request to one stripe's ready list: ready rows need no
-  // lookup by key, so any stripe does. Anything else (a bad key, a shared row, a row
-  // already aggregating or claimed twice) undoes the claims and takes the general path,
-  // which validates the request in full first: a refused request changes nothing
+  // lookup by key, so any stripe does. A one-trainer row that is aggregating already
+  // (once an apply in flight is done) is a repeated push: the claims are undone and the
+  // request refused. A bad key or a shared row undoes the claims and takes the general
+  // path, which validates the request in full first. A refused request changes nothing
   // (unless another races it on the same keys, which BSP rules out).
   std::size_t claimed = 0;
   auto undo_claims = [&] {

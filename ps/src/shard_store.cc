@@ -448,7 +448,7 @@ std::uint64_t ShardStore::commit_async() {
     return 0;
   }
   Applier::Job job{this, std::move(batches)};
-  if (rows * config_.dim < kInlineApplyFloats) {
+  if (rows * config_.dim < config_.inline_apply_floats) {
     a.run(job);  // small: waking the applier would cost more than applying here
     return rows;
   }

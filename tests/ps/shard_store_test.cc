@@ -117,7 +117,13 @@ TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate)
 // Four handler threads at once (no store-wide lock): first touches of the same rows,
 // overlapping gradient aggregation, pulls. The result equals one thread doing it all,
 // up to float summation order.
-TEST(ShardStore, ConcurrentHandlersMatchOneThread) {
+// Run twice: commits applied on the committing threads, and every commit handed to the
+// applier and acknowledged at once, so the next round's pulls and pushes meet applies
+// in flight.
+class ConcurrentStoreTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ConcurrentStoreTest, HandlersMatchOneThread) {
+  const bool async = GetParam();
   constexpr int kThreads = 4;
   constexpr std::uint64_t kRounds = 5;
   auto grads_of = [](int t, std::uint64_t it, std::vector<Key>& keys, std::vector<float>& g) {
@@ -134,7 +140,9 @@ TEST(ShardStore, ConcurrentHandlersMatchOneThread) {
     for (int t = 0; t < kThreads; ++t) n += k % (1 + static_cast<Key>(t)) == 0;
     return n;
   };
-  ShardStore serial(store_config(OptimizerKind::kAdagrad, 0, 1)), parallel(store_config(OptimizerKind::kAdagrad, 0, 1));
+  StoreConfig pc = store_config(OptimizerKind::kAdagrad, 0, 1);
+  if (async) pc.inline_apply_floats = 0;
+  ShardStore serial(store_config(OptimizerKind::kAdagrad, 0, 1)), parallel(pc);
   for (std::uint64_t it = 0; it < kRounds; ++it) {
     for (int t = 0; t < kThreads; ++t) {
       std::vector<Key> keys;
@@ -159,15 +167,18 @@ TEST(ShardStore, ConcurrentHandlersMatchOneThread) {
     }
     for (auto& th : threads) th.join();
     std::vector<std::thread> committers;  // every worker commits; each row is applied once
-    for (int t = 0; t < kThreads; ++t) committers.emplace_back([&] { parallel.commit(); });
+    for (int t = 0; t < kThreads; ++t) committers.emplace_back([&] { async ? parallel.commit_async() : parallel.commit(); });
     for (auto& th : committers) th.join();
-    EXPECT_EQ(parallel.pending(), 0u);
   }
+  EXPECT_EQ(parallel.pending(), 0u);
   EXPECT_EQ(parallel.initialized_rows(), serial.initialized_rows());
   for (Key k = 0; k < kKeys; ++k) {
     for (std::uint32_t j = 0; j < 2 * kDim; ++j) ASSERT_NEAR(parallel.row(k)[j], serial.row(k)[j], 1e-6) << "key " << k;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Commits, ConcurrentStoreTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Async" : "Inline"; });
 
 TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
   ShardStore s(store_config(OptimizerKind::kAdagrad, 1, 2));

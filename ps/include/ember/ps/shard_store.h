@@ -55,6 +55,9 @@ struct StoreConfig {
   std::function<float(std::uint64_t iteration)> lr_at;
   // Allocate and initialize every row of this shard at construction (else on first use).
   bool allocate_up_front = false;
+  // A commit with fewer gradient floats than this is applied on the committing thread
+  // (waking the applier costs more); larger ones on the applier thread.
+  std::uint64_t inline_apply_floats = 16384;
 };
 
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }
@@ -187,8 +190,6 @@ class ShardStore {
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes
   std::unique_ptr<Applier> applier_;
-  // Commits with fewer gradient floats than this apply on the committing thread.
-  static constexpr std::uint64_t kInlineApplyFloats = 16384;
 };
 
 }  // namespace ember::ps

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "bench_common.h"
 #include "bench_ps.h"
@@ -280,29 +281,48 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       std::vector<Key> keys(n);
       std::vector<std::uint32_t> trainers(n, 1);
       std::vector<float> grads(static_cast<std::size_t>(n) * dim, 0.001f), dst(grads.size());
-      auto ns_per_row = [&](auto&& step) {
+      // Also with scattered rows, as a worker's are (the consecutive keys of the runs above
+      // let the hardware prefetcher hide every miss): sets of distinct random keys made
+      // before timing.
+      std::vector<std::vector<Key>> scattered(8);
+      for (auto& set : scattered) {
+        std::unordered_set<Key> seen;
+        while (set.size() < n) {
+          const Key k = rng() % o.num_keys;
+          if (seen.insert(k).second) set.push_back(k);
+        }
+      }
+      auto ns_per_row = [&](auto&& step, bool scatter) {
         std::uint64_t rows = 0;
         Stopwatch sw;
-        while (sw.seconds() < o.seconds / 2) {
-          const Key base = first_key(rng, 0, 1, o.num_keys, n);
-          for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+        for (std::size_t r = 0; sw.seconds() < o.seconds / 4; ++r) {
+          if (scatter) {
+            keys = scattered[r % scattered.size()];
+          } else {
+            const Key base = first_key(rng, 0, 1, o.num_keys, n);
+            for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+          }
           step();
           rows += n;
         }
         return sw.seconds() * 1e9 / static_cast<double>(rows);
       };
       std::uint64_t it = 1u << 30;  // past the client runs' iterations
-      const double push_ns = ns_per_row([&] {
+      auto push = [&] {
         store.push_grad(it, keys, trainers, grads.data());
         store.commit();
         ++it;
-      });
-      const double pull_ns = ns_per_row([&] { store.pull(keys, dst.data()); });
-      const double copy_ns = ns_per_row([&] { std::memcpy(dst.data(), grads.data(), grads.size() * sizeof(float)); });
-      out.text(fmt::format("store alone, dim {}: push + commit {:.1f} ns/row, pull {:.1f} ns/row, memcpy of a row {:.1f} ns\n", dim, push_ns,
-                           pull_ns, copy_ns));
-      out.row({{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns}, {"pull_ns_per_row", pull_ns},
-               {"memcpy_ns_per_row", copy_ns}, {"optimizer", o.optimizer}});
+      };
+      auto pull = [&] { store.pull(keys, dst.data()); };
+      const double push_ns = ns_per_row(push, false), push_scattered_ns = ns_per_row(push, true);
+      const double pull_ns = ns_per_row(pull, false), pull_scattered_ns = ns_per_row(pull, true);
+      const double copy_ns = ns_per_row([&] { std::memcpy(dst.data(), grads.data(), grads.size() * sizeof(float)); }, false);
+      out.text(fmt::format("store alone, dim {}: push + commit {:.1f} ns/row ({:.1f} scattered), pull {:.1f} ns/row ({:.1f} scattered), "
+                           "memcpy of a row {:.1f} ns\n",
+                           dim, push_ns, push_scattered_ns, pull_ns, pull_scattered_ns, copy_ns));
+      out.row({{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns},
+               {"push_commit_scattered_ns_per_row", push_scattered_ns}, {"pull_ns_per_row", pull_ns},
+               {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns}, {"optimizer", o.optimizer}});
     }
     if (dim == 16) {
       // Latency of small pulls (16 rows), one client.

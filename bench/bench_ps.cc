@@ -68,6 +68,14 @@ struct Exchange {
   std::size_t in, out;
 };
 
+// The largest request and reply of an op (the request at least its 8-byte offset): the
+// buffers either end needs.
+Exchange largest(const std::vector<Exchange>& op) {
+  Exchange m{8, 0};
+  for (const Exchange& e : op) m = {std::max(m.in, e.in), std::max(m.out, e.out)};
+  return m;
+}
+
 // A plain-socket server: per connection, the exchanges of one op in turn, repeated. A
 // reply longer than a header comes from `table` at the offset the request's first 8 bytes
 // give, so the raw path reads the same (cold or warm) memory as the PS serving those rows.
@@ -89,9 +97,7 @@ class RawServer {
         int one = 1;
         ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         workers_.emplace_back([this, c] {
-          std::size_t most = 8;
-          for (const Exchange& e : op_) most = std::max(most, e.in);
-          std::vector<char> ib(most);
+          std::vector<char> ib(largest(op_).in);
           for (bool open = true; open;) {
             for (const Exchange& e : op_) {
               if (!io_all(c, ib.data(), e.in, false)) {
@@ -146,9 +152,8 @@ double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, co
       if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      std::size_t in = 8, out = 0;
-      for (const Exchange& e : op) in = std::max(in, e.in), out = std::max(out, e.out);
-      std::vector<char> ib(in, 1), ob(out);
+      const Exchange most = largest(op);
+      std::vector<char> ib(most.in, 1), ob(most.out);
       std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
       std::uint64_t done = 0;
       Stopwatch sw;

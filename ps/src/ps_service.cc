@@ -82,8 +82,8 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
       // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
       if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {
-        if (store_.pending() > 0) {
-          spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, store_.pending());
+        if (const std::size_t waiting = store_.pending(); waiting > 0) {
+          spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, waiting);
         } else {
           store_.save(checkpoint_file_);
           spdlog::info("iteration {}: checkpoint written to {}", h.iteration, checkpoint_file_.string());

@@ -146,6 +146,10 @@ std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
 
 std::size_t ShardStore::pending() const {
   wait_all_applied();
+  return unapplied();
+}
+
+std::size_t ShardStore::unapplied() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i < kStripes; ++i) {
     tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
@@ -470,7 +474,7 @@ void ShardStore::apply_batch(const Batch& b) {
   constexpr std::size_t kAhead = 8;
   auto prefetch = [&](Key key) {
     const std::uint64_t local = local_of(key);
-    const char* p = reinterpret_cast<const char*>(chunks_[local / kChunkRows].load(std::memory_order_relaxed) + (local % kChunkRows) * rf);
+    const char* p = reinterpret_cast<const char*>(row_address(local));
     for (std::size_t o = 0; o < rf * sizeof(float); o += 64) __builtin_prefetch(p + o, 1);
   };
   for (std::size_t j = 0; j < std::min(kAhead, b.rows.size()); ++j) prefetch(b.rows[j].key);
@@ -499,12 +503,7 @@ void ShardStore::save(const std::filesystem::path& file) const {
     if (applier_->in_flight.load(std::memory_order_acquire) == 0) break;
     no_applies.unlock();
   }
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < kStripes; ++i) {
-    tbb::spin_mutex::scoped_lock lock(stripes_[i].mu);
-    n += stripes_[i].partial.size() + stripes_[i].ready.size();
-  }
-  if (n > 0) {
+  if (std::size_t n = unapplied(); n > 0) {
     throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(n) +
                 " rows have incomplete gradient aggregations");
   }
@@ -529,7 +528,7 @@ void ShardStore::save(const std::filesystem::path& file) const {
     if (initialized_[local].load() < kIdle) continue;
     const Key key = local * config_.shards + config_.shard;
     std::memcpy(p, &key, sizeof key);
-    std::memcpy(p + sizeof key, chunks_[local / kChunkRows].load() + (local % kChunkRows) * rf, rf * sizeof(float));
+    std::memcpy(p + sizeof key, row_address(local), rf * sizeof(float));
     p += record;
   }
   std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));

@@ -41,8 +41,8 @@ class PsService {
 
   // A transport::RequestHandler.
   // Called by several handler threads at once: the store has no global lock (see
-  // shard_store.h), concurrent commits apply rows in parallel; checkpoints and the
-  // committed iteration are serialized.
+  // shard_store.h), and commits hand their rows to the store's applier without one;
+  // checkpoints and the committed iteration are serialized.
   void handle(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
 
   ShardStore& store() { return store_; }

@@ -14,10 +14,10 @@
 //
 // Applying after the commit: commit_async() takes the ready rows out of the push path
 // and hands them to the store's applier thread, so the commit's ack need not wait for
-// the optimizer to run over rows that are cold by then (a small commit, under 64 KiB of
-// gradients, is applied on the spot: cheaper than waking that thread). Whoever reads or writes a row
-// whose update is still being applied waits for it (pulls, write-backs, a next push of
-// the row, checkpoints): a pull after commit(t) sees every update of t. commit() is
+// the optimizer to run over rows that are cold by then (a small commit is applied on the
+// spot: cheaper than waking that thread). Whoever reads or writes a row whose update is
+// still being applied waits for it (pulls, write-backs, a next push of the row,
+// checkpoints): a pull after commit(t) sees every update of t. commit() is
 // commit_async() and that wait.
 //
 // Concurrency: every method may be called from several handler threads at once, with no
@@ -125,6 +125,10 @@ class ShardStore {
     if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= kIdle) return chunk + (local % kChunkRows) * row_floats();
     return first_touch(key);
   }
+  // Where the row at a local index lives; its chunk must exist (the row was touched).
+  float* row_address(std::uint64_t local) const {
+    return chunks_[local / kChunkRows].load(std::memory_order_acquire) + (local % kChunkRows) * row_floats();
+  }
   float* first_touch(Key key);
   // Throws ProtocolError naming the key unless this shard holds it.
   void check_key(Key key) const {
@@ -170,6 +174,8 @@ class ShardStore {
     std::vector<float> grads;  // dim floats per row
   };
   void apply_batch(const Batch& b);
+  // Aggregations not applied yet, partial or complete (pending() without its wait).
+  std::size_t unapplied() const;
   // Pending aggregations of the keys that hash to one stripe.
   struct Stripe;
   std::size_t stripe_index(Key key) const;

@@ -14,6 +14,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
+#include "ember/common/huge_pages.h"
 #include "ember/ps/placement.h"
 
 namespace ember::ps {
@@ -119,7 +120,7 @@ std::size_t ShardStore::stripe_index(Key key) const { return local_of(key) % kSt
 
 ShardStore::~ShardStore() {
   applier_.reset();  // applies what was committed, then stops: before the rows go
-  for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) delete[] chunks_[c].load();
+  for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) huge_free(chunks_[c].load(), chunk_bytes());
 }
 
 ShardStore::ShardStore(ShardStore&& o) noexcept
@@ -193,13 +194,12 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   chunk_count_ = (local_rows_ + kChunkRows - 1) / kChunkRows;
   try {
     chunks_ = std::make_unique<std::atomic<float*>[]>(chunk_count_);
-    initialized_ = std::make_unique<std::atomic<std::uint8_t>[]>(local_rows_);
+    initialized_ = decltype(initialized_)(local_rows_);  // all kNew
   } catch (const std::bad_alloc&) {
     throw ConfigError("cannot allocate the row index of shard " + std::to_string(config_.shard) + " (" + std::to_string(local_rows_) +
                       " rows): add shards");
   }
   for (std::uint64_t c = 0; c < chunk_count_; ++c) chunks_[c].store(nullptr);
-  for (std::uint64_t i = 0; i < local_rows_; ++i) initialized_[i].store(0, std::memory_order_relaxed);
   stripes_ = std::make_unique<Stripe[]>(kStripes);
   applier_ = std::make_unique<Applier>();
   if (config_.allocate_up_front) {
@@ -227,11 +227,13 @@ float* ShardStore::first_touch(Key key) {
   float* chunk = slot.load(std::memory_order_acquire);
   if (chunk == nullptr) {
     // First touch of this chunk: whoever installs it first wins; the others free theirs.
-    float* fresh = new float[kChunkRows * rf];
+    // On huge pages where the host allows: rows are read at random, and on 4 KiB pages
+    // nearly every row would also miss the TLB.
+    float* fresh = static_cast<float*>(huge_alloc(chunk_bytes()));
     if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
       chunk = fresh;
     } else {
-      delete[] fresh;
+      huge_free(fresh, chunk_bytes());
     }
   }
   float* p = chunk + (local % kChunkRows) * rf;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
 
 namespace ember::cache {
@@ -50,9 +51,10 @@ class EmbeddingCache {
 
  private:
   std::uint32_t capacity_, dim_, state_dim_;
-  std::vector<float> values_, states_, grads_;
-  std::vector<Key> keys_;
-  std::vector<RowState> states_of_;
+  // Gathered and scattered at random slots: on huge pages where the host allows.
+  std::vector<float, HugePageAllocator<float>> values_, states_, grads_;
+  std::vector<Key, HugePageAllocator<Key>> keys_;
+  std::vector<RowState, HugePageAllocator<RowState>> states_of_;
 };
 
 }  // namespace ember::cache

@@ -40,6 +40,7 @@
 
 #include "ember/common/fast_div.h"
 #include "ember/common/flat_map.h"
+#include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
 #include "ember/ps/sparse_optimizer.h"
 
@@ -126,6 +127,7 @@ class ShardStore {
     return first_touch(key);
   }
   // Where the row at a local index lives; its chunk must exist (the row was touched).
+  std::size_t chunk_bytes() const { return kChunkRows * row_floats() * sizeof(float); }
   float* row_address(std::uint64_t local) const {
     return chunks_[local / kChunkRows].load(std::memory_order_acquire) + (local % kChunkRows) * row_floats();
   }
@@ -190,7 +192,8 @@ class ShardStore {
   static constexpr std::uint64_t kChunkRows = 1 << 16;
   std::unique_ptr<std::atomic<float*>[]> chunks_;
   std::uint64_t chunk_count_ = 0;
-  std::unique_ptr<std::atomic<std::uint8_t>[]> initialized_;  // per row: a RowState
+  // Per row: a RowState (huge pages: looked up at random, as the rows are).
+  std::vector<std::atomic<std::uint8_t>, HugePageAllocator<std::atomic<std::uint8_t>>> initialized_;
   std::atomic<std::uint64_t> initialized_count_{0};
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

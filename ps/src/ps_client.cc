@@ -54,6 +54,7 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, s
   for (const auto& a : shards) {
     for (std::uint32_t c = 0; c < per_shard_; ++c) conns_.push_back(connect(a));
   }
+  in_flight_.resize(conns_.size());
 }
 
 std::uint32_t PsClient::lane_of(Key key) const {
@@ -79,20 +80,167 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& t
                    std::chrono::milliseconds timeout)
     : PsClient(shards, dim, state_floats, tcp_connector(token, timeout)) {}
 
-void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration, Dedup dedup) {
+// What an operation in flight collects as its replies come in.
+struct PsFuture::Op {
+  std::vector<std::uint32_t> lanes;  // lanes it sent on (once each)
+  std::uint64_t result = 0;          // a commit's updated rows
+  std::exception_ptr error;          // the first failure
+  bool finished = false;
+  // A de-duplicated pull: each repeated key's row is copied from its first occurrence
+  // once all rows are in.
+  float* out = nullptr;
+  std::uint32_t per = 0;
+  std::vector<std::uint32_t> first;
+  void fail(std::exception_ptr e) {
+    if (!error) error = std::move(e);
+  }
+};
+
+PsFuture& PsFuture::operator=(PsFuture&& o) noexcept {
+  if (this != &o) {
+    this->~PsFuture();
+    client_ = o.client_;
+    op_ = std::move(o.op_);
+  }
+  return *this;
+}
+
+PsFuture::~PsFuture() {
+  if (op_ == nullptr || op_->finished) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    spdlog::error("a PS request nobody waited for failed: {}", e.what());
+  }
+}
+
+std::uint64_t PsFuture::wait() {
+  if (op_ == nullptr) throw std::logic_error("wait() on an empty PsFuture");
+  Op& op = *op_;
+  if (!op.finished) {
+    op.finished = true;
+    try {
+      for (std::uint32_t lane : op.lanes) client_->complete_through(lane, &op);
+    } catch (...) {  // receives record their errors in their ops; this is anything else
+      op.fail(std::current_exception());
+    }
+    if (!op.error && op.out != nullptr) {
+      for (std::size_t i = 0; i < op.first.size(); ++i) {
+        if (op.first[i] != i) std::memcpy(op.out + i * op.per, op.out + static_cast<std::size_t>(op.first[i]) * op.per, op.per * sizeof(float));
+      }
+    }
+  }
+  if (op.error) std::rethrow_exception(op.error);
+  return op.result;
+}
+
+PsClient::~PsClient() {
+  // Operations still in flight can no longer be answered: their futures report it.
+  for (auto& q : in_flight_) {
+    for (Entry& e : q) {
+      e.op->fail(std::make_exception_ptr(IoError("PS client closed with a request in flight")));
+      e.op->finished = true;
+    }
+  }
+}
+
+transport::Client& PsClient::conn(std::uint32_t lane) {
+  if (conns_[lane] == nullptr) {
+    const ShardAddress& a = addresses_[lane / per_shard_];
+    throw IoError("PS shard " + std::to_string(lane / per_shard_) + " (" + a.host + ":" + std::to_string(a.port) +
+                  "): not connected (reconnecting failed)");
+  }
+  return *conns_[lane];
+}
+
+void PsClient::send_entry(std::uint32_t lane, const OutMessage& m, Entry e) {
+  drain_pulls(lane);
+  try {
+    conn(lane).send(m);
+  } catch (const IoError&) {
+    // A pull is sent again on a new connection when its reply is due (it is idempotent
+    // and, being the lane's last request, alone there); anything else fails.
+    if (!e.pull) {
+      e.op->fail(std::current_exception());
+      return;
+    }
+    e.resend = true;
+  }
+  e.op->lanes.push_back(lane);
+  in_flight_[lane].push_back(std::move(e));
+}
+
+void PsClient::drain_pulls(std::uint32_t lane) {
+  // A pull is always its lane's last request (any later send reads it first).
+  if (!in_flight_[lane].empty() && in_flight_[lane].back().pull) complete_through(lane, nullptr);
+}
+
+void PsClient::complete_through(std::uint32_t lane, const PsFuture::Op* op) {
+  auto& q = in_flight_[lane];
+  std::size_t n = q.size();
+  if (op != nullptr) {
+    while (n > 0 && q[n - 1].op.get() != op) --n;
+  }
+  for (std::size_t i = 0; i < n; ++i) complete_front(lane);
+}
+
+void PsClient::complete_front(std::uint32_t lane) {
+  Entry e = std::move(in_flight_[lane].front());
+  in_flight_[lane].pop_front();
+  PsFuture::Op& op = *e.op;
+  try {
+    if (!e.pull) {
+      const transport::Message r = conn(lane).receive();
+      if (r.header.type == MessageType::kAck) op.result += r.header.flags;  // a commit's updated rows; 0 for pushes
+      return;
+    }
+    auto request = [&] {
+      OutMessage m;
+      m.header.type = MessageType::kPull;
+      m.header.flags = e.flags;
+      m.header.iteration = e.iteration;
+      m.keys = e.keys.data();
+      m.key_count = static_cast<std::uint32_t>(e.keys.size());
+      return m;
+    };
+    transport::Message r;
+    try {
+      if (e.resend) throw IoError("send failed");
+      r = conn(lane).receive_rows(e.dst, e.per);
+    } catch (const IoError& err) {
+      // Alone on its lane (see drain_pulls): the new connection owes nothing else.
+      reconnect(lane, err.what());
+      conns_[lane]->send(request());
+      r = conns_[lane]->receive_rows(e.dst, e.per);
+    }
+    if (r.header.value_count != e.keys.size() * e.per || r.values != nullptr) {
+      throw ProtocolError("PS shard " + std::to_string(lane / per_shard_) + ": pull reply of the wrong size");
+    }
+  } catch (const Error&) {
+    op.fail(std::current_exception());
+  }
+}
+
+PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration,
+                              Dedup dedup) {
   const std::uint32_t S = lanes(), per = with_state ? dim_ + state_ : dim_;
   const std::size_t n = keys.size();
   out.resize(n * per);
+  auto op = std::make_shared<PsFuture::Op>();
   // Keys per lane, each with where its row lands; with de-duplication, repeats are
-  // dropped here and copied from their first occurrence at the end.
-  by_shard_.resize(S);
-  dst_.resize(S);
-  for (std::uint32_t s = 0; s < S; ++s) {
-    by_shard_[s].clear();
-    dst_[s].clear();
+  // dropped here and copied from their first occurrence at wait().
+  std::vector<Entry> entries(S);
+  for (Entry& e : entries) {
+    e.op = op;
+    e.pull = true;
+    e.per = per;
+    e.flags = with_state ? kWithState : 0;
+    e.iteration = iteration;
   }
   if (dedup == Dedup::kYes) {
-    first_.resize(n);
+    op->out = out.data();
+    op->per = per;
+    op->first.resize(n);
     // The map is kept between calls (cleared, not reallocated) unless far larger than needed.
     if (first_of_.capacity() > 16 * n + 64) first_of_ = U64Map<std::uint32_t>(n);
     first_of_.clear();
@@ -100,62 +248,33 @@ void PsClient::pull(const std::vector<Key>& keys, std::vector<float>& out, bool 
   }
   if (dedup == Dedup::kNo && S == 1) {
     // One connection, every key sent: the keys as given, the rows in order.
-    by_shard_[0].assign(keys.begin(), keys.end());
-    dst_[0].resize(n);
-    for (std::size_t i = 0; i < n; ++i) dst_[0][i] = out.data() + i * per;
+    entries[0].keys.assign(keys.begin(), keys.end());
+    entries[0].dst.resize(n);
+    for (std::size_t i = 0; i < n; ++i) entries[0].dst[i] = out.data() + i * per;
   } else {
     for (std::size_t i = 0; i < n; ++i) {
       if (dedup == Dedup::kYes) {
         auto [p, fresh] = first_of_.try_emplace(keys[i], static_cast<std::uint32_t>(i));
-        first_[i] = *p;
+        op->first[i] = *p;
         if (!fresh) continue;
       }
-      const std::uint32_t s = lane_of(keys[i]);
-      by_shard_[s].push_back(keys[i]);
-      dst_[s].push_back(&out[i * per]);
+      Entry& e = entries[lane_of(keys[i])];
+      e.keys.push_back(keys[i]);
+      e.dst.push_back(&out[i * per]);
     }
   }
-  auto request = [&](std::uint32_t s) {
+  // One request per lane, all in flight before the first reply is read.
+  for (std::uint32_t s = 0; s < S; ++s) {
+    if (entries[s].keys.empty()) continue;
     OutMessage m;
     m.header.type = MessageType::kPull;
-    m.header.flags = with_state ? kWithState : 0;
+    m.header.flags = entries[s].flags;
     m.header.iteration = iteration;
-    m.keys = by_shard_[s].data();
-    m.key_count = static_cast<std::uint32_t>(by_shard_[s].size());
-    return m;
-  };
-  // One request per shard, all in flight before the first reply is read. A pull changes
-  // nothing at the PS, so a connection that fails (not a refusal) is replaced and the
-  // pull sent once more; pushes are never retried.
-  std::vector<bool> resend(S, false);
-  for (std::uint32_t s = 0; s < S; ++s) {
-    if (by_shard_[s].empty()) continue;
-    try {
-      conns_[s]->send(request(s));
-    } catch (const IoError&) {
-      resend[s] = true;
-    }
+    m.keys = entries[s].keys.data();
+    m.key_count = static_cast<std::uint32_t>(entries[s].keys.size());
+    send_entry(s, m, std::move(entries[s]));
   }
-  // Each reply's rows go straight to their places in `out`.
-  for (std::uint32_t s = 0; s < S; ++s) {
-    if (by_shard_[s].empty()) continue;
-    transport::Message r;
-    try {
-      if (resend[s]) throw IoError("send failed");
-      r = conns_[s]->receive_rows(dst_[s], per);
-    } catch (const IoError& e) {
-      reconnect(s, e.what());
-      conns_[s]->send(request(s));
-      r = conns_[s]->receive_rows(dst_[s], per);
-    }
-    if (r.header.value_count != by_shard_[s].size() * per || r.values != nullptr) {
-      throw ProtocolError("PS shard " + std::to_string(s / per_shard_) + ": pull reply of the wrong size");
-    }
-  }
-  if (dedup == Dedup::kNo) return;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (first_[i] != i) std::memcpy(&out[i * per], &out[static_cast<std::size_t>(first_[i]) * per], per * sizeof(float));
-  }
+  return PsFuture(this, std::move(op));
 }
 
 void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per) {
@@ -176,7 +295,8 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
   }
 }
 
-void PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row) {
+PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row) {
+  auto op = std::make_shared<PsFuture::Op>();
   const std::uint32_t S = lanes();
   for (std::uint32_t s = 0; s < S; ++s) {
     if (by_shard_[s].empty()) continue;
@@ -188,37 +308,40 @@ void PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint3
     m.value_segments = segments_[s].data();
     m.segment_count = static_cast<std::uint32_t>(segments_[s].size());
     m.value_count = static_cast<std::uint32_t>(by_shard_[s].size() / keys_per_row * per);
-    conns_[s]->send(m);
+    Entry e;
+    e.op = op;
+    send_entry(s, m, std::move(e));
   }
-  for (std::uint32_t s = 0; s < S; ++s) {
-    if (!by_shard_[s].empty()) conns_[s]->receive();
-  }
+  return PsFuture(this, std::move(op));
 }
 
-void PsClient::push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
-                         const std::vector<float>& grads) {
+PsFuture PsClient::start_push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
+                                   const std::vector<float>& grads) {
   route_rows(keys, grads.data(), dim_);
   // Keys, then trainer counts.
   for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_[i]].push_back(trainers[i]);
-  send_routed(MessageType::kPushGrad, iteration, dim_, 2);
+  return send_routed(MessageType::kPushGrad, iteration, dim_, 2);
 }
 
-void PsClient::push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
+PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
   route_rows(keys, rows.data(), dim_ + state_);
-  send_routed(MessageType::kPushValue, 0, dim_ + state_, 1);
+  return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1);
 }
 
-std::uint64_t PsClient::commit(std::uint64_t iteration) {
-  // On each shard's first connection: every push before it was acknowledged already.
+PsFuture PsClient::start_commit(std::uint64_t iteration) {
+  // Every push before it acknowledged (it may have gone on another connection of the
+  // shard), then on each shard's first connection.
+  for (std::uint32_t lane = 0; lane < lanes(); ++lane) complete_through(lane, nullptr);
+  auto op = std::make_shared<PsFuture::Op>();
   for (std::uint32_t s = 0; s < shards(); ++s) {
     OutMessage m;
     m.header.type = MessageType::kCommit;
     m.header.iteration = iteration;
-    conns_[s * per_shard_]->send(m);
+    Entry e;
+    e.op = op;
+    send_entry(s * per_shard_, m, std::move(e));
   }
-  std::uint64_t updated = 0;
-  for (std::uint32_t s = 0; s < shards(); ++s) updated += conns_[s * per_shard_]->receive().header.flags;
-  return updated;
+  return PsFuture(this, std::move(op));
 }
 
 }  // namespace ember::ps

@@ -142,5 +142,130 @@ TEST(PsClientRetry, PullsRetryOnceOnANewConnectionPushesDoNot) {
   EXPECT_EQ(pushes.load(), 1);
 }
 
+// Futures: write-backs, gradients and a pull in flight together, waited in any order,
+// give what the same calls one after another give; a refused request fails its own
+// future and nothing else.
+class PsFutures : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PsFutures, OperationsInFlightTogetherMatchOneAtATime) {
+  transport::verbs::FakeFabric fabric;
+  const std::uint32_t S = 2, state = state_floats(OptimizerKind::kAdagrad, kDim);
+  auto run = [&](bool together) {
+    std::vector<std::unique_ptr<PsService>> services;
+    std::vector<std::unique_ptr<transport::Server>> servers;
+    std::vector<ShardAddress> addrs;
+    for (std::uint32_t s = 0; s < S; ++s) {
+      services.push_back(std::make_unique<PsService>(config(s, S)));
+      PsService* svc = services.back().get();
+      auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
+      if (GetParam() == "tcp") {
+        transport::TcpServerOptions o;
+        o.token = kToken;
+        servers.push_back(std::make_unique<transport::TcpServer>(o, h));
+      } else {
+        transport::RdmaServerOptions o;
+        o.token = kToken;
+        servers.push_back(std::make_unique<transport::RdmaServer>(fabric, o, h));
+      }
+      addrs.push_back({"127.0.0.1", servers.back()->port()});
+    }
+    Connector connect = GetParam() == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, {});
+    PsClient c(addrs, kDim, state, connect, 2);
+    std::vector<float> trace;
+    for (std::uint64_t t = 0; t < 4; ++t) {
+      std::vector<Key> own, written, pulled_keys;
+      for (Key k = 10 * t; k < 10 * t + 40; ++k) own.push_back(k);
+      for (Key k = 1000 + 50 * t; k < 1000 + 50 * t + 30; ++k) written.push_back(k);
+      for (Key k = 3000 + 20 * t; k < 3000 + 20 * t + 60; ++k) pulled_keys.push_back(k);
+      pulled_keys.push_back(pulled_keys[5]);  // a repeat: copied at wait()
+      std::vector<float> base;
+      c.pull(own, base, true, t);
+      std::vector<float> grads(own.size() * kDim), values(written.size() * (kDim + state));
+      for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * base[i / kDim * (kDim + state) + i % kDim] + 0.002f * static_cast<float>(t);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5f + 0.001f * static_cast<float>(i + t);
+      std::vector<std::uint32_t> trainers(own.size(), 1);
+      std::vector<float> pulled;
+      if (together) {
+        PsFuture v = c.start_push_value(written, values);
+        PsFuture g = c.start_push_grad(t, own, trainers, grads);
+        PsFuture p = c.start_pull(pulled_keys, pulled, true, t);
+        values.assign(values.size(), -1.0f);  // inputs are read before start_* returns
+        grads.assign(grads.size(), -1.0f);
+        EXPECT_EQ(p.wait(), 0u);  // the pull first: the pushes' replies are kept for them
+        EXPECT_EQ(g.wait(), 0u);
+        EXPECT_EQ(v.wait(), 0u);
+        EXPECT_EQ(v.wait(), 0u);  // a second wait returns the same
+        EXPECT_EQ(c.start_commit(t + 1).wait(), own.size());
+      } else {
+        c.push_value(written, values);
+        c.push_grad(t, own, trainers, grads);
+        c.pull(pulled_keys, pulled, true, t);
+        EXPECT_EQ(c.commit(t + 1), own.size());
+      }
+      const std::size_t per = kDim + state, last = pulled_keys.size() - 1;
+      EXPECT_TRUE(std::equal(pulled.begin() + last * per, pulled.end(), pulled.begin() + 5 * per));  // the repeat
+      trace.insert(trace.end(), pulled.begin(), pulled.end());
+    }
+    std::vector<Key> all;
+    for (Key k = 0; k < kKeys; ++k) all.push_back(k);
+    std::vector<float> rows;
+    c.pull(all, rows, true, 4);
+    trace.insert(trace.end(), rows.begin(), rows.end());
+    // A refused push fails its future only; the pull beside it is answered.
+    std::vector<float> g(kDim, 0.1f), r;
+    PsFuture bad = c.start_push_grad(4, {kKeys + 7}, {1}, g);
+    PsFuture good = c.start_pull({1, 2, 3}, r, false, 4);
+    EXPECT_NO_THROW(good.wait());
+    EXPECT_EQ(r.size(), 3u * kDim);
+    try {
+      bad.wait();
+      ADD_FAILURE() << "a push of a key beyond the tables was accepted";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("beyond"), std::string::npos) << e.what();
+    }
+    {
+      // A future left unwaited is waited when it goes: its rows are in place.
+      std::vector<float> late;
+      { PsFuture f = c.start_pull({4, 5}, late, false, 4); }
+      std::vector<float> again;
+      c.pull({4, 5}, again, false, 4);
+      EXPECT_EQ(late, again);
+    }
+    return trace;
+  };
+  const std::vector<float> one_at_a_time = run(false), together = run(true);
+  ASSERT_EQ(one_at_a_time.size(), together.size());
+  EXPECT_TRUE(one_at_a_time == together);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PsFutures, ::testing::Values("tcp", "rdma_fake"));
+
+// A large request sent while a large pull's rows are unread, with small socket buffers:
+// the pull is read first, so neither end blocks writing to the other (else both block
+// until the client's send times out).
+TEST(PsFuturesTcp, ALargePushAfterALargePullDoesNotStall) {
+  StoreConfig sc;
+  sc.num_keys = 1 << 16;
+  sc.dim = 64;
+  PsService svc(sc);
+  transport::TcpServerOptions o;
+  o.token = kToken;
+  o.socket_buffer_bytes = 64 << 10;
+  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  PsClient c({{"127.0.0.1", server.port()}}, sc.dim, 0, tcp_connector(kToken, std::chrono::milliseconds(3000), 64 << 10));
+  std::vector<Key> pulled(1 << 15), pushed(1 << 15);  // 8 MiB each way
+  for (Key k = 0; k < pulled.size(); ++k) pulled[k] = k, pushed[k] = (1 << 15) + k;
+  std::vector<float> rows, grads(pushed.size() * sc.dim, 0.01f);
+  std::vector<std::uint32_t> trainers(pushed.size(), 1);
+  PsFuture p = c.start_pull(pulled, rows, false, 0, PsClient::Dedup::kNo);
+  PsFuture g = c.start_push_grad(0, pushed, trainers, grads);
+  EXPECT_NO_THROW(g.wait());
+  EXPECT_NO_THROW(p.wait());
+  EXPECT_EQ(c.commit(1), pushed.size());
+  std::vector<float> first(sc.dim);
+  svc.store().pull({&pulled[7], 1}, first.data());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), rows.begin() + 7 * sc.dim));
+}
+
 }  // namespace
 }  // namespace ember::ps

@@ -257,7 +257,8 @@ class Worker {
   void setup_collective();
   void execute(Step& s);
   void sync_pushes(const StepPlan& p, bool flush);
-  void push_partials(std::map<std::uint64_t, GradBatch>& by_iter);
+  // Sends the gradients (one push per iteration that computed them); waited by the caller.
+  void push_partials(std::map<std::uint64_t, GradBatch>& by_iter, std::vector<ps::PsFuture>& sent);
   void commit_barrier(std::uint64_t generation, std::uint64_t iteration);
   void take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter);
   void evaluate(std::uint64_t iteration);
@@ -382,11 +383,11 @@ void Worker::take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& b
   b.slots.push_back(slot);
 }
 
-void Worker::push_partials(std::map<std::uint64_t, GradBatch>& by_iter) {
+void Worker::push_partials(std::map<std::uint64_t, GradBatch>& by_iter, std::vector<ps::PsFuture>& sent) {
   for (auto& [iter, b] : by_iter) {
     b.grads.clear();
     cache_->read_grads(b.slots, b.grads);
-    client_->push_grad(iter, b.keys, b.trainers, b.grads);
+    sent.push_back(client_->start_push_grad(iter, b.keys, b.trainers, b.grads));
     wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
   }
 }
@@ -397,7 +398,10 @@ void Worker::sync_pushes(const StepPlan& p, bool flush) {
     take_grad(g.slot, grads);
     cache_->drop(g.slot);
   }
-  push_partials(grads);
+  // The gradients and the write-backs in flight together; all acknowledged before the
+  // barrier (a commit must find them at the PS).
+  std::vector<ps::PsFuture> sent;
+  push_partials(grads, sent);
   if (!p.push_values.empty()) {
     std::vector<Key> keys;
     std::vector<std::uint32_t> slots;
@@ -409,9 +413,10 @@ void Worker::sync_pushes(const StepPlan& p, bool flush) {
       cache_->set_row_state(v.slot, cache::RowState::kLatestClean);
     }
     cache_->read_rows(slots, rows);
-    client_->push_value(keys, rows);
+    sent.push_back(client_->start_push_value(keys, rows));
     wire_.bytes_out += keys.size() * 8 + rows.size() * 4;
   }
+  for (auto& f : sent) f.wait();
   (flush ? wire_.flush_grad : wire_.push_grad) += p.push_grads.size();
   (flush ? wire_.flush_value : wire_.push_value) += p.push_values.size();
 }
@@ -470,14 +475,18 @@ void Worker::execute(Step& s) {
         ++wire_.push_evict;
       }
     }
+    // Write-backs, evicted gradients and the pull in flight together: one round trip.
+    std::vector<ps::PsFuture> sent;
     if (!evicted_keys.empty()) {
       cache_->read_rows(evicted_slots, evicted_rows);
-      client_->push_value(evicted_keys, evicted_rows);
+      sent.push_back(client_->start_push_value(evicted_keys, evicted_rows));
       wire_.bytes_out += evicted_keys.size() * 8 + evicted_rows.size() * 4;
     }
-    push_partials(evicted_grads);
+    push_partials(evicted_grads, sent);
     std::vector<float> rows;
-    client_->pull(pull_keys, rows, true, t, ps::PsClient::Dedup::kNo);  // a slot per key: distinct
+    ps::PsFuture pulled = client_->start_pull(pull_keys, rows, true, t, ps::PsClient::Dedup::kNo);  // a slot per key: distinct
+    for (auto& f : sent) f.wait();
+    pulled.wait();
     cache_->fill(pull_slots, pull_keys, rows.data());
     wire_.pulls += p.pulls.size();
     wire_.bytes_out += pull_keys.size() * 8;

@@ -3,10 +3,22 @@
 // replies back in the caller's order. A pull whose connection fails is retried once on a
 // new connection (it is idempotent); pushes and commits are not. One thread uses a
 // PsClient at a time.
+//
+// Futures: start_pull / start_push_grad / start_push_value / start_commit send their
+// requests and return a PsFuture; wait() receives the replies. Several operations may
+// be in flight at once (a worker sends its write-backs, its evicted gradients and its
+// pull together: one round trip instead of three). Each connection answers in order, so
+// waiting for one operation also receives the replies of those sent before it on the
+// same connections (kept for their own wait()). A request is never sent while a pull's
+// rows are unread on its connection (that pull is received first): a peer blocked
+// writing rows nobody reads while the client blocks writing a large request to it would
+// stall both until the timeout.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +48,29 @@ Connector tcp_connector(const std::string& token, std::chrono::milliseconds time
 // `fabric` must outlive the clients made.
 Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options);
 
+class PsClient;
+
+// One operation in flight (see PsClient). wait() returns its result (a commit's updated
+// row count, else 0) or throws what a shard refused (ProtocolError) or what broke
+// (IoError); a second wait() returns or throws the same. The destructor waits for an
+// operation not waited for (the pulled rows' destination must not outlive it), logging
+// an error it would have thrown. Wait before the PsClient goes.
+class PsFuture {
+ public:
+  struct Op;
+  PsFuture() = default;
+  PsFuture(PsClient* client, std::shared_ptr<Op> op) : client_(client), op_(std::move(op)) {}
+  PsFuture(PsFuture&& o) noexcept = default;
+  PsFuture& operator=(PsFuture&& o) noexcept;
+  ~PsFuture();
+  std::uint64_t wait();
+  bool valid() const { return op_ != nullptr; }
+
+ private:
+  PsClient* client_ = nullptr;
+  std::shared_ptr<Op> op_;
+};
+
 class PsClient {
  public:
   // `connections_per_shard` > 1: each shard's keys are spread over that many connections
@@ -57,23 +92,65 @@ class PsClient {
   // repeated keys are fetched once. `iteration`: the iteration the rows are for; a shard
   // refuses a pull for an iteration it has not committed yet (t > 0).
   void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
-            Dedup dedup = Dedup::kYes);
+            Dedup dedup = Dedup::kYes) {
+    start_pull(keys, out, with_state, iteration, dedup).wait();
+  }
   // Gradients (dim floats per key) of rows trained in `iteration` by trainers[i] workers.
   void push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
-                 const std::vector<float>& grads);
+                 const std::vector<float>& grads) {
+    start_push_grad(iteration, keys, trainers, grads).wait();
+  }
   // Rows written back (dim + state floats per key).
-  void push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
+  void push_value(const std::vector<Key>& keys, const std::vector<float>& rows) { start_push_value(keys, rows).wait(); }
   // Commits `iteration` on every shard; returns the rows updated in all.
-  std::uint64_t commit(std::uint64_t iteration);
+  std::uint64_t commit(std::uint64_t iteration) { return start_commit(iteration).wait(); }
+
+  // The same, sent now and answered at wait(). The inputs are read before these return;
+  // start_pull's `out` is resized here and filled by wait() (leave it alone until then).
+  PsFuture start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
+                      Dedup dedup = Dedup::kYes);
+  PsFuture start_push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
+                           const std::vector<float>& grads);
+  PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
+  // Sent once every request before it is answered (its pushes on the shards' other
+  // connections must be in before the commit applies them).
+  PsFuture start_commit(std::uint64_t iteration);
+
+  ~PsClient();
+  PsClient(const PsClient&) = delete;
+  PsClient& operator=(const PsClient&) = delete;
 
  private:
+  friend class PsFuture;
+  // A request on one lane whose reply is not read yet, oldest first per lane.
+  struct Entry {
+    std::shared_ptr<PsFuture::Op> op;
+    bool pull = false;
+    bool resend = false;             // a pull whose send failed: sent again on a new connection
+    std::vector<Key> keys;           // a pull's keys (to send it again)
+    std::vector<float*> dst;         // a pull's row destinations
+    std::uint32_t per = 0;           // floats per pulled row
+    std::uint32_t flags = 0;         // a pull's header flags and iteration (to send it again)
+    std::uint64_t iteration = 0;
+  };
+  // Reads replies on `lane` up to and including the last entry of `op` (all if null),
+  // each into its own operation.
+  void complete_through(std::uint32_t lane, const PsFuture::Op* op);
+  void complete_front(std::uint32_t lane);
+  // Before a send on `lane`: the rows of pulls in flight there are read first.
+  void drain_pulls(std::uint32_t lane);
+  // Sends on `lane` for `op`: kept in the lane's queue; a failed send fails the op.
+  void send_entry(std::uint32_t lane, const transport::OutMessage& m, Entry e);
+  PsFuture finish_start(std::shared_ptr<PsFuture::Op> op);
   void reconnect(std::uint32_t lane, const std::string& why);
+  // The lane's connection; IoError if a reconnect failed (a pull then tries again).
+  transport::Client& conn(std::uint32_t lane);
   // Splits rows (per floats each, in the order of `keys`) into by_shard_ / segments_ by
   // lane, each key's lane kept in lane_.
   void route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per);
-  // Sends every lane's keys and segments as one request each, all in flight, then waits
-  // for the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).
-  void send_routed(transport::MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row);
+  // Sends every lane's keys and segments as one request each, all in flight; the future
+  // receives the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).
+  PsFuture send_routed(transport::MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row);
   // A lane is one connection: shard s has lanes s * per_shard_ ... + per_shard_ - 1.
   std::uint32_t lanes() const { return static_cast<std::uint32_t>(conns_.size()); }
   std::uint32_t lane_of(Key key) const;
@@ -85,11 +162,11 @@ class PsClient {
   std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
   std::uint64_t retries_ = 0;
+  std::vector<std::deque<Entry>> in_flight_;  // per lane
   // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
   std::vector<std::vector<Key>> by_shard_;
-  std::vector<std::vector<float*>> dst_;
   std::vector<std::vector<transport::Segment>> segments_;
-  std::vector<std::uint32_t> first_, lane_;
+  std::vector<std::uint32_t> lane_;
   U64Map<std::uint32_t> first_of_;
 };
 

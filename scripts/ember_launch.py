@@ -190,6 +190,8 @@ class Job:
             "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
             "hit_rate": tot["hits"] / max(1, tot["hits"] + tot["pulls"]),
             "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
+            # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
+            "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
             "evals": evals,
             "per_iteration": [per_iter[k] for k in sorted(per_iter)],
         }
@@ -199,6 +201,12 @@ class Job:
         print(f"[{a.policy}] done: {result['samples_s']:.0f} samples/s, rows pulled {result['pulls']}, pushed {result['pushes']}, "
               f"hit rate {100 * result['hit_rate']:.1f}%, AUC {result['auc']:.4f}, logloss {result['logloss']:.4f} -> {self.out}/summary.json",
               flush=True)
+        ph = result["phase_s"]
+        total = max(1e-9, sum(ph.values()))
+        ps = ph["sync"] + ph["commit"] + ph["pull"] + ph["push"]
+        print(f"[{a.policy}] worker time: PS exchanges {100 * ps / total:.0f}% (barrier + commit {100 * ph['commit'] / total:.0f}%, "
+              f"pulls {100 * ph['pull'] / total:.0f}%), model {100 * ph['compute'] / total:.0f}%, all-reduce {100 * ph['allreduce'] / total:.0f}%, "
+              f"updates {100 * ph['update'] / total:.0f}%", flush=True)
         return result
 
 

@@ -288,6 +288,12 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
   // The rows are gathered from the caller's array (consecutive rows of one lane are one
   // segment), never copied per shard.
   lane_.resize(keys.size());
+  if (S == 1) {  // one connection: the keys as given, the rows as one segment
+    by_shard_[0].assign(keys.begin(), keys.end());
+    std::fill(lane_.begin(), lane_.end(), 0u);
+    if (!keys.empty()) segments_[0].push_back({rows, static_cast<std::uint32_t>(keys.size() * per)});
+    return;
+  }
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t s = lane_[i] = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
@@ -319,7 +325,11 @@ PsFuture PsClient::start_push_grad(std::uint64_t iteration, const std::vector<Ke
                                    const std::vector<float>& grads) {
   route_rows(keys, grads.data(), dim_);
   // Keys, then trainer counts.
-  for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_[i]].push_back(trainers[i]);
+  if (lanes() == 1) {
+    by_shard_[0].insert(by_shard_[0].end(), trainers.begin(), trainers.end());
+  } else {
+    for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_[i]].push_back(trainers[i]);
+  }
   return send_routed(MessageType::kPushGrad, iteration, dim_, 2);
 }
 

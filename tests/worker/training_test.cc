@@ -134,6 +134,16 @@ class Training : public test::TempDirTest {
         if (!j.value("summary", false)) continue;
         for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync"}) r.wire[k] += j.value(k, std::uint64_t{0});
         if (w == 0) r.auc = j.at("auc");
+        // Where the time went: every phase measured, within the training loop's wall time.
+        double phases = 0;
+        for (const char* k : {"sync", "commit", "pull", "compute", "allreduce", "push", "update"}) {
+          const double x = j.at("phase_s").at(k);
+          EXPECT_GE(x, 0) << name << " worker " << w << " phase " << k;
+          phases += x;
+        }
+        EXPECT_GT(j.at("phase_s").at("compute").get<double>(), 0) << name;
+        EXPECT_GT(j.at("phase_s").at("commit").get<double>(), 0) << name;  // one barrier + commit per iteration
+        EXPECT_LE(phases, j.at("seconds").get<double>() * 1.0001) << name;
       }
     }
     if (fs::exists(dir_ / (name + "-model") / "model.json")) r.dump = read_dump((dir_ / (name + "-model")).string());

@@ -293,6 +293,7 @@ class Worker {
   std::vector<std::uint64_t> partial_iter_;       // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;   // per slot: workers that trained it then
   WireCounts wire_;
+  PhaseTimes phases_;
   std::ofstream metrics_;
   double last_loss_ = 0, auc_ = -1, logloss_ = -1;
 };
@@ -376,6 +377,14 @@ void Worker::setup_collective() {
   allreduce_ = [pg](std::vector<torch::Tensor>& t) { pg->allreduce(t)->wait(); };
 }
 
+// The phases' times since `since`, scaled (1: seconds, 1e3: milliseconds).
+json phase_json(const PhaseTimes& now, const PhaseTimes& since, double scale) {
+  return {{"sync", (now.sync - since.sync) * scale},          {"commit", (now.commit - since.commit) * scale},
+          {"pull", (now.pull - since.pull) * scale},          {"compute", (now.compute - since.compute) * scale},
+          {"allreduce", (now.allreduce - since.allreduce) * scale}, {"push", (now.push - since.push) * scale},
+          {"update", (now.update - since.update) * scale}};
+}
+
 void Worker::take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter) {
   GradBatch& b = by_iter[partial_iter_[slot]];
   b.keys.push_back(cache_->key(slot));
@@ -453,9 +462,17 @@ void Worker::execute(Step& s) {
   const std::uint32_t T = c_.model.num_tables, n = static_cast<std::uint32_t>(p.samples.size());
   const std::uint32_t global_n = c_.workers * c_.batch_per_worker;
 
+  // Each phase's wall time: the stopwatch is read and restarted at its end.
+  Stopwatch clock;
+  auto lap = [&clock](double& phase) {
+    phase += clock.seconds();
+    clock.reset();
+  };
   // 1-2. Sync, barrier, commit: the PS applies every update of earlier iterations.
   sync_pushes(p, false);
+  lap(phases_.sync);
   commit_barrier(2 * t, t);
+  lap(phases_.commit);
 
   // 3. Evictions leave (their data copied out first: the pull overwrites the slot), pulls.
   if (!p.pulls.empty()) {
@@ -493,6 +510,7 @@ void Worker::execute(Step& s) {
     wire_.bytes_in += rows.size() * 4;
   }
   wire_.hits += p.rows.size() - p.pulls.size();
+  lap(phases_.pull);
 
   // 4. Train the micro-batch.
   // Each distinct row's index in p.rows: its slot here, its trainer count for pushes.
@@ -539,6 +557,7 @@ void Worker::execute(Step& s) {
   auto loss = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n);
   loss.backward();
   auto eg = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
+  lap(phases_.compute);
   if (!hot_pos.empty()) {
     // This worker's part of the hot rows' gradients; summed over workers with the dense ones.
     auto g = eg.index_select(0, hot_idx).to(torch::kCPU);
@@ -586,6 +605,7 @@ void Worker::execute(Step& s) {
       hot_touched_.zero_();
     }
   }
+  lap(phases_.allreduce);
   opt_->step();
   if (hot_pos.empty()) {
     cache_->scatter_add_grad(slots, eg);
@@ -593,6 +613,7 @@ void Worker::execute(Step& s) {
     cache_->scatter_add_grad(slots, eg.index_select(0, cold_idx));
   }
 
+  lap(phases_.update);
   // Full-set sync pushes every trained row's gradient (with its trainer count).
   if (!p.end_pushes.empty()) {
     GradBatch b;
@@ -606,6 +627,7 @@ void Worker::execute(Step& s) {
     wire_.push_grad += b.keys.size();
     wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
   }
+  lap(phases_.push);
   std::vector<std::uint32_t> sole, pushed;
   for (const auto& r : p.rows) {
     if (r.trainers == 1) {
@@ -622,6 +644,7 @@ void Worker::execute(Step& s) {
   cache_->apply(sole, ps_.optimizer, ps_.optimizer.lr);  // rows only this worker trained: the PS's update, here
   cache_->zero_grad(pushed);
   for (const auto& d : p.drops) cache_->drop(d.slot);
+  lap(phases_.update);
 }
 
 void Worker::evaluate(std::uint64_t iteration) {
@@ -732,6 +755,7 @@ TrainSummary Worker::run() {
     const double wait_ms = it_clock.millis();
     if (auto why = control_->failure()) throw Error("job failed: " + *why);
     WireCounts before = wire_;
+    const PhaseTimes phases_before = phases_;
     execute(s);
     if (s.flush) {
       sync_pushes(s.flush_plan, true);
@@ -752,7 +776,8 @@ TrainSummary Worker::run() {
               {"push_evict", wire_.push_evict - before.push_evict},
               {"hits", wire_.hits - before.hits},
               {"bytes_out", wire_.bytes_out - before.bytes_out},
-              {"bytes_in", wire_.bytes_in - before.bytes_in}});
+              {"bytes_in", wire_.bytes_in - before.bytes_in},
+              {"phase_ms", phase_json(phases_, phases_before, 1e3)}});
     if (rank_ == 0 && c_.progress_every > 0 && ((t + 1) % c_.progress_every == 0 || t + 1 == c_.iterations)) {
       const double secs = window.seconds();
       const std::uint64_t iters = (t + 1) % c_.progress_every == 0 ? c_.progress_every : (t + 1) % c_.progress_every;
@@ -771,6 +796,7 @@ TrainSummary Worker::run() {
   // Everyone waits for worker 0's evaluation and dump before leaving.
   control_->barrier(transport::BarrierGroup::kWorkers, 2 * c_.iterations + 2);
   sum.wire = wire_;
+  sum.phases = phases_;
   sum.final_loss = last_loss_;
   sum.auc = auc_;
   sum.logloss = logloss_;
@@ -792,7 +818,16 @@ TrainSummary Worker::run() {
             {"hot_load", wire_.hot_load},
             {"hot_sync", wire_.hot_sync},
             {"bytes_out", wire_.bytes_out},
-            {"bytes_in", wire_.bytes_in}});
+            {"bytes_in", wire_.bytes_in},
+            {"phase_s", phase_json(phases_, PhaseTimes{}, 1)}});
+  {
+    const PhaseTimes& f = phases_;
+    const double all = std::max(1e-9, f.total());
+    auto pct = [all](double x) { return 100 * x / all; };
+    spdlog::info("worker {}: time per phase: PS sync {:.0f}%, barrier + commit {:.0f}%, pulls {:.0f}%, model {:.0f}%, all-reduce {:.0f}%, "
+                 "pushes {:.0f}%, updates {:.0f}% (of {:.1f} s)",
+                 rank_, pct(f.sync), pct(f.commit), pct(f.pull), pct(f.compute), pct(f.allreduce), pct(f.push), pct(f.update), f.total());
+  }
   control_->leave();
   return sum;
 }

@@ -75,9 +75,21 @@ struct WireCounts {
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
 };
 
+// Where a worker's iterations spent their wall time, in seconds: the PS exchanges
+// (sync pushes before the barrier; the barrier and the commit, which includes waiting
+// for slower workers; write-backs, evictions and pulls; the full-set pushes after
+// training), the model (gather, forward, backward), the dense all-reduce, and the local
+// updates (dense optimizer, gradient scatter, cached rows' updates). Excludes waiting for
+// the loader and the evaluation flushes.
+struct PhaseTimes {
+  double sync = 0, commit = 0, pull = 0, compute = 0, allreduce = 0, push = 0, update = 0;
+  double total() const { return sync + commit + pull + compute + allreduce + push + update; }
+};
+
 struct TrainSummary {
   std::uint32_t rank = 0;
   WireCounts wire;
+  PhaseTimes phases;
   std::uint64_t iterations = 0;
   double seconds = 0;             // training loop, wall
   double samples_per_s = 0;       // global samples per second

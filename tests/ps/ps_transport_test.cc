@@ -33,30 +33,41 @@ StoreConfig config(std::uint32_t shard, std::uint32_t shards) {
 
 // S shards and two workers for 6 BSP rounds; returns every row with its state. Key
 // ranges make replies leave straight from the store and land straight in the pulled rows.
-std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1) {
-  transport::verbs::FakeFabric fabric;
+// S shards of config(s, S), serving over `kind`: "tcp", or "rdma_fake" on `fabric`.
+struct Shards {
   std::vector<std::unique_ptr<PsService>> services;
   std::vector<std::unique_ptr<transport::Server>> servers;
   std::vector<ShardAddress> addrs;
+};
+
+Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::FakeFabric& fabric, const transport::RdmaOptions& rdma) {
+  Shards sh;
   for (std::uint32_t s = 0; s < S; ++s) {
-    services.push_back(std::make_unique<PsService>(config(s, S)));
-    PsService* svc = services.back().get();
+    sh.services.push_back(std::make_unique<PsService>(config(s, S)));
+    PsService* svc = sh.services.back().get();
     auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
     if (kind == "tcp") {
       transport::TcpServerOptions o;
       o.token = kToken;
-      servers.push_back(std::make_unique<transport::TcpServer>(o, h));
+      sh.servers.push_back(std::make_unique<transport::TcpServer>(o, h));
     } else {
       transport::RdmaServerOptions o;
       o.token = kToken;
-      o.rdma.slot_bytes = 1 << 20;
-      servers.push_back(std::make_unique<transport::RdmaServer>(fabric, o, h));
+      o.rdma = rdma;
+      sh.servers.push_back(std::make_unique<transport::RdmaServer>(fabric, o, h));
     }
-    addrs.push_back({"127.0.0.1", servers.back()->port()});
+    sh.addrs.push_back({"127.0.0.1", sh.servers.back()->port()});
   }
-  const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
+  return sh;
+}
+
+std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1) {
+  transport::verbs::FakeFabric fabric;
   transport::RdmaOptions ro;
   ro.slot_bytes = 1 << 20;
+  const Shards shards = start_shards(kind, S, fabric, ro);
+  const std::vector<ShardAddress>& addrs = shards.addrs;
+  const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
   Connector connect = kind == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, ro);
   PsClient w0(addrs, kDim, state, connect, connections), w1(addrs, kDim, state, connect, connections);
   std::vector<float> rows;
@@ -151,26 +162,9 @@ TEST_P(PsFutures, OperationsInFlightTogetherMatchOneAtATime) {
   transport::verbs::FakeFabric fabric;
   const std::uint32_t S = 2, state = state_floats(OptimizerKind::kAdagrad, kDim);
   auto run = [&](bool together) {
-    std::vector<std::unique_ptr<PsService>> services;
-    std::vector<std::unique_ptr<transport::Server>> servers;
-    std::vector<ShardAddress> addrs;
-    for (std::uint32_t s = 0; s < S; ++s) {
-      services.push_back(std::make_unique<PsService>(config(s, S)));
-      PsService* svc = services.back().get();
-      auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
-      if (GetParam() == "tcp") {
-        transport::TcpServerOptions o;
-        o.token = kToken;
-        servers.push_back(std::make_unique<transport::TcpServer>(o, h));
-      } else {
-        transport::RdmaServerOptions o;
-        o.token = kToken;
-        servers.push_back(std::make_unique<transport::RdmaServer>(fabric, o, h));
-      }
-      addrs.push_back({"127.0.0.1", servers.back()->port()});
-    }
+    const Shards shards = start_shards(GetParam(), S, fabric, {});
     Connector connect = GetParam() == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, {});
-    PsClient c(addrs, kDim, state, connect, 2);
+    PsClient c(shards.addrs, kDim, state, connect, 2);
     std::vector<float> trace;
     for (std::uint64_t t = 0; t < 4; ++t) {
       std::vector<Key> own, written, pulled_keys;

@@ -98,19 +98,23 @@ struct PsFuture::Op {
 
 PsFuture& PsFuture::operator=(PsFuture&& o) noexcept {
   if (this != &o) {
-    this->~PsFuture();
+    settle();
     client_ = o.client_;
     op_ = std::move(o.op_);
   }
   return *this;
 }
 
-PsFuture::~PsFuture() {
+PsFuture::~PsFuture() { settle(); }
+
+void PsFuture::settle() noexcept {
   if (op_ == nullptr || op_->finished) return;
   try {
     wait();
   } catch (const std::exception& e) {
     spdlog::error("a PS request nobody waited for failed: {}", e.what());
+  } catch (...) {
+    spdlog::error("a PS request nobody waited for failed");
   }
 }
 
@@ -216,7 +220,7 @@ void PsClient::complete_front(std::uint32_t lane) {
     if (r.header.value_count != e.keys.size() * e.per || r.values != nullptr) {
       throw ProtocolError("PS shard " + std::to_string(lane / per_shard_) + ": pull reply of the wrong size");
     }
-  } catch (const Error&) {
+  } catch (...) {  // the operation reports it: the entry is gone from its lane
     op.fail(std::current_exception());
   }
 }

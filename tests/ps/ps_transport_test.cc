@@ -261,5 +261,25 @@ TEST(PsFuturesTcp, ALargePushAfterALargePullDoesNotStall) {
   EXPECT_TRUE(std::equal(first.begin(), first.end(), rows.begin() + 7 * sc.dim));
 }
 
+// A future whose client went first reports it instead of reading a closed connection.
+TEST(PsFuturesTcp, AFutureOutlivingItsClientSaysSo) {
+  PsService svc(config(0, 1));
+  transport::TcpServerOptions o;
+  o.token = kToken;
+  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  std::vector<float> rows;
+  PsFuture f;
+  {
+    PsClient c({{"127.0.0.1", server.port()}}, kToken, kDim, 0);
+    f = c.start_pull({1, 2}, rows, false, 0);
+  }
+  try {
+    f.wait();
+    ADD_FAILURE() << "a pull answered after its client closed";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("client closed"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ember::ps

@@ -67,6 +67,7 @@ class PsFuture {
   bool valid() const { return op_ != nullptr; }
 
  private:
+  void settle() noexcept;  // waits if nobody did, logging what wait() would throw
   PsClient* client_ = nullptr;
   std::shared_ptr<Op> op_;
 };

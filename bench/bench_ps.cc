@@ -36,6 +36,9 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
   app.add_option("--connections", o.connections, "connections per client thread to the shard")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "the shard's optimizer: sgd, adagrad, rowwise-adagrad, adam")->capture_default_str();
+  app.add_option("--keys", o.keys, "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"consecutive", "scattered"}));
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
@@ -63,6 +66,22 @@ Key first_key(std::mt19937_64& rng, int t, int threads, std::uint64_t num_keys, 
   return static_cast<Key>(t) * range + rng() % (range - n);
 }
 
+// With --keys scattered: sets of n distinct random keys of thread t's range, made before
+// timing and used in turn (by the PS runs and the raw ones alike).
+std::vector<std::vector<Key>> scattered_sets(int t, int threads, std::uint64_t num_keys, std::uint32_t n) {
+  const std::uint64_t range = num_keys / static_cast<std::uint64_t>(threads);
+  std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 101);
+  std::vector<std::vector<Key>> sets(16);
+  for (auto& set : sets) {
+    std::unordered_set<Key> seen;
+    while (set.size() < n) {
+      const Key k = static_cast<Key>(t) * range + rng() % range;
+      if (seen.insert(k).second) set.push_back(k);
+    }
+  }
+  return sets;
+}
+
 // One message exchange of an op: `in` bytes to the server, `out` bytes back.
 struct Exchange {
   std::size_t in, out;
@@ -78,10 +97,13 @@ Exchange largest(const std::vector<Exchange>& op) {
 
 // A plain-socket server: per connection, the exchanges of one op in turn, repeated. A
 // reply longer than a header comes from `table` at the offset the request's first 8 bytes
-// give, so the raw path reads the same (cold or warm) memory as the PS serving those rows.
+// give, so the raw path reads the same (cold or warm) memory as the PS serving those rows;
+// with `row_bytes` set (scattered keys), the request starts with the rows' keys and the
+// reply gathers each row from its place.
 class RawServer {
  public:
-  RawServer(std::vector<Exchange> op, const std::vector<char>& table) : op_(std::move(op)), table_(table) {
+  RawServer(std::vector<Exchange> op, const std::vector<char>& table, std::size_t row_bytes = 0)
+      : op_(std::move(op)), table_(table), row_bytes_(row_bytes) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -103,6 +125,13 @@ class RawServer {
               if (!io_all(c, ib.data(), e.in, false)) {
                 open = false;
                 break;
+              }
+              if (row_bytes_ > 0 && e.out > transport::kHeaderBytes) {
+                if (!gather_reply(c, ib.data(), e.out)) {
+                  open = false;
+                  break;
+                }
+                continue;
               }
               std::uint64_t offset = 0;
               std::memcpy(&offset, ib.data(), 8);
@@ -127,19 +156,38 @@ class RawServer {
   std::uint16_t port() const { return port_; }
 
  private:
+  // A header's worth of bytes, then the row of each key the request starts with, copied
+  // into one buffer and written at once (a piece per 256 B row costs the kernel more than
+  // the copy: the PS does the same for scattered rows).
+  bool gather_reply(int c, const char* request, std::size_t out) {
+    const std::size_t rows = (out - transport::kHeaderBytes) / row_bytes_;
+    gathered_.resize(out);
+    for (std::size_t i = 0; i < rows; ++i) {
+      Key k = 0;
+      std::memcpy(&k, request + 8 * i, 8);
+      if ((k + 1) * row_bytes_ > table_.size()) k = 0;
+      std::memcpy(gathered_.data() + transport::kHeaderBytes + i * row_bytes_, table_.data() + k * row_bytes_, row_bytes_);
+    }
+    return io_all(c, gathered_.data(), out, true);
+  }
+
   std::vector<Exchange> op_;
   const std::vector<char>& table_;
+  std::size_t row_bytes_ = 0;
+  thread_local static std::vector<char> gathered_;  // per connection thread
   int fd_ = -1;
   std::uint16_t port_ = 0;
   std::thread accept_;
   std::vector<std::thread> workers_;
 };
 
+thread_local std::vector<char> RawServer::gathered_;
+
 // Ops per second of `threads` raw clients each doing the exchanges of `op` in turn, the
 // replies read from `table` at the rows the first request names.
 double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, const std::vector<char>& table, std::uint64_t num_keys,
-                std::uint32_t n, std::size_t row_bytes) {
-  RawServer server(op, table);
+                std::uint32_t n, std::size_t row_bytes, bool scattered) {
+  RawServer server(op, table, scattered ? row_bytes : 0);
   std::atomic<std::uint64_t> total{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
@@ -153,15 +201,20 @@ double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, co
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       const Exchange most = largest(op);
-      std::vector<char> ib(most.in, 1), ob(most.out);
+      std::vector<char> ib(std::max<std::size_t>(most.in, 8ull * n), 1), ob(most.out);
       std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+      const auto sets = scattered ? scattered_sets(t, threads, num_keys, n) : std::vector<std::vector<Key>>{};
       std::uint64_t done = 0;
       Stopwatch sw;
       bool open = true;
       while (open && sw.seconds() < seconds) {
         for (std::size_t x = 0; x < op.size(); ++x) {
-          const std::uint64_t offset = x == 0 ? first_key(rng, t, threads, num_keys, n) * row_bytes : table.size();  // later: no rows
-          std::memcpy(ib.data(), &offset, 8);
+          if (scattered) {
+            if (x == 0) std::memcpy(ib.data(), sets[done % sets.size()].data(), 8ull * n);  // the keys, as the PS request carries them
+          } else {
+            const std::uint64_t offset = x == 0 ? first_key(rng, t, threads, num_keys, n) * row_bytes : table.size();  // later: no rows
+            std::memcpy(ib.data(), &offset, 8);
+          }
           if (!io_all(fd, ib.data(), op[x].in, true) || !io_all(fd, ob.data(), op[x].out, false)) {
             open = false;
             break;
@@ -189,9 +242,10 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     if (t < 1 || n * static_cast<std::uint64_t>(t) * 2 > o.num_keys) throw ConfigError("--threads: each thread needs 2 x --rows keys of its own");
   }
   const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
+  const bool scattered = o.keys == "scattered";
   Output out{json};
-  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request; optimizer {}\n", o.repeats,
-                       o.seconds, o.rows_per_request, o.optimizer));
+  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}\n", o.repeats,
+                       o.seconds, o.rows_per_request, o.keys, o.optimizer));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
                        "ratio range", "CPU ns/row PS|raw"));
   for (std::uint32_t dim : o.dims) {
@@ -223,14 +277,19 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
               ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken, std::chrono::milliseconds(10000), o.socket_buffer_kib << 10),
                             o.connections);
               std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+              const auto sets = scattered ? scattered_sets(t, threads, o.num_keys, n) : std::vector<std::vector<Key>>{};
               std::vector<Key> keys(n);
               std::vector<std::uint32_t> trainers(n, 1);
               std::vector<float> buf(static_cast<std::size_t>(n) * dim, 0.001f);
               std::uint64_t done = 0, iteration = 0;
               Stopwatch sw;
               while (sw.seconds() < o.seconds) {
-                Key base = first_key(rng, t, threads, o.num_keys, n);
-                for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+                if (scattered) {
+                  keys = sets[(done / n) % sets.size()];
+                } else {
+                  Key base = first_key(rng, t, threads, o.num_keys, n);
+                  for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+                }
                 if (op == "pull") {
                   c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
                 } else {
@@ -261,7 +320,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
           const double c0 = process_cpu_seconds();
           ps_rows.push_back(ps_rate());
           const double c1 = process_cpu_seconds();
-          const double raw_rows = raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull) * n;
+          const double raw_rows = raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull, scattered) * n;
           const double c2 = process_cpu_seconds();
           raw_gbs.push_back(raw_rows * bytes_per_row / 1e9);
           ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
@@ -275,7 +334,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                              fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu)));
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
-                 {"raw_cpu_ns_per_row", rcpu}, {"optimizer", o.optimizer}});
+                 {"raw_cpu_ns_per_row", rcpu}, {"optimizer", o.optimizer}, {"keys", o.keys}});
       }
     }
     {

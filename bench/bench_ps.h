@@ -19,6 +19,7 @@ struct PsBenchOptions {
   std::uint32_t connections = 1;
   std::uint32_t socket_buffer_kib = 0;  // TCP buffers of the PS path (0: kernel autotuning)
   std::string optimizer = "sgd";        // the shard's sparse optimizer (what a push's apply costs)
+  std::string keys = "consecutive";     // a request's keys: consecutive, or scattered (distinct random keys, as a worker's)
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

@@ -345,17 +345,9 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       std::vector<Key> keys(n);
       std::vector<std::uint32_t> trainers(n, 1);
       std::vector<float> grads(static_cast<std::size_t>(n) * dim, 0.001f), dst(grads.size());
-      // Also with scattered rows, as a worker's are (the consecutive keys of the runs above
-      // let the hardware prefetcher hide every miss): sets of distinct random keys made
-      // before timing.
-      std::vector<std::vector<Key>> scattered(8);
-      for (auto& set : scattered) {
-        std::unordered_set<Key> seen;
-        while (set.size() < n) {
-          const Key k = rng() % o.num_keys;
-          if (seen.insert(k).second) set.push_back(k);
-        }
-      }
+      // Also with scattered rows, as a worker's are (consecutive keys let the hardware
+      // prefetcher hide every miss): sets of distinct random keys made before timing.
+      const std::vector<std::vector<Key>> scattered = scattered_sets(0, 1, o.num_keys, n);
       auto ns_per_row = [&](auto&& step, bool scatter) {
         std::uint64_t rows = 0;
         Stopwatch sw;

@@ -174,6 +174,16 @@ void PsClient::send_entry(std::uint32_t lane, const OutMessage& m, Entry e) {
   in_flight_[lane].push_back(std::move(e));
 }
 
+OutMessage PsClient::Entry::pull_request() const {
+  OutMessage m;
+  m.header.type = MessageType::kPull;
+  m.header.flags = flags;
+  m.header.iteration = iteration;
+  m.keys = keys.data();
+  m.key_count = static_cast<std::uint32_t>(keys.size());
+  return m;
+}
+
 void PsClient::drain_pulls(std::uint32_t lane) {
   // A pull is always its lane's last request (any later send reads it first).
   if (!in_flight_[lane].empty() && in_flight_[lane].back().pull) complete_through(lane, nullptr);
@@ -198,15 +208,6 @@ void PsClient::complete_front(std::uint32_t lane) {
       if (r.header.type == MessageType::kAck) op.result += r.header.flags;  // a commit's updated rows; 0 for pushes
       return;
     }
-    auto request = [&] {
-      OutMessage m;
-      m.header.type = MessageType::kPull;
-      m.header.flags = e.flags;
-      m.header.iteration = e.iteration;
-      m.keys = e.keys.data();
-      m.key_count = static_cast<std::uint32_t>(e.keys.size());
-      return m;
-    };
     transport::Message r;
     try {
       if (e.resend) throw IoError("send failed");
@@ -214,7 +215,7 @@ void PsClient::complete_front(std::uint32_t lane) {
     } catch (const IoError& err) {
       // Alone on its lane (see drain_pulls): the new connection owes nothing else.
       reconnect(lane, err.what());
-      conns_[lane]->send(request());
+      conns_[lane]->send(e.pull_request());
       r = conns_[lane]->receive_rows(e.dst, e.per);
     }
     if (r.header.value_count != e.keys.size() * e.per || r.values != nullptr) {
@@ -270,12 +271,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
   // One request per lane, all in flight before the first reply is read.
   for (std::uint32_t s = 0; s < S; ++s) {
     if (entries[s].keys.empty()) continue;
-    OutMessage m;
-    m.header.type = MessageType::kPull;
-    m.header.flags = entries[s].flags;
-    m.header.iteration = iteration;
-    m.keys = entries[s].keys.data();
-    m.key_count = static_cast<std::uint32_t>(entries[s].keys.size());
+    const OutMessage m = entries[s].pull_request();  // before the entry moves (it points into its keys)
     send_entry(s, m, std::move(entries[s]));
   }
   return PsFuture(this, std::move(op));
@@ -291,13 +287,12 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
   }
   // The rows are gathered from the caller's array (consecutive rows of one lane are one
   // segment), never copied per shard.
-  lane_.resize(keys.size());
-  if (S == 1) {  // one connection: the keys as given, the rows as one segment
+  if (S == 1) {  // one connection: the keys as given, the rows as one segment (lane_ unused)
     by_shard_[0].assign(keys.begin(), keys.end());
-    std::fill(lane_.begin(), lane_.end(), 0u);
     if (!keys.empty()) segments_[0].push_back({rows, static_cast<std::uint32_t>(keys.size() * per)});
     return;
   }
+  lane_.resize(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t s = lane_[i] = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);

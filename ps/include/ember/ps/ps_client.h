@@ -133,6 +133,7 @@ class PsClient {
     std::uint32_t per = 0;           // floats per pulled row
     std::uint32_t flags = 0;         // a pull's header flags and iteration (to send it again)
     std::uint64_t iteration = 0;
+    transport::OutMessage pull_request() const;  // a pull's request, from the fields above
   };
   // Reads replies on `lane` up to and including the last entry of `op` (all if null),
   // each into its own operation.
@@ -142,7 +143,6 @@ class PsClient {
   void drain_pulls(std::uint32_t lane);
   // Sends on `lane` for `op`: kept in the lane's queue; a failed send fails the op.
   void send_entry(std::uint32_t lane, const transport::OutMessage& m, Entry e);
-  PsFuture finish_start(std::shared_ptr<PsFuture::Op> op);
   void reconnect(std::uint32_t lane, const std::string& why);
   // The lane's connection; IoError if a reconnect failed (a pull then tries again).
   transport::Client& conn(std::uint32_t lane);

@@ -126,8 +126,8 @@ class ShardStore {
     if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= kIdle) return chunk + (local % kChunkRows) * row_floats();
     return first_touch(key);
   }
-  // Where the row at a local index lives; its chunk must exist (the row was touched).
   std::size_t chunk_bytes() const { return kChunkRows * row_floats() * sizeof(float); }
+  // Where the row at a local index lives; its chunk must exist (the row was touched).
   float* row_address(std::uint64_t local) const {
     return chunks_[local / kChunkRows].load(std::memory_order_acquire) + (local % kChunkRows) * row_floats();
   }

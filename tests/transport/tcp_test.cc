@@ -134,6 +134,72 @@ TEST(Tcp, FixedSocketBuffersCarryMessagesLargerThanThem) {
   }
 }
 
+// A client that sends several large requests before reading any reply: the server reads
+// them while its first large reply waits for the client, instead of both ends blocking in
+// their sends until the client's timeout (socket buffers far smaller than the messages).
+TEST(Tcp, LargeRequestsPipelinedBehindALargeReplyDoNotStall) {
+  TcpServerOptions o;
+  o.token = kToken;
+  o.max_payload_bytes = 16 << 20;
+  o.socket_buffer_bytes = 32 << 10;
+  TcpServer server(o, test::echo);
+  TcpClient c("127.0.0.1", server.port(), kToken, std::chrono::milliseconds(3000), 32 << 10);
+  const std::size_t floats = std::size_t{1} << 20;  // 4 MiB each way per request
+  std::vector<std::vector<float>> vals(3, std::vector<float>(floats));
+  Key keys[3] = {10, 11, 12};
+  std::vector<std::uint64_t> ids;
+  for (std::size_t r = 0; r < vals.size(); ++r) {
+    for (std::size_t i = 0; i < floats; ++i) vals[r][i] = static_cast<float>((i + r) % 977);
+    OutMessage m;
+    m.header.type = MessageType::kPushValue;
+    m.keys = &keys[r];
+    m.key_count = 1;
+    m.values = vals[r].data();
+    m.value_count = static_cast<std::uint32_t>(floats);
+    ASSERT_NO_THROW(ids.push_back(c.send(m))) << "request " << r;
+  }
+  for (std::size_t r = 0; r < vals.size(); ++r) {
+    Message x = c.receive();
+    ASSERT_EQ(x.header.request_id, ids[r]);
+    ASSERT_EQ(x.header.value_count, floats);
+    EXPECT_EQ(x.keys[0], keys[r]);
+    for (std::size_t i = 0; i < floats; i += 4099) ASSERT_EQ(x.values[i], 2.0f * vals[r][i]) << r << " " << i;
+  }
+  EXPECT_EQ(server.connections_dropped(), 0u);
+}
+
+// The read-ahead is bounded: a client that keeps sending and never reads its replies is
+// held back by TCP once max_payload_bytes are queued (its send times out), and the server
+// keeps serving others.
+TEST(Tcp, ReadAheadIsBoundedForAClientThatNeverReads) {
+  TcpServerOptions o;
+  o.token = kToken;
+  o.max_payload_bytes = 1 << 20;
+  o.socket_buffer_bytes = 32 << 10;
+  TcpServer server(o, test::echo);
+  TcpClient greedy("127.0.0.1", server.port(), kToken, std::chrono::milliseconds(1000), 32 << 10);
+  std::vector<float> vals((1 << 20) / 4 - 2);  // one key: a payload of exactly 1 MiB
+  Key key = 1;
+  OutMessage m;
+  m.header.type = MessageType::kPushValue;
+  m.keys = &key;
+  m.key_count = 1;
+  m.values = vals.data();
+  m.value_count = static_cast<std::uint32_t>(vals.size());
+  int sent = 0;
+  try {
+    for (; sent < 100; ++sent) greedy.send(m);
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("send timed out"), std::string::npos) << e.what();
+  }
+  // One reply waits in the socket, about one request is queued, the rest sits in buffers.
+  EXPECT_LT(sent, 8) << "the server read far ahead of a client that never reads";
+  TcpClient other("127.0.0.1", server.port(), kToken);
+  OutMessage small = m;
+  small.value_count = 4;
+  EXPECT_EQ(other.call(small).values[3], 2.0f * vals[3]);
+}
+
 // A refused request keeping its connection: Conformance.RefusedRequestKeepsTheConnection/tcp.
 
 TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {

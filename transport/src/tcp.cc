@@ -17,6 +17,7 @@
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cstring>
+#include <deque>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -119,6 +120,14 @@ struct TcpServer::Impl {
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<Session>> sessions;
 
+  // A connection. Reading and answering are decoupled: requests are read into a queue
+  // while a reply is still going out, so a client that sends its next requests before
+  // reading a large reply is not left blocked in its send while the server is blocked
+  // in its own (each end waiting for the other to read). Requests are answered one at a
+  // time, in order: the handler is called for the next one only once the reply before
+  // it is out (its segments may point into the scratch). The read-ahead stops at
+  // max_payload_bytes or kMaxQueued queued requests (back-pressure through TCP) and
+  // resumes as replies go out. Everything runs on the connection's one I/O thread.
   struct Session : std::enable_shared_from_this<Session> {
     Session(Impl* s, tcp::socket sock) : server(s), socket(std::move(sock)) {
       boost::system::error_code ec;
@@ -128,58 +137,91 @@ struct TcpServer::Impl {
     Impl* server;
     tcp::socket socket;
     std::string peer;
+    // A request as read, waiting for (or getting) its answer.
+    struct Request {
+      MessageHeader header;
+      PayloadBuffer payload;
+    };
     std::uint8_t in_header[kHeaderBytes];
     std::uint8_t out_header[kHeaderBytes];
-    MessageHeader header;
-    PayloadBuffer payload;
+    Request incoming;                // being read
+    std::deque<Request> queue;       // read, in order; the front is being answered while `writing`
+    std::vector<PayloadBuffer> spare;  // buffers of answered requests, for the next ones
+    std::uint64_t queued_bytes = 0;  // payload bytes in `queue`
     Scratch scratch;
     std::vector<iovec> in_iov, out_iov;
     std::size_t in_first = 0, out_first = 0;
     std::vector<Key> error_storage;
     OutMessage reply;
     bool authenticated = false;
+    bool reading = false;  // a read is under way (from a header's wait to its payload's end)
+    bool writing = false;  // the queue's front is being answered
+    bool closed = false;
+    int open_requests = 0;  // counted in server->in_flight: from a header to its reply's last byte
 
-    bool busy = false;  // between a request's header and its reply's last byte
+    // Requests read ahead of their answers, at most (empty ones cost memory too).
+    static constexpr std::size_t kMaxQueued = 64;
+
+    // Requests read or being read and not yet answered (drain waits for them).
+    bool busy() const { return open_requests > 0; }
+
+    void finish_requests() {
+      server->in_flight -= open_requests;
+      open_requests = 0;
+    }
 
     void drop(const std::string& why) {
-      if (busy) {
-        busy = false;
-        --server->in_flight;
-      }
-      boost::system::error_code ec;
-      socket.close(ec);
+      if (closed) return;  // a second operation failing after the first closed the socket
+      close();
       if (server->stopping.load()) return;
       spdlog::warn("tcp server: dropping peer {}: {}", peer, why);
       ++server->dropped;
     }
 
     void close() {
+      closed = true;
+      finish_requests();
       boost::system::error_code ec;
       socket.close(ec);
     }
 
+    // Starts reading the next request unless one is being read, the read-ahead is full,
+    // or the server is draining (then the connection closes once its replies are out).
     void read_header() {
-      if (server->draining.load()) return close();  // draining: no new requests
+      if (closed || reading) return;
+      if (server->draining.load()) {
+        if (!writing && queue.empty()) close();
+        return;
+      }
+      if (queued_bytes >= server->opt.max_payload_bytes || queue.size() >= kMaxQueued) return;  // resumed as replies go out
+      reading = true;
       auto self = shared_from_this();
       asio::async_read(socket, asio::buffer(in_header), [self](boost::system::error_code ec, std::size_t) {
+        if (self->closed) return;
+        self->reading = false;
         if (ec) {
           if (ec != asio::error::eof && ec != asio::error::operation_aborted) self->drop("read: " + ec.message());
-          return;
+          return;  // at EOF the replies still owed go out, then the session ends
         }
         self->on_header();
       });
     }
 
     void on_header() {
-      busy = true;
+      reading = true;
+      ++open_requests;
       ++server->in_flight;
       try {
-        header = decode_header(in_header, server->opt.max_payload_bytes);
+        incoming.header = decode_header(in_header, server->opt.max_payload_bytes);
       } catch (const ProtocolError& e) {
         drop(e.what());
         return;
       }
-      in_iov.assign(1, iovec{payload.prepare(header.payload_bytes()), header.payload_bytes()});
+      if (!spare.empty() && incoming.payload.capacity == 0) {
+        incoming.payload = std::move(spare.back());
+        spare.pop_back();
+      }
+      in_iov.assign(1, iovec{incoming.payload.prepare(incoming.header.payload_bytes()), incoming.header.payload_bytes()});
       in_first = 0;
       read_payload();
     }
@@ -189,40 +231,62 @@ struct TcpServer::Impl {
     // for the socket only when no data is there.
     void read_payload() {
       const int fd = socket.native_handle();
+      const char* type = type_name(incoming.header.type);
       while (true) {
         const ssize_t n = move_some(fd, false, in_iov, in_first);
         if (n > 0) {
           consume(in_iov, in_first, static_cast<std::size_t>(n));
           continue;
         }
-        if (in_first == in_iov.size()) return on_message();
-        if (n == 0) return drop("truncated " + std::string(type_name(header.type)) + " payload: connection closed");
+        if (in_first == in_iov.size()) return on_request();
+        if (n == 0) return drop("truncated " + std::string(type) + " payload: connection closed");
         if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-          return drop("truncated " + std::string(type_name(header.type)) + " payload: " + std::strerror(errno));
-        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return drop("truncated " + std::string(type) + " payload: " + std::strerror(errno));
         auto self = shared_from_this();
         socket.async_wait(tcp::socket::wait_read, [self](boost::system::error_code ec) {
-          if (ec) return self->drop("truncated " + std::string(type_name(self->header.type)) + " payload: " + ec.message());
+          if (self->closed) return;
+          if (ec) return self->drop("truncated " + std::string(type_name(self->incoming.header.type)) + " payload: " + ec.message());
           self->read_payload();
         });
         return;
       }
     }
 
-    void on_message() {
-      Message m = payload.view(header);
+    // A request is in whole: queue it, answer what can be answered, read on.
+    void on_request() {
+      reading = false;
+      queued_bytes += incoming.header.payload_bytes();
+      queue.push_back(std::move(incoming));
+      incoming = Request{};
+      answer_next();
+      read_header();
+    }
+
+    // Answers queued requests in order while each reply leaves without waiting; returns
+    // when the queue is empty or a reply waits for the socket (write_reply resumes).
+    void answer_next() {
+      while (!closed && !writing && !queue.empty()) {
+        if (!start_reply(queue.front())) return;  // dropped
+        writing = true;
+        write_reply();
+      }
+    }
+
+    // Calls the handler for `req` and lays out its reply; false if the peer was dropped.
+    bool start_reply(const Request& req) {
+      const MessageHeader& header = req.header;
+      Message m = req.payload.view(header);
       reply = OutMessage{};
       if (!authenticated) {
         if (header.type != MessageType::kHello || header.key_count != 1 || m.keys[0] != server->token) {
           drop("refused: the first message must be a hello with this job's token");
-          return;
+          return false;
         }
         authenticated = true;
         reply.header.type = MessageType::kHelloReply;
       } else if (header.type == MessageType::kHello) {
         drop("a second hello on one connection");
-        return;
+        return false;
       } else {
         try {
           server->handler(m, reply, scratch);
@@ -231,10 +295,13 @@ struct TcpServer::Impl {
           make_error_reply(e.what(), reply, error_storage);
         } catch (const std::exception& e) {
           drop(std::string("request failed: ") + e.what());
-          return;
+          return false;
         }
       }
-      if (server->stopping.load()) return close();  // stopping (not draining): no more replies
+      if (server->stopping.load()) {  // stopping (not draining): no more replies
+        close();
+        return false;
+      }
       reply.header.request_id = header.request_id;
       reply.header.iteration = reply.header.iteration ? reply.header.iteration : header.iteration;
       reply.header.key_count = reply.key_count;
@@ -251,7 +318,7 @@ struct TcpServer::Impl {
         add(reply.values, 4ull * reply.value_count);
       }
       out_first = 0;
-      write_reply();
+      return true;
     }
 
     // The reply goes out in as few sendmsg calls as the socket takes (asio's async_write
@@ -270,14 +337,24 @@ struct TcpServer::Impl {
         if (errno != EAGAIN && errno != EWOULDBLOCK) return drop(std::string("write: ") + std::strerror(errno));
         auto self = shared_from_this();
         socket.async_wait(tcp::socket::wait_write, [self](boost::system::error_code ec) {
+          if (self->closed) return;
           if (ec) return self->drop("write: " + ec.message());
           self->write_reply();
+          if (!self->writing) {  // that reply is out: answer the next ones, read on
+            self->answer_next();
+            self->read_header();
+          }
         });
         return;
       }
-      busy = false;
+      // Out: the request's buffer goes back to the spares.
+      writing = false;
+      --open_requests;
       --server->in_flight;
-      read_header();
+      Request& done = queue.front();
+      queued_bytes -= done.header.payload_bytes();
+      if (spare.size() < 2) spare.push_back(std::move(done.payload));
+      queue.pop_front();
     }
   };
 
@@ -337,13 +414,13 @@ void TcpServer::drain(std::chrono::milliseconds grace) {
     closed.set_value();
   });
   closed.get_future().wait();
-  // Idle connections close now; busy ones after their reply (read_header sees draining).
+  // Idle connections close now; busy ones after their replies (read_header sees draining).
   {
     std::lock_guard<std::mutex> lock(impl_->sessions_mu);
     for (auto& w : impl_->sessions) {
       if (auto s = w.lock()) {
         asio::post(s->socket.get_executor(), [s] {
-          if (!s->busy) s->close();
+          if (!s->busy()) s->close();
         });
       }
     }

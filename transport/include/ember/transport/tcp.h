@@ -2,8 +2,11 @@
 //
 // Server: an acceptor and a pool of I/O threads; each connection must start with a
 // kHello carrying the job token's hash, then sends requests that the handler answers in
-// order (a client may pipeline several). A peer that sends a malformed, oversized or
-// unauthenticated message is logged and dropped; every other connection keeps working.
+// order (a client may pipeline several). Each connection is full duplex: requests are
+// read ahead while a reply is still going out (up to max_payload_bytes of them), so a
+// client may send large requests before reading a large reply. A peer that sends a
+// malformed, oversized or unauthenticated message is logged and dropped; every other
+// connection keeps working.
 //
 // Client: blocking calls with a timeout, pipelining through send() / receive().
 #pragma once
@@ -24,7 +27,7 @@ struct TcpServerOptions {
   std::uint16_t port = 0;               // 0: any free port (see TcpServer::port())
   int io_threads = 2;
   std::string token;                    // required in every connection's kHello
-  std::uint64_t max_payload_bytes = 256u << 20;
+  std::uint64_t max_payload_bytes = 256u << 20;  // per request; also a connection's read-ahead
   // Send and receive buffer of every connection; 0 leaves them to the kernel's
   // autotuning (which grows them up to net.ipv4.tcp_wmem/tcp_rmem's maximum). A fixed
   // size turns autotuning off and is capped by net.core.wmem_max/rmem_max (logged).

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <memory>
 
 #include "ember/common/error.h"
 
@@ -75,13 +76,22 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
     }
     case MessageType::kCommit: {
       reply.header.type = MessageType::kAck;
-      // Acknowledged once the rows are handed to the store's applier: a pull of the next
-      // iteration waits for the rows it reads (see shard_store.h).
-      reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
+      const bool checkpoint = checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0;
+      if (checkpoint) {
+        // The checkpoint below waits for every apply in flight: this one goes to the applier.
+        reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
+      } else {
+        // Acknowledged before the rows are applied, and applied right after the ack on this
+        // thread (no hand-off: the gradients are in this core's cache); a pull of the next
+        // iteration waits for the rows it reads (see shard_store.h).
+        auto pending = std::make_shared<ShardStore::PendingApply>(store_.commit_deferred());
+        reply.header.flags = static_cast<std::uint32_t>(pending->rows());
+        if (pending->rows() > 0) scratch.after_reply = [pending] { pending->apply(); };
+      }
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
-      if (checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) {
+      if (checkpoint) {
         if (const std::size_t waiting = store_.pending(); waiting > 0) {
           spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, waiting);
         } else {

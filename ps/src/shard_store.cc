@@ -10,6 +10,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
+#include <utility>
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
@@ -428,12 +429,53 @@ std::uint64_t ShardStore::commit() {
 }
 
 std::uint64_t ShardStore::commit_async() {
+  std::uint64_t rows = 0;
+  std::vector<Batch> batches = take_ready(rows);
+  if (batches.empty()) return 0;
+  Applier& a = *applier_;
+  Applier::Job job{this, std::move(batches)};
+  if (rows * config_.dim < config_.inline_apply_floats) {
+    a.run(job);  // small: waking the applier would cost more than applying here
+    return rows;
+  }
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.jobs.push_back(std::move(job));
+  }
+  a.cv.notify_one();
+  return rows;
+}
+
+ShardStore::PendingApply ShardStore::commit_deferred() {
+  PendingApply p;
+  p.batches_ = take_ready(p.rows_);
+  if (!p.batches_.empty()) p.store_ = this;
+  return p;
+}
+
+ShardStore::PendingApply& ShardStore::PendingApply::operator=(PendingApply&& o) noexcept {
+  if (this != &o) {
+    apply();
+    store_ = std::exchange(o.store_, nullptr);
+    batches_ = std::move(o.batches_);
+    rows_ = o.rows_;
+  }
+  return *this;
+}
+
+void ShardStore::PendingApply::apply() {
+  if (store_ == nullptr) return;
+  Applier::Job job{std::exchange(store_, nullptr), std::move(batches_)};
+  job.store->applier_->run(job);
+}
+
+std::vector<ShardStore::Batch> ShardStore::take_ready(std::uint64_t& rows) {
   Applier& a = *applier_;
   // In flight before any row leaves a ready list: a reader that finds a row aggregating
   // and nothing in flight knows that row is not being applied.
   a.in_flight.fetch_add(1, std::memory_order_acq_rel);
   std::vector<Batch> batches;
-  std::uint64_t rows = 0;
+  rows = 0;
   for (std::size_t s = 0; s < kStripes; ++s) {
     Stripe& st = stripes_[s];
     tbb::spin_mutex::scoped_lock lock(st.mu);
@@ -449,21 +491,8 @@ std::uint64_t ShardStore::commit_async() {
       a.spare.pop_back();
     }
   }
-  if (batches.empty()) {
-    a.done();
-    return 0;
-  }
-  Applier::Job job{this, std::move(batches)};
-  if (rows * config_.dim < config_.inline_apply_floats) {
-    a.run(job);  // small: waking the applier would cost more than applying here
-    return rows;
-  }
-  {
-    std::lock_guard<std::mutex> lock(a.mu);
-    a.jobs.push_back(std::move(job));
-  }
-  a.cv.notify_one();
-  return rows;
+  if (batches.empty()) a.done();  // nothing to apply: not in flight after all
+  return batches;
 }
 
 void ShardStore::apply_batch(const Batch& b) {

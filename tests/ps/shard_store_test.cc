@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <atomic>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -208,8 +209,6 @@ TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
   EXPECT_EQ(s.commit(), 2u);
 }
 
-// A commit large enough to be applied by several threads gives each row exactly what one
-// apply() of its gradient gives.
 // commit_async() acknowledges before the rows are applied; whatever comes next waits for
 // the rows it touches: a pull sees the update, a push of the next iteration is accepted
 // (not refused as a second push), a checkpoint holds every committed update.
@@ -253,6 +252,52 @@ TEST_F(ShardStoreTest, WorkAfterAnAsyncCommitWaitsForItsRows) {
   EXPECT_EQ(s.pending(), 0u);
 }
 
+// commit_deferred() leaves the apply to its holder (the daemon: after the commit's ack):
+// a reader of those rows waits until the holder applies; dropped unapplied, it applies
+// as it goes; a commit with nothing ready holds nothing.
+TEST_F(ShardStoreTest, ADeferredCommitIsAppliedByItsHolderAndReadersWaitForIt) {
+  StoreConfig c = store_config(OptimizerKind::kAdagrad, 0, 1);
+  c.num_keys = 1000;
+  ShardStore s(c), reference(c);
+  std::vector<Key> keys(c.num_keys);
+  std::vector<std::uint32_t> trainers(keys.size(), 1);
+  std::vector<float> grads(keys.size() * kDim, 0.02f), pulled(keys.size() * s.row_floats()), expected(pulled.size());
+  for (Key k = 0; k < keys.size(); ++k) keys[k] = k;
+  s.push_grad(0, keys, trainers, grads.data());
+  reference.push_grad(0, keys, trainers, grads.data());
+  reference.commit();
+  ShardStore::PendingApply p = s.commit_deferred();
+  EXPECT_EQ(p.rows(), keys.size());
+  std::atomic<bool> read{false};
+  std::thread reader([&] {
+    s.pull_with_state(keys, pulled.data());
+    read = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(read.load()) << "a pull read rows whose update was not applied yet";
+  p.apply();
+  reader.join();
+  reference.pull_with_state(keys, expected.data());
+  EXPECT_EQ(pulled, expected);
+  p.apply();  // once only
+  s.push_grad(1, keys, trainers, grads.data());
+  reference.push_grad(1, keys, trainers, grads.data());
+  reference.commit();
+  {
+    ShardStore::PendingApply q = s.commit_deferred();
+    ShardStore::PendingApply moved = std::move(q);  // the rows go with it, applied once as it is dropped
+    EXPECT_EQ(moved.rows(), keys.size());
+  }
+  s.pull_with_state(keys, pulled.data());
+  reference.pull_with_state(keys, expected.data());
+  EXPECT_EQ(pulled, expected);
+  ShardStore::PendingApply none = s.commit_deferred();
+  EXPECT_EQ(none.rows(), 0u);
+  EXPECT_EQ(s.pending(), 0u);  // nothing in flight: returns at once
+}
+
+// A commit large enough to be applied by several threads gives each row exactly what one
+// apply() of its gradient gives.
 TEST(ShardStore, LargeCommitSplitOverThreadsAppliesEachRowOnce) {
   StoreConfig c = store_config(OptimizerKind::kAdam, 0, 1);
   c.num_keys = 50000;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "ember/common/error.h"
 
@@ -177,15 +178,24 @@ class Conn {
 
   // Sends one message as a data frame. `reply_slot`: a request's reserved reply slot;
   // `target_slot`: a reply's destination slot at the requester.
+  // Whether a reply (to a slot the requester reserved) could be sent now without waiting
+  // for credits, by what the completions seen so far say.
+  bool can_send_now(const OutMessage& reply) const {
+    const std::uint64_t frame = kFrameHeaderBytes + kHeaderBytes + 8ull * reply.key_count + 4ull * reply.value_count;
+    return has_credits(frame > std::min(opt_.inline_bytes, peer_.recv_bytes), false);
+  }
+  // Keep one RECV credit back for credit-only frames.
+  bool has_credits(bool bulk, bool to_ring) const {
+    return send_credits_ >= 2 && (!to_ring || ring_credits_ > 0) && !(bulk ? free_bulk_ : free_small_).empty();
+  }
+
   void send_message(const OutMessage& m, std::uint16_t reply_slot, std::uint16_t target_slot, Clock::time_point deadline) {
     const std::uint64_t bytes = kHeaderBytes + 8ull * m.key_count + 4ull * m.value_count;
     check_fits(bytes);
     const std::uint32_t frame = static_cast<std::uint32_t>(kFrameHeaderBytes + bytes);
     const bool bulk = frame > std::min(opt_.inline_bytes, peer_.recv_bytes);
     const bool to_ring = bulk && target_slot == kNoSlot;  // a bulk request takes a slot of the peer's ring
-    // Keep one RECV credit back for credit-only frames.
-    wait_until([&] { return send_credits_ >= 2 && (!to_ring || ring_credits_ > 0) && !(bulk ? free_bulk_ : free_small_).empty(); },
-               deadline, "waiting for the peer's credits");
+    wait_until([&] { return has_credits(bulk, to_ring); }, deadline, "waiting for the peer's credits");
     std::uint32_t staging = take(bulk ? free_bulk_ : free_small_);
     std::uint8_t* buf = pool_ + (bulk ? bulk_off_ + std::size_t{staging} * opt_.slot_bytes : small_off_ + std::size_t{staging} * opt_.inline_bytes);
     write_frame_header(buf, kData, static_cast<std::uint32_t>(bytes), reply_slot);
@@ -539,7 +549,13 @@ struct RdmaServer::Impl {
           make_error_reply(e.what(), reply, error_storage);
           reply.header.request_id = m.header.request_id;
         }
+        // The handler's work for after its reply (a commit's apply) runs once the reply
+        // is posted; first if the send might wait for credits (a reader on another
+        // thread may be waiting for that work).
+        std::function<void()> after = take_after_reply(scratch);
+        if (after && !conn.can_send_now(reply)) std::exchange(after, nullptr)();
         conn.send_message(reply, kNoSlot, f->reply_slot, deadline);
+        if (after) after();
         conn.release(*f);
       }
     } catch (const PeerClosed& e) {

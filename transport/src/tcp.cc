@@ -266,9 +266,15 @@ struct TcpServer::Impl {
     // when the queue is empty or a reply waits for the socket (write_reply resumes).
     void answer_next() {
       while (!closed && !writing && !queue.empty()) {
-        if (!start_reply(queue.front())) return;  // dropped
+        const bool started = start_reply(queue.front());
+        // The handler's work for after its reply (a commit's apply): run once the reply
+        // is with the kernel or waits for the socket, never later (a reader on another
+        // thread may be waiting for it). A failed request's leaves unrun.
+        std::function<void()> after = take_after_reply(scratch);
+        if (!started) return;  // dropped
         writing = true;
         write_reply();
+        if (after) after();
       }
     }
 

@@ -8,10 +8,11 @@
 //   kPushGrad   keys[n] then trainer counts[n] (2n keys), values[n * dim] gradients of
 //               the header's iteration -> kAck
 //   kPushValue  keys[n], values[n * (dim + state)] -> kAck
-//   kCommit     (empty) -> kAck, flags = rows updated (acknowledged once they are handed
-//               to the store's applier; requests that read them wait for them); every
-//               `checkpoint_every` iterations the shard then checkpoints (at an
-//               iteration boundary, once they are applied)
+//   kCommit     (empty) -> kAck, flags = rows updated (acknowledged before they are
+//               applied, then applied on the handler's thread right after the ack, through
+//               Scratch::after_reply; requests that read them wait for them); every
+//               `checkpoint_every` iterations the rows go to the store's applier instead
+//               and the shard checkpoints (at an iteration boundary, once they are applied)
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
@@ -41,7 +42,7 @@ class PsService {
 
   // A transport::RequestHandler.
   // Called by several handler threads at once: the store has no global lock (see
-  // shard_store.h), and commits hand their rows to the store's applier without one;
+  // shard_store.h), and commits take their rows out of the push path without one;
   // checkpoints and the committed iteration are serialized.
   void handle(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
 

@@ -12,13 +12,14 @@
 // rate, as vanilla BSP would have. A row cannot be trained again before its aggregation
 // is applied (it must be pulled as latest first), so per-row updates stay in order.
 //
-// Applying after the commit: commit_async() takes the ready rows out of the push path
-// and hands them to the store's applier thread, so the commit's ack need not wait for
-// the optimizer to run over rows that are cold by then (a small commit is applied on the
-// spot: cheaper than waking that thread). Whoever reads or writes a row whose update is
-// still being applied waits for it (pulls, write-backs, a next push of the row,
-// checkpoints): a pull after commit(t) sees every update of t. commit() is
-// commit_async() and that wait.
+// Applying after the commit: commit_deferred() takes the ready rows out of the push path
+// and leaves their apply to the caller, who runs it when it chooses: the daemon sends
+// the commit's ack first, then applies on the same thread (the gradients are in that
+// core's cache, and no other thread is woken). commit_async() hands them to the store's
+// applier thread instead (a small commit is applied on the spot: cheaper than waking
+// that thread). Either way, whoever reads or writes a row whose update is not applied
+// yet waits for it (pulls, write-backs, a next push of the row, checkpoints): a pull
+// after commit(t) sees every update of t. commit() is commit_async() and that wait.
 //
 // Concurrency: every method may be called from several handler threads at once, with no
 // store-wide lock. Rows live in chunks allocated once (atomically) and never moved, each
@@ -64,6 +65,8 @@ struct StoreConfig {
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }
 
 class ShardStore {
+  struct Batch;  // complete aggregations taken by a commit (below)
+
  public:
   explicit ShardStore(StoreConfig config);
 
@@ -86,6 +89,30 @@ class ShardStore {
   std::uint64_t commit();
   // The same, returning once the rows are handed to the applier (see above).
   std::uint64_t commit_async();
+  // A commit's rows, taken out of the push path, for the caller to apply on its own
+  // thread when it chooses (the daemon: once the commit's ack is sent, so the ack need
+  // not wait for the optimizer and no other thread is woken or fed the gradients from
+  // another core's cache). Readers of those rows wait until then, as for commit_async();
+  // so apply() must not wait behind them: apply before anything else that could block.
+  // Dropped unapplied, it applies in its destructor.
+  class PendingApply {
+   public:
+    PendingApply() = default;
+    PendingApply(PendingApply&& o) noexcept { *this = std::move(o); }
+    PendingApply& operator=(PendingApply&& o) noexcept;
+    PendingApply(const PendingApply&) = delete;
+    PendingApply& operator=(const PendingApply&) = delete;
+    ~PendingApply() { apply(); }
+    void apply();
+    std::uint64_t rows() const { return rows_; }
+
+   private:
+    friend class ShardStore;
+    ShardStore* store_ = nullptr;  // null: nothing (left) to apply
+    std::vector<Batch> batches_;
+    std::uint64_t rows_ = 0;
+  };
+  PendingApply commit_deferred();
   // Rows whose gradients are not applied yet (waiting for contributions, or complete and
   // waiting for the commit).
   std::size_t pending() const;
@@ -176,6 +203,9 @@ class ShardStore {
     std::vector<float> grads;  // dim floats per row
   };
   void apply_batch(const Batch& b);
+  // Takes every ready list's rows (counted in `rows`) and marks them in flight, unless
+  // there are none (an empty result, nothing in flight).
+  std::vector<Batch> take_ready(std::uint64_t& rows);
   // Aggregations not applied yet, partial or complete (pending() without its wait).
   std::size_t unapplied() const;
   // Pending aggregations of the keys that hash to one stripe.

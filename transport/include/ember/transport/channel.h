@@ -70,7 +70,18 @@ struct Scratch {
   std::vector<float> values;
   std::vector<Segment> segments;
   std::vector<const float*> rows;
+  // Work the handler leaves for after its reply: the transport runs it on the handler's
+  // thread once the reply is handed to the kernel or fabric (or could not be without
+  // waiting), before doing anything else; dropped unrun if the connection fails first.
+  std::function<void()> after_reply;
 };
+
+// Takes a handler's after_reply out of `scratch` (null if none), for the transport to run.
+inline std::function<void()> take_after_reply(Scratch& scratch) {
+  std::function<void()> f = std::move(scratch.after_reply);
+  scratch.after_reply = nullptr;
+  return f;
+}
 
 // Answers one request: fills `reply` (its segments must stay valid until the handler is
 // called again on this connection; `scratch` is per connection for that).

@@ -74,6 +74,27 @@ std::vector<std::uint8_t> hello_bytes() {
   return b;
 }
 
+// A server answering with test::echo through 32 KiB socket buffers (autotuning off): far
+// smaller than the messages these tests send.
+std::unique_ptr<TcpServer> small_buffer_server(std::uint64_t max_payload_bytes) {
+  TcpServerOptions o;
+  o.token = kToken;
+  o.max_payload_bytes = max_payload_bytes;
+  o.socket_buffer_bytes = 32 << 10;
+  return std::make_unique<TcpServer>(o, test::echo);
+}
+
+// A push-value of one key and `floats` values (the echo answers with as many).
+OutMessage push_value(const Key& key, const float* values, std::size_t floats) {
+  OutMessage m;
+  m.header.type = MessageType::kPushValue;
+  m.keys = &key;
+  m.key_count = 1;
+  m.values = values;
+  m.value_count = static_cast<std::uint32_t>(floats);
+  return m;
+}
+
 TEST(Tcp, RoundTripsAndPipelining) {
   auto server = echo_server();
   TcpClient c("127.0.0.1", server->port(), kToken);
@@ -110,23 +131,13 @@ TEST(Tcp, RoundTripsAndPipelining) {
 // Fixed socket buffers far smaller than a message (autotuning off) still carry it whole,
 // both ways, in either order of sizes.
 TEST(Tcp, FixedSocketBuffersCarryMessagesLargerThanThem) {
-  TcpServerOptions o;
-  o.token = kToken;
-  o.max_payload_bytes = 16 << 20;
-  o.socket_buffer_bytes = 32 << 10;
-  TcpServer server(o, test::echo);
-  TcpClient c("127.0.0.1", server.port(), kToken, std::chrono::milliseconds(10000), 32 << 10);
+  auto server = small_buffer_server(16 << 20);
+  TcpClient c("127.0.0.1", server->port(), kToken, std::chrono::milliseconds(10000), 32 << 10);
   for (std::size_t floats : {std::size_t{1} << 20, std::size_t{3}, std::size_t{777777}}) {
     std::vector<float> vals(floats);
     for (std::size_t i = 0; i < floats; ++i) vals[i] = static_cast<float>(i % 1000);
-    Key key = floats;
-    OutMessage m;
-    m.header.type = MessageType::kPushValue;
-    m.keys = &key;
-    m.key_count = 1;
-    m.values = vals.data();
-    m.value_count = static_cast<std::uint32_t>(floats);
-    Message r = c.call(m);
+    const Key key = floats;
+    Message r = c.call(push_value(key, vals.data(), floats));
     ASSERT_EQ(r.header.value_count, floats);
     EXPECT_EQ(r.keys[0], floats);
     for (std::size_t i = 0; i < floats; i += 4099) ASSERT_EQ(r.values[i], 2.0f * vals[i]) << i;
@@ -138,25 +149,15 @@ TEST(Tcp, FixedSocketBuffersCarryMessagesLargerThanThem) {
 // them while its first large reply waits for the client, instead of both ends blocking in
 // their sends until the client's timeout (socket buffers far smaller than the messages).
 TEST(Tcp, LargeRequestsPipelinedBehindALargeReplyDoNotStall) {
-  TcpServerOptions o;
-  o.token = kToken;
-  o.max_payload_bytes = 16 << 20;
-  o.socket_buffer_bytes = 32 << 10;
-  TcpServer server(o, test::echo);
-  TcpClient c("127.0.0.1", server.port(), kToken, std::chrono::milliseconds(3000), 32 << 10);
+  auto server = small_buffer_server(16 << 20);
+  TcpClient c("127.0.0.1", server->port(), kToken, std::chrono::milliseconds(3000), 32 << 10);
   const std::size_t floats = std::size_t{1} << 20;  // 4 MiB each way per request
   std::vector<std::vector<float>> vals(3, std::vector<float>(floats));
-  Key keys[3] = {10, 11, 12};
+  const Key keys[3] = {10, 11, 12};
   std::vector<std::uint64_t> ids;
   for (std::size_t r = 0; r < vals.size(); ++r) {
     for (std::size_t i = 0; i < floats; ++i) vals[r][i] = static_cast<float>((i + r) % 977);
-    OutMessage m;
-    m.header.type = MessageType::kPushValue;
-    m.keys = &keys[r];
-    m.key_count = 1;
-    m.values = vals[r].data();
-    m.value_count = static_cast<std::uint32_t>(floats);
-    ASSERT_NO_THROW(ids.push_back(c.send(m))) << "request " << r;
+    ASSERT_NO_THROW(ids.push_back(c.send(push_value(keys[r], vals[r].data(), floats)))) << "request " << r;
   }
   for (std::size_t r = 0; r < vals.size(); ++r) {
     Message x = c.receive();
@@ -165,27 +166,18 @@ TEST(Tcp, LargeRequestsPipelinedBehindALargeReplyDoNotStall) {
     EXPECT_EQ(x.keys[0], keys[r]);
     for (std::size_t i = 0; i < floats; i += 4099) ASSERT_EQ(x.values[i], 2.0f * vals[r][i]) << r << " " << i;
   }
-  EXPECT_EQ(server.connections_dropped(), 0u);
+  EXPECT_EQ(server->connections_dropped(), 0u);
 }
 
 // The read-ahead is bounded: a client that keeps sending and never reads its replies is
 // held back by TCP once max_payload_bytes are queued (its send times out), and the server
 // keeps serving others.
 TEST(Tcp, ReadAheadIsBoundedForAClientThatNeverReads) {
-  TcpServerOptions o;
-  o.token = kToken;
-  o.max_payload_bytes = 1 << 20;
-  o.socket_buffer_bytes = 32 << 10;
-  TcpServer server(o, test::echo);
-  TcpClient greedy("127.0.0.1", server.port(), kToken, std::chrono::milliseconds(1000), 32 << 10);
+  auto server = small_buffer_server(1 << 20);
+  TcpClient greedy("127.0.0.1", server->port(), kToken, std::chrono::milliseconds(1000), 32 << 10);
   std::vector<float> vals((1 << 20) / 4 - 2);  // one key: a payload of exactly 1 MiB
-  Key key = 1;
-  OutMessage m;
-  m.header.type = MessageType::kPushValue;
-  m.keys = &key;
-  m.key_count = 1;
-  m.values = vals.data();
-  m.value_count = static_cast<std::uint32_t>(vals.size());
+  const Key key = 1;
+  const OutMessage m = push_value(key, vals.data(), vals.size());
   int sent = 0;
   try {
     for (; sent < 100; ++sent) greedy.send(m);
@@ -194,10 +186,8 @@ TEST(Tcp, ReadAheadIsBoundedForAClientThatNeverReads) {
   }
   // One reply waits in the socket, about one request is queued, the rest sits in buffers.
   EXPECT_LT(sent, 8) << "the server read far ahead of a client that never reads";
-  TcpClient other("127.0.0.1", server.port(), kToken);
-  OutMessage small = m;
-  small.value_count = 4;
-  EXPECT_EQ(other.call(small).values[3], 2.0f * vals[3]);
+  TcpClient other("127.0.0.1", server->port(), kToken);
+  EXPECT_EQ(other.call(push_value(key, vals.data(), 4)).values[3], 2.0f * vals[3]);
 }
 
 // A refused request keeping its connection: Conformance.RefusedRequestKeepsTheConnection/tcp.

@@ -39,6 +39,9 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--keys", o.keys, "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"consecutive", "scattered"}));
+  app.add_option("--apply-commits", o.apply_commits, "where the shard applies a commit: handler (after the ack) or applier (its own thread)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"handler", "applier"}));
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
@@ -244,8 +247,9 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
   const bool scattered = o.keys == "scattered";
   Output out{json};
-  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}\n", o.repeats,
-                       o.seconds, o.rows_per_request, o.keys, o.optimizer));
+  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}, commits applied "
+                       "on the {}\n",
+                       o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.apply_commits));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
                        "ratio range", "CPU ns/row PS|raw", "ceiling"));
   for (std::uint32_t dim : o.dims) {
@@ -254,6 +258,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     sc.dim = dim;
     sc.optimizer.kind = optimizer;
     ps::PsService service(sc);
+    service.apply_commits_on(ps::parse_commit_apply(o.apply_commits));
     transport::TcpServerOptions to;
     to.token = kToken;
     to.io_threads = 4;
@@ -305,7 +310,11 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       std::uint64_t it = 1u << 30;  // apart from the client runs' iterations
       auto push = [&] {
         store.push_grad(it, keys, trainers, grads.data());
-        store.commit_deferred().apply();  // as the PS applies a commit: on its own thread
+        if (o.apply_commits == "applier") {
+          store.commit();  // handed to the applier, waited for
+        } else {
+          store.commit_deferred().apply();  // as the PS applies a commit: on its own thread
+        }
         ++it;
       };
       auto pull = [&] { store.pull(keys, dst.data()); };
@@ -322,7 +331,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       store_row = {{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns}, {"push_commit_cpu_ns_per_row", consecutive_cpu_ns},
                {"push_commit_scattered_ns_per_row", push_scattered_ns},
                    {"push_commit_scattered_cpu_ns_per_row", scattered_cpu_ns}, {"pull_ns_per_row", pull_ns},
-               {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns}, {"optimizer", o.optimizer}};
+               {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns}, {"optimizer", o.optimizer}, {"apply_commits", o.apply_commits}};
     }
     for (const std::string& op : o.ops) {
       for (int threads : o.threads) {
@@ -400,7 +409,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
                  {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()}, {"optimizer", o.optimizer},
-                 {"keys", o.keys}});
+                 {"keys", o.keys}, {"apply_commits", o.apply_commits}});
       }
     }
     out.text(store_line);

@@ -20,6 +20,7 @@ struct PsBenchOptions {
   std::uint32_t socket_buffer_kib = 0;  // TCP buffers of the PS path (0: kernel autotuning)
   std::string optimizer = "sgd";        // the shard's sparse optimizer (what a push's apply costs)
   std::string keys = "consecutive";     // a request's keys: consecutive, or scattered (distinct random keys, as a worker's)
+  std::string apply_commits = "handler";  // where the shard applies a commit: handler or applier
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

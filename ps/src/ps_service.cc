@@ -11,6 +11,12 @@ namespace ember::ps {
 
 using transport::MessageType;
 
+CommitApply parse_commit_apply(const std::string& name) {
+  if (name == "handler") return CommitApply::kHandler;
+  if (name == "applier") return CommitApply::kApplier;
+  throw ConfigError("where commits are applied: '" + name + "' (handler, applier)");
+}
+
 void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
   const auto& h = req.header;
   const std::uint32_t dim = store_.config().dim, rf = store_.row_floats();
@@ -77,8 +83,8 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
     case MessageType::kCommit: {
       reply.header.type = MessageType::kAck;
       const bool checkpoint = checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0;
-      if (checkpoint) {
-        // The checkpoint below waits for every apply in flight: this one goes to the applier.
+      if (checkpoint || commit_apply_ == CommitApply::kApplier) {
+        // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
         reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
       } else {
         // Acknowledged before the rows are applied, and applied right after the ack on this

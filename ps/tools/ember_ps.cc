@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   std::string optimizer = "sgd", listen = "127.0.0.1:0", token, token_file, port_file, dataset, restore_dir, checkpoint_dir,
               log_level = "info", stats_file;
   int io_threads = 2;
+  std::string apply_commits = "handler";
   std::string transport_kind = "tcp";
   std::uint32_t rdma_slot_mib = 4, socket_buffer_kib = 0;
   double stats_interval = 10;
@@ -87,6 +88,11 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "job token required from every peer");
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str();
+  app.add_option("--apply-commits", apply_commits,
+                 "where a commit's optimizer pass runs: 'handler' (the thread that took the commit, after its ack) or 'applier' "
+                 "(a thread of its own, leaving the handler to its connections)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"handler", "applier"}));
   app.add_option("--socket-buffer-kib", socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
       }
     }
     ps::PsService service(sc);
+    service.apply_commits_on(ps::parse_commit_apply(apply_commits));
     if (checkpoint_every > 0) {
       fs::create_directories(checkpoint_dir);
       service.checkpoint_every(checkpoint_every, fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards));

@@ -40,11 +40,13 @@ struct Shards {
   std::vector<ShardAddress> addrs;
 };
 
-Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::FakeFabric& fabric, const transport::RdmaOptions& rdma) {
+Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::FakeFabric& fabric, const transport::RdmaOptions& rdma,
+                    CommitApply apply = CommitApply::kHandler) {
   Shards sh;
   for (std::uint32_t s = 0; s < S; ++s) {
     sh.services.push_back(std::make_unique<PsService>(config(s, S)));
     PsService* svc = sh.services.back().get();
+    svc->apply_commits_on(apply);
     auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
     if (kind == "tcp") {
       transport::TcpServerOptions o;
@@ -61,11 +63,12 @@ Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::
   return sh;
 }
 
-std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1) {
+std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1,
+                              CommitApply apply = CommitApply::kHandler) {
   transport::verbs::FakeFabric fabric;
   transport::RdmaOptions ro;
   ro.slot_bytes = 1 << 20;
-  const Shards shards = start_shards(kind, S, fabric, ro);
+  const Shards shards = start_shards(kind, S, fabric, ro, apply);
   const std::vector<ShardAddress>& addrs = shards.addrs;
   const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
   Connector connect = kind == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, ro);
@@ -108,8 +111,10 @@ TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
   std::vector<float> tcp = run_rounds("tcp", GetParam());
   std::vector<float> rdma = run_rounds("rdma_fake", GetParam());
   std::vector<float> spread = run_rounds("tcp", GetParam(), 3);  // three connections per shard
+  std::vector<float> applier = run_rounds("tcp", GetParam(), 1, CommitApply::kApplier);  // commits applied by the store's thread
   ASSERT_EQ(tcp.size(), rdma.size());
   ASSERT_EQ(tcp, spread);
+  ASSERT_EQ(tcp, applier);
   std::size_t moved = 0;
   std::vector<float> fresh;
   for (std::size_t i = 0; i < tcp.size(); ++i) {

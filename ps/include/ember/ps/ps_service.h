@@ -10,9 +10,10 @@
 //   kPushValue  keys[n], values[n * (dim + state)] -> kAck
 //   kCommit     (empty) -> kAck, flags = rows updated (acknowledged before they are
 //               applied, then applied on the handler's thread right after the ack, through
-//               Scratch::after_reply; requests that read them wait for them); every
-//               `checkpoint_every` iterations the rows go to the store's applier instead
-//               and the shard checkpoints (at an iteration boundary, once they are applied)
+//               Scratch::after_reply, or on the store's applier (CommitApply); requests
+//               that read them wait for them); every `checkpoint_every` iterations the
+//               rows go to the applier and the shard checkpoints (at an iteration
+//               boundary, once they are applied)
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "ember/ps/shard_store.h"
@@ -30,9 +32,18 @@ namespace ember::ps {
 
 inline constexpr std::uint32_t kWithState = 1;
 
+// Where a commit's optimizer pass runs. kHandler: on the thread that handled the commit,
+// right after its ack (no hand-off; best where cores are few and busy). kApplier: on the
+// store's applier thread (the handler goes straight back to its connections; may pay
+// where spare cores can take the apply off the request path).
+enum class CommitApply { kHandler, kApplier };
+CommitApply parse_commit_apply(const std::string& name);  // "handler", "applier"; ConfigError otherwise
+
 class PsService {
  public:
   explicit PsService(StoreConfig config) : store_(std::move(config)) {}
+
+  void apply_commits_on(CommitApply where) { commit_apply_ = where; }
 
   // Checkpoint to `file` after committing every iteration i with (i + 1) % every == 0.
   void checkpoint_every(std::uint64_t every, std::filesystem::path file) {
@@ -56,6 +67,7 @@ class PsService {
   std::mutex commit_mutex_;
   std::atomic<std::uint64_t> rows_{0};
   std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
+  CommitApply commit_apply_ = CommitApply::kHandler;
   std::uint64_t checkpoint_every_ = 0;
   std::filesystem::path checkpoint_file_;
 };

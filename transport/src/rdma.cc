@@ -176,8 +176,6 @@ class Conn {
     return s;
   }
 
-  // Sends one message as a data frame. `reply_slot`: a request's reserved reply slot;
-  // `target_slot`: a reply's destination slot at the requester.
   // Whether a reply (to a slot the requester reserved) could be sent now without waiting
   // for credits, by what the completions seen so far say.
   bool can_send_now(const OutMessage& reply) const {
@@ -189,6 +187,8 @@ class Conn {
     return send_credits_ >= 2 && (!to_ring || ring_credits_ > 0) && !(bulk ? free_bulk_ : free_small_).empty();
   }
 
+  // Sends one message as a data frame. `reply_slot`: a request's reserved reply slot;
+  // `target_slot`: a reply's destination slot at the requester.
   void send_message(const OutMessage& m, std::uint16_t reply_slot, std::uint16_t target_slot, Clock::time_point deadline) {
     const std::uint64_t bytes = kHeaderBytes + 8ull * m.key_count + 4ull * m.value_count;
     check_fits(bytes);

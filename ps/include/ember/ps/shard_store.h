@@ -94,7 +94,8 @@ class ShardStore {
   // not wait for the optimizer and no other thread is woken or fed the gradients from
   // another core's cache). Readers of those rows wait until then, as for commit_async();
   // so apply() must not wait behind them: apply before anything else that could block.
-  // Dropped unapplied, it applies in its destructor.
+  // Dropped unapplied, it applies in its destructor. It must not outlive its store, and
+  // the store is not moved while one is held.
   class PendingApply {
    public:
     PendingApply() = default;

@@ -39,7 +39,7 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--keys", o.keys, "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"consecutive", "scattered"}));
-  app.add_option("--apply-commits", o.apply_commits, "where the shard applies a commit: handler (after the ack) or applier (its own thread)")
+  app.add_option("--apply-commits", o.apply_commits, "where the shard applies a commit: handler (each row on the thread that received it, after its next ack) or applier (its own thread)")
       ->capture_default_str()
       ->check(CLI::IsMember({"handler", "applier"}));
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
@@ -313,7 +313,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         if (o.apply_commits == "applier") {
           store.commit();  // handed to the applier, waited for
         } else {
-          store.commit_deferred().apply();  // as the PS applies a commit: on its own thread
+          store.commit_deferred();  // as the PS applies a commit: on the thread that took the rows
+          store.apply_deferred_here();
         }
         ++it;
       };

@@ -18,6 +18,13 @@ CommitApply parse_commit_apply(const std::string& name) {
 }
 
 void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
+  serve(req, reply, scratch);
+  // Rows this thread received and a commit took: applied after this reply is sent, on
+  // this core (their gradients are in its cache), with the client no longer waiting.
+  if (store_.deferred_here()) scratch.after_reply = [this] { store_.apply_deferred_here(); };
+}
+
+void PsService::serve(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
   const auto& h = req.header;
   const std::uint32_t dim = store_.config().dim, rf = store_.row_floats();
   switch (h.type) {
@@ -87,12 +94,10 @@ void PsService::handle(const transport::Message& req, transport::OutMessage& rep
         // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
         reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
       } else {
-        // Acknowledged before the rows are applied, and applied right after the ack on this
-        // thread (no hand-off: the gradients are in this core's cache); a pull of the next
-        // iteration waits for the rows it reads (see shard_store.h).
-        auto pending = std::make_shared<ShardStore::PendingApply>(store_.commit_deferred());
-        reply.header.flags = static_cast<std::uint32_t>(pending->rows());
-        if (pending->rows() > 0) scratch.after_reply = [pending] { pending->apply(); };
+        // Acknowledged before the rows are applied: each handler thread applies the rows
+        // it received once it has sent its next ack (handle() below); a pull of the next
+        // iteration applies or waits for the rows it reads (see shard_store.h).
+        reply.header.flags = static_cast<std::uint32_t>(store_.commit_deferred());
       }
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.

@@ -49,11 +49,19 @@ struct ShardStore::Stripe {
   // common case (one trainer) is one copy in and one sequential pass out.
   std::vector<Ready> ready;
   std::vector<float> ready_grads;  // dim floats per entry of `ready`
+  // Buffers of an applied batch of this stripe, for its next one: they stay with the
+  // stripe's thread (a pool shared by every thread moved them between cores).
+  std::vector<Ready> spare_rows;
+  std::vector<float> spare_grads;
+  // Batches a commit_deferred() took from this stripe, not applied yet.
+  std::vector<Batch> parked;
+  std::atomic<std::size_t> parked_count{0};  // parked.size(), read without the lock
 };
 
 // The thread that applies committed batches, and what waiters watch: `in_flight` counts
-// commits whose rows are not all applied; `applied` changes (and wakes waiters) each time
-// one finishes. Apart from the store so that a store can be moved while idle.
+// batches taken by commits and not applied yet; `applied` changes (and wakes waiters)
+// each time one is, or batches are parked. Apart from the store so that a store can be
+// moved while idle.
 struct ShardStore::Applier {
   std::atomic<std::uint32_t> in_flight{0};
   std::atomic<std::uint32_t> applied{0};
@@ -66,7 +74,6 @@ struct ShardStore::Applier {
     std::vector<Batch> batches;
   };
   std::deque<Job> jobs;
-  std::vector<Batch> spare;  // emptied batches, their buffers kept for the next commits
   bool stop = false;
   std::thread thread;
 
@@ -84,22 +91,9 @@ struct ShardStore::Applier {
       }
     });
   }
-  // Applies a commit's batches, keeps their buffers for the next commits, marks it done.
+  // Applies a commit's batches.
   void run(Job& job) {
-    {
-      std::shared_lock<std::shared_mutex> g(gate);
-      for (const Batch& b : job.batches) job.store->apply_batch(b);
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      for (Batch& b : job.batches) {
-        if (spare.size() >= 2 * kStripes) break;
-        b.rows.clear();
-        b.grads.clear();
-        spare.push_back(std::move(b));
-      }
-    }
-    done();
+    for (Batch& b : job.batches) job.store->finish_batch(b);
   }
   ~Applier() {
     {
@@ -109,7 +103,8 @@ struct ShardStore::Applier {
     cv.notify_one();
     thread.join();
   }
-  // A commit's rows are all applied (or it had none).
+  // Something changed for waiters: a batch was applied (or a commit took none), or
+  // batches were parked (that a waiter may apply).
   void done() {
     in_flight.fetch_sub(1, std::memory_order_acq_rel);
     applied.fetch_add(1, std::memory_order_release);
@@ -119,7 +114,18 @@ struct ShardStore::Applier {
 
 std::size_t ShardStore::stripe_index(Key key) const { return local_of(key) % kStripes; }
 
+std::size_t ShardStore::home_stripe() {
+  // Threads numbered in turn never share a stripe (up to kStripes threads).
+  static std::atomic<std::size_t> threads_seen{0};
+  thread_local const std::size_t home = threads_seen.fetch_add(1, std::memory_order_relaxed) % kStripes;
+  return home;
+}
+
 ShardStore::~ShardStore() {
+  if (applier_) {
+    while (help_apply()) {
+    }
+  }
   applier_.reset();  // applies what was committed, then stops: before the rows go
   for (std::uint64_t c = 0; chunks_ && c < chunk_count_; ++c) huge_free(chunks_[c].load(), chunk_bytes());
 }
@@ -146,7 +152,7 @@ std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
   return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1);
 }
 
-std::size_t ShardStore::pending() const {
+std::size_t ShardStore::pending() {
   wait_all_applied();
   return unapplied();
 }
@@ -160,26 +166,47 @@ std::size_t ShardStore::unapplied() const {
   return n;
 }
 
-void ShardStore::wait_applied_slow(std::uint64_t local) const {
+void ShardStore::wait_applied_slow(std::uint64_t local) {
   Applier& a = *applier_;
   while (initialized_[local].load(std::memory_order_acquire) == kAggregating) {
-    // Read the counter before the last checks: a commit finishing after them changes it,
-    // so the wait below returns at once instead of missing that wake-up.
+    // Read the counter before the last checks: a commit finishing (or parking) after them
+    // changes it, so the wait below returns at once instead of missing that wake-up.
     const std::uint32_t seen = a.applied.load(std::memory_order_acquire);
     // Nothing in flight: the row waits for contributions or a commit, not for an apply.
     if (a.in_flight.load(std::memory_order_acquire) == 0) return;
     if (initialized_[local].load(std::memory_order_acquire) != kAggregating) return;
+    if (help_apply()) continue;  // parked rows (maybe this one): no thread is on them
     a.applied.wait(seen, std::memory_order_acquire);
   }
 }
 
-void ShardStore::wait_all_applied() const {
+void ShardStore::wait_all_applied() {
   Applier& a = *applier_;
   while (true) {
     const std::uint32_t seen = a.applied.load(std::memory_order_acquire);
     if (a.in_flight.load(std::memory_order_acquire) == 0) return;
+    if (help_apply()) continue;
     a.applied.wait(seen, std::memory_order_acquire);
   }
+}
+
+bool ShardStore::help_apply() {
+  const std::size_t home = home_stripe();
+  for (std::size_t r = 0; r < kStripes; ++r) {
+    Stripe& st = stripes_[(home + r) % kStripes];
+    if (st.parked_count.load(std::memory_order_acquire) == 0) continue;
+    Batch b;
+    {
+      tbb::spin_mutex::scoped_lock lock(st.mu);
+      if (st.parked.empty()) continue;
+      b = std::move(st.parked.back());
+      st.parked.pop_back();
+      st.parked_count.store(st.parked.size(), std::memory_order_release);
+    }
+    finish_batch(b);
+    return true;
+  }
+  return false;
 }
 
 ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
@@ -304,10 +331,8 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   }
   if (claimed == keys.size()) {
     // Each handler thread keeps to one stripe: its ready buffer stays warm in cache, and
-    // threads numbered in turn never share one (up to kStripes threads).
-    static std::atomic<std::size_t> threads_seen{0};
-    thread_local const std::size_t home = threads_seen.fetch_add(1, std::memory_order_relaxed);
-    Stripe& st = stripes_[home % kStripes];
+    // it applies those rows itself after a deferred commit (see shard_store.h).
+    Stripe& st = stripes_[home_stripe()];
     tbb::spin_mutex::scoped_lock lock(st.mu);
     for (Key k : keys) st.ready.push_back({k, iteration});
     st.ready_grads.insert(st.ready_grads.end(), grads, grads + keys.size() * config_.dim);
@@ -366,48 +391,69 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   }
   const std::uint32_t dim = config_.dim;
   auto append = [dim](std::vector<float>& to, const float* g) { to.insert(to.end(), g, g + dim); };
+  // Rows this request completes go to this thread's own ready list, as in the common case
+  // above; after the pass (also when it throws), so that no two stripe locks are held.
+  thread_local std::vector<Ready> done_rows;
+  thread_local std::vector<float> done_grads;
+  done_rows.clear();
+  done_grads.clear();
+  auto complete = [&](Key k, std::uint64_t it, const float* g) {
+    done_rows.push_back({k, it});
+    append(done_grads, g);
+  };
+  auto flush = [&] {
+    if (done_rows.empty()) return;
+    Stripe& home = stripes_[home_stripe()];
+    tbb::spin_mutex::scoped_lock lock(home.mu);
+    home.ready.insert(home.ready.end(), done_rows.begin(), done_rows.end());
+    home.ready_grads.insert(home.ready_grads.end(), done_grads.begin(), done_grads.end());
+  };
   // Requests handled at once start at different stripes, so their threads do not queue
   // behind each other stripe after stripe.
   const std::size_t rotate = next_rotation_.fetch_add(17, std::memory_order_relaxed);
-  for (std::size_t r = 0; r < kStripes; ++r) {
-    const std::size_t s = (r + rotate) % kStripes;
-    if (start[s] == start[s + 1]) continue;
-    Stripe& st = stripes_[s];
-    tbb::spin_mutex::scoped_lock lock(st.mu);
-    for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
-      const std::uint32_t i = order[j];
-      const Key k = keys[i];
-      const float* g = grads + static_cast<std::size_t>(i) * dim;
-      if (claim(local_of(k))) {
-        if (trainers[i] == 1) {
-          st.ready.push_back({k, iteration});  // complete already: the common case
-          append(st.ready_grads, g);
-        } else {
-          std::uint32_t offset;
-          if (!st.free_offsets.empty()) {
-            offset = st.free_offsets.back();
-            st.free_offsets.pop_back();
-            std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
+  try {
+    for (std::size_t r = 0; r < kStripes; ++r) {
+      const std::size_t s = (r + rotate) % kStripes;
+      if (start[s] == start[s + 1]) continue;
+      Stripe& st = stripes_[s];
+      tbb::spin_mutex::scoped_lock lock(st.mu);
+      for (std::uint32_t j = start[s]; j < start[s + 1]; ++j) {
+        const std::uint32_t i = order[j];
+        const Key k = keys[i];
+        const float* g = grads + static_cast<std::size_t>(i) * dim;
+        if (claim(local_of(k))) {
+          if (trainers[i] == 1) {
+            complete(k, iteration, g);
           } else {
-            offset = static_cast<std::uint32_t>(st.partial_grads.size());
-            append(st.partial_grads, g);
+            std::uint32_t offset;
+            if (!st.free_offsets.empty()) {
+              offset = st.free_offsets.back();
+              st.free_offsets.pop_back();
+              std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
+            } else {
+              offset = static_cast<std::uint32_t>(st.partial_grads.size());
+              append(st.partial_grads, g);
+            }
+            st.partial.try_emplace(k, Pending{iteration, trainers[i], 1, offset});
           }
-          st.partial.try_emplace(k, Pending{iteration, trainers[i], 1, offset});
+          continue;
         }
-        continue;
-      }
-      check_partial(st, k);  // again: another request may have raced this one
-      Pending* p = st.partial.find(k);
-      float* __restrict acc = st.partial_grads.data() + p->offset;
-      for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
-      if (++p->received == p->expected) {
-        st.ready.push_back({k, p->iteration});
-        append(st.ready_grads, acc);
-        st.free_offsets.push_back(p->offset);
-        st.partial.erase(k);
+        check_partial(st, k);  // again: another request may have raced this one
+        Pending* p = st.partial.find(k);
+        float* __restrict acc = st.partial_grads.data() + p->offset;
+        for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
+        if (++p->received == p->expected) {
+          complete(k, p->iteration, acc);  // copied: its offset may be reused below
+          st.free_offsets.push_back(p->offset);
+          st.partial.erase(k);
+        }
       }
     }
+  } catch (...) {
+    flush();  // rows completed before the refusal stay complete
+    throw;
   }
+  flush();
 }
 
 void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
@@ -430,7 +476,7 @@ std::uint64_t ShardStore::commit() {
 
 std::uint64_t ShardStore::commit_async() {
   std::uint64_t rows = 0;
-  std::vector<Batch> batches = take_ready(rows);
+  std::vector<Batch> batches = take_ready(rows, false);
   if (batches.empty()) return 0;
   Applier& a = *applier_;
   Applier::Job job{this, std::move(batches)};
@@ -446,33 +492,37 @@ std::uint64_t ShardStore::commit_async() {
   return rows;
 }
 
-ShardStore::PendingApply ShardStore::commit_deferred() {
-  PendingApply p;
-  p.batches_ = take_ready(p.rows_);
-  if (!p.batches_.empty()) p.store_ = this;
-  return p;
+std::uint64_t ShardStore::commit_deferred() {
+  std::uint64_t rows = 0;
+  take_ready(rows, true);
+  return rows;
 }
 
-ShardStore::PendingApply& ShardStore::PendingApply::operator=(PendingApply&& o) noexcept {
-  if (this != &o) {
-    apply();
-    store_ = std::exchange(o.store_, nullptr);
-    batches_ = std::move(o.batches_);
-    rows_ = o.rows_;
+bool ShardStore::deferred_here() const { return stripes_[home_stripe()].parked_count.load(std::memory_order_acquire) > 0; }
+
+std::uint64_t ShardStore::apply_deferred_here() {
+  Stripe& st = stripes_[home_stripe()];
+  std::uint64_t rows = 0;
+  while (st.parked_count.load(std::memory_order_acquire) > 0) {
+    Batch b;
+    {
+      tbb::spin_mutex::scoped_lock lock(st.mu);
+      if (st.parked.empty()) break;  // a reader took it
+      b = std::move(st.parked.back());
+      st.parked.pop_back();
+      st.parked_count.store(st.parked.size(), std::memory_order_release);
+    }
+    rows += b.rows.size();
+    finish_batch(b);
   }
-  return *this;
+  return rows;
 }
 
-void ShardStore::PendingApply::apply() {
-  if (store_ == nullptr) return;
-  Applier::Job job{std::exchange(store_, nullptr), std::move(batches_)};
-  job.store->applier_->run(job);
-}
-
-std::vector<ShardStore::Batch> ShardStore::take_ready(std::uint64_t& rows) {
+std::vector<ShardStore::Batch> ShardStore::take_ready(std::uint64_t& rows, bool park) {
   Applier& a = *applier_;
   // In flight before any row leaves a ready list: a reader that finds a row aggregating
-  // and nothing in flight knows that row is not being applied.
+  // and nothing in flight knows that row is not being applied. One count for the whole
+  // take, then one per batch (before anyone can apply it).
   a.in_flight.fetch_add(1, std::memory_order_acq_rel);
   std::vector<Batch> batches;
   rows = 0;
@@ -481,18 +531,42 @@ std::vector<ShardStore::Batch> ShardStore::take_ready(std::uint64_t& rows) {
     tbb::spin_mutex::scoped_lock lock(st.mu);
     if (st.ready.empty()) continue;
     rows += st.ready.size();
-    Batch& b = batches.emplace_back();
+    a.in_flight.fetch_add(1, std::memory_order_acq_rel);
+    Batch b;
+    b.stripe = s;
     std::swap(b.rows, st.ready);
     std::swap(b.grads, st.ready_grads);
-    std::lock_guard<std::mutex> pool(a.mu);  // the stripe gets buffers that have grown already
-    if (!a.spare.empty()) {
-      std::swap(st.ready, a.spare.back().rows);
-      std::swap(st.ready_grads, a.spare.back().grads);
-      a.spare.pop_back();
+    std::swap(st.ready, st.spare_rows);  // buffers grown already, if the stripe has them
+    std::swap(st.ready_grads, st.spare_grads);
+    if (park) {
+      st.parked.push_back(std::move(b));
+      st.parked_count.store(st.parked.size(), std::memory_order_release);
+    } else {
+      batches.push_back(std::move(b));
     }
   }
-  if (batches.empty()) a.done();  // nothing to apply: not in flight after all
+  a.done();  // the take's own count; wakes waiters that may now apply parked rows
   return batches;
+}
+
+void ShardStore::finish_batch(Batch& b) {
+  Applier& a = *applier_;
+  {
+    std::shared_lock<std::shared_mutex> g(a.gate);
+    apply_batch(b);
+  }
+  b.rows.clear();
+  b.grads.clear();
+  {
+    // Keep the larger buffers for the stripe's next batch.
+    Stripe& st = stripes_[b.stripe];
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    if (st.spare_grads.capacity() < b.grads.capacity()) {
+      std::swap(st.spare_rows, b.rows);
+      std::swap(st.spare_grads, b.grads);
+    }
+  }
+  a.done();
 }
 
 void ShardStore::apply_batch(const Batch& b) {
@@ -528,7 +602,7 @@ void ShardStore::apply_batch(const Batch& b) {
   }
 }
 
-void ShardStore::save(const std::filesystem::path& file) const {
+void ShardStore::save(const std::filesystem::path& file) {
   // Every commit so far applied, and no apply while the rows are written out: a commit
   // meanwhile waits (its rows belong to the next checkpoint).
   std::unique_lock<std::shared_mutex> no_applies;

@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str();
   app.add_option("--apply-commits", apply_commits,
-                 "where a commit's optimizer pass runs: 'handler' (the thread that took the commit, after its ack) or 'applier' "
-                 "(a thread of its own, leaving the handler to its connections)")
+                 "where a commit's optimizer pass runs: 'handler' (each row on the handler thread that received its gradient, after "
+                 "that thread's next ack) or 'applier' (a thread of its own, leaving the handlers to their connections)")
       ->capture_default_str()
       ->check(CLI::IsMember({"handler", "applier"}));
   app.add_option("--socket-buffer-kib", socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")

@@ -6,6 +6,7 @@
 #include <random>
 #include <set>
 #include <atomic>
+#include <future>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -252,10 +253,11 @@ TEST_F(ShardStoreTest, WorkAfterAnAsyncCommitWaitsForItsRows) {
   EXPECT_EQ(s.pending(), 0u);
 }
 
-// commit_deferred() leaves the apply to its holder (the daemon: after the commit's ack):
-// a reader of those rows waits until the holder applies; dropped unapplied, it applies
-// as it goes; a commit with nothing ready holds nothing.
-TEST_F(ShardStoreTest, ADeferredCommitIsAppliedByItsHolderAndReadersWaitForIt) {
+// commit_deferred() parks each thread's complete rows with that thread: the thread that
+// received a row's gradient applies it (apply_deferred_here(); the daemon after its next
+// ack), not the committing one. A thread that never comes back leaves its rows to
+// whoever needs them: a reader, a checkpoint's wait. Whoever applies, each row once.
+TEST_F(ShardStoreTest, DeferredRowsAreAppliedByTheirThreadOrByWhoeverNeedsThem) {
   StoreConfig c = store_config(OptimizerKind::kAdagrad, 0, 1);
   c.num_keys = 1000;
   ShardStore s(c), reference(c);
@@ -263,37 +265,63 @@ TEST_F(ShardStoreTest, ADeferredCommitIsAppliedByItsHolderAndReadersWaitForIt) {
   std::vector<std::uint32_t> trainers(keys.size(), 1);
   std::vector<float> grads(keys.size() * kDim, 0.02f), pulled(keys.size() * s.row_floats()), expected(pulled.size());
   for (Key k = 0; k < keys.size(); ++k) keys[k] = k;
-  s.push_grad(0, keys, trainers, grads.data());
-  reference.push_grad(0, keys, trainers, grads.data());
-  reference.commit();
-  ShardStore::PendingApply p = s.commit_deferred();
-  EXPECT_EQ(p.rows(), keys.size());
-  std::atomic<bool> read{false};
-  std::thread reader([&] {
-    s.pull_with_state(keys, pulled.data());
-    read = true;
+  auto reference_round = [&](std::uint64_t it) {
+    reference.push_grad(it, keys, trainers, grads.data());
+    reference.commit();
+    reference.pull_with_state(keys, expected.data());
+  };
+
+  // The pushing thread applies its rows; the committing thread has none of its own.
+  std::atomic<int> step{0};
+  std::uint64_t applied_by_pusher = 0;
+  std::thread pusher([&] {
+    s.push_grad(0, keys, trainers, grads.data());
+    step = 1;
+    while (step.load() != 2) std::this_thread::yield();
+    applied_by_pusher = s.apply_deferred_here();
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_FALSE(read.load()) << "a pull read rows whose update was not applied yet";
-  p.apply();
-  reader.join();
-  reference.pull_with_state(keys, expected.data());
-  EXPECT_EQ(pulled, expected);
-  p.apply();  // once only
-  s.push_grad(1, keys, trainers, grads.data());
-  reference.push_grad(1, keys, trainers, grads.data());
-  reference.commit();
-  {
-    ShardStore::PendingApply q = s.commit_deferred();
-    ShardStore::PendingApply moved = std::move(q);  // the rows go with it, applied once as it is dropped
-    EXPECT_EQ(moved.rows(), keys.size());
-  }
+  while (step.load() != 1) std::this_thread::yield();
+  std::uint64_t taken = 0, applied_by_committer = 1;
+  bool committer_has_rows = true;
+  std::thread([&] {
+    taken = s.commit_deferred();
+    committer_has_rows = s.deferred_here();
+    applied_by_committer = s.apply_deferred_here();
+  }).join();
+  EXPECT_EQ(taken, keys.size());
+  EXPECT_FALSE(committer_has_rows);
+  EXPECT_EQ(applied_by_committer, 0u);
+  step = 2;
+  pusher.join();
+  EXPECT_EQ(applied_by_pusher, keys.size());
+  reference_round(0);
   s.pull_with_state(keys, pulled.data());
-  reference.pull_with_state(keys, expected.data());
   EXPECT_EQ(pulled, expected);
-  ShardStore::PendingApply none = s.commit_deferred();
-  EXPECT_EQ(none.rows(), 0u);
-  EXPECT_EQ(s.pending(), 0u);  // nothing in flight: returns at once
+
+  // The pushing thread is gone: a pull of its rows applies them.
+  std::thread([&] { s.push_grad(1, keys, trainers, grads.data()); }).join();
+  EXPECT_EQ(s.commit_deferred(), keys.size());
+  EXPECT_FALSE(s.deferred_here());
+  auto read = std::async(std::launch::async, [&] { s.pull_with_state(keys, pulled.data()); });
+  if (read.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+    ADD_FAILURE() << "a pull waited for parked rows that nobody else will apply";
+    s.pending();  // unblocks it
+  }
+  read.get();
+  reference_round(1);
+  EXPECT_EQ(pulled, expected);
+
+  // Gone again: pending() (a checkpoint's wait) applies them.
+  std::thread([&] { s.push_grad(2, keys, trainers, grads.data()); }).join();
+  EXPECT_EQ(s.commit_deferred(), keys.size());
+  EXPECT_EQ(s.pending(), 0u);
+  reference_round(2);
+  s.pull_with_state(keys, pulled.data());
+  EXPECT_EQ(pulled, expected);
+
+  EXPECT_EQ(s.commit_deferred(), 0u);  // nothing ready: nothing parked, nothing in flight
+  EXPECT_EQ(s.apply_deferred_here(), 0u);
+  EXPECT_EQ(s.pending(), 0u);
 }
 
 // A commit large enough to be applied by several threads gives each row exactly what one

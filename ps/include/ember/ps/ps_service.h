@@ -9,9 +9,10 @@
 //               the header's iteration -> kAck
 //   kPushValue  keys[n], values[n * (dim + state)] -> kAck
 //   kCommit     (empty) -> kAck, flags = rows updated (acknowledged before they are
-//               applied, then applied on the handler's thread right after the ack, through
-//               Scratch::after_reply, or on the store's applier (CommitApply); requests
-//               that read them wait for them); every `checkpoint_every` iterations the
+//               applied; each handler thread then applies the rows it received once its
+//               next ack is sent, through Scratch::after_reply, or the store's applier
+//               does (CommitApply); requests that read them apply or wait for them);
+//               every `checkpoint_every` iterations the
 //               rows go to the applier and the shard checkpoints (at an iteration
 //               boundary, once they are applied)
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
@@ -32,8 +33,9 @@ namespace ember::ps {
 
 inline constexpr std::uint32_t kWithState = 1;
 
-// Where a commit's optimizer pass runs. kHandler: on the thread that handled the commit,
-// right after its ack (no hand-off; best where cores are few and busy). kApplier: on the
+// Where a commit's optimizer pass runs. kHandler: each row on the handler thread that
+// received its gradients, right after that thread's next ack (no hand-off, nothing
+// crosses cores; best where cores are few and busy). kApplier: on the
 // store's applier thread (the handler goes straight back to its connections; may pay
 // where spare cores can take the apply off the request path).
 enum class CommitApply { kHandler, kApplier };
@@ -63,6 +65,9 @@ class PsService {
   std::uint64_t rows_served() const { return rows_.load(); }
 
  private:
+  // handle() but for the apply of parked rows after the reply.
+  void serve(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
+
   ShardStore store_;
   std::mutex commit_mutex_;
   std::atomic<std::uint64_t> rows_{0};

@@ -13,13 +13,18 @@
 // is applied (it must be pulled as latest first), so per-row updates stay in order.
 //
 // Applying after the commit: commit_deferred() takes the ready rows out of the push path
-// and leaves their apply to the caller, who runs it when it chooses: the daemon sends
-// the commit's ack first, then applies on the same thread (the gradients are in that
-// core's cache, and no other thread is woken). commit_async() hands them to the store's
-// applier thread instead (a small commit is applied on the spot: cheaper than waking
-// that thread). Either way, whoever reads or writes a row whose update is not applied
-// yet waits for it (pulls, write-backs, a next push of the row, checkpoints): a pull
-// after commit(t) sees every update of t. commit() is commit_async() and that wait.
+// and parks each thread's with that thread (see push_grad: a thread appends the rows it
+// completes to its own ready list); each thread applies its own with
+// apply_deferred_here(), the daemon once it has sent its next ack (the commit's, or any
+// other request's). So a row's gradient is applied on the core that received it: with
+// two handler threads, one thread applying every row cost each row about twice the CPU
+// (the gradients, the row states and the buffers all crossing cores). commit_async()
+// hands the rows to the store's applier thread instead (a small commit is applied on the
+// spot: cheaper than waking that thread). Whoever reads or writes a row whose update is
+// not applied yet (pulls, write-backs, a next push of the row, checkpoints) applies what
+// is parked itself, or waits for the apply in progress: a pull after commit(t) sees every
+// update of t, whether or not the thread that parked a row ever comes back.
+// commit() is commit_async() and that wait.
 //
 // Concurrency: every method may be called from several handler threads at once, with no
 // store-wide lock. Rows live in chunks allocated once (atomically) and never moved, each
@@ -89,38 +94,20 @@ class ShardStore {
   std::uint64_t commit();
   // The same, returning once the rows are handed to the applier (see above).
   std::uint64_t commit_async();
-  // A commit's rows, taken out of the push path, for the caller to apply on its own
-  // thread when it chooses (the daemon: once the commit's ack is sent, so the ack need
-  // not wait for the optimizer and no other thread is woken or fed the gradients from
-  // another core's cache). Readers of those rows wait until then, as for commit_async();
-  // so apply() must not wait behind them: apply before anything else that could block.
-  // Dropped unapplied, it applies in its destructor. It must not outlive its store, and
-  // the store is not moved while one is held.
-  class PendingApply {
-   public:
-    PendingApply() = default;
-    PendingApply(PendingApply&& o) noexcept { *this = std::move(o); }
-    PendingApply& operator=(PendingApply&& o) noexcept;
-    PendingApply(const PendingApply&) = delete;
-    PendingApply& operator=(const PendingApply&) = delete;
-    ~PendingApply() { apply(); }
-    void apply();
-    std::uint64_t rows() const { return rows_; }
-
-   private:
-    friend class ShardStore;
-    ShardStore* store_ = nullptr;  // null: nothing (left) to apply
-    std::vector<Batch> batches_;
-    std::uint64_t rows_ = 0;
-  };
-  PendingApply commit_deferred();
+  // Takes every complete aggregation out of the push path and parks it with the thread
+  // that completed it (see above); returns how many rows.
+  std::uint64_t commit_deferred();
+  // Applies the parked rows of the calling thread; returns how many.
+  std::uint64_t apply_deferred_here();
+  // Whether the calling thread has parked rows (one atomic load).
+  bool deferred_here() const;
   // Rows whose gradients are not applied yet (waiting for contributions, or complete and
-  // waiting for the commit).
-  std::size_t pending() const;
+  // waiting for the commit). Applies parked rows first (see above).
+  std::size_t pending();
 
   // Checkpoint: every initialized row of this shard with its state, atomically written
   // (temp file, fsync, rename), checksummed. Pending aggregations are refused.
-  void save(const std::filesystem::path& file) const;
+  void save(const std::filesystem::path& file);
   // Loads the rows this shard owns from checkpoint files written by any number of
   // shards. Throws DataError for a corrupt, truncated or mismatched file.
   void load(const std::vector<std::filesystem::path>& files);
@@ -168,19 +155,24 @@ class ShardStore {
   // Index of the key among this shard's rows.
   std::uint64_t local_of(Key key) const { return shards_div_.quotient(key); }
 
-  // Waits while the row's update is being applied (its state says aggregating and an
-  // apply is in flight). Returns at once in the common case.
-  void wait_applied(std::uint64_t local) const {
+  // Returns once the row's update is applied, if one is in flight (its state says
+  // aggregating and a commit took rows): applies parked rows meanwhile, or waits for the
+  // apply in progress. Returns at once in the common case.
+  void wait_applied(std::uint64_t local) {
     if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]] wait_applied_slow(local);
   }
-  void wait_applied_slow(std::uint64_t local) const;
+  void wait_applied_slow(std::uint64_t local);
   // The row of `key` once no update of it is being applied.
   float* read_row(Key key) {
     float* p = row_ptr(key);
     wait_applied(local_of(key));
     return p;
   }
-  void wait_all_applied() const;
+  void wait_all_applied();
+  // Applies one parked batch (the calling thread's first) if there is one.
+  bool help_apply();
+  // The stripe whose ready list a thread appends to, and whose parked rows it applies.
+  static std::size_t home_stripe();
   // Compare-and-swap idle to aggregating; false if the row was not idle.
   bool claim(std::uint64_t local) {
     std::uint8_t idle = kIdle;
@@ -198,15 +190,19 @@ class ShardStore {
     Key key;
     std::uint64_t iteration;
   };
-  // Complete aggregations taken by a commit, applied by the applier.
+  // Complete aggregations taken by a commit from one stripe's ready list.
   struct Batch {
     std::vector<Ready> rows;
     std::vector<float> grads;  // dim floats per row
+    std::size_t stripe = 0;    // where it came from, and where its buffers go back
   };
   void apply_batch(const Batch& b);
-  // Takes every ready list's rows (counted in `rows`) and marks them in flight, unless
-  // there are none (an empty result, nothing in flight).
-  std::vector<Batch> take_ready(std::uint64_t& rows);
+  // Applies a batch taken out of flight, gives its buffers back to its stripe, marks it done.
+  void finish_batch(Batch& b);
+  // Takes every ready list's rows (counted in `rows`) and marks them in flight, one
+  // count per batch. With `park`, each stays in its stripe's parked list (an empty
+  // result); else they are returned.
+  std::vector<Batch> take_ready(std::uint64_t& rows, bool park);
   // Aggregations not applied yet, partial or complete (pending() without its wait).
   std::size_t unapplied() const;
   // Pending aggregations of the keys that hash to one stripe.

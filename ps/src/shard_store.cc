@@ -190,21 +190,24 @@ void ShardStore::wait_all_applied() {
   }
 }
 
+bool ShardStore::take_parked(Stripe& st, Batch& b) {
+  if (st.parked_count.load(std::memory_order_acquire) == 0) return false;
+  tbb::spin_mutex::scoped_lock lock(st.mu);
+  if (st.parked.empty()) return false;  // another thread took it
+  b = std::move(st.parked.back());
+  st.parked.pop_back();
+  st.parked_count.store(st.parked.size(), std::memory_order_release);
+  return true;
+}
+
 bool ShardStore::help_apply() {
   const std::size_t home = home_stripe();
+  Batch b;
   for (std::size_t r = 0; r < kStripes; ++r) {
-    Stripe& st = stripes_[(home + r) % kStripes];
-    if (st.parked_count.load(std::memory_order_acquire) == 0) continue;
-    Batch b;
-    {
-      tbb::spin_mutex::scoped_lock lock(st.mu);
-      if (st.parked.empty()) continue;
-      b = std::move(st.parked.back());
-      st.parked.pop_back();
-      st.parked_count.store(st.parked.size(), std::memory_order_release);
+    if (take_parked(stripes_[(home + r) % kStripes], b)) {
+      finish_batch(b);
+      return true;
     }
-    finish_batch(b);
-    return true;
   }
   return false;
 }
@@ -503,15 +506,7 @@ bool ShardStore::deferred_here() const { return stripes_[home_stripe()].parked_c
 std::uint64_t ShardStore::apply_deferred_here() {
   Stripe& st = stripes_[home_stripe()];
   std::uint64_t rows = 0;
-  while (st.parked_count.load(std::memory_order_acquire) > 0) {
-    Batch b;
-    {
-      tbb::spin_mutex::scoped_lock lock(st.mu);
-      if (st.parked.empty()) break;  // a reader took it
-      b = std::move(st.parked.back());
-      st.parked.pop_back();
-      st.parked_count.store(st.parked.size(), std::memory_order_release);
-    }
+  for (Batch b; take_parked(st, b);) {
     rows += b.rows.size();
     finish_batch(b);
   }

@@ -205,9 +205,12 @@ class ShardStore {
   std::vector<Batch> take_ready(std::uint64_t& rows, bool park);
   // Aggregations not applied yet, partial or complete (pending() without its wait).
   std::size_t unapplied() const;
-  // Pending aggregations of the keys that hash to one stripe.
+  // One stripe: the partial aggregations of the keys that hash to it, and the ready and
+  // parked rows of the handler thread whose stripe it is (home_stripe()).
   struct Stripe;
   std::size_t stripe_index(Key key) const;
+  // Takes one batch parked in `st` (false if none).
+  bool take_parked(Stripe& st, Batch& b);
   struct Applier;
 
   StoreConfig config_;

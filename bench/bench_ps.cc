@@ -313,7 +313,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         if (o.apply_commits == "applier") {
           store.commit();  // handed to the applier, waited for
         } else {
-          store.commit_deferred();  // as the PS applies a commit: on the thread that took the rows
+          store.commit_deferred();  // as the PS applies a commit: on the thread that received the rows
           store.apply_deferred_here();
         }
         ++it;

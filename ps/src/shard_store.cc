@@ -166,26 +166,17 @@ std::size_t ShardStore::unapplied() const {
   return n;
 }
 
-void ShardStore::wait_applied_slow(std::uint64_t local) {
-  Applier& a = *applier_;
-  while (initialized_[local].load(std::memory_order_acquire) == kAggregating) {
-    // Read the counter before the last checks: a commit finishing (or parking) after them
-    // changes it, so the wait below returns at once instead of missing that wake-up.
-    const std::uint32_t seen = a.applied.load(std::memory_order_acquire);
-    // Nothing in flight: the row waits for contributions or a commit, not for an apply.
-    if (a.in_flight.load(std::memory_order_acquire) == 0) return;
-    if (initialized_[local].load(std::memory_order_acquire) != kAggregating) return;
-    if (help_apply()) continue;  // parked rows (maybe this one): no thread is on them
-    a.applied.wait(seen, std::memory_order_acquire);
-  }
-}
-
-void ShardStore::wait_all_applied() {
+void ShardStore::help_until_applied(const std::atomic<std::uint8_t>* row) {
   Applier& a = *applier_;
   while (true) {
+    // Read the counter before the checks: a commit finishing (or parking) after them
+    // changes it, so the wait below returns at once instead of missing that wake-up.
     const std::uint32_t seen = a.applied.load(std::memory_order_acquire);
+    // Nothing in flight: a row still aggregating waits for contributions or a commit,
+    // not for an apply.
     if (a.in_flight.load(std::memory_order_acquire) == 0) return;
-    if (help_apply()) continue;
+    if (row != nullptr && row->load(std::memory_order_acquire) != kAggregating) return;
+    if (help_apply()) continue;  // parked rows (maybe this one): no thread is on them
     a.applied.wait(seen, std::memory_order_acquire);
   }
 }

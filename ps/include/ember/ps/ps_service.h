@@ -12,9 +12,8 @@
 //               applied; each handler thread then applies the rows it received once its
 //               next ack is sent, through Scratch::after_reply, or the store's applier
 //               does (CommitApply); requests that read them apply or wait for them);
-//               every `checkpoint_every` iterations the
-//               rows go to the applier and the shard checkpoints (at an iteration
-//               boundary, once they are applied)
+//               every `checkpoint_every` iterations the rows go to the applier and the
+//               shard checkpoints (at an iteration boundary, once they are applied)
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once

@@ -159,16 +159,18 @@ class ShardStore {
   // aggregating and a commit took rows): applies parked rows meanwhile, or waits for the
   // apply in progress. Returns at once in the common case.
   void wait_applied(std::uint64_t local) {
-    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]] wait_applied_slow(local);
+    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]] help_until_applied(&initialized_[local]);
   }
-  void wait_applied_slow(std::uint64_t local);
   // The row of `key` once no update of it is being applied.
   float* read_row(Key key) {
     float* p = row_ptr(key);
     wait_applied(local_of(key));
     return p;
   }
-  void wait_all_applied();
+  void wait_all_applied() { help_until_applied(nullptr); }
+  // Returns once nothing is in flight, or (with `row`) once that row's state is no longer
+  // aggregating: applies parked batches meanwhile, else waits for the applies in progress.
+  void help_until_applied(const std::atomic<std::uint8_t>* row);
   // Applies one parked batch (the calling thread's first) if there is one.
   bool help_apply();
   // The stripe whose ready list a thread appends to, and whose parked rows it applies.

@@ -308,8 +308,11 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         return wall * 1e9 / static_cast<double>(rows);
       };
       std::uint64_t it = 1u << 30;  // apart from the client runs' iterations
+      // Gradients kept where they are until applied, as the PS keeps a TCP request's (the
+      // buffer outlives every apply here: the owner owns nothing).
+      const std::shared_ptr<const void> lent(std::shared_ptr<const void>{}, grads.data());
       auto push = [&] {
-        store.push_grad(it, keys, trainers, grads.data());
+        store.push_grad(it, keys, trainers, grads.data(), lent);
         if (o.apply_commits == "applier") {
           store.commit();  // handed to the applier, waited for
         } else {

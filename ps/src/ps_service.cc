@@ -72,7 +72,8 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
         if (req.keys[n + i] > 64) throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
         trainers[i] = static_cast<std::uint32_t>(req.keys[n + i]);
       }
-      store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values);
+      // The gradients stay in the request's payload where the transport lends it (TCP).
+      store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values, req.lend_payload ? req.lend_payload() : nullptr);
       reply.header.type = MessageType::kAck;
       rows_ += n;
       return;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <atomic>
@@ -113,6 +114,47 @@ TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate)
   EXPECT_EQ(s.commit(), 1u);
   const float lr3 = 0.05f / 1.3f;
   EXPECT_NEAR(s.row(k)[0], before[0] - lr3 * (2.0f + 0.001f * before[0]), 1e-6);
+  EXPECT_EQ(s.pending(), 0u);
+}
+
+// Gradients pushed with an owner (a TCP request's payload, lent by the transport) are
+// applied from where they are: the store holds the owner until the rows are applied, then
+// lets it go. Rows still aggregating copy theirs (the owner is not held).
+TEST(ShardStore, LentGradientsAreHeldUntilAppliedThenLetGo) {
+  ShardStore s(store_config(OptimizerKind::kSgd, 0, 1));
+  const std::vector<Key> keys = {1, 2, 3};
+  const std::vector<std::uint32_t> ones(keys.size(), 1);
+  std::vector<std::vector<float>> before;
+  for (Key k : keys) before.emplace_back(s.row(k), s.row(k) + kDim);
+  auto grads = std::make_shared<std::vector<float>>(keys.size() * kDim);
+  for (std::size_t i = 0; i < grads->size(); ++i) (*grads)[i] = 0.5f + static_cast<float>(i);
+  const std::vector<float> sent = *grads;
+  std::weak_ptr<std::vector<float>> watch = grads;
+  s.push_grad(0, keys, ones, grads->data(), std::shared_ptr<const void>(grads, grads->data()));
+  grads.reset();  // the store's copy of the owner is the last
+  EXPECT_FALSE(watch.expired()) << "the store let go of gradients it has not applied";
+  // Deferred: parked with this thread, still held until applied here.
+  EXPECT_EQ(s.commit_deferred(), keys.size());
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(s.apply_deferred_here(), keys.size());
+  EXPECT_TRUE(watch.expired()) << "applied rows still hold their push's payload";
+  const float lr0 = 0.05f;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    for (std::uint32_t d = 0; d < kDim; ++d) {
+      const float b = before[i][d];
+      EXPECT_NEAR(s.row(keys[i])[d], b - lr0 * (sent[i * kDim + d] + 0.001f * b), 1e-6) << keys[i] << " " << d;
+    }
+  }
+  // A row of two trainers aggregates: its contribution is copied, the owner not held.
+  Key k = 9;
+  std::uint32_t two = 2;
+  auto partial = std::make_shared<std::vector<float>>(kDim, 1.0f);
+  s.push_grad(1, {&k, 1}, {&two, 1}, partial->data(), std::shared_ptr<const void>(partial, partial->data()));
+  EXPECT_EQ(partial.use_count(), 1);
+  s.push_grad(1, {&k, 1}, {&two, 1}, partial->data(), std::shared_ptr<const void>(partial, partial->data()));
+  EXPECT_EQ(partial.use_count(), 1);  // completed by the general path: copied once more
+  partial.reset();
+  EXPECT_EQ(s.commit(), 1u);
   EXPECT_EQ(s.pending(), 0u);
 }
 

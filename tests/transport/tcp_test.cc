@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <cerrno>
 #include <thread>
 
@@ -188,6 +190,63 @@ TEST(Tcp, ReadAheadIsBoundedForAClientThatNeverReads) {
   EXPECT_LT(sent, 8) << "the server read far ahead of a client that never reads";
   TcpClient other("127.0.0.1", server->port(), kToken);
   EXPECT_EQ(other.call(push_value(key, vals.data(), 4)).values[3], 2.0f * vals[3]);
+}
+
+// A handler may keep a request's payload (lend_payload): it stays as received while the
+// connection reads later requests into other memory, and once let go it comes back for
+// the connection's next requests.
+TEST(Tcp, LentPayloadsOutliveLaterRequestsAndComeBack) {
+  struct Kept {
+    std::shared_ptr<const void> owner;
+    const float* values;
+    float first;
+  };
+  std::mutex mu;
+  std::vector<Kept> kept;
+  bool keep = true;
+  TcpServerOptions o;
+  o.token = kToken;
+  TcpServer server(o, [&](const Message& req, OutMessage& reply, Scratch&) {
+    ASSERT_TRUE(req.lend_payload) << "TCP lends request payloads";
+    std::shared_ptr<const void> owner = req.lend_payload();
+    EXPECT_EQ(owner, req.lend_payload()) << "asked twice, the same owner";
+    std::lock_guard<std::mutex> lock(mu);
+    if (keep) kept.push_back({std::move(owner), req.values, req.values[0]});
+    reply.header.type = MessageType::kAck;
+  });
+  TcpClient c("127.0.0.1", server.port(), kToken);
+  constexpr std::size_t kFloats = 4096;
+  std::vector<float> vals(kFloats);
+  const Key key = 1;
+  for (int r = 0; r < 6; ++r) {
+    for (std::size_t i = 0; i < kFloats; ++i) vals[i] = static_cast<float>(r * 10000 + static_cast<int>(i % 1000));
+    c.call(push_value(key, vals.data(), kFloats));
+  }
+  std::set<const float*> lent;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(kept.size(), 6u);
+    for (std::size_t r = 0; r < kept.size(); ++r) {
+      EXPECT_EQ(kept[r].values[0], kept[r].first);
+      for (std::size_t i = 0; i < kFloats; i += 97) {
+        ASSERT_EQ(kept[r].values[i], static_cast<float>(static_cast<int>(r) * 10000 + static_cast<int>(i % 1000))) << "request " << r << " overwritten";
+      }
+      lent.insert(kept[r].values);
+    }
+    EXPECT_EQ(lent.size(), 6u) << "requests read into a payload still lent";
+    kept.clear();  // let go: the buffers go back to the connection
+    keep = false;
+  }
+  // Later requests are read into buffers given back (none allocated while some wait).
+  for (int r = 0; r < 3; ++r) c.call(push_value(key, vals.data(), kFloats));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    keep = true;
+  }
+  c.call(push_value(key, vals.data(), kFloats));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(lent.count(kept[0].values), 1u) << "a payload given back was not used again";
 }
 
 // A refused request keeping its connection: Conformance.RefusedRequestKeepsTheConnection/tcp.

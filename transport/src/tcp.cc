@@ -91,6 +91,19 @@ struct PayloadBuffer {
     }
     return words.get();
   }
+  // Hands the storage to a shared owner (this buffer is left empty); once the owner's
+  // last copy goes, on whichever thread, the storage goes back to `home`.
+  template <typename Home>
+  std::shared_ptr<const void> lend(const std::shared_ptr<Home>& home) {
+    const std::size_t cap = capacity;
+    capacity = 0;
+    return std::shared_ptr<const void>(words.release(), [home, cap](const void* p) {
+      PayloadBuffer back;
+      back.words.reset(static_cast<std::uint64_t*>(const_cast<void*>(p)));
+      back.capacity = cap;
+      home->give_back(std::move(back));
+    });
+  }
   Message view(const MessageHeader& h) const {
     Message m;
     m.header = h;
@@ -98,6 +111,34 @@ struct PayloadBuffer {
     m.values = reinterpret_cast<const float*>(reinterpret_cast<const char*>(words.get()) + 8ull * h.key_count);
     return m;
   }
+};
+
+// Payload buffers lent to handlers, given back by whichever thread let go of them last
+// (a PS applying a commit), for the connection's next requests.
+class ReturnedBuffers {
+ public:
+  void give_back(PayloadBuffer b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (buffers_.size() < kKeep) buffers_.push_back(std::move(b));  // else freed
+    any_.store(true, std::memory_order_release);
+  }
+  // One given back, if any (else an empty buffer).
+  PayloadBuffer take() {
+    if (!any_.load(std::memory_order_acquire)) return {};
+    std::lock_guard<std::mutex> lock(mu_);
+    if (buffers_.empty()) return {};
+    PayloadBuffer b = std::move(buffers_.back());
+    buffers_.pop_back();
+    any_.store(!buffers_.empty(), std::memory_order_release);
+    return b;
+  }
+
+ private:
+  // As many as a connection reads ahead: more would only hold memory.
+  static constexpr std::size_t kKeep = 64;
+  std::mutex mu_;
+  std::vector<PayloadBuffer> buffers_;
+  std::atomic<bool> any_{false};
 };
 
 }  // namespace
@@ -141,12 +182,14 @@ struct TcpServer::Impl {
     struct Request {
       MessageHeader header;
       PayloadBuffer payload;
+      std::shared_ptr<const void> lent;  // the payload, once the handler asked to keep it
     };
     std::uint8_t in_header[kHeaderBytes];
     std::uint8_t out_header[kHeaderBytes];
     Request incoming;                // being read
     std::deque<Request> queue;       // read, in order; the front is being answered while `writing`
     std::vector<PayloadBuffer> spare;  // buffers of answered requests, for the next ones
+    std::shared_ptr<ReturnedBuffers> returned = std::make_shared<ReturnedBuffers>();  // lent ones, back
     std::uint64_t queued_bytes = 0;  // payload bytes in `queue`
     Scratch scratch;
     std::vector<iovec> in_iov, out_iov;
@@ -217,9 +260,13 @@ struct TcpServer::Impl {
         drop(e.what());
         return;
       }
-      if (!spare.empty() && incoming.payload.capacity == 0) {
-        incoming.payload = std::move(spare.back());
-        spare.pop_back();
+      if (incoming.payload.capacity == 0) {
+        if (!spare.empty()) {
+          incoming.payload = std::move(spare.back());
+          spare.pop_back();
+        } else {
+          incoming.payload = returned->take();
+        }
       }
       in_iov.assign(1, iovec{incoming.payload.prepare(incoming.header.payload_bytes()), incoming.header.payload_bytes()});
       in_first = 0;
@@ -279,9 +326,13 @@ struct TcpServer::Impl {
     }
 
     // Calls the handler for `req` and lays out its reply; false if the peer was dropped.
-    bool start_reply(const Request& req) {
+    bool start_reply(Request& req) {
       const MessageHeader& header = req.header;
       Message m = req.payload.view(header);
+      m.lend_payload = [this, &req] {
+        if (!req.lent) req.lent = req.payload.lend(returned);
+        return req.lent;
+      };
       reply = OutMessage{};
       if (!authenticated) {
         if (header.type != MessageType::kHello || header.key_count != 1 || m.keys[0] != server->token) {
@@ -359,7 +410,7 @@ struct TcpServer::Impl {
       --server->in_flight;
       Request& done = queue.front();
       queued_bytes -= done.header.payload_bytes();
-      if (spare.size() < 2) spare.push_back(std::move(done.payload));
+      if (spare.size() < 2 && done.payload.capacity > 0) spare.push_back(std::move(done.payload));  // (not if lent)
       queue.pop_front();
     }
   };

@@ -87,7 +87,11 @@ class ShardStore {
   // Where each row lives (value, then state), for replies sent straight from the store.
   void row_pointers(std::span<const Key> keys, const float** out);
   // Adds `grads` (dim floats per key) for rows trained in `iteration` by `trainers` workers.
-  void push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads);
+  // With `grads_owner` (it keeps `grads` valid while it lives), rows that complete with
+  // this push keep their gradients where they are, held until applied, instead of copying
+  // them (the daemon passes a TCP request's payload, lent by the transport).
+  void push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
+                 std::shared_ptr<const void> grads_owner = nullptr);
   // Overwrites rows (value + state, row_floats() each) written back by their owner.
   void push_value(std::span<const Key> keys, const float* rows);
   // Applies every complete aggregation; returns how many rows were updated.
@@ -187,16 +191,20 @@ class ShardStore {
     std::uint32_t received;
     std::uint32_t offset;  // into the stripe's partial_grads
   };
-  // A complete aggregation, waiting for a commit: its gradient sum is kept beside it.
+  // A complete aggregation, waiting for a commit: its gradient sum is where `lent` points
+  // (a push's payload, held by the list's owners), or, if null, copied into the list's
+  // grads (the next dim floats there: copies are kept in the rows' order).
   struct Ready {
     Key key;
     std::uint64_t iteration;
+    const float* lent;
   };
   // Complete aggregations taken by a commit from one stripe's ready list.
   struct Batch {
     std::vector<Ready> rows;
-    std::vector<float> grads;  // dim floats per row
-    std::size_t stripe = 0;    // where it came from, and where its buffers go back
+    std::vector<float> grads;                         // the copied gradients, dim floats each
+    std::vector<std::shared_ptr<const void>> owners;  // of the lent ones
+    std::size_t stripe = 0;                           // where it came from, and where its buffers go back
   };
   void apply_batch(const Batch& b);
   // Applies a batch taken out of flight, gives its buffers back to its stripe, marks it done.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,13 @@ struct Message {
   MessageHeader header;
   const Key* keys = nullptr;
   const float* values = nullptr;
+  // Set in requests by a transport that can lend their payload to the handler (TCP):
+  // returns an owner that keeps `keys` and `values` valid while any copy of it lives, the
+  // transport reading later requests into other memory meanwhile. (A PS keeps a push's
+  // gradients there until its commit applies them, instead of copying them.) Callable
+  // during the handler's call only. Unset where payloads must be given back at once (RDMA
+  // receive slots) and in replies.
+  std::function<std::shared_ptr<const void>()> lend_payload;
 };
 
 // A run of floats that lives somewhere else (a PS store's rows).

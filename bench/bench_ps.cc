@@ -403,7 +403,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
         // With a client thread per core or more, clients and server keep every core busy and
         // throughput follows CPU per row; a PS then pays at least raw's CPU plus its store's
-        // own work per pushed row (claim, copy, the optimizer's pass): raw / (raw + store)
+        // own work per pushed row (claim, the optimizer's pass): raw / (raw + store)
         // bounds its ratio.
         const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, std::thread::hardware_concurrency());
         const double ceiling = op == "push" && cores_busy ? rcpu / (rcpu + store_push_cpu_ns) : 0;

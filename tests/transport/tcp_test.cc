@@ -199,7 +199,6 @@ TEST(Tcp, LentPayloadsOutliveLaterRequestsAndComeBack) {
   struct Kept {
     std::shared_ptr<const void> owner;
     const float* values;
-    float first;
   };
   std::mutex mu;
   std::vector<Kept> kept;
@@ -211,7 +210,7 @@ TEST(Tcp, LentPayloadsOutliveLaterRequestsAndComeBack) {
     std::shared_ptr<const void> owner = req.lend_payload();
     EXPECT_EQ(owner, req.lend_payload()) << "asked twice, the same owner";
     std::lock_guard<std::mutex> lock(mu);
-    if (keep) kept.push_back({std::move(owner), req.values, req.values[0]});
+    if (keep) kept.push_back({std::move(owner), req.values});
     reply.header.type = MessageType::kAck;
   });
   TcpClient c("127.0.0.1", server.port(), kToken);
@@ -227,7 +226,6 @@ TEST(Tcp, LentPayloadsOutliveLaterRequestsAndComeBack) {
     std::lock_guard<std::mutex> lock(mu);
     ASSERT_EQ(kept.size(), 6u);
     for (std::size_t r = 0; r < kept.size(); ++r) {
-      EXPECT_EQ(kept[r].values[0], kept[r].first);
       for (std::size_t i = 0; i < kFloats; i += 97) {
         ASSERT_EQ(kept[r].values[i], static_cast<float>(static_cast<int>(r) * 10000 + static_cast<int>(i % 1000))) << "request " << r << " overwritten";
       }

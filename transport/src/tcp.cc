@@ -21,6 +21,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "ember/common/error.h"
 #include "ember/common/hash.h"
@@ -91,19 +92,6 @@ struct PayloadBuffer {
     }
     return words.get();
   }
-  // Hands the storage to a shared owner (this buffer is left empty); once the owner's
-  // last copy goes, on whichever thread, the storage goes back to `home`.
-  template <typename Home>
-  std::shared_ptr<const void> lend(const std::shared_ptr<Home>& home) {
-    const std::size_t cap = capacity;
-    capacity = 0;
-    return std::shared_ptr<const void>(words.release(), [home, cap](const void* p) {
-      PayloadBuffer back;
-      back.words.reset(static_cast<std::uint64_t*>(const_cast<void*>(p)));
-      back.capacity = cap;
-      home->give_back(std::move(back));
-    });
-  }
   Message view(const MessageHeader& h) const {
     Message m;
     m.header = h;
@@ -120,16 +108,13 @@ class ReturnedBuffers {
   void give_back(PayloadBuffer b) {
     std::lock_guard<std::mutex> lock(mu_);
     if (buffers_.size() < kKeep) buffers_.push_back(std::move(b));  // else freed
-    any_.store(true, std::memory_order_release);
   }
   // One given back, if any (else an empty buffer).
   PayloadBuffer take() {
-    if (!any_.load(std::memory_order_acquire)) return {};
     std::lock_guard<std::mutex> lock(mu_);
     if (buffers_.empty()) return {};
     PayloadBuffer b = std::move(buffers_.back());
     buffers_.pop_back();
-    any_.store(!buffers_.empty(), std::memory_order_release);
     return b;
   }
 
@@ -138,8 +123,19 @@ class ReturnedBuffers {
   static constexpr std::size_t kKeep = 64;
   std::mutex mu_;
   std::vector<PayloadBuffer> buffers_;
-  std::atomic<bool> any_{false};
 };
+
+// Hands b's storage to a shared owner (b is left empty); once the owner's last copy goes,
+// on whichever thread, the storage goes back to `home`.
+std::shared_ptr<const void> lend(PayloadBuffer& b, const std::shared_ptr<ReturnedBuffers>& home) {
+  const std::size_t capacity = std::exchange(b.capacity, 0);
+  return std::shared_ptr<const void>(b.words.release(), [home, capacity](const void* p) {
+    PayloadBuffer back;
+    back.words.reset(static_cast<std::uint64_t*>(const_cast<void*>(p)));
+    back.capacity = capacity;
+    home->give_back(std::move(back));
+  });
+}
 
 }  // namespace
 
@@ -330,7 +326,7 @@ struct TcpServer::Impl {
       const MessageHeader& header = req.header;
       Message m = req.payload.view(header);
       m.lend_payload = [this, &req] {
-        if (!req.lent) req.lent = req.payload.lend(returned);
+        if (!req.lent) req.lent = lend(req.payload, returned);
         return req.lent;
       };
       reply = OutMessage{};

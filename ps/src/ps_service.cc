@@ -90,7 +90,11 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
     }
     case MessageType::kCommit: {
       reply.header.type = MessageType::kAck;
-      const bool checkpoint = checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0;
+      // Every worker commits each iteration; the first commit of a checkpoint iteration
+      // writes it. Until it is written that worker is not acknowledged and the others'
+      // commits wait on commit_mutex_, so no worker has gone on to the next iteration.
+      const bool checkpoint = checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0 &&
+                              static_cast<std::int64_t>(h.iteration) > checkpointed_.load();
       if (checkpoint || commit_apply_ == CommitApply::kApplier) {
         // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
         reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
@@ -103,19 +107,33 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
-      if (checkpoint) {
-        if (const std::size_t waiting = store_.pending(); waiting > 0) {
-          spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", h.iteration, waiting);
-        } else {
-          store_.save(checkpoint_file_);
-          spdlog::info("iteration {}: checkpoint written to {}", h.iteration, checkpoint_file_.string());
-        }
+      if (checkpoint && static_cast<std::int64_t>(h.iteration) > checkpointed_.load()) {
+        checkpointed_ = static_cast<std::int64_t>(h.iteration);  // this iteration's, written or not: once
+        write_checkpoint(h.iteration);
       }
       return;
     }
     default:
       throw ProtocolError(std::string("a PS does not serve ") + transport::type_name(h.type) + " requests");
   }
+}
+
+void PsService::write_checkpoint(std::uint64_t iteration) {
+  if (const std::size_t waiting = store_.pending(); waiting > 0) {
+    spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", iteration, waiting);
+    return;
+  }
+  try {
+    store_.save(checkpoint_file_);
+  } catch (const std::exception& e) {
+    // The commit stands and the last checkpoint is intact (files are replaced whole):
+    // training goes on, and the next checkpoint iteration tries again.
+    ++checkpoint_failures_;
+    spdlog::error("iteration {}: checkpoint to {} failed: {}", iteration, checkpoint_file_.string(), e.what());
+    return;
+  }
+  ++checkpoints_written_;
+  spdlog::info("iteration {}: checkpoint written to {}", iteration, checkpoint_file_.string());
 }
 
 }  // namespace ember::ps

@@ -470,6 +470,8 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
     }
   }
   const std::uint32_t rf = row_floats();
+  // Held off while a checkpoint is written, as applies are: it must not hold half a row.
+  std::shared_lock<std::shared_mutex> no_save(applier_->gate);
   for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(row_ptr(keys[i]), rows + i * rf, sizeof(float) * rf);
 }
 
@@ -621,8 +623,14 @@ void ShardStore::save(const std::filesystem::path& file) {
   }
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
-  std::uint64_t rows = 0;
-  for (std::uint64_t local = 0; local < local_rows_; ++local) rows += initialized_[local].load() >= kIdle;
+  // The rows to write, listed once: pulls may initialize rows meanwhile (a worker that
+  // had its commit acknowledged reads on). Those are left out; they hold their initial
+  // values, which a restore gives them again from (seed, key).
+  std::vector<std::uint64_t> listed;
+  for (std::uint64_t local = 0; local < local_rows_; ++local) {
+    if (initialized_[local].load(std::memory_order_acquire) >= kIdle) listed.push_back(local);
+  }
+  const std::uint64_t rows = listed.size();
   std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');
   CheckpointHeader h{};
   std::memcpy(h.magic, kCheckpointMagic, sizeof h.magic);
@@ -636,8 +644,7 @@ void ShardStore::save(const std::filesystem::path& file) {
   h.rows = rows;
   std::memcpy(buf.data(), &h, sizeof h);
   char* p = buf.data() + sizeof h;
-  for (std::uint64_t local = 0; local < local_rows_; ++local) {
-    if (initialized_[local].load() < kIdle) continue;
+  for (const std::uint64_t local : listed) {
     const Key key = local * config_.shards + config_.shard;
     std::memcpy(p, &key, sizeof key);
     std::memcpy(p + sizeof key, row_address(local), rf * sizeof(float));

@@ -263,7 +263,9 @@ int main(int argc, char** argv) {
       if (!stats_file.empty()) {
         nlohmann::json j = {{"shard", sc.shard},          {"requests_s", rps},
                             {"rows_s", rowps},            {"initialized_rows", service.store().initialized_rows()},
-                            {"requests", req},            {"peers_dropped", server.connections_dropped()}};
+                            {"requests", req},            {"peers_dropped", server.connections_dropped()},
+                            {"checkpoints", service.checkpoints_written()},
+                            {"checkpoint_failures", service.checkpoint_failures()}};
         write_file_atomic(stats_file, j.dump() + "\n");
       }
       last_requests = req;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "ember/common/error.h"
 #include "ember/ps/ps_client.h"
@@ -11,6 +12,7 @@
 #include "ember/transport/rdma.h"
 #include "ember/transport/tcp.h"
 #include "ember/transport/verbs_fake.h"
+#include "../data/test_util.h"
 
 namespace ember::ps {
 namespace {
@@ -284,6 +286,86 @@ TEST(PsFuturesTcp, AFutureOutlivingItsClientSaysSo) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find("client closed"), std::string::npos) << e.what();
   }
+}
+
+// Every worker commits each iteration; the shard writes a checkpoint iteration's file
+// once, at its first commit, while the other workers' commits wait (they used to write
+// it once each, the later ones while acknowledged workers read on, which crashed the
+// PS). The file holds the rows of that iteration; a checkpoint that cannot be written
+// is logged and counted, and the commit still stands.
+class PsCheckpoints : public test::TempDirTest {};
+
+TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
+  constexpr int kWorkers = 3;
+  constexpr std::uint64_t kIterations = 6, kEvery = 2;
+  PsService svc(config(0, 1));
+  ShardStore reference(config(0, 1));
+  svc.checkpoint_every(kEvery, dir_ / "shard.ckpt");
+  transport::TcpServerOptions o;
+  o.token = kToken;
+  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  std::vector<std::unique_ptr<PsClient>> workers;
+  for (int w = 0; w < kWorkers; ++w) workers.push_back(std::make_unique<PsClient>(std::vector<ShardAddress>{{"127.0.0.1", server.port()}}, kToken, kDim, 0));
+  auto rows_of = [](int w, std::uint64_t it) {  // each worker's own rows: one trainer each
+    std::vector<Key> keys;
+    for (Key k = 0; k < 50; ++k) keys.push_back((it * 50 + k) * kWorkers + static_cast<Key>(w));
+    return keys;
+  };
+  std::vector<float> at_last_checkpoint;
+  std::vector<Key> trained;
+  for (std::uint64_t it = 0; it < kIterations; ++it) {
+    for (int w = 0; w < kWorkers; ++w) {
+      std::vector<Key> keys = rows_of(w, it);
+      std::vector<float> g(keys.size() * kDim, 0.01f * static_cast<float>(w + 1));
+      std::vector<std::uint32_t> one(keys.size(), 1);
+      workers[w]->push_grad(it, keys, one, g);
+      reference.push_grad(it, keys, one, g.data());
+      trained.insert(trained.end(), keys.begin(), keys.end());
+    }
+    reference.commit();
+    // All commit at once; each then reads rows nobody touched yet, as a worker's next
+    // pull does, while the others' commits may still be in.
+    std::vector<std::thread> ts;
+    for (int w = 0; w < kWorkers; ++w) {
+      ts.emplace_back([&, w] {
+        workers[w]->commit(it);
+        std::vector<Key> fresh;
+        for (Key k = 0; k < 200; ++k) fresh.push_back(4000 + it * 150 + k + 10 * static_cast<Key>(w));
+        std::vector<float> rows;
+        workers[w]->pull(fresh, rows, false, it);
+      });
+    }
+    for (auto& t : ts) t.join();
+    if ((it + 1) % kEvery == 0) {
+      at_last_checkpoint.resize(trained.size() * kDim);
+      reference.pull(trained, at_last_checkpoint.data());
+    }
+  }
+  EXPECT_EQ(svc.checkpoints_written(), kIterations / kEvery);
+  EXPECT_EQ(svc.checkpoint_failures(), 0u);
+  EXPECT_EQ(svc.last_checkpoint_iteration(), static_cast<std::int64_t>(kIterations - 1));
+  ShardStore restored(config(0, 1));
+  restored.load({dir_ / "shard.ckpt"});
+  std::vector<float> got(trained.size() * kDim);
+  restored.pull(trained, got.data());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], at_last_checkpoint[i], 1e-6) << "key " << trained[i / kDim];
+
+  // A checkpoint that cannot be written (its directory is gone): the commit is
+  // acknowledged, the worker stays connected, the failure is counted.
+  PsService broken(config(0, 1));
+  broken.checkpoint_every(1, dir_ / "gone" / "shard.ckpt");
+  transport::TcpServer server2(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { broken.handle(r, out, x); });
+  PsClient c({{"127.0.0.1", server2.port()}}, kToken, kDim, 0);
+  std::vector<Key> keys = {1, 2, 3};
+  std::vector<float> g(keys.size() * kDim, 0.5f);
+  std::vector<std::uint32_t> one(keys.size(), 1);
+  c.push_grad(0, keys, one, g);
+  EXPECT_EQ(c.commit(0), keys.size());
+  EXPECT_EQ(broken.checkpoint_failures(), 1u);
+  EXPECT_EQ(broken.checkpoints_written(), 0u);
+  std::vector<float> rows;
+  EXPECT_NO_THROW(c.pull(keys, rows, false, 0));  // the same connection serves on
+  EXPECT_EQ(server2.connections_dropped(), 0u);
 }
 
 }  // namespace

@@ -12,8 +12,9 @@
 //               applied; each handler thread then applies the rows it received once its
 //               next ack is sent, through Scratch::after_reply, or the store's applier
 //               does (CommitApply); requests that read them apply or wait for them);
-//               every `checkpoint_every` iterations the rows go to the applier and the
-//               shard checkpoints (at an iteration boundary, once they are applied)
+//               every `checkpoint_every` iterations the first commit's rows go to the
+//               applier and the shard checkpoints once (at the iteration boundary, once
+//               they are applied, before that commit is acknowledged)
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
@@ -62,15 +63,24 @@ class PsService {
   // Held while checkpointing; the daemon takes it for its final checkpoint.
   std::mutex& commit_mutex() { return commit_mutex_; }
   std::uint64_t rows_served() const { return rows_.load(); }
+  // Periodic checkpoints written and failed, and the last iteration one was due at
+  // (-1: none yet).
+  std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
+  std::uint64_t checkpoint_failures() const { return checkpoint_failures_.load(); }
+  std::int64_t last_checkpoint_iteration() const { return checkpointed_.load(); }
 
  private:
   // handle() but for the apply of parked rows after the reply.
   void serve(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
+  // The periodic checkpoint due after committing `iteration` (commit_mutex_ held).
+  void write_checkpoint(std::uint64_t iteration);
 
   ShardStore store_;
   std::mutex commit_mutex_;
   std::atomic<std::uint64_t> rows_{0};
   std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
+  std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
+  std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   CommitApply commit_apply_ = CommitApply::kHandler;
   std::uint64_t checkpoint_every_ = 0;
   std::filesystem::path checkpoint_file_;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ember/common/cli.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/log.h"
@@ -72,7 +73,7 @@ int main(int argc, char** argv) {
   std::string coordinator, coordinator_file;
   std::uint32_t workers = 0;
   int heartbeat_timeout_ms = 10000;
-  app.set_config("--config", "", "read options from this TOML/INI file");
+  add_config_option(app);
   app.add_option("--shard", sc.shard, "this shard's index")->capture_default_str();
   app.add_option("--shards", sc.shards, "number of shards")->capture_default_str();
   auto* nk = app.add_option("--num-keys", sc.num_keys, "rows of all tables");
@@ -112,11 +113,7 @@ int main(int argc, char** argv) {
   app.add_option("--workers", workers, "workers of the job (with --coordinator)");
   app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-ps"); status >= 0) return status;
   return guarded_main("ember-ps", [&] {
     setup_logging(log_level);
     if (token.empty() && token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");

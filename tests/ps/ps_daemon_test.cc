@@ -200,6 +200,21 @@ TEST(PsDaemonCli, RefusesToStartWithoutAToken) {
   EXPECT_NE(out.find("job token is required"), std::string::npos) << out;
 }
 
+// Options from a config file are used; a key that names no option is refused, naming
+// the file and the key (it used to be ignored: a misspelled option silently had no effect).
+TEST_F(PsDaemon, ConfigFileOptionsAreUsedAndUnknownKeysRefused) {
+  std::string out;
+  const fs::path good = write("good.ini", "num-keys = 1099511627776\ndim = 64\nallocate = upfront\ntoken = t\n");
+  int rc = test::run_command(test::bin("ember-ps") + " --config " + good.string() + " 2>&1", out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("the tables need"), std::string::npos) << out;  // its 2^40 rows were read
+  const fs::path bad = write("bad.ini", "num-keys = 10\ntoken = t\nchekpoint-every = 5\n");
+  // (timeout: were the key ignored, the daemon would serve on)
+  rc = test::run_command("timeout 20 " + test::bin("ember-ps") + " --config " + bad.string() + " --stats-interval 0 2>&1", out);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("config file " + bad.string() + ": 'chekpoint-every' is not an option"), std::string::npos) << out;
+}
+
 // Tables larger than this machine's memory: refused up front with the sizes, in one line.
 TEST(PsDaemonCli, TablesThatCannotFitAreRefusedWithTheirSize) {
   std::string out;

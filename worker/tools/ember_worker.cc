@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "ember/common/cli.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/log.h"
@@ -18,7 +19,7 @@ int main(int argc, char** argv) {
   worker::TrainConfig c;
   std::string token_file, log_level = "info", bottom = "512-256-64", top = "512-256", deep = "400-400-400";
   int heartbeat_ms = 10000, timeout_ms = 30000, join_timeout_ms = 120000;
-  app.set_config("--config", "", "read options from this TOML/INI file");
+  add_config_option(app);
   app.add_option("--dataset", c.dataset, "ember-data dataset directory")->required();
   app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)");
   bool reference = false;
@@ -69,11 +70,7 @@ int main(int argc, char** argv) {
   app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();
   app.add_option("--heartbeat-timeout-ms", heartbeat_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-worker"); status >= 0) return status;
   return guarded_main("ember-worker", [&] {
     setup_logging(log_level);
     if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");

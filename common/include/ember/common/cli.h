@@ -1,0 +1,40 @@
+// Command-line parsing shared by the daemons that take a --config file (header only:
+// CLI11 is, and only the tools that parse a command line include this).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace ember {
+
+// Adds --config (TOML/INI; a key that names no option is an error, not ignored).
+inline void add_config_option(CLI::App& app) {
+  app.set_config("--config", "", "read options from this TOML/INI file");
+  app.allow_config_extras(CLI::config_extras_mode::error);
+}
+
+// Parses argv. Returns -1 to go on, else the status to exit with (--help printed, or
+// one line naming the program, and the config file when the error is in it).
+inline int parse_command_line(CLI::App& app, int argc, char** argv, const char* program) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    const CLI::Option* config = app.get_config_ptr();
+    const std::string file = config != nullptr && config->count() > 0 ? config->as<std::string>() : "";
+    std::string what = e.what();
+    const std::string extra = "INI was not able to parse ";  // CLI11's words for a key no option has
+    if (what.rfind(extra, 0) == 0) what = "'" + what.substr(extra.size()) + "' is not an option (see --help)";
+    std::fprintf(stderr, "%s: error: config file %s: %s\n", program, file.c_str(), what.c_str());
+    return e.get_exit_code();
+  } catch (const CLI::FileError& e) {  // the config file cannot be read
+    std::fprintf(stderr, "%s: error: --config: %s\n", program, e.what());
+    return e.get_exit_code();
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return -1;
+}
+
+}  // namespace ember

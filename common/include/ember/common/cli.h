@@ -9,8 +9,11 @@
 
 namespace ember {
 
-// Adds --config (TOML/INI; a key that names no option is an error, not ignored).
+// Call before adding options. Adds --config (TOML/INI; a key that names no option is an
+// error, not ignored), and lets an option given twice take its last value, so that a
+// launcher's defaults can be overridden by the arguments a user passes after them.
 inline void add_config_option(CLI::App& app) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_config("--config", "", "read options from this TOML/INI file");
   app.allow_config_extras(CLI::config_extras_mode::error);
 }

@@ -124,7 +124,7 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     return;
   }
   try {
-    store_.save(checkpoint_file_);
+    store_.save(checkpoint_file_, static_cast<std::int64_t>(iteration));
   } catch (const std::exception& e) {
     // The commit stands and the last checkpoint is intact (files are replaced whole):
     // training goes on, and the next checkpoint iteration tries again.

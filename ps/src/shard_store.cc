@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -22,7 +25,8 @@ namespace ember::ps {
 namespace {
 
 constexpr char kCheckpointMagic[8] = {'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'};
-constexpr std::uint32_t kCheckpointVersion = 1;
+// Version 2 added the iteration; version 1 files (48-byte header) still load.
+constexpr std::uint32_t kCheckpointVersion = 2;
 
 struct CheckpointHeader {
   char magic[8];
@@ -34,8 +38,39 @@ struct CheckpointHeader {
   std::uint32_t shards;
   std::uint64_t num_keys;
   std::uint64_t rows;
+  std::int64_t iteration;  // last iteration committed into the rows (-1: none, or a version 1 file)
 };
-static_assert(sizeof(CheckpointHeader) == 48);
+static_assert(sizeof(CheckpointHeader) == 56);
+constexpr std::size_t kHeaderV1Bytes = 48;
+
+std::size_t header_bytes(std::uint32_t version) { return version == 1 ? kHeaderV1Bytes : sizeof(CheckpointHeader); }
+
+// The header of a checkpoint file (its first bytes), checked for magic and version.
+CheckpointHeader read_header(const std::string& name, const std::string& buf) {
+  CheckpointHeader h{};
+  if (buf.size() < kHeaderV1Bytes + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
+  std::memcpy(&h, buf.data(), kHeaderV1Bytes);
+  if (std::memcmp(h.magic, kCheckpointMagic, sizeof h.magic) != 0) throw DataError(name + ": not an Ember checkpoint");
+  if (h.version != 1 && h.version != kCheckpointVersion) {
+    throw DataError(name + ": checkpoint version " + std::to_string(h.version) + " is not supported");
+  }
+  h.iteration = -1;
+  if (h.version != 1) {
+    if (buf.size() < sizeof h + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
+    std::memcpy(&h, buf.data(), sizeof h);
+  }
+  return h;
+}
+
+// The first bytes of a file (enough for any header version).
+std::string read_head(const std::filesystem::path& f) {
+  std::ifstream in(f, std::ios::binary);
+  if (!in) throw IoError("open " + f.string() + ": " + std::strerror(errno));
+  std::string head(sizeof(CheckpointHeader) + sizeof(std::uint64_t), '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return head;
+}
 
 }  // namespace
 
@@ -607,7 +642,7 @@ void ShardStore::apply_batch(const Batch& b) {
   }
 }
 
-void ShardStore::save(const std::filesystem::path& file) {
+void ShardStore::save(const std::filesystem::path& file, std::int64_t iteration, Unapplied leave) {
   // Every commit so far applied, and no apply while the rows are written out: a commit
   // meanwhile waits (its rows belong to the next checkpoint).
   std::unique_lock<std::shared_mutex> no_applies;
@@ -617,7 +652,7 @@ void ShardStore::save(const std::filesystem::path& file) {
     if (applier_->in_flight.load(std::memory_order_acquire) == 0) break;
     no_applies.unlock();
   }
-  if (std::size_t n = unapplied(); n > 0) {
+  if (std::size_t n = unapplied(); n > 0 && leave == Unapplied::kRefuse) {
     throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(n) +
                 " rows have incomplete gradient aggregations");
   }
@@ -642,6 +677,7 @@ void ShardStore::save(const std::filesystem::path& file) {
   h.shards = config_.shards;
   h.num_keys = config_.num_keys;
   h.rows = rows;
+  h.iteration = iteration;
   std::memcpy(buf.data(), &h, sizeof h);
   char* p = buf.data() + sizeof h;
   for (const std::uint64_t local : listed) {
@@ -655,19 +691,17 @@ void ShardStore::save(const std::filesystem::path& file) {
   write_file_atomic(file, buf);
 }
 
-void ShardStore::load(const std::vector<std::filesystem::path>& files) {
+std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files) {
   wait_all_applied();
+  const std::int64_t iteration = check_checkpoint_set(files);
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
   for (const auto& f : files) {
     const std::string buf = read_file(f);
     const std::string name = f.string();
-    if (buf.size() < sizeof(CheckpointHeader) + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
-    CheckpointHeader h;
-    std::memcpy(&h, buf.data(), sizeof h);
-    if (std::memcmp(h.magic, kCheckpointMagic, sizeof h.magic) != 0) throw DataError(name + ": not an Ember checkpoint");
-    if (h.version != kCheckpointVersion) throw DataError(name + ": checkpoint version " + std::to_string(h.version) + " is not supported");
-    if (buf.size() != sizeof h + h.rows * record + sizeof(std::uint64_t)) {
+    const CheckpointHeader h = read_header(name, buf);
+    const std::size_t hb = header_bytes(h.version);
+    if (buf.size() != hb + h.rows * record + sizeof(std::uint64_t)) {
       throw DataError(name + ": size does not match its " + std::to_string(h.rows) + " rows (truncated or corrupt)");
     }
     std::uint64_t sum;
@@ -680,7 +714,7 @@ void ShardStore::load(const std::vector<std::filesystem::path>& files) {
                       " keys; this PS has dim " + std::to_string(config_.dim) + ", " + optimizer_name(config_.optimizer.kind) + ", " +
                       std::to_string(config_.num_keys) + " keys");
     }
-    const char* p = buf.data() + sizeof h;
+    const char* p = buf.data() + hb;
     for (std::uint64_t i = 0; i < h.rows; ++i, p += record) {
       Key key;
       std::memcpy(&key, p, sizeof key);
@@ -689,6 +723,32 @@ void ShardStore::load(const std::vector<std::filesystem::path>& files) {
       std::memcpy(row_ptr(key), p + sizeof key, rf * sizeof(float));
     }
   }
+  return iteration;
+}
+
+std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem::path>& files) {
+  if (files.empty()) throw DataError("no checkpoint files to load");
+  std::map<std::uint32_t, std::filesystem::path> by_shard;
+  CheckpointHeader first{};
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const CheckpointHeader h = read_header(files[i].string(), read_head(files[i]));
+    if (i == 0) first = h;
+    if (h.shards != first.shards || h.iteration != first.iteration) {
+      throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +
+                      ") and " + files[0].string() + " (" + std::to_string(first.shards) + " shards, iteration " +
+                      std::to_string(first.iteration) + ") are not one checkpoint (keep one checkpoint per directory)");
+    }
+    if (h.shard >= h.shards) throw DataError(files[i].string() + ": shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards));
+    auto [at, fresh] = by_shard.emplace(h.shard, files[i]);
+    if (!fresh) throw DataError(files[i].string() + " and " + at->second.string() + " both hold shard " + std::to_string(h.shard));
+  }
+  for (std::uint32_t s = 0; s < first.shards; ++s) {
+    if (!by_shard.contains(s)) {
+      throw DataError("checkpoint of " + std::to_string(first.shards) + " shards (iteration " + std::to_string(first.iteration) +
+                      ") without shard " + std::to_string(s) + "'s file: its rows would keep their initial values");
+    }
+  }
+  return first.iteration;
 }
 
 }  // namespace ember::ps

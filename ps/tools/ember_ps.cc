@@ -165,8 +165,9 @@ int main(int argc, char** argv) {
       }
       std::sort(files.begin(), files.end());
       if (files.empty()) throw DataError("--restore " + restore_dir + ": no *.ckpt files");
-      service.store().load(files);
-      spdlog::info("restored {} rows from {} checkpoint file(s) in {}", service.store().initialized_rows(), files.size(), restore_dir);
+      const std::int64_t iteration = service.store().load(files);
+      spdlog::info("restored {} rows from {} checkpoint file(s) in {}, iteration {}", service.store().initialized_rows(), files.size(),
+                   restore_dir, iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
     }
     auto handler = [&service](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { service.handle(r, o, s); };
     std::unique_ptr<transport::verbs::Fabric> fabric;
@@ -276,8 +277,14 @@ int main(int argc, char** argv) {
       std::lock_guard<std::mutex> lock(service.commit_mutex());
       fs::create_directories(checkpoint_dir);
       fs::path file = fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards);
-      service.store().save(file);
-      spdlog::info("checkpoint written: {} ({} rows)", file.string(), service.store().initialized_rows());
+      // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
+      // yet: the checkpoint holds the rows as of that commit, and says which it is.
+      const std::int64_t iteration = service.committed_iteration();
+      if (const std::size_t left_out = service.store().pending(); left_out > 0) {
+        spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
+      }
+      service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut);
+      spdlog::info("checkpoint written: {} ({} rows, iteration {})", file.string(), service.store().initialized_rows(), iteration);
     }
     if (member) member->leave();
     if (coord) coord->wait_ps_left(std::chrono::milliseconds(3000));  // let the others hear the shutdown first

@@ -7,11 +7,13 @@
 #include <random>
 #include <set>
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <thread>
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/common/hash.h"
 #include "ember/ps/placement.h"
 #include "../data/test_util.h"
 
@@ -405,11 +407,11 @@ TEST_F(ShardStoreTest, CheckpointOfTwoShardsLoadsIntoThree) {
     for (auto& s : two) s.commit();
   }
   std::vector<std::filesystem::path> files = {dir_ / "shard-0.ckpt", dir_ / "shard-1.ckpt"};
-  two[0].save(files[0]);
-  two[1].save(files[1]);
+  two[0].save(files[0], 9);
+  two[1].save(files[1], 9);
   for (std::uint32_t s = 0; s < 3; ++s) {
     ShardStore three(store_config(kind, s, 3));
-    three.load(files);
+    EXPECT_EQ(three.load(files), 9);
     for (Key k = s; k < kKeys; k += 3) {
       const float* a = three.row(k);
       const float* b = two[owner_shard(k, 2)].row(k);
@@ -423,15 +425,15 @@ TEST_F(ShardStoreTest, CheckpointOfTwoShardsLoadsIntoThree) {
   write_file_atomic(dir_ / "bad.ckpt", bad);
   ShardStore fresh(store_config(kind, 0, 1));
   try {
-    fresh.load({dir_ / "bad.ckpt"});
+    fresh.load({dir_ / "bad.ckpt", files[1]});
     ADD_FAILURE();
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("bad.ckpt: checksum mismatch"), std::string::npos) << e.what();
   }
   write_file_atomic(dir_ / "short.ckpt", bytes.substr(0, bytes.size() - 10));
-  EXPECT_THROW(fresh.load({dir_ / "short.ckpt"}), DataError);
+  EXPECT_THROW(fresh.load({dir_ / "short.ckpt", files[1]}), DataError);
   ShardStore sgd(store_config(OptimizerKind::kSgd, 0, 1));
-  EXPECT_THROW(sgd.load({files[0]}), DataError);  // written with Adam state
+  EXPECT_THROW(sgd.load(files), DataError);  // written with Adam state
   // A shard with incomplete aggregations refuses to checkpoint.
   Key k = 0;
   std::uint32_t twoc = 2;
@@ -439,6 +441,61 @@ TEST_F(ShardStoreTest, CheckpointOfTwoShardsLoadsIntoThree) {
   ShardStore busy(store_config(kind, 0, 1));
   busy.push_grad(0, {&k, 1}, {&twoc, 1}, gr);
   EXPECT_THROW(busy.save(dir_ / "busy.ckpt"), Error);
+  // Or, asked to, writes the rows as of the last commit without it.
+  busy.save(dir_ / "busy.ckpt", 4, ShardStore::Unapplied::kLeaveOut);
+  ShardStore idle(store_config(kind, 0, 1));
+  EXPECT_EQ(idle.load({dir_ / "busy.ckpt"}), 4);
+  ShardStore untouched(store_config(kind, 0, 1));
+  for (std::uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(idle.row(0)[j], untouched.row(0)[j]);
+}
+
+// A restore takes one whole checkpoint: a shard's file missing (its rows would silently
+// keep their initial values), a shard's file twice, or files of two checkpoints (another
+// shard count or iteration, left in one directory) are refused, naming the files.
+TEST_F(ShardStoreTest, OnlyAWholeCheckpointIsRestored) {
+  auto write_checkpoint = [&](std::uint32_t shards, std::int64_t iteration, const std::string& tag) {
+    std::vector<std::filesystem::path> files;
+    for (std::uint32_t s = 0; s < shards; ++s) {
+      ShardStore st(store_config(OptimizerKind::kSgd, s, shards));
+      files.push_back(dir_ / (tag + "-" + std::to_string(s) + ".ckpt"));
+      st.save(files.back(), iteration);
+    }
+    return files;
+  };
+  const auto two = write_checkpoint(2, 7, "two"), three = write_checkpoint(3, 7, "three"), later = write_checkpoint(2, 8, "later");
+  auto refused = [&](const std::vector<std::filesystem::path>& files, const std::string& says) {
+    ShardStore st(store_config(OptimizerKind::kSgd, 0, 1));
+    try {
+      st.load(files);
+      ADD_FAILURE() << "loaded; expected: " << says;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({two[0]}, "without shard 1's file");
+  refused({two[0], two[1], three[2]}, "are not one checkpoint");
+  refused({two[0], later[1]}, "are not one checkpoint");
+  refused({two[0], two[0], two[1]}, "both hold shard 0");
+  ShardStore st(store_config(OptimizerKind::kSgd, 0, 1));
+  EXPECT_EQ(st.load(three), 7);
+  // A version 1 file (no iteration in its 48-byte header) still loads.
+  ShardStore trained(store_config(OptimizerKind::kSgd, 0, 1));
+  Key k = 3;
+  std::uint32_t t1 = 1;
+  float gr[kDim] = {1, 2, 3, 4};
+  trained.push_grad(0, {&k, 1}, {&t1, 1}, gr);
+  trained.commit();
+  trained.save(dir_ / "v2.ckpt", 0);
+  const std::string v2 = read_file(dir_ / "v2.ckpt");
+  std::string v1 = v2.substr(0, 48) + v2.substr(56, v2.size() - 56 - 8);
+  const std::uint32_t version1 = 1;
+  std::memcpy(v1.data() + 8, &version1, sizeof version1);
+  const std::uint64_t sum = checksum64(v1.data(), v1.size());
+  v1.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  write_file_atomic(dir_ / "v1.ckpt", v1);
+  ShardStore from_v1(store_config(OptimizerKind::kSgd, 0, 1));
+  EXPECT_EQ(from_v1.load({dir_ / "v1.ckpt"}), -1);
+  for (std::uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(from_v1.row(k)[j], trained.row(k)[j]);
 }
 
 // A checkpoint written while a worker whose commit was acknowledged reads on (pulls of

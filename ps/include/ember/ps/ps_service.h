@@ -68,6 +68,8 @@ class PsService {
   std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
   std::uint64_t checkpoint_failures() const { return checkpoint_failures_.load(); }
   std::int64_t last_checkpoint_iteration() const { return checkpointed_.load(); }
+  // The highest iteration committed (-1: none).
+  std::int64_t committed_iteration() const { return committed_.load(); }
 
  private:
   // handle() but for the apply of parked rows after the reply.

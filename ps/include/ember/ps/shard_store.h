@@ -110,11 +110,19 @@ class ShardStore {
   std::size_t pending();
 
   // Checkpoint: every initialized row of this shard with its state, atomically written
-  // (temp file, fsync, rename), checksummed. Pending aggregations are refused.
-  void save(const std::filesystem::path& file);
-  // Loads the rows this shard owns from checkpoint files written by any number of
-  // shards. Throws DataError for a corrupt, truncated or mismatched file.
-  void load(const std::vector<std::filesystem::path>& files);
+  // (temp file, fsync, rename), checksummed, tagged with `iteration` (the last one
+  // committed into the rows; -1: none). Aggregations not applied yet are refused, or
+  // with kLeaveOut left out (the rows as of the last commit are written).
+  enum class Unapplied { kRefuse, kLeaveOut };
+  void save(const std::filesystem::path& file, std::int64_t iteration = -1, Unapplied unapplied = Unapplied::kRefuse);
+  // Loads the rows this shard owns from one checkpoint written by any number of shards:
+  // the files of its every shard, all of one iteration. Returns that iteration. Throws
+  // DataError for a corrupt, truncated or mismatched file, a shard's file missing or
+  // given twice, or files of different checkpoints.
+  std::int64_t load(const std::vector<std::filesystem::path>& files);
+  // The iteration of a checkpoint's files after the checks of load(), reading only their
+  // headers.
+  static std::int64_t check_checkpoint_set(const std::vector<std::filesystem::path>& files);
 
   // Direct access for tests and the daemon's stats.
   const float* row(Key key);

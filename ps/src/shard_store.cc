@@ -688,6 +688,16 @@ void ShardStore::save(const std::filesystem::path& file, std::int64_t iteration,
   }
   std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));
   std::memcpy(p, &sum, sizeof sum);
+  // The checkpoint this one replaces stays as FILE.prev (a hard link: no copy), for when
+  // the shards' newest files turn out not to be one checkpoint (shards stopped at
+  // different commits). Best effort: without it the new file is still written whole.
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) {
+    std::filesystem::path prev = file;
+    prev += ".prev";
+    std::filesystem::remove(prev, ec);
+    std::filesystem::create_hard_link(file, prev, ec);
+  }
   write_file_atomic(file, buf);
 }
 
@@ -736,7 +746,7 @@ std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem:
     if (h.shards != first.shards || h.iteration != first.iteration) {
       throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +
                       ") and " + files[0].string() + " (" + std::to_string(first.shards) + " shards, iteration " +
-                      std::to_string(first.iteration) + ") are not one checkpoint (keep one checkpoint per directory)");
+                      std::to_string(first.iteration) + ") are not one checkpoint (keep one checkpoint per directory; each shard's previous file is kept as .ckpt.prev)");
     }
     if (h.shard >= h.shards) throw DataError(files[i].string() + ": shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards));
     auto [at, fresh] = by_shard.emplace(h.shard, files[i]);

@@ -447,6 +447,10 @@ TEST_F(ShardStoreTest, CheckpointOfTwoShardsLoadsIntoThree) {
   EXPECT_EQ(idle.load({dir_ / "busy.ckpt"}), 4);
   ShardStore untouched(store_config(kind, 0, 1));
   for (std::uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(idle.row(0)[j], untouched.row(0)[j]);
+  // Written again, the file it replaces stays beside it as .prev.
+  busy.save(dir_ / "busy.ckpt", 5, ShardStore::Unapplied::kLeaveOut);
+  EXPECT_EQ(ShardStore::check_checkpoint_set({dir_ / "busy.ckpt"}), 5);
+  EXPECT_EQ(ShardStore::check_checkpoint_set({dir_ / "busy.ckpt.prev"}), 4);
 }
 
 // A restore takes one whole checkpoint: a shard's file missing (its rows would silently

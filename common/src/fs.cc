@@ -79,6 +79,16 @@ std::string read_file(const fs::path& path) {
   return s;
 }
 
+std::string read_file_head(const fs::path& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(errno_message("open " + path.string()));
+  std::string s(max_bytes, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(max_bytes));
+  if (in.bad()) throw IoError(errno_message("read " + path.string()));
+  s.resize(static_cast<std::size_t>(in.gcount()));
+  return s;
+}
+
 StagingDir::StagingDir(fs::path target, bool overwrite)
     : target_(std::move(target)), overwrite_(overwrite) {
   if (target_.filename().empty()) target_ = target_.parent_path();

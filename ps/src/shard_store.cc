@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <condition_variable>
 #include <deque>
@@ -60,16 +58,6 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
     std::memcpy(&h, buf.data(), sizeof h);
   }
   return h;
-}
-
-// The first bytes of a file (enough for any header version).
-std::string read_head(const std::filesystem::path& f) {
-  std::ifstream in(f, std::ios::binary);
-  if (!in) throw IoError("open " + f.string() + ": " + std::strerror(errno));
-  std::string head(sizeof(CheckpointHeader) + sizeof(std::uint64_t), '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
-  return head;
 }
 
 }  // namespace
@@ -642,7 +630,7 @@ void ShardStore::apply_batch(const Batch& b) {
   }
 }
 
-void ShardStore::save(const std::filesystem::path& file, std::int64_t iteration, Unapplied leave) {
+std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t iteration, Unapplied leave) {
   // Every commit so far applied, and no apply while the rows are written out: a commit
   // meanwhile waits (its rows belong to the next checkpoint).
   std::unique_lock<std::shared_mutex> no_applies;
@@ -652,8 +640,9 @@ void ShardStore::save(const std::filesystem::path& file, std::int64_t iteration,
     if (applier_->in_flight.load(std::memory_order_acquire) == 0) break;
     no_applies.unlock();
   }
-  if (std::size_t n = unapplied(); n > 0 && leave == Unapplied::kRefuse) {
-    throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(n) +
+  const std::size_t left_out = unapplied();
+  if (left_out > 0 && leave == Unapplied::kRefuse) {
+    throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(left_out) +
                 " rows have incomplete gradient aggregations");
   }
   const std::uint32_t rf = row_floats();
@@ -699,6 +688,7 @@ void ShardStore::save(const std::filesystem::path& file, std::int64_t iteration,
     std::filesystem::create_hard_link(file, prev, ec);
   }
   write_file_atomic(file, buf);
+  return left_out;
 }
 
 std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files) {
@@ -741,7 +731,7 @@ std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem:
   std::map<std::uint32_t, std::filesystem::path> by_shard;
   CheckpointHeader first{};
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const CheckpointHeader h = read_header(files[i].string(), read_head(files[i]));
+    const CheckpointHeader h = read_header(files[i].string(), read_file_head(files[i], sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
     if (i == 0) first = h;
     if (h.shards != first.shards || h.iteration != first.iteration) {
       throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +

@@ -280,10 +280,9 @@ int main(int argc, char** argv) {
       // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
       // yet: the checkpoint holds the rows as of that commit, and says which it is.
       const std::int64_t iteration = service.committed_iteration();
-      if (const std::size_t left_out = service.store().pending(); left_out > 0) {
+      if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
         spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
       }
-      service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut);
       spdlog::info("checkpoint written: {} ({} rows, iteration {})", file.string(), service.store().initialized_rows(), iteration);
     }
     if (member) member->leave();

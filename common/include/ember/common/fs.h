@@ -13,6 +13,8 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 
 // Reads a whole (small) file. Throws IoError naming the path.
 std::string read_file(const std::filesystem::path& path);
+// Its first `max_bytes` bytes (fewer if it is shorter): a header.
+std::string read_file_head(const std::filesystem::path& path, std::size_t max_bytes);
 
 // A secret kept in a file (a job token): its content without trailing newlines. Throws
 // IoError naming the path, ConfigError naming `flag` when it is empty.

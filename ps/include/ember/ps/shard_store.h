@@ -112,10 +112,10 @@ class ShardStore {
   // Checkpoint: every initialized row of this shard with its state, atomically written
   // (temp file, fsync, rename), checksummed, tagged with `iteration` (the last one
   // committed into the rows; -1: none). Aggregations not applied yet are refused, or
-  // with kLeaveOut left out (the rows as of the last commit are written). The file it
-  // replaces is kept as FILE.prev.
+  // with kLeaveOut left out (the rows as of the last commit are written; returns how
+  // many rows'). The file it replaces is kept as FILE.prev.
   enum class Unapplied { kRefuse, kLeaveOut };
-  void save(const std::filesystem::path& file, std::int64_t iteration = -1, Unapplied unapplied = Unapplied::kRefuse);
+  std::size_t save(const std::filesystem::path& file, std::int64_t iteration = -1, Unapplied leave = Unapplied::kRefuse);
   // Loads the rows this shard owns from one checkpoint written by any number of shards:
   // the files of its every shard, all of one iteration. Returns that iteration. Throws
   // DataError for a corrupt, truncated or mismatched file, a shard's file missing or

@@ -39,9 +39,15 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--keys", o.keys, "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"consecutive", "scattered"}));
-  app.add_option("--apply-commits", o.apply_commits, "where the shard applies a commit: handler (each row on the thread that received it, after its next ack) or applier (its own thread)")
+  app.add_option("--apply-commits", o.apply_commits,
+                 "where the shard applies a commit: handler (each row on the thread that received it, after its next ack) or applier "
+                 "(--apply-threads threads of their own)")
       ->capture_default_str()
       ->check(CLI::IsMember({"handler", "applier"}));
+  app.add_option("--io-threads", o.io_threads, "the shard's TCP I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--apply-threads", o.apply_threads, "the shard's applier threads (0: as many as --io-threads)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 256u));
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
@@ -247,9 +253,11 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
   const bool scattered = o.keys == "scattered";
   Output out{json};
-  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}, commits applied "
-                       "on the {}\n",
-                       o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.apply_commits));
+  const std::uint32_t apply_threads = o.apply_threads > 0 ? o.apply_threads : static_cast<std::uint32_t>(o.io_threads);
+  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
+                       "thread(s), commits applied by the {}{}; {} connection(s) per client thread\n",
+                       o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, o.apply_commits,
+                       o.apply_commits == "applier" ? fmt::format(" ({} thread(s))", apply_threads) : "", o.connections));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
                        "ratio range", "CPU ns/row PS|raw", "ceiling"));
   for (std::uint32_t dim : o.dims) {
@@ -257,11 +265,12 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     sc.num_keys = o.num_keys;
     sc.dim = dim;
     sc.optimizer.kind = optimizer;
+    sc.apply_threads = apply_threads;
     ps::PsService service(sc);
     service.apply_commits_on(ps::parse_commit_apply(o.apply_commits));
     transport::TcpServerOptions to;
     to.token = kToken;
-    to.io_threads = 4;
+    to.io_threads = o.io_threads;
     to.socket_buffer_bytes = o.socket_buffer_kib << 10;
     transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) { service.handle(r, m, s); });
     {
@@ -413,7 +422,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
                  {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()}, {"optimizer", o.optimizer},
-                 {"keys", o.keys}, {"apply_commits", o.apply_commits}});
+                 {"keys", o.keys}, {"apply_commits", o.apply_commits}, {"io_threads", o.io_threads},
+                 {"apply_threads", apply_threads}, {"connections", o.connections}});
       }
     }
     out.text(store_line);

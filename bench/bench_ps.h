@@ -21,6 +21,8 @@ struct PsBenchOptions {
   std::string optimizer = "sgd";        // the shard's sparse optimizer (what a push's apply costs)
   std::string keys = "consecutive";     // a request's keys: consecutive, or scattered (distinct random keys, as a worker's)
   std::string apply_commits = "handler";  // where the shard applies a commit: handler or applier
+  int io_threads = 4;                  // the shard's TCP I/O threads
+  std::uint32_t apply_threads = 0;     // the shard's applier threads (0: as many as io_threads)
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

@@ -83,10 +83,11 @@ struct ShardStore::Stripe {
   std::atomic<std::size_t> parked_count{0};  // parked.size(), read without the lock
 };
 
-// The thread that applies committed batches, and what waiters watch: `in_flight` counts
+// The threads that apply committed batches, and what waiters watch: `in_flight` counts
 // batches taken by commits and not applied yet; `applied` changes (and wakes waiters)
 // each time one is, or batches are parked. Apart from the store so that a store can be
-// moved while idle.
+// moved while idle. With several threads each job is one batch (one receiving thread's
+// rows), so the rows of several connections are applied at once.
 struct ShardStore::Applier {
   std::atomic<std::uint32_t> in_flight{0};
   std::atomic<std::uint32_t> applied{0};
@@ -100,33 +101,58 @@ struct ShardStore::Applier {
   };
   std::deque<Job> jobs;
   bool stop = false;
-  std::thread thread;
+  std::vector<std::thread> threads;
 
-  Applier() {
-    thread = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mu);
-      while (true) {
-        cv.wait(lock, [&] { return stop || !jobs.empty(); });
-        if (jobs.empty()) return;  // stopping, nothing left
-        Job job = std::move(jobs.front());
-        jobs.pop_front();
-        lock.unlock();
-        run(job);
-        lock.lock();
-      }
-    });
+  explicit Applier(std::uint32_t count) {
+    for (std::uint32_t i = 0; i < std::max(1u, count); ++i) {
+      threads.emplace_back([this] {
+        std::unique_lock<std::mutex> lock(mu);
+        while (true) {
+          cv.wait(lock, [&] { return stop || !jobs.empty(); });
+          if (jobs.empty()) return;  // stopping, nothing left
+          Job job = std::move(jobs.front());
+          jobs.pop_front();
+          lock.unlock();
+          run(job);
+          lock.lock();
+        }
+      });
+    }
   }
   // Applies a commit's batches.
   void run(Job& job) {
     for (Batch& b : job.batches) job.store->finish_batch(b);
+  }
+  // Queues a commit's batches: one job, or one per batch where threads can share them.
+  void submit(ShardStore* store, std::vector<Batch> batches) {
+    std::size_t queued = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (threads.size() == 1 || batches.size() == 1) {
+        jobs.push_back(Job{store, std::move(batches)});
+        queued = 1;
+      } else {
+        for (Batch& b : batches) {
+          Job job{store, {}};
+          job.batches.push_back(std::move(b));
+          jobs.push_back(std::move(job));
+        }
+        queued = batches.size();
+      }
+    }
+    if (queued == 1) {
+      cv.notify_one();
+    } else {
+      cv.notify_all();
+    }
   }
   ~Applier() {
     {
       std::lock_guard<std::mutex> lock(mu);
       stop = true;
     }
-    cv.notify_one();
-    thread.join();
+    cv.notify_all();
+    for (auto& t : threads) t.join();
   }
   // Something changed for waiters: a batch was applied (or a commit took none), or
   // batches were parked (that a waiter may apply).
@@ -248,7 +274,10 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
   }
   for (std::uint64_t c = 0; c < chunk_count_; ++c) chunks_[c].store(nullptr);
   stripes_ = std::make_unique<Stripe[]>(kStripes);
-  applier_ = std::make_unique<Applier>();
+  if (config_.apply_threads == 0 || config_.apply_threads > 256) {
+    throw ConfigError("apply threads: " + std::to_string(config_.apply_threads) + " (1 to 256)");
+  }
+  applier_ = std::make_unique<Applier>(config_.apply_threads);
   if (config_.allocate_up_front) {
     try {
       for (std::uint64_t local = 0; local < local_rows_; ++local) row_ptr(local * config_.shards + config_.shard);
@@ -514,11 +543,7 @@ std::uint64_t ShardStore::commit_async() {
     a.run(job);  // small: waking the applier would cost more than applying here
     return rows;
   }
-  {
-    std::lock_guard<std::mutex> lock(a.mu);
-    a.jobs.push_back(std::move(job));
-  }
-  a.cv.notify_one();
+  a.submit(this, std::move(job.batches));
   return rows;
 }
 

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
               log_level = "info", stats_file;
   int io_threads = 2;
   std::string apply_commits = "handler";
+  std::uint32_t apply_threads = 0;
   std::string transport_kind = "tcp";
   std::uint32_t rdma_slot_mib = 4, socket_buffer_kib = 0;
   double stats_interval = 10;
@@ -91,9 +92,12 @@ int main(int argc, char** argv) {
   app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str();
   app.add_option("--apply-commits", apply_commits,
                  "where a commit's optimizer pass runs: 'handler' (each row on the handler thread that received its gradient, after "
-                 "that thread's next ack) or 'applier' (a thread of its own, leaving the handlers to their connections)")
+                 "that thread's next ack) or 'applier' (threads of their own, leaving the handlers to their connections)")
       ->capture_default_str()
       ->check(CLI::IsMember({"handler", "applier"}));
+  app.add_option("--apply-threads", apply_threads, "applier threads (--apply-commits applier, and checkpoint commits; 0: as many as --io-threads)")
+      ->capture_default_str()
+      ->check(CLI::Range(0u, 256u));
   app.add_option("--socket-buffer-kib", socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
@@ -149,8 +153,11 @@ int main(int argc, char** argv) {
         spdlog::warn("{}: fine while the rows touched fit (--allocate lazy)", msg);
       }
     }
+    if (io_threads < 1) throw ConfigError("--io-threads " + std::to_string(io_threads) + ": at least 1");
+    sc.apply_threads = apply_threads > 0 ? apply_threads : static_cast<std::uint32_t>(io_threads);
     ps::PsService service(sc);
     service.apply_commits_on(ps::parse_commit_apply(apply_commits));
+    spdlog::info("commits applied by the {} ({} I/O thread(s), {} applier thread(s))", apply_commits, io_threads, sc.apply_threads);
     if (checkpoint_every > 0) {
       fs::create_directories(checkpoint_dir);
       service.checkpoint_every(checkpoint_every, fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards));

@@ -43,10 +43,15 @@ struct Shards {
 };
 
 Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::FakeFabric& fabric, const transport::RdmaOptions& rdma,
-                    CommitApply apply = CommitApply::kHandler) {
+                    CommitApply apply = CommitApply::kHandler, std::uint32_t apply_threads = 1) {
   Shards sh;
   for (std::uint32_t s = 0; s < S; ++s) {
-    sh.services.push_back(std::make_unique<PsService>(config(s, S)));
+    StoreConfig c = config(s, S);
+    if (apply_threads > 1) {
+      c.apply_threads = apply_threads;
+      c.inline_apply_floats = 0;  // every commit to the pool, however small
+    }
+    sh.services.push_back(std::make_unique<PsService>(c));
     PsService* svc = sh.services.back().get();
     svc->apply_commits_on(apply);
     auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
@@ -66,11 +71,11 @@ Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::
 }
 
 std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1,
-                              CommitApply apply = CommitApply::kHandler) {
+                              CommitApply apply = CommitApply::kHandler, std::uint32_t apply_threads = 1) {
   transport::verbs::FakeFabric fabric;
   transport::RdmaOptions ro;
   ro.slot_bytes = 1 << 20;
-  const Shards shards = start_shards(kind, S, fabric, ro, apply);
+  const Shards shards = start_shards(kind, S, fabric, ro, apply, apply_threads);
   const std::vector<ShardAddress>& addrs = shards.addrs;
   const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
   Connector connect = kind == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, ro);
@@ -114,9 +119,13 @@ TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
   std::vector<float> rdma = run_rounds("rdma_fake", GetParam());
   std::vector<float> spread = run_rounds("tcp", GetParam(), 3);  // three connections per shard
   std::vector<float> applier = run_rounds("tcp", GetParam(), 1, CommitApply::kApplier);  // commits applied by the store's thread
+  // Three applier threads sharing every commit's batches (those of the shard's receiving
+  // threads: three connections per shard spread the rows over them).
+  std::vector<float> pool = run_rounds("tcp", GetParam(), 3, CommitApply::kApplier, 3);
   ASSERT_EQ(tcp.size(), rdma.size());
   ASSERT_EQ(tcp, spread);
   ASSERT_EQ(tcp, applier);
+  ASSERT_EQ(tcp, pool);
   std::size_t moved = 0;
   std::vector<float> fresh;
   for (std::size_t i = 0; i < tcp.size(); ++i) {

@@ -163,13 +163,13 @@ TEST(ShardStore, LentGradientsAreHeldUntilAppliedThenLetGo) {
 // Four handler threads at once (no store-wide lock): first touches of the same rows,
 // overlapping gradient aggregation, pulls. The result equals one thread doing it all,
 // up to float summation order.
-// Run twice: commits applied on the committing threads, and every commit handed to the
-// applier and acknowledged at once, so the next round's pulls and pushes meet applies
-// in flight.
-class ConcurrentStoreTest : public ::testing::TestWithParam<bool> {};
+// Run three times: commits applied on the committing threads, and every commit handed
+// to the applier (one thread, then four sharing a commit's batches) and acknowledged at
+// once, so the next round's pulls and pushes meet applies in flight.
+class ConcurrentStoreTest : public ::testing::TestWithParam<std::uint32_t> {};  // applier threads; 0: inline
 
 TEST_P(ConcurrentStoreTest, HandlersMatchOneThread) {
-  const bool async = GetParam();
+  const bool async = GetParam() > 0;
   constexpr int kThreads = 4;
   constexpr std::uint64_t kRounds = 5;
   auto grads_of = [](int t, std::uint64_t it, std::vector<Key>& keys, std::vector<float>& g) {
@@ -187,7 +187,10 @@ TEST_P(ConcurrentStoreTest, HandlersMatchOneThread) {
     return n;
   };
   StoreConfig pc = store_config(OptimizerKind::kAdagrad, 0, 1);
-  if (async) pc.inline_apply_floats = 0;
+  if (async) {
+    pc.inline_apply_floats = 0;
+    pc.apply_threads = GetParam();
+  }
   ShardStore serial(store_config(OptimizerKind::kAdagrad, 0, 1)), parallel(pc);
   for (std::uint64_t it = 0; it < kRounds; ++it) {
     for (int t = 0; t < kThreads; ++t) {
@@ -223,8 +226,9 @@ TEST_P(ConcurrentStoreTest, HandlersMatchOneThread) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Commits, ConcurrentStoreTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "Async" : "Inline"; });
+INSTANTIATE_TEST_SUITE_P(Commits, ConcurrentStoreTest, ::testing::Values(0u, 1u, 4u), [](const ::testing::TestParamInfo<std::uint32_t>& i) {
+  return i.param == 0 ? std::string("Inline") : "Async" + std::to_string(i.param) + "Appliers";
+});
 
 TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
   ShardStore s(store_config(OptimizerKind::kAdagrad, 1, 2));

@@ -36,8 +36,9 @@ inline constexpr std::uint32_t kWithState = 1;
 // Where a commit's optimizer pass runs. kHandler: each row on the handler thread that
 // received its gradients, right after that thread's next ack (no hand-off, nothing
 // crosses cores; best where cores are few and busy). kApplier: on the
-// store's applier thread (the handler goes straight back to its connections; may pay
-// where spare cores can take the apply off the request path).
+// store's applier threads (StoreConfig::apply_threads; the handler goes straight back to
+// its connections and receives the next push while the last one's rows are applied:
+// pays where spare cores can take the apply off the request path).
 enum class CommitApply { kHandler, kApplier };
 CommitApply parse_commit_apply(const std::string& name);  // "handler", "applier"; ConfigError otherwise
 

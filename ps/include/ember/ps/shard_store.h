@@ -19,7 +19,7 @@
 // other request's). So a row's gradient is applied on the core that received it: with
 // two handler threads, one thread applying every row cost each row about twice the CPU
 // (the gradients, the row states and the buffers all crossing cores). commit_async()
-// hands the rows to the store's applier thread instead (a small commit is applied on the
+// hands the rows to the store's applier threads instead (a small commit is applied on the
 // spot: cheaper than waking that thread). Whoever reads or writes a row whose update is
 // not applied yet (pulls, write-backs, a next push of the row, checkpoints) applies what
 // is parked itself, or waits for the apply in progress: a pull after commit(t) sees every
@@ -65,6 +65,9 @@ struct StoreConfig {
   // A commit with fewer gradient floats than this is applied on the committing thread
   // (waking the applier costs more); larger ones on the applier thread.
   std::uint64_t inline_apply_floats = 16384;
+  // Applier threads (commit_async): one applies a commit's batches in turn; more apply
+  // the batches of different receiving threads at once (1 to 256).
+  std::uint32_t apply_threads = 1;
 };
 
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }

@@ -63,7 +63,7 @@ struct StoreConfig {
   // Allocate and initialize every row of this shard at construction (else on first use).
   bool allocate_up_front = false;
   // A commit with fewer gradient floats than this is applied on the committing thread
-  // (waking the applier costs more); larger ones on the applier thread.
+  // (waking an applier costs more); larger ones on the applier threads.
   std::uint64_t inline_apply_floats = 16384;
   // Applier threads (commit_async): one applies a commit's batches in turn; more apply
   // the batches of different receiving threads at once (1 to 256).

@@ -86,8 +86,8 @@ struct ShardStore::Stripe {
 // The threads that apply committed batches, and what waiters watch: `in_flight` counts
 // batches taken by commits and not applied yet; `applied` changes (and wakes waiters)
 // each time one is, or batches are parked. Apart from the store so that a store can be
-// moved while idle. With several threads each job is one batch (one receiving thread's
-// rows), so the rows of several connections are applied at once.
+// moved while idle. Each job is one batch (one receiving thread's rows), so with several
+// threads the rows of several connections are applied at once.
 struct ShardStore::Applier {
   std::atomic<std::uint32_t> in_flight{0};
   std::atomic<std::uint32_t> applied{0};
@@ -97,14 +97,14 @@ struct ShardStore::Applier {
   std::condition_variable cv;
   struct Job {
     ShardStore* store;
-    std::vector<Batch> batches;
+    Batch batch;
   };
   std::deque<Job> jobs;
   bool stop = false;
   std::vector<std::thread> threads;
 
   explicit Applier(std::uint32_t count) {
-    for (std::uint32_t i = 0; i < std::max(1u, count); ++i) {
+    for (std::uint32_t i = 0; i < count; ++i) {
       threads.emplace_back([this] {
         std::unique_lock<std::mutex> lock(mu);
         while (true) {
@@ -113,34 +113,19 @@ struct ShardStore::Applier {
           Job job = std::move(jobs.front());
           jobs.pop_front();
           lock.unlock();
-          run(job);
+          job.store->finish_batch(job.batch);
           lock.lock();
         }
       });
     }
   }
-  // Applies a commit's batches.
-  void run(Job& job) {
-    for (Batch& b : job.batches) job.store->finish_batch(b);
-  }
-  // Queues a commit's batches: one job, or one per batch where threads can share them.
+  // Queues a commit's batches, a job each.
   void submit(ShardStore* store, std::vector<Batch> batches) {
-    std::size_t queued = 0;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (threads.size() == 1 || batches.size() == 1) {
-        jobs.push_back(Job{store, std::move(batches)});
-        queued = 1;
-      } else {
-        for (Batch& b : batches) {
-          Job job{store, {}};
-          job.batches.push_back(std::move(b));
-          jobs.push_back(std::move(job));
-        }
-        queued = batches.size();
-      }
+      for (Batch& b : batches) jobs.push_back(Job{store, std::move(b)});
     }
-    if (queued == 1) {
+    if (batches.size() == 1) {
       cv.notify_one();
     } else {
       cv.notify_all();
@@ -537,13 +522,11 @@ std::uint64_t ShardStore::commit_async() {
   std::uint64_t rows = 0;
   std::vector<Batch> batches = take_ready(rows, false);
   if (batches.empty()) return 0;
-  Applier& a = *applier_;
-  Applier::Job job{this, std::move(batches)};
   if (rows * config_.dim < config_.inline_apply_floats) {
-    a.run(job);  // small: waking the applier would cost more than applying here
+    for (Batch& b : batches) finish_batch(b);  // small: waking an applier would cost more than applying here
     return rows;
   }
-  a.submit(this, std::move(job.batches));
+  applier_->submit(this, std::move(batches));
   return rows;
 }
 

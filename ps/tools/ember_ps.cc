@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   app.add_option("--port-file", port_file, "write the port listened on to this file (atomically)");
   app.add_option("--token", token, "job token required from every peer");
   app.add_option("--token-file", token_file, "read the job token from this file");
-  app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str();
+  app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--apply-commits", apply_commits,
                  "where a commit's optimizer pass runs: 'handler' (each row on the handler thread that received its gradient, after "
                  "that thread's next ack) or 'applier' (threads of their own, leaving the handlers to their connections)")
@@ -153,7 +153,6 @@ int main(int argc, char** argv) {
         spdlog::warn("{}: fine while the rows touched fit (--allocate lazy)", msg);
       }
     }
-    if (io_threads < 1) throw ConfigError("--io-threads " + std::to_string(io_threads) + ": at least 1");
     sc.apply_threads = apply_threads > 0 ? apply_threads : static_cast<std::uint32_t>(io_threads);
     ps::PsService service(sc);
     service.apply_commits_on(ps::parse_commit_apply(apply_commits));

@@ -293,6 +293,7 @@ float* ShardStore::first_touch(Key key) {
     float* fresh = static_cast<float*>(huge_alloc(chunk_bytes()));
     if (slot.compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel)) {
       chunk = fresh;
+      if (config_.on_chunk) config_.on_chunk(chunk, chunk_bytes());
     } else {
       huge_free(fresh, chunk_bytes());
     }

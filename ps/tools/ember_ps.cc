@@ -101,7 +101,9 @@ int main(int argc, char** argv) {
   app.add_option("--socket-buffer-kib", socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
-  app.add_option("--transport", transport_kind, "data plane: tcp or rdma (ibverbs, rdma_cm port space)")->capture_default_str();
+  app.add_option("--transport", transport_kind, "data plane: tcp or rdma (ibverbs, rdma_cm port space)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tcp", "rdma"}));
   app.add_option("--rdma-slot-mib", rdma_slot_mib, "RDMA: largest request in MiB (a slot of the receive ring)")->capture_default_str();
   app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
@@ -154,6 +156,16 @@ int main(int argc, char** argv) {
       }
     }
     sc.apply_threads = apply_threads > 0 ? apply_threads : static_cast<std::uint32_t>(io_threads);
+    // Over RDMA, pull replies leave from the rows' chunks in place (the device gathers
+    // them): each chunk becomes a send region as it is allocated. The fabric first: without
+    // a device, one line says so before any table is allocated.
+    std::unique_ptr<transport::verbs::Fabric> fabric;
+    std::shared_ptr<transport::SendRegions> send_regions;
+    if (transport_kind == "rdma") {
+      fabric = transport::verbs::make_ibverbs_fabric();  // one line and exit 2 without a device
+      send_regions = std::make_shared<transport::SendRegions>();
+      sc.on_chunk = [send_regions](const void* p, std::size_t bytes) { send_regions->add(p, bytes); };
+    }
     ps::PsService service(sc);
     service.apply_commits_on(ps::parse_commit_apply(apply_commits));
     spdlog::info("commits applied by the {} ({} I/O thread(s), {} applier thread(s))", apply_commits, io_threads, sc.apply_threads);
@@ -176,8 +188,8 @@ int main(int argc, char** argv) {
                    restore_dir, iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
     }
     auto handler = [&service](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { service.handle(r, o, s); };
-    std::unique_ptr<transport::verbs::Fabric> fabric;
     std::unique_ptr<transport::Server> server_ptr;
+    const transport::RdmaServer* rdma_server = nullptr;  // for its in-place bytes in the stats
     if (transport_kind == "tcp") {
       transport::TcpServerOptions to;
       to.address = where.host;
@@ -187,13 +199,15 @@ int main(int argc, char** argv) {
       to.socket_buffer_bytes = socket_buffer_kib << 10;
       server_ptr = std::make_unique<transport::TcpServer>(to, handler);
     } else if (transport_kind == "rdma") {
-      fabric = transport::verbs::make_ibverbs_fabric();  // one line and exit 2 without a device
       transport::RdmaServerOptions ro;
       ro.address = where.host;
       ro.port = where.port;
       ro.token = token;
       ro.rdma.slot_bytes = rdma_slot_mib << 20;
-      server_ptr = std::make_unique<transport::RdmaServer>(*fabric, ro, handler);
+      ro.rdma.send_regions = send_regions;
+      auto rdma = std::make_unique<transport::RdmaServer>(*fabric, ro, handler);
+      rdma_server = rdma.get();
+      server_ptr = std::move(rdma);
     } else {
       throw ConfigError("--transport '" + transport_kind + "': choose tcp or rdma");
     }
@@ -270,6 +284,7 @@ int main(int argc, char** argv) {
                             {"requests", req},            {"peers_dropped", server.connections_dropped()},
                             {"checkpoints", service.checkpoints_written()},
                             {"checkpoint_failures", service.checkpoint_failures()}};
+        if (rdma_server != nullptr) j["bytes_sent_in_place"] = rdma_server->bytes_sent_in_place();
         write_file_atomic(stats_file, j.dump() + "\n");
       }
       last_requests = req;

@@ -51,6 +51,9 @@ Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::
       c.apply_threads = apply_threads;
       c.inline_apply_floats = 0;  // every commit to the pool, however small
     }
+    // Over RDMA, replies leave from the store's chunks in place, as in ember-ps.
+    auto regions = std::make_shared<transport::SendRegions>();
+    if (kind != "tcp") c.on_chunk = [regions](const void* p, std::size_t bytes) { regions->add(p, bytes); };
     sh.services.push_back(std::make_unique<PsService>(c));
     PsService* svc = sh.services.back().get();
     svc->apply_commits_on(apply);
@@ -63,6 +66,7 @@ Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::
       transport::RdmaServerOptions o;
       o.token = kToken;
       o.rdma = rdma;
+      o.rdma.send_regions = regions;
       sh.servers.push_back(std::make_unique<transport::RdmaServer>(fabric, o, h));
     }
     sh.addrs.push_back({"127.0.0.1", sh.servers.back()->port()});
@@ -109,6 +113,13 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
   std::vector<Key> all;
   for (Key k = 0; k < kKeys; ++k) all.push_back(k);
   w0.pull(all, rows, true, 6);
+  if (kind != "tcp") {
+    // Pulls of consecutive keys (per shard) went out gathered from the store, not copied.
+    std::uint64_t in_place = 0;
+    for (const auto& s : shards.servers) in_place += dynamic_cast<const transport::RdmaServer&>(*s).bytes_sent_in_place();
+    EXPECT_GE(in_place, 4ull * kKeys * (kDim + state));  // at least the last pull's rows
+    EXPECT_GT(fabric.gathered_sends(), 0u);
+  }
   return rows;
 }
 

@@ -323,7 +323,7 @@ TEST_F(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
     ASSERT_GE(reply.size(), 40u);
     std::memcpy(buf.data(), bytes.data(), bytes.size());
     verbs::SendRequest w;
-    w.sge = {buf.data(), static_cast<std::uint32_t>(bytes.size()), mr.lkey};
+    w.sges[0] = {buf.data(), static_cast<std::uint32_t>(bytes.size()), mr.lkey};
     if (as_write) {
       std::uint64_t ring;
       std::uint32_t rkey;
@@ -359,6 +359,108 @@ TEST_F(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
   expect_echo(good->call(r.msg()), r);
   for (int i = 0; i < 100 && server.connections_dropped() < 5; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(server.connections_dropped(), 5u);
+}
+
+// Replies whose values lie in send regions leave from there: the device gathers the
+// headers and keys from staging, then each value segment in place. Values elsewhere, or
+// in more segments than the queue pair gathers, are copied. Each region is registered
+// once per connection, when first sent from.
+TEST(RdmaSendRegions, RepliesAreGatheredInPlaceOrElseCopied) {
+  constexpr std::uint32_t kRow = 64;  // floats per piece: 256 B
+  std::vector<float> a(kRow * 512), b(kRow * 512), elsewhere(kRow * 4);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i), b[i] = -static_cast<float>(i);
+  for (std::size_t i = 0; i < elsewhere.size(); ++i) elsewhere[i] = 0.5f + static_cast<float>(i);
+  auto regions = std::make_shared<SendRegions>();
+  regions->add(a.data(), a.size() * sizeof(float));
+  regions->add(b.data(), b.size() * sizeof(float));
+  EXPECT_THROW(regions->add(a.data() + 10, 100), ConfigError);  // overlaps
+  EXPECT_FALSE(regions->find(a.data() + a.size() - 1, 8).has_value());  // runs past its region
+  // A request's keys name its reply's pieces: row r of a (r < 512), of b (512 + r), or of
+  // `elsewhere` (1000 + r): one value segment each.
+  auto piece = [&](Key k) -> const float* { return k < 512 ? &a[k * kRow] : k < 1000 ? &b[(k - 512) * kRow] : &elsewhere[(k - 1000) * kRow]; };
+  auto handler = [&](const Message& req, OutMessage& reply, Scratch& scratch) {
+    scratch.segments.clear();
+    for (std::uint32_t i = 0; i < req.header.key_count; ++i) scratch.segments.push_back({piece(req.keys[i]), kRow});
+    reply.header.type = MessageType::kPullReply;
+    reply.value_segments = scratch.segments.data();
+    reply.segment_count = static_cast<std::uint32_t>(scratch.segments.size());
+    reply.value_count = kRow * req.header.key_count;
+  };
+  verbs::FakeFabric fabric(4);  // 4 pieces per send: headers and keys, then up to 3 segments
+  RdmaServerOptions so = tight_server();
+  so.rdma.send_regions = regions;
+  RdmaServer server(fabric, so, handler);
+  RdmaClient c(fabric, "127.0.0.1", server.port(), kToken, tight_rdma());
+  ASSERT_EQ(fabric.registrations(), 2u);  // the two pools
+  std::uint64_t expected_in_place = 0;
+  auto pull = [&](std::vector<Key> keys, bool in_place) {
+    OutMessage m;
+    m.header.type = MessageType::kPull;
+    m.keys = keys.data();
+    m.key_count = static_cast<std::uint32_t>(keys.size());
+    const std::uint64_t gathered = fabric.gathered_sends();
+    Message r = c.call(m);
+    ASSERT_EQ(r.header.value_count, kRow * keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      for (std::uint32_t j = 0; j < kRow; ++j) ASSERT_EQ(r.values[i * kRow + j], piece(keys[i])[j]) << "key " << keys[i] << " float " << j;
+    }
+    EXPECT_EQ(fabric.gathered_sends() - gathered, in_place ? 1u : 0u);
+    if (in_place) expected_in_place += 4ull * kRow * keys.size();
+    // Counted once the send is posted: the reply may be read before.
+    for (int i = 0; i < 200 && server.bytes_sent_in_place() != expected_in_place; ++i) std::this_thread::sleep_for(milliseconds(1));
+    EXPECT_EQ(server.bytes_sent_in_place(), expected_in_place);
+  };
+  for (int round = 0; round < 20; ++round) {
+    const Key r = static_cast<Key>(round * 7 % 500);
+    pull({r, r + 3, r + 1}, true);                 // three pieces of a
+    pull({r + 512, r, 700}, true);                 // of b and of a
+    pull({r, r + 1, r + 2, r + 3}, false);         // four pieces: more than the gather list takes
+    pull({r, 1001, r + 2}, false);                 // one piece not in any region
+  }
+  pull({5}, true);  // one piece
+  EXPECT_EQ(fabric.registrations(), 4u);  // + a and b, once each for all 41 replies sent from them
+}
+
+// Memory registered for sends only is read by the device, never written: a peer that
+// writes to it with its key (or a RECV posted into it) fails, the memory unchanged.
+TEST(RdmaSendRegions, SendOnlyMemoryCannotBeWritten) {
+  verbs::FakeFabric fabric;
+  auto listener = fabric.listen("127.0.0.1", 0);
+  auto client = fabric.resolve("127.0.0.1", listener->port(), milliseconds(1000));
+  std::vector<std::uint8_t> pool(4096, 0), table(4096, 7), source(64, 1), inbox(64, 0);
+  const verbs::MemoryRegion pool_mr = client->register_memory(pool.data(), pool.size());
+  const verbs::MemoryRegion src_mr = client->register_memory(source.data(), source.size());
+  std::thread accept([&] {
+    auto req = listener->next(milliseconds(2000));
+    ASSERT_TRUE(req.has_value());
+    auto server = std::move(req->endpoint);
+    const verbs::MemoryRegion ro = server->register_for_sends(table.data(), table.size());
+    EXPECT_THROW(server->post_recv({1, {table.data(), 64, ro.lkey}}), IoError);
+    const verbs::MemoryRegion rw = server->register_memory(inbox.data(), inbox.size());
+    server->post_recv({2, {inbox.data(), 64, rw.lkey}});  // for the write's immediate
+    std::vector<std::uint8_t> key(8);
+    std::memcpy(key.data(), &ro.rkey, 4);
+    server->accept(key);
+    std::this_thread::sleep_for(milliseconds(300));  // the client's write lands (or fails) meanwhile
+  });
+  std::vector<std::uint8_t> reply = client->connect({}, milliseconds(2000));
+  std::uint32_t rkey = 0;
+  std::memcpy(&rkey, reply.data(), 4);
+  verbs::SendRequest w;
+  w.opcode = verbs::Opcode::kWriteWithImm;
+  w.sges[0] = {source.data(), 64, src_mr.lkey};
+  w.remote_addr = reinterpret_cast<std::uintptr_t>(table.data());
+  w.rkey = rkey;
+  client->post_send(w);
+  verbs::Completion done[4];
+  std::size_t n = 0;
+  for (int i = 0; i < 100 && n == 0; ++i) n = client->poll(done), std::this_thread::sleep_for(milliseconds(5));
+  ASSERT_EQ(n, 1u);
+  EXPECT_FALSE(done[0].ok);
+  EXPECT_EQ(done[0].status, "remote access error");
+  accept.join();
+  EXPECT_EQ(table, std::vector<std::uint8_t>(4096, 7));
+  (void)pool_mr;
 }
 
 TEST(Rdma, WithoutADeviceTheFabricSaysSoInOneLine) {

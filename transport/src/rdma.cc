@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include "ember/common/error.h"
@@ -123,7 +124,8 @@ class Conn {
     total_ = bulk_off_ + kBulkStaging * S;
     pool_ = static_cast<std::uint8_t*>(std::aligned_alloc(4096, round_up(total_ + 4095) / 4096 * 4096));
     if (pool_ == nullptr) throw IoError("RDMA: cannot allocate a " + std::to_string(total_ >> 20) + " MiB connection pool");
-    mr_ = ep_->register_memory(pool_, total_);  // the one registration of this connection
+    mr_ = ep_->register_memory(pool_, total_);  // the one registration of this pool (send regions: see send_lkey)
+    max_sges_ = std::min(ep_->max_send_sges(), verbs::kMaxSendSges);
     for (std::uint32_t i = 0; i < R; ++i) post_recv(i);
     for (std::uint32_t i = 0; i < R; ++i) free_small_.push_back(i);
     for (std::uint32_t i = 0; i < kBulkStaging; ++i) free_bulk_.push_back(i);
@@ -206,17 +208,23 @@ class Conn {
     std::uint8_t* p = buf + kFrameHeaderBytes + kHeaderBytes;
     if (m.key_count) std::memcpy(p, m.keys, 8ull * m.key_count);
     p += 8ull * m.key_count;
-    if (m.value_segments != nullptr) {
-      for (std::uint32_t i = 0; i < m.segment_count; ++i) {
-        std::memcpy(p, m.value_segments[i].data, 4ull * m.value_segments[i].floats);
-        p += 4ull * m.value_segments[i].floats;
-      }
-    } else if (m.value_count) {
-      std::memcpy(p, m.values, 4ull * m.value_count);
-    }
-
     verbs::SendRequest w;
-    w.sge = {buf, frame, mr_.lkey};
+    if (bulk && gather_in_place(m, w)) {
+      // The headers and keys from staging, the values where they lie.
+      w.sges[0] = {buf, static_cast<std::uint32_t>(p - buf), mr_.lkey};
+      in_place_bytes_ += 4ull * m.value_count;
+    } else {
+      if (m.value_segments != nullptr) {
+        for (std::uint32_t i = 0; i < m.segment_count; ++i) {
+          std::memcpy(p, m.value_segments[i].data, 4ull * m.value_segments[i].floats);
+          p += 4ull * m.value_segments[i].floats;
+        }
+      } else if (m.value_count) {
+        std::memcpy(p, m.values, 4ull * m.value_count);
+      }
+      w.sges[0] = {buf, frame, mr_.lkey};
+      w.sge_count = 1;
+    }
     w.wr_id = kSendTag | (bulk ? kBulkTag : 0) | staging;
     if (!bulk) {
       w.opcode = verbs::Opcode::kSend;
@@ -280,6 +288,9 @@ class Conn {
     throw IoError("RDMA peer " + peer_name_ + ": " + why);
   }
 
+  // Reply bytes sent in place since the last call.
+  std::uint64_t take_in_place_bytes() { return std::exchange(in_place_bytes_, 0); }
+
   void fail_if_broken() {
     if (broken_.empty()) return;
     // A peer that went away ends the connection: not an error of the peer's making.
@@ -289,6 +300,46 @@ class Conn {
 
  private:
   static constexpr std::uint32_t kBulkStaging = 2;
+
+  // Points w.sges[1...] at the message's values where they lie, when every piece is in a
+  // send region and they fit the queue pair's gather list; false (w's pieces beyond the
+  // first unused) otherwise.
+  bool gather_in_place(const OutMessage& m, verbs::SendRequest& w) {
+    if (!opt_.send_regions || m.value_count == 0) return false;
+    const Segment whole{m.values, m.value_count};
+    const Segment* pieces = m.value_segments != nullptr ? m.value_segments : &whole;
+    const std::uint32_t count = m.value_segments != nullptr ? m.segment_count : 1;
+    std::uint32_t n = 1;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (pieces[i].floats == 0) continue;
+      if (n == max_sges_) return false;
+      const std::uint32_t bytes = 4u * pieces[i].floats;
+      const std::optional<std::uint32_t> lkey = send_lkey(pieces[i].data, bytes);
+      if (!lkey) return false;
+      w.sges[n++] = {pieces[i].data, bytes, *lkey};
+    }
+    w.sge_count = n;
+    return true;
+  }
+
+  // The lkey of the send region that holds [p, p + bytes), registered with this
+  // connection the first time; none if no region holds it or it cannot be registered.
+  std::optional<std::uint32_t> send_lkey(const void* p, std::size_t bytes) {
+    const std::optional<SendRegions::Region> region = opt_.send_regions->find(p, bytes);
+    if (!region) return std::nullopt;
+    auto it = send_mrs_.find(region->id);
+    if (it == send_mrs_.end()) {
+      std::optional<std::uint32_t> lkey;
+      try {
+        lkey = ep_->register_for_sends(region->addr, region->bytes).lkey;
+      } catch (const IoError& e) {
+        // Pinned memory is limited (RLIMIT_MEMLOCK): sends from this region copy instead.
+        spdlog::warn("rdma {}: sending a {} MiB region with copies: {}", peer_name_, region->bytes >> 20, e.what());
+      }
+      it = send_mrs_.emplace(region->id, lkey).first;
+    }
+    return it->second;
+  }
 
   static std::uint32_t take(std::deque<std::uint32_t>& q) {
     std::uint32_t v = q.front();
@@ -321,7 +372,7 @@ class Conn {
     verbs::SendRequest w;
     w.wr_id = kSendTag | staging;
     w.opcode = verbs::Opcode::kSend;
-    w.sge = {buf, kFrameHeaderBytes, mr_.lkey};
+    w.sges[0] = {buf, kFrameHeaderBytes, mr_.lkey};
     --send_credits_;
     ep_->post_send(w);
   }
@@ -435,6 +486,9 @@ class Conn {
   std::uint8_t* pool_ = nullptr;
   std::size_t recv_off_ = 0, ring_off_ = 0, small_off_ = 0, bulk_off_ = 0, total_ = 0;
   verbs::MemoryRegion mr_;
+  std::uint32_t max_sges_ = 1;  // the queue pair's gather list
+  std::unordered_map<std::uint32_t, std::optional<std::uint32_t>> send_mrs_;  // send region id -> lkey (none: copy)
+  std::uint64_t in_place_bytes_ = 0;
   std::deque<std::uint32_t> free_small_, free_bulk_;
   std::deque<std::uint16_t> free_slots_, reserved_;  // requester: reply slots
   std::uint32_t send_credits_ = 0, ring_credits_ = 0, ring_next_ = 0;
@@ -459,6 +513,33 @@ Message view(const Frame& f, std::uint64_t max_payload, const std::string& peer)
 
 }  // namespace
 
+// ---------------------------------------------------------------------------- send regions
+
+void SendRegions::add(const void* addr, std::size_t bytes) {
+  const auto start = reinterpret_cast<std::uintptr_t>(addr);
+  std::unique_lock lock(mu_);
+  auto next = by_start_.lower_bound(start);
+  const bool overlaps_next = next != by_start_.end() && next->first < start + bytes;
+  const bool overlaps_prev = next != by_start_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > start;
+  if (bytes == 0 || overlaps_next || overlaps_prev) throw ConfigError("send region of " + std::to_string(bytes) + " bytes overlaps one added before");
+  by_start_[start] = {static_cast<const std::uint8_t*>(addr), bytes, static_cast<std::uint32_t>(by_start_.size())};
+}
+
+std::optional<SendRegions::Region> SendRegions::find(const void* p, std::size_t bytes) const {
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  std::shared_lock lock(mu_);
+  auto it = by_start_.upper_bound(at);  // the first region starting after p
+  if (it == by_start_.begin()) return std::nullopt;
+  --it;
+  if (at + bytes > it->first + it->second.bytes) return std::nullopt;
+  return it->second;
+}
+
+std::size_t SendRegions::size() const {
+  std::shared_lock lock(mu_);
+  return by_start_.size();
+}
+
 // ---------------------------------------------------------------------------- server
 
 struct RdmaServer::Impl {
@@ -467,7 +548,7 @@ struct RdmaServer::Impl {
   std::unique_ptr<verbs::Listener> listener;
   std::uint64_t token = 0;
   std::atomic<bool> stop{false}, draining{false};
-  std::atomic<std::uint64_t> dropped{0}, served{0};
+  std::atomic<std::uint64_t> dropped{0}, served{0}, sent_in_place{0};
   std::thread acceptor;
   struct Session {
     std::thread thread;
@@ -555,6 +636,7 @@ struct RdmaServer::Impl {
         std::function<void()> after = take_after_reply(scratch);
         if (after && !conn.can_send_now(reply)) std::exchange(after, nullptr)();
         conn.send_message(reply, kNoSlot, f->reply_slot, deadline);
+        sent_in_place += conn.take_in_place_bytes();
         if (after) after();
         conn.release(*f);
       }
@@ -597,6 +679,7 @@ RdmaServer::~RdmaServer() {
 std::uint16_t RdmaServer::port() const { return impl_->listener->port(); }
 std::uint64_t RdmaServer::connections_dropped() const { return impl_->dropped.load(); }
 std::uint64_t RdmaServer::requests_served() const { return impl_->served.load(); }
+std::uint64_t RdmaServer::bytes_sent_in_place() const { return impl_->sent_in_place.load(); }
 
 // ---------------------------------------------------------------------------- client
 

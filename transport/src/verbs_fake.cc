@@ -31,15 +31,17 @@ struct FakeFabric::State {
     std::uint8_t* addr;
     std::size_t length;
     const void* owner;
+    bool writable;  // false: registered for sends only
   };
   std::map<std::uint32_t, Region> regions;  // key (lkey == rkey) -> region
   std::uint32_t next_key = 1;
-  std::uint64_t registrations = 0, sends = 0, bytes = 0;
+  std::uint32_t max_send_sges = kMaxSendSges;
+  std::uint64_t registrations = 0, sends = 0, gathered = 0, bytes = 0;
   std::uint64_t fail_at = 0;  // sends number at which a post_send fails (0: never)
 
-  bool covers(std::uint32_t key, const void* owner, const void* addr, std::size_t len) const {
+  bool covers(std::uint32_t key, const void* owner, const void* addr, std::size_t len, bool write) const {
     auto it = regions.find(key);
-    if (it == regions.end() || it->second.owner != owner) return false;
+    if (it == regions.end() || it->second.owner != owner || (write && !it->second.writable)) return false;
     auto* p = static_cast<const std::uint8_t*>(addr);
     return p >= it->second.addr && p + len <= it->second.addr + it->second.length;
   }
@@ -69,10 +71,14 @@ class FakeEndpoint final : public Endpoint {
     s_->cv.notify_all();
   }
 
-  MemoryRegion register_memory(void* addr, std::size_t bytes) override {
+  MemoryRegion register_memory(void* addr, std::size_t bytes) override { return add_region(addr, bytes, true); }
+  MemoryRegion register_for_sends(const void* addr, std::size_t bytes) override { return add_region(const_cast<void*>(addr), bytes, false); }
+  std::uint32_t max_send_sges() const override { return s_->max_send_sges; }
+
+  MemoryRegion add_region(void* addr, std::size_t bytes, bool writable) {
     std::lock_guard<std::mutex> lock(s_->mu);
     std::uint32_t key = s_->next_key++;
-    s_->regions[key] = {static_cast<std::uint8_t*>(addr), bytes, this};
+    s_->regions[key] = {static_cast<std::uint8_t*>(addr), bytes, this, writable};
     ++s_->registrations;
     return {static_cast<std::uint8_t*>(addr), bytes, key, key};
   }
@@ -81,7 +87,7 @@ class FakeEndpoint final : public Endpoint {
     std::lock_guard<std::mutex> lock(s_->mu);
     if (error_) {
       cq_.push_back({r.wr_id, Opcode::kRecv, false, true, "work request flushed (queue pair in error state)", 0, 0});
-    } else if (!s_->covers(r.sge.lkey, this, r.sge.addr, r.sge.length)) {
+    } else if (!s_->covers(r.sge.lkey, this, r.sge.addr, r.sge.length, true)) {
       throw IoError("post_recv: buffer outside registered memory");
     } else {
       recvs_.push_back(r);
@@ -103,7 +109,14 @@ class FakeEndpoint final : public Endpoint {
       remote_->fail_locked("disconnected by the peer");
       return done(false, "transport retry counter exceeded (injected)");
     }
-    if (!s_->covers(w.sge.lkey, this, w.sge.addr, w.sge.length)) return done(false, "local protection error");
+    if (w.sge_count == 0 || w.sge_count > s_->max_send_sges) return done(false, "local length error (gather list of " + std::to_string(w.sge_count) + ")");
+    std::size_t length = 0;
+    for (std::uint32_t i = 0; i < w.sge_count; ++i) {
+      const Sge& g = w.sges[i];
+      if (!s_->covers(g.lkey, this, g.addr, g.length, false)) return done(false, "local protection error");
+      length += g.length;
+    }
+    s_->gathered += w.sge_count > 1;
     FakeEndpoint* r = remote_;
     if (r->recvs_.empty()) {
       r->fail_locked("disconnected by the peer");
@@ -112,7 +125,7 @@ class FakeEndpoint final : public Endpoint {
     RecvRequest recv = r->recvs_.front();
     std::uint8_t* dst = nullptr;
     if (w.opcode == Opcode::kSend) {
-      if (w.sge.length > recv.sge.length) {
+      if (length > recv.sge.length) {
         r->recvs_.pop_front();
         r->cq_.push_back({recv.wr_id, Opcode::kRecv, false, false, "local length error", 0, 0});
         r->fail_locked("local length error");
@@ -121,7 +134,7 @@ class FakeEndpoint final : public Endpoint {
       dst = static_cast<std::uint8_t*>(const_cast<void*>(recv.sge.addr));
     } else if (w.opcode == Opcode::kWriteWithImm) {
       void* target = reinterpret_cast<void*>(static_cast<std::uintptr_t>(w.remote_addr));
-      if (!s_->covers(w.rkey, r, target, w.sge.length)) {
+      if (!s_->covers(w.rkey, r, target, length, true)) {
         r->fail_locked("remote access error");
         return done(false, "remote access error");
       }
@@ -130,9 +143,11 @@ class FakeEndpoint final : public Endpoint {
       return done(false, "unsupported opcode");
     }
     r->recvs_.pop_front();
-    if (w.sge.length > 0) std::memcpy(dst, w.sge.addr, w.sge.length);
-    s_->bytes += w.sge.length;
-    r->cq_.push_back({recv.wr_id, w.opcode == Opcode::kSend ? Opcode::kRecv : Opcode::kRecvWithImm, true, false, "", w.sge.length,
+    for (std::uint32_t i = 0, at = 0; i < w.sge_count; at += w.sges[i].length, ++i) {
+      if (w.sges[i].length > 0) std::memcpy(dst + at, w.sges[i].addr, w.sges[i].length);
+    }
+    s_->bytes += length;
+    r->cq_.push_back({recv.wr_id, w.opcode == Opcode::kSend ? Opcode::kRecv : Opcode::kRecvWithImm, true, false, "", static_cast<std::uint32_t>(length),
                       w.opcode == Opcode::kSend ? 0 : w.imm});
     done(true, "");
   }
@@ -250,7 +265,10 @@ std::vector<std::uint8_t> FakeEndpoint::connect(std::span<const std::uint8_t> pr
 
 }  // namespace
 
-FakeFabric::FakeFabric() : state_(std::make_shared<State>()) {}
+FakeFabric::FakeFabric(std::uint32_t max_send_sges) : state_(std::make_shared<State>()) {
+  if (max_send_sges == 0 || max_send_sges > kMaxSendSges) throw ConfigError("fake fabric: 1 to " + std::to_string(kMaxSendSges) + " pieces per send");
+  state_->max_send_sges = max_send_sges;
+}
 FakeFabric::~FakeFabric() = default;
 
 std::unique_ptr<Listener> FakeFabric::listen(const std::string& address, std::uint16_t port) {
@@ -282,6 +300,10 @@ std::uint64_t FakeFabric::registrations() const {
 std::uint64_t FakeFabric::sends_posted() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->sends;
+}
+std::uint64_t FakeFabric::gathered_sends() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->gathered;
 }
 std::uint64_t FakeFabric::bytes_moved() const {
   std::lock_guard<std::mutex> lock(state_->mu);

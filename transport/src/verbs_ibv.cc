@@ -68,9 +68,14 @@ class IbvEndpoint final : public Endpoint {
     qa.qp_type = IBV_QPT_RC;
     qa.cap.max_send_wr = 4096;
     qa.cap.max_recv_wr = 4096;
-    qa.cap.max_send_sge = 1;
+    // Sends gather their pieces in place (a reply's rows from the store): as many per work
+    // request as the device takes, up to kMaxSendSges.
+    ibv_device_attr attr{};
+    if (ibv_query_device(id_->verbs, &attr) != 0) throw IoError(sys("ibv_query_device"));
+    qa.cap.max_send_sge = static_cast<std::uint32_t>(std::clamp(attr.max_sge, 1, static_cast<int>(kMaxSendSges)));
     qa.cap.max_recv_sge = 1;
     if (rdma_create_qp(id_, pd_, &qa) != 0) throw IoError(sys("rdma_create_qp"));
+    max_send_sges_ = std::clamp<std::uint32_t>(qa.cap.max_send_sge, 1, kMaxSendSges);  // what the queue pair got
     arm();
   }
 
@@ -92,6 +97,16 @@ class IbvEndpoint final : public Endpoint {
     return {static_cast<std::uint8_t*>(addr), bytes, mr->lkey, mr->rkey};
   }
 
+  MemoryRegion register_for_sends(const void* addr, std::size_t bytes) override {
+    // No access flags: local reads only (what a send's gather needs).
+    ibv_mr* mr = ibv_reg_mr(pd_, const_cast<void*>(addr), bytes, 0);
+    if (mr == nullptr) throw IoError(sys("ibv_reg_mr of " + std::to_string(bytes) + " bytes for sends"));
+    mrs_.push_back(mr);
+    return {static_cast<std::uint8_t*>(const_cast<void*>(addr)), bytes, mr->lkey, mr->rkey};
+  }
+
+  std::uint32_t max_send_sges() const override { return max_send_sges_; }
+
   void post_recv(const RecvRequest& r) override {
     ibv_sge sge{reinterpret_cast<std::uintptr_t>(r.sge.addr), r.sge.length, r.sge.lkey};
     ibv_recv_wr wr{};
@@ -103,11 +118,15 @@ class IbvEndpoint final : public Endpoint {
   }
 
   void post_send(const SendRequest& s) override {
-    ibv_sge sge{reinterpret_cast<std::uintptr_t>(s.sge.addr), s.sge.length, s.sge.lkey};
+    if (s.sge_count == 0 || s.sge_count > max_send_sges_) throw IoError("ibv_post_send: gather list of " + std::to_string(s.sge_count));
+    ibv_sge sges[kMaxSendSges];
+    for (std::uint32_t i = 0; i < s.sge_count; ++i) {
+      sges[i] = {reinterpret_cast<std::uintptr_t>(s.sges[i].addr), s.sges[i].length, s.sges[i].lkey};
+    }
     ibv_send_wr wr{};
     wr.wr_id = s.wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    wr.sg_list = sges;
+    wr.num_sge = static_cast<int>(s.sge_count);
     wr.send_flags = IBV_SEND_SIGNALED;
     if (s.opcode == Opcode::kSend) {
       wr.opcode = IBV_WR_SEND;
@@ -237,6 +256,7 @@ class IbvEndpoint final : public Endpoint {
   ibv_comp_channel* comp_ = nullptr;
   ibv_cq* cq_ = nullptr;
   std::vector<ibv_mr*> mrs_;
+  std::uint32_t max_send_sges_ = 1;
   bool connected_ = false;
 };
 

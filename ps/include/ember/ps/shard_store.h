@@ -68,6 +68,11 @@ struct StoreConfig {
   // Applier threads (commit_async): one applies a commit's batches in turn; more apply
   // the batches of different receiving threads at once (1 to 256).
   std::uint32_t apply_threads = 1;
+  // Called once for each chunk of rows allocated (by the thread that allocated it, as it
+  // is installed), with its memory: a transport that sends rows in place learns where
+  // they live (ember-ps adds them to its RDMA send regions; replies from a chunk before
+  // that are copied). Chunks stay in place until the store is destroyed.
+  std::function<void(const void* addr, std::size_t bytes)> on_chunk;
 };
 
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }

@@ -16,6 +16,12 @@
 // returns them in the headers of its own frames, or in a credit-only frame when many are
 // owed. One RECV credit is kept back for credit-only frames so both sides cannot stall.
 //
+// Sending in place: bulk frames whose values lie in SendRegions (a PS's row chunks) are
+// not copied into send staging: the device gathers them where they are (the frame and
+// message headers and the keys from staging, then each value segment), each region
+// registered with a connection the first time that connection sends from it. Values
+// elsewhere, or in more segments than the queue pair gathers, are copied as before.
+//
 // Failures: a completion error or a malformed frame fails that connection (the client's
 // pending requests throw IoError naming the peer); the server logs, drops it, and keeps
 // serving every other connection. The job token is checked when the connection is made.
@@ -23,7 +29,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
+#include <shared_mutex>
 #include <string>
 
 #include "ember/transport/channel.h"
@@ -36,12 +45,36 @@ namespace ember::transport {
 // without libibverbs).
 std::string rdma_unavailable_reason();
 
+// Long-lived memory that sends may gather from in place. Whoever adds a region keeps it
+// allocated and in place while any connection given these regions lives (the device reads
+// it after a send returns, until its completion); what it holds while a reply from it is
+// in flight is what arrives. Thread-safe.
+class SendRegions {
+ public:
+  struct Region {
+    const std::uint8_t* addr = nullptr;
+    std::size_t bytes = 0;
+    std::uint32_t id = 0;  // registrations are cached by it, per connection
+  };
+  // Adds [addr, addr + bytes); ConfigError if it overlaps a region added before.
+  void add(const void* addr, std::size_t bytes);
+  // The region that holds all of [p, p + bytes), if one does.
+  std::optional<Region> find(const void* p, std::size_t bytes) const;
+  std::size_t size() const;
+
+ private:
+  mutable std::shared_mutex mu_;
+  std::map<std::uintptr_t, Region> by_start_;
+};
+
 struct RdmaOptions {
   std::uint32_t recv_depth = 32;          // RECVs posted per connection (the peer's credits)
   std::uint32_t inline_bytes = 4096;      // RECV buffer size: frames up to this go by SEND
   std::uint32_t slots = 4;                // bulk ring slots (also: client requests in flight)
   std::uint32_t slot_bytes = 4u << 20;    // largest frame; larger messages are refused
   std::chrono::milliseconds timeout{10000};
+  // Values in these regions are sent in place (see above); none: every send copies.
+  std::shared_ptr<const SendRegions> send_regions;
 };
 
 struct RdmaServerOptions {
@@ -64,6 +97,8 @@ class RdmaServer final : public Server {
   std::uint64_t connections_dropped() const override;
   std::uint64_t requests_served() const override;
   void drain(std::chrono::milliseconds grace) override;
+  // Reply bytes the device gathered from SendRegions instead of a copy.
+  std::uint64_t bytes_sent_in_place() const;
 
  private:
   struct Impl;

@@ -8,6 +8,7 @@
 // without an RDMA device.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -39,10 +40,16 @@ struct Sge {
   std::uint32_t lkey = 0;
 };
 
+// The most pieces one send gathers (an endpoint may take fewer: max_send_sges()).
+inline constexpr std::uint32_t kMaxSendSges = 16;
+
 struct SendRequest {
   std::uint64_t wr_id = 0;
   Opcode opcode = Opcode::kSend;
-  Sge sge;
+  // The bytes sent: sges[0, sge_count) read in order, each within memory registered on
+  // this endpoint under its lkey.
+  std::array<Sge, kMaxSendSges> sges{};
+  std::uint32_t sge_count = 1;
   std::uint64_t remote_addr = 0;  // kWriteWithImm
   std::uint32_t rkey = 0;         // kWriteWithImm
   std::uint32_t imm = 0;          // kWriteWithImm
@@ -71,6 +78,11 @@ class Endpoint {
 
   // Registers memory for local access and remote writes. Done once per pool.
   virtual MemoryRegion register_memory(void* addr, std::size_t bytes) = 0;
+  // Registers memory that sends only read (gathered in place): the peer can never write
+  // it, nor can a RECV land in it.
+  virtual MemoryRegion register_for_sends(const void* addr, std::size_t bytes) = 0;
+  // How many pieces one post_send may gather (1 to kMaxSendSges).
+  virtual std::uint32_t max_send_sges() const = 0;
   virtual void post_recv(const RecvRequest& r) = 0;
   virtual void post_send(const SendRequest& s) = 0;  // always signaled
   // Up to out.size() completions, without blocking.

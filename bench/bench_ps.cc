@@ -12,13 +12,16 @@
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <span>
 #include <thread>
 #include <unordered_set>
 
 #include "bench_common.h"
 #include "bench_ps.h"
 #include "ember/common/error.h"
+#include "ember/common/huge_pages.h"
 #include "ember/common/process.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
@@ -239,6 +242,17 @@ double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, co
   return static_cast<double>(total) / seconds;
 }
 
+// A row's update and nothing else: plain SGD on rows of `table` (dim floats each) at
+// `keys`, with gradients[i * dim]. No claim, no list, no state: what any PS that updates
+// a pushed row in memory pays at least.
+void plain_sgd(float* __restrict table, std::span<const Key> keys, const float* __restrict grads, std::uint32_t dim) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    float* __restrict w = table + keys[i] * dim;
+    const float* __restrict g = grads + i * dim;
+    for (std::uint32_t j = 0; j < dim; ++j) w[j] -= 0.01f * g[j];
+  }
+}
+
 }  // namespace
 
 int run_ps_bench(const PsBenchOptions& o, bool json) {
@@ -258,8 +272,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                        "thread(s), commits applied by the {}{}; {} connection(s) per client thread\n",
                        o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, o.apply_commits,
                        o.apply_commits == "applier" ? fmt::format(" ({} thread(s))", apply_threads) : "", o.connections));
-  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s", "ratio",
-                       "ratio range", "CPU ns/row PS|raw", "ceiling"));
+  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}{:>8}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s",
+                       "ratio", "ratio range", "CPU ns/row PS|raw", "ceiling", "ideal"));
   for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
@@ -281,6 +295,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     // The raw baseline's replies come from a table of the same size.
     std::vector<char> table(o.num_keys * dim * 4ull, 1);
     double store_push_cpu_ns = 0;  // the store's own CPU per row pushed and committed
+    double update_cpu_ns = 0, update_scattered_cpu_ns = 0;  // a row's update alone (plain_sgd)
     std::string store_line;
     nlohmann::ordered_json store_row;
     {
@@ -338,13 +353,29 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       store_push_cpu_ns = scattered ? scattered_cpu_ns : consecutive_cpu_ns;  // with the cases' keys
       const double pull_ns = ns_per_row(pull, false), pull_scattered_ns = ns_per_row(pull, true);
       const double copy_ns = ns_per_row([&] { std::memcpy(dst.data(), grads.data(), grads.size() * sizeof(float)); }, false);
+      {
+        // The update alone, on a table of the store's size (huge pages, as the store's).
+        const std::size_t bytes = o.num_keys * dim * sizeof(float);
+        std::unique_ptr<float, std::function<void(float*)>> plain(static_cast<float*>(huge_alloc(bytes)),
+                                                                   [bytes](float* p) { huge_free(p, bytes); });
+        std::fill_n(plain.get(), o.num_keys * dim, 1.0f);
+        auto update = [&] { plain_sgd(plain.get(), keys, grads.data(), dim); };
+        ns_per_row(update, false);
+        update_cpu_ns = cpu_ns;
+        ns_per_row(update, true);
+        update_scattered_cpu_ns = cpu_ns;
+      }
       store_line = fmt::format("store alone, dim {}: push + commit {:.1f} ns/row ({:.1f} of CPU; {:.1f} scattered, {:.1f} of CPU), pull {:.1f} "
-                               "ns/row ({:.1f} scattered), memcpy of a row {:.1f} ns\n",
-                               dim, push_ns, consecutive_cpu_ns, push_scattered_ns, scattered_cpu_ns, pull_ns, pull_scattered_ns, copy_ns);
+                               "ns/row ({:.1f} scattered), memcpy of a row {:.1f} ns; a row's update alone (plain SGD, a table of "
+                               "the same size) {:.1f} ns of CPU ({:.1f} scattered)\n",
+                               dim, push_ns, consecutive_cpu_ns, push_scattered_ns, scattered_cpu_ns, pull_ns, pull_scattered_ns, copy_ns,
+                               update_cpu_ns, update_scattered_cpu_ns);
       store_row = {{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns}, {"push_commit_cpu_ns_per_row", consecutive_cpu_ns},
                {"push_commit_scattered_ns_per_row", push_scattered_ns},
                    {"push_commit_scattered_cpu_ns_per_row", scattered_cpu_ns}, {"pull_ns_per_row", pull_ns},
-               {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns}, {"optimizer", o.optimizer}, {"apply_commits", o.apply_commits}};
+               {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns},
+                   {"update_alone_cpu_ns_per_row", update_cpu_ns}, {"update_alone_scattered_cpu_ns_per_row", update_scattered_cpu_ns},
+                   {"optimizer", o.optimizer}, {"apply_commits", o.apply_commits}};
     }
     for (const std::string& op : o.ops) {
       for (int threads : o.threads) {
@@ -416,12 +447,17 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         // bounds its ratio.
         const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, std::thread::hardware_concurrency());
         const double ceiling = op == "push" && cores_busy ? rcpu / (rcpu + store_push_cpu_ns) : 0;
-        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}{:>10}\n", op, dim, threads, rps, gb, raw_gb, ratio,
+        // The same with a row's update alone in place of the store's work: the best any PS
+        // that updates rows in memory could do on this host.
+        const double floor_ns = scattered ? update_scattered_cpu_ns : update_cpu_ns;
+        const double ideal = op == "push" && cores_busy ? rcpu / (rcpu + floor_ns) : 0;
+        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}{:>10}{:>8}\n", op, dim, threads, rps, gb, raw_gb, ratio,
                              fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu),
-                             ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-"));
+                             ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-", ideal > 0 ? fmt::format("{:.2f}", ideal) : "-"));
         out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
-                 {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()}, {"optimizer", o.optimizer},
+                 {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
+                 {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()}, {"optimizer", o.optimizer},
                  {"keys", o.keys}, {"apply_commits", o.apply_commits}, {"io_threads", o.io_threads},
                  {"apply_threads", apply_threads}, {"connections", o.connections}});
       }
@@ -448,7 +484,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   }
   out.text("target: >= 0.70 of raw throughput for rows of 256 B and up (dim >= 64)\n"
            "ceiling (pushes, a client thread per core or more): raw's CPU per row / (raw's + the store alone's CPU per row\n"
-           "pushed and committed): the best ratio a PS doing that work could reach on this host\n");
+           "pushed and committed): the best ratio a PS doing that work could reach on this host; ideal: the same with a row's\n"
+           "update alone (plain SGD, no bookkeeping) for the store's work: the best any PS updating rows in memory could reach\n");
   return 0;
 }
 

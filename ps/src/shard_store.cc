@@ -353,8 +353,9 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   for (; claimed < keys.size(); ++claimed) {
     const Key k = keys[claimed];
     if (k >= config_.num_keys || !owns(k) || trainers[claimed] != 1) break;
-    row_ptr(k);  // initialized, so that its state can say "aggregating"
     const std::uint64_t local = local_of(k);
+    if (claim(local)) continue;  // idle: initialized, and now aggregating
+    row_ptr(k);  // a row never touched is initialized first, so that its state can say "aggregating"
     if (!claim(local) && (wait_applied(local), !claim(local))) {
       // A row with one trainer has one contribution: if it is aggregating already, this
       // push repeats one.
@@ -373,10 +374,10 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
     tbb::spin_mutex::scoped_lock lock(st.mu);
     if (grads_owner) {
       const std::uint32_t dim = config_.dim;
-      for (std::size_t i = 0; i < keys.size(); ++i) st.ready.push_back({keys[i], iteration, grads + i * dim});
+      for (std::size_t i = 0; i < keys.size(); ++i) st.ready.push_back({local_of(keys[i]), iteration, grads + i * dim});
       st.ready_owners.push_back(std::move(grads_owner));
     } else {
-      for (Key k : keys) st.ready.push_back({k, iteration, nullptr});
+      for (Key k : keys) st.ready.push_back({local_of(k), iteration, nullptr});
       st.ready_grads.insert(st.ready_grads.end(), grads, grads + keys.size() * config_.dim);
     }
     return;
@@ -441,7 +442,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   done_rows.clear();
   done_grads.clear();
   auto complete = [&](Key k, std::uint64_t it, const float* g) {
-    done_rows.push_back({k, it, nullptr});
+    done_rows.push_back({local_of(k), it, nullptr});
     append(done_grads, g);
   };
   auto flush = [&] {
@@ -611,31 +612,30 @@ void ShardStore::apply_batch(const Batch& b) {
   // 230-282 ns of CPU per row, at 16 204-251); larger rows fill the core's line buffers
   // sooner, and for 1 KB rows 8 did as well as 16.
   const std::size_t ahead = rf * sizeof(float) <= 256 ? 16 : 8;
-  auto prefetch = [&](Key key) {
-    const std::uint64_t local = local_of(key);
+  auto prefetch = [&](std::uint64_t local) {
     const char* p = reinterpret_cast<const char*>(row_address(local));
     for (std::size_t o = 0; o < rf * sizeof(float); o += 64) __builtin_prefetch(p + o, 1);
-    __builtin_prefetch(&initialized_[local], 1);  // read by row_ptr, then set idle
+    __builtin_prefetch(&initialized_[local], 1);  // set idle once applied
   };
-  for (std::size_t j = 0; j < std::min(ahead, b.rows.size()); ++j) prefetch(b.rows[j].key);
+  for (std::size_t j = 0; j < std::min(ahead, b.rows.size()); ++j) prefetch(b.rows[j].local);
   std::uint64_t lr_iteration = ~std::uint64_t{0};
   float lr = 0;
   const float* copied = b.grads.data();  // the next copied gradient
   for (std::size_t j = 0; j < b.rows.size(); ++j) {
-    if (j + ahead < b.rows.size()) prefetch(b.rows[j + ahead].key);
+    if (j + ahead < b.rows.size()) prefetch(b.rows[j + ahead].local);
     const Ready& r = b.rows[j];
     if (r.iteration != lr_iteration) {
       lr_iteration = r.iteration;
       lr = config_.lr_at(r.iteration);
     }
-    float* row = row_ptr(r.key);
+    float* row = row_address(r.local);  // claimed, so initialized
     const float* grad = r.lent;
     if (grad == nullptr) {
       grad = copied;
       copied += dim;
     }
     apply(config_.optimizer, lr, dim, row, row + dim, grad);
-    initialized_[local_of(r.key)].store(kIdle, std::memory_order_release);
+    initialized_[r.local].store(kIdle, std::memory_order_release);
   }
 }
 

@@ -212,7 +212,7 @@ class ShardStore {
   // (a push's payload, held by the list's owners), or, if null, copied into the list's
   // grads (the next dim floats there: copies are kept in the rows' order).
   struct Ready {
-    Key key;
+    std::uint64_t local;  // the row's index in this shard (claimed rows are initialized)
     std::uint64_t iteration;
     const float* lent;
   };

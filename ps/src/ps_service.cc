@@ -123,17 +123,27 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     spdlog::warn("iteration {}: checkpoint skipped, {} rows await gradients from other workers", iteration, waiting);
     return;
   }
+  const auto it = static_cast<std::int64_t>(iteration);
+  std::filesystem::path file;
   try {
-    store_.save(checkpoint_file_, static_cast<std::int64_t>(iteration));
+    file = checkpoints_->file_for(it);
+    store_.save(file, it);
   } catch (const std::exception& e) {
-    // The commit stands and the last checkpoint is intact (files are replaced whole):
+    // The commit stands and the earlier checkpoints are intact (files are written whole):
     // training goes on, and the next checkpoint iteration tries again.
     ++checkpoint_failures_;
-    spdlog::error("iteration {}: checkpoint to {} failed: {}", iteration, checkpoint_file_.string(), e.what());
+    spdlog::error("iteration {}: checkpoint into {} failed: {}", iteration, checkpoints_->root().string(), e.what());
     return;
   }
   ++checkpoints_written_;
-  spdlog::info("iteration {}: checkpoint written to {}", iteration, checkpoint_file_.string());
+  bool whole = false;
+  try {
+    whole = checkpoints_->finish(it);
+  } catch (const std::exception& e) {  // the file is written; the manifest or pruning is not
+    spdlog::warn("iteration {}: checkpoint written to {}, but: {}", iteration, file.string(), e.what());
+    return;
+  }
+  spdlog::info("iteration {}: checkpoint written to {}{}", iteration, file.string(), whole ? " (every shard's file is in: manifest written)" : "");
 }
 
 }  // namespace ember::ps

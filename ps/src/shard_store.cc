@@ -745,7 +745,7 @@ std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem:
     if (h.shards != first.shards || h.iteration != first.iteration) {
       throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +
                       ") and " + files[0].string() + " (" + std::to_string(first.shards) + " shards, iteration " +
-                      std::to_string(first.iteration) + ") are not one checkpoint (keep one checkpoint per directory; each shard's previous file is kept as .ckpt.prev)");
+                      std::to_string(first.iteration) + ") are not one checkpoint (restore one checkpoint's directory, or the --checkpoint-dir above them)");
     }
     if (h.shard >= h.shards) throw DataError(files[i].string() + ": shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards));
     auto [at, fresh] = by_shard.emplace(h.shard, files[i]);

@@ -15,6 +15,7 @@
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/common/process.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
 #include "ember/transport/control.h"
@@ -50,10 +51,6 @@ std::uint64_t available_memory() {
   return 0;
 }
 
-std::string checkpoint_name(std::uint32_t shard, std::uint32_t shards) {
-  return "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".ckpt";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,6 +68,7 @@ int main(int argc, char** argv) {
   std::string allocate = "lazy";
   bool checkpoint_on_exit = false;
   std::uint64_t checkpoint_every = 0;
+  std::size_t keep_checkpoints = 3;
   std::string coordinator, coordinator_file;
   std::uint32_t workers = 0;
   int heartbeat_timeout_ms = 10000;
@@ -105,11 +103,15 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"tcp", "rdma"}));
   app.add_option("--rdma-slot-mib", rdma_slot_mib, "RDMA: largest request in MiB (a slot of the receive ring)")->capture_default_str();
-  app.add_option("--restore", restore_dir, "load every *.ckpt of this directory (written by any number of shards)");
+  app.add_option("--restore", restore_dir,
+                 "resume from a checkpoint (written by any number of shards): its directory, or a --checkpoint-dir (then its newest whole "
+                 "checkpoint)");
   app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
   app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
   app.add_option("--drain-ms", drain_ms, "on SIGTERM/SIGINT: how long requests in flight may take to finish")->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
+  app.add_option("--keep-checkpoints", keep_checkpoints, "keep the newest N whole checkpoints (and newer ones), remove older ones (0: keep all)")
+      ->capture_default_str();
   app.add_option("--stats-interval", stats_interval, "seconds between stats lines (0: none)")->capture_default_str();
   app.add_option("--stats-file", stats_file, "JSON stats, rewritten atomically at every stats line");
   app.add_option("--coordinator", coordinator,
@@ -171,21 +173,18 @@ int main(int argc, char** argv) {
     spdlog::info("commits applied by the {} ({} I/O thread(s), {} applier thread(s))", apply_commits, io_threads, sc.apply_threads);
     if (checkpoint_every > 0) {
       fs::create_directories(checkpoint_dir);
-      service.checkpoint_every(checkpoint_every, fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards));
+      service.checkpoint_every(checkpoint_every, ps::CheckpointDir(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints));
     }
     const std::uint32_t rf = service.store().row_floats();
     spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
                  optimizer, rf - sc.dim, rf * 4);
     if (!restore_dir.empty()) {
-      std::vector<fs::path> files;
-      for (const auto& e : fs::directory_iterator(restore_dir)) {
-        if (e.path().extension() == ".ckpt") files.push_back(e.path());
-      }
-      std::sort(files.begin(), files.end());
-      if (files.empty()) throw DataError("--restore " + restore_dir + ": no *.ckpt files");
-      const std::int64_t iteration = service.store().load(files);
-      spdlog::info("restored {} rows from {} checkpoint file(s) in {}, iteration {}", service.store().initialized_rows(), files.size(),
-                   restore_dir, iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
+      const ps::RestorePlan plan = ps::plan_restore(restore_dir);
+      for (const std::string& why : plan.skipped) spdlog::warn("--restore: passing over {}", why);
+      const std::int64_t iteration = service.store().load(plan.files);
+      spdlog::info("restored {} rows from {} checkpoint file(s) in {}{}, iteration {}", service.store().initialized_rows(), plan.files.size(),
+                   plan.dir.string(), plan.manifest ? " (listed by its manifest)" : "",
+                   iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
     }
     auto handler = [&service](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { service.handle(r, o, s); };
     std::unique_ptr<transport::Server> server_ptr;
@@ -296,15 +295,17 @@ int main(int argc, char** argv) {
     spdlog::info("drained: {} requests served, {} peers dropped", server.requests_served(), server.connections_dropped());
     if (checkpoint_on_exit) {
       std::lock_guard<std::mutex> lock(service.commit_mutex());
-      fs::create_directories(checkpoint_dir);
-      fs::path file = fs::path(checkpoint_dir) / checkpoint_name(sc.shard, sc.shards);
       // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
       // yet: the checkpoint holds the rows as of that commit, and says which it is.
       const std::int64_t iteration = service.committed_iteration();
+      const ps::CheckpointDir checkpoints(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints);
+      const fs::path file = checkpoints.file_for(iteration);
       if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
         spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
       }
-      spdlog::info("checkpoint written: {} ({} rows, iteration {})", file.string(), service.store().initialized_rows(), iteration);
+      const bool whole = checkpoints.finish(iteration);
+      spdlog::info("checkpoint written: {} ({} rows, iteration {}){}", file.string(), service.store().initialized_rows(), iteration,
+                   whole ? "; every shard's file is in: manifest written" : "");
     }
     if (member) member->leave();
     if (coord) coord->wait_ps_left(std::chrono::milliseconds(3000));  // let the others hear the shutdown first

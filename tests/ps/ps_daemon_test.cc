@@ -130,8 +130,13 @@ TEST_P(PsDaemon, BspRoundsMatchOneProcessAndCheckpointsReshard) {
     EXPECT_EQ(d0.stop(), 0);
     EXPECT_EQ(d1.stop(), 0);
   }
-  ASSERT_TRUE(fs::exists(ckpt / "shard-0-of-2.ckpt"));
-  // Three shards restored from the two shards' checkpoint: the same rows and state.
+  // Both shards' exit checkpoints of the last commit (19) in one directory; the second
+  // shard to finish found both files and wrote the manifest.
+  ASSERT_TRUE(fs::exists(ckpt / "iter-000000019" / "shard-0-of-2.ckpt"));
+  ASSERT_TRUE(fs::exists(ckpt / "iter-000000019" / "shard-1-of-2.ckpt"));
+  ASSERT_TRUE(fs::exists(ckpt / "iter-000000019" / "manifest.json"));
+  // Three shards restored from the two shards' checkpoint (the newest whole one under
+  // the root): the same rows and state.
   Daemon r0(dir_, 0, 3, opt, "--restore " + ckpt.string());
   Daemon r1(dir_, 1, 3, opt, "--restore " + ckpt.string());
   Daemon r2(dir_, 2, 3, opt, "--restore " + ckpt.string());

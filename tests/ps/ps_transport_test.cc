@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ember/common/error.h"
+#include "ember/common/fs.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
 #include "ember/transport/rdma.h"
@@ -16,6 +17,8 @@
 
 namespace ember::ps {
 namespace {
+
+namespace fs = std::filesystem;
 
 const std::string kToken = "ps-token";
 constexpr std::uint32_t kDim = 8;
@@ -320,7 +323,7 @@ TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   constexpr std::uint64_t kIterations = 6, kEvery = 2;
   PsService svc(config(0, 1));
   ShardStore reference(config(0, 1));
-  svc.checkpoint_every(kEvery, dir_ / "shard.ckpt");
+  svc.checkpoint_every(kEvery, CheckpointDir(dir_ / "ckpt", 0, 1, 2));  // keeps the newest 2
   transport::TcpServerOptions o;
   o.token = kToken;
   transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
@@ -364,8 +367,14 @@ TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   EXPECT_EQ(svc.checkpoints_written(), kIterations / kEvery);
   EXPECT_EQ(svc.checkpoint_failures(), 0u);
   EXPECT_EQ(svc.last_checkpoint_iteration(), static_cast<std::int64_t>(kIterations - 1));
+  // Iterations 1, 3 and 5 were checkpointed, each whole (one shard): 1 was pruned.
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "iter-000000001"));
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt" / "iter-000000003" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "ckpt" / "iter-000000005" / "manifest.json"));
+  const RestorePlan plan = plan_restore(dir_ / "ckpt");
+  EXPECT_EQ(plan.dir, dir_ / "ckpt" / "iter-000000005");
   ShardStore restored(config(0, 1));
-  restored.load({dir_ / "shard.ckpt"});
+  EXPECT_EQ(restored.load(plan.files), 5);
   std::vector<float> got(trained.size() * kDim);
   restored.pull(trained, got.data());
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], at_last_checkpoint[i], 1e-6) << "key " << trained[i / kDim];
@@ -373,7 +382,8 @@ TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   // A checkpoint that cannot be written (its directory is gone): the commit is
   // acknowledged, the worker stays connected, the failure is counted.
   PsService broken(config(0, 1));
-  broken.checkpoint_every(1, dir_ / "gone" / "shard.ckpt");
+  write_file_atomic(dir_ / "not-a-directory", "x");
+  broken.checkpoint_every(1, CheckpointDir(dir_ / "not-a-directory", 0, 1, 2));
   transport::TcpServer server2(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { broken.handle(r, out, x); });
   PsClient c({{"127.0.0.1", server2.port()}}, kToken, kDim, 0);
   std::vector<Key> keys = {1, 2, 3};

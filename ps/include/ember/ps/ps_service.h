@@ -23,9 +23,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
 #include "ember/transport/channel.h"
 
@@ -48,10 +50,11 @@ class PsService {
 
   void apply_commits_on(CommitApply where) { commit_apply_ = where; }
 
-  // Checkpoint to `file` after committing every iteration i with (i + 1) % every == 0.
-  void checkpoint_every(std::uint64_t every, std::filesystem::path file) {
+  // Checkpoint into `dir` (a directory per checkpoint, a manifest once whole, older ones
+  // pruned: checkpoints.h) after committing every iteration i with (i + 1) % every == 0.
+  void checkpoint_every(std::uint64_t every, CheckpointDir dir) {
     checkpoint_every_ = every;
-    checkpoint_file_ = std::move(file);
+    checkpoints_.emplace(std::move(dir));
   }
 
   // A transport::RequestHandler.
@@ -86,7 +89,7 @@ class PsService {
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   CommitApply commit_apply_ = CommitApply::kHandler;
   std::uint64_t checkpoint_every_ = 0;
-  std::filesystem::path checkpoint_file_;
+  std::optional<CheckpointDir> checkpoints_;
 };
 
 }  // namespace ember::ps

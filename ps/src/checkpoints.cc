@@ -1,0 +1,178 @@
+#include "ember/ps/checkpoints.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <utility>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/ps/shard_store.h"
+
+namespace ember::ps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr int kManifestFormat = 1;
+
+// The iteration an iter-* directory's name gives (-1: iter-initial); none for other names.
+std::optional<std::int64_t> iteration_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name == "iter-initial") return -1;
+  if (name.size() <= 5 || name.size() > 23 || name.rfind("iter-", 0) != 0) return std::nullopt;
+  std::int64_t v = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// The checkpoint directories under `root`, newest first (none if it cannot be read).
+std::vector<std::pair<std::int64_t, fs::path>> checkpoints_under(const fs::path& root) {
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    if (const auto iteration = iteration_of(it->path())) out.emplace_back(*iteration, it->path());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+std::vector<fs::path> ckpt_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".ckpt") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The files `dir`'s manifest lists, each there with the size it lists; DataError naming
+// the file otherwise.
+std::vector<fs::path> files_of_manifest(const fs::path& dir) {
+  const fs::path path = dir / kManifest;
+  std::vector<fs::path> files;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(path));
+    if (j.at("format").get<int>() != kManifestFormat) throw DataError(path.string() + ": manifest format " + j.at("format").dump());
+    for (const auto& f : j.at("files")) {
+      const std::string name = f.at("name").get<std::string>();
+      const std::uint64_t bytes = f.at("bytes").get<std::uint64_t>();
+      if (name.empty() || name.find('/') != std::string::npos) throw DataError(path.string() + ": file name '" + name + "'");
+      const fs::path file = dir / name;
+      std::error_code ec;
+      const std::uint64_t size = fs::file_size(file, ec);
+      if (ec) throw DataError(path.string() + " lists " + name + ", which cannot be read (" + ec.message() + ")");
+      if (size != bytes) {
+        throw DataError(file.string() + ": " + std::to_string(size) + " bytes, its manifest says " + std::to_string(bytes) +
+                        " (truncated or replaced)");
+      }
+      files.push_back(file);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(path.string() + ": " + e.what());
+  }
+  if (files.empty()) throw DataError(path.string() + ": lists no files");
+  return files;
+}
+
+}  // namespace
+
+std::string checkpoint_file_name(std::uint32_t shard, std::uint32_t shards) {
+  return "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".ckpt";
+}
+
+fs::path checkpoint_dir(const fs::path& root, std::int64_t iteration) {
+  if (iteration < 0) return root / "iter-initial";
+  char name[32];
+  std::snprintf(name, sizeof name, "iter-%09lld", static_cast<long long>(iteration));  // sorts by name up to 10^9
+  return root / name;
+}
+
+CheckpointDir::CheckpointDir(fs::path root, std::uint32_t shard, std::uint32_t shards, std::size_t keep)
+    : root_(std::move(root)), shard_(shard), shards_(shards), keep_(keep) {}
+
+fs::path CheckpointDir::file_for(std::int64_t iteration) const {
+  const fs::path dir = checkpoint_dir(root_, iteration);
+  fs::create_directories(dir);
+  return dir / checkpoint_file_name(shard_, shards_);
+}
+
+bool write_manifest_if_whole(const fs::path& dir) {
+  const std::vector<fs::path> files = ckpt_files(dir);
+  std::int64_t iteration = 0;
+  try {
+    iteration = ShardStore::check_checkpoint_set(files);
+  } catch (const DataError&) {
+    return false;  // a shard's file is not there yet (or files of another checkpoint are)
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& f : files) list.push_back({{"name", f.filename().string()}, {"bytes", fs::file_size(f)}});
+  const nlohmann::json j = {{"format", kManifestFormat}, {"iteration", iteration}, {"shards", files.size()}, {"files", list}};
+  write_file_atomic(dir / kManifest, j.dump(1) + "\n");
+  return true;
+}
+
+bool CheckpointDir::finish(std::int64_t iteration) const {
+  const bool whole = write_manifest_if_whole(checkpoint_dir(root_, iteration));
+  if (keep_ == 0) return whole;
+  const std::string mine = checkpoint_file_name(shard_, shards_);
+  std::size_t newer_whole = 0;
+  for (const auto& [it, dir] : checkpoints_under(root_)) {
+    if (newer_whole < keep_) {
+      newer_whole += fs::exists(dir / kManifest);
+      continue;
+    }
+    // Older than the newest `keep` whole checkpoints: this shard's part goes (the
+    // manifest first), and the directory with the last shard's.
+    std::error_code ec;
+    fs::remove(dir / kManifest, ec);
+    for (fs::directory_iterator e(dir, ec), end; !ec && e != end; e.increment(ec)) {
+      const std::string name = e->path().filename().string();
+      if (name.rfind(mine, 0) == 0) fs::remove(e->path(), ec);  // the file, its .prev, a temp file a crash left
+    }
+    fs::remove(dir, ec);  // only once empty
+  }
+  return whole;
+}
+
+RestorePlan plan_restore(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw DataError("--restore " + dir.string() + ": not a directory");
+  RestorePlan plan;
+  plan.dir = dir;
+  // One checkpoint: its manifest's files, or its *.ckpt files.
+  if (fs::exists(dir / kManifest)) {
+    plan.files = files_of_manifest(dir);
+    plan.manifest = true;
+    return plan;
+  }
+  plan.files = ckpt_files(dir);
+  if (!plan.files.empty()) return plan;
+  // A root of checkpoints: the newest whole one.
+  for (const auto& [iteration, sub] : checkpoints_under(dir)) {
+    try {
+      plan.manifest = fs::exists(sub / kManifest);
+      plan.files = plan.manifest ? files_of_manifest(sub) : ckpt_files(sub);
+      if (!plan.manifest) ShardStore::check_checkpoint_set(plan.files);
+      plan.dir = sub;
+      return plan;
+    } catch (const DataError& e) {
+      plan.skipped.push_back(sub.string() + ": " + e.what());
+    }
+  }
+  std::string why = " (no manifest.json, *.ckpt files or iter-* checkpoint directories)";
+  if (!plan.skipped.empty()) {
+    why = ": ";
+    for (std::size_t i = 0; i < plan.skipped.size(); ++i) why += (i ? "; " : "") + plan.skipped[i];
+  }
+  throw DataError("--restore " + dir.string() + ": no whole checkpoint" + why);
+}
+
+}  // namespace ember::ps

@@ -43,10 +43,11 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"consecutive", "scattered"}));
   app.add_option("--apply-commits", o.apply_commits,
-                 "where the shard applies a commit: handler (each row on the thread that received it, after its next ack) or applier "
-                 "(--apply-threads threads of their own)")
+                 "where the shard applies a commit: handler (each row on the thread that received it, after its next ack), applier "
+                 "(--apply-threads threads of their own), or auto (as ember-ps: the applier for rows of 1 KB and up when the shard's threads "
+                 "take at most half the cores)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"handler", "applier"}));
+      ->check(CLI::IsMember({"auto", "handler", "applier"}));
   app.add_option("--io-threads", o.io_threads, "the shard's TCP I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--apply-threads", o.apply_threads, "the shard's applier threads (0: as many as --io-threads)")
       ->capture_default_str()
@@ -269,9 +270,9 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   Output out{json};
   const std::uint32_t apply_threads = o.apply_threads > 0 ? o.apply_threads : static_cast<std::uint32_t>(o.io_threads);
   out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
-                       "thread(s), commits applied by the {}{}; {} connection(s) per client thread\n",
-                       o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, o.apply_commits,
-                       o.apply_commits == "applier" ? fmt::format(" ({} thread(s))", apply_threads) : "", o.connections));
+                       "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread\n",
+                       o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, apply_threads, o.apply_commits,
+                       o.connections));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}{:>8}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s",
                        "ratio", "ratio range", "CPU ns/row PS|raw", "ceiling", "ideal"));
   for (std::uint32_t dim : o.dims) {
@@ -281,7 +282,13 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     sc.optimizer.kind = optimizer;
     sc.apply_threads = apply_threads;
     ps::PsService service(sc);
-    service.apply_commits_on(ps::parse_commit_apply(o.apply_commits));
+    const ps::CommitApplyChoice choice = ps::choose_commit_apply(o.apply_commits, service.store().row_floats() * 4,
+                                                                 static_cast<std::uint32_t>(o.io_threads), apply_threads,
+                                                                 std::thread::hardware_concurrency());
+    const bool applier = choice.where == ps::CommitApply::kApplier;
+    const std::string applied_by = applier ? "applier" : "handler";
+    service.apply_commits_on(choice.where);
+    if (o.apply_commits == "auto") out.text(fmt::format("dim {}: commits applied by the {} ({})\n", dim, applied_by, choice.why));
     transport::TcpServerOptions to;
     to.token = kToken;
     to.io_threads = o.io_threads;
@@ -337,7 +344,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       const std::shared_ptr<const void> lent(std::shared_ptr<const void>{}, grads.data());
       auto push = [&] {
         store.push_grad(it, keys, trainers, grads.data(), lent);
-        if (o.apply_commits == "applier") {
+        if (applier) {
           store.commit();  // handed to the applier, waited for
         } else {
           store.commit_deferred();  // as the PS applies a commit: on the thread that received the rows
@@ -375,7 +382,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                    {"push_commit_scattered_cpu_ns_per_row", scattered_cpu_ns}, {"pull_ns_per_row", pull_ns},
                {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns},
                    {"update_alone_cpu_ns_per_row", update_cpu_ns}, {"update_alone_scattered_cpu_ns_per_row", update_scattered_cpu_ns},
-                   {"optimizer", o.optimizer}, {"apply_commits", o.apply_commits}};
+                   {"optimizer", o.optimizer}, {"apply_commits", applied_by}};
     }
     for (const std::string& op : o.ops) {
       for (int threads : o.threads) {
@@ -458,7 +465,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
                  {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
                  {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()}, {"optimizer", o.optimizer},
-                 {"keys", o.keys}, {"apply_commits", o.apply_commits}, {"io_threads", o.io_threads},
+                 {"keys", o.keys}, {"apply_commits", applied_by}, {"apply_commits_asked", o.apply_commits}, {"io_threads", o.io_threads},
                  {"apply_threads", apply_threads}, {"connections", o.connections}});
       }
     }

@@ -20,7 +20,7 @@ struct PsBenchOptions {
   std::uint32_t socket_buffer_kib = 0;  // TCP buffers of the PS path (0: kernel autotuning)
   std::string optimizer = "sgd";        // the shard's sparse optimizer (what a push's apply costs)
   std::string keys = "consecutive";     // a request's keys: consecutive, or scattered (distinct random keys, as a worker's)
-  std::string apply_commits = "handler";  // where the shard applies a commit: handler or applier
+  std::string apply_commits = "auto";  // where the shard applies a commit: auto, handler or applier (ps_service.h)
   int io_threads = 4;                  // the shard's TCP I/O threads
   std::uint32_t apply_threads = 0;     // the shard's applier threads (0: as many as io_threads)
 };

@@ -11,10 +11,16 @@ namespace ember::ps {
 
 using transport::MessageType;
 
-CommitApply parse_commit_apply(const std::string& name) {
-  if (name == "handler") return CommitApply::kHandler;
-  if (name == "applier") return CommitApply::kApplier;
-  throw ConfigError("where commits are applied: '" + name + "' (handler, applier)");
+CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t row_bytes, std::uint32_t io_threads,
+                                      std::uint32_t apply_threads, unsigned cores) {
+  if (asked == "handler") return {CommitApply::kHandler, "asked"};
+  if (asked == "applier") return {CommitApply::kApplier, "asked"};
+  if (asked != "auto") throw ConfigError("where commits are applied: '" + asked + "' (auto, handler, applier)");
+  const std::uint64_t threads = std::uint64_t{io_threads} + apply_threads;
+  const bool big = row_bytes >= 1024, spare = cores > 0 && 2 * threads <= cores;
+  const std::string why = "auto: rows of " + std::to_string(row_bytes) + " B, " + std::to_string(threads) + " I/O and applier threads on " +
+                          std::to_string(cores) + " cores";
+  return {big && spare ? CommitApply::kApplier : CommitApply::kHandler, why};
 }
 
 void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   std::string optimizer = "sgd", listen = "127.0.0.1:0", token, token_file, port_file, dataset, restore_dir, checkpoint_dir,
               log_level = "info", stats_file;
   int io_threads = 2;
-  std::string apply_commits = "handler";
+  std::string apply_commits = "auto";
   std::uint32_t apply_threads = 0;
   std::string transport_kind = "tcp";
   std::uint32_t rdma_slot_mib = 4, socket_buffer_kib = 0;
@@ -90,9 +90,10 @@ int main(int argc, char** argv) {
   app.add_option("--io-threads", io_threads, "I/O threads (TCP)")->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--apply-commits", apply_commits,
                  "where a commit's optimizer pass runs: 'handler' (each row on the handler thread that received its gradient, after "
-                 "that thread's next ack) or 'applier' (threads of their own, leaving the handlers to their connections)")
+                 "that thread's next ack), 'applier' (threads of their own, leaving the handlers to their connections), or 'auto' (the "
+                 "applier for rows of 1 KB and up, value and state, when the I/O and applier threads take at most half the cores)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"handler", "applier"}));
+      ->check(CLI::IsMember({"auto", "handler", "applier"}));
   app.add_option("--apply-threads", apply_threads, "applier threads (--apply-commits applier, and checkpoint commits; 0: as many as --io-threads)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 256u));
@@ -169,8 +170,12 @@ int main(int argc, char** argv) {
       sc.on_chunk = [send_regions](const void* p, std::size_t bytes) { send_regions->add(p, bytes); };
     }
     ps::PsService service(sc);
-    service.apply_commits_on(ps::parse_commit_apply(apply_commits));
-    spdlog::info("commits applied by the {} ({} I/O thread(s), {} applier thread(s))", apply_commits, io_threads, sc.apply_threads);
+    const ps::CommitApplyChoice apply = ps::choose_commit_apply(
+        apply_commits, (sc.dim + ps::state_floats(sc.optimizer.kind, sc.dim)) * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads,
+        std::thread::hardware_concurrency());
+    service.apply_commits_on(apply.where);
+    spdlog::info("commits applied by the {} ({}; {} I/O thread(s), {} applier thread(s))",
+                 apply.where == ps::CommitApply::kApplier ? "applier" : "handler", apply.why, io_threads, sc.apply_threads);
     if (checkpoint_every > 0) {
       fs::create_directories(checkpoint_dir);
       service.checkpoint_every(checkpoint_every, ps::CheckpointDir(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints));

@@ -158,6 +158,21 @@ TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
 
 INSTANTIATE_TEST_SUITE_P(Shards, PsTransports, ::testing::Values(1u, 2u, 3u));
 
+// --apply-commits auto: the applier for rows of 1 KB and up (value and state) when the
+// shard's I/O and applier threads take at most half the cores; the handler otherwise.
+TEST(CommitApplyChoice, AutoTakesTheApplierForLargeRowsWithSpareCores) {
+  EXPECT_EQ(choose_commit_apply("auto", 1024, 4, 4, 16).where, CommitApply::kApplier);
+  EXPECT_EQ(choose_commit_apply("auto", 512, 4, 4, 16).where, CommitApply::kHandler);  // 256 B of value, 256 of state
+  EXPECT_EQ(choose_commit_apply("auto", 1024, 4, 4, 15).where, CommitApply::kHandler);
+  EXPECT_EQ(choose_commit_apply("auto", 4096, 4, 4, 2).where, CommitApply::kHandler);   // a 2-core host
+  EXPECT_EQ(choose_commit_apply("auto", 4096, 4, 4, 0).where, CommitApply::kHandler);   // cores unknown
+  EXPECT_EQ(choose_commit_apply("handler", 4096, 1, 1, 64).where, CommitApply::kHandler);
+  EXPECT_EQ(choose_commit_apply("applier", 64, 4, 4, 2).where, CommitApply::kApplier);
+  const CommitApplyChoice c = choose_commit_apply("auto", 1024, 4, 4, 16);
+  EXPECT_EQ(c.why, "auto: rows of 1024 B, 8 I/O and applier threads on 16 cores");
+  EXPECT_THROW(choose_commit_apply("fast", 1024, 4, 4, 16), ConfigError);
+}
+
 // A pull whose connection breaks is sent again on a new one (pulls change nothing);
 // a push whose connection breaks fails (it may have been applied).
 TEST(PsClientRetry, PullsRetryOnceOnANewConnectionPushesDoNot) {

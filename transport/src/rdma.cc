@@ -521,7 +521,8 @@ void SendRegions::add(const void* addr, std::size_t bytes) {
   auto next = by_start_.lower_bound(start);
   const bool overlaps_next = next != by_start_.end() && next->first < start + bytes;
   const bool overlaps_prev = next != by_start_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > start;
-  if (bytes == 0 || overlaps_next || overlaps_prev) throw ConfigError("send region of " + std::to_string(bytes) + " bytes overlaps one added before");
+  if (bytes == 0) throw ConfigError("a send region of 0 bytes");
+  if (overlaps_next || overlaps_prev) throw ConfigError("a send region of " + std::to_string(bytes) + " bytes overlaps one added before");
   by_start_[start] = {static_cast<const std::uint8_t*>(addr), bytes, static_cast<std::uint32_t>(by_start_.size())};
 }
 

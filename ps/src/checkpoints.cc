@@ -130,9 +130,15 @@ bool CheckpointDir::finish(std::int64_t iteration) const {
       newer_whole += fs::exists(dir / kManifest);
       continue;
     }
-    // Older than the newest `keep` whole checkpoints: this shard's part goes (the
-    // manifest first), and the directory with the last shard's.
+    // Older than the newest `keep` whole checkpoints. The shard that just completed one
+    // removes them whole: every shard has written a newer checkpoint, and shards write
+    // theirs in increasing iterations. Another removes its own part (the manifest first),
+    // and the directory goes with the last shard's.
     std::error_code ec;
+    if (whole) {
+      fs::remove_all(dir, ec);
+      continue;
+    }
     fs::remove(dir / kManifest, ec);
     for (fs::directory_iterator e(dir, ec), end; !ec && e != end; e.increment(ec)) {
       const std::string name = e->path().filename().string();

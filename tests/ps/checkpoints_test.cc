@@ -81,18 +81,13 @@ TEST_F(CheckpointDirs, PruningKeepsTheNewestWholeCheckpointsAndAnyNewer) {
     checkpoint(0, it);
     checkpoint(1, it);
   }
-  // Keep 2: once 5 was whole, shard 1 (which completed it) removed iteration 1's
-  // manifest and its own file; shard 0's goes at its next checkpoint.
-  EXPECT_FALSE(fs::exists(at(1) / "manifest.json"));
-  EXPECT_FALSE(fs::exists(at(1) / "shard-1-of-2.ckpt"));
-  EXPECT_TRUE(fs::exists(at(1) / "shard-0-of-2.ckpt"));
+  // Keep 2: shard 1 completed 5 and removed iteration 1 whole.
+  EXPECT_FALSE(fs::exists(at(1)));
   EXPECT_TRUE(fs::exists(at(3) / "manifest.json"));
   EXPECT_TRUE(fs::exists(at(5) / "manifest.json"));
-  // Shard 0 checkpoints 7 and 9 while shard 1 is gone: iteration 1 goes with shard 0's
-  // file, but 7 and 9 are not whole, so the two whole ones stay (a restore still has
-  // them), and 7 and 9 stay too.
+  // Shard 0 checkpoints 7 and 9 while shard 1 is gone: neither is whole, so the two
+  // whole ones stay (a restore still has them), and 7 and 9 stay too.
   checkpoint(0, 7);
-  EXPECT_FALSE(fs::exists(at(1)));
   checkpoint(0, 9);
   for (std::int64_t it : {3, 5, 7, 9}) EXPECT_TRUE(fs::exists(at(it))) << it;
   // The root's newest whole checkpoint is 5; 9 and 7 are passed over, saying why.
@@ -101,14 +96,20 @@ TEST_F(CheckpointDirs, PruningKeepsTheNewestWholeCheckpointsAndAnyNewer) {
   ASSERT_EQ(plan.skipped.size(), 2u);
   EXPECT_NE(plan.skipped[0].find("iter-000000009"), std::string::npos) << plan.skipped[0];
   EXPECT_NE(plan.skipped[0].find("shard 1"), std::string::npos) << plan.skipped[0];
-  // Shard 1 catches up at 9: whole; then 3 is older than the newest 2 whole ones (9, 5)
-  // and goes once both shards have pruned (each removes its own file).
+  // Shard 1 catches up at 9 and completes it: 3 is now older than the newest 2 whole
+  // ones (9, 5) and goes whole; 7, newer than 5, stays.
   EXPECT_TRUE(checkpoint(1, 9));
-  EXPECT_TRUE(fs::exists(at(3)));  // shard 0's file of 3 is still there
-  EXPECT_FALSE(fs::exists(at(3) / "manifest.json"));  // but it is no longer whole
-  checkpoint(0, 11);
   EXPECT_FALSE(fs::exists(at(3)));
+  EXPECT_TRUE(fs::exists(at(7)));
   EXPECT_EQ(plan_restore(root()).dir, at(9));
+  // A shard that completes nothing removes only its own part of older checkpoints:
+  // shard 0 alone at 11 (keep 1: 9 is the newest whole one, so 5 and 7 are older).
+  checkpoint(0, 11, 1);
+  EXPECT_FALSE(fs::exists(at(5) / "manifest.json"));
+  EXPECT_FALSE(fs::exists(at(5) / "shard-0-of-2.ckpt"));
+  EXPECT_TRUE(fs::exists(at(5) / "shard-1-of-2.ckpt"));
+  EXPECT_FALSE(fs::exists(at(7)));  // shard 0's file was its only one
+  EXPECT_TRUE(fs::exists(at(9) / "manifest.json"));
 }
 
 TEST_F(CheckpointDirs, ATruncatedFileIsPassedOverFromTheRootAndRefusedByName) {

@@ -33,10 +33,10 @@ class CheckpointDir {
   // its directory.
   std::filesystem::path file_for(std::int64_t iteration) const;
   // Once this shard's file of `iteration` is written: the manifest, if every shard's file
-  // is there now (returns whether the checkpoint is whole), then pruning: this shard's
-  // files of checkpoints older than the newest `keep` whole ones are removed (their
-  // manifests first, so that none looks whole once a file is gone), and their
-  // directories once empty.
+  // is there now (returns whether the checkpoint is whole), then pruning of checkpoints
+  // older than the newest `keep` whole ones: the shard that completed one removes them
+  // whole; another removes its own files of them (their manifests first, so that none
+  // looks whole once a file is gone), and their directories once empty.
   bool finish(std::int64_t iteration) const;
 
  private:

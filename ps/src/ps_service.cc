@@ -75,7 +75,7 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       thread_local std::vector<std::uint32_t> trainers;  // reused: no allocation per request
       trainers.resize(n);
       for (std::uint32_t i = 0; i < n; ++i) {
-        if (req.keys[n + i] > 64) throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
+        if (req.keys[n + i] > ShardStore::kMaxTrainers) throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
         trainers[i] = static_cast<std::uint32_t>(req.keys[n + i]);
       }
       // The gradients stay in the request's payload where the transport lends it (TCP).

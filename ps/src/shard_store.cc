@@ -62,12 +62,54 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
 
 }  // namespace
 
+namespace {
+
+// Blocks of dim floats an aggregation of `trainers` contributions holds while it waits:
+// two contributions are summed as they come (a + b and b + a round alike); three or
+// more are kept apart and summed once all are in, in an order their bits fix
+// (sum_in_canonical_order), so that a row's update never depends on which push came
+// first. That holds one block per contribution until the last arrives.
+std::uint32_t blocks_for(std::uint32_t trainers) { return trainers <= 2 ? 1 : trainers; }
+
+// Sums the n contributions of dim floats at c, c + dim, ... into c[0, dim), in the order
+// of their bytes: the same contributions give the same bits whatever order they came in.
+void sum_in_canonical_order(float* c, std::uint32_t n, std::uint32_t dim) {
+  std::array<std::uint32_t, ShardStore::kMaxTrainers> order;
+  for (std::uint32_t i = 0; i < n; ++i) order[i] = i;
+  const std::size_t bytes = dim * sizeof(float);
+  std::sort(order.begin(), order.begin() + n, [&](std::uint32_t a, std::uint32_t b) {
+    return std::memcmp(c + std::size_t{a} * dim, c + std::size_t{b} * dim, bytes) < 0;
+  });
+  thread_local std::vector<float> sum;
+  sum.assign(c + std::size_t{order[0]} * dim, c + std::size_t{order[0]} * dim + dim);
+  for (std::uint32_t j = 1; j < n; ++j) {
+    const float* __restrict x = c + std::size_t{order[j]} * dim;
+    for (std::uint32_t d = 0; d < dim; ++d) sum[d] += x[d];
+  }
+  std::memcpy(c, sum.data(), bytes);
+}
+
+}  // namespace
+
 struct ShardStore::Stripe {
   mutable tbb::spin_mutex mu;
-  // Aggregations still waiting for contributions, their sums in `partial_grads`.
+  // Aggregations still waiting for contributions, their blocks in `partial_grads` (see
+  // blocks_for), and the blocks free for reuse, by count.
   U64Map<Pending> partial;
   std::vector<float> partial_grads;
-  std::vector<std::uint32_t> free_offsets;
+  std::array<std::vector<std::uint32_t>, kMaxTrainers + 1> free_blocks;
+  std::uint32_t take_blocks(std::uint32_t n, std::uint32_t dim) {
+    std::vector<std::uint32_t>& free = free_blocks[n];
+    if (!free.empty()) {
+      const std::uint32_t offset = free.back();
+      free.pop_back();
+      return offset;
+    }
+    const auto offset = static_cast<std::uint32_t>(partial_grads.size());
+    partial_grads.resize(partial_grads.size() + std::size_t{n} * dim);
+    return offset;
+  }
+  void give_blocks(std::uint32_t offset, std::uint32_t n) { free_blocks[n].push_back(offset); }
   // Complete aggregations, taken by the next commit: appended in arrival order, so the
   // common case (one trainer) is one sequential pass out, its gradients read where the
   // push left them (lent) or copied once.
@@ -386,7 +428,10 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   bool aggregating = false;  // some row already has an aggregation: check it under its lock
   for (std::size_t i = 0; i < keys.size(); ++i) {
     check_key(keys[i]);
-    if (trainers[i] == 0) throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with zero trainers");
+    if (trainers[i] == 0 || trainers[i] > kMaxTrainers) {
+      throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with " + std::to_string(trainers[i]) + " trainers (1 to " +
+                          std::to_string(kMaxTrainers) + ")");
+    }
     read_row(keys[i]);
     aggregating |= initialized_[local_of(keys[i])].load(std::memory_order_acquire) == kAggregating;
   }
@@ -469,15 +514,8 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
           if (trainers[i] == 1) {
             complete(k, iteration, g);
           } else {
-            std::uint32_t offset;
-            if (!st.free_offsets.empty()) {
-              offset = st.free_offsets.back();
-              st.free_offsets.pop_back();
-              std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
-            } else {
-              offset = static_cast<std::uint32_t>(st.partial_grads.size());
-              append(st.partial_grads, g);
-            }
+            const std::uint32_t offset = st.take_blocks(blocks_for(trainers[i]), dim);
+            std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
             st.partial.try_emplace(k, Pending{iteration, trainers[i], 1, offset});
           }
           continue;
@@ -485,10 +523,15 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
         check_partial(st, k);  // again: another request may have raced this one
         Pending* p = st.partial.find(k);
         float* __restrict acc = st.partial_grads.data() + p->offset;
-        for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
+        if (blocks_for(p->expected) == 1) {
+          for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
+        } else {
+          std::memcpy(acc + static_cast<std::size_t>(p->received) * dim, g, dim * sizeof(float));
+        }
         if (++p->received == p->expected) {
-          complete(k, p->iteration, acc);  // copied: its offset may be reused below
-          st.free_offsets.push_back(p->offset);
+          if (blocks_for(p->expected) > 1) sum_in_canonical_order(acc, p->expected, dim);
+          complete(k, p->iteration, acc);  // copied: its blocks may be reused below
+          st.give_blocks(p->offset, blocks_for(p->expected));
           st.partial.erase(k);
         }
       }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -101,6 +102,47 @@ TEST_P(ShardStoreTest, BspRoundsOverTwoShardsMatchOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ShardStoreTest,
                          ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowWiseAdagrad, OptimizerKind::kAdam));
+
+// A row trained by three or more workers gets the same update whatever order their
+// pushes arrive in (summed in arrival order, 1e8 + 1 - 1e8 gives 0 one way and 1
+// another); two contributions sum alike in either order.
+TEST(ShardStore, AggregationsDoNotDependOnArrivalOrder) {
+  for (std::uint32_t n : {2u, 3u, 4u, 5u}) {
+    // Contributions whose float sums depend on their order.
+    std::vector<std::vector<float>> contribution(n, std::vector<float>(kDim));
+    const float big[5] = {1e8f, 1.0f, -1e8f, 3.0f, 0.5f};
+    for (std::uint32_t c = 0; c < n; ++c) {
+      for (std::uint32_t d = 0; d < kDim; ++d) contribution[c][d] = big[c] * static_cast<float>(d + 1) + 0.25f * static_cast<float>(c);
+    }
+    std::vector<std::uint32_t> order(n);
+    for (std::uint32_t i = 0; i < n; ++i) order[i] = i;
+    std::vector<float> first;
+    std::set<std::vector<float>> sums_by_arrival;
+    do {
+      ShardStore s(store_config(OptimizerKind::kSgd, 0, 1));
+      Key k = 9;
+      std::vector<float> naive(kDim, 0);
+      for (std::uint32_t c : order) {
+        s.push_grad(2, {&k, 1}, {&n, 1}, contribution[c].data());
+        for (std::uint32_t d = 0; d < kDim; ++d) naive[d] += contribution[c][d];
+      }
+      sums_by_arrival.insert(naive);
+      s.commit();
+      std::vector<float> row(s.row(k), s.row(k) + kDim);
+      if (first.empty()) first = row;
+      ASSERT_EQ(std::memcmp(row.data(), first.data(), kDim * sizeof(float)), 0) << n << " trainers";
+    } while (std::next_permutation(order.begin(), order.end()));
+    if (n >= 3) {
+      EXPECT_GT(sums_by_arrival.size(), 1u) << "the arrival-order sums differ, so the test can tell";
+    }
+  }
+  // More trainers than a row can have is refused.
+  ShardStore s(store_config(OptimizerKind::kSgd, 0, 1));
+  Key k = 1;
+  std::uint32_t many = ShardStore::kMaxTrainers + 1;
+  float g[kDim] = {};
+  EXPECT_THROW(s.push_grad(0, {&k, 1}, {&many, 1}, g), ProtocolError);
+}
 
 TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate) {
   ShardStore s(store_config(OptimizerKind::kSgd, 0, 1));

@@ -7,7 +7,8 @@
 // frequency, so round-robin spreads every table's hot rows over all shards).
 //
 // Gradients: a push carries the iteration that computed it and how many workers trained
-// the row then. Contributions are summed; once all have arrived the row is ready, and
+// the row then. Contributions are summed (three or more in an order fixed by their bits,
+// not by their arrival: runs give the same rows); once all have arrived the row is ready, and
 // the next commit applies each ready row's sum once, with that iteration's learning
 // rate, as vanilla BSP would have. A row cannot be trained again before its aggregation
 // is applied (it must be pulled as latest first), so per-row updates stay in order.
@@ -81,6 +82,9 @@ class ShardStore {
   struct Batch;  // complete aggregations taken by a commit (below)
 
  public:
+  // The most workers that may train one row in one iteration (a push's trainer count).
+  static constexpr std::uint32_t kMaxTrainers = 64;
+
   explicit ShardStore(StoreConfig config);
 
   const StoreConfig& config() const { return config_; }

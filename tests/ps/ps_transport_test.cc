@@ -1,6 +1,7 @@
 // The PS service and client over every data plane: the same BSP rounds over TCP, over
-// RDMA (the in-process verbs fake) and over several TCP connections per shard leave
-// bit-identical rows and optimizer state.
+// RDMA (the in-process verbs fake) and over several TCP connections per shard, with the
+// workers' pushes arriving in different orders, leave bit-identical rows and optimizer
+// state.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -77,8 +78,10 @@ Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::
   return sh;
 }
 
+// Three workers push each round in the order rotated by `first` (0, 1 or 2): rows
+// trained by all three must not depend on which push arrives first.
 std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1,
-                              CommitApply apply = CommitApply::kHandler, std::uint32_t apply_threads = 1) {
+                              CommitApply apply = CommitApply::kHandler, std::uint32_t apply_threads = 1, int first = 0) {
   transport::verbs::FakeFabric fabric;
   transport::RdmaOptions ro;
   ro.slot_bytes = 1 << 20;
@@ -86,17 +89,24 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
   const std::vector<ShardAddress>& addrs = shards.addrs;
   const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
   Connector connect = kind == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, ro);
-  PsClient w0(addrs, kDim, state, connect, connections), w1(addrs, kDim, state, connect, connections);
+  PsClient w0(addrs, kDim, state, connect, connections), w1(addrs, kDim, state, connect, connections),
+      w2(addrs, kDim, state, connect, connections);
+  PsClient* workers[3] = {&w0, &w1, &w2};
   std::vector<float> rows;
   for (std::uint64_t t = 0; t < 6; ++t) {
-    // Both workers train keys [100t, 100t + 300) (shared: 2 trainers); each also trains
-    // 500 keys of its own, with repeats in the pull lists.
-    for (int w = 0; w < 2; ++w) {
-      PsClient& c = w == 0 ? w0 : w1;
+    // All three train keys [100t, 100t + 300) (3 trainers), workers 0 and 1 also
+    // [100t + 300, 100t + 400) (2 trainers); each trains 500 keys of its own, with
+    // repeats in the pull lists.
+    for (int j = 0; j < 3; ++j) {
+      const int w = (j + first) % 3;
+      PsClient& c = *workers[w];
       std::vector<Key> keys;
       std::vector<std::uint32_t> trainers;
-      for (Key k = 100 * t; k < 100 * t + 300; ++k) keys.push_back(k), trainers.push_back(2);
-      for (Key k = 2000 + 1000 * w + 7 * t; k < 2000 + 1000 * w + 7 * t + 500; ++k) keys.push_back(k), trainers.push_back(1);
+      for (Key k = 100 * t; k < 100 * t + 300; ++k) keys.push_back(k), trainers.push_back(3);
+      if (w < 2) {
+        for (Key k = 100 * t + 300; k < 100 * t + 400; ++k) keys.push_back(k), trainers.push_back(2);
+      }
+      for (Key k = 1500 + 1000 * w + 7 * t; k < 1500 + 1000 * w + 7 * t + 500; ++k) keys.push_back(k), trainers.push_back(1);
       std::vector<float> pulled;
       std::vector<Key> with_repeats = keys;
       with_repeats.insert(with_repeats.end(), keys.begin(), keys.begin() + 50);
@@ -110,8 +120,7 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
       }
       c.push_grad(t, keys, trainers, grads);
     }
-    w0.commit(t + 1);
-    w1.commit(t + 1);
+    for (PsClient* c : workers) c->commit(t + 1);
   }
   std::vector<Key> all;
   for (Key k = 0; k < kKeys; ++k) all.push_back(k);
@@ -129,13 +138,14 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
 class PsTransports : public ::testing::TestWithParam<std::uint32_t> {};
 
 TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
+  // The workers' pushes arrive in another order in each run but the first two.
   std::vector<float> tcp = run_rounds("tcp", GetParam());
   std::vector<float> rdma = run_rounds("rdma_fake", GetParam());
-  std::vector<float> spread = run_rounds("tcp", GetParam(), 3);  // three connections per shard
-  std::vector<float> applier = run_rounds("tcp", GetParam(), 1, CommitApply::kApplier);  // commits applied by the store's thread
+  std::vector<float> spread = run_rounds("tcp", GetParam(), 3, CommitApply::kHandler, 1, 1);  // three connections per shard
+  std::vector<float> applier = run_rounds("tcp", GetParam(), 1, CommitApply::kApplier, 1, 2);  // commits applied by the store's thread
   // Three applier threads sharing every commit's batches (those of the shard's receiving
   // threads: three connections per shard spread the rows over them).
-  std::vector<float> pool = run_rounds("tcp", GetParam(), 3, CommitApply::kApplier, 3);
+  std::vector<float> pool = run_rounds("tcp", GetParam(), 3, CommitApply::kApplier, 3, 1);
   ASSERT_EQ(tcp.size(), rdma.size());
   ASSERT_EQ(tcp, spread);
   ASSERT_EQ(tcp, applier);

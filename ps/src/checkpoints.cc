@@ -160,9 +160,16 @@ RestorePlan plan_restore(const fs::path& dir) {
     return plan;
   }
   plan.files = ckpt_files(dir);
+  const auto under = checkpoints_under(dir);
+  if (!plan.files.empty() && !under.empty()) {
+    // Files of the flat layout beside checkpoint directories (a root used before and
+    // after an upgrade): which is meant is not for the restore to guess.
+    throw DataError("--restore " + dir.string() + " holds both *.ckpt files and iter-* checkpoint directories: give one checkpoint's " +
+                    "directory, or move the *.ckpt files away");
+  }
   if (!plan.files.empty()) return plan;
   // A root of checkpoints: the newest whole one.
-  for (const auto& [iteration, sub] : checkpoints_under(dir)) {
+  for (const auto& [iteration, sub] : under) {
     try {
       plan.manifest = fs::exists(sub / kManifest);
       plan.files = plan.manifest ? files_of_manifest(sub) : ckpt_files(sub);

@@ -157,6 +157,17 @@ TEST_F(CheckpointDirs, AFlatDirectoryOfFilesStillRestores) {
   EXPECT_FALSE(plan.manifest);
   ShardStore one(config(0, 1));
   EXPECT_EQ(one.load(plan.files), 4);
+  // Beside checkpoint directories, flat files make the root ambiguous: refused.
+  checkpoint(0, 6);
+  checkpoint(1, 6);
+  fs::rename(at(6), dir_ / "flat" / "iter-000000006");
+  try {
+    plan_restore(dir_ / "flat");
+    ADD_FAILURE();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("both *.ckpt files and iter-* checkpoint directories"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(plan_restore(dir_ / "flat" / "iter-000000006").files.size(), 2u);
 }
 
 }  // namespace

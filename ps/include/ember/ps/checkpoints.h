@@ -56,7 +56,8 @@ bool write_manifest_if_whole(const std::filesystem::path& dir);
 // against the sizes it lists; or, without a manifest, its *.ckpt files, as in the flat
 // layout of earlier versions) or a root of checkpoints: then the newest one that is whole
 // and whose files have their listed sizes; those passed over are named in `skipped`, with
-// why. Throws DataError when there is nothing to load. ShardStore::load checks the files
+// why. Throws DataError when there is nothing to load, or when DIR holds both *.ckpt
+// files and checkpoint directories (which is meant?). ShardStore::load checks the files
 // in full (checksums, one checkpoint, every shard).
 struct RestorePlan {
   std::filesystem::path dir;  // the checkpoint chosen

@@ -268,7 +268,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
   const bool scattered = o.keys == "scattered";
   Output out{json};
-  const std::uint32_t apply_threads = o.apply_threads > 0 ? o.apply_threads : static_cast<std::uint32_t>(o.io_threads);
+  const std::uint32_t apply_threads = ps::applier_threads(o.apply_threads, static_cast<std::uint32_t>(o.io_threads));
   out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
                        "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread\n",
                        o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, apply_threads, o.apply_commits,

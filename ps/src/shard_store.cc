@@ -60,10 +60,6 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
   return h;
 }
 
-}  // namespace
-
-namespace {
-
 // Blocks of dim floats an aggregation of `trainers` contributions holds while it waits:
 // two contributions are summed as they come (a + b and b + a round alike); three or
 // more are kept apart and summed once all are in, in an order their bits fix

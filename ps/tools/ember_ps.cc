@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
         spdlog::warn("{}: fine while the rows touched fit (--allocate lazy)", msg);
       }
     }
-    sc.apply_threads = apply_threads > 0 ? apply_threads : static_cast<std::uint32_t>(io_threads);
+    sc.apply_threads = ps::applier_threads(apply_threads, static_cast<std::uint32_t>(io_threads));
     // Over RDMA, pull replies leave from the rows' chunks in place (the device gathers
     // them): each chunk becomes a send region as it is allocated. The fabric first: without
     // a device, one line says so before any table is allocated.
@@ -170,9 +170,9 @@ int main(int argc, char** argv) {
       sc.on_chunk = [send_regions](const void* p, std::size_t bytes) { send_regions->add(p, bytes); };
     }
     ps::PsService service(sc);
-    const ps::CommitApplyChoice apply = ps::choose_commit_apply(
-        apply_commits, (sc.dim + ps::state_floats(sc.optimizer.kind, sc.dim)) * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads,
-        std::thread::hardware_concurrency());
+    const std::uint32_t rf = service.store().row_floats();
+    const ps::CommitApplyChoice apply = ps::choose_commit_apply(apply_commits, rf * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads,
+                                                                std::thread::hardware_concurrency());
     service.apply_commits_on(apply.where);
     spdlog::info("commits applied by the {} ({}; {} I/O thread(s), {} applier thread(s))",
                  apply.where == ps::CommitApply::kApplier ? "applier" : "handler", apply.why, io_threads, sc.apply_threads);
@@ -180,7 +180,6 @@ int main(int argc, char** argv) {
       fs::create_directories(checkpoint_dir);
       service.checkpoint_every(checkpoint_every, ps::CheckpointDir(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints));
     }
-    const std::uint32_t rf = service.store().row_floats();
     spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
                  optimizer, rf - sc.dim, rf * 4);
     if (!restore_dir.empty()) {

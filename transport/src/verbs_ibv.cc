@@ -91,18 +91,12 @@ class IbvEndpoint final : public Endpoint {
   }
 
   MemoryRegion register_memory(void* addr, std::size_t bytes) override {
-    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (mr == nullptr) throw IoError(sys("ibv_reg_mr of " + std::to_string(bytes) + " bytes"));
-    mrs_.push_back(mr);
-    return {static_cast<std::uint8_t*>(addr), bytes, mr->lkey, mr->rkey};
+    return add_region(addr, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, "");
   }
 
   MemoryRegion register_for_sends(const void* addr, std::size_t bytes) override {
     // No access flags: local reads only (what a send's gather needs).
-    ibv_mr* mr = ibv_reg_mr(pd_, const_cast<void*>(addr), bytes, 0);
-    if (mr == nullptr) throw IoError(sys("ibv_reg_mr of " + std::to_string(bytes) + " bytes for sends"));
-    mrs_.push_back(mr);
-    return {static_cast<std::uint8_t*>(const_cast<void*>(addr)), bytes, mr->lkey, mr->rkey};
+    return add_region(const_cast<void*>(addr), bytes, 0, " for sends");
   }
 
   std::uint32_t max_send_sges() const override { return max_send_sges_; }
@@ -247,6 +241,14 @@ class IbvEndpoint final : public Endpoint {
  private:
   void arm() {
     if (ibv_req_notify_cq(cq_, 0) != 0) throw IoError("ibv_req_notify_cq failed");
+  }
+
+  // Registers memory with `access`, deregistered with the endpoint.
+  MemoryRegion add_region(void* addr, std::size_t bytes, int access, const char* what) {
+    ibv_mr* mr = ibv_reg_mr(pd_, addr, bytes, access);
+    if (mr == nullptr) throw IoError(sys("ibv_reg_mr of " + std::to_string(bytes) + " bytes" + what));
+    mrs_.push_back(mr);
+    return {static_cast<std::uint8_t*>(addr), bytes, mr->lkey, mr->rkey};
   }
 
   rdma_cm_id* id_;

@@ -88,9 +88,12 @@ class Job:
         for s in range(a.ps):
             if s == 1:
                 coord = self.wait_coordinator(coord_file)
+            # "{shard}" in --ps-args becomes the shard's index (a directory per shard, as
+            # on hosts that share no filesystem).
+            shard_extra = [x.replace("{shard}", str(s)) for x in ps_extra]
             cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
                            "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
-                           "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file)] + common + ps_extra
+                           "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file)] + common + shard_extra
             self.start(f"ps{s}", cmd)
         coord = self.wait_coordinator(coord_file)
         for w in range(a.workers):
@@ -225,7 +228,7 @@ def main():
     p.add_argument("--transport", default="tcp", help="tcp or rdma")
     p.add_argument("--out", required=True, help="directory for logs, metrics and summary.json")
     p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
-    p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad')")
+    p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad'); {shard} becomes the shard's index")
     p.add_argument("--dump-dir", default="", help="worker 0 writes the final model here")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before the whole job is stopped")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=10000)

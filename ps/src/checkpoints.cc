@@ -69,7 +69,12 @@ std::vector<fs::path> files_of_manifest(const fs::path& dir) {
       const fs::path file = dir / name;
       std::error_code ec;
       const std::uint64_t size = fs::file_size(file, ec);
-      if (ec) throw DataError(path.string() + " lists " + name + ", which cannot be read (" + ec.message() + ")");
+      if (ec) {
+        // Written on another host (shards without a shared filesystem): say where.
+        const std::string at = f.value("at", std::string());
+        throw DataError(path.string() + " lists " + name + ", which cannot be read (" + ec.message() + ")" +
+                        (at.empty() ? "" : "; it was written by the shard at " + at + ": copy it here"));
+      }
       if (size != bytes) {
         throw DataError(file.string() + ": " + std::to_string(size) + " bytes, its manifest says " + std::to_string(bytes) +
                         " (truncated or replaced)");
@@ -81,6 +86,11 @@ std::vector<fs::path> files_of_manifest(const fs::path& dir) {
   }
   if (files.empty()) throw DataError(path.string() + ": lists no files");
   return files;
+}
+
+void write_manifest(const fs::path& dir, std::int64_t iteration, std::size_t shards, const nlohmann::json& files) {
+  const nlohmann::json j = {{"format", kManifestFormat}, {"iteration", iteration}, {"shards", shards}, {"files", files}};
+  write_file_atomic(dir / kManifest, j.dump(1) + "\n");
 }
 
 }  // namespace
@@ -115,14 +125,55 @@ bool write_manifest_if_whole(const fs::path& dir) {
   }
   nlohmann::json list = nlohmann::json::array();
   for (const auto& f : files) list.push_back({{"name", f.filename().string()}, {"bytes", fs::file_size(f)}});
-  const nlohmann::json j = {{"format", kManifestFormat}, {"iteration", iteration}, {"shards", files.size()}, {"files", list}};
-  write_file_atomic(dir / kManifest, j.dump(1) + "\n");
+  write_manifest(dir, iteration, files.size(), list);
   return true;
 }
 
 bool CheckpointDir::finish(std::int64_t iteration) const {
-  const bool whole = write_manifest_if_whole(checkpoint_dir(root_, iteration));
-  if (keep_ == 0) return whole;
+  const fs::path dir = checkpoint_dir(root_, iteration);
+  const bool whole = write_manifest_if_whole(dir);
+  if (peers_) {
+    const fs::path mine = dir / checkpoint_file_name(shard_, shards_);
+    const nlohmann::json record = {{"name", mine.filename().string()}, {"bytes", fs::file_size(mine)}, {"at", peers_->here}};
+    peers_->announce(iteration, shard_, record.dump());
+    manifests_from_peers();
+  }
+  prune(whole);
+  return fs::exists(dir / kManifest);
+}
+
+bool CheckpointDir::settle(std::int64_t iteration) const {
+  if (peers_ && manifests_from_peers()) prune(false);
+  return fs::exists(checkpoint_dir(root_, iteration) / kManifest);
+}
+
+bool CheckpointDir::manifests_from_peers() const {
+  bool wrote = false;
+  const std::string mine = checkpoint_file_name(shard_, shards_);
+  for (const auto& [iteration, dir] : checkpoints_under(root_)) {
+    // This shard's checkpoints only (not another layout's), not known whole yet.
+    if (fs::exists(dir / kManifest) || !fs::exists(dir / mine)) continue;
+    nlohmann::json list = nlohmann::json::array();
+    for (std::uint32_t s = 0; s < shards_; ++s) {
+      const std::optional<std::string> record = peers_->record_of(iteration, s);
+      if (!record) break;
+      try {
+        const nlohmann::json r = nlohmann::json::parse(*record);
+        list.push_back({{"name", r.at("name").get<std::string>()}, {"bytes", r.at("bytes").get<std::uint64_t>()},
+                        {"at", r.value("at", std::string())}});
+      } catch (const nlohmann::json::exception& e) {
+        throw DataError("shard " + std::to_string(s) + "'s record of checkpoint " + std::to_string(iteration) + ": " + e.what());
+      }
+    }
+    if (list.size() < shards_) continue;
+    write_manifest(dir, iteration, shards_, list);
+    wrote = true;
+  }
+  return wrote;
+}
+
+void CheckpointDir::prune(bool completed_here) const {
+  if (keep_ == 0) return;
   const std::string mine = checkpoint_file_name(shard_, shards_);
   std::size_t newer_whole = 0;
   for (const auto& [it, dir] : checkpoints_under(root_)) {
@@ -135,7 +186,7 @@ bool CheckpointDir::finish(std::int64_t iteration) const {
     // theirs in increasing iterations. Another removes its own part (the manifest first),
     // and the directory goes with the last shard's.
     std::error_code ec;
-    if (whole) {
+    if (completed_here) {
       fs::remove_all(dir, ec);
       continue;
     }
@@ -146,7 +197,6 @@ bool CheckpointDir::finish(std::int64_t iteration) const {
     }
     fs::remove(dir, ec);  // only once empty
   }
-  return whole;
 }
 
 RestorePlan plan_restore(const fs::path& dir) {

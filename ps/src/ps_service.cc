@@ -149,7 +149,24 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     spdlog::warn("iteration {}: checkpoint written to {}, but: {}", iteration, file.string(), e.what());
     return;
   }
+  if (!whole && checkpoints_->has_peers()) unsettled_ = it;  // the last shard's word may come later
   spdlog::info("iteration {}: checkpoint written to {}{}", iteration, file.string(), whole ? " (every shard's file is in: manifest written)" : "");
+}
+
+void PsService::settle_checkpoints() {
+  if (unsettled_.load() == kNone) return;
+  std::lock_guard<std::mutex> lock(commit_mutex_);
+  const std::int64_t it = unsettled_.load();
+  if (it == kNone || !checkpoints_) return;
+  try {
+    if (checkpoints_->settle(it)) {
+      unsettled_ = kNone;
+      spdlog::info("iteration {}: every shard's checkpoint file is written: manifest written", it);
+    }
+  } catch (const std::exception& e) {
+    unsettled_ = kNone;  // said once; the next checkpoint tries again
+    spdlog::warn("iteration {}: checkpoint manifest or pruning failed: {}", it, e.what());
+  }
 }
 
 }  // namespace ember::ps

@@ -27,6 +27,19 @@ namespace {
 using namespace ember;
 namespace fs = std::filesystem;
 
+// Seconds the exit checkpoint waits for the other shards' word (with a control plane).
+constexpr double kExitCheckpointWait = 5.0;
+
+// Checkpoint records on the control plane's board, under checkpoint/ITERATION/SHARD.
+ps::CheckpointPeers peers_over(transport::ControlMember& member, const std::string& here) {
+  auto key = [](std::int64_t iteration, std::uint32_t shard) { return "checkpoint/" + std::to_string(iteration) + "/" + std::to_string(shard); };
+  ps::CheckpointPeers p;
+  p.here = here;
+  p.announce = [&member, key](std::int64_t it, std::uint32_t shard, const std::string& record) { member.publish(key(it, shard), record); };
+  p.record_of = [&member, key](std::int64_t it, std::uint32_t shard) { return member.try_lookup(key(it, shard)); };
+  return p;
+}
+
 std::uint64_t rows_of_dataset(const fs::path& dir) {
   auto path = dir / "manifest.json";
   try {
@@ -224,6 +237,7 @@ int main(int argc, char** argv) {
     ct.heartbeat_interval = std::max(std::chrono::milliseconds(20), ct.heartbeat_timeout / 10);
     std::unique_ptr<transport::Coordinator> coord;
     std::unique_ptr<transport::ControlMember> member;
+    std::optional<ps::CheckpointPeers> checkpoint_peers;  // with a control plane
     if (!coordinator.empty()) {
       std::string endpoint = coordinator;
       if (sc.shard == 0) {
@@ -249,6 +263,8 @@ int main(int argc, char** argv) {
         member->publish("ps_config", pc.dump());
       }
       spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);
+      checkpoint_peers = peers_over(*member, mo.data_address);
+      service.checkpoint_peers(checkpoint_peers);
     }
 
     Stopwatch since, stats_clock;
@@ -272,6 +288,7 @@ int main(int argc, char** argv) {
           spdlog::info("every worker finished: stopping");
           break;
         }
+        service.settle_checkpoints();
       }
       if (stats_interval <= 0 || stats_clock.seconds() < stats_interval) continue;
       stats_clock.reset();
@@ -302,15 +319,23 @@ int main(int argc, char** argv) {
       // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
       // yet: the checkpoint holds the rows as of that commit, and says which it is.
       const std::int64_t iteration = service.committed_iteration();
-      const ps::CheckpointDir checkpoints(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints);
+      ps::CheckpointDir checkpoints(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints);
+      const bool job_alive = member && !member->failure();
+      if (job_alive) checkpoints.set_peers(checkpoint_peers);
       const fs::path file = checkpoints.file_for(iteration);
       if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
         spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
       }
-      const bool whole = checkpoints.finish(iteration);
+      bool whole = checkpoints.finish(iteration);
+      // The other shards write theirs now too: wait a little for their word.
+      for (Stopwatch waited; job_alive && !whole && waited.seconds() < kExitCheckpointWait; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+        whole = checkpoints.settle(iteration);
+      }
       spdlog::info("checkpoint written: {} ({} rows, iteration {}){}", file.string(), service.store().initialized_rows(), iteration,
-                   whole ? "; every shard's file is in: manifest written" : "");
+                   whole ? "; every shard's file is in: manifest written"
+                         : (job_alive ? "; not every shard said it wrote this iteration's: no manifest" : ""));
     }
+    service.checkpoint_peers(std::nullopt);  // before the control member goes
     if (member) member->leave();
     if (coord) coord->wait_ps_left(std::chrono::milliseconds(3000));  // let the others hear the shutdown first
     return exit_status;

@@ -4,6 +4,8 @@
 // passed over) or from one checkpoint.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/ps/checkpoints.h"
@@ -30,6 +32,12 @@ class CheckpointDirs : public test::TempDirTest {
   // Shard s of 2 trains rows of its own for `iteration` and checkpoints; returns what
   // finish() said.
   bool checkpoint(std::uint32_t s, std::int64_t iteration, std::size_t keep = 2) {
+    train(s, iteration);
+    const CheckpointDir dir(root(), s, 2, keep);
+    stores_[s].save(dir.file_for(iteration), iteration);
+    return dir.finish(iteration);
+  }
+  void train(std::uint32_t s, std::int64_t iteration) {
     ShardStore& store = stores_[s];
     std::vector<Key> keys;
     for (Key k = s; k < 40; k += 2) keys.push_back(k);
@@ -37,9 +45,6 @@ class CheckpointDirs : public test::TempDirTest {
     std::vector<float> g(keys.size() * 4, 0.1f * static_cast<float>(iteration + 2));
     store.push_grad(static_cast<std::uint64_t>(iteration), keys, one, g.data());
     store.commit();
-    const CheckpointDir dir(root(), s, 2, keep);
-    store.save(dir.file_for(iteration), iteration);
-    return dir.finish(iteration);
   }
   fs::path root() const { return dir_ / "ckpt"; }
   fs::path at(std::int64_t iteration) const { return checkpoint_dir(root(), iteration); }
@@ -168,6 +173,81 @@ TEST_F(CheckpointDirs, AFlatDirectoryOfFilesStillRestores) {
     EXPECT_NE(std::string(e.what()).find("both *.ckpt files and iter-* checkpoint directories"), std::string::npos) << e.what();
   }
   EXPECT_EQ(plan_restore(dir_ / "flat" / "iter-000000006").files.size(), 2u);
+}
+
+// Shards on hosts that share no filesystem: a root each, and a board standing in for the
+// control plane's on which each says it wrote its file.
+TEST_F(CheckpointDirs, ShardsWithoutASharedFilesystemLearnFromEachOtherWhenACheckpointIsWhole) {
+  const fs::path roots[2] = {dir_ / "host0", dir_ / "host1"};
+  std::map<std::string, std::string> board;
+  auto key = [](std::int64_t it, std::uint32_t shard) { return std::to_string(it) + "/" + std::to_string(shard); };
+  auto dir_of = [&](std::uint32_t s, bool with_peers) {
+    CheckpointDir d(roots[s], s, 2, 1);  // keep 1
+    if (!with_peers) return d;
+    CheckpointPeers p;
+    p.here = "10.0.0." + std::to_string(s) + ":7000";
+    p.announce = [&](std::int64_t it, std::uint32_t shard, const std::string& record) { board[key(it, shard)] = record; };
+    p.record_of = [&](std::int64_t it, std::uint32_t shard) -> std::optional<std::string> {
+      const auto f = board.find(key(it, shard));
+      if (f == board.end()) return std::nullopt;
+      return f->second;
+    };
+    d.set_peers(p);
+    return d;
+  };
+  auto write = [&](std::uint32_t s, std::int64_t it, bool with_peers) {
+    train(s, it);
+    const CheckpointDir d = dir_of(s, with_peers);
+    stores_[s].save(d.file_for(it), it);
+    return d.finish(it);
+  };
+  // Files alone: neither shard ever sees a whole checkpoint, so nothing is pruned.
+  for (std::int64_t it : {1, 3}) {
+    EXPECT_FALSE(write(0, it, false));
+    EXPECT_FALSE(write(1, it, false));
+  }
+  for (const fs::path& r : roots) EXPECT_TRUE(fs::exists(checkpoint_dir(r, 1)) && fs::exists(checkpoint_dir(r, 3)));
+  // With each other's word: the shard that writes last completes it on its host...
+  EXPECT_FALSE(write(0, 5, true));
+  EXPECT_TRUE(fs::exists(checkpoint_dir(roots[0], 1)));  // nothing whole yet: all kept
+  EXPECT_TRUE(write(1, 5, true));
+  const std::string manifest = read_file(checkpoint_dir(roots[1], 5) / "manifest.json");
+  EXPECT_NE(manifest.find("\"at\": \"10.0.0.0:7000\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("\"name\": \"shard-0-of-2.ckpt\""), std::string::npos) << manifest;
+  EXPECT_FALSE(fs::exists(checkpoint_dir(roots[1], 1)));  // keep 1: older ones go
+  EXPECT_FALSE(fs::exists(checkpoint_dir(roots[1], 3)));
+  // ...and the other learns it when it next settles (the daemon does on its clock).
+  EXPECT_TRUE(dir_of(0, true).settle(5));
+  EXPECT_TRUE(fs::exists(checkpoint_dir(roots[0], 5) / "manifest.json"));
+  EXPECT_FALSE(fs::exists(checkpoint_dir(roots[0], 1)));
+  EXPECT_FALSE(fs::exists(checkpoint_dir(roots[0], 3)));
+  // The next one: until shard 1 has written 7, shard 0 keeps 5.
+  EXPECT_FALSE(write(0, 7, true));
+  EXPECT_FALSE(dir_of(0, true).settle(7));
+  EXPECT_TRUE(fs::exists(checkpoint_dir(roots[0], 5) / "manifest.json"));
+  EXPECT_TRUE(write(1, 7, true));
+  EXPECT_TRUE(dir_of(0, true).settle(7));
+  for (const fs::path& r : roots) {
+    EXPECT_FALSE(fs::exists(checkpoint_dir(r, 5))) << r;
+    EXPECT_TRUE(fs::exists(checkpoint_dir(r, 7) / "manifest.json")) << r;
+  }
+  // A restore on host 0 names where the missing file is...
+  try {
+    plan_restore(roots[0]);
+    ADD_FAILURE();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-1-of-2.ckpt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("written by the shard at 10.0.0.1:7000: copy it here"), std::string::npos) << e.what();
+  }
+  // ...and, once it is copied there, loads checkpoint 7 whole.
+  fs::copy_file(checkpoint_dir(roots[1], 7) / "shard-1-of-2.ckpt", checkpoint_dir(roots[0], 7) / "shard-1-of-2.ckpt");
+  const RestorePlan plan = plan_restore(roots[0]);
+  EXPECT_TRUE(plan.manifest);
+  ShardStore one(config(0, 1));
+  EXPECT_EQ(one.load(plan.files), 7);
+  for (Key k = 0; k < 40; ++k) {
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(one.row(k)[j], stores_[k % 2].row(k)[j]) << "key " << k;
+  }
 }
 
 }  // namespace

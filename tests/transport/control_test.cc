@@ -128,6 +128,17 @@ TEST(Control, BoardPublishesAndWaitsForValues) {
   EXPECT_EQ(later.get(), "127.0.0.1:4242");
   EXPECT_EQ(p->lookup("store"), "127.0.0.1:4242");
   EXPECT_THROW(p->lookup("missing", std::chrono::milliseconds(100)), IoError);
+  // try_lookup never waits: nothing until published, then the value.
+  EXPECT_EQ(workers[0]->try_lookup("checkpoint/9/1"), std::nullopt);
+  EXPECT_EQ(workers[0]->try_lookup("checkpoint/9/1"), std::nullopt);  // asked once; still nothing
+  p->publish("checkpoint/9/1", "{}");
+  std::optional<std::string> seen;
+  for (int i = 0; i < 200 && !seen; ++i) {
+    seen = workers[0]->try_lookup("checkpoint/9/1");
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(seen, "{}");
+  EXPECT_EQ(workers[1]->try_lookup("store"), "127.0.0.1:4242");  // arrived for lookup() before
 }
 
 TEST(Control, SilentMemberIsReportedDeadToEveryone) {

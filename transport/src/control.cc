@@ -323,6 +323,7 @@ struct ControlMember::Impl {
   std::vector<Peer> peers;
   std::set<std::pair<int, std::uint64_t>> released;
   std::map<std::string, std::string> values;
+  std::set<std::string> asked;  // keys try_lookup asked the coordinator for
   std::optional<std::string> failure;
   bool shutdown = false;
 
@@ -482,6 +483,16 @@ std::string ControlMember::lookup(const std::string& key, std::chrono::milliseco
   std::unique_lock lock(impl_->mutex);
   impl_->wait(lock, timeout, "lookup of '" + key + "'", [&] { return impl_->values.count(key) > 0; });
   return impl_->values[key];
+}
+
+std::optional<std::string> ControlMember::try_lookup(const std::string& key) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (auto v = impl_->values.find(key); v != impl_->values.end()) return v->second;
+    if (!impl_->asked.insert(key).second) return std::nullopt;  // asked before: its value comes once published
+  }
+  impl_->post(json{{"op", "lookup"}, {"key", key}});
+  return std::nullopt;
 }
 
 std::optional<std::string> ControlMember::failure() const {

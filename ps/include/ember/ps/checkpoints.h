@@ -7,13 +7,21 @@
 //
 // (iter-initial: a checkpoint taken before any commit.) Each shard writes its own file
 // (ShardStore::save: temp + fsync + rename); the shard that then finds every shard's file
-// of that checkpoint writes the manifest, so a checkpoint with a manifest is whole. That
-// needs the shards to share the root's filesystem, as restoring into another shard count
-// does; without it no manifest appears, and a restore checks the files themselves.
+// of that checkpoint writes the manifest, so a checkpoint with a manifest is whole.
+//
+// Shards on hosts that do not share the root's filesystem never see each other's files:
+// with CheckpointPeers each also tells the others that its file is written (ember-ps does
+// it through the job's control plane), and once every shard has, each writes the manifest
+// in its own root, listing every shard's file with its size and where it was written. So
+// a manifest still means "whole", and --keep-checkpoints prunes on every host. A restore
+// needs every listed file in one directory (copy them there); it names where a missing
+// one is.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,11 +30,26 @@ namespace ember::ps {
 // shard-S-of-N.ckpt
 std::string checkpoint_file_name(std::uint32_t shard, std::uint32_t shards);
 
+// How a shard learns what the other shards of its job have written (see above). Neither
+// call may wait.
+struct CheckpointPeers {
+  std::string here;  // where this shard writes (its data address), for the manifests
+  // Tells the others that `shard`'s file of `iteration` is written: `record` is its
+  // manifest entry (JSON: name, bytes, at).
+  std::function<void(std::int64_t iteration, std::uint32_t shard, const std::string& record)> announce;
+  // `shard`'s record of `iteration`, once it has announced one.
+  std::function<std::optional<std::string>(std::int64_t iteration, std::uint32_t shard)> record_of;
+};
+
 // One shard's side of a job's checkpoint root.
 class CheckpointDir {
  public:
   // Keeps the newest `keep` whole checkpoints (0: all) and any newer than those.
   CheckpointDir(std::filesystem::path root, std::uint32_t shard, std::uint32_t shards, std::size_t keep);
+
+  // From now on, also with the other shards' word (see above); none: files alone.
+  void set_peers(std::optional<CheckpointPeers> peers) { peers_ = std::move(peers); }
+  bool has_peers() const { return peers_.has_value(); }
 
   const std::filesystem::path& root() const { return root_; }
   // This shard's file of the checkpoint of `iteration` (-1: before any commit); creates
@@ -37,12 +60,24 @@ class CheckpointDir {
   // older than the newest `keep` whole ones: the shard that completed one removes them
   // whole; another removes its own files of them (their manifests first, so that none
   // looks whole once a file is gone), and their directories once empty.
+  // With peers, announces this shard's file first, and counts a checkpoint every shard
+  // has announced as whole (writing its manifest from their records).
   bool finish(std::int64_t iteration) const;
+  // With peers: writes the manifest of each of this shard's checkpoints that every shard
+  // has announced since, then prunes. Returns whether `iteration`'s checkpoint is whole.
+  // (The daemon calls it on its clock: the last shard's word comes after this one's.)
+  bool settle(std::int64_t iteration) const;
 
  private:
+  // Manifests from the peers' records; returns whether it wrote any.
+  bool manifests_from_peers() const;
+  // Removes what is older than the newest `keep` whole checkpoints (see finish).
+  void prune(bool completed_here) const;
+
   std::filesystem::path root_;
   std::uint32_t shard_, shards_;
   std::size_t keep_;
+  std::optional<CheckpointPeers> peers_;
 };
 
 // The directory of the checkpoint of `iteration` under `root`.

@@ -72,6 +72,16 @@ class PsService {
     checkpoints_.emplace(std::move(dir));
   }
 
+  // Shards that may not share the checkpoints' filesystem learn from each other when a
+  // checkpoint is whole (checkpoints.h). Set before serving; none: files alone.
+  void checkpoint_peers(std::optional<CheckpointPeers> peers) {
+    std::lock_guard<std::mutex> lock(commit_mutex_);
+    if (checkpoints_) checkpoints_->set_peers(std::move(peers));
+  }
+  // Writes the manifests of checkpoints the other shards have completed since this one
+  // wrote its file, and prunes; cheap when none waits (the daemon calls it on its clock).
+  void settle_checkpoints();
+
   // A transport::RequestHandler.
   // Called by several handler threads at once: the store has no global lock (see
   // shard_store.h), and commits take their rows out of the push path without one;
@@ -102,6 +112,8 @@ class PsService {
   std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
+  static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)
+  std::atomic<std::int64_t> unsettled_{kNone};       // the newest checkpoint written, not yet whole
   CommitApply commit_apply_ = CommitApply::kHandler;
   std::uint64_t checkpoint_every_ = 0;
   std::optional<CheckpointDir> checkpoints_;

@@ -104,6 +104,9 @@ class ControlMember {
   void publish(const std::string& key, const std::string& value);
   // Waits until some member published `key`.
   std::string lookup(const std::string& key, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
+  // Never waits: the value if it has arrived; otherwise asks the coordinator for it (once
+  // per key), and a later call returns it once some member published it.
+  std::optional<std::string> try_lookup(const std::string& key);
 
   // A failure of the job (dead peer, lost coordinator), if any was reported.
   std::optional<std::string> failure() const;

@@ -12,8 +12,11 @@
 #include <thread>
 
 #include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/shard_store.h"
+#include "ember/transport/control.h"
 #include "../data/test_util.h"
 
 namespace ember::ps {
@@ -196,6 +199,51 @@ TEST_F(PsDaemon, KilledShardsResumeFromTheLastCheckpoint) {
   for (std::size_t i = 0; i < all.size(); ++i) {
     for (std::uint32_t j = 0; j < kDim + sf; ++j) ASSERT_EQ(got[i * (kDim + sf) + j], reference.row(all[i])[j]) << "key " << all[i];
   }
+}
+
+// Two shards that share no filesystem (a checkpoint directory each) in a job with a
+// control plane: each learns from the coordinator's board when the other has written its
+// file, writes the manifest of both, and prunes (keep 1), as one directory would.
+TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheControlPlane) {
+  const fs::path coordinator_file = dir_ / "coordinator";
+  const fs::path roots[2] = {dir_ / "host0", dir_ / "host1"};
+  auto args = [&](int s) {
+    return "--workers 1 --heartbeat-timeout-ms 5000 --checkpoint-every 5 --keep-checkpoints 1 --checkpoint-dir " + roots[s].string();
+  };
+  Daemon d0(dir_, 0, 2, "sgd", args(0) + " --coordinator tcp://127.0.0.1:0 --coordinator-file " + coordinator_file.string());
+  const std::string endpoint = test::wait_for_file(coordinator_file, std::chrono::seconds(10));
+  ASSERT_FALSE(endpoint.empty());
+  Daemon d1(dir_, 1, 2, "sgd", args(1) + " --coordinator " + endpoint);
+  transport::MemberOptions mo;
+  mo.coordinator = endpoint;
+  mo.token = kToken;
+  mo.role = transport::Role::kWorker;
+  transport::ControlMember worker(mo);  // the job forms
+  PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
+  std::mt19937_64 rng(3);
+  for (std::uint64_t it = 0; it < 10; ++it) {
+    Round r = make_rounds(rng)[0];
+    std::fill(r.trainers.begin(), r.trainers.end(), 1u);  // this worker alone
+    w.push_grad(it, r.keys, r.trainers, r.grads);
+    w.commit(it);
+  }
+  // The shard that wrote first hears of the other's file on its clock (0.1 s).
+  auto manifest = [&](int s, std::int64_t it) { return checkpoint_dir(roots[s], it) / "manifest.json"; };
+  for (int i = 0; i < 100 && !(fs::exists(manifest(0, 9)) && fs::exists(manifest(1, 9))); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_TRUE(fs::exists(manifest(s, 9))) << roots[s];
+    const std::string m = read_file(manifest(s, 9));
+    EXPECT_NE(m.find("\"at\": \"127.0.0.1:" + std::to_string(d0.address().port) + "\""), std::string::npos) << m;
+    EXPECT_NE(m.find("\"at\": \"127.0.0.1:" + std::to_string(d1.address().port) + "\""), std::string::npos) << m;
+    EXPECT_TRUE(fs::exists(checkpoint_dir(roots[s], 9) / checkpoint_file_name(s, 2)));
+    EXPECT_FALSE(fs::exists(checkpoint_dir(roots[s], 9) / checkpoint_file_name(1 - s, 2)));  // the other host's
+    EXPECT_FALSE(fs::exists(checkpoint_dir(roots[s], 4))) << "keep 1: iteration 4's checkpoint pruned in " << roots[s];
+  }
+  worker.leave();  // every worker gone: the shards stop
+  EXPECT_EQ(d1.stop(), 0);
+  EXPECT_EQ(d0.stop(), 0);
 }
 
 TEST(PsDaemonCli, RefusesToStartWithoutAToken) {

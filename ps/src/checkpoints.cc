@@ -193,7 +193,7 @@ void CheckpointDir::prune(bool completed_here) const {
     fs::remove(dir / kManifest, ec);
     for (fs::directory_iterator e(dir, ec), end; !ec && e != end; e.increment(ec)) {
       const std::string name = e->path().filename().string();
-      if (name.rfind(mine, 0) == 0) fs::remove(e->path(), ec);  // the file, its .prev, a temp file a crash left
+      if (name.rfind(mine, 0) == 0) fs::remove(e->path(), ec);  // the file, a temp file a crash left (or a .prev earlier versions kept)
     }
     fs::remove(dir, ec);  // only once empty
   }

@@ -725,16 +725,6 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   }
   std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));
   std::memcpy(p, &sum, sizeof sum);
-  // The checkpoint this one replaces stays as FILE.prev (a hard link: no copy), for when
-  // the shards' newest files turn out not to be one checkpoint (shards stopped at
-  // different commits). Best effort: without it the new file is still written whole.
-  std::error_code ec;
-  if (std::filesystem::exists(file, ec)) {
-    std::filesystem::path prev = file;
-    prev += ".prev";
-    std::filesystem::remove(prev, ec);
-    std::filesystem::create_hard_link(file, prev, ec);
-  }
   write_file_atomic(file, buf);
   return left_out;
 }

@@ -125,7 +125,8 @@ class ShardStore {
   // (temp file, fsync, rename), checksummed, tagged with `iteration` (the last one
   // committed into the rows; -1: none). Aggregations not applied yet are refused, or
   // with kLeaveOut left out (the rows as of the last commit are written; returns how
-  // many rows'). The file it replaces is kept as FILE.prev.
+  // many rows'). A file already there is replaced whole (a checkpoint per directory keeps
+  // the earlier ones: checkpoints.h).
   enum class Unapplied { kRefuse, kLeaveOut };
   std::size_t save(const std::filesystem::path& file, std::int64_t iteration = -1, Unapplied leave = Unapplied::kRefuse);
   // Loads the rows this shard owns from one checkpoint written by any number of shards:

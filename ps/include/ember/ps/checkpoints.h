@@ -3,7 +3,7 @@
 //
 //   ROOT/iter-000000009/shard-0-of-2.ckpt
 //   ROOT/iter-000000009/shard-1-of-2.ckpt
-//   ROOT/iter-000000009/manifest.json    {"format", "iteration", "shards", "files": [{"name", "bytes"}]}
+//   ROOT/iter-000000009/manifest.json    {"format", "iteration", "shards", "files": [{"name", "bytes", "at"?}]}
 //
 // (iter-initial: a checkpoint taken before any commit.) Each shard writes its own file
 // (ShardStore::save: temp + fsync + rename); the shard that then finds every shard's file

@@ -55,13 +55,17 @@ std::vector<fs::path> ckpt_files(const fs::path& dir) {
 }
 
 // The files `dir`'s manifest lists, each there with the size it lists; DataError naming
-// the file otherwise.
-std::vector<fs::path> files_of_manifest(const fs::path& dir) {
+// the file otherwise. With `own` (see RestorePlan), only the restoring shard's own file
+// when the others are not there and the shard counts agree (`own_only` says so).
+std::vector<fs::path> files_of_manifest(const fs::path& dir, std::optional<RestoringShard> own = std::nullopt, bool* own_only = nullptr) {
   const fs::path path = dir / kManifest;
   std::vector<fs::path> files;
   try {
     const nlohmann::json j = nlohmann::json::parse(read_file(path));
     if (j.at("format").get<int>() != kManifestFormat) throw DataError(path.string() + ": manifest format " + j.at("format").dump());
+    std::optional<DataError> missing;  // the first listed file not there
+    fs::path own_file;
+    const std::string own_name = own ? checkpoint_file_name(own->shard, own->shards) : std::string();
     for (const auto& f : j.at("files")) {
       const std::string name = f.at("name").get<std::string>();
       const std::uint64_t bytes = f.at("bytes").get<std::uint64_t>();
@@ -72,14 +76,23 @@ std::vector<fs::path> files_of_manifest(const fs::path& dir) {
       if (ec) {
         // Written on another host (shards without a shared filesystem): say where.
         const std::string at = f.value("at", std::string());
-        throw DataError(path.string() + " lists " + name + ", which cannot be read (" + ec.message() + ")" +
-                        (at.empty() ? "" : "; it was written by the shard at " + at + ": copy it here"));
+        if (!missing) {
+          missing = DataError(path.string() + " lists " + name + ", which cannot be read (" + ec.message() + ")" +
+                              (at.empty() ? "" : "; it was written by the shard at " + at + ": copy it here"));
+        }
+        continue;
       }
       if (size != bytes) {
         throw DataError(file.string() + ": " + std::to_string(size) + " bytes, its manifest says " + std::to_string(bytes) +
                         " (truncated or replaced)");
       }
+      if (name == own_name) own_file = file;
       files.push_back(file);
+    }
+    if (missing) {
+      if (!own || own_file.empty() || j.at("shards").get<std::uint32_t>() != own->shards) throw *missing;
+      if (own_only != nullptr) *own_only = true;
+      return {own_file};
     }
   } catch (const nlohmann::json::exception& e) {
     throw DataError(path.string() + ": " + e.what());
@@ -199,13 +212,13 @@ void CheckpointDir::prune(bool completed_here) const {
   }
 }
 
-RestorePlan plan_restore(const fs::path& dir) {
+RestorePlan plan_restore(const fs::path& dir, std::optional<RestoringShard> own) {
   if (!fs::is_directory(dir)) throw DataError("--restore " + dir.string() + ": not a directory");
   RestorePlan plan;
   plan.dir = dir;
   // One checkpoint: its manifest's files, or its *.ckpt files.
   if (fs::exists(dir / kManifest)) {
-    plan.files = files_of_manifest(dir);
+    plan.files = files_of_manifest(dir, own, &plan.own_file_only);
     plan.manifest = true;
     return plan;
   }
@@ -222,7 +235,7 @@ RestorePlan plan_restore(const fs::path& dir) {
   for (const auto& [iteration, sub] : under) {
     try {
       plan.manifest = fs::exists(sub / kManifest);
-      plan.files = plan.manifest ? files_of_manifest(sub) : ckpt_files(sub);
+      plan.files = plan.manifest ? files_of_manifest(sub, own, &plan.own_file_only) : ckpt_files(sub);
       if (!plan.manifest) ShardStore::check_checkpoint_set(plan.files);
       plan.dir = sub;
       return plan;

@@ -729,9 +729,20 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   return left_out;
 }
 
-std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files) {
+std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, bool own_file_only) {
   wait_all_applied();
-  const std::int64_t iteration = check_checkpoint_set(files);
+  std::int64_t iteration = 0;
+  if (own_file_only) {
+    if (files.size() != 1) throw DataError("a restore from this shard's own file takes that file alone");
+    const CheckpointHeader h = read_header(files[0].string(), read_file_head(files[0], sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
+    if (h.shard != config_.shard || h.shards != config_.shards) {
+      throw DataError(files[0].string() + " holds shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards) + ", not shard " +
+                      std::to_string(config_.shard) + " of " + std::to_string(config_.shards));
+    }
+    iteration = h.iteration;
+  } else {
+    iteration = check_checkpoint_set(files);
+  }
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
   for (const auto& f : files) {

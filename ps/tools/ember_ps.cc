@@ -196,11 +196,13 @@ int main(int argc, char** argv) {
     spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
                  optimizer, rf - sc.dim, rf * 4);
     if (!restore_dir.empty()) {
-      const ps::RestorePlan plan = ps::plan_restore(restore_dir);
+      const ps::RestorePlan plan = ps::plan_restore(restore_dir, ps::RestoringShard{sc.shard, sc.shards});
       for (const std::string& why : plan.skipped) spdlog::warn("--restore: passing over {}", why);
-      const std::int64_t iteration = service.store().load(plan.files);
+      const std::int64_t iteration = service.store().load(plan.files, plan.own_file_only);
       spdlog::info("restored {} rows from {} checkpoint file(s) in {}{}, iteration {}", service.store().initialized_rows(), plan.files.size(),
-                   plan.dir.string(), plan.manifest ? " (listed by its manifest)" : "",
+                   plan.dir.string(),
+                   plan.own_file_only ? " (this shard's own file: its manifest lists the other shards' files, written elsewhere)"
+                                      : (plan.manifest ? " (listed by its manifest)" : ""),
                    iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
     }
     auto handler = [&service](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { service.handle(r, o, s); };

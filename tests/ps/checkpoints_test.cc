@@ -239,6 +239,20 @@ TEST_F(CheckpointDirs, ShardsWithoutASharedFilesystemLearnFromEachOtherWhenAChec
     EXPECT_NE(std::string(e.what()).find("shard-1-of-2.ckpt"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("written by the shard at 10.0.0.1:7000: copy it here"), std::string::npos) << e.what();
   }
+  // Restarted with the same shards, though, each restores from its own file: the
+  // manifest says the other shard wrote its own.
+  const RestorePlan mine = plan_restore(roots[0], RestoringShard{0, 2});
+  EXPECT_TRUE(mine.own_file_only);
+  ASSERT_EQ(mine.files.size(), 1u);
+  EXPECT_EQ(mine.files[0], checkpoint_dir(roots[0], 7) / "shard-0-of-2.ckpt");
+  ShardStore again(config(0, 2));
+  EXPECT_EQ(again.load(mine.files, true), 7);
+  for (Key k = 0; k < 40; k += 2) {
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(again.row(k)[j], stores_[0].row(k)[j]) << "key " << k;
+  }
+  ShardStore other(config(1, 2));
+  EXPECT_THROW(other.load(mine.files, true), DataError);  // shard 0's file
+  EXPECT_THROW(plan_restore(roots[0], RestoringShard{0, 3}), DataError);  // three shards need every file
   // ...and, once it is copied there, loads checkpoint 7 whole.
   fs::copy_file(checkpoint_dir(roots[1], 7) / "shard-1-of-2.ckpt", checkpoint_dir(roots[0], 7) / "shard-1-of-2.ckpt");
   const RestorePlan plan = plan_restore(roots[0]);

@@ -241,9 +241,18 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
     EXPECT_FALSE(fs::exists(checkpoint_dir(roots[s], 9) / checkpoint_file_name(1 - s, 2)));  // the other host's
     EXPECT_FALSE(fs::exists(checkpoint_dir(roots[s], 4))) << "keep 1: iteration 4's checkpoint pruned in " << roots[s];
   }
+  std::vector<Key> all;
+  for (Key k = 0; k < 300; ++k) all.push_back(k);
+  std::vector<float> before, after;
+  w.pull(all, before);
   worker.leave();  // every worker gone: the shards stop
   EXPECT_EQ(d1.stop(), 0);
   EXPECT_EQ(d0.stop(), 0);
+  // Restarted with the same shards, each restores from its own directory alone.
+  Daemon r0(dir_, 0, 2, "sgd", "--restore " + roots[0].string()), r1(dir_, 1, 2, "sgd", "--restore " + roots[1].string());
+  PsClient again({r0.address(), r1.address()}, kToken, kDim, 0);
+  again.pull(all, after);
+  EXPECT_EQ(after, before);
 }
 
 TEST(PsDaemonCli, RefusesToStartWithoutAToken) {

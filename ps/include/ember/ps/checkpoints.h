@@ -94,12 +94,22 @@ bool write_manifest_if_whole(const std::filesystem::path& dir);
 // why. Throws DataError when there is nothing to load, or when DIR holds both *.ckpt
 // files and checkpoint directories (which is meant?). ShardStore::load checks the files
 // in full (checksums, one checkpoint, every shard).
+//
+// Given the restoring shard (`own`), a whole checkpoint of the same shard count whose
+// other files are not there (written on other hosts) restores from this shard's own
+// file alone: it holds every row the shard owns, and the manifest says the others wrote
+// theirs. So each host of a job restarted with the same shards restores from its own
+// directory.
 struct RestorePlan {
   std::filesystem::path dir;  // the checkpoint chosen
   std::vector<std::filesystem::path> files;
   bool manifest = false;             // whether a manifest listed them
+  bool own_file_only = false;        // files is this shard's own file (see above)
   std::vector<std::string> skipped;  // "DIR: why" of newer checkpoints passed over
 };
-RestorePlan plan_restore(const std::filesystem::path& dir);
+struct RestoringShard {
+  std::uint32_t shard = 0, shards = 1;
+};
+RestorePlan plan_restore(const std::filesystem::path& dir, std::optional<RestoringShard> own = std::nullopt);
 
 }  // namespace ember::ps

@@ -133,7 +133,10 @@ class ShardStore {
   // the files of its every shard, all of one iteration. Returns that iteration. Throws
   // DataError for a corrupt, truncated or mismatched file, a shard's file missing or
   // given twice, or files of different checkpoints.
-  std::int64_t load(const std::vector<std::filesystem::path>& files);
+  // With `own_file_only`, `files` is this shard's own file (same shard and shard count)
+  // of a checkpoint the caller knows is whole (its manifest lists every shard's file,
+  // written elsewhere): it holds every row this shard owns.
+  std::int64_t load(const std::vector<std::filesystem::path>& files, bool own_file_only = false);
   // The iteration of a checkpoint's files after the checks of load(), reading only their
   // headers.
   static std::int64_t check_checkpoint_set(const std::vector<std::filesystem::path>& files);

@@ -246,10 +246,10 @@ double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, co
 // A row's update and nothing else: plain SGD on rows of `table` (dim floats each) at
 // `keys`, with gradients[i * dim]. No claim, no list, no state: what any PS that updates
 // a pushed row in memory pays at least. Rows are fetched ahead as the store's apply
-// fetches them (the same distances): without that, scattered rows cost this loop more
+// fetches them (the same distance): without that, scattered rows cost this loop more
 // than the whole store, and the "ideal" read below the measured ratio.
 void plain_sgd(float* __restrict table, std::span<const Key> keys, const float* __restrict grads, std::uint32_t dim) {
-  const std::size_t row_bytes = dim * sizeof(float), ahead = row_bytes <= 256 ? 16 : 8;
+  const std::size_t row_bytes = dim * sizeof(float), ahead = ps::ShardStore::rows_to_fetch_ahead(row_bytes);
   auto prefetch = [&](Key k) {
     const char* p = reinterpret_cast<const char*>(table + k * dim);
     for (std::size_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(p + o, 1);

@@ -60,6 +60,11 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
   return h;
 }
 
+// The header of a checkpoint file, read without the rest of it.
+CheckpointHeader header_of(const std::filesystem::path& file) {
+  return read_header(file.string(), read_file_head(file, sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
+}
+
 // Blocks of dim floats an aggregation of `trainers` contributions holds while it waits:
 // two contributions are summed as they come (a + b and b + a round alike); three or
 // more are kept apart and summed once all are in, in an order their bits fix
@@ -646,11 +651,8 @@ void ShardStore::apply_batch(const Batch& b) {
   const std::uint32_t dim = config_.dim, rf = row_floats();
   // Rows of a batch are scattered over the table (a worker's rows): each is a cache miss,
   // so the rows some entries ahead, and their state bytes, are fetched while this one is
-  // applied (their chunks exist: the push initialized every row). 16 rows ahead for rows
-  // of up to 256 B (at 8, scattered rows of dim 64 pushed by 2 client threads cost
-  // 230-282 ns of CPU per row, at 16 204-251); larger rows fill the core's line buffers
-  // sooner, and for 1 KB rows 8 did as well as 16.
-  const std::size_t ahead = rf * sizeof(float) <= 256 ? 16 : 8;
+  // applied (their chunks exist: the push initialized every row).
+  const std::size_t ahead = rows_to_fetch_ahead(rf * sizeof(float));
   auto prefetch = [&](std::uint64_t local) {
     const char* p = reinterpret_cast<const char*>(row_address(local));
     for (std::size_t o = 0; o < rf * sizeof(float); o += 64) __builtin_prefetch(p + o, 1);
@@ -734,7 +736,7 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
   std::int64_t iteration = 0;
   if (own_file_only) {
     if (files.size() != 1) throw DataError("a restore from this shard's own file takes that file alone");
-    const CheckpointHeader h = read_header(files[0].string(), read_file_head(files[0], sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
+    const CheckpointHeader h = header_of(files[0]);
     if (h.shard != config_.shard || h.shards != config_.shards) {
       throw DataError(files[0].string() + " holds shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards) + ", not shard " +
                       std::to_string(config_.shard) + " of " + std::to_string(config_.shards));
@@ -780,7 +782,7 @@ std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem:
   std::map<std::uint32_t, std::filesystem::path> by_shard;
   CheckpointHeader first{};
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const CheckpointHeader h = read_header(files[i].string(), read_file_head(files[i], sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
+    const CheckpointHeader h = header_of(files[i]);
     if (i == 0) first = h;
     if (h.shards != first.shards || h.iteration != first.iteration) {
       throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +

@@ -43,12 +43,6 @@ inline constexpr std::uint32_t kWithState = 1;
 // pays where spare cores can take the apply off the request path).
 enum class CommitApply { kHandler, kApplier };
 
-// Where commits go for `asked`: "handler", "applier", or "auto": the applier where rows
-// (value and optimizer state) are 1 KB or more and the I/O and applier threads take at
-// most half the cores, the handler otherwise. Measured with ember-bench ps: on a 16-core
-// host, pushes of 1 KB rows reached 0.68-0.82 of raw on 4 appliers against 0.62-0.68 on
-// the handler, and 256 B rows 0.55-0.66 against 0.69-0.71; on a 2-core host the handler
-// did better throughout. ConfigError for another name.
 // Applier threads for an `asked` count: 0 means as many as the shard's I/O threads.
 inline std::uint32_t applier_threads(std::uint32_t asked, std::uint32_t io_threads) { return asked > 0 ? asked : io_threads; }
 
@@ -56,6 +50,12 @@ struct CommitApplyChoice {
   CommitApply where;
   std::string why;  // for the log: "asked", or what auto saw
 };
+// Where commits go for `asked`: "handler", "applier", or "auto": the applier where rows
+// (value and optimizer state) are 1 KB or more and the I/O and applier threads take at
+// most half the cores, the handler otherwise. Measured with ember-bench ps: on a 16-core
+// host, pushes of 1 KB rows reached 0.68-0.82 of raw on 4 appliers against 0.62-0.68 on
+// the handler, and 256 B rows 0.55-0.66 against 0.69-0.71; on a 2-core host the handler
+// did better throughout. ConfigError for another name.
 CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t row_bytes, std::uint32_t io_threads,
                                       std::uint32_t apply_threads, unsigned cores);
 

@@ -646,6 +646,11 @@ void ShardStore::finish_batch(Batch& b) {
 }
 
 void ShardStore::apply_batch(const Batch& b) {
+  with_kind(config_.optimizer.kind, [&](auto kind) { apply_batch_as<decltype(kind)::value>(b); });
+}
+
+template <OptimizerKind K>
+void ShardStore::apply_batch_as(const Batch& b) {
   // Rows are independent: any order gives the same rows. One thread: on a busy host a
   // split over TBB's workers cost more CPU per row (their spinning) than it saved.
   const std::uint32_t dim = config_.dim, rf = row_floats();
@@ -675,7 +680,7 @@ void ShardStore::apply_batch(const Batch& b) {
       grad = copied;
       copied += dim;
     }
-    apply(config_.optimizer, lr, dim, row, row + dim, grad);
+    apply_as<K>(config_.optimizer, lr, dim, row, row + dim, grad);
     initialized_[r.local].store(kIdle, std::memory_order_release);
   }
 }

@@ -238,6 +238,8 @@ class ShardStore {
     std::size_t stripe = 0;                           // where it came from, and where its buffers go back
   };
   void apply_batch(const Batch& b);
+  template <OptimizerKind K>
+  void apply_batch_as(const Batch& b);  // apply_batch, for the store's optimizer K
   // Applies a batch taken out of flight, gives its buffers back to its stripe, marks it done.
   void finish_batch(Batch& b);
   // Takes every ready list's rows (counted in `rows`) and marks them in flight, one

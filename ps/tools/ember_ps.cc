@@ -29,6 +29,11 @@ namespace fs = std::filesystem;
 
 // Seconds the exit checkpoint waits for the other shards' word (with a control plane).
 constexpr double kExitCheckpointWait = 5.0;
+// The same for the shard that hosts the coordinator while another shard is still in the
+// job: that one may still be writing its checkpoint, and once the coordinator is gone it
+// cannot learn of this shard's file, nor this shard of its. (Under the launcher's 30 s
+// for the shards to stop.)
+constexpr double kCoordinatorExitCheckpointWait = 20.0;
 
 // Checkpoint records on the control plane's board, under checkpoint/ITERATION/SHARD.
 ps::CheckpointPeers peers_over(transport::ControlMember& member, const std::string& here) {
@@ -329,9 +334,12 @@ int main(int argc, char** argv) {
         spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
       }
       bool whole = checkpoints.finish(iteration);
-      // The other shards write theirs now too: wait a little for their word.
-      for (Stopwatch waited; job_alive && !whole && waited.seconds() < kExitCheckpointWait; std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
+      // The other shards write theirs now too: wait a little for their word (longer on the
+      // coordinator's shard, while another is still in the job: see above).
+      for (Stopwatch waited; job_alive && !whole && !member->failure(); std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
         whole = checkpoints.settle(iteration);
+        const bool others_here = coord && coord->ps_left() + 1 < sc.shards;
+        if (waited.seconds() >= (others_here ? kCoordinatorExitCheckpointWait : kExitCheckpointWait)) break;
       }
       spdlog::info("checkpoint written: {} ({} rows, iteration {}){}", file.string(), service.store().initialized_rows(), iteration,
                    whole ? "; every shard's file is in: manifest written"

@@ -50,6 +50,9 @@ class Daemon {
     proc_->signal(SIGTERM);
     return proc_->wait(std::chrono::seconds(10));
   }
+  // SIGTERM only; wait() for the exit.
+  void terminate() { proc_->signal(SIGTERM); }
+  int wait(std::chrono::seconds limit) { return proc_->wait(limit); }
   ShardAddress address() const { return {"127.0.0.1", port_}; }
   void kill9() {
     proc_->signal(SIGKILL);
@@ -253,6 +256,40 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
   PsClient again({r0.address(), r1.address()}, kToken, kDim, 0);
   again.pull(all, after);
   EXPECT_EQ(after, before);
+}
+
+// Shards stopped far apart (one stopped by hand later, or still writing a large
+// checkpoint): the shard that hosts the coordinator waits on while the other is in the
+// job, so both hosts get the exit checkpoint's manifest. Before, it gave up after 5 s,
+// and the board the late shard needed went with it: neither host had a manifest.
+TEST_F(PsDaemon, TheCoordinatorsShardWaitsForALateShardsExitCheckpoint) {
+  const fs::path coordinator_file = dir_ / "coordinator";
+  const fs::path roots[2] = {dir_ / "host0", dir_ / "host1"};
+  auto args = [&](int s) { return "--workers 1 --heartbeat-timeout-ms 5000 --checkpoint-on-exit --checkpoint-dir " + roots[s].string(); };
+  Daemon d0(dir_, 0, 2, "sgd", args(0) + " --coordinator tcp://127.0.0.1:0 --coordinator-file " + coordinator_file.string());
+  const std::string endpoint = test::wait_for_file(coordinator_file, std::chrono::seconds(10));
+  ASSERT_FALSE(endpoint.empty());
+  Daemon d1(dir_, 1, 2, "sgd", args(1) + " --coordinator " + endpoint);
+  transport::MemberOptions mo;
+  mo.coordinator = endpoint;
+  mo.token = kToken;
+  mo.role = transport::Role::kWorker;
+  transport::ControlMember worker(mo);
+  {
+    PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
+    std::mt19937_64 rng(4);
+    for (std::uint64_t it = 0; it < 3; ++it) {
+      Round r = make_rounds(rng)[0];
+      std::fill(r.trainers.begin(), r.trainers.end(), 1u);
+      w.push_grad(it, r.keys, r.trainers, r.grads);
+      w.commit(it);
+    }
+  }
+  d0.terminate();
+  std::this_thread::sleep_for(std::chrono::milliseconds(6500));  // past the 5 s any shard waits
+  EXPECT_EQ(d1.stop(), 0);
+  EXPECT_EQ(d0.wait(std::chrono::seconds(10)), 0);
+  for (int s = 0; s < 2; ++s) EXPECT_TRUE(fs::exists(checkpoint_dir(roots[s], 2) / "manifest.json")) << roots[s];
 }
 
 TEST(PsDaemonCli, RefusesToStartWithoutAToken) {

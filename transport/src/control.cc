@@ -293,6 +293,7 @@ bool Coordinator::wait_ps_left(std::chrono::milliseconds timeout) const {
   return true;
 }
 
+std::uint32_t Coordinator::ps_left() const { return impl_->ps_left.load(); }
 std::uint64_t Coordinator::refused() const { return impl_->refused.load(); }
 bool Coordinator::finished() const { return impl_->finished.load(); }
 std::optional<std::string> Coordinator::failure() const {

@@ -66,6 +66,8 @@ class Coordinator {
   // Waits until every PS member left (so they heard the shutdown before this process,
   // which hosts the coordinator, exits); false on timeout.
   bool wait_ps_left(std::chrono::milliseconds timeout) const;
+  // PS members that have left so far.
+  std::uint32_t ps_left() const;
 
  private:
   struct Impl;

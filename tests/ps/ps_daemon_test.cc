@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -204,32 +205,48 @@ TEST_F(PsDaemon, KilledShardsResumeFromTheLastCheckpoint) {
   }
 }
 
-// Two shards that share no filesystem (a checkpoint directory each) in a job with a
-// control plane: each learns from the coordinator's board when the other has written its
-// file, writes the manifest of both, and prunes (keep 1), as one directory would.
-TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheControlPlane) {
-  const fs::path coordinator_file = dir_ / "coordinator";
-  const fs::path roots[2] = {dir_ / "host0", dir_ / "host1"};
-  auto args = [&](int s) {
-    return "--workers 1 --heartbeat-timeout-ms 5000 --checkpoint-every 5 --keep-checkpoints 1 --checkpoint-dir " + roots[s].string();
-  };
-  Daemon d0(dir_, 0, 2, "sgd", args(0) + " --coordinator tcp://127.0.0.1:0 --coordinator-file " + coordinator_file.string());
-  const std::string endpoint = test::wait_for_file(coordinator_file, std::chrono::seconds(10));
-  ASSERT_FALSE(endpoint.empty());
-  Daemon d1(dir_, 1, 2, "sgd", args(1) + " --coordinator " + endpoint);
-  transport::MemberOptions mo;
-  mo.coordinator = endpoint;
-  mo.token = kToken;
-  mo.role = transport::Role::kWorker;
-  transport::ControlMember worker(mo);  // the job forms
-  PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
-  std::mt19937_64 rng(3);
-  for (std::uint64_t it = 0; it < 10; ++it) {
+// Two shards on "hosts" that share no filesystem (a checkpoint directory each: roots[s]),
+// in a job with a control plane (shard 0 hosts the coordinator) and one worker member:
+// the job forms once it has joined. `shard_args`: both shards' checkpoint options.
+struct TwoHostJob {
+  TwoHostJob(const fs::path& dir, const std::string& shard_args) : roots{dir / "host0", dir / "host1"} {
+    const fs::path coordinator_file = dir / "coordinator";
+    auto args = [&](int s) { return "--workers 1 --heartbeat-timeout-ms 5000 " + shard_args + " --checkpoint-dir " + roots[s].string(); };
+    d0.emplace(dir, 0, 2, "sgd", args(0) + " --coordinator tcp://127.0.0.1:0 --coordinator-file " + coordinator_file.string());
+    const std::string endpoint = test::wait_for_file(coordinator_file, std::chrono::seconds(10));
+    if (endpoint.empty()) throw Error("shard 0 wrote no coordinator endpoint");
+    d1.emplace(dir, 1, 2, "sgd", args(1) + " --coordinator " + endpoint);
+    transport::MemberOptions mo;
+    mo.coordinator = endpoint;
+    mo.token = kToken;
+    mo.role = transport::Role::kWorker;
+    worker.emplace(mo);
+  }
+  fs::path roots[2];
+  std::optional<Daemon> d0, d1;
+  std::optional<transport::ControlMember> worker;
+};
+
+// `iterations` BSP rounds (push, commit) of one worker that trains every row it pushes alone.
+void train_alone(PsClient& w, std::uint64_t seed, std::uint64_t iterations) {
+  std::mt19937_64 rng(seed);
+  for (std::uint64_t it = 0; it < iterations; ++it) {
     Round r = make_rounds(rng)[0];
     std::fill(r.trainers.begin(), r.trainers.end(), 1u);  // this worker alone
     w.push_grad(it, r.keys, r.trainers, r.grads);
     w.commit(it);
   }
+}
+
+// Two shards that share no filesystem (a checkpoint directory each) in a job with a
+// control plane: each learns from the coordinator's board when the other has written its
+// file, writes the manifest of both, and prunes (keep 1), as one directory would.
+TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheControlPlane) {
+  TwoHostJob job(dir_, "--checkpoint-every 5 --keep-checkpoints 1");
+  const auto& roots = job.roots;
+  Daemon &d0 = *job.d0, &d1 = *job.d1;
+  PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
+  train_alone(w, 3, 10);
   // The shard that wrote first hears of the other's file on its clock (0.1 s).
   auto manifest = [&](int s, std::int64_t it) { return checkpoint_dir(roots[s], it) / "manifest.json"; };
   for (int i = 0; i < 100 && !(fs::exists(manifest(0, 9)) && fs::exists(manifest(1, 9))); ++i) {
@@ -248,7 +265,7 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
   for (Key k = 0; k < 300; ++k) all.push_back(k);
   std::vector<float> before, after;
   w.pull(all, before);
-  worker.leave();  // every worker gone: the shards stop
+  job.worker->leave();  // every worker gone: the shards stop
   EXPECT_EQ(d1.stop(), 0);
   EXPECT_EQ(d0.stop(), 0);
   // Restarted with the same shards, each restores from its own directory alone.
@@ -263,27 +280,12 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
 // job, so both hosts get the exit checkpoint's manifest. Before, it gave up after 5 s,
 // and the board the late shard needed went with it: neither host had a manifest.
 TEST_F(PsDaemon, TheCoordinatorsShardWaitsForALateShardsExitCheckpoint) {
-  const fs::path coordinator_file = dir_ / "coordinator";
-  const fs::path roots[2] = {dir_ / "host0", dir_ / "host1"};
-  auto args = [&](int s) { return "--workers 1 --heartbeat-timeout-ms 5000 --checkpoint-on-exit --checkpoint-dir " + roots[s].string(); };
-  Daemon d0(dir_, 0, 2, "sgd", args(0) + " --coordinator tcp://127.0.0.1:0 --coordinator-file " + coordinator_file.string());
-  const std::string endpoint = test::wait_for_file(coordinator_file, std::chrono::seconds(10));
-  ASSERT_FALSE(endpoint.empty());
-  Daemon d1(dir_, 1, 2, "sgd", args(1) + " --coordinator " + endpoint);
-  transport::MemberOptions mo;
-  mo.coordinator = endpoint;
-  mo.token = kToken;
-  mo.role = transport::Role::kWorker;
-  transport::ControlMember worker(mo);
+  TwoHostJob job(dir_, "--checkpoint-on-exit");
+  const auto& roots = job.roots;
+  Daemon &d0 = *job.d0, &d1 = *job.d1;
   {
     PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
-    std::mt19937_64 rng(4);
-    for (std::uint64_t it = 0; it < 3; ++it) {
-      Round r = make_rounds(rng)[0];
-      std::fill(r.trainers.begin(), r.trainers.end(), 1u);
-      w.push_grad(it, r.keys, r.trainers, r.grads);
-      w.commit(it);
-    }
+    train_alone(w, 4, 3);
   }
   d0.terminate();
   std::this_thread::sleep_for(std::chrono::milliseconds(6500));  // past the 5 s any shard waits

@@ -82,6 +82,7 @@ Scheduler::Scheduler(SchedulerConfig config)
     ps_version_.assign(c.num_keys, 0);
     copy_version_.assign(c.workers, std::vector<std::uint32_t>(capacity, 0));
   }
+  iteration_ = c.first_iteration;
   scored_tables_.resize(tables_);
   std::iota(scored_tables_.begin(), scored_tables_.end(), 0u);
   doi_.assign(tables_, 0.0);

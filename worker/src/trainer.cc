@@ -53,14 +53,18 @@ struct Step {
   double sched_ms = 0;
   bool flush = false;          // flush after training this iteration
   StepPlan flush_plan;
+  bool evaluate = false;       // worker 0 evaluates after the flush
+  bool checkpoint = false;     // the PS checkpoints at the next commit: dense state saved
   bool last = false;
 };
 
-// The scheduler, one iteration ahead of training, in its own thread.
+// The scheduler, one iteration ahead of training, in its own thread, from iteration
+// `first` (a resumed job) on. The PS checkpoints at commit(I) for (I + 1) %
+// checkpoint_every == 0 (0: never): the iteration before is flushed.
 class Loader {
  public:
-  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank)
-      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank) {
+  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, std::uint64_t checkpoint_every)
+      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every) {
     thread_ = std::thread([this] { run(); });
   }
   ~Loader() {
@@ -99,12 +103,17 @@ class Loader {
       scheduler::GlobalBatch g;
       std::vector<StepPlan> plans;
       std::uint64_t epoch = 0;
-      const std::uint32_t T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
-      for (std::uint64_t t = 0; t < c_.iterations; ++t) {
+      auto next_batch = [&] {
         if (!reader.next(b)) {
           reader.start_epoch(++epoch);
           reader.next(b);
         }
+      };
+      const std::uint64_t first = sched_.config().first_iteration;
+      for (std::uint64_t t = 0; t < first; ++t) next_batch();  // the batches trained before the checkpoint
+      const std::uint32_t T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
+      for (std::uint64_t t = first; t < c_.iterations; ++t) {
+        next_batch();
         scheduler::to_global_batch(b, sched_.config().table_offsets, g);
         Step s;
         s.iteration = t;
@@ -117,7 +126,9 @@ class Loader {
           s.labels.push_back(static_cast<float>(b.label(i)));
         }
         s.last = t + 1 == c_.iterations;
-        s.flush = s.last || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
+        s.evaluate = s.last || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
+        s.checkpoint = !s.last && checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0;
+        s.flush = s.evaluate || s.checkpoint;
         if (s.flush && sched_.config().policy.kind != scheduler::PolicyKind::kHet) {
           sched_.flush(plans);
           s.flush_plan = std::move(plans[rank_]);
@@ -139,6 +150,7 @@ class Loader {
   scheduler::Scheduler sched_;
   const TrainConfig& c_;
   std::uint32_t rank_;
+  std::uint64_t checkpoint_every_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -154,6 +166,8 @@ struct PsConfig {
   ps::OptimizerConfig optimizer;
   std::uint64_t seed = 0;
   std::string transport = "tcp";
+  std::uint64_t checkpoint_every = 0;  // the PS checkpoints at commit(I), (I + 1) % N == 0
+  std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none)
 };
 
 torch::Device parse_device(const std::string& text) {
@@ -182,6 +196,8 @@ PsConfig parse_ps_config(const std::string& text) {
     p.optimizer.weight_decay = j.at("weight_decay");
     p.seed = j.at("seed");
     p.transport = j.value("transport", "tcp");
+    p.checkpoint_every = j.value("checkpoint_every", std::uint64_t{0});
+    p.restored_iteration = j.value("restored_iteration", std::int64_t{-1});
     return p;
   } catch (const json::exception& e) {
     throw ProtocolError(std::string("the PS published a malformed configuration: ") + e.what());
@@ -263,6 +279,13 @@ class Worker {
   void take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter);
   void evaluate(std::uint64_t iteration);
   void dump(std::uint64_t iteration);
+  // The dense model and optimizer as of the start of `iteration` (the PS's checkpoint of
+  // that iteration holds the rows), written atomically; older ones pruned.
+  void save_dense(std::uint64_t iteration);
+  // Loads what save_dense wrote for `iteration`; throws ConfigError naming what is
+  // missing or does not match this job.
+  void load_dense(std::uint64_t iteration);
+  json dense_meta(std::uint64_t iteration) const;
   void log_json(const json& j);
 
   TrainConfig c_;
@@ -711,6 +734,103 @@ void Worker::dump(std::uint64_t iteration) {
   spdlog::info("model written to {} ({} dense floats, {} rows)", c_.dump_dir, dense.size(), N);
 }
 
+namespace {
+
+// The first line of an error (LibTorch's carry a backtrace).
+std::string first_line(const std::exception& e) {
+  const auto* c = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c != nullptr ? c->what_without_backtrace() : e.what();
+  return s.substr(0, s.find('\n'));
+}
+
+// worker-R-iter-NNNNNNNNN.pt: sorts by iteration, one file per worker (the dense
+// replicas are identical, but workers on hosts that share no filesystem need their own).
+fs::path dense_file(const std::string& dir, std::uint32_t rank, std::uint64_t iteration) {
+  char name[64];
+  std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", rank, static_cast<unsigned long long>(iteration));
+  return fs::path(dir) / name;
+}
+
+}  // namespace
+
+json Worker::dense_meta(std::uint64_t iteration) const {
+  // What must match for the dense state to continue this job's training.
+  return {{"iteration", iteration},  {"model", c_.model.kind},         {"dense_optimizer", c_.dense_optimizer},
+          {"dense_lr", c_.dense_lr}, {"seed", c_.seed},                {"workers", c_.workers},
+          {"batch_per_worker", c_.batch_per_worker}, {"shuffle", c_.shuffle}, {"num_keys", ps_.num_keys}, {"dim", dim_}};
+}
+
+void Worker::save_dense(std::uint64_t iteration) {
+  torch::serialize::OutputArchive root, model, optimizer;
+  model_->save(model);
+  opt_->save(optimizer);
+  root.write("model", model);
+  root.write("optimizer", optimizer);
+  root.write("meta", c10::IValue(dense_meta(iteration).dump()));
+  std::ostringstream bytes;
+  root.save_to(bytes);
+  const fs::path file = dense_file(c_.checkpoint_dir, rank_, iteration);
+  try {
+    fs::create_directories(c_.checkpoint_dir);
+    write_file_atomic(file, bytes.str());
+  } catch (const std::exception& e) {
+    // As on the PS: the run goes on, and the earlier checkpoints are intact.
+    spdlog::error("worker {}: dense checkpoint of iteration {} not written: {}", rank_, iteration, e.what());
+    return;
+  }
+  if (c_.keep_checkpoints == 0) return;
+  const std::string prefix = "worker-" + std::to_string(rank_) + "-iter-";
+  std::vector<fs::path> mine;
+  for (const auto& e : fs::directory_iterator(c_.checkpoint_dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0 && e.path().extension() == ".pt") mine.push_back(e.path());
+  }
+  std::sort(mine.begin(), mine.end());
+  for (std::size_t i = 0; i + c_.keep_checkpoints < mine.size(); ++i) {
+    std::error_code ec;
+    fs::remove(mine[i], ec);
+  }
+}
+
+void Worker::load_dense(std::uint64_t iteration) {
+  fs::path file = dense_file(c_.checkpoint_dir, rank_, iteration);
+  if (!fs::exists(file)) {
+    // Another worker's copy of the same iteration holds the same state.
+    for (std::uint32_t r = 0; r < c_.workers && !fs::exists(file); ++r) file = dense_file(c_.checkpoint_dir, r, iteration);
+    if (!fs::exists(file)) {
+      throw ConfigError("--resume: the PS restored iteration " + std::to_string(iteration) + " but " + c_.checkpoint_dir +
+                        " holds no worker's dense state of it (" + dense_file(c_.checkpoint_dir, rank_, iteration).filename().string() +
+                        "); restore the PS from a checkpoint the workers also wrote (ember-worker --checkpoint-dir)");
+    }
+  }
+  torch::serialize::InputArchive root, model, optimizer;
+  json meta;
+  try {
+    root.load_from(file.string(), device_);
+    c10::IValue m;
+    root.read("meta", m);
+    meta = json::parse(m.toStringRef());
+    root.read("model", model);
+    root.read("optimizer", optimizer);
+  } catch (const std::exception& e) {
+    throw DataError(file.string() + ": not a readable dense checkpoint: " + first_line(e));
+  }
+  const json want = dense_meta(iteration);
+  for (const auto& [key, value] : want.items()) {
+    if (!meta.contains(key) || meta[key] != value) {
+      throw ConfigError("--resume: " + file.string() + " was written by a job with " + key + " " + (meta.contains(key) ? meta[key].dump() : "unset") +
+                        ", this one has " + value.dump());
+    }
+  }
+  try {
+    model_->load(model);
+    opt_->load(optimizer);
+  } catch (const std::exception& e) {
+    throw ConfigError("--resume: " + file.string() + " does not fit this model (" + first_line(e) + ")");
+  }
+  spdlog::info("worker {}: resuming at iteration {}: dense model and optimizer from {}", rank_, iteration, file.string());
+}
+
 TrainSummary Worker::run() {
   if (c_.transport == "rdma") {
     fabric_ = transport::verbs::make_ibverbs_fabric();  // one line, exit 2, without a device
@@ -729,13 +849,29 @@ TrainSummary Worker::run() {
     metrics_.open(c_.metrics_file, std::ios::trunc);
     if (!metrics_) throw IoError(errno_message("open " + c_.metrics_file));
   }
+  if (c_.resume && c_.checkpoint_dir.empty()) throw ConfigError("--resume needs --checkpoint-dir (where the workers wrote their dense state)");
   join();
+  // A resumed job starts where the PS's restored checkpoint left off.
+  std::uint64_t first = 0;
+  if (c_.resume) {
+    if (ps_.restored_iteration < 0) {
+      throw ConfigError("--resume: the PS shards restored no checkpoint of an iteration (start ember-ps with --restore DIR)");
+    }
+    first = static_cast<std::uint64_t>(ps_.restored_iteration);
+    if (first >= c_.iterations) {
+      throw ConfigError("--resume: the PS restored iteration " + std::to_string(first) + ", at or past --iterations " + std::to_string(c_.iterations));
+    }
+  }
+  if (!c_.checkpoint_dir.empty() && ps_.checkpoint_every == 0 && !c_.resume) {
+    spdlog::warn("--checkpoint-dir {}: the PS shards do not checkpoint (ember-ps --checkpoint-every N), so no dense state is written", c_.checkpoint_dir);
+  }
   setup_collective();
   fill_model_shape(*ds_, dim_, c_);
   torch::manual_seed(c_.seed);
   model_ = make_model(c_.model);  // initialized on the CPU: the same weights on every device
   model_->to(device_);
   opt_ = make_dense_optimizer(c_.dense_optimizer, model_->parameters(), c_.dense_lr);
+  if (c_.resume) load_dense(first);
   cache_ = make_row_cache(c_.cache_backend, device_, sc.cache_rows, dim_, state_);
   partial_iter_.assign(sc.cache_rows, 0);
   partial_trainers_.assign(sc.cache_rows, 0);
@@ -743,13 +879,16 @@ TrainSummary Worker::run() {
                sc.cache_rows, cache_->memory_bytes() / 1e6, cache_->backend(), device_.str());
 
   if (!sc.hot.empty()) load_hot_rows(sc.hot);
-  Loader loader(*ds_, std::move(sc), c_, rank_);
+  sc.first_iteration = first;
+  // Without a directory for the dense state the PS's checkpoints still get flushed rows.
+  Loader loader(*ds_, std::move(sc), c_, rank_, ps_.checkpoint_every);
   TrainSummary sum;
   sum.rank = rank_;
   Stopwatch total, window;
   WireCounts at_window;
   const double global_n = static_cast<double>(c_.workers) * c_.batch_per_worker;
-  for (std::uint64_t t = 0; t < c_.iterations; ++t) {
+  std::uint64_t window_first = first;
+  for (std::uint64_t t = first; t < c_.iterations; ++t) {
     Stopwatch it_clock;
     Step s = loader.next();
     const double wait_ms = it_clock.millis();
@@ -761,7 +900,8 @@ TrainSummary Worker::run() {
       sync_pushes(s.flush_plan, true);
       if (rank_ == 0) push_hot_rows();  // the replicas agree: one copy goes back to the PS
       commit_barrier(2 * t + 1, t);
-      if (rank_ == 0) evaluate(t);
+      if (rank_ == 0 && s.evaluate) evaluate(t);
+      if (s.checkpoint && !c_.checkpoint_dir.empty()) save_dense(t + 1);
     }
     const double ms = it_clock.millis();
     log_json({{"iteration", t},
@@ -780,7 +920,8 @@ TrainSummary Worker::run() {
               {"phase_ms", phase_json(phases_, phases_before, 1e3)}});
     if (rank_ == 0 && c_.progress_every > 0 && ((t + 1) % c_.progress_every == 0 || t + 1 == c_.iterations)) {
       const double secs = window.seconds();
-      const std::uint64_t iters = (t + 1) % c_.progress_every == 0 ? c_.progress_every : (t + 1) % c_.progress_every;
+      const std::uint64_t iters = t + 1 - window_first;
+      window_first = t + 1;
       const double hits = static_cast<double>(wire_.hits - at_window.hits), pulls = static_cast<double>(wire_.pulls - at_window.pulls);
       spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed", t + 1, c_.iterations,
                    global_n * static_cast<double>(iters) / secs, last_loss_, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
@@ -790,8 +931,8 @@ TrainSummary Worker::run() {
     }
   }
   sum.seconds = total.seconds();
-  sum.iterations = c_.iterations;
-  sum.samples_per_s = global_n * static_cast<double>(c_.iterations) / sum.seconds;
+  sum.iterations = c_.iterations - first;
+  sum.samples_per_s = global_n * static_cast<double>(sum.iterations) / sum.seconds;
   if (rank_ == 0 && !c_.dump_dir.empty()) dump(c_.iterations - 1);
   // Everyone waits for worker 0's evaluation and dump before leaving.
   control_->barrier(transport::BarrierGroup::kWorkers, 2 * c_.iterations + 2);

@@ -65,6 +65,12 @@ int main(int argc, char** argv) {
   app.add_option("--progress-every", c.progress_every, "iterations between progress lines (worker 0)")->capture_default_str();
   app.add_option("--metrics", c.metrics_file, "JSON lines: one per iteration, evaluation and the summary");
   app.add_option("--dump-dir", c.dump_dir, "worker 0 writes the final dense weights and every embedding row here");
+  app.add_option("--checkpoint-dir", c.checkpoint_dir,
+                 "write this worker's dense model and optimizer here at every PS checkpoint (ember-ps --checkpoint-every), for --resume");
+  app.add_option("--keep-checkpoints", c.keep_checkpoints, "keep this worker's newest N dense checkpoints (0: all)")->capture_default_str();
+  app.add_flag("--resume", c.resume,
+               "continue from the iteration the PS shards restored (ember-ps --restore), with the dense state of that iteration from "
+               "--checkpoint-dir");
   app.add_option("--gloo-host", c.gloo_host, "address the dense all-reduce (Gloo) binds on")->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
   app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();

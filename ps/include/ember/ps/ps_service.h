@@ -19,6 +19,7 @@
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -71,6 +72,10 @@ class PsService {
     checkpoint_every_ = every;
     checkpoints_.emplace(std::move(dir));
   }
+
+  // The rows were restored from the checkpoint of `iteration`: the workers resuming from
+  // it commit that iteration again, which must not write the same checkpoint over itself.
+  void restored_from(std::int64_t iteration) { checkpointed_ = std::max(checkpointed_.load(), iteration); }
 
   // Shards that may not share the checkpoints' filesystem learn from each other when a
   // checkpoint is whole (checkpoints.h). Set before serving; none: files alone.

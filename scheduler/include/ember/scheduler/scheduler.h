@@ -38,6 +38,9 @@ struct SchedulerConfig {
   std::uint32_t partitions = 1;
   // fae: whether each key is hot (replicated); size num_keys. Required for fae.
   std::vector<std::uint8_t> hot;
+  // The first iteration scheduled (a job resumed from a checkpoint starts later; sample
+  // draws and plans are numbered from it).
+  std::uint64_t first_iteration = 0;
 };
 
 struct IterationStats {

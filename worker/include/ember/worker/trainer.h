@@ -15,7 +15,11 @@
 //      partial (on-demand policies) or pushes it (full-set policies); drops
 // Every `eval_every` iterations and at the end the scheduler flushes (dirty values and
 // partial gradients go to the PS), and worker 0 evaluates AUC / log loss on the
-// validation split with rows read from the PS.
+// validation split with rows read from the PS. It also flushes before every commit at
+// which the PS checkpoints (ember-ps --checkpoint-every N: commit(I) with (I + 1) % N ==
+// 0), so a checkpoint holds the model of BSP training before iteration I whatever the
+// policy, not the PS's stale copies of rows the workers own; each worker then saves its
+// dense model for that iteration (checkpoint_dir), and `resume` starts a job at I.
 #pragma once
 
 #include <chrono>
@@ -51,6 +55,13 @@ struct TrainConfig {
   std::uint64_t progress_every = 10;
   std::string metrics_file;            // JSON lines (one per iteration, evaluation, summary)
   std::string dump_dir;                // worker 0: dense weights and every embedding row at the end
+  // Where each worker writes its dense model and optimizer at every PS checkpoint
+  // (worker-R-iter-NNNNNNNNN.pt; empty: none), keeping the newest `keep_checkpoints`.
+  std::string checkpoint_dir;
+  std::uint32_t keep_checkpoints = 3;
+  // Resume from the iteration the PS shards restored (ember-ps --restore): the dense
+  // state of that iteration comes from checkpoint_dir.
+  bool resume = false;
 
   // Job
   std::string coordinator;             // tcp://host:port of the control plane

@@ -9,12 +9,15 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "../data/test_util.h"
 #include "ember/ps/placement.h"
+#include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/trainer.h"
 
@@ -41,6 +44,8 @@ struct JobOptions {
   std::string model = "dlrm";
   std::string cache_backend = "auto";
   std::string device = "cpu";
+  std::string dense_optimizer = "sgd";
+  std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
 struct JobResult {
@@ -75,6 +80,7 @@ class Training : public test::TempDirTest {
     c.model.top = {16};
     c.model.deep = {16};
     c.dense_lr = 0.05f;
+    c.dense_optimizer = o.dense_optimizer;
     return c;
   }
 
@@ -86,7 +92,8 @@ class Training : public test::TempDirTest {
                                   "--batch-per-worker", std::to_string(o.batch), "--cache-ratio", o.cache_ratio,
                                   "--iterations", std::to_string(o.iterations), "--seed", std::to_string(kSeed), "--dense-lr", "0.05",
                                   "--metrics", metrics.string(), "--heartbeat-timeout-ms", "3000", "--log-level", "warn",
-                                  "--cache-backend", o.cache_backend, "--device", o.device};
+                                  "--cache-backend", o.cache_backend, "--device", o.device, "--dense-optimizer", o.dense_optimizer};
+    a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
       a.push_back((dir_ / (name + "-model")).string());
@@ -104,6 +111,7 @@ class Training : public test::TempDirTest {
                                     "--seed", std::to_string(kSeed), "--token", kToken, "--workers", std::to_string(o.workers),
                                     "--coordinator", s == 0 ? "tcp://127.0.0.1:0" : coord, "--coordinator-file", coord_file.string(),
                                     "--stats-interval", "0", "--heartbeat-timeout-ms", "3000", "--log-level", "warn"};
+      a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());
       ps.push_back(std::make_unique<test::Process>(a, dir_ / (name + "-ps" + std::to_string(s) + ".log")));
       if (s == 0) {
         coord = test::wait_for_file(coord_file, 20s);
@@ -273,6 +281,79 @@ TEST_F(Training, CudaWorkersTrainTheSameModel) {
   run_job_like_one_process(data, o, "cuda", "herald on CUDA");
 }
 
+// The rows of a PS checkpoint: every shard's file of iteration `it` under `root`,
+// loaded into one store (rows never trained are initialized from the seed, as anywhere).
+std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it, const ps::OptimizerConfig& sparse, std::uint64_t num_keys) {
+  char name[32];
+  std::snprintf(name, sizeof name, "iter-%09llu", static_cast<unsigned long long>(it));
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(root / name))
+    if (e.path().extension() == ".ckpt") files.push_back(e.path());
+  ps::StoreConfig sc;
+  sc.num_keys = num_keys;
+  sc.dim = kDim;
+  sc.seed = kSeed;
+  sc.optimizer = sparse;
+  ps::ShardStore store(sc);
+  EXPECT_EQ(store.load(files), static_cast<std::int64_t>(it)) << (root / name);
+  std::vector<float> rows(num_keys * kDim);
+  for (Key k = 0; k < num_keys; ++k) std::memcpy(&rows[k * kDim], store.row(k), kDim * sizeof(float));
+  return rows;
+}
+
+// A herald job's checkpoints hold the model of BSP training before their iteration (the
+// rows workers own and their partial gradients are flushed to the PS first; before,
+// they held the PS's stale copies), and a job restored from one (ember-ps --restore,
+// ember-worker --resume) trains on to the same model as the uninterrupted run. Adagrad
+// on both sides: the optimizers' state must come back too.
+TEST_F(Training, CheckpointsHoldTheBspModelAndJobsResumeFromThem) {
+  const fs::path data = dataset();
+  const fs::path ckpt = dir_ / "ckpt", dense = dir_ / "dense";
+  JobOptions o;
+  o.policy = "herald";
+  o.optimizer = "adagrad";
+  o.dense_optimizer = "adagrad";
+  o.model = "wide-deep";  // (dlrm's first adagrad steps magnify float rounding past 2e-5, with or without checkpoints)
+  o.ps_args = {"--checkpoint-dir", ckpt.string(), "--checkpoint-every", "4"};
+  o.worker_args = {"--checkpoint-dir", dense.string()};
+  const JobResult whole = run_job_like_one_process(data, o, "whole", "herald + adagrad, checkpointing");
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kAdagrad;
+  sparse.lr = 0.05f;
+  // commit(I) with (I + 1) % 4 == 0 checkpoints the rows trained before iteration I.
+  std::vector<float> at7;
+  for (std::uint64_t it : {3, 7}) {
+    JobOptions part = o;
+    part.iterations = it;
+    const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
+    const std::vector<float> rows = checkpoint_rows(ckpt, it, sparse, ref.rows.size() / kDim);
+    EXPECT_LT(max_abs_diff(ref.rows, rows), 2e-5) << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
+    for (std::uint32_t w = 0; w < kWorkers; ++w) {
+      char name[64];
+      std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", w, static_cast<unsigned long long>(it));
+      EXPECT_TRUE(fs::exists(dense / name)) << name;
+    }
+    if (it == 7) at7 = rows;
+  }
+  ASSERT_FALSE(whole.dump.rows.empty());
+  EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume below proves nothing";
+
+  JobOptions resumed = o;
+  resumed.ps_args = {"--restore", ckpt.string()};  // the newest whole checkpoint: iteration 7
+  resumed.worker_args = {"--checkpoint-dir", dense.string(), "--resume"};
+  const JobResult r = run_job_like_one_process(data, resumed, "resumed", "herald + adagrad, resumed at iteration 7");
+  EXPECT_LT(max_abs_diff(whole.dump.rows, r.dump.rows), 2e-5);
+  EXPECT_LT(max_abs_diff(whole.dump.dense, r.dump.dense), 2e-5);
+  // It trained iterations 7-9 only.
+  std::ifstream in(dir_ / "resumed-w0.jsonl");
+  std::vector<std::uint64_t> trained;
+  for (std::string line; std::getline(in, line);) {
+    auto j = json::parse(line);
+    if (j.contains("iteration") && !j.contains("eval")) trained.push_back(j.at("iteration"));
+  }
+  EXPECT_EQ(trained, (std::vector<std::uint64_t>{7, 8, 9}));
+}
+
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
   const fs::path data = dataset(4000);
   std::string out;
@@ -311,6 +392,16 @@ TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
                          out);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("dataset mismatch"), std::string::npos) << out;
+  // --resume against shards that restored nothing (a job of its own: a worker that fails
+  // after joining keeps its place).
+  std::vector<std::unique_ptr<test::Process>> ps2;
+  const std::string coord2 = start_ps(data, o, "resume", ps2);
+  ASSERT_FALSE(coord2.empty());
+  rc = test::run_command(test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator " + coord2 + " --token " + kToken +
+                             " --workers 1 --resume --checkpoint-dir " + (dir_ / "none").string() + " 2>&1",
+                         out);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("restored no checkpoint"), std::string::npos) << out;
 }
 
 TEST_F(Training, KilledWorkerFailsTheJobWithoutHanging) {

@@ -10,6 +10,12 @@ job, and --timeout bounds the whole run).
       -- --model dlrm --iterations 200
 
 Arguments after `--` go to every ember-worker. --ps-args adds arguments for every ember-ps.
+
+Checkpoints and resuming a job (the shards' rows under DIR/ps, the workers' dense models
+under DIR/dense):
+
+  scripts/ember_launch.py ... --checkpoint-dir out/ckpt --checkpoint-every 10 -- --iterations 200
+  scripts/ember_launch.py ... --checkpoint-dir out/ckpt --checkpoint-every 10 --resume -- --iterations 200
 """
 import argparse
 import json
@@ -79,6 +85,14 @@ class Job:
         if coord_file.exists():
             coord_file.unlink()
         ps_extra = shlex.split(a.ps_args)
+        worker_extra = []
+        if a.checkpoint_dir:
+            ckpt = Path(a.checkpoint_dir)
+            # Also without --checkpoint-every: SIGUSR1 to a shard asks for one.
+            ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every)] + ps_extra
+            if a.resume:
+                ps_extra = ["--restore", str(ckpt / "ps")] + ps_extra
+            worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
         # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS
         # shards in one, the workers in another, joined by a veth pair.
@@ -99,7 +113,7 @@ class Job:
         for w in range(a.workers):
             cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
                            "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
-                           "--metrics", str(self.out / f"w{w}.jsonl")] + common + self.worker_args
+                           "--metrics", str(self.out / f"w{w}.jsonl")] + common + worker_extra + self.worker_args
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
             self.start(f"worker{w}", cmd)
@@ -235,10 +249,18 @@ def main():
     p.add_argument("--ps-address", default="127.0.0.1", help="address the PS shards listen on (and the coordinator binds)")
     p.add_argument("--ps-netns", default="", help="run the PS shards in this network namespace (ip netns exec; root)")
     p.add_argument("--worker-netns", default="", help="run the workers in this network namespace (ip netns exec; root)")
+    p.add_argument("--checkpoint-dir", default="",
+                   help="checkpoints: the shards' rows in DIR/ps, the workers' dense models in DIR/dense (kill -USR1 a shard for one now)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N iterations (with --checkpoint-dir)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest whole checkpoint in --checkpoint-dir")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     a = p.parse_args(argv)
     if a.ps < 1 or a.workers < 1:
         p.error("--ps and --workers must be at least 1")
+    if (a.checkpoint_every > 0 or a.resume) and not a.checkpoint_dir:
+        p.error("--checkpoint-every and --resume need --checkpoint-dir")
+    if a.resume and not (Path(a.checkpoint_dir) / "ps").is_dir():
+        p.error(f"--resume: {Path(a.checkpoint_dir) / 'ps'} does not exist (no checkpoint was written there)")
     if not (Path(a.dataset) / "manifest.json").exists():
         p.error(f"--dataset {a.dataset}: no manifest.json (run ember-data prep first)")
     for b in ("ember-ps", "ember-worker"):

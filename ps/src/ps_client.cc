@@ -84,6 +84,9 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& t
 struct PsFuture::Op {
   std::vector<std::uint32_t> lanes;  // lanes it sent on (once each)
   std::uint64_t result = 0;          // a commit's updated rows
+  bool commit = false;
+  std::uint64_t iteration = 0;       // a commit's
+  std::uint64_t checkpoint_at = 0;   // a later iteration a shard's ack named (PsFuture::checkpoint_at)
   std::exception_ptr error;          // the first failure
   bool finished = false;
   // A de-duplicated pull: each repeated key's row is copied from its first occurrence
@@ -117,6 +120,8 @@ void PsFuture::settle() noexcept {
     spdlog::error("a PS request nobody waited for failed");
   }
 }
+
+std::uint64_t PsFuture::checkpoint_at() const { return op_ != nullptr ? op_->checkpoint_at : 0; }
 
 std::uint64_t PsFuture::wait() {
   if (op_ == nullptr) throw std::logic_error("wait() on an empty PsFuture");
@@ -205,7 +210,10 @@ void PsClient::complete_front(std::uint32_t lane) {
   try {
     if (!e.pull) {
       const transport::Message r = conn(lane).receive();
-      if (r.header.type == MessageType::kAck) op.result += r.header.flags;  // a commit's updated rows; 0 for pushes
+      if (r.header.type == MessageType::kAck) {
+        op.result += r.header.flags;  // a commit's updated rows; 0 for pushes
+        if (op.commit && r.header.iteration > op.iteration) op.checkpoint_at = std::max(op.checkpoint_at, r.header.iteration);
+      }
       return;
     }
     transport::Message r;
@@ -337,15 +345,18 @@ PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vec
   return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1);
 }
 
-PsFuture PsClient::start_commit(std::uint64_t iteration) {
+PsFuture PsClient::start_commit(std::uint64_t iteration, bool checkpoint) {
   // Every push before it acknowledged (it may have gone on another connection of the
   // shard), then on each shard's first connection.
   for (std::uint32_t lane = 0; lane < lanes(); ++lane) complete_through(lane, nullptr);
   auto op = std::make_shared<PsFuture::Op>();
+  op->commit = true;
+  op->iteration = iteration;
   for (std::uint32_t s = 0; s < shards(); ++s) {
     OutMessage m;
     m.header.type = MessageType::kCommit;
     m.header.iteration = iteration;
+    m.header.flags = checkpoint ? kCommitCheckpoint : 0;
     Entry e;
     e.op = op;
     send_entry(s * per_shard_, m, std::move(e));

@@ -99,8 +99,10 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       // Every worker commits each iteration; the first commit of a checkpoint iteration
       // writes it. Until it is written that worker is not acknowledged and the others'
       // commits wait on commit_mutex_, so no worker has gone on to the next iteration.
-      const bool checkpoint = checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0 &&
-                              static_cast<std::int64_t>(h.iteration) > checkpointed_.load();
+      const auto it = static_cast<std::int64_t>(h.iteration);
+      const bool checkpoint = checkpoints_.has_value() && it > checkpointed_.load() &&
+                              ((checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) ||
+                               (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
       if (checkpoint || commit_apply_ == CommitApply::kApplier) {
         // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
         reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
@@ -112,16 +114,26 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       }
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.
-      committed_ = std::max(committed_.load(), static_cast<std::int64_t>(h.iteration));
-      if (checkpoint && static_cast<std::int64_t>(h.iteration) > checkpointed_.load()) {
-        checkpointed_ = static_cast<std::int64_t>(h.iteration);  // this iteration's, written or not: once
+      committed_ = std::max(committed_.load(), it);
+      if (checkpoint && it > checkpointed_.load()) {
+        checkpointed_ = it;  // this iteration's, written or not: once
         write_checkpoint(h.iteration);
       }
+      // A checkpoint asked for on command and still ahead: the workers learn when.
+      if (const std::int64_t asked = requested_.load(); asked > it && asked > checkpointed_.load()) reply.header.iteration = static_cast<std::uint64_t>(asked);
       return;
     }
     default:
       throw ProtocolError(std::string("a PS does not serve ") + transport::type_name(h.type) + " requests");
   }
+}
+
+std::int64_t PsService::request_checkpoint() {
+  if (!checkpoints_) return -1;
+  std::lock_guard<std::mutex> lock(commit_mutex_);
+  const std::int64_t at = std::max<std::int64_t>(committed_.load(), 0) + kCheckpointLead;
+  requested_ = at;
+  return at;
 }
 
 void PsService::write_checkpoint(std::uint64_t iteration) {

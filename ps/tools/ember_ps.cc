@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--restore", restore_dir,
                  "resume from a checkpoint (written by any number of shards): its directory, or a --checkpoint-dir (then its newest whole "
                  "checkpoint)");
-  app.add_option("--checkpoint-dir", checkpoint_dir, "where checkpoints go");
+  app.add_option("--checkpoint-dir", checkpoint_dir,
+                 "where checkpoints go; SIGUSR1 asks for one at an iteration boundary a few iterations on (the workers flush for it)");
   app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
   app.add_option("--drain-ms", drain_ms, "on SIGTERM/SIGINT: how long requests in flight may take to finish")->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGUSR1);  // a checkpoint on command
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
     if (allocate != "lazy" && allocate != "upfront") throw ConfigError("--allocate '" + allocate + "': choose lazy or upfront");
@@ -194,7 +196,7 @@ int main(int argc, char** argv) {
     service.apply_commits_on(apply.where);
     spdlog::info("commits applied by the {} ({}; {} I/O thread(s), {} applier thread(s))",
                  apply.where == ps::CommitApply::kApplier ? "applier" : "handler", apply.why, io_threads, sc.apply_threads);
-    if (checkpoint_every > 0) {
+    if (!checkpoint_dir.empty()) {  // periodic checkpoints, and those asked for (SIGUSR1, workers)
       fs::create_directories(checkpoint_dir);
       service.checkpoint_every(checkpoint_every, ps::CheckpointDir(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints));
     }
@@ -272,7 +274,8 @@ int main(int argc, char** argv) {
                              {"transport", transport_kind},
                              // Workers flush the rows they hold before each checkpoint's
                              // commit, and resume (--resume) from the restored iteration.
-                             {"checkpoint_every", checkpoint_every}, {"restored_iteration", restored_iteration}};
+                             {"checkpoint_every", checkpoint_every}, {"checkpoints", !checkpoint_dir.empty()},
+                             {"restored_iteration", restored_iteration}};
         member->publish("ps_config", pc.dump());
       }
       spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);
@@ -290,6 +293,14 @@ int main(int argc, char** argv) {
       if (sig == SIGTERM || sig == SIGINT) {
         spdlog::info("signal {}: stopping", sig);
         break;
+      }
+      if (sig == SIGUSR1) {
+        const std::int64_t at = service.request_checkpoint();
+        if (at < 0) {
+          spdlog::warn("SIGUSR1: no --checkpoint-dir, so no checkpoint");
+        } else {
+          spdlog::info("SIGUSR1: checkpoint at iteration {}'s commit (the workers flush the rows they hold for it)", at);
+        }
       }
       if (member) {
         if (auto why = member->failure()) {

@@ -12,11 +12,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "../data/test_util.h"
 #include "ember/ps/placement.h"
+#include "ember/ps/ps_service.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/trainer.h"
@@ -121,13 +124,16 @@ class Training : public test::TempDirTest {
     return coord;
   }
 
-  JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name) {
+  // `during` runs once the workers are started (given the shards).
+  JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name,
+                    const std::function<void(std::vector<std::unique_ptr<test::Process>>&)>& during = nullptr) {
     std::vector<std::unique_ptr<test::Process>> ps, workers;
     const std::string coord = start_ps(data, o, name, ps);
     JobResult r;
     if (coord.empty()) return r;
     for (std::uint32_t w = 0; w < o.workers; ++w)
       workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)), dir_ / (name + "-w" + std::to_string(w) + ".log")));
+    if (during) during(ps);
     for (std::uint32_t w = 0; w < o.workers; ++w) {
       int rc = workers[w]->wait(240s);
       EXPECT_EQ(rc, 0) << name << " worker " << w << " failed:\n" << workers[w]->log_tail(20);
@@ -352,6 +358,50 @@ TEST_F(Training, CheckpointsHoldTheBspModelAndJobsResumeFromThem) {
     if (j.contains("iteration") && !j.contains("eval")) trained.push_back(j.at("iteration"));
   }
   EXPECT_EQ(trained, (std::vector<std::uint64_t>{7, 8, 9}));
+}
+
+// A checkpoint on command (SIGUSR1 to one shard, no --checkpoint-every): every shard
+// writes the same iteration a few commits later, the workers having flushed for it, and
+// it holds the model of BSP training before that iteration.
+TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
+  const fs::path data = dataset();
+  const fs::path ckpt = dir_ / "ckpt", dense = dir_ / "dense";
+  JobOptions o;
+  o.policy = "herald";
+  o.model = "wide-deep";
+  o.iterations = 40;
+  o.ps_args = {"--checkpoint-dir", ckpt.string()};
+  o.worker_args = {"--checkpoint-dir", dense.string()};
+  const fs::path metrics = dir_ / "command-w0.jsonl";
+  run_job(data, o, "command", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
+    // Once training runs (two iterations in worker 0's metrics), ask shard 1.
+    for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
+      std::ifstream in(metrics);
+      int lines = 0;
+      for (std::string line; std::getline(in, line);) ++lines;
+      if (lines >= 2) break;
+    }
+    ps[1]->signal(SIGUSR1);
+  });
+  std::vector<fs::path> dirs;
+  if (fs::exists(ckpt))
+    for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
+  ASSERT_EQ(dirs.size(), 1u) << "one checkpoint, asked for once";
+  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
+  const std::uint64_t it = std::stoull(dirs[0].filename().string().substr(5));
+  EXPECT_GE(it, 2u + ps::kCheckpointLead);
+  EXPECT_LT(it, o.iterations);
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kSgd;
+  sparse.lr = 0.05f;
+  JobOptions part = o;
+  part.iterations = it;
+  const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
+  EXPECT_LT(max_abs_diff(ref.rows, checkpoint_rows(ckpt, it, sparse, ref.rows.size() / kDim)), 2e-5)
+      << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
+  char name[64];
+  std::snprintf(name, sizeof name, "worker-0-iter-%09llu.pt", static_cast<unsigned long long>(it));
+  EXPECT_TRUE(fs::exists(dense / name)) << name;
 }
 
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {

@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "ember/cache/embedding_cache.h"
 #include "ember/common/error.h"
@@ -58,13 +60,15 @@ struct Step {
   bool last = false;
 };
 
-// The scheduler, one iteration ahead of training, in its own thread, from iteration
+// The scheduler, a few iterations ahead of training, in its own thread, from iteration
 // `first` (a resumed job) on. The PS checkpoints at commit(I) for (I + 1) %
-// checkpoint_every == 0 (0: never): the iteration before is flushed.
+// checkpoint_every == 0 (0: never) and at I = `asked` (on command; set by the training
+// thread before the loader plans I - 1): the iteration before is flushed.
 class Loader {
  public:
-  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, std::uint64_t checkpoint_every)
-      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every) {
+  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, std::uint64_t checkpoint_every,
+         const std::atomic<std::uint64_t>& asked)
+      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked) {
     thread_ = std::thread([this] { run(); });
   }
   ~Loader() {
@@ -127,7 +131,7 @@ class Loader {
         }
         s.last = t + 1 == c_.iterations;
         s.evaluate = s.last || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
-        s.checkpoint = !s.last && checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0;
+        s.checkpoint = !s.last && ((checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0) || asked_.load() == t + 1);
         s.flush = s.evaluate || s.checkpoint;
         if (s.flush && sched_.config().policy.kind != scheduler::PolicyKind::kHet) {
           sched_.flush(plans);
@@ -151,6 +155,7 @@ class Loader {
   const TrainConfig& c_;
   std::uint32_t rank_;
   std::uint64_t checkpoint_every_;
+  const std::atomic<std::uint64_t>& asked_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -167,6 +172,7 @@ struct PsConfig {
   std::uint64_t seed = 0;
   std::string transport = "tcp";
   std::uint64_t checkpoint_every = 0;  // the PS checkpoints at commit(I), (I + 1) % N == 0
+  bool checkpoints = false;            // the PS has a checkpoint directory (also: on command)
   std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none)
 };
 
@@ -197,6 +203,7 @@ PsConfig parse_ps_config(const std::string& text) {
     p.seed = j.at("seed");
     p.transport = j.value("transport", "tcp");
     p.checkpoint_every = j.value("checkpoint_every", std::uint64_t{0});
+    p.checkpoints = j.value("checkpoints", p.checkpoint_every > 0);
     p.restored_iteration = j.value("restored_iteration", std::int64_t{-1});
     return p;
   } catch (const json::exception& e) {
@@ -275,7 +282,8 @@ class Worker {
   void sync_pushes(const StepPlan& p, bool flush);
   // Sends the gradients (one push per iteration that computed them); waited by the caller.
   void push_partials(std::map<std::uint64_t, GradBatch>& by_iter, std::vector<ps::PsFuture>& sent);
-  void commit_barrier(std::uint64_t generation, std::uint64_t iteration);
+  // `checkpoint`: this worker flushed for a checkpoint of `iteration` (ps_service.h).
+  void commit_barrier(std::uint64_t generation, std::uint64_t iteration, bool checkpoint = false);
   void take_grad(std::uint32_t slot, std::map<std::uint64_t, GradBatch>& by_iter);
   void evaluate(std::uint64_t iteration);
   void dump(std::uint64_t iteration);
@@ -319,6 +327,8 @@ class Worker {
   PhaseTimes phases_;
   std::ofstream metrics_;
   double last_loss_ = 0, auc_ = -1, logloss_ = -1;
+  std::atomic<std::uint64_t> checkpoint_asked_{0};  // a checkpoint a shard announced (on command)
+  bool checkpoint_commit_ = false;                  // the next commit's: flushed for a checkpoint
 };
 
 void Worker::log_json(const json& j) {
@@ -474,9 +484,14 @@ void Worker::push_hot_rows() {
   wire_.bytes_out += hot_keys_.size() * 8 + hot_rows_.size() * 4;
 }
 
-void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration) {
+void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration, bool checkpoint) {
   control_->barrier(transport::BarrierGroup::kWorkers, generation);
-  client_->commit(iteration);
+  ps::PsFuture f = client_->start_commit(iteration, checkpoint);
+  f.wait();
+  if (const std::uint64_t at = f.checkpoint_at(); at > checkpoint_asked_.load()) {
+    checkpoint_asked_ = at;
+    if (rank_ == 0) spdlog::info("a PS shard asked for a checkpoint at iteration {}: the workers flush after iteration {}", at, at - 1);
+  }
 }
 
 void Worker::execute(Step& s) {
@@ -494,7 +509,7 @@ void Worker::execute(Step& s) {
   // 1-2. Sync, barrier, commit: the PS applies every update of earlier iterations.
   sync_pushes(p, false);
   lap(phases_.sync);
-  commit_barrier(2 * t, t);
+  commit_barrier(2 * t, t, std::exchange(checkpoint_commit_, false));
   lap(phases_.commit);
 
   // 3. Evictions leave (their data copied out first: the pull overwrites the slot), pulls.
@@ -862,8 +877,8 @@ TrainSummary Worker::run() {
       throw ConfigError("--resume: the PS restored iteration " + std::to_string(first) + ", at or past --iterations " + std::to_string(c_.iterations));
     }
   }
-  if (!c_.checkpoint_dir.empty() && ps_.checkpoint_every == 0 && !c_.resume) {
-    spdlog::warn("--checkpoint-dir {}: the PS shards do not checkpoint (ember-ps --checkpoint-every N), so no dense state is written", c_.checkpoint_dir);
+  if (!c_.checkpoint_dir.empty() && !ps_.checkpoints && !c_.resume) {
+    spdlog::warn("--checkpoint-dir {}: the PS shards have no --checkpoint-dir, so no dense state is written", c_.checkpoint_dir);
   }
   setup_collective();
   fill_model_shape(*ds_, dim_, c_);
@@ -881,7 +896,7 @@ TrainSummary Worker::run() {
   if (!sc.hot.empty()) load_hot_rows(sc.hot);
   sc.first_iteration = first;
   // Without a directory for the dense state the PS's checkpoints still get flushed rows.
-  Loader loader(*ds_, std::move(sc), c_, rank_, ps_.checkpoint_every);
+  Loader loader(*ds_, std::move(sc), c_, rank_, ps_.checkpoint_every, checkpoint_asked_);
   TrainSummary sum;
   sum.rank = rank_;
   Stopwatch total, window;
@@ -901,7 +916,10 @@ TrainSummary Worker::run() {
       if (rank_ == 0) push_hot_rows();  // the replicas agree: one copy goes back to the PS
       commit_barrier(2 * t + 1, t);
       if (rank_ == 0 && s.evaluate) evaluate(t);
-      if (s.checkpoint && !c_.checkpoint_dir.empty()) save_dense(t + 1);
+      if (s.checkpoint) {
+        checkpoint_commit_ = true;
+        if (!c_.checkpoint_dir.empty()) save_dense(t + 1);
+      }
     }
     const double ms = it_clock.millis();
     log_json({{"iteration", t},

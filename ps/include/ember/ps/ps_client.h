@@ -65,6 +65,9 @@ class PsFuture {
   ~PsFuture();
   std::uint64_t wait();
   bool valid() const { return op_ != nullptr; }
+  // After a commit's wait(): the iteration at which a shard will checkpoint, asked for on
+  // command and still ahead (the workers flush for it; ps_service.h), else 0.
+  std::uint64_t checkpoint_at() const;
 
  private:
   void settle() noexcept;  // waits if nobody did, logging what wait() would throw
@@ -114,8 +117,9 @@ class PsClient {
                            const std::vector<float>& grads);
   PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
   // Sent once every request before it is answered (its pushes on the shards' other
-  // connections must be in before the commit applies them).
-  PsFuture start_commit(std::uint64_t iteration);
+  // connections must be in before the commit applies them). `checkpoint`: the caller
+  // flushed for a checkpoint of this iteration, which every shard then writes.
+  PsFuture start_commit(std::uint64_t iteration, bool checkpoint = false);
 
   ~PsClient();
   PsClient(const PsClient&) = delete;

@@ -14,7 +14,12 @@
 //               does (CommitApply); requests that read them apply or wait for them);
 //               every `checkpoint_every` iterations the first commit's rows go to the
 //               applier and the shard checkpoints once (at the iteration boundary, once
-//               they are applied, before that commit is acknowledged)
+//               they are applied, before that commit is acknowledged); so does a commit
+//               with flags & kCommitCheckpoint (workers that flushed the rows they own
+//               for it), and the first commit of an iteration asked for on command
+//               (request_checkpoint). While such a checkpoint is ahead, the ack's
+//               iteration is its iteration (else the commit's own), so the workers learn
+//               it in time to flush for it.
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
@@ -33,6 +38,14 @@
 #include "ember/transport/channel.h"
 
 namespace ember::ps {
+
+// A commit's flag: the workers flushed the rows they own (and their partial gradients)
+// for this iteration's commit; write a checkpoint of it.
+inline constexpr std::uint32_t kCommitCheckpoint = 1;
+// Iterations between a checkpoint asked for on command and the commit that writes it:
+// every worker hears of it by its next commit, when its loader, which schedules up to
+// 3 iterations ahead, has not yet planned the iteration it must flush after.
+inline constexpr std::int64_t kCheckpointLead = 6;
 
 inline constexpr std::uint32_t kWithState = 1;
 
@@ -67,11 +80,16 @@ class PsService {
   void apply_commits_on(CommitApply where) { commit_apply_ = where; }
 
   // Checkpoint into `dir` (a directory per checkpoint, a manifest once whole, older ones
-  // pruned: checkpoints.h) after committing every iteration i with (i + 1) % every == 0.
+  // pruned: checkpoints.h) after committing every iteration i with (i + 1) % every == 0
+  // (0: only those asked for by a commit's flag or request_checkpoint).
   void checkpoint_every(std::uint64_t every, CheckpointDir dir) {
     checkpoint_every_ = every;
     checkpoints_.emplace(std::move(dir));
   }
+
+  // Asks for a checkpoint at the first commit of the iteration kCheckpointLead after the
+  // last committed one; returns that iteration, or -1 without a checkpoint directory.
+  std::int64_t request_checkpoint();
 
   // The rows were restored from the checkpoint of `iteration`: the workers resuming from
   // it commit that iteration again, which must not write the same checkpoint over itself.
@@ -116,6 +134,7 @@ class PsService {
   std::atomic<std::uint64_t> rows_{0};
   std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
+  std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)
   std::atomic<std::int64_t> unsettled_{kNone};       // the newest checkpoint written, not yet whole

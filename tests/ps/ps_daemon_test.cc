@@ -247,9 +247,11 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
   Daemon &d0 = *job.d0, &d1 = *job.d1;
   PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
   train_alone(w, 3, 10);
-  // The shard that wrote first hears of the other's file on its clock (0.1 s).
+  // The shard that wrote first hears of the other's file on its clock (0.1 s); each
+  // prunes right after writing its manifest.
   auto manifest = [&](int s, std::int64_t it) { return checkpoint_dir(roots[s], it) / "manifest.json"; };
-  for (int i = 0; i < 100 && !(fs::exists(manifest(0, 9)) && fs::exists(manifest(1, 9))); ++i) {
+  auto settled = [&](int s) { return fs::exists(manifest(s, 9)) && !fs::exists(checkpoint_dir(roots[s], 4)); };
+  for (int i = 0; i < 100 && !(settled(0) && settled(1)); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (int s = 0; s < 2; ++s) {

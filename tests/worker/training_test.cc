@@ -58,6 +58,8 @@ struct JobResult {
 };
 
 void expect_same_model(const ReferenceResult& ref, const JobResult& job, const std::string& what);
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
+std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it, const ps::OptimizerConfig& sparse, std::uint64_t num_keys);
 
 class Training : public test::TempDirTest {
  protected:
@@ -174,6 +176,38 @@ class Training : public test::TempDirTest {
     JobResult job = run_job(data, o, name);
     expect_same_model(ref, job, what);
     return job;
+  }
+
+  // A herald job (wide-deep: dlrm's first Adagrad steps magnify float rounding past 2e-5,
+  // with or without checkpoints) whose shards checkpoint into dir_/ckpt (and take
+  // `ps_extra`) and whose workers save their dense state into dir_/dense.
+  JobOptions checkpointing_job(const std::vector<std::string>& ps_extra) {
+    JobOptions o;
+    o.policy = "herald";
+    o.model = "wide-deep";
+    o.ps_args = {"--checkpoint-dir", (dir_ / "ckpt").string()};
+    o.ps_args.insert(o.ps_args.end(), ps_extra.begin(), ps_extra.end());
+    o.worker_args = {"--checkpoint-dir", (dir_ / "dense").string()};
+    return o;
+  }
+
+  // Expects the checkpoint of iteration `it` to hold one-process training of `it`
+  // iterations, and every worker's dense state of it to be written; returns its rows.
+  std::vector<float> expect_checkpoint_of(const fs::path& data, const JobOptions& o, std::uint64_t it) {
+    ps::OptimizerConfig sparse;
+    sparse.kind = ps::parse_optimizer(o.optimizer);
+    sparse.lr = 0.05f;
+    JobOptions part = o;
+    part.iterations = it;
+    const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
+    std::vector<float> rows = checkpoint_rows(dir_ / "ckpt", it, sparse, ref.rows.size() / kDim);
+    EXPECT_LT(max_abs_diff(ref.rows, rows), 2e-5) << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      char name[64];
+      std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", w, static_cast<unsigned long long>(it));
+      EXPECT_TRUE(fs::exists(dir_ / "dense" / name)) << name;
+    }
+    return rows;
   }
 
   // ember-sim's prediction for the same data, seed and policy (no warm-up).
@@ -314,39 +348,19 @@ std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it, const
 // on both sides: the optimizers' state must come back too.
 TEST_F(Training, CheckpointsHoldTheBspModelAndJobsResumeFromThem) {
   const fs::path data = dataset();
-  const fs::path ckpt = dir_ / "ckpt", dense = dir_ / "dense";
-  JobOptions o;
-  o.policy = "herald";
+  JobOptions o = checkpointing_job({"--checkpoint-every", "4"});
   o.optimizer = "adagrad";
   o.dense_optimizer = "adagrad";
-  o.model = "wide-deep";  // (dlrm's first adagrad steps magnify float rounding past 2e-5, with or without checkpoints)
-  o.ps_args = {"--checkpoint-dir", ckpt.string(), "--checkpoint-every", "4"};
-  o.worker_args = {"--checkpoint-dir", dense.string()};
   const JobResult whole = run_job_like_one_process(data, o, "whole", "herald + adagrad, checkpointing");
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kAdagrad;
-  sparse.lr = 0.05f;
   // commit(I) with (I + 1) % 4 == 0 checkpoints the rows trained before iteration I.
-  std::vector<float> at7;
-  for (std::uint64_t it : {3, 7}) {
-    JobOptions part = o;
-    part.iterations = it;
-    const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
-    const std::vector<float> rows = checkpoint_rows(ckpt, it, sparse, ref.rows.size() / kDim);
-    EXPECT_LT(max_abs_diff(ref.rows, rows), 2e-5) << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
-    for (std::uint32_t w = 0; w < kWorkers; ++w) {
-      char name[64];
-      std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", w, static_cast<unsigned long long>(it));
-      EXPECT_TRUE(fs::exists(dense / name)) << name;
-    }
-    if (it == 7) at7 = rows;
-  }
+  expect_checkpoint_of(data, o, 3);
+  const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
   ASSERT_FALSE(whole.dump.rows.empty());
   EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume below proves nothing";
 
   JobOptions resumed = o;
-  resumed.ps_args = {"--restore", ckpt.string()};  // the newest whole checkpoint: iteration 7
-  resumed.worker_args = {"--checkpoint-dir", dense.string(), "--resume"};
+  resumed.ps_args = {"--restore", (dir_ / "ckpt").string()};  // the newest whole checkpoint: iteration 7
+  resumed.worker_args.push_back("--resume");
   const JobResult r = run_job_like_one_process(data, resumed, "resumed", "herald + adagrad, resumed at iteration 7");
   EXPECT_LT(max_abs_diff(whole.dump.rows, r.dump.rows), 2e-5);
   EXPECT_LT(max_abs_diff(whole.dump.dense, r.dump.dense), 2e-5);
@@ -365,13 +379,9 @@ TEST_F(Training, CheckpointsHoldTheBspModelAndJobsResumeFromThem) {
 // it holds the model of BSP training before that iteration.
 TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   const fs::path data = dataset();
-  const fs::path ckpt = dir_ / "ckpt", dense = dir_ / "dense";
-  JobOptions o;
-  o.policy = "herald";
-  o.model = "wide-deep";
+  const fs::path ckpt = dir_ / "ckpt";
+  JobOptions o = checkpointing_job({});
   o.iterations = 40;
-  o.ps_args = {"--checkpoint-dir", ckpt.string()};
-  o.worker_args = {"--checkpoint-dir", dense.string()};
   const fs::path metrics = dir_ / "command-w0.jsonl";
   run_job(data, o, "command", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
     // Once training runs (two iterations in worker 0's metrics), ask shard 1.
@@ -389,19 +399,9 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   ASSERT_EQ(dirs.size(), 1u) << "one checkpoint, asked for once";
   ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
   const std::uint64_t it = std::stoull(dirs[0].filename().string().substr(5));
-  EXPECT_GE(it, 2u + ps::kCheckpointLead);
+  EXPECT_GE(it, 1u + ps::kCheckpointLead);  // asked once iteration 1 was committed
   EXPECT_LT(it, o.iterations);
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kSgd;
-  sparse.lr = 0.05f;
-  JobOptions part = o;
-  part.iterations = it;
-  const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
-  EXPECT_LT(max_abs_diff(ref.rows, checkpoint_rows(ckpt, it, sparse, ref.rows.size() / kDim)), 2e-5)
-      << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
-  char name[64];
-  std::snprintf(name, sizeof name, "worker-0-iter-%09llu.pt", static_cast<unsigned long long>(it));
-  EXPECT_TRUE(fs::exists(dense / name)) << name;
+  expect_checkpoint_of(data, o, it);
 }
 
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {

@@ -37,6 +37,24 @@ def tail(path, n=15):
     return "\n".join("    " + l for l in lines[-n:])
 
 
+def resume_point(ckpt):
+    """The newest checkpoint under CKPT/ps that is whole (its manifest) and has the workers'
+    dense state (CKPT/dense/worker-*-iter-N.pt); an exit checkpoint of a job stopped
+    mid-run has none."""
+    passed = []
+    for d in sorted((ckpt / "ps").glob("iter-*"), reverse=True):
+        if not (d / "manifest.json").exists():
+            passed.append(f"{d.name} (not whole)")
+            continue
+        if not list((ckpt / "dense").glob(f"worker-*-{d.name}.pt")):
+            passed.append(f"{d.name} (no dense state in {ckpt / 'dense'})")
+            continue
+        if passed:
+            print(f"ember-launch: --resume from {d}, passing over " + ", ".join(passed), file=sys.stderr)
+        return d
+    sys.exit(f"ember-launch: --resume: no checkpoint in {ckpt / 'ps'} to resume from" + (": " + ", ".join(passed) if passed else ""))
+
+
 class Job:
     def __init__(self, args, worker_args):
         self.a = args
@@ -91,7 +109,7 @@ class Job:
             # Also without --checkpoint-every: SIGUSR1 to a shard asks for one.
             ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every)] + ps_extra
             if a.resume:
-                ps_extra = ["--restore", str(ckpt / "ps")] + ps_extra
+                ps_extra = ["--restore", str(resume_point(ckpt))] + ps_extra
             worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
         # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS

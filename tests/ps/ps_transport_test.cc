@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -342,6 +343,56 @@ TEST(PsFuturesTcp, AFutureOutlivingItsClientSaysSo) {
 // PS). The file holds the rows of that iteration; a checkpoint that cannot be written
 // is logged and counted, and the commit still stands.
 class PsCheckpoints : public test::TempDirTest {};
+
+// Checkpoints without --checkpoint-every: one asked for on command lands kCheckpointLead
+// iterations after the last commit, and until then every commit's ack names it; a
+// commit flagged kCommitCheckpoint (workers that flushed for it) writes one; a shard
+// restored from an iteration does not write that one again.
+TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
+  PsService svc(config(0, 1));
+  svc.checkpoint_every(0, CheckpointDir(dir_ / "ckpt", 0, 1, 0));  // a directory, no period; keeps all
+  transport::TcpServerOptions o;
+  o.token = kToken;
+  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  PsClient w({{"127.0.0.1", server.port()}}, kToken, kDim, 0);
+  auto commit = [&](std::uint64_t it, bool flagged = false) {
+    std::vector<Key> keys = {it, it + 100};
+    std::vector<float> g(keys.size() * kDim, 0.25f);
+    std::vector<std::uint32_t> one(keys.size(), 1);
+    w.push_grad(it, keys, one, g);
+    PsFuture f = w.start_commit(it, flagged);
+    f.wait();
+    return f.checkpoint_at();
+  };
+  auto written = [&](std::uint64_t it) {
+    char name[32];
+    std::snprintf(name, sizeof name, "iter-%09llu", static_cast<unsigned long long>(it));
+    return fs::exists(dir_ / "ckpt" / name / "manifest.json");
+  };
+  for (std::uint64_t it = 0; it < 3; ++it) EXPECT_EQ(commit(it), 0u) << "nothing asked yet";
+  EXPECT_EQ(svc.checkpoints_written(), 0u);
+  const std::int64_t at = svc.request_checkpoint();
+  ASSERT_EQ(at, 2 + kCheckpointLead);
+  for (std::uint64_t it = 3; it < static_cast<std::uint64_t>(at); ++it) EXPECT_EQ(commit(it), static_cast<std::uint64_t>(at)) << "commit " << it;
+  EXPECT_EQ(svc.checkpoints_written(), 0u);
+  EXPECT_EQ(commit(static_cast<std::uint64_t>(at)), 0u) << "the checkpoint is written: no longer ahead";
+  EXPECT_TRUE(written(static_cast<std::uint64_t>(at)));
+  EXPECT_EQ(svc.checkpoints_written(), 1u);
+  EXPECT_EQ(commit(9), 0u);
+  EXPECT_FALSE(written(9));
+  EXPECT_EQ(commit(10, true), 0u);  // flagged
+  EXPECT_TRUE(written(10));
+  // Restored from 12: the workers resuming there commit 12 again, flagged; not rewritten.
+  svc.restored_from(12);
+  commit(12, true);
+  EXPECT_FALSE(written(12));
+  commit(13, true);
+  EXPECT_TRUE(written(13));
+  EXPECT_EQ(svc.checkpoints_written(), 3u);
+  // Without a checkpoint directory there is nothing to ask for.
+  PsService none(config(0, 1));
+  EXPECT_EQ(none.request_checkpoint(), -1);
+}
 
 TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   constexpr int kWorkers = 3;

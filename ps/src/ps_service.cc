@@ -154,6 +154,7 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     return;
   }
   ++checkpoints_written_;
+  written_ = it;
   bool whole = false;
   try {
     whole = checkpoints_->finish(it);

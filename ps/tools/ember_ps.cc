@@ -340,17 +340,33 @@ int main(int argc, char** argv) {
     spdlog::info("drained: {} requests served, {} peers dropped", server.requests_served(), server.connections_dropped());
     if (checkpoint_on_exit) {
       std::lock_guard<std::mutex> lock(service.commit_mutex());
-      // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
-      // yet: the checkpoint holds the rows as of that commit, and says which it is.
       const std::int64_t iteration = service.committed_iteration();
       ps::CheckpointDir checkpoints(checkpoint_dir, sc.shard, sc.shards, keep_checkpoints);
       const bool job_alive = member && !member->failure();
       if (job_alive) checkpoints.set_peers(checkpoint_peers);
-      const fs::path file = checkpoints.file_for(iteration);
-      if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
-        spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
+      // Written at that commit (periodic, SIGUSR1, or the workers' last, after their final
+      // flush): rows written back since belong to an unfinished iteration, and must not
+      // replace it.
+      const bool kept = iteration >= 0 && iteration == service.last_written_checkpoint();
+      bool whole = false;
+      fs::path file;
+      if (kept) {
+        whole = checkpoints.settle(iteration);
+      } else {
+        // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
+        // yet: the checkpoint holds the rows as of that commit, and says which it is.
+        file = checkpoints.file_for(iteration);
+        if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
+          spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
+        }
+        if (member) {
+          spdlog::warn("final checkpoint of iteration {}: written while the workers may still hold rows they own (herald-style "
+                       "policies flush them for periodic and SIGUSR1 checkpoints and at the end): restore one of those to resume "
+                       "with the BSP model",
+                       iteration);
+        }
+        whole = checkpoints.finish(iteration);
       }
-      bool whole = checkpoints.finish(iteration);
       // The other shards write theirs now too: wait a little for their word (longer on the
       // coordinator's shard, while another is still in the job: see above).
       for (Stopwatch waited; job_alive && !whole && !member->failure(); std::this_thread::sleep_for(std::chrono::milliseconds(50))) {
@@ -358,7 +374,10 @@ int main(int argc, char** argv) {
         const bool others_here = coord && coord->ps_left() + 1 < sc.shards;
         if (waited.seconds() >= (others_here ? kCoordinatorExitCheckpointWait : kExitCheckpointWait)) break;
       }
-      spdlog::info("checkpoint written: {} ({} rows, iteration {}){}", file.string(), service.store().initialized_rows(), iteration,
+      spdlog::info("{} ({} rows, iteration {}){}",
+                   kept ? "final checkpoint: iteration " + std::to_string(iteration) + "'s was written at its commit, kept as it is"
+                        : "checkpoint written: " + file.string(),
+                   service.store().initialized_rows(), iteration,
                    whole ? "; every shard's file is in: manifest written"
                          : (job_alive ? "; not every shard said it wrote this iteration's: no manifest" : ""));
     }

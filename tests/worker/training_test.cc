@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -352,14 +353,16 @@ TEST_F(Training, CheckpointsHoldTheBspModelAndJobsResumeFromThem) {
   o.optimizer = "adagrad";
   o.dense_optimizer = "adagrad";
   const JobResult whole = run_job_like_one_process(data, o, "whole", "herald + adagrad, checkpointing");
-  // commit(I) with (I + 1) % 4 == 0 checkpoints the rows trained before iteration I.
+  // commit(I) with (I + 1) % 4 == 0 checkpoints the rows trained before iteration I, and
+  // the workers' last commit (of iteration 10, after their final flush) the whole run's.
   expect_checkpoint_of(data, o, 3);
   const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
+  expect_checkpoint_of(data, o, kIterations);
   ASSERT_FALSE(whole.dump.rows.empty());
   EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume below proves nothing";
 
   JobOptions resumed = o;
-  resumed.ps_args = {"--restore", (dir_ / "ckpt").string()};  // the newest whole checkpoint: iteration 7
+  resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
   resumed.worker_args.push_back("--resume");
   const JobResult r = run_job_like_one_process(data, resumed, "resumed", "herald + adagrad, resumed at iteration 7");
   EXPECT_LT(max_abs_diff(whole.dump.rows, r.dump.rows), 2e-5);
@@ -393,10 +396,13 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
     }
     ps[1]->signal(SIGUSR1);
   });
+  // The one asked for, and the finished model's (iteration 40, at the workers' last commit).
   std::vector<fs::path> dirs;
   if (fs::exists(ckpt))
     for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
-  ASSERT_EQ(dirs.size(), 1u) << "one checkpoint, asked for once";
+  std::sort(dirs.begin(), dirs.end());
+  ASSERT_EQ(dirs.size(), 2u) << "one checkpoint asked for, and the last";
+  EXPECT_EQ(dirs[1].filename(), "iter-000000040");
   ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
   const std::uint64_t it = std::stoull(dirs[0].filename().string().substr(5));
   EXPECT_GE(it, 1u + ps::kCheckpointLead);  // asked once iteration 1 was committed

@@ -874,7 +874,8 @@ TrainSummary Worker::run() {
     }
     first = static_cast<std::uint64_t>(ps_.restored_iteration);
     if (first >= c_.iterations) {
-      throw ConfigError("--resume: the PS restored iteration " + std::to_string(first) + ", at or past --iterations " + std::to_string(c_.iterations));
+      throw ConfigError("--resume: the PS restored iteration " + std::to_string(first) + ", at or past --iterations " + std::to_string(c_.iterations) +
+                        " (a finished job's model: raise --iterations to train on)");
     }
   }
   if (!c_.checkpoint_dir.empty() && !ps_.checkpoints && !c_.resume) {
@@ -914,11 +915,13 @@ TrainSummary Worker::run() {
     if (s.flush) {
       sync_pushes(s.flush_plan, true);
       if (rank_ == 0) push_hot_rows();  // the replicas agree: one copy goes back to the PS
-      commit_barrier(2 * t + 1, t);
+      // The last flush commits the iteration after, flagged: shards with a checkpoint
+      // directory write the finished model, from which a longer run can resume.
+      commit_barrier(2 * t + 1, s.last ? t + 1 : t, s.last);
       if (rank_ == 0 && s.evaluate) evaluate(t);
-      if (s.checkpoint) {
-        checkpoint_commit_ = true;
-        if (!c_.checkpoint_dir.empty()) save_dense(t + 1);
+      if (s.checkpoint || s.last) {
+        checkpoint_commit_ = s.checkpoint;
+        if (!c_.checkpoint_dir.empty() && ps_.checkpoints) save_dense(t + 1);
       }
     }
     const double ms = it_clock.millis();

@@ -120,6 +120,8 @@ class PsService {
   std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
   std::uint64_t checkpoint_failures() const { return checkpoint_failures_.load(); }
   std::int64_t last_checkpoint_iteration() const { return checkpointed_.load(); }
+  // The last iteration whose checkpoint this shard wrote (-1: none).
+  std::int64_t last_written_checkpoint() const { return written_.load(); }
   // The highest iteration committed (-1: none).
   std::int64_t committed_iteration() const { return committed_.load(); }
 
@@ -135,6 +137,7 @@ class PsService {
   std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
   std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)
+  std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)
   std::atomic<std::int64_t> unsettled_{kNone};       // the newest checkpoint written, not yet whole

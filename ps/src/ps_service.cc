@@ -100,7 +100,7 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       // writes it. Until it is written that worker is not acknowledged and the others'
       // commits wait on commit_mutex_, so no worker has gone on to the next iteration.
       const auto it = static_cast<std::int64_t>(h.iteration);
-      const bool checkpoint = checkpoints_.has_value() && it > checkpointed_.load() &&
+      const bool checkpoint = checkpoints_.has_value() && it > checkpointed_.load() && it != restored_.load() &&
                               ((checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) ||
                                (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
       if (checkpoint || commit_apply_ == CommitApply::kApplier) {
@@ -131,6 +131,7 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
 std::int64_t PsService::request_checkpoint() {
   if (!checkpoints_) return -1;
   std::lock_guard<std::mutex> lock(commit_mutex_);
+  if (const std::int64_t asked = requested_.load(); asked > committed_.load() && asked > checkpointed_.load()) return asked;
   const std::int64_t at = std::max<std::int64_t>(committed_.load(), 0) + kCheckpointLead;
   requested_ = at;
   return at;

@@ -373,7 +373,9 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   const std::int64_t at = svc.request_checkpoint();
   ASSERT_EQ(at, 2 + kCheckpointLead);
-  for (std::uint64_t it = 3; it < static_cast<std::uint64_t>(at); ++it) EXPECT_EQ(commit(it), static_cast<std::uint64_t>(at)) << "commit " << it;
+  commit(3);
+  EXPECT_EQ(svc.request_checkpoint(), at) << "asked again while one is ahead: the same one (the workers may be flushing for it)";
+  for (std::uint64_t it = 4; it < static_cast<std::uint64_t>(at); ++it) EXPECT_EQ(commit(it), static_cast<std::uint64_t>(at)) << "commit " << it;
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   EXPECT_EQ(commit(static_cast<std::uint64_t>(at)), 0u) << "the checkpoint is written: no longer ahead";
   EXPECT_TRUE(written(static_cast<std::uint64_t>(at)));
@@ -386,9 +388,12 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
   svc.restored_from(12);
   commit(12, true);
   EXPECT_FALSE(written(12));
+  EXPECT_EQ(svc.last_written_checkpoint(), 12);  // (an exit checkpoint of 12 keeps the restored one)
   commit(13, true);
   EXPECT_TRUE(written(13));
   EXPECT_EQ(svc.checkpoints_written(), 3u);
+  // Asked for again once the last one is written: a new one, after the last commit.
+  EXPECT_EQ(svc.request_checkpoint(), 13 + kCheckpointLead);
   // Without a checkpoint directory there is nothing to ask for.
   PsService none(config(0, 1));
   EXPECT_EQ(none.request_checkpoint(), -1);

@@ -88,12 +88,17 @@ class PsService {
   }
 
   // Asks for a checkpoint at the first commit of the iteration kCheckpointLead after the
-  // last committed one; returns that iteration, or -1 without a checkpoint directory.
+  // last committed one (or the one already asked for and still ahead: the workers may
+  // be flushing for it); returns that iteration, or -1 without a checkpoint directory.
   std::int64_t request_checkpoint();
 
   // The rows were restored from the checkpoint of `iteration`: the workers resuming from
-  // it commit that iteration again, which must not write the same checkpoint over itself.
-  void restored_from(std::int64_t iteration) { checkpointed_ = std::max(checkpointed_.load(), iteration); }
+  // it commit that iteration again, which must not write over that checkpoint (nor, at
+  // exit, an unfinished iteration's rows over it).
+  void restored_from(std::int64_t iteration) {
+    restored_ = iteration;
+    written_ = iteration;
+  }
 
   // Shards that may not share the checkpoints' filesystem learn from each other when a
   // checkpoint is whole (checkpoints.h). Set before serving; none: files alone.
@@ -120,7 +125,7 @@ class PsService {
   std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
   std::uint64_t checkpoint_failures() const { return checkpoint_failures_.load(); }
   std::int64_t last_checkpoint_iteration() const { return checkpointed_.load(); }
-  // The last iteration whose checkpoint this shard wrote (-1: none).
+  // The last iteration whose checkpoint this shard wrote or restored (-1: none).
   std::int64_t last_written_checkpoint() const { return written_.load(); }
   // The highest iteration committed (-1: none).
   std::int64_t committed_iteration() const { return committed_.load(); }
@@ -137,7 +142,8 @@ class PsService {
   std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
   std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)
-  std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written
+  std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written (or restored)
+  std::atomic<std::int64_t> restored_{-2};      // iteration restored from (-2: none)
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)
   std::atomic<std::int64_t> unsettled_{kNone};       // the newest checkpoint written, not yet whole

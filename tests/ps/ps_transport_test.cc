@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdio>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -364,11 +363,7 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
     f.wait();
     return f.checkpoint_at();
   };
-  auto written = [&](std::uint64_t it) {
-    char name[32];
-    std::snprintf(name, sizeof name, "iter-%09llu", static_cast<unsigned long long>(it));
-    return fs::exists(dir_ / "ckpt" / name / "manifest.json");
-  };
+  auto written = [&](std::uint64_t it) { return fs::exists(checkpoint_dir(dir_ / "ckpt", static_cast<std::int64_t>(it)) / "manifest.json"); };
   for (std::uint64_t it = 0; it < 3; ++it) EXPECT_EQ(commit(it), 0u) << "nothing asked yet";
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   const std::int64_t at = svc.request_checkpoint();

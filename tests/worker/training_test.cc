@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "../data/test_util.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/ps/placement.h"
 #include "ember/ps/ps_service.h"
 #include "ember/ps/shard_store.h"
@@ -204,9 +204,8 @@ class Training : public test::TempDirTest {
     std::vector<float> rows = checkpoint_rows(dir_ / "ckpt", it, sparse, ref.rows.size() / kDim);
     EXPECT_LT(max_abs_diff(ref.rows, rows), 2e-5) << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
     for (std::uint32_t w = 0; w < o.workers; ++w) {
-      char name[64];
-      std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", w, static_cast<unsigned long long>(it));
-      EXPECT_TRUE(fs::exists(dir_ / "dense" / name)) << name;
+      const fs::path file = dense_checkpoint_file(dir_ / "dense", w, it);
+      EXPECT_TRUE(fs::exists(file)) << file;
     }
     return rows;
   }
@@ -325,18 +324,14 @@ TEST_F(Training, CudaWorkersTrainTheSameModel) {
 // The rows of a PS checkpoint: every shard's file of iteration `it` under `root`,
 // loaded into one store (rows never trained are initialized from the seed, as anywhere).
 std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it, const ps::OptimizerConfig& sparse, std::uint64_t num_keys) {
-  char name[32];
-  std::snprintf(name, sizeof name, "iter-%09llu", static_cast<unsigned long long>(it));
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(root / name))
-    if (e.path().extension() == ".ckpt") files.push_back(e.path());
+  const ps::RestorePlan plan = ps::plan_restore(ps::checkpoint_dir(root, static_cast<std::int64_t>(it)));
   ps::StoreConfig sc;
   sc.num_keys = num_keys;
   sc.dim = kDim;
   sc.seed = kSeed;
   sc.optimizer = sparse;
   ps::ShardStore store(sc);
-  EXPECT_EQ(store.load(files), static_cast<std::int64_t>(it)) << (root / name);
+  EXPECT_EQ(store.load(plan.files), static_cast<std::int64_t>(it)) << plan.dir;
   std::vector<float> rows(num_keys * kDim);
   for (Key k = 0; k < num_keys; ++k) std::memcpy(&rows[k * kDim], store.row(k), kDim * sizeof(float));
   return rows;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -41,6 +42,12 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using scheduler::EvictKind;
 using scheduler::StepPlan;
+
+fs::path dense_checkpoint_file(const fs::path& dir, std::uint32_t rank, std::uint64_t iteration) {
+  char name[64];
+  std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", rank, static_cast<unsigned long long>(iteration));
+  return dir / name;
+}
 
 namespace {
 
@@ -749,24 +756,12 @@ void Worker::dump(std::uint64_t iteration) {
   spdlog::info("model written to {} ({} dense floats, {} rows)", c_.dump_dir, dense.size(), N);
 }
 
-namespace {
-
 // The first line of an error (LibTorch's carry a backtrace).
 std::string first_line(const std::exception& e) {
   const auto* c = dynamic_cast<const c10::Error*>(&e);
   std::string s = c != nullptr ? c->what_without_backtrace() : e.what();
   return s.substr(0, s.find('\n'));
 }
-
-// worker-R-iter-NNNNNNNNN.pt: sorts by iteration, one file per worker (the dense
-// replicas are identical, but workers on hosts that share no filesystem need their own).
-fs::path dense_file(const std::string& dir, std::uint32_t rank, std::uint64_t iteration) {
-  char name[64];
-  std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", rank, static_cast<unsigned long long>(iteration));
-  return fs::path(dir) / name;
-}
-
-}  // namespace
 
 json Worker::dense_meta(std::uint64_t iteration) const {
   // What must match for the dense state to continue this job's training.
@@ -784,7 +779,7 @@ void Worker::save_dense(std::uint64_t iteration) {
   root.write("meta", c10::IValue(dense_meta(iteration).dump()));
   std::ostringstream bytes;
   root.save_to(bytes);
-  const fs::path file = dense_file(c_.checkpoint_dir, rank_, iteration);
+  const fs::path file = dense_checkpoint_file(c_.checkpoint_dir, rank_, iteration);
   try {
     fs::create_directories(c_.checkpoint_dir);
     write_file_atomic(file, bytes.str());
@@ -808,13 +803,13 @@ void Worker::save_dense(std::uint64_t iteration) {
 }
 
 void Worker::load_dense(std::uint64_t iteration) {
-  fs::path file = dense_file(c_.checkpoint_dir, rank_, iteration);
+  fs::path file = dense_checkpoint_file(c_.checkpoint_dir, rank_, iteration);
   if (!fs::exists(file)) {
     // Another worker's copy of the same iteration holds the same state.
-    for (std::uint32_t r = 0; r < c_.workers && !fs::exists(file); ++r) file = dense_file(c_.checkpoint_dir, r, iteration);
+    for (std::uint32_t r = 0; r < c_.workers && !fs::exists(file); ++r) file = dense_checkpoint_file(c_.checkpoint_dir, r, iteration);
     if (!fs::exists(file)) {
       throw ConfigError("--resume: the PS restored iteration " + std::to_string(iteration) + " but " + c_.checkpoint_dir +
-                        " holds no worker's dense state of it (" + dense_file(c_.checkpoint_dir, rank_, iteration).filename().string() +
+                        " holds no worker's dense state of it (" + dense_checkpoint_file(c_.checkpoint_dir, rank_, iteration).filename().string() +
                         "); restore the PS from a checkpoint the workers also wrote (ember-worker --checkpoint-dir)");
     }
   }

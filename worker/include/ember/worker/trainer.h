@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -107,6 +108,11 @@ struct TrainSummary {
   double final_loss = 0;          // mean over the last iteration's global batch
   double auc = -1, logloss = -1;  // final evaluation (worker 0; -1 when none)
 };
+
+// Where worker `rank` writes its dense state of `iteration` under `dir`
+// (worker-R-iter-NNNNNNNNN.pt: sorts by iteration; one file per worker, since hosts may
+// share no filesystem, though the replicas are identical).
+std::filesystem::path dense_checkpoint_file(const std::filesystem::path& dir, std::uint32_t rank, std::uint64_t iteration);
 
 // Runs one worker to the end. Throws ConfigError / IoError / ProtocolError / Error.
 TrainSummary run_worker(const TrainConfig& config);

@@ -16,6 +16,9 @@ under DIR/dense):
 
   scripts/ember_launch.py ... --checkpoint-dir out/ckpt --checkpoint-every 10 -- --iterations 200
   scripts/ember_launch.py ... --checkpoint-dir out/ckpt --checkpoint-every 10 --resume -- --iterations 200
+
+With --checkpoint-dir, Ctrl-C stops the job at a checkpoint a few iterations on (the
+workers flush for it), from which --resume goes on; a second Ctrl-C stops it at once.
 """
 import argparse
 import json
@@ -62,6 +65,7 @@ class Job:
         self.out = Path(args.out)
         self.bin = Path(args.bin)
         self.procs = []  # (name, Popen, log path)
+        self.stopping = 0  # the signal that asked the job to stop at a checkpoint (0: none)
 
     def start(self, name, cmd):
         log = self.out / f"{name}.log"
@@ -86,6 +90,18 @@ class Job:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def stop_at_checkpoint(self, signum):
+        """With a checkpoint directory, an interrupted job stops at a checkpoint that holds the
+        model: ps0, told by SIGTERM, asks the workers to flush and finish a few iterations
+        on (ember-ps --checkpoint-on-exit). Returns False when that cannot be done."""
+        if self.stopping or not self.a.checkpoint_dir or not any(n.startswith("worker") for n, _, _ in self.procs):
+            return False
+        self.stopping = signum
+        os.kill(self.procs[0][1].pid, signal.SIGTERM)
+        print("ember-launch: interrupted; the job stops at a checkpoint a few iterations on (interrupt again to stop now)",
+              file=sys.stderr, flush=True)
+        return True
+
     def fail(self, name, why, log):
         print(f"ember-launch: {name} {why}; its last log lines:\n{tail(log)}", file=sys.stderr)
         self.stop_all()
@@ -107,7 +123,8 @@ class Job:
         if a.checkpoint_dir:
             ckpt = Path(a.checkpoint_dir)
             # Also without --checkpoint-every: SIGUSR1 to a shard asks for one.
-            ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every)] + ps_extra
+            # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
+            ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"] + ps_extra
             if a.resume:
                 ps_extra = ["--restore", str(resume_point(ckpt))] + ps_extra
             worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
@@ -220,6 +237,7 @@ class Job:
             "samples_s": min(s["samples_s"] for s in summaries),
             "seconds": max(s["seconds"] for s in summaries),
             "iterations": w0["iterations"],
+            "stopped_at": w0.get("stopped_at", 0),
             **tot,
             "pushes": tot["push_grad"] + tot["push_value"] + tot["push_evict"],
             "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
@@ -233,8 +251,13 @@ class Job:
         tmp = self.out / "summary.json.tmp"
         tmp.write_text(json.dumps(result, indent=1) + "\n")
         tmp.replace(self.out / "summary.json")
+        if w0.get("stopped_at"):
+            print(f"[{a.policy}] stopped at iteration {w0['stopped_at']}, checkpointed in {a.checkpoint_dir}: --resume goes on from it",
+                  flush=True)
         print(f"[{a.policy}] done: {result['samples_s']:.0f} samples/s, rows pulled {result['pulls']}, pushed {result['pushes']}, "
-              f"hit rate {100 * result['hit_rate']:.1f}%, AUC {result['auc']:.4f}, logloss {result['logloss']:.4f} -> {self.out}/summary.json",
+              f"hit rate {100 * result['hit_rate']:.1f}%, "
+              + (f"AUC {result['auc']:.4f}, logloss {result['logloss']:.4f}" if result["auc"] >= 0 else "not evaluated")
+              + f" -> {self.out}/summary.json",
               flush=True)
         ph = result["phase_s"]
         total = max(1e-9, sum(ph.values()))
@@ -287,13 +310,17 @@ def main():
     job = Job(a, worker_args)
 
     def on_signal(signum, frame):
+        if job.stop_at_checkpoint(signum):
+            return
         print("ember-launch: interrupted; stopping the job", file=sys.stderr)
         job.stop_all()
-        sys.exit(130)
+        sys.exit(128 + signum)
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     job.run()
+    if job.stopping:  # stopped at a checkpoint: the summary is written, the exit says why
+        sys.exit(128 + job.stopping)
 
 
 if __name__ == "__main__":

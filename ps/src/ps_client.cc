@@ -87,6 +87,7 @@ struct PsFuture::Op {
   bool commit = false;
   std::uint64_t iteration = 0;       // a commit's
   std::uint64_t checkpoint_at = 0;   // a later iteration a shard's ack named (PsFuture::checkpoint_at)
+  std::uint64_t stop_at = 0;         // one after which the job stops (kAckStop)
   std::exception_ptr error;          // the first failure
   bool finished = false;
   // A de-duplicated pull: each repeated key's row is copied from its first occurrence
@@ -122,6 +123,7 @@ void PsFuture::settle() noexcept {
 }
 
 std::uint64_t PsFuture::checkpoint_at() const { return op_ != nullptr ? op_->checkpoint_at : 0; }
+std::uint64_t PsFuture::stop_at() const { return op_ != nullptr ? op_->stop_at : 0; }
 
 std::uint64_t PsFuture::wait() {
   if (op_ == nullptr) throw std::logic_error("wait() on an empty PsFuture");
@@ -211,8 +213,13 @@ void PsClient::complete_front(std::uint32_t lane) {
     if (!e.pull) {
       const transport::Message r = conn(lane).receive();
       if (r.header.type == MessageType::kAck) {
-        op.result += r.header.flags;  // a commit's updated rows; 0 for pushes
-        if (op.commit && r.header.iteration > op.iteration) op.checkpoint_at = std::max(op.checkpoint_at, r.header.iteration);
+        op.result += r.header.flags & ~kAckStop;  // a commit's updated rows; 0 for pushes
+        if (op.commit && r.header.iteration > op.iteration) {
+          op.checkpoint_at = std::max(op.checkpoint_at, r.header.iteration);
+          // Shards asked to stop at once (all signalled) may name iterations a commit
+          // apart: the job stops at the first, which every worker learns in time.
+          if ((r.header.flags & kAckStop) != 0 && (op.stop_at == 0 || r.header.iteration < op.stop_at)) op.stop_at = r.header.iteration;
+        }
       }
       return;
     }

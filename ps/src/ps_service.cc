@@ -103,15 +103,18 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       const bool checkpoint = checkpoints_.has_value() && it > checkpointed_.load() && it != restored_.load() &&
                               ((checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) ||
                                (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
+      std::uint64_t updated = 0;
       if (checkpoint || commit_apply_ == CommitApply::kApplier) {
         // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
-        reply.header.flags = static_cast<std::uint32_t>(store_.commit_async());
+        updated = store_.commit_async();
       } else {
         // Acknowledged before the rows are applied: each handler thread applies the rows
         // it received once it has sent its next ack (handle() below); a pull of the next
         // iteration applies or waits for the rows it reads (see shard_store.h).
-        reply.header.flags = static_cast<std::uint32_t>(store_.commit_deferred());
+        updated = store_.commit_deferred();
       }
+      // The rows updated never reach kAckStop's bit.
+      reply.header.flags = static_cast<std::uint32_t>(std::min<std::uint64_t>(updated, kAckStop - 1));
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), it);
@@ -119,8 +122,12 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
         checkpointed_ = it;  // this iteration's, written or not: once
         write_checkpoint(h.iteration);
       }
-      // A checkpoint asked for on command and still ahead: the workers learn when.
-      if (const std::int64_t asked = requested_.load(); asked > it && asked > checkpointed_.load()) reply.header.iteration = static_cast<std::uint64_t>(asked);
+      // A checkpoint asked for on command and still ahead: the workers learn when, and
+      // whether the job stops there.
+      if (const std::int64_t asked = requested_.load(); asked > it && asked > checkpointed_.load()) {
+        reply.header.iteration = static_cast<std::uint64_t>(asked);
+        if (stop_at_.load() == asked) reply.header.flags |= kAckStop;
+      }
       return;
     }
     default:
@@ -131,9 +138,26 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
 std::int64_t PsService::request_checkpoint() {
   if (!checkpoints_) return -1;
   std::lock_guard<std::mutex> lock(commit_mutex_);
+  return request_checkpoint_locked();
+}
+
+std::int64_t PsService::request_checkpoint_locked() {
   if (const std::int64_t asked = requested_.load(); asked > committed_.load() && asked > checkpointed_.load()) return asked;
   const std::int64_t at = std::max<std::int64_t>(committed_.load(), 0) + kCheckpointLead;
   requested_ = at;
+  return at;
+}
+
+std::int64_t PsService::request_stop() {
+  if (!checkpoints_) return -1;
+  // Under the lock that commit acks are written under: an ack that names the iteration
+  // also says the job stops there.
+  std::lock_guard<std::mutex> lock(commit_mutex_);
+  const std::int64_t asked = requested_.load();
+  const bool ahead = asked > committed_.load() && asked > checkpointed_.load();
+  if (ahead && stop_at_.load() != asked) return -2;
+  const std::int64_t at = request_checkpoint_locked();
+  stop_at_ = at;
   return at;
 }
 

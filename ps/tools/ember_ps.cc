@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   int drain_ms = 5000;
   std::string allocate = "lazy";
   bool checkpoint_on_exit = false;
+  double stop_wait_s = 60;
   std::uint64_t checkpoint_every = 0;
   std::size_t keep_checkpoints = 3;
   std::string coordinator, coordinator_file;
@@ -127,7 +128,14 @@ int main(int argc, char** argv) {
                  "checkpoint)");
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "where checkpoints go; SIGUSR1 asks for one at an iteration boundary a few iterations on (the workers flush for it)");
-  app.add_flag("--checkpoint-on-exit", checkpoint_on_exit, "write a checkpoint on SIGTERM/SIGINT");
+  app.add_flag("--checkpoint-on-exit", checkpoint_on_exit,
+               "write a checkpoint on SIGTERM/SIGINT; in a job with workers, first stop the job at a checkpoint a few iterations on "
+               "(the workers flush for it and finish; a second signal stops now)");
+  app.add_option("--stop-wait-s", stop_wait_s,
+                 "with --checkpoint-on-exit in a job: how long SIGTERM/SIGINT waits for the workers to reach the stopping checkpoint "
+                 "(0: stop at once)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--drain-ms", drain_ms, "on SIGTERM/SIGINT: how long requests in flight may take to finish")->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
   app.add_option("--keep-checkpoints", keep_checkpoints, "keep the newest N whole checkpoints (and newer ones), remove older ones (0: keep all)")
@@ -286,12 +294,33 @@ int main(int argc, char** argv) {
     Stopwatch since, stats_clock;
     std::uint64_t last_requests = 0, last_rows = 0;
     int exit_status = 0;
+    // SIGTERM/SIGINT with --checkpoint-on-exit in a job: the job stops at a checkpoint the
+    // workers flush for (a stop made now would leave out the rows they own), then the
+    // shards leave as at its end.
+    bool stopping = false;
+    std::int64_t stop_at = -1;
+    Stopwatch stop_clock;
     while (true) {
       // Short waits when a control plane may end the job; stats on their own clock.
       timespec ts{member ? 0 : static_cast<time_t>(stats_interval > 0 ? stats_interval : 3600), member ? 100000000L : 0};
       int sig = sigtimedwait(&stop, nullptr, &ts);
       if (sig == SIGTERM || sig == SIGINT) {
-        spdlog::info("signal {}: stopping", sig);
+        if (stopping || !member || !checkpoint_on_exit || stop_wait_s <= 0) {
+          spdlog::info("signal {}: stopping{}", sig, stopping ? " now" : "");
+          break;
+        }
+        stopping = true;
+        stop_clock.reset();
+        spdlog::info("signal {}: stopping the job at a checkpoint the workers flush for (a second signal stops now)", sig);
+      }
+      if (stopping && stop_at < 0) {
+        // -2: a checkpoint asked for by SIGUSR1 is still ahead; ask once it is written.
+        if (stop_at = service.request_stop(); stop_at >= 0) {
+          spdlog::info("the job stops at iteration {}: its checkpoint holds the model, and --resume goes on from it", stop_at);
+        }
+      }
+      if (stopping && stop_clock.seconds() >= stop_wait_s) {
+        spdlog::warn("the workers did not reach iteration {}'s checkpoint within --stop-wait-s {}: stopping now", stop_at, stop_wait_s);
         break;
       }
       if (sig == SIGUSR1) {

@@ -282,7 +282,9 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
 // job, so both hosts get the exit checkpoint's manifest. Before, it gave up after 5 s,
 // and the board the late shard needed went with it: neither host had a manifest.
 TEST_F(PsDaemon, TheCoordinatorsShardWaitsForALateShardsExitCheckpoint) {
-  TwoHostJob job(dir_, "--checkpoint-on-exit");
+  // (--stop-wait-s 0: the exit checkpoint at once, without first stopping the job at one
+  // its workers flush for: this worker never commits again.)
+  TwoHostJob job(dir_, "--checkpoint-on-exit --stop-wait-s 0");
   const auto& roots = job.roots;
   Daemon &d0 = *job.d0, &d1 = *job.d1;
   {

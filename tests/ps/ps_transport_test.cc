@@ -394,6 +394,63 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
   EXPECT_EQ(none.request_checkpoint(), -1);
 }
 
+// A stop (SIGTERM with --checkpoint-on-exit) is a checkpoint on command that the commit
+// acks also flag kAckStop, so the workers finish there: the acks name it and say so, the
+// rows-updated count beside the flag stays right, and a stop asked for while a plain
+// checkpoint is still ahead waits for it (the workers may have planned past stopping there).
+TEST_F(PsCheckpoints, AStopIsACheckpointTheAcksSayTheJobEndsAt) {
+  PsService svc(config(0, 1));
+  svc.checkpoint_every(0, CheckpointDir(dir_ / "ckpt", 0, 1, 0));
+  transport::TcpServerOptions o;
+  o.token = kToken;
+  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  PsClient w({{"127.0.0.1", server.port()}}, kToken, kDim, 0);
+  struct Ack {
+    std::uint64_t updated, checkpoint_at, stop_at;
+  };
+  auto commit = [&](std::uint64_t it, bool flagged = false) {
+    std::vector<Key> keys = {it, it + 100, it + 200};
+    std::vector<float> g(keys.size() * kDim, 0.25f);
+    std::vector<std::uint32_t> one(keys.size(), 1);
+    w.push_grad(it, keys, one, g);
+    PsFuture f = w.start_commit(it, flagged);
+    const std::uint64_t updated = f.wait();
+    return Ack{updated, f.checkpoint_at(), f.stop_at()};
+  };
+  auto written = [&](std::int64_t it) { return fs::exists(checkpoint_dir(dir_ / "ckpt", it) / "manifest.json"); };
+  commit(0);
+  commit(1);
+  // A plain checkpoint ahead at 7: a stop waits for it.
+  ASSERT_EQ(svc.request_checkpoint(), 1 + kCheckpointLead);
+  EXPECT_EQ(svc.request_stop(), -2);
+  EXPECT_EQ(svc.stop_at(), -1);
+  for (std::uint64_t it = 2; it < 7; ++it) {
+    const Ack a = commit(it);
+    EXPECT_EQ(a.checkpoint_at, 7u);
+    EXPECT_EQ(a.stop_at, 0u) << "a plain checkpoint is no stop";
+  }
+  commit(7, true);
+  EXPECT_TRUE(written(7));
+  // Now the stop: kCheckpointLead after the last commit, flagged in every ack until then.
+  const std::int64_t at = svc.request_stop();
+  ASSERT_EQ(at, 7 + kCheckpointLead);
+  EXPECT_EQ(svc.stop_at(), at);
+  EXPECT_EQ(svc.request_stop(), at) << "asked again: the same one";
+  EXPECT_EQ(svc.request_checkpoint(), at) << "a checkpoint asked for meanwhile is the stop's";
+  for (std::uint64_t it = 8; it < static_cast<std::uint64_t>(at); ++it) {
+    const Ack a = commit(it);
+    EXPECT_EQ(a.updated, 3u) << "the rows updated, without the stop flag's bit";
+    EXPECT_EQ(a.checkpoint_at, static_cast<std::uint64_t>(at));
+    EXPECT_EQ(a.stop_at, static_cast<std::uint64_t>(at));
+  }
+  const Ack last = commit(static_cast<std::uint64_t>(at), true);
+  EXPECT_EQ(last.stop_at, 0u) << "written: no longer ahead";
+  EXPECT_TRUE(written(at));
+  EXPECT_EQ(svc.last_written_checkpoint(), at) << "so the exit checkpoint keeps it";
+  PsService none(config(0, 1));
+  EXPECT_EQ(none.request_stop(), -1) << "no directory: no checkpoint to stop at";
+}
+
 TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   constexpr int kWorkers = 3;
   constexpr std::uint64_t kIterations = 6, kEvery = 2;

@@ -210,6 +210,16 @@ class Training : public test::TempDirTest {
     return rows;
   }
 
+  // Waits (60 s at most) until `file` has `n` lines: a worker's metrics, n iterations in.
+  static void wait_for_lines(const fs::path& file, int n) {
+    for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
+      std::ifstream in(file);
+      int lines = 0;
+      for (std::string line; std::getline(in, line);) ++lines;
+      if (lines >= n) return;
+    }
+  }
+
   // ember-sim's prediction for the same data, seed and policy (no warm-up).
   std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
     std::string out;
@@ -382,13 +392,7 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   o.iterations = 40;
   const fs::path metrics = dir_ / "command-w0.jsonl";
   run_job(data, o, "command", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
-    // Once training runs (two iterations in worker 0's metrics), ask shard 1.
-    for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
-      std::ifstream in(metrics);
-      int lines = 0;
-      for (std::string line; std::getline(in, line);) ++lines;
-      if (lines >= 2) break;
-    }
+    wait_for_lines(metrics, 2);  // training runs: ask shard 1
     ps[1]->signal(SIGUSR1);
   });
   // The one asked for, and the finished model's (iteration 40, at the workers' last commit).
@@ -403,6 +407,43 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   EXPECT_GE(it, 1u + ps::kCheckpointLead);  // asked once iteration 1 was committed
   EXPECT_LT(it, o.iterations);
   expect_checkpoint_of(data, o, it);
+}
+
+// SIGTERM to a shard of a running job, with --checkpoint-on-exit: the job stops at a
+// checkpoint the workers flush for (not at once: the rows they own would be missing),
+// every process exits 0, the checkpoint holds BSP training of that many iterations, and
+// a job resumed from it ends with the uninterrupted run's model.
+TEST_F(Training, SigtermStopsTheJobAtACheckpointThatResumes) {
+  const fs::path data = dataset();
+  const fs::path ckpt = dir_ / "ckpt";
+  JobOptions o = checkpointing_job({"--checkpoint-on-exit"});
+  o.iterations = 40;
+  const fs::path metrics = dir_ / "stopped-w0.jsonl";
+  run_job(data, o, "stopped", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
+    wait_for_lines(metrics, 2);
+    ps[1]->signal(SIGTERM);
+  });
+  std::uint64_t stopped = 0, trained = 0;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto j = json::parse(line);
+    if (j.value("summary", false)) stopped = j.at("stopped_at");
+    if (j.contains("iteration") && !j.contains("eval")) ++trained;
+  }
+  ASSERT_GE(stopped, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
+  ASSERT_LT(stopped, o.iterations);
+  EXPECT_EQ(trained, stopped) << "iterations 0 .. stopped - 1 trained, no more";
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
+  ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint, kept as the exit checkpoint";
+  EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(stopped)));
+  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
+  expect_checkpoint_of(data, o, stopped);
+
+  JobOptions resumed = o;
+  resumed.ps_args.insert(resumed.ps_args.end(), {"--restore", dirs[0].string()});
+  resumed.worker_args.push_back("--resume");
+  run_job_like_one_process(data, resumed, "resumed", "herald, stopped by SIGTERM and resumed");
 }
 
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {

@@ -70,12 +70,13 @@ struct Step {
 // The scheduler, a few iterations ahead of training, in its own thread, from iteration
 // `first` (a resumed job) on. The PS checkpoints at commit(I) for (I + 1) %
 // checkpoint_every == 0 (0: never) and at I = `asked` (on command; set by the training
-// thread before the loader plans I - 1): the iteration before is flushed.
+// thread before the loader plans I - 1): the iteration before is flushed. At I =
+// `stop_at` (set as early) the job stops: I - 1 is the last step, as at --iterations.
 class Loader {
  public:
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, std::uint64_t checkpoint_every,
-         const std::atomic<std::uint64_t>& asked)
-      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked) {
+         const std::atomic<std::uint64_t>& asked, const std::atomic<std::uint64_t>& stop_at)
+      : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked), stop_at_(stop_at) {
     thread_ = std::thread([this] { run(); });
   }
   ~Loader() {
@@ -136,10 +137,12 @@ class Loader {
           s.dense.insert(s.dense.end(), d, d + D);
           s.labels.push_back(static_cast<float>(b.label(i)));
         }
-        s.last = t + 1 == c_.iterations;
-        s.evaluate = s.last || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
+        // A stopped job skips the final evaluation (it takes long, and the stop may have a
+        // deadline); the resumed job evaluates at its end.
+        s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
+        s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
         s.checkpoint = !s.last && ((checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0) || asked_.load() == t + 1);
-        s.flush = s.evaluate || s.checkpoint;
+        s.flush = s.evaluate || s.checkpoint || s.last;
         if (s.flush && sched_.config().policy.kind != scheduler::PolicyKind::kHet) {
           sched_.flush(plans);
           s.flush_plan = std::move(plans[rank_]);
@@ -147,8 +150,10 @@ class Loader {
         std::unique_lock lock(mutex_);
         cv_.wait(lock, [&] { return queue_.size() < 2 || stop_; });
         if (stop_) return;
+        const bool last = s.last;
         queue_.push_back(std::move(s));
         cv_.notify_all();
+        if (last) return;
       }
     } catch (...) {
       std::lock_guard lock(mutex_);
@@ -163,6 +168,7 @@ class Loader {
   std::uint32_t rank_;
   std::uint64_t checkpoint_every_;
   const std::atomic<std::uint64_t>& asked_;
+  const std::atomic<std::uint64_t>& stop_at_;
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -335,6 +341,7 @@ class Worker {
   std::ofstream metrics_;
   double last_loss_ = 0, auc_ = -1, logloss_ = -1;
   std::atomic<std::uint64_t> checkpoint_asked_{0};  // a checkpoint a shard announced (on command)
+  std::atomic<std::uint64_t> stop_asked_{0};        // one after which the job stops (0: none)
   bool checkpoint_commit_ = false;                  // the next commit's: flushed for a checkpoint
 };
 
@@ -498,6 +505,10 @@ void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration, b
   if (const std::uint64_t at = f.checkpoint_at(); at > checkpoint_asked_.load()) {
     checkpoint_asked_ = at;
     if (rank_ == 0) spdlog::info("a PS shard asked for a checkpoint at iteration {}: the workers flush after iteration {}", at, at - 1);
+  }
+  if (const std::uint64_t at = f.stop_at(); at > 0 && (stop_asked_.load() == 0 || at < stop_asked_.load())) {
+    stop_asked_ = at;
+    if (rank_ == 0) spdlog::info("a PS shard asked the job to stop: the workers stop after iteration {}, once it is checkpointed", at - 1);
   }
 }
 
@@ -892,13 +903,14 @@ TrainSummary Worker::run() {
   if (!sc.hot.empty()) load_hot_rows(sc.hot);
   sc.first_iteration = first;
   // Without a directory for the dense state the PS's checkpoints still get flushed rows.
-  Loader loader(*ds_, std::move(sc), c_, rank_, ps_.checkpoint_every, checkpoint_asked_);
+  Loader loader(*ds_, std::move(sc), c_, rank_, ps_.checkpoint_every, checkpoint_asked_, stop_asked_);
   TrainSummary sum;
   sum.rank = rank_;
   Stopwatch total, window;
   WireCounts at_window;
   const double global_n = static_cast<double>(c_.workers) * c_.batch_per_worker;
   std::uint64_t window_first = first;
+  std::uint64_t end = c_.iterations;  // earlier if the job is stopped (stop_asked_)
   for (std::uint64_t t = first; t < c_.iterations; ++t) {
     Stopwatch it_clock;
     Step s = loader.next();
@@ -907,6 +919,10 @@ TrainSummary Worker::run() {
     WireCounts before = wire_;
     const PhaseTimes phases_before = phases_;
     execute(s);
+    if (const std::uint64_t stop = stop_asked_.load(); stop > 0 && t + 1 >= stop && !s.last) {
+      // Cannot happen within kCheckpointLead; the other workers stop, so say why this one cannot.
+      throw Error("a PS shard asked the job to stop at iteration " + std::to_string(stop) + ", which this worker learned after planning past it");
+    }
     if (s.flush) {
       sync_pushes(s.flush_plan, true);
       if (rank_ == 0) push_hot_rows();  // the replicas agree: one copy goes back to the PS
@@ -934,7 +950,7 @@ TrainSummary Worker::run() {
               {"bytes_out", wire_.bytes_out - before.bytes_out},
               {"bytes_in", wire_.bytes_in - before.bytes_in},
               {"phase_ms", phase_json(phases_, phases_before, 1e3)}});
-    if (rank_ == 0 && c_.progress_every > 0 && ((t + 1) % c_.progress_every == 0 || t + 1 == c_.iterations)) {
+    if (rank_ == 0 && c_.progress_every > 0 && ((t + 1) % c_.progress_every == 0 || s.last)) {
       const double secs = window.seconds();
       const std::uint64_t iters = t + 1 - window_first;
       window_first = t + 1;
@@ -945,13 +961,24 @@ TrainSummary Worker::run() {
       window.reset();
       at_window = wire_;
     }
+    if (s.last) {
+      end = t + 1;
+      break;
+    }
   }
   sum.seconds = total.seconds();
-  sum.iterations = c_.iterations - first;
+  sum.iterations = end - first;
   sum.samples_per_s = global_n * static_cast<double>(sum.iterations) / sum.seconds;
-  if (rank_ == 0 && !c_.dump_dir.empty()) dump(c_.iterations - 1);
+  if (end < c_.iterations) {
+    sum.stopped_at = end;
+    if (rank_ == 0) {
+      spdlog::info("the job stopped at iteration {} of {}, as a PS shard was asked to: its checkpoint holds the model (resume with --resume)",
+                   end, c_.iterations);
+    }
+  }
+  if (rank_ == 0 && !c_.dump_dir.empty()) dump(end - 1);
   // Everyone waits for worker 0's evaluation and dump before leaving.
-  control_->barrier(transport::BarrierGroup::kWorkers, 2 * c_.iterations + 2);
+  control_->barrier(transport::BarrierGroup::kWorkers, 2 * end + 2);
   sum.wire = wire_;
   sum.phases = phases_;
   sum.final_loss = last_loss_;
@@ -960,6 +987,7 @@ TrainSummary Worker::run() {
   log_json({{"summary", true},
             {"rank", rank_},
             {"iterations", sum.iterations},
+            {"stopped_at", sum.stopped_at},
             {"seconds", sum.seconds},
             {"samples_s", sum.samples_per_s},
             {"loss", sum.final_loss},

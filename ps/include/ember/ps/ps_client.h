@@ -68,6 +68,9 @@ class PsFuture {
   // After a commit's wait(): the iteration at which a shard will checkpoint, asked for on
   // command and still ahead (the workers flush for it; ps_service.h), else 0.
   std::uint64_t checkpoint_at() const;
+  // The same for a checkpoint after which the job stops (a shard was asked to stop; the
+  // first such if several shards were), else 0.
+  std::uint64_t stop_at() const;
 
  private:
   void settle() noexcept;  // waits if nobody did, logging what wait() would throw

@@ -19,7 +19,8 @@
 //               for it), and the first commit of an iteration asked for on command
 //               (request_checkpoint). While such a checkpoint is ahead, the ack's
 //               iteration is its iteration (else the commit's own), so the workers learn
-//               it in time to flush for it.
+//               it in time to flush for it, and the ack's flags carry kAckStop when the
+//               job is to stop after it (request_stop).
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
@@ -46,6 +47,9 @@ inline constexpr std::uint32_t kCommitCheckpoint = 1;
 // every worker hears of it by its next commit, when its loader, which schedules up to
 // 3 iterations ahead, has not yet planned the iteration it must flush after.
 inline constexpr std::int64_t kCheckpointLead = 6;
+// A commit ack's flag, beside the rows updated (which never reach it): the checkpoint the
+// ack names is the job's last; the workers stop after committing it.
+inline constexpr std::uint32_t kAckStop = 1u << 31;
 
 inline constexpr std::uint32_t kWithState = 1;
 
@@ -91,6 +95,14 @@ class PsService {
   // last committed one (or the one already asked for and still ahead: the workers may
   // be flushing for it); returns that iteration, or -1 without a checkpoint directory.
   std::int64_t request_checkpoint();
+  // The same, and the job stops there: the workers flush, commit that iteration (which
+  // every shard checkpoints), save their dense state and finish, as at the end of their
+  // --iterations. Returns -1 without a checkpoint directory, and -2 while a checkpoint
+  // asked for without stopping is still ahead (the workers may have planned past the
+  // point where they could stop at it: ask again once it is written).
+  std::int64_t request_stop();
+  // The iteration the job stops at (-1: none asked).
+  std::int64_t stop_at() const { return stop_at_.load(); }
 
   // The rows were restored from the checkpoint of `iteration`: the workers resuming from
   // it commit that iteration again, which must not write over that checkpoint (nor, at
@@ -135,6 +147,8 @@ class PsService {
   void serve(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
   // The periodic checkpoint due after committing `iteration` (commit_mutex_ held).
   void write_checkpoint(std::uint64_t iteration);
+  // request_checkpoint() with commit_mutex_ held.
+  std::int64_t request_checkpoint_locked();
 
   ShardStore store_;
   std::mutex commit_mutex_;
@@ -143,6 +157,7 @@ class PsService {
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
   std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)
   std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written (or restored)
+  std::atomic<std::int64_t> stop_at_{-1};       // the requested checkpoint is the job's last (-1: none)
   std::atomic<std::int64_t> restored_{-2};      // iteration restored from (-2: none)
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)

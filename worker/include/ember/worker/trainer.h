@@ -107,6 +107,9 @@ struct TrainSummary {
   double samples_per_s = 0;       // global samples per second
   double final_loss = 0;          // mean over the last iteration's global batch
   double auc = -1, logloss = -1;  // final evaluation (worker 0; -1 when none)
+  // The job was stopped early (a PS shard asked, on SIGTERM): the iteration it stopped at,
+  // checkpointed, from which --resume goes on; 0 when it ran to --iterations.
+  std::uint64_t stopped_at = 0;
 };
 
 // Where worker `rank` writes its dense state of `iteration` under `dir`

@@ -390,8 +390,8 @@ int main(int argc, char** argv) {
         }
         if (member) {
           spdlog::warn("final checkpoint of iteration {}: written while the workers may still hold rows they own (herald-style "
-                       "policies flush them for periodic and SIGUSR1 checkpoints and at the end): restore one of those to resume "
-                       "with the BSP model",
+                       "policies flush them for periodic and SIGUSR1 checkpoints, for a stop by a single SIGTERM with --checkpoint-on-exit, "
+                       "and at the end): restore one of those to resume with the BSP model",
                        iteration);
         }
         whole = checkpoints.finish(iteration);

@@ -86,7 +86,7 @@ struct PsFuture::Op {
   std::uint64_t result = 0;          // a commit's updated rows
   bool commit = false;
   std::uint64_t iteration = 0;       // a commit's
-  std::uint64_t checkpoint_at = 0;   // a later iteration a shard's ack named (PsFuture::checkpoint_at)
+  std::vector<std::uint64_t> checkpoints;  // later iterations shards' acks named, in order (checkpoints_at)
   std::uint64_t stop_at = 0;         // one after which the job stops (kAckStop)
   std::exception_ptr error;          // the first failure
   bool finished = false;
@@ -122,7 +122,10 @@ void PsFuture::settle() noexcept {
   }
 }
 
-std::uint64_t PsFuture::checkpoint_at() const { return op_ != nullptr ? op_->checkpoint_at : 0; }
+const std::vector<std::uint64_t>& PsFuture::checkpoints_at() const {
+  static const std::vector<std::uint64_t> none;
+  return op_ != nullptr ? op_->checkpoints : none;
+}
 std::uint64_t PsFuture::stop_at() const { return op_ != nullptr ? op_->stop_at : 0; }
 
 std::uint64_t PsFuture::wait() {
@@ -215,7 +218,8 @@ void PsClient::complete_front(std::uint32_t lane) {
       if (r.header.type == MessageType::kAck) {
         op.result += r.header.flags & ~kAckStop;  // a commit's updated rows; 0 for pushes
         if (op.commit && r.header.iteration > op.iteration) {
-          op.checkpoint_at = std::max(op.checkpoint_at, r.header.iteration);
+          auto& c = op.checkpoints;
+          if (auto at = std::lower_bound(c.begin(), c.end(), r.header.iteration); at == c.end() || *at != r.header.iteration) c.insert(at, r.header.iteration);
           // Shards asked to stop at once (all signalled) may name iterations a commit
           // apart: the job stops at the first, which every worker learns in time.
           if ((r.header.flags & kAckStop) != 0 && (op.stop_at == 0 || r.header.iteration < op.stop_at)) op.stop_at = r.header.iteration;

@@ -382,9 +382,11 @@ TEST_F(Training, CheckpointsHoldTheBspModelAndJobsResumeFromThem) {
   EXPECT_EQ(trained, (std::vector<std::uint64_t>{7, 8, 9}));
 }
 
-// A checkpoint on command (SIGUSR1 to one shard, no --checkpoint-every): every shard
-// writes the same iteration a few commits later, the workers having flushed for it, and
-// it holds the model of BSP training before that iteration.
+// Checkpoints on command (SIGUSR1 to a shard, no --checkpoint-every): every shard
+// writes the iteration asked for a few commits later, the workers having flushed for it,
+// and it holds the model of BSP training before that iteration. Two shards signalled an
+// iteration apart name different iterations: each is flushed for and whole (the workers
+// used to keep only the later one, so the other held that shard's rows only).
 TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   const fs::path data = dataset();
   const fs::path ckpt = dir_ / "ckpt";
@@ -392,21 +394,27 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   o.iterations = 40;
   const fs::path metrics = dir_ / "command-w0.jsonl";
   run_job(data, o, "command", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
-    wait_for_lines(metrics, 2);  // training runs: ask shard 1
+    // Iteration 1 done: no shard has committed 3 yet (worker 0 has not); iteration 3 done:
+    // every shard has (worker 0's commit was acknowledged). So they name distinct ones.
+    wait_for_lines(metrics, 2);
     ps[1]->signal(SIGUSR1);
+    wait_for_lines(metrics, 4);
+    ps[0]->signal(SIGUSR1);
   });
-  // The one asked for, and the finished model's (iteration 40, at the workers' last commit).
+  // The two asked for, and the finished model's (iteration 40, at the workers' last commit).
   std::vector<fs::path> dirs;
   if (fs::exists(ckpt))
     for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
-  ASSERT_EQ(dirs.size(), 2u) << "one checkpoint asked for, and the last";
-  EXPECT_EQ(dirs[1].filename(), "iter-000000040");
-  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
-  const std::uint64_t it = std::stoull(dirs[0].filename().string().substr(5));
-  EXPECT_GE(it, 1u + ps::kCheckpointLead);  // asked once iteration 1 was committed
-  EXPECT_LT(it, o.iterations);
-  expect_checkpoint_of(data, o, it);
+  ASSERT_EQ(dirs.size(), 3u) << "two checkpoints asked for, and the last";
+  EXPECT_EQ(dirs[2].filename(), "iter-000000040");
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(fs::exists(dirs[i] / "manifest.json")) << dirs[i] << ": every shard wrote it";
+    const std::uint64_t it = std::stoull(dirs[i].filename().string().substr(5));
+    EXPECT_GE(it, 1u + ps::kCheckpointLead);  // asked once iteration 1 was committed
+    EXPECT_LT(it, o.iterations);
+    expect_checkpoint_of(data, o, it);
+  }
 }
 
 // SIGTERM to a shard of a running job, with --checkpoint-on-exit: the job stops at a

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -51,6 +52,26 @@ fs::path dense_checkpoint_file(const fs::path& dir, std::uint32_t rank, std::uin
 
 namespace {
 
+// Checkpoints shards asked for on command (SIGUSR1), told by the training thread and read
+// by the loader. A set, not the latest: shards signalled a commit apart name different
+// iterations, and each is flushed for (else all but one would hold the PS's rows only).
+class AskedCheckpoints {
+ public:
+  // Whether `at` is new.
+  bool add(std::uint64_t at) {
+    std::lock_guard lock(mutex_);
+    return at_.insert(at).second;
+  }
+  bool contains(std::uint64_t at) const {
+    std::lock_guard lock(mutex_);
+    return at_.count(at) > 0;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::uint64_t> at_;
+};
+
 // One iteration's work as the loader hands it over: this worker's plan and the features
 // of its samples, copied out of the global batch.
 struct Step {
@@ -75,7 +96,7 @@ struct Step {
 class Loader {
  public:
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, std::uint64_t checkpoint_every,
-         const std::atomic<std::uint64_t>& asked, const std::atomic<std::uint64_t>& stop_at)
+         const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
       : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked), stop_at_(stop_at) {
     thread_ = std::thread([this] { run(); });
   }
@@ -141,7 +162,7 @@ class Loader {
         // deadline); the resumed job evaluates at its end.
         s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
         s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
-        s.checkpoint = !s.last && ((checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0) || asked_.load() == t + 1);
+        s.checkpoint = !s.last && ((checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0) || asked_.contains(t + 1));
         s.flush = s.evaluate || s.checkpoint || s.last;
         if (s.flush && sched_.config().policy.kind != scheduler::PolicyKind::kHet) {
           sched_.flush(plans);
@@ -167,7 +188,7 @@ class Loader {
   const TrainConfig& c_;
   std::uint32_t rank_;
   std::uint64_t checkpoint_every_;
-  const std::atomic<std::uint64_t>& asked_;
+  const AskedCheckpoints& asked_;
   const std::atomic<std::uint64_t>& stop_at_;
   std::thread thread_;
   std::mutex mutex_;
@@ -340,7 +361,7 @@ class Worker {
   PhaseTimes phases_;
   std::ofstream metrics_;
   double last_loss_ = 0, auc_ = -1, logloss_ = -1;
-  std::atomic<std::uint64_t> checkpoint_asked_{0};  // a checkpoint a shard announced (on command)
+  AskedCheckpoints checkpoint_asked_;               // checkpoints shards announced (on command)
   std::atomic<std::uint64_t> stop_asked_{0};        // one after which the job stops (0: none)
   bool checkpoint_commit_ = false;                  // the next commit's: flushed for a checkpoint
 };
@@ -502,9 +523,8 @@ void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration, b
   control_->barrier(transport::BarrierGroup::kWorkers, generation);
   ps::PsFuture f = client_->start_commit(iteration, checkpoint);
   f.wait();
-  if (const std::uint64_t at = f.checkpoint_at(); at > checkpoint_asked_.load()) {
-    checkpoint_asked_ = at;
-    if (rank_ == 0) spdlog::info("a PS shard asked for a checkpoint at iteration {}: the workers flush after iteration {}", at, at - 1);
+  for (const std::uint64_t at : f.checkpoints_at()) {
+    if (checkpoint_asked_.add(at) && rank_ == 0) spdlog::info("a PS shard asked for a checkpoint at iteration {}: the workers flush after iteration {}", at, at - 1);
   }
   if (const std::uint64_t at = f.stop_at(); at > 0 && (stop_asked_.load() == 0 || at < stop_asked_.load())) {
     stop_asked_ = at;

@@ -65,9 +65,11 @@ class PsFuture {
   ~PsFuture();
   std::uint64_t wait();
   bool valid() const { return op_ != nullptr; }
-  // After a commit's wait(): the iteration at which a shard will checkpoint, asked for on
-  // command and still ahead (the workers flush for it; ps_service.h), else 0.
-  std::uint64_t checkpoint_at() const;
+  // After a commit's wait(): the iterations at which shards will checkpoint, asked for on
+  // command and still ahead (the workers flush for each; ps_service.h), in order; shards
+  // signalled a commit apart name different ones. checkpoint_at(): the first, else 0.
+  const std::vector<std::uint64_t>& checkpoints_at() const;
+  std::uint64_t checkpoint_at() const { return checkpoints_at().empty() ? 0 : checkpoints_at().front(); }
   // The same for a checkpoint after which the job stops (a shard was asked to stop; the
   // first such if several shards were), else 0.
   std::uint64_t stop_at() const;

@@ -54,6 +54,7 @@ class Daemon {
   // SIGTERM only; wait() for the exit.
   void terminate() { proc_->signal(SIGTERM); }
   int wait(std::chrono::seconds limit) { return proc_->wait(limit); }
+  std::string log_tail(std::size_t lines) const { return proc_->log_tail(lines); }
   ShardAddress address() const { return {"127.0.0.1", port_}; }
   void kill9() {
     proc_->signal(SIGKILL);
@@ -282,9 +283,9 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
 // job, so both hosts get the exit checkpoint's manifest. Before, it gave up after 5 s,
 // and the board the late shard needed went with it: neither host had a manifest.
 TEST_F(PsDaemon, TheCoordinatorsShardWaitsForALateShardsExitCheckpoint) {
-  // (--stop-wait-s 0: the exit checkpoint at once, without first stopping the job at one
-  // its workers flush for: this worker never commits again.)
-  TwoHostJob job(dir_, "--checkpoint-on-exit --stop-wait-s 0");
+  // This worker never commits again, so SIGTERM's stop at a checkpoint the workers flush
+  // for is given up after --stop-wait-s, and the exit checkpoint written at once.
+  TwoHostJob job(dir_, "--checkpoint-on-exit --stop-wait-s 1");
   const auto& roots = job.roots;
   Daemon &d0 = *job.d0, &d1 = *job.d1;
   {
@@ -296,6 +297,8 @@ TEST_F(PsDaemon, TheCoordinatorsShardWaitsForALateShardsExitCheckpoint) {
   EXPECT_EQ(d1.stop(), 0);
   EXPECT_EQ(d0.wait(std::chrono::seconds(10)), 0);
   for (int s = 0; s < 2; ++s) EXPECT_TRUE(fs::exists(checkpoint_dir(roots[s], 2) / "manifest.json")) << roots[s];
+  const std::string log = d0.log_tail(30);
+  EXPECT_NE(log.find("did not reach iteration 8's checkpoint within --stop-wait-s 1"), std::string::npos) << log;
 }
 
 TEST(PsDaemonCli, RefusesToStartWithoutAToken) {

@@ -141,8 +141,13 @@ std::int64_t PsService::request_checkpoint() {
   return request_checkpoint_locked();
 }
 
+std::int64_t PsService::asked_ahead() const {
+  const std::int64_t asked = requested_.load();
+  return asked > committed_.load() && asked > checkpointed_.load() ? asked : -1;
+}
+
 std::int64_t PsService::request_checkpoint_locked() {
-  if (const std::int64_t asked = requested_.load(); asked > committed_.load() && asked > checkpointed_.load()) return asked;
+  if (const std::int64_t asked = asked_ahead(); asked >= 0) return asked;
   const std::int64_t at = std::max<std::int64_t>(committed_.load(), 0) + kCheckpointLead;
   requested_ = at;
   return at;
@@ -153,9 +158,7 @@ std::int64_t PsService::request_stop() {
   // Under the lock that commit acks are written under: an ack that names the iteration
   // also says the job stops there.
   std::lock_guard<std::mutex> lock(commit_mutex_);
-  const std::int64_t asked = requested_.load();
-  const bool ahead = asked > committed_.load() && asked > checkpointed_.load();
-  if (ahead && stop_at_.load() != asked) return -2;
+  if (const std::int64_t asked = asked_ahead(); asked >= 0 && stop_at_.load() != asked) return -2;
   const std::int64_t at = request_checkpoint_locked();
   stop_at_ = at;
   return at;

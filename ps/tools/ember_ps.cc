@@ -298,7 +298,6 @@ int main(int argc, char** argv) {
     // workers flush for (a stop made now would leave out the rows they own), then the
     // shards leave as at its end.
     bool stopping = false;
-    std::int64_t stop_at = -1;
     Stopwatch stop_clock;
     while (true) {
       // Short waits when a control plane may end the job; stats on their own clock.
@@ -313,14 +312,15 @@ int main(int argc, char** argv) {
         stop_clock.reset();
         spdlog::info("signal {}: stopping the job at a checkpoint the workers flush for (a second signal stops now)", sig);
       }
-      if (stopping && stop_at < 0) {
+      if (stopping && service.stop_at() < 0) {
         // -2: a checkpoint asked for by SIGUSR1 is still ahead; ask once it is written.
-        if (stop_at = service.request_stop(); stop_at >= 0) {
-          spdlog::info("the job stops at iteration {}: its checkpoint holds the model, and --resume goes on from it", stop_at);
+        if (const std::int64_t at = service.request_stop(); at >= 0) {
+          spdlog::info("the job stops at iteration {}: its checkpoint holds the model, and --resume goes on from it", at);
         }
       }
       if (stopping && stop_clock.seconds() >= stop_wait_s) {
-        spdlog::warn("the workers did not reach iteration {}'s checkpoint within --stop-wait-s {}: stopping now", stop_at, stop_wait_s);
+        spdlog::warn("the workers did not reach iteration {}'s checkpoint within --stop-wait-s {}: stopping now", service.stop_at(),
+                     stop_wait_s);
         break;
       }
       if (sig == SIGUSR1) {

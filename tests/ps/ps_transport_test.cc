@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -343,27 +344,47 @@ TEST(PsFuturesTcp, AFutureOutlivingItsClientSaysSo) {
 // is logged and counted, and the commit still stands.
 class PsCheckpoints : public test::TempDirTest {};
 
+// A shard with a checkpoint directory and no period (it writes only what is asked for;
+// keeps all), served over TCP, and one worker's client of it.
+struct OnCommandShard {
+  // What one commit's acks said.
+  struct Ack {
+    std::uint64_t updated, checkpoint_at, stop_at;
+  };
+  explicit OnCommandShard(const fs::path& dir) : dir(dir), svc(config(0, 1)) {
+    svc.checkpoint_every(0, CheckpointDir(dir, 0, 1, 0));
+    transport::TcpServerOptions o;
+    o.token = kToken;
+    server.emplace(o, [this](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+    w.emplace(std::vector<ShardAddress>{{"127.0.0.1", server->port()}}, kToken, kDim, 0);
+  }
+  // Iteration `it` of the worker: three rows it alone trained pushed, then commit(it),
+  // flagged kCommitCheckpoint or not.
+  Ack commit(std::uint64_t it, bool flagged = false) {
+    std::vector<Key> keys = {it, it + 100, it + 200};
+    std::vector<float> g(keys.size() * kDim, 0.25f);
+    std::vector<std::uint32_t> one(keys.size(), 1);
+    w->push_grad(it, keys, one, g);
+    PsFuture f = w->start_commit(it, flagged);
+    const std::uint64_t updated = f.wait();
+    return Ack{updated, f.checkpoint_at(), f.stop_at()};
+  }
+  // Whether the checkpoint of `it` is written whole.
+  bool written(std::int64_t it) const { return fs::exists(checkpoint_dir(dir, it) / "manifest.json"); }
+  fs::path dir;
+  PsService svc;
+  std::optional<transport::TcpServer> server;
+  std::optional<PsClient> w;
+};
+
 // Checkpoints without --checkpoint-every: one asked for on command lands kCheckpointLead
 // iterations after the last commit, and until then every commit's ack names it; a
 // commit flagged kCommitCheckpoint (workers that flushed for it) writes one; a shard
 // restored from an iteration does not write that one again.
 TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
-  PsService svc(config(0, 1));
-  svc.checkpoint_every(0, CheckpointDir(dir_ / "ckpt", 0, 1, 0));  // a directory, no period; keeps all
-  transport::TcpServerOptions o;
-  o.token = kToken;
-  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
-  PsClient w({{"127.0.0.1", server.port()}}, kToken, kDim, 0);
-  auto commit = [&](std::uint64_t it, bool flagged = false) {
-    std::vector<Key> keys = {it, it + 100};
-    std::vector<float> g(keys.size() * kDim, 0.25f);
-    std::vector<std::uint32_t> one(keys.size(), 1);
-    w.push_grad(it, keys, one, g);
-    PsFuture f = w.start_commit(it, flagged);
-    f.wait();
-    return f.checkpoint_at();
-  };
-  auto written = [&](std::uint64_t it) { return fs::exists(checkpoint_dir(dir_ / "ckpt", static_cast<std::int64_t>(it)) / "manifest.json"); };
+  OnCommandShard shard(dir_ / "ckpt");
+  PsService& svc = shard.svc;
+  auto commit = [&](std::uint64_t it, bool flagged = false) { return shard.commit(it, flagged).checkpoint_at; };
   for (std::uint64_t it = 0; it < 3; ++it) EXPECT_EQ(commit(it), 0u) << "nothing asked yet";
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   const std::int64_t at = svc.request_checkpoint();
@@ -373,19 +394,19 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
   for (std::uint64_t it = 4; it < static_cast<std::uint64_t>(at); ++it) EXPECT_EQ(commit(it), static_cast<std::uint64_t>(at)) << "commit " << it;
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   EXPECT_EQ(commit(static_cast<std::uint64_t>(at)), 0u) << "the checkpoint is written: no longer ahead";
-  EXPECT_TRUE(written(static_cast<std::uint64_t>(at)));
+  EXPECT_TRUE(shard.written(at));
   EXPECT_EQ(svc.checkpoints_written(), 1u);
   EXPECT_EQ(commit(9), 0u);
-  EXPECT_FALSE(written(9));
+  EXPECT_FALSE(shard.written(9));
   EXPECT_EQ(commit(10, true), 0u);  // flagged
-  EXPECT_TRUE(written(10));
+  EXPECT_TRUE(shard.written(10));
   // Restored from 12: the workers resuming there commit 12 again, flagged; not rewritten.
   svc.restored_from(12);
   commit(12, true);
-  EXPECT_FALSE(written(12));
+  EXPECT_FALSE(shard.written(12));
   EXPECT_EQ(svc.last_written_checkpoint(), 12);  // (an exit checkpoint of 12 keeps the restored one)
   commit(13, true);
-  EXPECT_TRUE(written(13));
+  EXPECT_TRUE(shard.written(13));
   EXPECT_EQ(svc.checkpoints_written(), 3u);
   // Asked for again once the last one is written: a new one, after the last commit.
   EXPECT_EQ(svc.request_checkpoint(), 13 + kCheckpointLead);
@@ -399,38 +420,22 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
 // rows-updated count beside the flag stays right, and a stop asked for while a plain
 // checkpoint is still ahead waits for it (the workers may have planned past stopping there).
 TEST_F(PsCheckpoints, AStopIsACheckpointTheAcksSayTheJobEndsAt) {
-  PsService svc(config(0, 1));
-  svc.checkpoint_every(0, CheckpointDir(dir_ / "ckpt", 0, 1, 0));
-  transport::TcpServerOptions o;
-  o.token = kToken;
-  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
-  PsClient w({{"127.0.0.1", server.port()}}, kToken, kDim, 0);
-  struct Ack {
-    std::uint64_t updated, checkpoint_at, stop_at;
-  };
-  auto commit = [&](std::uint64_t it, bool flagged = false) {
-    std::vector<Key> keys = {it, it + 100, it + 200};
-    std::vector<float> g(keys.size() * kDim, 0.25f);
-    std::vector<std::uint32_t> one(keys.size(), 1);
-    w.push_grad(it, keys, one, g);
-    PsFuture f = w.start_commit(it, flagged);
-    const std::uint64_t updated = f.wait();
-    return Ack{updated, f.checkpoint_at(), f.stop_at()};
-  };
-  auto written = [&](std::int64_t it) { return fs::exists(checkpoint_dir(dir_ / "ckpt", it) / "manifest.json"); };
-  commit(0);
-  commit(1);
+  OnCommandShard shard(dir_ / "ckpt");
+  PsService& svc = shard.svc;
+  using Ack = OnCommandShard::Ack;
+  shard.commit(0);
+  shard.commit(1);
   // A plain checkpoint ahead at 7: a stop waits for it.
   ASSERT_EQ(svc.request_checkpoint(), 1 + kCheckpointLead);
   EXPECT_EQ(svc.request_stop(), -2);
   EXPECT_EQ(svc.stop_at(), -1);
   for (std::uint64_t it = 2; it < 7; ++it) {
-    const Ack a = commit(it);
+    const Ack a = shard.commit(it);
     EXPECT_EQ(a.checkpoint_at, 7u);
     EXPECT_EQ(a.stop_at, 0u) << "a plain checkpoint is no stop";
   }
-  commit(7, true);
-  EXPECT_TRUE(written(7));
+  shard.commit(7, true);
+  EXPECT_TRUE(shard.written(7));
   // Now the stop: kCheckpointLead after the last commit, flagged in every ack until then.
   const std::int64_t at = svc.request_stop();
   ASSERT_EQ(at, 7 + kCheckpointLead);
@@ -438,14 +443,14 @@ TEST_F(PsCheckpoints, AStopIsACheckpointTheAcksSayTheJobEndsAt) {
   EXPECT_EQ(svc.request_stop(), at) << "asked again: the same one";
   EXPECT_EQ(svc.request_checkpoint(), at) << "a checkpoint asked for meanwhile is the stop's";
   for (std::uint64_t it = 8; it < static_cast<std::uint64_t>(at); ++it) {
-    const Ack a = commit(it);
+    const Ack a = shard.commit(it);
     EXPECT_EQ(a.updated, 3u) << "the rows updated, without the stop flag's bit";
     EXPECT_EQ(a.checkpoint_at, static_cast<std::uint64_t>(at));
     EXPECT_EQ(a.stop_at, static_cast<std::uint64_t>(at));
   }
-  const Ack last = commit(static_cast<std::uint64_t>(at), true);
+  const Ack last = shard.commit(static_cast<std::uint64_t>(at), true);
   EXPECT_EQ(last.stop_at, 0u) << "written: no longer ahead";
-  EXPECT_TRUE(written(at));
+  EXPECT_TRUE(shard.written(at));
   EXPECT_EQ(svc.last_written_checkpoint(), at) << "so the exit checkpoint keeps it";
   PsService none(config(0, 1));
   EXPECT_EQ(none.request_stop(), -1) << "no directory: no checkpoint to stop at";

@@ -147,6 +147,9 @@ class PsService {
   void serve(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
   // The periodic checkpoint due after committing `iteration` (commit_mutex_ held).
   void write_checkpoint(std::uint64_t iteration);
+  // The checkpoint asked for on command, while it is still ahead of every commit and
+  // checkpoint (-1: none); commit_mutex_ held.
+  std::int64_t asked_ahead() const;
   // request_checkpoint() with commit_mutex_ held.
   std::int64_t request_checkpoint_locked();
 

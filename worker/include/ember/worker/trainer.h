@@ -17,9 +17,11 @@
 // partial gradients go to the PS), and worker 0 evaluates AUC / log loss on the
 // validation split with rows read from the PS. It also flushes before every commit at
 // which the PS checkpoints (ember-ps --checkpoint-every N: commit(I) with (I + 1) % N ==
-// 0), so a checkpoint holds the model of BSP training before iteration I whatever the
-// policy, not the PS's stale copies of rows the workers own; each worker then saves its
-// dense model for that iteration (checkpoint_dir), and `resume` starts a job at I.
+// 0; and the iterations shards name in commit acks, asked for on command), so a
+// checkpoint holds the model of BSP training before iteration I whatever the policy, not
+// the PS's stale copies of rows the workers own; each worker then saves its dense model
+// for that iteration (checkpoint_dir), and `resume` starts a job at I. A shard asked to
+// stop names a checkpoint after which the job ends (TrainSummary::stopped_at).
 #pragma once
 
 #include <chrono>

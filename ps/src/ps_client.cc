@@ -356,7 +356,7 @@ PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vec
   return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1);
 }
 
-PsFuture PsClient::start_commit(std::uint64_t iteration, bool checkpoint) {
+PsFuture PsClient::start_commit(std::uint64_t iteration, std::uint32_t flags) {
   // Every push before it acknowledged (it may have gone on another connection of the
   // shard), then on each shard's first connection.
   for (std::uint32_t lane = 0; lane < lanes(); ++lane) complete_through(lane, nullptr);
@@ -367,7 +367,7 @@ PsFuture PsClient::start_commit(std::uint64_t iteration, bool checkpoint) {
     OutMessage m;
     m.header.type = MessageType::kCommit;
     m.header.iteration = iteration;
-    m.header.flags = checkpoint ? kCommitCheckpoint : 0;
+    m.header.flags = flags;
     Entry e;
     e.op = op;
     send_entry(s * per_shard_, m, std::move(e));

@@ -122,6 +122,12 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
         checkpointed_ = it;  // this iteration's, written or not: once
         write_checkpoint(h.iteration);
       }
+      // A worker asked to stop: after this commit, so the stop is a lead past it.
+      if ((h.flags & kCommitStop) != 0 && checkpoints_ && stop_at_.load() < 0) {
+        if (const std::int64_t at = request_stop_locked(); at >= 0) {
+          spdlog::info("a worker was asked to stop (a signal): the job stops at iteration {}, whose checkpoint holds the model", at);
+        }
+      }
       // A checkpoint asked for on command and still ahead: the workers learn when, and
       // whether the job stops there.
       if (const std::int64_t asked = requested_.load(); asked > it && asked > checkpointed_.load()) {
@@ -158,6 +164,10 @@ std::int64_t PsService::request_stop() {
   // Under the lock that commit acks are written under: an ack that names the iteration
   // also says the job stops there.
   std::lock_guard<std::mutex> lock(commit_mutex_);
+  return request_stop_locked();
+}
+
+std::int64_t PsService::request_stop_locked() {
   if (const std::int64_t asked = asked_ahead(); asked >= 0 && stop_at_.load() != asked) return -2;
   const std::int64_t at = request_checkpoint_locked();
   stop_at_ = at;

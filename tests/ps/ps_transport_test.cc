@@ -351,21 +351,22 @@ struct OnCommandShard {
   struct Ack {
     std::uint64_t updated, checkpoint_at, stop_at;
   };
+  // An empty `dir`: a shard without a checkpoint directory.
   explicit OnCommandShard(const fs::path& dir) : dir(dir), svc(config(0, 1)) {
-    svc.checkpoint_every(0, CheckpointDir(dir, 0, 1, 0));
+    if (!dir.empty()) svc.checkpoint_every(0, CheckpointDir(dir, 0, 1, 0));
     transport::TcpServerOptions o;
     o.token = kToken;
     server.emplace(o, [this](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
     w.emplace(std::vector<ShardAddress>{{"127.0.0.1", server->port()}}, kToken, kDim, 0);
   }
-  // Iteration `it` of the worker: three rows it alone trained pushed, then commit(it),
-  // flagged kCommitCheckpoint or not.
-  Ack commit(std::uint64_t it, bool flagged = false) {
+  // Iteration `it` of the worker: three rows it alone trained pushed, then commit(it)
+  // with `flags` (kCommitCheckpoint, kCommitStop).
+  Ack commit(std::uint64_t it, std::uint32_t flags = 0) {
     std::vector<Key> keys = {it, it + 100, it + 200};
     std::vector<float> g(keys.size() * kDim, 0.25f);
     std::vector<std::uint32_t> one(keys.size(), 1);
     w->push_grad(it, keys, one, g);
-    PsFuture f = w->start_commit(it, flagged);
+    PsFuture f = w->start_commit(it, flags);
     const std::uint64_t updated = f.wait();
     return Ack{updated, f.checkpoint_at(), f.stop_at()};
   }
@@ -384,7 +385,7 @@ struct OnCommandShard {
 TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
   OnCommandShard shard(dir_ / "ckpt");
   PsService& svc = shard.svc;
-  auto commit = [&](std::uint64_t it, bool flagged = false) { return shard.commit(it, flagged).checkpoint_at; };
+  auto commit = [&](std::uint64_t it, bool flagged = false) { return shard.commit(it, flagged ? kCommitCheckpoint : 0).checkpoint_at; };
   for (std::uint64_t it = 0; it < 3; ++it) EXPECT_EQ(commit(it), 0u) << "nothing asked yet";
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   const std::int64_t at = svc.request_checkpoint();
@@ -434,7 +435,7 @@ TEST_F(PsCheckpoints, AStopIsACheckpointTheAcksSayTheJobEndsAt) {
     EXPECT_EQ(a.checkpoint_at, 7u);
     EXPECT_EQ(a.stop_at, 0u) << "a plain checkpoint is no stop";
   }
-  shard.commit(7, true);
+  shard.commit(7, kCommitCheckpoint);
   EXPECT_TRUE(shard.written(7));
   // Now the stop: kCheckpointLead after the last commit, flagged in every ack until then.
   const std::int64_t at = svc.request_stop();
@@ -448,12 +449,50 @@ TEST_F(PsCheckpoints, AStopIsACheckpointTheAcksSayTheJobEndsAt) {
     EXPECT_EQ(a.checkpoint_at, static_cast<std::uint64_t>(at));
     EXPECT_EQ(a.stop_at, static_cast<std::uint64_t>(at));
   }
-  const Ack last = shard.commit(static_cast<std::uint64_t>(at), true);
+  const Ack last = shard.commit(static_cast<std::uint64_t>(at), kCommitCheckpoint);
   EXPECT_EQ(last.stop_at, 0u) << "written: no longer ahead";
   EXPECT_TRUE(shard.written(at));
   EXPECT_EQ(svc.last_written_checkpoint(), at) << "so the exit checkpoint keeps it";
   PsService none(config(0, 1));
   EXPECT_EQ(none.request_stop(), -1) << "no directory: no checkpoint to stop at";
+}
+
+// A worker signalled to stop flags its commits kCommitStop until an ack names the stop:
+// the shard stops the job as request_stop() does, a lead after that commit (after a
+// plain checkpoint still ahead, which it cannot turn into the stop); later flags change
+// nothing; a shard without a checkpoint directory names none.
+TEST_F(PsCheckpoints, AWorkerAsksForTheStopByFlaggingItsCommits) {
+  OnCommandShard shard(dir_ / "ckpt");
+  PsService& svc = shard.svc;
+  using Ack = OnCommandShard::Ack;
+  shard.commit(0);
+  ASSERT_EQ(svc.request_checkpoint(), kCheckpointLead);
+  Ack a = shard.commit(1, kCommitStop);
+  EXPECT_EQ(a.checkpoint_at, static_cast<std::uint64_t>(kCheckpointLead));
+  EXPECT_EQ(a.stop_at, 0u) << "a plain checkpoint is ahead: the workers may plan past stopping there";
+  EXPECT_EQ(svc.stop_at(), -1);
+  for (std::uint64_t it = 2; it < static_cast<std::uint64_t>(kCheckpointLead); ++it) shard.commit(it);
+  shard.commit(kCheckpointLead, kCommitCheckpoint);
+  ASSERT_TRUE(shard.written(kCheckpointLead));
+  const std::uint64_t asked_at = kCheckpointLead + 1, stop = asked_at + kCheckpointLead;
+  a = shard.commit(asked_at, kCommitStop);
+  EXPECT_EQ(a.stop_at, stop) << "named by the very ack of the flagged commit";
+  EXPECT_EQ(a.updated, 3u);
+  EXPECT_EQ(svc.stop_at(), static_cast<std::int64_t>(stop));
+  for (std::uint64_t it = asked_at + 1; it < stop; ++it) {
+    a = shard.commit(it, kCommitStop);  // another worker's flag, or one sent before it heard
+    EXPECT_EQ(a.stop_at, stop) << "commit " << it;
+    EXPECT_EQ(a.checkpoint_at, stop);
+  }
+  a = shard.commit(stop, kCommitCheckpoint);
+  EXPECT_EQ(a.stop_at, 0u);
+  EXPECT_TRUE(shard.written(static_cast<std::int64_t>(stop)));
+  EXPECT_EQ(svc.last_written_checkpoint(), static_cast<std::int64_t>(stop));
+
+  OnCommandShard none({});
+  EXPECT_EQ(none.commit(0, kCommitStop).stop_at, 0u) << "no directory: no checkpoint to stop at";
+  EXPECT_EQ(none.commit(1, kCommitStop).checkpoint_at, 0u);
+  EXPECT_EQ(none.svc.stop_at(), -1);
 }
 
 TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {

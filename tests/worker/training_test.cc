@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../data/test_util.h"
+#include "ember/common/fs.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/placement.h"
 #include "ember/ps/ps_service.h"
@@ -127,16 +128,17 @@ class Training : public test::TempDirTest {
     return coord;
   }
 
-  // `during` runs once the workers are started (given the shards).
+  using Processes = std::vector<std::unique_ptr<test::Process>>;
+  // `during` runs once the workers are started (given the shards and the workers).
   JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name,
-                    const std::function<void(std::vector<std::unique_ptr<test::Process>>&)>& during = nullptr) {
+                    const std::function<void(Processes& ps, Processes& workers)>& during = nullptr) {
     std::vector<std::unique_ptr<test::Process>> ps, workers;
     const std::string coord = start_ps(data, o, name, ps);
     JobResult r;
     if (coord.empty()) return r;
     for (std::uint32_t w = 0; w < o.workers; ++w)
       workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)), dir_ / (name + "-w" + std::to_string(w) + ".log")));
-    if (during) during(ps);
+    if (during) during(ps, workers);
     for (std::uint32_t w = 0; w < o.workers; ++w) {
       int rc = workers[w]->wait(240s);
       EXPECT_EQ(rc, 0) << name << " worker " << w << " failed:\n" << workers[w]->log_tail(20);
@@ -211,6 +213,22 @@ class Training : public test::TempDirTest {
   }
 
   // Waits (60 s at most) until `file` has `n` lines: a worker's metrics, n iterations in.
+  // The iteration a stopped job stopped at, from worker 0's `metrics`; expects it before
+  // o.iterations, with iterations 0 .. it - 1 trained and no more (0 if not stopped).
+  static std::uint64_t expect_stopped(const fs::path& metrics, const JobOptions& o) {
+    std::uint64_t stopped = 0, trained = 0;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      auto j = json::parse(line);
+      if (j.value("summary", false)) stopped = j.at("stopped_at");
+      if (j.contains("iteration") && !j.contains("eval")) ++trained;
+    }
+    EXPECT_GT(stopped, 0u) << "the job was not stopped";
+    EXPECT_LT(stopped, o.iterations);
+    EXPECT_EQ(trained, stopped) << "iterations 0 .. stopped - 1 trained, no more";
+    return stopped;
+  }
+
   static void wait_for_lines(const fs::path& file, int n) {
     for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
       std::ifstream in(file);
@@ -393,7 +411,7 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
   JobOptions o = checkpointing_job({});
   o.iterations = 40;
   const fs::path metrics = dir_ / "command-w0.jsonl";
-  run_job(data, o, "command", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
+  run_job(data, o, "command", [&](Processes& ps, Processes&) {
     // Iteration 1 done: no shard has committed 3 yet (worker 0 has not); iteration 3 done:
     // every shard has (worker 0's commit was acknowledged). So they name distinct ones.
     wait_for_lines(metrics, 2);
@@ -427,20 +445,12 @@ TEST_F(Training, SigtermStopsTheJobAtACheckpointThatResumes) {
   JobOptions o = checkpointing_job({"--checkpoint-on-exit"});
   o.iterations = 40;
   const fs::path metrics = dir_ / "stopped-w0.jsonl";
-  run_job(data, o, "stopped", [&](std::vector<std::unique_ptr<test::Process>>& ps) {
+  run_job(data, o, "stopped", [&](Processes& ps, Processes&) {
     wait_for_lines(metrics, 2);
     ps[1]->signal(SIGTERM);
   });
-  std::uint64_t stopped = 0, trained = 0;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto j = json::parse(line);
-    if (j.value("summary", false)) stopped = j.at("stopped_at");
-    if (j.contains("iteration") && !j.contains("eval")) ++trained;
-  }
+  const std::uint64_t stopped = expect_stopped(metrics, o);
   ASSERT_GE(stopped, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
-  ASSERT_LT(stopped, o.iterations);
-  EXPECT_EQ(trained, stopped) << "iterations 0 .. stopped - 1 trained, no more";
   std::vector<fs::path> dirs;
   for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
   ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint, kept as the exit checkpoint";
@@ -452,6 +462,55 @@ TEST_F(Training, SigtermStopsTheJobAtACheckpointThatResumes) {
   resumed.ps_args.insert(resumed.ps_args.end(), {"--restore", dirs[0].string()});
   resumed.worker_args.push_back("--resume");
   run_job_like_one_process(data, resumed, "resumed", "herald, stopped by SIGTERM and resumed");
+}
+
+// SIGTERM to one worker of a running job, whose shards checkpoint and whose workers have
+// a --checkpoint-dir: the worker asks the shards (its commits flagged kCommitStop) to
+// stop the job at a checkpoint, and it stops there as on a shard's SIGTERM: every
+// process exits 0, and the checkpoint holds BSP training of that many iterations.
+TEST_F(Training, SigtermToAWorkerStopsTheJobAtACheckpoint) {
+  const fs::path data = dataset();
+  const fs::path ckpt = dir_ / "ckpt";
+  JobOptions o = checkpointing_job({});
+  o.iterations = 40;
+  const fs::path metrics = dir_ / "worker-stop-w0.jsonl";
+  run_job(data, o, "worker-stop", [&](Processes&, Processes& workers) {
+    wait_for_lines(metrics, 2);
+    workers[2]->signal(SIGTERM);
+  });
+  const std::uint64_t stopped = expect_stopped(metrics, o);
+  ASSERT_GE(stopped, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
+  ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint alone";
+  EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(stopped)));
+  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
+  expect_checkpoint_of(data, o, stopped);
+  EXPECT_NE(read_file(dir_ / "worker-stop-w2.log").find("signal 15: the job stops at a checkpoint"), std::string::npos);
+}
+
+// SIGTERM to every process of the job at once, as a cluster manager sends it: the shards
+// (--checkpoint-on-exit) and the workers each ask for the stop, and the job stops at the
+// first one named, checkpointed whole, instead of the workers dying and the shards
+// writing the rows they hold alone.
+TEST_F(Training, SigtermToEveryProcessStopsTheJobAtACheckpoint) {
+  const fs::path data = dataset();
+  const fs::path ckpt = dir_ / "ckpt";
+  JobOptions o = checkpointing_job({"--checkpoint-on-exit"});
+  o.iterations = 40;
+  const fs::path metrics = dir_ / "all-stop-w0.jsonl";
+  run_job(data, o, "all-stop", [&](Processes& ps, Processes& workers) {
+    wait_for_lines(metrics, 2);
+    for (auto& p : workers) p->signal(SIGTERM);
+    for (auto& p : ps) p->signal(SIGTERM);
+  });
+  const std::uint64_t stopped = expect_stopped(metrics, o);
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
+  ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint, kept as the exit checkpoint";
+  EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(stopped)));
+  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
+  expect_checkpoint_of(data, o, stopped);
 }
 
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {

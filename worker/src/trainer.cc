@@ -30,6 +30,7 @@
 #include "ember/data/dataset.h"
 #include "ember/ps/placement.h"
 #include "ember/ps/ps_client.h"
+#include "ember/ps/ps_service.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/simulator.h"
 #include "ember/transport/control.h"
@@ -363,6 +364,7 @@ class Worker {
   double last_loss_ = 0, auc_ = -1, logloss_ = -1;
   AskedCheckpoints checkpoint_asked_;               // checkpoints shards announced (on command)
   std::atomic<std::uint64_t> stop_asked_{0};        // one after which the job stops (0: none)
+  std::uint64_t stop_commits_ = 0;                  // commits flagged kCommitStop (c_.stop)
   bool checkpoint_commit_ = false;                  // the next commit's: flushed for a checkpoint
 };
 
@@ -521,14 +523,25 @@ void Worker::push_hot_rows() {
 
 void Worker::commit_barrier(std::uint64_t generation, std::uint64_t iteration, bool checkpoint) {
   control_->barrier(transport::BarrierGroup::kWorkers, generation);
-  ps::PsFuture f = client_->start_commit(iteration, checkpoint);
+  std::uint32_t flags = checkpoint ? ps::kCommitCheckpoint : 0;
+  // Asked to stop (a signal to this worker): every commit says so until a shard names the
+  // stop (one flushing for a checkpoint asked for earlier names it once that is written).
+  if (c_.stop != nullptr && c_.stop->signal.load() != 0 && stop_asked_.load() == 0) {
+    if (stop_commits_++ == 0) spdlog::info("worker {}: asking the PS shards to stop the job at a checkpoint", rank_);
+    if (stop_commits_ > 2 * ps::kCheckpointLead) {
+      throw Error("signal " + std::to_string(c_.stop->signal.load()) + " asked this worker to stop the job at a checkpoint, but no PS shard named one in " +
+                  std::to_string(stop_commits_ - 1) + " commits");
+    }
+    flags |= ps::kCommitStop;
+  }
+  ps::PsFuture f = client_->start_commit(iteration, flags);
   f.wait();
   for (const std::uint64_t at : f.checkpoints_at()) {
     if (checkpoint_asked_.add(at) && rank_ == 0) spdlog::info("a PS shard asked for a checkpoint at iteration {}: the workers flush after iteration {}", at, at - 1);
   }
   if (const std::uint64_t at = f.stop_at(); at > 0 && (stop_asked_.load() == 0 || at < stop_asked_.load())) {
     stop_asked_ = at;
-    if (rank_ == 0) spdlog::info("a PS shard asked the job to stop: the workers stop after iteration {}, once it is checkpointed", at - 1);
+    if (rank_ == 0) spdlog::info("the job was asked to stop: the workers stop after iteration {}, once it is checkpointed", at - 1);
   }
 }
 
@@ -931,6 +944,17 @@ TrainSummary Worker::run() {
   const double global_n = static_cast<double>(c_.workers) * c_.batch_per_worker;
   std::uint64_t window_first = first;
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped (stop_asked_)
+  // A signal to this worker stops the job at a checkpoint while it trains, if the PS
+  // shards checkpoint and the dense state has a place (otherwise it ends the process).
+  struct StopPossible {
+    StopRequest* stop;
+    StopPossible(StopRequest* r, bool can) : stop(can ? r : nullptr) {
+      if (stop != nullptr) stop->possible = true;
+    }
+    ~StopPossible() {
+      if (stop != nullptr) stop->possible = false;
+    }
+  } stop_possible(c_.stop, ps_.checkpoints && !c_.checkpoint_dir.empty());
   for (std::uint64_t t = first; t < c_.iterations; ++t) {
     Stopwatch it_clock;
     Step s = loader.next();
@@ -941,7 +965,7 @@ TrainSummary Worker::run() {
     execute(s);
     if (const std::uint64_t stop = stop_asked_.load(); stop > 0 && t + 1 >= stop && !s.last) {
       // Cannot happen within kCheckpointLead; the other workers stop, so say why this one cannot.
-      throw Error("a PS shard asked the job to stop at iteration " + std::to_string(stop) + ", which this worker learned after planning past it");
+      throw Error("the job was asked to stop at iteration " + std::to_string(stop) + ", which this worker learned after planning past it");
     }
     if (s.flush) {
       sync_pushes(s.flush_plan, true);
@@ -986,13 +1010,15 @@ TrainSummary Worker::run() {
       break;
     }
   }
+  if (c_.stop != nullptr) c_.stop->possible = false;  // training is over: a signal now ends the process
   sum.seconds = total.seconds();
   sum.iterations = end - first;
   sum.samples_per_s = global_n * static_cast<double>(sum.iterations) / sum.seconds;
   if (end < c_.iterations) {
     sum.stopped_at = end;
     if (rank_ == 0) {
-      spdlog::info("the job stopped at iteration {} of {}, as a PS shard was asked to: its checkpoint holds the model (resume with --resume)",
+      spdlog::info("the job stopped at iteration {} of {}, as asked (a signal to a PS shard or a worker): its checkpoint holds the model "
+                   "(resume with --resume)",
                    end, c_.iterations);
     }
   }

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdio>
 
 #include "ember/common/cli.h"
@@ -9,6 +10,7 @@
 #include "ember/common/fs.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
+#include "ember/common/signals.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
@@ -66,7 +68,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", c.metrics_file, "JSON lines: one per iteration, evaluation and the summary");
   app.add_option("--dump-dir", c.dump_dir, "worker 0 writes the final dense weights and every embedding row here");
   app.add_option("--checkpoint-dir", c.checkpoint_dir,
-                 "write this worker's dense model and optimizer here at every PS checkpoint (ember-ps --checkpoint-every), for --resume");
+                 "write this worker's dense model and optimizer here at every PS checkpoint (ember-ps --checkpoint-every), for --resume; "
+                 "with it, SIGTERM/SIGINT stops the job at a checkpoint a few iterations on (a second signal stops now)");
   app.add_option("--keep-checkpoints", c.keep_checkpoints, "keep this worker's newest N dense checkpoints (0: all)")->capture_default_str();
   app.add_flag("--resume", c.resume,
                "continue from the iteration the PS shards restored (ember-ps --restore), with the dense state of that iteration from "
@@ -79,6 +82,21 @@ int main(int argc, char** argv) {
   if (const int status = parse_command_line(app, argc, argv, "ember-worker"); status >= 0) return status;
   return guarded_main("ember-worker", [&] {
     setup_logging(log_level);
+    // SIGTERM/SIGINT while training, with checkpoints: the job stops at a checkpoint a
+    // few iterations on, as on a PS shard's SIGTERM (a cluster manager that signals every
+    // process stops the job there too); a second signal, or one at another time, ends the
+    // process at once. Before any thread starts: they all inherit the blocked signals.
+    worker::StopRequest stop;
+    c.stop = &stop;
+    SignalThread signals({SIGTERM, SIGINT}, [&stop](int sig) {
+      if (stop.possible.load() && stop.signal.exchange(sig) == 0) {
+        spdlog::warn("signal {}: the job stops at a checkpoint a few iterations on (a second signal stops this worker now)", sig);
+        return;
+      }
+      spdlog::warn("signal {}: stopping now{}", sig,
+                   stop.signal.load() != 0 ? "" : " (a stop at a checkpoint needs --checkpoint-dir here and on the PS shards, and training under way)");
+      die_by_signal(sig);
+    });
     if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
     c.model.bottom = worker::parse_layers(bottom, "--bottom-mlp");
     c.model.top = worker::parse_layers(top, "--top-mlp");

@@ -122,9 +122,10 @@ class PsClient {
                            const std::vector<float>& grads);
   PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
   // Sent once every request before it is answered (its pushes on the shards' other
-  // connections must be in before the commit applies them). `checkpoint`: the caller
-  // flushed for a checkpoint of this iteration, which every shard then writes.
-  PsFuture start_commit(std::uint64_t iteration, bool checkpoint = false);
+  // connections must be in before the commit applies them). `flags` (ps_service.h):
+  // kCommitCheckpoint: the caller flushed for a checkpoint of this iteration, which every
+  // shard then writes; kCommitStop: the caller asks the job to stop at a checkpoint.
+  PsFuture start_commit(std::uint64_t iteration, std::uint32_t flags = 0);
 
   ~PsClient();
   PsClient(const PsClient&) = delete;

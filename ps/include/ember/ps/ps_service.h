@@ -20,7 +20,7 @@
 //               (request_checkpoint). While such a checkpoint is ahead, the ack's
 //               iteration is its iteration (else the commit's own), so the workers learn
 //               it in time to flush for it, and the ack's flags carry kAckStop when the
-//               job is to stop after it (request_stop).
+//               job is to stop after it (request_stop, or a commit flagged kCommitStop).
 // A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
 // of t must include every update of t - 1 (workers commit after the sync barrier).
 #pragma once
@@ -43,6 +43,11 @@ namespace ember::ps {
 // A commit's flag: the workers flushed the rows they own (and their partial gradients)
 // for this iteration's commit; write a checkpoint of it.
 inline constexpr std::uint32_t kCommitCheckpoint = 1;
+// A commit's flag: the worker sending it was asked to stop (SIGTERM/SIGINT): stop the job
+// at a checkpoint, as request_stop() does. Ignored without a checkpoint directory, and
+// while a checkpoint asked for without stopping is still ahead (the worker flags its
+// commits until an ack names the stop).
+inline constexpr std::uint32_t kCommitStop = 2;
 // Iterations between a checkpoint asked for on command and the commit that writes it:
 // every worker hears of it by its next commit, when its loader, which schedules up to
 // 3 iterations ahead, has not yet planned the iteration it must flush after.
@@ -150,8 +155,9 @@ class PsService {
   // The checkpoint asked for on command, while it is still ahead of every commit and
   // checkpoint (-1: none); commit_mutex_ held.
   std::int64_t asked_ahead() const;
-  // request_checkpoint() with commit_mutex_ held.
+  // request_checkpoint() and request_stop() with commit_mutex_ held.
   std::int64_t request_checkpoint_locked();
+  std::int64_t request_stop_locked();
 
   ShardStore store_;
   std::mutex commit_mutex_;

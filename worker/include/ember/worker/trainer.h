@@ -21,9 +21,11 @@
 // checkpoint holds the model of BSP training before iteration I whatever the policy, not
 // the PS's stale copies of rows the workers own; each worker then saves its dense model
 // for that iteration (checkpoint_dir), and `resume` starts a job at I. A shard asked to
-// stop names a checkpoint after which the job ends (TrainSummary::stopped_at).
+// stop names a checkpoint after which the job ends (TrainSummary::stopped_at); a worker
+// asked to (TrainConfig::stop) has the shards name one by flagging its commits.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -36,6 +38,16 @@
 #include "ember/worker/model.h"
 
 namespace ember::worker {
+
+// A request from outside run_worker (ember-worker's SIGTERM/SIGINT thread) to stop the
+// job at a checkpoint, as a PS shard's SIGTERM does: `signal` is the signal that asked
+// (0: none). run_worker sets `possible` while it can honour one (in the training loop,
+// with checkpoints on the PS shards and a checkpoint_dir here); otherwise the caller ends
+// the process at once.
+struct StopRequest {
+  std::atomic<int> signal{0};
+  std::atomic<bool> possible{false};
+};
 
 struct TrainConfig {
   std::string dataset;                 // ember-data directory (train split; val for evaluation)
@@ -65,6 +77,7 @@ struct TrainConfig {
   // Resume from the iteration the PS shards restored (ember-ps --restore): the dense
   // state of that iteration comes from checkpoint_dir.
   bool resume = false;
+  StopRequest* stop = nullptr;         // none: the job stops only as the PS shards ask
 
   // Job
   std::string coordinator;             // tcp://host:port of the control plane
@@ -109,8 +122,8 @@ struct TrainSummary {
   double samples_per_s = 0;       // global samples per second
   double final_loss = 0;          // mean over the last iteration's global batch
   double auc = -1, logloss = -1;  // final evaluation (worker 0; -1 when none)
-  // The job was stopped early (a PS shard asked, on SIGTERM): the iteration it stopped at,
-  // checkpointed, from which --resume goes on; 0 when it ran to --iterations.
+  // The job was stopped early (a PS shard or a worker got SIGTERM): the iteration it
+  // stopped at, checkpointed, from which --resume goes on; 0 when it ran to --iterations.
   std::uint64_t stopped_at = 0;
 };
 

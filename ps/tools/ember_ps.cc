@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -210,13 +211,11 @@ int main(int argc, char** argv) {
     }
     spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
                  optimizer, rf - sc.dim, rf * 4);
-    std::int64_t restored_iteration = -1;  // -1: none, or a checkpoint of no iteration (iter-initial)
     if (!restore_dir.empty()) {
       const ps::RestorePlan plan = ps::plan_restore(restore_dir, ps::RestoringShard{sc.shard, sc.shards});
       for (const std::string& why : plan.skipped) spdlog::warn("--restore: passing over {}", why);
       const std::int64_t iteration = service.store().load(plan.files, plan.own_file_only);
       service.restored_from(iteration);
-      restored_iteration = iteration;
       spdlog::info("restored {} rows from {} checkpoint file(s) in {}{}, iteration {}", service.store().initialized_rows(), plan.files.size(),
                    plan.dir.string(),
                    plan.own_file_only ? " (this shard's own file: its manifest lists the other shards' files, written elsewhere)"
@@ -283,7 +282,8 @@ int main(int argc, char** argv) {
                              // Workers flush the rows they hold before each checkpoint's
                              // commit, and resume (--resume) from the restored iteration.
                              {"checkpoint_every", checkpoint_every}, {"checkpoints", !checkpoint_dir.empty()},
-                             {"restored_iteration", restored_iteration}};
+                             // -1: none, or a checkpoint of no iteration (iter-initial).
+                             {"restored_iteration", std::max<std::int64_t>(service.restored_iteration(), -1)}};
         member->publish("ps_config", pc.dump());
       }
       spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);

@@ -45,10 +45,17 @@ using json = nlohmann::json;
 using scheduler::EvictKind;
 using scheduler::StepPlan;
 
+namespace {
+
+// The start of worker `rank`'s dense checkpoint files' names (the iteration follows).
+std::string dense_checkpoint_prefix(std::uint32_t rank) { return "worker-" + std::to_string(rank) + "-iter-"; }
+
+}  // namespace
+
 fs::path dense_checkpoint_file(const fs::path& dir, std::uint32_t rank, std::uint64_t iteration) {
-  char name[64];
-  std::snprintf(name, sizeof name, "worker-%u-iter-%09llu.pt", rank, static_cast<unsigned long long>(iteration));
-  return dir / name;
+  char digits[32];
+  std::snprintf(digits, sizeof digits, "%09llu", static_cast<unsigned long long>(iteration));
+  return dir / (dense_checkpoint_prefix(rank) + digits + ".pt");
 }
 
 namespace {
@@ -833,7 +840,7 @@ void Worker::save_dense(std::uint64_t iteration) {
     return;
   }
   if (c_.keep_checkpoints == 0) return;
-  const std::string prefix = "worker-" + std::to_string(rank_) + "-iter-";
+  const std::string prefix = dense_checkpoint_prefix(rank_);
   std::vector<fs::path> mine;
   for (const auto& e : fs::directory_iterator(c_.checkpoint_dir)) {
     const std::string n = e.path().filename().string();

@@ -142,6 +142,8 @@ class PsService {
   std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
   std::uint64_t checkpoint_failures() const { return checkpoint_failures_.load(); }
   std::int64_t last_checkpoint_iteration() const { return checkpointed_.load(); }
+  // The iteration restored from (restored_from; -1: a checkpoint of no iteration, -2: none).
+  std::int64_t restored_iteration() const { return restored_.load(); }
   // The last iteration whose checkpoint this shard wrote or restored (-1: none).
   std::int64_t last_written_checkpoint() const { return written_.load(); }
   // The highest iteration committed (-1: none).

@@ -48,6 +48,11 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
                  "take at most half the cores)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "handler", "applier"}));
+  app.add_option("--serve", o.serve,
+                 "store: pushes and commits served by the shard; ack: acknowledged unread (the transport alone: what the shard's row "
+                 "work costs on top of it; pulls are served either way)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"store", "ack"}));
   app.add_option("--io-threads", o.io_threads, "the shard's TCP I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
   app.add_option("--apply-threads", o.apply_threads, "the shard's applier threads (0: as many as --io-threads)")
       ->capture_default_str()
@@ -132,6 +137,7 @@ class RawServer {
         int one = 1;
         ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         workers_.emplace_back([this, c] {
+          name_this_thread("raw-server");
           std::vector<char> ib(largest(op_).in);
           for (bool open = true; open;) {
             for (const Exchange& e : op_) {
@@ -205,6 +211,7 @@ double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, co
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
+      name_this_thread("raw-client-" + std::to_string(t));
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
@@ -279,9 +286,9 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   Output out{json};
   const std::uint32_t apply_threads = ps::applier_threads(o.apply_threads, static_cast<std::uint32_t>(o.io_threads));
   out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
-                       "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread\n",
+                       "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread{}\n",
                        o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, apply_threads, o.apply_commits,
-                       o.connections));
+                       o.connections, o.serve == "ack" ? "; pushes and commits acknowledged unread (--serve ack: the transport alone)" : ""));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}{:>8}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s",
                        "ratio", "ratio range", "CPU ns/row PS|raw", "ceiling", "ideal"));
   for (std::uint32_t dim : o.dims) {
@@ -302,7 +309,14 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     to.token = kToken;
     to.io_threads = o.io_threads;
     to.socket_buffer_bytes = o.socket_buffer_kib << 10;
-    transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) { service.handle(r, m, s); });
+    const bool ack_only = o.serve == "ack";
+    transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) {
+      if (ack_only && (r.header.type == transport::MessageType::kPushGrad || r.header.type == transport::MessageType::kCommit)) {
+        m.header.type = transport::MessageType::kAck;  // the payload read in, never looked at
+        return;
+      }
+      service.handle(r, m, s);
+    });
     {
       // Initialize every row first: the timed runs measure serving, not first touches.
       std::vector<float> tmp(dim);
@@ -401,6 +415,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
           std::vector<std::thread> ts;
           for (int t = 0; t < threads; ++t) {
             ts.emplace_back([&, t] {
+              name_this_thread("ps-client-" + std::to_string(t));
               ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken, std::chrono::milliseconds(10000), o.socket_buffer_kib << 10),
                             o.connections);
               std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
@@ -461,7 +476,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         // throughput follows CPU per row; a PS then pays at least raw's CPU plus its store's
         // own work per pushed row (claim, the optimizer's pass): raw / (raw + store)
         // bounds its ratio.
-        const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, std::thread::hardware_concurrency());
+        const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, std::thread::hardware_concurrency()) && !ack_only;
         const double ceiling = op == "push" && cores_busy ? rcpu / (rcpu + store_push_cpu_ns) : 0;
         // The same with a row's update alone in place of the store's work: the best any PS
         // that updates rows in memory could do on this host.
@@ -474,7 +489,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                  {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
                  {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
                  {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()}, {"optimizer", o.optimizer},
-                 {"keys", o.keys}, {"apply_commits", applied_by}, {"apply_commits_asked", o.apply_commits}, {"io_threads", o.io_threads},
+                 {"keys", o.keys}, {"serve", o.serve}, {"apply_commits", applied_by}, {"apply_commits_asked", o.apply_commits}, {"io_threads", o.io_threads},
                  {"apply_threads", apply_threads}, {"connections", o.connections}});
       }
     }

@@ -21,6 +21,9 @@ struct PsBenchOptions {
   std::string optimizer = "sgd";        // the shard's sparse optimizer (what a push's apply costs)
   std::string keys = "consecutive";     // a request's keys: consecutive, or scattered (distinct random keys, as a worker's)
   std::string apply_commits = "auto";  // where the shard applies a commit: auto, handler or applier (ps_service.h)
+  // store: pushes and commits served by the shard (PsService); ack: acknowledged unread,
+  // the transport alone (what the shard's row work costs on top of it)
+  std::string serve = "store";
   int io_threads = 4;                  // the shard's TCP I/O threads
   std::uint32_t apply_threads = 0;     // the shard's applier threads (0: as many as io_threads)
 };

@@ -1,5 +1,7 @@
 #include "ember/common/process.h"
 
+#include <pthread.h>
+
 #include <cstdio>
 #include <cstring>
 
@@ -28,5 +30,7 @@ std::uint64_t status_kb(const char* name) {
 
 std::uint64_t peak_rss_bytes() { return status_kb("VmHWM") * 1024; }
 std::uint64_t current_rss_bytes() { return status_kb("VmRSS") * 1024; }
+
+void name_this_thread(const std::string& name) { pthread_setname_np(pthread_self(), name.substr(0, 15).c_str()); }
 
 }  // namespace ember

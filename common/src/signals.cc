@@ -1,5 +1,7 @@
 #include "ember/common/signals.h"
 
+#include "ember/common/process.h"
+
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -14,10 +16,19 @@ SignalThread::SignalThread(std::initializer_list<int> signals, std::function<voi
   for (int s : signals) sigaddset(&set_, s);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
   thread_ = std::thread([this] {
+    name_this_thread("signals");
     // A short wait, so that the destructor is heard.
     const timespec wait{0, 100'000'000};
     while (!done_.load()) {
-      if (const int sig = sigtimedwait(&set_, nullptr, &wait); sig > 0) on_signal_(sig);
+      const int sig = sigtimedwait(&set_, nullptr, &wait);
+      if (sig <= 0) continue;
+      if (done_.load()) {
+        // Taken while the destructor waits for this thread: pending again, for whoever
+        // waits for the signals next (they stay blocked).
+        kill(getpid(), sig);
+        return;
+      }
+      on_signal_(sig);
     }
   });
 }

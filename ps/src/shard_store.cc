@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/process.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 #include "ember/common/huge_pages.h"
@@ -148,7 +149,8 @@ struct ShardStore::Applier {
 
   explicit Applier(std::uint32_t count) {
     for (std::uint32_t i = 0; i < count; ++i) {
-      threads.emplace_back([this] {
+      threads.emplace_back([this, i] {
+        name_this_thread("ps-apply-" + std::to_string(i));
         std::unique_lock<std::mutex> lock(mu);
         while (true) {
           cv.wait(lock, [&] { return stop || !jobs.empty(); });

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "ember/common/cli.h"
@@ -16,6 +17,7 @@
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/common/process.h"
+#include "ember/common/signals.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
@@ -172,6 +174,13 @@ int main(int argc, char** argv) {
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGUSR1);  // a checkpoint on command
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    // Until the loop below waits for them, SIGTERM/SIGINT stop the shard at once: the
+    // join waits up to 2 minutes for every process of the job (it used to hold a signal
+    // that long), and a restore may take long; nothing is served yet, so nothing is lost.
+    std::optional<SignalThread> before_serving(std::in_place, std::initializer_list<int>{SIGTERM, SIGINT}, [](int sig) {
+      spdlog::warn("signal {} before the job is served: stopping now", sig);
+      die_by_signal(sig);
+    });
 
     if (allocate != "lazy" && allocate != "upfront") throw ConfigError("--allocate '" + allocate + "': choose lazy or upfront");
     sc.allocate_up_front = allocate == "upfront";
@@ -291,6 +300,7 @@ int main(int argc, char** argv) {
       service.checkpoint_peers(checkpoint_peers);
     }
 
+    before_serving.reset();  // the loop takes the signals from here
     Stopwatch since, stats_clock;
     std::uint64_t last_requests = 0, last_rows = 0;
     int exit_status = 0;

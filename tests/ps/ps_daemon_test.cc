@@ -323,6 +323,16 @@ TEST_F(PsDaemon, ConfigFileOptionsAreUsedAndUnknownKeysRefused) {
   EXPECT_NE(out.find("config file " + bad.string() + ": 'chekpoint-every' is not an option"), std::string::npos) << out;
 }
 
+// SIGTERM while the shard waits for the job to form (its workers never come) stops it at
+// once; the signal used to wait, blocked, for the join's 2-minute timeout.
+TEST_F(PsDaemon, SigtermWhileTheJobFormsStopsTheShardAtOnce) {
+  Daemon d(dir_, 0, 1, "sgd", "--coordinator tcp://127.0.0.1:0 --workers 1 --log-level info");
+  for (int i = 0; i < 200 && d.log_tail(5).find("joining the job") == std::string::npos; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  d.terminate();
+  EXPECT_EQ(d.wait(std::chrono::seconds(5)), -1) << "ended by the signal, at once:\n" << d.log_tail(5);
+  EXPECT_NE(d.log_tail(5).find("signal 15 before the job is served: stopping now"), std::string::npos) << d.log_tail(5);
+}
+
 // Tables larger than this machine's memory: refused up front with the sizes, in one line.
 TEST(PsDaemonCli, TablesThatCannotFitAreRefusedWithTheirSize) {
   std::string out;

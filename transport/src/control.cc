@@ -12,6 +12,7 @@
 #include <zmq.hpp>
 
 #include "ember/common/error.h"
+#include "ember/common/process.h"
 
 namespace ember::transport {
 
@@ -274,7 +275,10 @@ Coordinator::Coordinator(const std::string& endpoint, std::string token, JobShap
     throw IoError("control: cannot bind coordinator at " + endpoint + ": " + e.what());
   }
   impl_->bound = impl_->router.get(zmq::sockopt::last_endpoint);
-  impl_->thread = std::thread([this] { impl_->loop(); });
+  impl_->thread = std::thread([this] {
+    name_this_thread("control-coord");
+    impl_->loop();
+  });
   spdlog::info("control: coordinator at {} expects {} ps and {} workers", impl_->bound, shape.ps, shape.workers);
 }
 
@@ -432,7 +436,10 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
     throw ConfigError("control: bad coordinator address '" + o.coordinator + "': " + e.what());
   }
   send_json(impl_->dealer, json{{"op", "join"}, {"token", o.token}, {"role", role_name(o.role)}, {"rank", o.rank}, {"data", o.data_address}});
-  impl_->thread = std::thread([this] { impl_->loop(); });
+  impl_->thread = std::thread([this] {
+    name_this_thread("control");
+    impl_->loop();
+  });
   std::unique_lock lock(impl_->mutex);
   const bool done = impl_->cv.wait_for(lock, o.timeouts.join_timeout, [&] { return impl_->welcomed || impl_->refused.has_value(); });
   if (impl_->refused || !done) {

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/process.h"
 
 namespace ember::transport {
 
@@ -589,6 +590,7 @@ struct RdmaServer::Impl {
       sessions.emplace_back();
       Session& s = sessions.back();
       s.thread = std::thread([this, conn, &s] {
+        name_this_thread("rdma-conn");
         serve(*conn);
         s.done = true;
       });
@@ -658,7 +660,10 @@ RdmaServer::RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, Request
   impl_->handler = std::move(handler);
   impl_->token = token_hash(impl_->opt.token);
   impl_->listener = fabric.listen(impl_->opt.address, impl_->opt.port);
-  impl_->acceptor = std::thread([this] { impl_->accept_loop(); });
+  impl_->acceptor = std::thread([this] {
+    name_this_thread("rdma-accept");
+    impl_->accept_loop();
+  });
 }
 
 void RdmaServer::drain(std::chrono::milliseconds grace) {

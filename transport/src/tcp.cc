@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/process.h"
 #include "ember/common/hash.h"
 
 namespace ember::transport {
@@ -455,7 +456,10 @@ TcpServer::TcpServer(TcpServerOptions options, RequestHandler handler) : impl_(s
   if (ec) throw IoError("listen on " + impl_->opt.address + ":" + std::to_string(impl_->opt.port) + ": " + ec.message());
   impl_->acceptor->listen();
   impl_->accept();
-  for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this, i] { impl_->ios[static_cast<std::size_t>(i)]->run(); });
+  for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this, i] {
+      name_this_thread("tcp-io-" + std::to_string(i));
+      impl_->ios[static_cast<std::size_t>(i)]->run();
+    });
 }
 
 void TcpServer::drain(std::chrono::milliseconds grace) {

@@ -106,7 +106,10 @@ class Loader {
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, std::uint64_t checkpoint_every,
          const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
       : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked), stop_at_(stop_at) {
-    thread_ = std::thread([this] { run(); });
+    thread_ = std::thread([this] {
+      name_this_thread("loader");
+      run();
+    });
   }
   ~Loader() {
     {

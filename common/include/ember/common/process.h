@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace ember {
 
@@ -10,6 +11,10 @@ namespace ember {
 std::uint64_t peak_rss_bytes();
 // Current resident set size, in bytes (VmRSS).
 std::uint64_t current_rss_bytes();
+
+// Names the calling thread (what top -H, perf and gdb show); cut to the 15 characters
+// Linux keeps.
+void name_this_thread(const std::string& name);
 
 // Monotonic stopwatch.
 class Stopwatch {

@@ -16,7 +16,8 @@ class SignalThread {
  public:
   // Blocks `signals` in the calling thread and runs `on_signal(sig)` for each one received.
   SignalThread(std::initializer_list<int> signals, std::function<void(int)> on_signal);
-  // Stops the thread; the signals stay blocked.
+  // Stops the thread (within 100 ms); the signals stay blocked, and one taken meanwhile
+  // is made pending again (a later sigtimedwait gets it).
   ~SignalThread();
   SignalThread(const SignalThread&) = delete;
   SignalThread& operator=(const SignalThread&) = delete;

@@ -961,8 +961,10 @@ TrainSummary Worker::run() {
     StopPossible(StopRequest* r, bool can) : stop(can ? r : nullptr) {
       if (stop != nullptr) stop->possible = true;
     }
-    ~StopPossible() {
+    ~StopPossible() { end(); }
+    void end() {
       if (stop != nullptr) stop->possible = false;
+      stop = nullptr;
     }
   } stop_possible(c_.stop, ps_.checkpoints && !c_.checkpoint_dir.empty());
   for (std::uint64_t t = first; t < c_.iterations; ++t) {
@@ -1020,7 +1022,7 @@ TrainSummary Worker::run() {
       break;
     }
   }
-  if (c_.stop != nullptr) c_.stop->possible = false;  // training is over: a signal now ends the process
+  stop_possible.end();  // training is over: a signal now ends the process
   sum.seconds = total.seconds();
   sum.iterations = end - first;
   sum.samples_per_s = global_n * static_cast<double>(sum.iterations) / sum.seconds;

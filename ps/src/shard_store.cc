@@ -14,10 +14,10 @@
 #include <utility>
 
 #include "ember/common/error.h"
-#include "ember/common/process.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 #include "ember/common/huge_pages.h"
+#include "ember/common/process.h"
 #include "ember/ps/placement.h"
 
 namespace ember::ps {

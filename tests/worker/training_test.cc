@@ -229,6 +229,41 @@ class Training : public test::TempDirTest {
     return stopped;
   }
 
+  // A stopped job's checkpoint (checkpointing_job's): the iteration worker 0's `metrics`
+  // say it stopped at (expect_stopped), and the one checkpoint directory, which must be
+  // that iteration's, whole (a manifest: every shard wrote it) and hold one-process
+  // training of that many iterations. An empty `dir` when a fatal check failed.
+  struct StoppedAt {
+    std::uint64_t iteration = 0;
+    fs::path dir;
+  };
+  // Runs job `name` of `o`, calls `signal` once worker 0 has trained 2 iterations, and
+  // expects the job stopped at a checkpoint (expect_stopped_at_a_checkpoint).
+  StoppedAt run_and_stop(const fs::path& data, const JobOptions& o, const std::string& name,
+                         const std::function<void(Processes& ps, Processes& workers)>& signal) {
+    const fs::path metrics = dir_ / (name + "-w0.jsonl");
+    run_job(data, o, name, [&](Processes& ps, Processes& workers) {
+      wait_for_lines(metrics, 2);
+      signal(ps, workers);
+    });
+    return expect_stopped_at_a_checkpoint(data, o, metrics);
+  }
+  StoppedAt expect_stopped_at_a_checkpoint(const fs::path& data, const JobOptions& o, const fs::path& metrics) {
+    StoppedAt s;
+    s.iteration = expect_stopped(metrics, o);
+    const fs::path ckpt = dir_ / "ckpt";
+    std::vector<fs::path> dirs;
+    for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
+    EXPECT_EQ(dirs.size(), 1u) << "the stop's checkpoint alone (kept as the exit checkpoint)";
+    if (dirs.size() != 1) return s;
+    EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(s.iteration)));
+    EXPECT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
+    if (!fs::exists(dirs[0] / "manifest.json")) return s;
+    expect_checkpoint_of(data, o, s.iteration);
+    s.dir = dirs[0];
+    return s;
+  }
+
   static void wait_for_lines(const fs::path& file, int n) {
     for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
       std::ifstream in(file);
@@ -441,25 +476,14 @@ TEST_F(Training, CheckpointOnCommandHoldsTheBspModel) {
 // a job resumed from it ends with the uninterrupted run's model.
 TEST_F(Training, SigtermStopsTheJobAtACheckpointThatResumes) {
   const fs::path data = dataset();
-  const fs::path ckpt = dir_ / "ckpt";
   JobOptions o = checkpointing_job({"--checkpoint-on-exit"});
   o.iterations = 40;
-  const fs::path metrics = dir_ / "stopped-w0.jsonl";
-  run_job(data, o, "stopped", [&](Processes& ps, Processes&) {
-    wait_for_lines(metrics, 2);
-    ps[1]->signal(SIGTERM);
-  });
-  const std::uint64_t stopped = expect_stopped(metrics, o);
-  ASSERT_GE(stopped, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
-  ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint, kept as the exit checkpoint";
-  EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(stopped)));
-  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
-  expect_checkpoint_of(data, o, stopped);
+  const StoppedAt stopped = run_and_stop(data, o, "stopped", [](Processes& ps, Processes&) { ps[1]->signal(SIGTERM); });
+  ASSERT_GE(stopped.iteration, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
+  ASSERT_FALSE(stopped.dir.empty());
 
   JobOptions resumed = o;
-  resumed.ps_args.insert(resumed.ps_args.end(), {"--restore", dirs[0].string()});
+  resumed.ps_args.insert(resumed.ps_args.end(), {"--restore", stopped.dir.string()});
   resumed.worker_args.push_back("--resume");
   run_job_like_one_process(data, resumed, "resumed", "herald, stopped by SIGTERM and resumed");
 }
@@ -470,22 +494,11 @@ TEST_F(Training, SigtermStopsTheJobAtACheckpointThatResumes) {
 // process exits 0, and the checkpoint holds BSP training of that many iterations.
 TEST_F(Training, SigtermToAWorkerStopsTheJobAtACheckpoint) {
   const fs::path data = dataset();
-  const fs::path ckpt = dir_ / "ckpt";
   JobOptions o = checkpointing_job({});
   o.iterations = 40;
-  const fs::path metrics = dir_ / "worker-stop-w0.jsonl";
-  run_job(data, o, "worker-stop", [&](Processes&, Processes& workers) {
-    wait_for_lines(metrics, 2);
-    workers[2]->signal(SIGTERM);
-  });
-  const std::uint64_t stopped = expect_stopped(metrics, o);
-  ASSERT_GE(stopped, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
-  ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint alone";
-  EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(stopped)));
-  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
-  expect_checkpoint_of(data, o, stopped);
+  const StoppedAt stopped = run_and_stop(data, o, "worker-stop", [](Processes&, Processes& workers) { workers[2]->signal(SIGTERM); });
+  ASSERT_GE(stopped.iteration, 1u + ps::kCheckpointLead) << "stopped once iteration 1 was committed, a lead later";
+  ASSERT_FALSE(stopped.dir.empty());
   EXPECT_NE(read_file(dir_ / "worker-stop-w2.log").find("signal 15: the job stops at a checkpoint"), std::string::npos);
 }
 
@@ -495,22 +508,13 @@ TEST_F(Training, SigtermToAWorkerStopsTheJobAtACheckpoint) {
 // writing the rows they hold alone.
 TEST_F(Training, SigtermToEveryProcessStopsTheJobAtACheckpoint) {
   const fs::path data = dataset();
-  const fs::path ckpt = dir_ / "ckpt";
   JobOptions o = checkpointing_job({"--checkpoint-on-exit"});
   o.iterations = 40;
-  const fs::path metrics = dir_ / "all-stop-w0.jsonl";
-  run_job(data, o, "all-stop", [&](Processes& ps, Processes& workers) {
-    wait_for_lines(metrics, 2);
+  const StoppedAt stopped = run_and_stop(data, o, "all-stop", [](Processes& ps, Processes& workers) {
     for (auto& p : workers) p->signal(SIGTERM);
     for (auto& p : ps) p->signal(SIGTERM);
   });
-  const std::uint64_t stopped = expect_stopped(metrics, o);
-  std::vector<fs::path> dirs;
-  for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
-  ASSERT_EQ(dirs.size(), 1u) << "the stop's checkpoint, kept as the exit checkpoint";
-  EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(stopped)));
-  ASSERT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
-  expect_checkpoint_of(data, o, stopped);
+  EXPECT_FALSE(stopped.dir.empty());
 }
 
 TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {

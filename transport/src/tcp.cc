@@ -24,8 +24,8 @@
 #include <utility>
 
 #include "ember/common/error.h"
-#include "ember/common/process.h"
 #include "ember/common/hash.h"
+#include "ember/common/process.h"
 
 namespace ember::transport {
 namespace asio = boost::asio;

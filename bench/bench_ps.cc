@@ -60,6 +60,9 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
+  app.add_option("--server-cpus", o.server_cpus,
+                 "CPUs for the server side (the shard's threads, the raw server, the store-alone loop), e.g. 1 or 8-15; with --client-cpus");
+  app.add_option("--client-cpus", o.client_cpus, "CPUs for the client threads (PS and raw), e.g. 0 or 0-7; with --server-cpus");
 }
 
 namespace {
@@ -205,13 +208,14 @@ thread_local std::vector<char> RawServer::gathered_;
 // Ops per second of `threads` raw clients each doing the exchanges of `op` in turn, the
 // replies read from `table` at the rows the first request names.
 double raw_rate(const std::vector<Exchange>& op, int threads, double seconds, const std::vector<char>& table, std::uint64_t num_keys,
-                std::uint32_t n, std::size_t row_bytes, bool scattered) {
+                std::uint32_t n, std::size_t row_bytes, bool scattered, const std::vector<int>& client_cpus) {
   RawServer server(op, table, scattered ? row_bytes : 0);
   std::atomic<std::uint64_t> total{0};
   std::vector<std::thread> ts;
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
       name_this_thread("raw-client-" + std::to_string(t));
+      if (!client_cpus.empty()) pin_this_thread(client_cpus);
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in a{};
       a.sin_family = AF_INET;
@@ -283,6 +287,13 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   }
   const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
   const bool scattered = o.keys == "scattered";
+  if (o.server_cpus.empty() != o.client_cpus.empty()) throw ConfigError("--server-cpus and --client-cpus go together");
+  const std::vector<int> client_cpus = o.client_cpus.empty() ? std::vector<int>{} : parse_cpu_list(o.client_cpus, "--client-cpus");
+  if (!client_cpus.empty()) pin_this_thread(client_cpus);  // tried here first: the client threads' own pinning cannot fail
+  // Set on the thread that starts every server thread (the shard's, the raw server's):
+  // they inherit it.
+  if (!o.server_cpus.empty()) pin_this_thread(parse_cpu_list(o.server_cpus, "--server-cpus"));
+  const bool pinned = !client_cpus.empty();
   Output out{json};
   const std::uint32_t apply_threads = ps::applier_threads(o.apply_threads, static_cast<std::uint32_t>(o.io_threads));
   out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
@@ -300,7 +311,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     ps::PsService service(sc);
     const ps::CommitApplyChoice choice = ps::choose_commit_apply(o.apply_commits, service.store().row_floats() * 4,
                                                                  static_cast<std::uint32_t>(o.io_threads), apply_threads,
-                                                                 std::thread::hardware_concurrency());
+                                                                 usable_cpus());
     const bool applier = choice.where == ps::CommitApply::kApplier;
     const std::string applied_by = applier ? "applier" : "handler";
     service.apply_commits_on(choice.where);
@@ -416,6 +427,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
           for (int t = 0; t < threads; ++t) {
             ts.emplace_back([&, t] {
               name_this_thread("ps-client-" + std::to_string(t));
+              if (!client_cpus.empty()) pin_this_thread(client_cpus);
               ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken, std::chrono::milliseconds(10000), o.socket_buffer_kib << 10),
                             o.connections);
               std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
@@ -462,7 +474,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
           const double c0 = process_cpu_seconds();
           ps_rows.push_back(ps_rate());
           const double c1 = process_cpu_seconds();
-          const double raw_rows = raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull, scattered) * n;
+          const double raw_rows = raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull, scattered, client_cpus) * n;
           const double c2 = process_cpu_seconds();
           raw_gbs.push_back(raw_rows * bytes_per_row / 1e9);
           ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
@@ -476,7 +488,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         // throughput follows CPU per row; a PS then pays at least raw's CPU plus its store's
         // own work per pushed row (claim, the optimizer's pass): raw / (raw + store)
         // bounds its ratio.
-        const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, std::thread::hardware_concurrency()) && !ack_only;
+        // Pinned, the clients' CPU is not the server's: no such bound.
+        const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, usable_cpus()) && !ack_only && !pinned;
         const double ceiling = op == "push" && cores_busy ? rcpu / (rcpu + store_push_cpu_ns) : 0;
         // The same with a row's update alone in place of the store's work: the best any PS
         // that updates rows in memory could do on this host.
@@ -490,7 +503,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                  {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
                  {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()}, {"optimizer", o.optimizer},
                  {"keys", o.keys}, {"serve", o.serve}, {"apply_commits", applied_by}, {"apply_commits_asked", o.apply_commits}, {"io_threads", o.io_threads},
-                 {"apply_threads", apply_threads}, {"connections", o.connections}});
+                 {"apply_threads", apply_threads}, {"connections", o.connections}, {"server_cpus", o.server_cpus},
+                 {"client_cpus", o.client_cpus}});
       }
     }
     out.text(store_line);

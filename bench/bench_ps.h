@@ -26,6 +26,10 @@ struct PsBenchOptions {
   std::string serve = "store";
   int io_threads = 4;                  // the shard's TCP I/O threads
   std::uint32_t apply_threads = 0;     // the shard's applier threads (0: as many as io_threads)
+  // CPU lists ("1", "0-3"): the server side (shard or raw server, and the store-alone
+  // loop) on one set, the client threads on the other, as a shard with cores of its own
+  // and clients on other hosts. Both or neither; empty: the scheduler's choice.
+  std::string server_cpus, client_cpus;
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

@@ -118,7 +118,7 @@ void drop_pages(char* begin, char* end) {
 class Preparer {
  public:
   explicit Preparer(const PrepOptions& o) : opt_(o), schema_(schema_for(o.format)) {
-    threads_ = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads_ = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, usable_cpus()));
     nt_ = schema_.num_tables();
     nd_ = schema_.num_dense();
     validate();

@@ -13,6 +13,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
+#include "ember/common/process.h"
 #include "ember/data/zipf.h"
 
 namespace ember::data {
@@ -124,7 +125,7 @@ class Generator {
   }
 
   GenReport run() {
-    const int threads = o_.threads > 0 ? o_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int threads = o_.threads > 0 ? o_.threads : static_cast<int>(std::max(1u, usable_cpus()));
     auto tmp = o_.output;
     tmp += ".tmp-" + std::to_string(::getpid());
     std::error_code ec;

@@ -19,7 +19,7 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
   const std::uint64_t threads = std::uint64_t{io_threads} + apply_threads;
   const bool big = row_bytes >= 1024, spare = cores > 0 && 2 * threads <= cores;
   const std::string why = "auto: rows of " + std::to_string(row_bytes) + " B, " + std::to_string(threads) + " I/O and applier threads on " +
-                          std::to_string(cores) + " cores";
+                          std::to_string(cores) + (cores == 1 ? " core" : " cores");
   return {big && spare ? CommitApply::kApplier : CommitApply::kHandler, why};
 }
 

@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     ps::PsService service(sc);
     const std::uint32_t rf = service.store().row_floats();
     const ps::CommitApplyChoice apply = ps::choose_commit_apply(apply_commits, rf * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads,
-                                                                std::thread::hardware_concurrency());
+                                                                usable_cpus());
     service.apply_commits_on(apply.where);
     spdlog::info("commits applied by the {} ({}; {} I/O thread(s), {} applier thread(s))",
                  apply.where == ps::CommitApply::kApplier ? "applier" : "handler", apply.why, io_threads, sc.apply_threads);

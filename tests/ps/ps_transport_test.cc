@@ -181,6 +181,7 @@ TEST(CommitApplyChoice, AutoTakesTheApplierForLargeRowsWithSpareCores) {
   EXPECT_EQ(choose_commit_apply("applier", 64, 4, 4, 2).where, CommitApply::kApplier);
   const CommitApplyChoice c = choose_commit_apply("auto", 1024, 4, 4, 16);
   EXPECT_EQ(c.why, "auto: rows of 1024 B, 8 I/O and applier threads on 16 cores");
+  EXPECT_EQ(choose_commit_apply("auto", 1024, 4, 4, 1).why, "auto: rows of 1024 B, 8 I/O and applier threads on 1 core");
   EXPECT_THROW(choose_commit_apply("fast", 1024, 4, 4, 16), ConfigError);
 }
 

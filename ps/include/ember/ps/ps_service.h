@@ -78,7 +78,8 @@ struct CommitApplyChoice {
 // most half the cores, the handler otherwise. Measured with ember-bench ps: on a 16-core
 // host, pushes of 1 KB rows reached 0.68-0.82 of raw on 4 appliers against 0.62-0.68 on
 // the handler, and 256 B rows 0.55-0.66 against 0.69-0.71; on a 2-core host the handler
-// did better throughout. ConfigError for another name.
+// did better throughout. `cores`: those the shard may run on (usable_cpus(): a shard under
+// taskset or a cpuset has fewer than the host). ConfigError for another name.
 CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t row_bytes, std::uint32_t io_threads,
                                       std::uint32_t apply_threads, unsigned cores);
 

@@ -212,7 +212,6 @@ class Training : public test::TempDirTest {
     return rows;
   }
 
-  // Waits (60 s at most) until `file` has `n` lines: a worker's metrics, n iterations in.
   // The iteration a stopped job stopped at, from worker 0's `metrics`; expects it before
   // o.iterations, with iterations 0 .. it - 1 trained and no more (0 if not stopped).
   static std::uint64_t expect_stopped(const fs::path& metrics, const JobOptions& o) {
@@ -264,6 +263,7 @@ class Training : public test::TempDirTest {
     return s;
   }
 
+  // Waits (60 s at most) until `file` has `n` lines: a worker's metrics, n iterations in.
   static void wait_for_lines(const fs::path& file, int n) {
     for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
       std::ifstream in(file);

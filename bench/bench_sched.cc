@@ -13,7 +13,7 @@
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
 #include "ember/scheduler/scheduler.h"
-#include "ember/scheduler/simulator.h"
+#include "ember/scheduler/scheduler_config.h"
 #include "naive_scheduler.h"
 
 namespace ember::bench {
@@ -55,18 +55,15 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   fs::remove(g.output);
   data::Dataset ds = data::Dataset::open(p.output, {false});
 
+  scheduler::SchedulerOptions so;
+  so.workers = o.workers;
+  so.batch_per_worker = o.batch_per_worker;
+  so.cache_ratio = o.cache_ratio;
+  so.policy = "herald";
+  so.seed = 1;
   // Key space of the full tables (the file holds a sample of them), as in Herald.
-  scheduler::SchedulerConfig c;
-  c.workers = o.workers;
-  c.batch_per_worker = o.batch_per_worker;
-  scheduler::SimOptions space;
-  space.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
-  c.table_offsets = scheduler::key_space(ds, space);
-  c.num_keys = c.table_offsets.back();
-  c.table_offsets.pop_back();
-  c.cache_rows = scheduler::cache_rows_for(o.cache_ratio, c.num_keys);
-  c.policy = scheduler::parse_policy("herald");
-  c.seed = 1;
+  so.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
+  const scheduler::SchedulerConfig c = scheduler::make_scheduler_config(ds, so);
 
   // All batches in memory first, so only scheduling is timed.
   std::vector<scheduler::GlobalBatch> gb(batches);

@@ -66,17 +66,17 @@ int main(int argc, char** argv) {
   app.add_option("--session", gen.session, "synthetic: probability a row reuses the previous row's entity")->capture_default_str();
   app.add_option("--drift", gen.drift, "synthetic: popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   app.add_option("--entities", gen.entities, "synthetic: latent entities (0 = 1e6 x scale)")->capture_default_str();
-  app.add_option("--workers", o.workers, "workers")->capture_default_str();
-  app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker per iteration")->capture_default_str();
-  app.add_option("--cache-ratio", o.cache_ratio, "cache rows per worker as a share of all rows")->capture_default_str();
+  app.add_option("--workers", o.scheduler.workers, "workers")->capture_default_str();
+  app.add_option("--batch-per-worker", o.scheduler.batch_per_worker, "samples per worker per iteration")->capture_default_str();
+  app.add_option("--cache-ratio", o.scheduler.cache_ratio, "cache rows per worker as a share of all rows")->capture_default_str();
   app.add_option("--policies", policies, "comma-separated: vanilla, laia, plan, herald, het:S, fae:F, brute")->capture_default_str();
   app.add_option("--iterations", o.iterations, "counted iterations")->capture_default_str();
   app.add_option("--warmup", o.warmup, "iterations run first and not counted")->capture_default_str();
-  app.add_option("--seed", o.seed, "scheduler (and synthetic data) seed")->capture_default_str();
-  app.add_flag("--shuffle", o.shuffle, "global batches from a seeded permutation instead of dataset order");
-  app.add_option("--threads", o.threads, "scheduler threads")->capture_default_str();
-  app.add_option("--budget-ms", o.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")->capture_default_str();
-  app.add_option("--partitions", o.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
+  app.add_option("--seed", o.scheduler.seed, "scheduler (and synthetic data) seed")->capture_default_str();
+  app.add_flag("--shuffle", o.scheduler.shuffle, "global batches from a seeded permutation instead of dataset order");
+  app.add_option("--threads", o.scheduler.threads, "scheduler threads")->capture_default_str();
+  app.add_option("--budget-ms", o.scheduler.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")->capture_default_str();
+  app.add_option("--partitions", o.scheduler.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
   app.add_flag("--json", json, "one JSON object per policy per line");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
   app.add_flag("--quiet,-q", quiet, "no progress lines");
@@ -91,16 +91,16 @@ int main(int argc, char** argv) {
     SyntheticDataset holder;
     fs::path dir = data_dir;
     if (!synthetic.empty()) {
-      std::uint64_t need = (o.warmup + o.iterations) * o.workers * o.batch_per_worker;
+      std::uint64_t need = (o.warmup + o.iterations) * o.scheduler.workers * o.scheduler.batch_per_worker;
       if (gen.rows == 0) gen.rows = need;
-      gen.seed = o.seed;
+      gen.seed = o.scheduler.seed;
       dir = make_synthetic(holder, gen, synthetic, quiet);
     }
     data::Dataset ds = data::Dataset::open(dir, {false});
     if (!synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
       // the generator's full tables, as it would be for the real dataset.
-      o.table_rows = data::synthetic_table_rows(data::parse_source_format(synthetic), gen.scale);
+      o.scheduler.table_rows = data::synthetic_table_rows(data::parse_source_format(synthetic), gen.scale);
     }
     Stopwatch last;
     if (!quiet) {
@@ -112,16 +112,19 @@ int main(int argc, char** argv) {
       };
     }
     std::vector<scheduler::SimResult> results;
-    for (const auto& p : list) results.push_back(scheduler::simulate(ds, p, o));
+    for (const auto& p : list) {
+      o.scheduler.policy = p.name();
+      results.push_back(scheduler::simulate(ds, o));
+    }
     const scheduler::SimResult* vanilla = nullptr;
     for (const auto& r : results) {
       if (r.policy == "vanilla") vanilla = &r;
     }
     auto reduction = [&](std::uint64_t v, std::uint64_t x) { return v > 0 ? 1.0 - static_cast<double>(x) / static_cast<double>(v) : 0.0; };
-    const auto total_rows = scheduler::key_space(ds, o).back();
+    const auto total_rows = scheduler::key_space(ds, o.scheduler.table_rows).back();
     if (!json) {
       std::cout << fmt::format("{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
-                               o.workers, o.batch_per_worker, results.front().cache_rows, o.cache_ratio, total_rows,
+                               o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows, o.scheduler.cache_ratio, total_rows,
                                ds.num_tables(), o.iterations, o.warmup);
       std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
@@ -145,9 +148,9 @@ int main(int argc, char** argv) {
                                     {"hit_rate", r.hit_rate()},
                                     {"hot_sync", t.hot_sync},
                                     {"cold_pulls", t.cold_pulls},
-                                    {"workers", o.workers},
-                                    {"batch_per_worker", o.batch_per_worker},
-                                    {"cache_ratio", o.cache_ratio},
+                                    {"workers", o.scheduler.workers},
+                                    {"batch_per_worker", o.scheduler.batch_per_worker},
+                                    {"cache_ratio", o.scheduler.cache_ratio},
                                     {"cache_rows", r.cache_rows},
                                     {"laia_tables", r.laia_tables_mean},
                                     {"scoring_ms_per_batch", r.scoring_ms_mean},
@@ -165,9 +168,9 @@ int main(int argc, char** argv) {
                                  t.push_grad, t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push),
                                  pct(red_all), r.hit_rate(), r.sched_ms_mean);
         if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
-        if (o.budget_ms > 0 && r.laia_tables_mean > 0) {
+        if (o.scheduler.budget_ms > 0 && r.laia_tables_mean > 0) {
           std::cout << fmt::format("{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",
-                                   r.laia_tables_mean, r.scoring_ms_mean, o.budget_ms, r.scoring_ms_mean <= o.budget_ms ? "met" : "exceeded");
+                                   r.laia_tables_mean, r.scoring_ms_mean, o.scheduler.budget_ms, r.scoring_ms_mean <= o.scheduler.budget_ms ? "met" : "exceeded");
         }
         std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                                  t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);

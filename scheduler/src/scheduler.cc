@@ -46,10 +46,10 @@ struct Scheduler::Scratch {
   std::vector<std::uint16_t> scores;         // sample * W + w
   std::vector<std::uint32_t> worker_of;
   std::vector<TrafficCounts> per_worker;
-  std::vector<std::uint32_t> hot_keys;       // fae: distinct hot rows of the batch (d of index)
+  std::vector<std::uint32_t> hot_keys;       // distinct replicated hot rows of the batch (d of index)
   std::vector<std::uint8_t> owner_d;         // d -> latest holder before the iteration
   std::vector<std::uint8_t> partial_d;       // d -> had partial holders before the iteration
-  std::vector<std::uint8_t> hot_d;           // d -> fae hot row
+  std::vector<std::uint8_t> hot_d;           // d -> replicated hot row
   std::vector<std::uint8_t> cold_d;          // d -> no earlier iteration used the row
 };
 
@@ -66,11 +66,11 @@ Scheduler::Scheduler(SchedulerConfig config)
   if (c.partitions == 0 || c.batch_per_worker % c.partitions != 0) {
     throw ConfigError("--partitions must divide --batch-per-worker");
   }
-  if (c.policy.kind == PolicyKind::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
+  if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
   std::uint32_t capacity = c.cache_rows;
-  if (c.policy.kind == PolicyKind::kFae) {
+  if (c.policy.replicates_hot_rows()) {
     if (c.hot.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
     std::uint64_t hot = static_cast<std::uint64_t>(std::count(c.hot.begin(), c.hot.end(), 1));
     // Hot rows are replicated on every worker and take their share of the cache.
@@ -78,7 +78,7 @@ Scheduler::Scheduler(SchedulerConfig config)
     capacity -= static_cast<std::uint32_t>(hot);
   }
   for (std::uint32_t w = 0; w < c.workers; ++w) lru_.push_back(std::make_unique<cache::LruIndex>(capacity));
-  if (c.policy.kind == PolicyKind::kHet) {
+  if (c.policy.sync() == Sync::kBoundedStaleness) {
     ps_version_.assign(c.num_keys, 0);
     copy_version_.assign(c.workers, std::vector<std::uint32_t>(capacity, 0));
   }
@@ -142,7 +142,7 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
   Scratch& s = *scratch_;
   const std::uint32_t n = batch.samples, T = batch.tables;
   if (T != tables_) throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
-  const bool fae = config_.policy.kind == PolicyKind::kFae;
+  const bool replicate_hot = config_.policy.replicates_hot_rows();
   s.index.clear();
   // Sized by the last batch's distinct rows: a small table stays in L2 (it grows when
   // needed).
@@ -156,7 +156,7 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
     auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
     if (fresh) {
       s.keys.push_back(k);
-      s.hot_d.push_back(fae && config_.hot[k]);
+      s.hot_d.push_back(replicate_hot && config_.hot[k]);
       loc_.prefetch(k);
     }
     s.dpos[j] = *d;
@@ -175,12 +175,16 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
 
 void Scheduler::allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st) {
   worker_of.resize(batch.samples);
-  if (config_.policy.laia()) {
-    allocate_laia(batch, worker_of, st);
-  } else if (config_.policy.kind == PolicyKind::kBrute) {
-    allocate_brute(batch, worker_of);
-  } else {
-    allocate_random(batch.samples, worker_of);
+  switch (config_.policy.allocation()) {
+    case Allocation::kLaia:
+      allocate_laia(batch, worker_of, st);
+      break;
+    case Allocation::kBrute:
+      allocate_brute(batch, worker_of);
+      break;
+    case Allocation::kRandom:
+      allocate_random(batch.samples, worker_of);
+      break;
   }
 }
 
@@ -314,8 +318,9 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   Scratch& s = *scratch_;
   const std::uint32_t W = config_.workers, n = batch.samples, T = batch.tables, B = config_.batch_per_worker;
   const Policy& policy = config_.policy;
-  const bool het = policy.kind == PolicyKind::kHet;
-  const bool fae = policy.kind == PolicyKind::kFae;
+  const bool on_demand = policy.sync() == Sync::kOnDemand;
+  const bool bounded_staleness = policy.sync() == Sync::kBoundedStaleness;
+  const bool replicate_hot = policy.replicates_hot_rows();
   if (n != W * B) {
     throw ConfigError("global batch of " + std::to_string(n) + " samples; expected workers x batch-per-worker = " + std::to_string(W * B));
   }
@@ -338,7 +343,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     const std::uint32_t* d = &s.dpos[static_cast<std::size_t>(i) * T];
     for (std::uint32_t t = 0; t < T; ++t) s.umask[d[t]] |= wb;
   }
-  if (fae) {
+  if (replicate_hot) {
     for (std::uint32_t d = 0; d < D; ++d) {
       if (s.hot_d[d]) s.hot_keys.push_back(d);
     }
@@ -352,7 +357,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     for (std::uint32_t i : plans[w].samples) {
       for (std::uint32_t t = 0; t < T; ++t) {
         std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
-        if (s.stamp[d] == w + 1 || (fae && s.hot_d[d])) continue;
+        if (s.stamp[d] == w + 1 || (replicate_hot && s.hot_d[d])) continue;
         s.stamp[d] = w + 1;
         kw.push_back(d);
       }
@@ -368,7 +373,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
 
   // 1. Sync on demand: partial holders of a needed row push their gradients (the PS
   //    aggregates and applies once); a dirty owner pushes its value if another needs it.
-  if (policy.on_demand()) {
+  if (on_demand) {
     // Two-stage prefetch: the partial mask 16 rows ahead, the holders' index entries 8
     // ahead; these rows miss the cache otherwise.
     constexpr std::uint32_t kFar = 16, kNear = 8;
@@ -404,7 +409,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   // 2. Pulls, worker by worker (independent: in parallel when threads > 1). Hits are
   //    refreshed first, then missing rows pulled, in order of first appearance, so a row
   //    needed now is never evicted for another.
-  const std::uint32_t S = policy.staleness;
+  const std::uint32_t S = policy.staleness();
   auto pull_worker = [&](std::uint32_t w) {
     cache::LruIndex& lru = *lru_[w];
     StepPlan& plan = plans[w];
@@ -416,11 +421,11 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     constexpr std::size_t kFar = 16, kNear = 8;
     const std::size_t nk = kw.size();
     for (std::size_t j = 0; j < std::min(nk, kNear); ++j) {
-      if (!het && s.owner_d[kw[j]] == w) plan.rows[j].slot = lru.find(s.keys[kw[j]]);
+      if (!bounded_staleness && s.owner_d[kw[j]] == w) plan.rows[j].slot = lru.find(s.keys[kw[j]]);
     }
     for (std::size_t j = 0; j < nk; ++j) {
       if (j + kFar < nk) lru.prefetch(s.keys[kw[j + kFar]]);
-      if (!het && j + kNear < nk && s.owner_d[kw[j + kNear]] == w) {
+      if (!bounded_staleness && j + kNear < nk && s.owner_d[kw[j + kNear]] == w) {
         std::uint32_t early = lru.find(s.keys[kw[j + kNear]]);
         plan.rows[j + kNear].slot = early;
         lru.prefetch_slot(early);
@@ -428,7 +433,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       const std::uint32_t d = kw[j];
       const Key k = s.keys[d];
       std::uint32_t slot = kNoSlot;
-      if (het) {
+      if (bounded_staleness) {
         std::uint32_t cs = lru.find(k);
         if (cs != kNoSlot && ps_version_[k] - copy_version_[w][cs] <= S) slot = cs;
       } else if (s.owner_d[d] == w) {
@@ -446,9 +451,9 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       if (row.slot != kNoSlot) continue;
       const Key k = row.key;
       PullEntry pull{k, kNoSlot, 0, EvictKind::kNone};
-      std::uint32_t stale = het ? lru.find(k) : kNoSlot;
+      std::uint32_t stale = bounded_staleness ? lru.find(k) : kNoSlot;
       if (stale != kNoSlot) {
-        // het: a copy too many versions behind is refreshed in place.
+        // A copy too many versions behind is refreshed in place.
         lru.touch(stale);
         pull.slot = stale;
       } else {
@@ -456,7 +461,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
           Key e;
           lru.evict(e);
           pull.evicted = e;
-          if (het) {
+          if (bounded_staleness) {
             pull.kind = EvictKind::kClean;  // gradients were pushed when computed
             loc_.remove_holder(e, w);
           } else if (loc_.owner(e) == w) {
@@ -473,7 +478,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
         }
         pull.slot = lru.insert(k);
       }
-      if (het) {
+      if (bounded_staleness) {
         copy_version_[w][pull.slot] = ps_version_[k];
         loc_.add_holder(k, w);
       }
@@ -496,18 +501,18 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   for (std::uint32_t d = 0; d < D; ++d) {
     if (d + 8 < D) {
       const std::uint64_t Un = s.umask[d + 8];
-      if (policy.on_demand() && std::popcount(Un) > 1) loc_.prefetch_partial(s.keys[d + 8]);
+      if (on_demand && std::popcount(Un) > 1) loc_.prefetch_partial(s.keys[d + 8]);
       // The holder of a copy the next rows' trainers make stale: its index entry.
       const std::uint8_t on = s.owner_d[d + 8];
       if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) lru_[on]->prefetch(s.keys[d + 8]);
     }
     const Key k = s.keys[d];
     const std::uint64_t U = s.umask[d];
-    if (fae && s.hot_d[d]) continue;
+    if (replicate_hot && s.hot_d[d]) continue;
     const std::uint32_t w0 = static_cast<std::uint32_t>(std::countr_zero(U));
     const bool sole = std::popcount(U) == 1;
     auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
-    if (het) {
+    if (bounded_staleness) {
       ++ps_version_[k];
       for_each_bit(U, [&](std::uint32_t w) {
         plans[w].end_pushes.push_back({k, slot_of(w)});
@@ -534,7 +539,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       std::uint32_t slot = lru_[o]->erase(k);
       if (slot != kNoSlot) plans[o].drops.push_back({k, slot});
     }
-    if (policy.on_demand()) {
+    if (on_demand) {
       if (sole) {
         loc_.set_owner(k, w0, true);
       } else {

@@ -16,9 +16,10 @@ namespace ember::test {
 
 class ReferenceModel {
  public:
-  enum State { kClean, kDirty, kPartial };
+  // The state of one worker's cached copy of a row (DESIGN.md row states).
+  enum CopyState { kClean, kDirty, kPartial };
   struct Copy {
-    State state;
+    CopyState state;
     std::uint32_t version;
   };
 
@@ -91,7 +92,7 @@ class ReferenceModel {
         }
         if (cache[w].size() == cap) {
           Key e = lru[w].front();
-          State st = cache[w][e].state;
+          CopyState st = cache[w][e].state;
           if (!het && (st == kDirty || st == kPartial)) ++c.push_evict;
           erase(w, e);
         }

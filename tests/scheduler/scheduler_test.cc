@@ -61,6 +61,62 @@ void expect_same_counts(const TrafficCounts& a, const TrafficCounts& b, int it) 
   ASSERT_EQ(a.hits, b.hits) << "iteration " << it;
 }
 
+// Each policy is its traits: Herald's Table 2 breakdown (allocation x sync) and the
+// baselines.
+TEST(Policy, TraitsOfEveryPolicy) {
+  struct Want {
+    const char* text;
+    Allocation allocation;
+    Sync sync;
+    bool replicates_hot_rows, simulator_only;
+  };
+  for (const Want& w : {Want{"vanilla", Allocation::kRandom, Sync::kFullSet, false, false},
+                        Want{"laia", Allocation::kLaia, Sync::kFullSet, false, false},
+                        Want{"plan", Allocation::kRandom, Sync::kOnDemand, false, false},
+                        Want{"herald", Allocation::kLaia, Sync::kOnDemand, false, false},
+                        Want{"het:2", Allocation::kRandom, Sync::kBoundedStaleness, false, false},
+                        Want{"fae:0.25", Allocation::kRandom, Sync::kFullSet, true, false},
+                        Want{"brute", Allocation::kBrute, Sync::kOnDemand, false, true}}) {
+    Policy p = parse_policy(w.text);
+    EXPECT_EQ(p.name(), w.text);
+    EXPECT_EQ(p.allocation(), w.allocation) << w.text;
+    EXPECT_EQ(p.sync(), w.sync) << w.text;
+    EXPECT_EQ(p.replicates_hot_rows(), w.replicates_hot_rows) << w.text;
+    EXPECT_EQ(p.simulator_only(), w.simulator_only) << w.text;
+  }
+  EXPECT_EQ(parse_policy("het:2").staleness(), 2u);
+  EXPECT_EQ(parse_policy("het:0").staleness(), 0u);
+  EXPECT_EQ(parse_policy("fae:0.25").hot_fraction(), 0.25);
+  EXPECT_EQ(policy_table().size(), 7u);
+  Policy none;
+  EXPECT_EQ(none.name(), "vanilla");
+  EXPECT_EQ(none.allocation(), Allocation::kRandom);
+  EXPECT_EQ(none.sync(), Sync::kFullSet);
+}
+
+TEST(Policy, ParseErrorsSayWhatIsAccepted) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_policies(text);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message("fastest"), "unknown policy 'fastest' (vanilla, laia, plan, herald, het:S, fae:F, brute)");
+  EXPECT_EQ(message("het:x"), "policy 'het:x': het:S needs a staleness S >= 0");
+  EXPECT_EQ(message("het"), "policy 'het': het:S needs a staleness S >= 0");
+  EXPECT_EQ(message("het:-1"), "policy 'het:-1': het:S needs a staleness S >= 0");
+  EXPECT_EQ(message("fae:1"), "policy 'fae:1': fae:F needs a hot fraction F in [0, 1)");
+  EXPECT_EQ(message("fae"), "policy 'fae': fae:F needs a hot fraction F in [0, 1)");
+  EXPECT_EQ(message("vanilla:3"), "policy 'vanilla:3' takes no argument");
+  EXPECT_EQ(message("brute:"), "policy 'brute:' takes no argument");
+  EXPECT_EQ(message(","), "no policy given");
+  EXPECT_EQ(message("vanilla,,herald,"), "(accepted)");
+  EXPECT_EQ(parse_policies("vanilla,,het:3,").size(), 2u);
+  EXPECT_EQ(trainable_policies(), "vanilla, laia, plan, herald, het:S or fae:F");
+}
+
 // The scheduler against the plain model, on random allocations, for each kind of sync.
 class AgainstReference : public ::testing::TestWithParam<std::string> {};
 
@@ -71,7 +127,7 @@ TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
     const std::uint32_t W = 4, B = 6;
     Scheduler s(config(policy, W, B, cache, wl));
     Policy p = parse_policy(policy);
-    test::ReferenceModel ref(W, cache, p.on_demand(), p.kind == PolicyKind::kHet, p.staleness);
+    test::ReferenceModel ref(W, cache, p.sync() == Sync::kOnDemand, p.sync() == Sync::kBoundedStaleness, p.staleness());
     std::mt19937_64 rng(11);
     std::vector<StepPlan> plans;
     for (int it = 0; it < 300; ++it) {
@@ -85,7 +141,7 @@ TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
       }
     }
     // Row states agree too.
-    for (std::uint32_t w = 0; w < W && p.kind != PolicyKind::kHet; ++w) {
+    for (std::uint32_t w = 0; w < W && p.sync() != Sync::kBoundedStaleness; ++w) {
       for (const auto& [k, copy] : ref.copies(static_cast<int>(w))) {
         const auto& loc = s.locations();
         if (copy.state == test::ReferenceModel::kPartial) {

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "ember/common/error.h"
+#include "ember/scheduler/hot_rows.h"
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
 #include "test_util.h"
@@ -30,14 +34,19 @@ class Simulator : public test::TempDirTest {
 TEST_F(Simulator, HeraldMovesFewerRowsThanVanillaAndPartsAddUp) {
   data::Dataset ds = data::Dataset::open(dataset(40 * 8 * 64, 0.01));
   SimOptions o;
-  o.workers = 8;
-  o.batch_per_worker = 64;
+  o.scheduler.workers = 8;
+  o.scheduler.batch_per_worker = 64;
   o.iterations = 30;
   o.warmup = 10;
-  SimResult v = simulate(ds, parse_policy("vanilla"), o);
-  SimResult l = simulate(ds, parse_policy("laia"), o);
-  SimResult p = simulate(ds, parse_policy("plan"), o);
-  SimResult h = simulate(ds, parse_policy("herald"), o);
+  auto run = [&](const std::string& policy) {
+    o.scheduler.policy = policy;
+    return simulate(ds, o);
+  };
+  SimResult v = run("vanilla");
+  SimResult l = run("laia");
+  SimResult p = run("plan");
+  SimResult h = run("herald");
+  EXPECT_EQ(v.policy, "vanilla");
   EXPECT_EQ(v.iterations, 30u);
   ASSERT_EQ(h.per_iteration.size(), 30u);
   TrafficCounts sum;
@@ -52,25 +61,118 @@ TEST_F(Simulator, HeraldMovesFewerRowsThanVanillaAndPartsAddUp) {
   EXPECT_GT(h.hit_rate(), v.hit_rate());
   // Every micro-batch row is either a hit or a pull: the same total for every policy.
   EXPECT_EQ(v.traffic.hits + v.traffic.pulls, l.traffic.hits + l.traffic.pulls + (v.traffic.hits + v.traffic.pulls - l.traffic.hits - l.traffic.pulls));
-  SimResult f = simulate(ds, parse_policy("fae:0.01"), o);
+  SimResult f = run("fae:0.01");
   EXPECT_GT(f.traffic.hot_sync, 0u);
   EXPECT_LT(f.traffic.transmissions(), v.traffic.transmissions());
-  SimResult het = simulate(ds, parse_policy("het:4"), o);
+  SimResult het = run("het:4");
   EXPECT_LT(het.traffic.pulls, v.traffic.pulls);
 }
 
 TEST_F(Simulator, ImpossibleConfigurations) {
   data::Dataset ds = data::Dataset::open(dataset(2000, 0.01));
   SimOptions o;
-  o.workers = 8;
-  o.batch_per_worker = 512;  // 4096 > 2000 rows
-  EXPECT_THROW(simulate(ds, parse_policy("herald"), o), ConfigError);
-  o.batch_per_worker = 16;
+  o.scheduler.policy = "herald";
+  o.scheduler.workers = 8;
+  o.scheduler.batch_per_worker = 512;  // 4096 > 2000 rows
+  EXPECT_THROW(simulate(ds, o), ConfigError);
+  o.scheduler.batch_per_worker = 16;
   o.iterations = 100;  // 110 batches of 128 > 2000 rows
-  EXPECT_THROW(simulate(ds, parse_policy("herald"), o), ConfigError);
+  EXPECT_THROW(simulate(ds, o), ConfigError);
   o.iterations = 5;
-  o.cache_ratio = 0.0001;  // a few rows
-  EXPECT_THROW(simulate(ds, parse_policy("herald"), o), ConfigError);
+  o.scheduler.cache_ratio = 0.0001;  // a few rows
+  EXPECT_THROW(simulate(ds, o), ConfigError);
+}
+
+// The builder fills what each option asks for, the same as assembling the config by hand.
+TEST_F(Simulator, SchedulerConfigFromOptions) {
+  data::Dataset ds = data::Dataset::open(dataset(40 * 4 * 16, 0.01));
+  SchedulerOptions o;
+  o.workers = 4;
+  o.batch_per_worker = 16;
+  o.cache_ratio = 0.05;
+  o.policy = "herald";
+  o.seed = 9;
+  o.threads = 2;
+  o.budget_ms = 0.5;
+  o.partitions = 4;
+  o.iterations = 40;
+  SchedulerConfig c = make_scheduler_config(ds, o);
+  EXPECT_EQ(c.workers, 4u);
+  EXPECT_EQ(c.batch_per_worker, 16u);
+  EXPECT_EQ(c.table_offsets, ds.manifest().table_offsets());
+  EXPECT_EQ(c.num_keys, ds.manifest().total_table_rows());
+  EXPECT_EQ(c.cache_rows, cache_rows_for(0.05, c.num_keys));
+  EXPECT_EQ(c.policy.name(), "herald");
+  EXPECT_EQ(c.seed, 9u);
+  EXPECT_EQ(c.threads, 2);
+  EXPECT_EQ(c.budget_ms, 0.5);
+  EXPECT_EQ(c.partitions, 4u);
+  EXPECT_TRUE(c.hot.empty());
+  EXPECT_EQ(c.first_iteration, 0u);
+
+  // A key space larger than the rows the file saw.
+  std::vector<std::uint64_t> rows;
+  for (const auto& t : ds.manifest().tables) rows.push_back(t.rows + 10);
+  o.table_rows = rows;
+  SchedulerConfig big = make_scheduler_config(ds, o);
+  EXPECT_EQ(big.num_keys, c.num_keys + 10 * rows.size());
+  EXPECT_EQ(big.table_offsets[1], rows[0]);
+  o.table_rows.pop_back();
+  EXPECT_THROW(make_scheduler_config(ds, o), ConfigError);
+  o.table_rows.clear();
+
+  // fae: the hot rows are the most accessed in the job's batches, as many as the fraction
+  // of the key space asks (every one of them accessed).
+  o.policy = "fae:0.01";
+  SchedulerConfig f = make_scheduler_config(ds, o);
+  ASSERT_EQ(f.hot.size(), f.num_keys);
+  EXPECT_EQ(f.hot, profile_hot_rows(ds, o, 0.01));
+  std::vector<std::uint64_t> count(f.num_keys, 0);
+  data::BatchReader reader = global_batch_reader(ds, o);
+  data::Batch b;
+  GlobalBatch g;
+  for (std::uint64_t it = 0; it < o.iterations && reader.next(b); ++it) {
+    to_global_batch(b, f.table_offsets, g);
+    for (Key k : g.keys) ++count[k];
+  }
+  std::uint64_t coldest_hot = UINT64_MAX, hottest_cold = 0;
+  for (Key k = 0; k < f.num_keys; ++k) {
+    if (f.hot[k]) coldest_hot = std::min(coldest_hot, count[k]);
+    else hottest_cold = std::max(hottest_cold, count[k]);
+  }
+  EXPECT_GT(coldest_hot, 0u);
+  EXPECT_GE(coldest_hot, hottest_cold);
+  const auto accessed = static_cast<std::uint64_t>(std::count_if(count.begin(), count.end(), [](std::uint64_t n) { return n > 0; }));
+  const auto wanted = static_cast<std::uint64_t>(std::floor(0.01 * static_cast<double>(f.num_keys)));
+  EXPECT_EQ(static_cast<std::uint64_t>(std::count(f.hot.begin(), f.hot.end(), 1)), std::min(wanted, accessed));
+
+  o.policy = "fastest";
+  EXPECT_THROW(make_scheduler_config(ds, o), ConfigError);
+  o.policy = "herald";
+  o.cache_ratio = 0;
+  EXPECT_THROW(make_scheduler_config(ds, o), ConfigError);
+}
+
+// brute is simulator-only: refused for training, with the message a worker gives.
+TEST_F(Simulator, TrainingRefusesSimulatorOnlyPolicies) {
+  data::Dataset ds = data::Dataset::open(dataset(400, 0.01));
+  SchedulerOptions o;
+  o.workers = 4;
+  o.batch_per_worker = 1;
+  o.policy = "brute";
+  EXPECT_EQ(make_scheduler_config(ds, o).policy.allocation(), Allocation::kBrute);
+  o.for_training = true;
+  try {
+    make_scheduler_config(ds, o);
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--policy brute is simulator-only (ember-sim); training runs vanilla, laia, plan, herald, het:S or fae:F");
+  }
+  for (const char* p : {"vanilla", "laia", "plan", "herald", "het:1", "fae:0.01"}) {
+    o.policy = p;
+    o.iterations = 10;
+    EXPECT_NO_THROW(make_scheduler_config(ds, o)) << p;
+  }
 }
 
 // Two processes, and one or two threads: byte-identical plans.

@@ -1,36 +1,70 @@
-// Scheduling policies (DESIGN.md "Row states and transmission accounting").
+// Scheduling policies (DESIGN.md "Row states and transmission accounting"). Each policy
+// is one entry of the policy table (policy.cc), described by its traits; the scheduler
+// and the simulator ask a policy's traits, never which policy it is.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ember::scheduler {
 
-enum class PolicyKind {
-  kVanilla,  // random balanced allocation, full-set sync every iteration
-  kLaia,     // LAIA allocation, full-set sync
-  kPlan,     // random allocation, on-demand sync (the communication plan)
-  kHerald,   // LAIA allocation, on-demand sync
-  kHet,      // HET-style: random allocation, cached copies usable while at most S versions behind
-  kFae,      // FAE-style: hottest fraction F of rows replicated on every worker
-  kBrute,    // exhaustive best allocation per batch (tiny configurations), on-demand sync
+// Where each sample of a global batch is trained.
+enum class Allocation : std::uint8_t {
+  kRandom,  // seeded balanced random partition
+  kLaia,    // Herald's Algorithm 1: the worker holding most of the sample's rows as latest
+  kBrute,   // every assignment tried, the one moving fewest rows kept (Herald's Appendix C)
 };
 
-struct Policy {
-  PolicyKind kind = PolicyKind::kVanilla;
-  std::uint32_t staleness = 0;  // het:S
-  double hot_fraction = 0;      // fae:F
-  std::string name;             // as written, e.g. "het:2"
+// When the rows trained in an iteration are brought back to the PS.
+enum class Sync : std::uint8_t {
+  kFullSet,           // every trained row's gradient is pushed at the end of its iteration
+  kOnDemand,          // steps 1-3 of the contract: only what another worker needs (Algorithm 2)
+  kBoundedStaleness,  // het:S: every gradient pushed; a cached copy serves while at most S versions behind
+};
 
-  bool laia() const { return kind == PolicyKind::kLaia || kind == PolicyKind::kHerald; }
-  // On-demand sync (steps 1-3 of the contract) rather than full-set sync.
-  bool on_demand() const { return kind == PolicyKind::kPlan || kind == PolicyKind::kHerald || kind == PolicyKind::kBrute; }
+// What a policy is made of. The argument a policy takes follows from its traits:
+// bounded staleness takes the bound S (het:S), hot-row replication the fraction F (fae:F).
+struct PolicyTraits {
+  std::string_view name;     // as written before any ':' argument
+  Allocation allocation;
+  Sync sync;
+  bool replicates_hot_rows;  // the hottest rows live on every worker, off the PS (FAE)
+  bool simulator_only;       // too slow to train with; ember-sim only
+};
+
+// Every policy, in the order messages list them.
+std::span<const PolicyTraits> policy_table();
+
+class Policy {
+ public:
+  Policy();  // vanilla
+
+  const std::string& name() const { return name_; }  // as written, e.g. "het:2"
+  Allocation allocation() const { return traits_->allocation; }
+  Sync sync() const { return traits_->sync; }
+  bool replicates_hot_rows() const { return traits_->replicates_hot_rows; }
+  bool simulator_only() const { return traits_->simulator_only; }
+  std::uint32_t staleness() const { return staleness_; }  // het:S
+  double hot_fraction() const { return hot_fraction_; }   // fae:F
+
+ private:
+  friend Policy parse_policy(const std::string& text);
+
+  const PolicyTraits* traits_;  // an entry of policy_table()
+  std::uint32_t staleness_ = 0;
+  double hot_fraction_ = 0;
+  std::string name_;
 };
 
 // "vanilla", "laia", "plan", "herald", "het:S", "fae:F", "brute"; ConfigError otherwise.
 Policy parse_policy(const std::string& text);
 // Comma-separated list.
 std::vector<Policy> parse_policies(const std::string& list);
+
+// The policies training can run, as a message lists them: "vanilla, ..., het:S or fae:F".
+std::string trainable_policies();
 
 }  // namespace ember::scheduler

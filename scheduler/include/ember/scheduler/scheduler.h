@@ -17,31 +17,10 @@
 #include "ember/cache/lru_index.h"
 #include "ember/scheduler/global_batch.h"
 #include "ember/scheduler/policy.h"
+#include "ember/scheduler/scheduler_config.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::scheduler {
-
-struct SchedulerConfig {
-  std::uint32_t workers = 8;
-  std::uint32_t batch_per_worker = 128;
-  std::uint32_t cache_rows = 0;               // LRU capacity per worker, in rows
-  std::vector<std::uint64_t> table_offsets;   // global key = offset[t] + row; size T
-  std::uint64_t num_keys = 0;                 // total rows of all tables
-  Policy policy;
-  std::uint64_t seed = 1;
-  int threads = 1;                            // TBB threads for scoring and cache updates
-  // Adaptive LAIA (Herald 4.3): > 0 scores only the k highest-DoI tables that fit this
-  // scoring-time budget per batch; 0 scores every table (static LAIA).
-  double budget_ms = 0;
-  // Herald's partitioned allocation: split the batch into P parts allocated in parallel,
-  // each giving every worker batch_per_worker / P samples. 1 = sequential Algorithm 1.
-  std::uint32_t partitions = 1;
-  // fae: whether each key is hot (replicated); size num_keys. Required for fae.
-  std::vector<std::uint8_t> hot;
-  // The first iteration scheduled (a job resumed from a checkpoint starts later; sample
-  // draws and plans are numbered from it).
-  std::uint64_t first_iteration = 0;
-};
 
 struct IterationStats {
   TrafficCounts traffic;
@@ -70,7 +49,7 @@ class Scheduler {
   // end of training): every dirty row is pushed as a value (the copy stays, clean) and
   // every partial gradient is pushed (the copy leaves). Fills push_values / push_grads
   // of each worker's plan (other lists empty), in slot order; returns the traffic.
-  // Not for het (its copies carry no un-pushed updates).
+  // Not for bounded-staleness sync (het): its copies carry no un-pushed updates.
   TrafficCounts flush(std::vector<StepPlan>& plans);
 
   const SchedulerConfig& config() const { return config_; }
@@ -100,7 +79,8 @@ class Scheduler {
   std::uint64_t iteration_ = 0;
   std::vector<std::unique_ptr<cache::LruIndex>> lru_;
   cache::LocationMap loc_;
-  // het: the PS's version of each row, and each cached copy's version (per slot).
+  // Bounded-staleness sync (het): the PS's version of each row, and each cached copy's
+  // version (per slot).
   std::vector<std::uint32_t> ps_version_;
   std::vector<std::vector<std::uint32_t>> copy_version_;
   // Adaptive LAIA profiler: accesses per key, per-table DoI, tables to score.

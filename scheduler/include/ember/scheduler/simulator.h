@@ -10,24 +10,17 @@
 
 #include "ember/data/dataset.h"
 #include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/scheduler_config.h"
 
 namespace ember::scheduler {
 
 struct SimOptions {
-  std::uint32_t workers = 8;
-  std::uint32_t batch_per_worker = 128;
-  double cache_ratio = 0.1;     // cache rows per worker = ceil(ratio x total rows)
-  std::uint64_t iterations = 100;
-  std::uint64_t warmup = 10;    // first iterations not counted
-  std::uint64_t seed = 1;
-  bool shuffle = false;         // global batches from a seeded permutation
-  int threads = 1;
-  double budget_ms = 0;         // adaptive LAIA
-  std::uint32_t partitions = 1;
-  bool digest = false;          // hash every plan of every worker (determinism checks)
-  // Rows per table of the key space (and so of the cache ratio), when the dataset saw
-  // only part of each table (a short synthetic file); empty = the manifest's rows.
-  std::vector<std::uint64_t> table_rows;
+  // The job replayed: its policy is the one simulated; simulate() sets its iterations
+  // (the batches fae profiles) to warmup + iterations.
+  SchedulerOptions scheduler;
+  std::uint64_t iterations = 100;  // counted
+  std::uint64_t warmup = 10;       // first iterations not counted
+  bool digest = false;             // hash every plan of every worker (determinism checks)
   std::function<void(const std::string& policy, std::uint64_t done, std::uint64_t total)> on_progress;
 };
 
@@ -50,21 +43,10 @@ struct SimResult {
   }
 };
 
-// Global key offsets per table: from SimOptions::table_rows when given (each at least
-// the manifest's rows), else from the manifest. The last element is the key space size.
-std::vector<std::uint64_t> key_space(const data::Dataset& ds, const SimOptions& o);
-
-// Cache rows per worker for a ratio of the key space.
-std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows);
-
-// Rows of the `fraction` most frequently accessed keys in the first `batches` global
-// batches (FAE's offline profile); hot[k] = 1.
-std::vector<std::uint8_t> profile_hot_rows(const data::Dataset& ds, const SimOptions& o, double fraction);
-
 // A stable hash of a worker's plan (every list, in order).
 std::uint64_t plan_hash(const StepPlan& plan, std::uint64_t seed);
 
-// Runs one policy. Throws ConfigError for impossible configurations.
-SimResult simulate(const data::Dataset& ds, const Policy& policy, const SimOptions& options);
+// Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.
+SimResult simulate(const data::Dataset& ds, const SimOptions& options);
 
 }  // namespace ember::scheduler

@@ -1,0 +1,78 @@
+// The scheduler's configuration, and the one place it is built from what the user
+// chooses: every process of a job (and ember-sim, and the benchmarks) calls
+// make_scheduler_config, so they all schedule alike.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ember/data/dataset.h"
+#include "ember/scheduler/policy.h"
+
+namespace ember::scheduler {
+
+// What the Scheduler runs with.
+struct SchedulerConfig {
+  std::uint32_t workers = 8;
+  std::uint32_t batch_per_worker = 128;
+  std::uint32_t cache_rows = 0;               // LRU capacity per worker, in rows
+  std::vector<std::uint64_t> table_offsets;   // global key = offset[t] + row; size T
+  std::uint64_t num_keys = 0;                 // total rows of all tables
+  Policy policy;
+  std::uint64_t seed = 1;
+  int threads = 1;                            // TBB threads for scoring and cache updates
+  // Adaptive LAIA (Herald 4.3): > 0 scores only the k highest-DoI tables that fit this
+  // scoring-time budget per batch; 0 scores every table (static LAIA).
+  double budget_ms = 0;
+  // Herald's partitioned allocation: split the batch into P parts allocated in parallel,
+  // each giving every worker batch_per_worker / P samples. 1 = sequential Algorithm 1.
+  std::uint32_t partitions = 1;
+  // Whether each key is hot (replicated on every worker); size num_keys. Required by a
+  // policy that replicates hot rows (fae).
+  std::vector<std::uint8_t> hot;
+  // The first iteration scheduled (a job resumed from a checkpoint starts later; sample
+  // draws and plans are numbered from it).
+  std::uint64_t first_iteration = 0;
+};
+
+// What the user chooses (ember-sim's and ember-worker's flags).
+struct SchedulerOptions {
+  std::uint32_t workers = 8;
+  std::uint32_t batch_per_worker = 128;
+  double cache_ratio = 0.1;          // cache rows per worker = ceil(ratio x rows of the key space)
+  std::string policy = "vanilla";    // parse_policy's syntax
+  std::uint64_t seed = 1;            // the scheduler's random draws; the batch order when shuffled
+  bool shuffle = false;              // global batches from a seeded permutation
+  // Global batches the job schedules, from the start of the training split: fae
+  // profiles its hot rows over them.
+  std::uint64_t iterations = 0;
+  int threads = 1;
+  double budget_ms = 0;              // adaptive LAIA (SchedulerConfig::budget_ms)
+  std::uint32_t partitions = 1;      // partitioned LAIA (SchedulerConfig::partitions)
+  // Rows per table of the key space (and so of the cache ratio), when the dataset saw
+  // only part of each table (a short synthetic file); empty = the manifest's rows.
+  std::vector<std::uint64_t> table_rows;
+  // Refuse simulator-only policies (brute) with the message a training job gives.
+  bool for_training = false;
+};
+
+// The configuration for a job on `ds` with options `o`, hot rows included (profiled
+// over the job's batches when the policy replicates them). Throws ConfigError for an
+// unknown policy, a cache ratio outside (0, 1], table_rows of the wrong size, a global
+// batch larger than the training split (when profiling), or a simulator-only policy
+// with for_training. The Scheduler's constructor checks the rest.
+SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
+
+// Global key offsets per table: from `table_rows` when given (each at least the
+// manifest's rows), else from the manifest. The last element is the key space size.
+std::vector<std::uint64_t> key_space(const data::Dataset& ds, const std::vector<std::uint64_t>& table_rows);
+
+// Cache rows per worker for a ratio of the key space.
+std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows);
+
+// The global batches a job with options `o` schedules, in order. Throws ConfigError when
+// one global batch (workers x batch-per-worker) exceeds the training split.
+data::BatchReader global_batch_reader(const data::Dataset& ds, const SchedulerOptions& o);
+
+}  // namespace ember::scheduler

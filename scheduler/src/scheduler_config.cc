@@ -1,0 +1,63 @@
+#include "ember/scheduler/scheduler_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ember/common/error.h"
+#include "ember/scheduler/hot_rows.h"
+
+namespace ember::scheduler {
+
+SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
+  SchedulerConfig c;
+  c.workers = o.workers;
+  c.batch_per_worker = o.batch_per_worker;
+  c.table_offsets = key_space(ds, o.table_rows);
+  c.num_keys = c.table_offsets.back();
+  c.table_offsets.pop_back();
+  c.cache_rows = cache_rows_for(o.cache_ratio, c.num_keys);
+  c.policy = parse_policy(o.policy);
+  if (o.for_training && c.policy.simulator_only()) {
+    throw ConfigError("--policy " + c.policy.name() + " is simulator-only (ember-sim); training runs " + trainable_policies());
+  }
+  c.seed = o.seed;
+  c.threads = o.threads;
+  c.budget_ms = o.budget_ms;
+  c.partitions = o.partitions;
+  if (c.policy.replicates_hot_rows()) c.hot = profile_hot_rows(ds, o, c.policy.hot_fraction());
+  return c;
+}
+
+std::vector<std::uint64_t> key_space(const data::Dataset& ds, const std::vector<std::uint64_t>& table_rows) {
+  const auto& tables = ds.manifest().tables;
+  if (!table_rows.empty() && table_rows.size() != tables.size()) {
+    throw ConfigError("table_rows has " + std::to_string(table_rows.size()) + " entries for " + std::to_string(tables.size()) + " tables");
+  }
+  std::vector<std::uint64_t> off;
+  std::uint64_t acc = 0;
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    off.push_back(acc);
+    acc += table_rows.empty() ? tables[t].rows : std::max(tables[t].rows, table_rows[t]);
+  }
+  off.push_back(acc);
+  return off;
+}
+
+std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows) {
+  if (!(ratio > 0 && ratio <= 1)) throw ConfigError("--cache-ratio must be in (0, 1]");
+  double rows = std::ceil(ratio * static_cast<double>(total_rows));
+  if (rows > 4e9) throw ConfigError("cache of " + std::to_string(rows) + " rows exceeds 2^32");
+  return static_cast<std::uint32_t>(rows);
+}
+
+data::BatchReader global_batch_reader(const data::Dataset& ds, const SchedulerOptions& o) {
+  const std::uint64_t n = static_cast<std::uint64_t>(o.workers) * o.batch_per_worker;
+  const data::SplitData& train = ds.split(data::Split::kTrain);
+  if (n > train.rows()) {
+    throw ConfigError("a global batch of " + std::to_string(n) + " samples (workers x batch-per-worker) exceeds the " +
+                      std::to_string(train.rows()) + " training rows");
+  }
+  return data::BatchReader(train, {static_cast<std::size_t>(n), o.shuffle, o.seed, true});
+}
+
+}  // namespace ember::scheduler

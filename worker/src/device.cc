@@ -4,6 +4,10 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
+#include "ember/common/error.h"
+
 namespace ember::worker {
 
 DeviceInfo select_device(bool prefer_cuda) {
@@ -19,6 +23,21 @@ DeviceInfo select_device(bool prefer_cuda) {
 std::string describe(const DeviceInfo& info) {
   return fmt::format("device {} (LibTorch {}, {} CUDA device(s), {} intra-op thread(s))", info.device, info.torch_version,
                      info.cuda_devices, info.intra_op_threads);
+}
+
+torch::Device parse_device(const std::string& text) {
+  std::optional<torch::Device> d;
+  try {
+    d.emplace(text);
+  } catch (const c10::Error&) {
+    throw ConfigError("--device '" + text + "': choose cpu, cuda or cuda:N");
+  }
+  if (d->is_cuda() && !torch::cuda::is_available()) {
+    throw ConfigError("--device " + text + ": no CUDA device visible to LibTorch (" + std::string(TORCH_VERSION) +
+                      (torch::cuda::device_count() == 0 ? ", built without CUDA or no GPU" : "") + "); use --device cpu");
+  }
+  if (!d->is_cpu() && !d->is_cuda()) throw ConfigError("--device '" + text + "': choose cpu, cuda or cuda:N");
+  return *d;
 }
 
 }  // namespace ember::worker

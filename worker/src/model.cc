@@ -147,4 +147,19 @@ std::shared_ptr<CtrModel> make_model(const ModelConfig& c) {
   throw ConfigError("--model '" + c.kind + "': choose wide-deep, deepfm, dcn or dlrm");
 }
 
+std::unique_ptr<torch::optim::Optimizer> make_dense_optimizer(const std::string& name, std::vector<torch::Tensor> params, float lr) {
+  if (name == "sgd") return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(lr));
+  if (name == "adagrad") return std::make_unique<torch::optim::Adagrad>(params, torch::optim::AdagradOptions(lr));
+  throw ConfigError("--dense-optimizer '" + name + "': choose sgd or adagrad");
+}
+
+std::vector<float> flatten_params(CtrModel& model) {
+  std::vector<float> out;
+  for (const auto& p : model.named_parameters()) {
+    auto t = p.value().detach().contiguous().to(torch::kCPU);
+    out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  }
+  return out;
+}
+
 }  // namespace ember::worker

@@ -2,6 +2,8 @@
 // only module that includes LibTorch (it is slow to compile, and the PS must not need it).
 #pragma once
 
+#include <torch/torch.h>
+
 #include <string>
 
 namespace ember::worker {
@@ -16,6 +18,10 @@ struct DeviceInfo {
 
 // The device a worker uses: CUDA when `prefer_cuda` and a device is visible, else CPU.
 DeviceInfo select_device(bool prefer_cuda);
+
+// "cpu", "cuda" or "cuda:N" as a device; ConfigError for another text, or for CUDA
+// without a device visible to LibTorch.
+torch::Device parse_device(const std::string& text);
 
 // One-line description for logs.
 std::string describe(const DeviceInfo& info);

@@ -39,4 +39,10 @@ class CtrModel : public torch::nn::Module {
 // every worker builds the same model. Throws ConfigError for an unknown kind.
 std::shared_ptr<CtrModel> make_model(const ModelConfig& config);
 
+// The dense optimizer `name` (sgd or adagrad) over `params`; ConfigError otherwise.
+std::unique_ptr<torch::optim::Optimizer> make_dense_optimizer(const std::string& name, std::vector<torch::Tensor> params, float lr);
+
+// The model's parameters, flattened in named_parameters order, on the host.
+std::vector<float> flatten_params(CtrModel& model);
+
 }  // namespace ember::worker

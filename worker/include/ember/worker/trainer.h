@@ -1,28 +1,14 @@
-// A worker's whole life: join the job, build the dense model, run the scheduler one
-// iteration ahead in a loader thread, execute each StepPlan against the embedding cache
-// and the PS, all-reduce dense gradients with c10d (Gloo), evaluate, leave.
-//
-// One iteration t, for this worker (DESIGN.md "One training iteration"):
-//   1. sync pushes of the plan (partial gradients with their iteration and trainer
-//      count; dirty values another worker needs)
-//   2. barrier among workers (control plane), then commit(t) on every shard: the PS
-//      applies every complete aggregation before anyone pulls rows for t
-//   3. evicted rows leave (dirty: value pushed; partial: gradient pushed), pulls fill
-//      their slots (value + optimizer state)
-//   4. forward/backward on the micro-batch; dense gradients (and the loss) all-reduced;
-//      row gradients summed per slot; a row trained here alone gets the sparse
-//      optimizer locally (the same code as the PS); a shared row keeps its gradient as a
-//      partial (on-demand policies) or pushes it (full-set policies); drops
-// Every `eval_every` iterations and at the end the scheduler flushes (dirty values and
-// partial gradients go to the PS), and worker 0 evaluates AUC / log loss on the
-// validation split with rows read from the PS. It also flushes before every commit at
-// which the PS checkpoints (ember-ps --checkpoint-every N: commit(I) with (I + 1) % N ==
-// 0; and the iterations shards name in commit acks, asked for on command), so a
-// checkpoint holds the model of BSP training before iteration I whatever the policy, not
-// the PS's stale copies of rows the workers own; each worker then saves its dense model
-// for that iteration (checkpoint_dir), and `resume` starts a job at I. A shard asked to
-// stop names a checkpoint after which the job ends (TrainSummary::stopped_at); a worker
-// asked to (TrainConfig::stop) has the shards name one by flagging its commits.
+// A training worker: run_worker joins the job, trains its share of every global batch
+// and leaves. One iteration t, read in order (worker/src/):
+//   loader.h          the scheduler's plan for t, made ahead in a thread of its own
+//   ps_exchange.h     sync pushes, the workers' barrier, commit(t), evictions and pulls
+//   compute_step.h    gather, forward/backward, dense all-reduce, dense optimizer
+//   ps_exchange.h     full-set policies' end pushes
+//   row_updates.h     local optimizer for rows trained here alone, partials kept, drops
+// and around them: job.h (join, PS connections), collective.h (c10d), trainer.cc (the
+// loop, flushes for evaluations and checkpoints), checkpoint_requests.h (checkpoints and
+// stops asked for while the job runs), dense_checkpoint.h, evaluation.h, run_report.h.
+// The row-state contract the plans follow is in docs/design.md.
 #pragma once
 
 #include <atomic>

@@ -1,0 +1,31 @@
+// The dense collective: sums tensors over the job's workers with c10d, Gloo on host
+// tensors, or NCCL on GPUs when LibTorch has it (EMBER_TORCH_NCCL). Worker 0 hosts the
+// c10d store and publishes its address over the control plane.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+#include "ember/transport/control.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker {
+
+class Collective {
+ public:
+  Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device);
+  // Sums `tensors` over the workers, in place.
+  void allreduce(std::vector<torch::Tensor>& tensors) { allreduce_(tensors); }
+  // Whether allreduce takes tensors on the device (NCCL) rather than on the host (Gloo).
+  bool on_device() const { return on_device_; }
+
+ private:
+  // A function holding the process group and its store, not a group pointer: the
+  // groups' base classes differ between LibTorch versions.
+  std::function<void(std::vector<torch::Tensor>&)> allreduce_;
+  bool on_device_ = false;
+};
+
+}  // namespace ember::worker

@@ -1,0 +1,88 @@
+#include "compute_step.h"
+
+namespace ember::worker {
+
+ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
+                         const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse)
+    : model_(model),
+      optimizer_(optimizer),
+      collective_(collective),
+      hot_(hot),
+      device_(device),
+      num_tables_(c.model.num_tables),
+      num_dense_(c.model.num_dense),
+      global_n_(c.workers * c.batch_per_worker),
+      dim_(dim),
+      sparse_(sparse) {}
+
+void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache) {
+  const scheduler::StepPlan& p = s.plan;
+  const auto n = static_cast<std::int64_t>(p.samples.size());
+  const std::size_t cells = static_cast<std::size_t>(n) * num_tables_;
+  slots_.clear();
+  hot_h_.clear();
+  cold_pos_.clear();
+  hot_pos_.clear();
+  slots_.reserve(cells);
+  for (std::size_t i = 0; i < cells; ++i) {
+    if (const std::uint32_t* h = hot_.find(s.keys[i])) {
+      hot_pos_.push_back(static_cast<std::int64_t>(i));
+      hot_h_.push_back(*h);
+    } else {
+      cold_pos_.push_back(static_cast<std::int64_t>(i));
+      slots_.push_back(p.rows[*row_of.find(s.keys[i])].slot);
+    }
+  }
+  torch::Tensor emb_flat;
+  if (hot_pos_.empty()) {
+    emb_flat = cache.gather(slots_);
+  } else {
+    // Positions of cold and hot rows in the batch, on the device (used forward and backward).
+    cold_idx_ = torch::tensor(cold_pos_).to(device_);
+    hot_idx_ = torch::tensor(hot_pos_).to(device_);
+    emb_flat = torch::empty({static_cast<std::int64_t>(cells), static_cast<std::int64_t>(dim_)}, torch::TensorOptions().device(device_));
+    if (!cold_pos_.empty()) emb_flat.index_copy_(0, cold_idx_, cache.gather(slots_));
+    emb_flat.index_copy_(0, hot_idx_, hot_.values(hot_h_).to(device_));
+  }
+  auto emb = emb_flat.view({n, static_cast<std::int64_t>(num_tables_), dim_});
+  emb.set_requires_grad(true);
+  auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(num_dense_)}, torch::kFloat32).to(device_);
+  auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32).to(device_);
+  optimizer_.zero_grad();
+  auto logits = model_.forward(dense, emb);
+  loss_ = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n_);
+  loss_.backward();
+  emb_grad_ = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
+}
+
+double ComputeStep::allreduce(WireCounts& wire) {
+  if (!hot_pos_.empty()) hot_.add_grads(hot_h_, emb_grad_.index_select(0, hot_idx_).to(torch::kCPU));
+  std::vector<torch::Tensor> parts;
+  for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
+  parts.push_back(loss_.detach().reshape(1));
+  if (!hot_.empty()) hot_.append_to(parts, device_);
+  // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
+  // host (with NCCL it stays on the device).
+  std::vector<torch::Tensor> flat{collective_.on_device() ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU)};
+  collective_.allreduce(flat);
+  std::int64_t off = 0;
+  for (auto& param : model_.parameters()) {
+    const std::int64_t k = param.numel();
+    param.mutable_grad().copy_(flat[0].narrow(0, off, k).view_as(param));  // copy_ moves it back to the device
+    off += k;
+  }
+  const double loss = flat[0][off].item<double>();
+  if (!hot_.empty()) wire.hot_sync += hot_.apply(flat[0], off + 1, sparse_);
+  return loss;
+}
+
+void ComputeStep::update(RowCache& cache) {
+  optimizer_.step();
+  if (hot_pos_.empty()) {
+    cache.scatter_add_grad(slots_, emb_grad_);
+  } else if (!cold_pos_.empty()) {
+    cache.scatter_add_grad(slots_, emb_grad_.index_select(0, cold_idx_));
+  }
+}
+
+}  // namespace ember::worker

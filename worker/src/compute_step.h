@@ -1,0 +1,51 @@
+// Stage 3, the compute step: the micro-batch's rows gathered from the cache (and fae's
+// replica), forward and backward through the dense model, the dense gradients and the
+// loss summed over the workers (with fae's hot-row gradients), then the dense optimizer
+// and the row gradients added into the cache's slots. The loss is the micro-batch's sum
+// scaled by the global batch, so the all-reduced gradient is the global batch's mean
+// loss's, whatever the partition: the model BSP training gives.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "collective.h"
+#include "hot_rows.h"
+#include "loader.h"
+#include "ember/common/flat_map.h"
+#include "ember/worker/model.h"
+#include "ember/worker/row_cache.h"
+
+namespace ember::worker {
+
+class ComputeStep {
+ public:
+  ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
+              const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse);
+
+  // Gather, forward, backward of step `s` (row_of: index_rows of its plan).
+  void forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache);
+  // Sums the dense gradients, the loss and the hot rows' gradients over the workers,
+  // and updates the hot rows; returns the global batch's mean loss.
+  double allreduce(WireCounts& wire);
+  // The dense optimizer's step; the row gradients into the cache.
+  void update(RowCache& cache);
+
+ private:
+  CtrModel& model_;
+  torch::optim::Optimizer& optimizer_;
+  Collective& collective_;
+  HotRows& hot_;
+  torch::Device device_;
+  std::uint32_t num_tables_, num_dense_, global_n_, dim_;
+  ps::OptimizerConfig sparse_;
+  // This iteration's: the cache slots of the cold rows and the replica rows of the hot
+  // ones, their positions in the batch, the rows' gradients, the loss.
+  std::vector<std::uint32_t> slots_, hot_h_;
+  std::vector<std::int64_t> cold_pos_, hot_pos_;
+  torch::Tensor cold_idx_, hot_idx_, emb_grad_, loss_;
+};
+
+}  // namespace ember::worker

@@ -1,0 +1,41 @@
+// The workers' part of a checkpoint: the dense model and its optimizer as of the start of
+// an iteration (the PS shards' checkpoint of that iteration holds the rows), one file per
+// worker (hosts may share no filesystem; the replicas are identical), written atomically,
+// the newest `keep_checkpoints` kept. Loading checks that the file was written by a job
+// that trains the same way (model, optimizer, seed, shape, rows).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
+#include "ember/worker/model.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker {
+
+class DenseCheckpoints {
+ public:
+  DenseCheckpoints(const TrainConfig& c, std::uint32_t rank, std::uint64_t num_keys, std::uint32_t dim)
+      : c_(c), rank_(rank), num_keys_(num_keys), dim_(dim) {}
+
+  // A failure to write is logged, not thrown: training goes on and the earlier
+  // checkpoints are intact, as on the PS.
+  void save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const;
+  // Throws ConfigError naming what is missing or does not match this job, DataError for
+  // an unreadable file.
+  void load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
+
+ private:
+  // What must match for the dense state to continue this job's training.
+  nlohmann::json meta(std::uint64_t iteration) const;
+  void prune() const;
+
+  const TrainConfig& c_;
+  std::uint32_t rank_;
+  std::uint64_t num_keys_;
+  std::uint32_t dim_;
+};
+
+}  // namespace ember::worker

@@ -1,0 +1,65 @@
+// The job around the stages: this worker's place in it (the control plane it joined,
+// its rank), what the PS shards serve (their published configuration, checked against
+// this worker's data), and its data connections to every shard. The dense collective is
+// in collective.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ember/data/dataset.h"
+#include "ember/ps/ps_client.h"
+#include "ember/ps/sparse_optimizer.h"
+#include "ember/transport/control.h"
+#include "ember/transport/verbs.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker {
+
+// What the PS shards serve (published by shard 0 as "ps_config").
+struct PsConfig {
+  std::uint64_t num_keys = 0;
+  std::uint32_t dim = 0;
+  ps::OptimizerConfig optimizer;
+  std::uint64_t seed = 0;
+  std::string transport = "tcp";
+  std::uint64_t checkpoint_every = 0;    // the PS checkpoints at commit(I), (I + 1) % N == 0
+  bool checkpoints = false;              // the PS has a checkpoint directory (also: on command)
+  std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none)
+};
+
+// The control plane's barrier generations of the workers' barriers: one before each
+// commit of iteration t, one before the commit that follows a flush after t, and the
+// last one before leaving after `end` iterations. They must differ, and every worker
+// must count them alike.
+inline std::uint64_t barrier_before_commit(std::uint64_t t) { return 2 * t; }
+inline std::uint64_t barrier_after_flush(std::uint64_t t) { return 2 * t + 1; }
+inline std::uint64_t barrier_before_leaving(std::uint64_t end) { return 2 * end + 2; }
+
+class Job {
+ public:
+  // Opens the data plane's transport (RDMA: says in one line when there is no device),
+  // before anything else can fail slowly.
+  explicit Job(const TrainConfig& c);
+  // Joins the control plane, checks what the PS serves against `ds`, connects to every
+  // shard. Throws ConfigError for a job that does not fit this worker.
+  void join(const data::Dataset& ds);
+
+  transport::ControlMember& control() { return *control_; }
+  ps::PsClient& ps() { return *client_; }
+  const PsConfig& ps_config() const { return ps_; }
+  std::uint32_t rank() const { return rank_; }
+  std::uint32_t dim() const { return ps_.dim; }
+  std::uint32_t state_floats() const { return state_; }
+
+ private:
+  const TrainConfig& c_;
+  std::unique_ptr<transport::verbs::Fabric> fabric_;  // --transport rdma; outlives client_
+  std::unique_ptr<transport::ControlMember> control_;
+  std::unique_ptr<ps::PsClient> client_;
+  PsConfig ps_;
+  std::uint32_t rank_ = 0, state_ = 0;
+};
+
+}  // namespace ember::worker

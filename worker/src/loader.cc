@@ -1,0 +1,109 @@
+#include "loader.h"
+
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+
+namespace ember::worker {
+
+bool AskedCheckpoints::add(std::uint64_t at) {
+  std::lock_guard lock(mutex_);
+  return at_.insert(at).second;
+}
+
+bool AskedCheckpoints::contains(std::uint64_t at) const {
+  std::lock_guard lock(mutex_);
+  return at_.count(at) > 0;
+}
+
+Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
+               std::uint64_t checkpoint_every, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
+    : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked), stop_at_(stop_at) {
+  queue_.set_capacity(2);
+  thread_ = std::thread([this] {
+    name_this_thread("loader");
+    run();
+  });
+}
+
+Loader::~Loader() {
+  stop_ = true;
+  queue_.abort();  // wakes a push under way
+  Handoff dropped;
+  while (queue_.try_pop(dropped)) {
+  }  // room for a push that started after the abort; the loader then sees stop_
+  thread_.join();
+}
+
+Step Loader::next() {
+  Handoff h;
+  queue_.pop(h);
+  if (h.error) std::rethrow_exception(h.error);
+  return std::move(h.step);
+}
+
+void Loader::run() {
+  try {
+    data::BatchOptions bo;
+    bo.batch_size = static_cast<std::size_t>(c_.workers) * c_.batch_per_worker;
+    bo.shuffle = c_.shuffle;
+    bo.seed = c_.seed;
+    data::BatchReader reader(ds_.split(data::Split::kTrain), bo);
+    if (reader.batches_per_epoch() == 0) {
+      throw ConfigError("the training split of " + c_.dataset + " holds fewer samples than one global batch (" +
+                        std::to_string(bo.batch_size) + ")");
+    }
+    data::Batch b;
+    scheduler::GlobalBatch g;
+    std::vector<scheduler::StepPlan> plans;
+    std::uint64_t epoch = 0;
+    auto next_batch = [&] {
+      if (!reader.next(b)) {
+        reader.start_epoch(++epoch);
+        reader.next(b);
+      }
+    };
+    const std::uint64_t first = sched_.config().first_iteration;
+    for (std::uint64_t t = 0; t < first; ++t) next_batch();  // the batches trained before the checkpoint
+    const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
+    for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
+      next_batch();
+      scheduler::to_global_batch(b, sched_.config().table_offsets, g);
+      Handoff h;
+      Step& s = h.step;
+      s.iteration = t;
+      s.sched_ms = sched_.schedule(g, plans).sched_ms;
+      s.plan = std::move(plans[rank_]);
+      for (std::uint32_t i : s.plan.samples) {
+        s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
+                      g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
+        const float* d = b.dense(i);
+        s.dense.insert(s.dense.end(), d, d + D);
+        s.labels.push_back(static_cast<float>(b.label(i)));
+      }
+      // A stopped job skips the final evaluation (it takes long, and the stop may have a
+      // deadline); the resumed job evaluates at its end.
+      s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
+      s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
+      s.checkpoint = !s.last && ((checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0) || asked_.contains(t + 1));
+      s.flush = s.evaluate || s.checkpoint || s.last;
+      if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
+        sched_.flush(plans);
+        s.flush_plan = std::move(plans[rank_]);
+      }
+      const bool last = s.last;
+      queue_.push(std::move(h));
+      if (last) return;
+    }
+  } catch (const tbb::user_abort&) {
+    // The trainer is gone.
+  } catch (...) {
+    Handoff h;
+    h.error = std::current_exception();
+    try {
+      queue_.push(std::move(h));
+    } catch (const tbb::user_abort&) {
+    }
+  }
+}
+
+}  // namespace ember::worker

@@ -1,0 +1,91 @@
+// Stage 1, the loader: reads the global batches this job trains and runs the scheduler on
+// each, a couple of iterations ahead of training, in a thread of its own. Every worker
+// runs the same deterministic scheduler on the same batches, so their plans agree without
+// a scheduler process. It hands over this worker's part of iteration t (a Step): its
+// StepPlan, the features of its samples, and what follows the step (a flush for an
+// evaluation or a checkpoint, or the end of the job).
+#pragma once
+
+#include <tbb/concurrent_queue.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "ember/data/dataset.h"
+#include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/step_plan.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker {
+
+// Checkpoints the shards asked for on command (SIGUSR1), told by the training thread and
+// read by the loader. A set, not the latest: shards signalled a commit apart name
+// different iterations, and each is flushed for (else all but one would hold the PS's
+// rows only).
+class AskedCheckpoints {
+ public:
+  // Whether `at` is new.
+  bool add(std::uint64_t at);
+  bool contains(std::uint64_t at) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::uint64_t> at_;
+};
+
+// One iteration's work as the loader hands it over.
+struct Step {
+  std::uint64_t iteration = 0;
+  scheduler::StepPlan plan;
+  std::vector<Key> keys;      // samples x tables, global keys
+  std::vector<float> dense;   // samples x num_dense
+  std::vector<float> labels;  // samples
+  double sched_ms = 0;
+  bool flush = false;  // flush after training this iteration (flush_plan)
+  scheduler::StepPlan flush_plan;
+  bool evaluate = false;    // worker 0 evaluates after the flush
+  bool checkpoint = false;  // the PS checkpoints at the next commit: dense state saved
+  bool last = false;
+};
+
+// Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
+// checkpoints at commit(I) for (I + 1) % checkpoint_every == 0 (0: never) and at I = `asked` (set by the training thread before the
+// loader plans I - 1): the iteration before is flushed. At I = `stop_at` (set as early)
+// the job stops: I - 1 is the last step.
+class Loader {
+ public:
+  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
+         std::uint64_t checkpoint_every, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next step; throws what the loader thread threw.
+  Step next();
+
+ private:
+  // What crosses from the loader thread: a step, or the error that ended it.
+  struct Handoff {
+    Step step;
+    std::exception_ptr error;
+  };
+  void run();
+
+  const data::Dataset& ds_;
+  scheduler::Scheduler sched_;
+  const TrainConfig& c_;
+  std::uint32_t rank_;
+  std::uint64_t checkpoint_every_;
+  const AskedCheckpoints& asked_;
+  const std::atomic<std::uint64_t>& stop_at_;
+  tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ember::worker

@@ -1,0 +1,77 @@
+// Stage 2, the PS exchange: every row that crosses between this worker's cache and the
+// PS shards in an iteration, in the order of the row-state contract (docs/design.md):
+//   sync pushes   partial gradients and dirty values another worker needs, before the
+//                 barrier, all acknowledged (a commit must find them at the PS);
+//   commit        after the workers' barrier: the PS applies every complete
+//                 aggregation before anyone pulls rows for the iteration;
+//   pulls         evicted rows leave (dirty: value; partial: gradient) and the missing
+//                 rows fill their slots, in one round trip;
+//   end pushes    full-set policies push every trained row's gradient after training.
+// It also keeps the bookkeeping of the partial gradients the cache holds (which
+// iteration computed each, and how many workers trained the row then).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "ember/common/flat_map.h"
+#include "ember/ps/ps_client.h"
+#include "ember/scheduler/step_plan.h"
+#include "ember/transport/control.h"
+#include "ember/worker/row_cache.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker {
+
+// Each distinct row of a plan (StepPlan::rows) by key: its index there.
+U64Map<std::uint32_t> index_rows(const scheduler::StepPlan& p);
+
+// What the shards said in a commit's acknowledgements.
+struct CommitNews {
+  std::vector<std::uint64_t> checkpoints_at;  // checkpoints asked for on command, still ahead
+  std::uint64_t stop_at = 0;                  // a checkpoint after which the job stops (0: none)
+};
+
+class PsExchange {
+ public:
+  PsExchange(ps::PsClient& client, transport::ControlMember& control, RowCache& cache, WireCounts& wire, std::uint32_t dim,
+             std::uint32_t state_floats, std::uint32_t cache_rows);
+
+  // The plan's sync pushes (`flush`: of a flush, counted apart).
+  void sync_pushes(const scheduler::StepPlan& p, bool flush);
+  // The workers' barrier before a commit (job.h names the generations).
+  void barrier(std::uint64_t generation);
+  // commit(iteration) on every shard, with `flags` (ps_service.h).
+  CommitNews commit(std::uint64_t iteration, std::uint32_t flags);
+  // Evictions and pulls of iteration t.
+  void pull(const scheduler::StepPlan& p, std::uint64_t t);
+  // Full-set sync: every trained row's gradient, with its trainer count.
+  void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t);
+  // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
+  // stays in the cache until a plan pushes it.
+  void keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t trainers);
+
+ private:
+  // Partial gradients to push, grouped by the iteration that computed them (one push each).
+  struct GradBatch {
+    std::vector<Key> keys;
+    std::vector<std::uint32_t> trainers;
+    std::vector<std::uint32_t> slots;  // their gradients are read from the cache when pushed
+    std::vector<float> grads;
+  };
+  using GradsByIteration = std::map<std::uint64_t, GradBatch>;
+  void take_grad(std::uint32_t slot, GradsByIteration& by_iter);
+  // Sends the gradients (one push per iteration); the caller waits for `sent`.
+  void push_partials(GradsByIteration& by_iter, std::vector<ps::PsFuture>& sent);
+
+  ps::PsClient& client_;
+  transport::ControlMember& control_;
+  RowCache& cache_;
+  WireCounts& wire_;
+  std::uint32_t dim_, state_;
+  std::vector<std::uint64_t> partial_iter_;      // per slot: iteration of its partial gradient
+  std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
+};
+
+}  // namespace ember::worker

@@ -25,7 +25,7 @@
 #include "ember/common/process.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
-#include "ember/transport/tcp.h"
+#include "ember/transport/transport.h"
 
 namespace ember::bench {
 
@@ -316,12 +316,14 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     const std::string applied_by = applier ? "applier" : "handler";
     service.apply_commits_on(choice.where);
     if (o.apply_commits == "auto") out.text(fmt::format("dim {}: commits applied by the {} ({})\n", dim, applied_by, choice.why));
-    transport::TcpServerOptions to;
+    // Loopback TCP, the shard's side and the clients' alike.
+    transport::TransportOptions to;
     to.token = kToken;
     to.io_threads = o.io_threads;
     to.socket_buffer_bytes = o.socket_buffer_kib << 10;
+    const transport::Transport data_plane(std::move(to));
     const bool ack_only = o.serve == "ack";
-    transport::TcpServer server(to, [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) {
+    const auto server = data_plane.make_server([&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) {
       if (ack_only && (r.header.type == transport::MessageType::kPushGrad || r.header.type == transport::MessageType::kCommit)) {
         m.header.type = transport::MessageType::kAck;  // the payload read in, never looked at
         return;
@@ -428,8 +430,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
             ts.emplace_back([&, t] {
               name_this_thread("ps-client-" + std::to_string(t));
               if (!client_cpus.empty()) pin_this_thread(client_cpus);
-              ps::PsClient c({{"127.0.0.1", server.port()}}, dim, 0, ps::tcp_connector(kToken, std::chrono::milliseconds(10000), o.socket_buffer_kib << 10),
-                            o.connections);
+              ps::PsClient c({{"127.0.0.1", server->port()}}, dim, 0, data_plane.make_connector(), o.connections);
               std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
               const auto sets = scattered ? scattered_sets(t, threads, o.num_keys, n) : std::vector<std::vector<Key>>{};
               std::vector<Key> keys(n);
@@ -511,7 +512,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     out.row(store_row);
     if (dim == 16) {
       // Latency of small pulls (16 rows), one client.
-      ps::PsClient c({{"127.0.0.1", server.port()}}, kToken, dim, 0);
+      ps::PsClient c({{"127.0.0.1", server->port()}}, kToken, dim, 0);
       std::vector<Key> keys(16);
       std::vector<float> buf;
       std::vector<double> us;

@@ -7,8 +7,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/flat_map.h"
-#include "ember/ps/ps_service.h"
-#include "ember/ps/shard_store.h"
+#include "ember/ps/protocol.h"
 #include "ember/transport/tcp.h"
 
 namespace ember::ps {
@@ -29,18 +28,6 @@ ShardAddress parse_address(const std::string& text) {
   return {text.substr(0, colon), static_cast<std::uint16_t>(port)};
 }
 
-Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout, std::uint32_t socket_buffer_bytes) {
-  return [token, timeout, socket_buffer_bytes](const ShardAddress& a) {
-    return std::make_unique<transport::TcpClient>(a.host, a.port, token, timeout, socket_buffer_bytes);
-  };
-}
-
-Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options) {
-  return [&fabric, token, options](const ShardAddress& a) {
-    return std::make_unique<transport::RdmaClient>(fabric, a.host, a.port, token, options);
-  };
-}
-
 PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, std::uint32_t state_floats, const Connector& connect,
                    std::uint32_t connections_per_shard)
     : connect_(connect),
@@ -52,7 +39,7 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, s
       state_(state_floats) {
   if (shards.empty()) throw ConfigError("no PS shard addresses");
   for (const auto& a : shards) {
-    for (std::uint32_t c = 0; c < per_shard_; ++c) conns_.push_back(connect(a));
+    for (std::uint32_t c = 0; c < per_shard_; ++c) conns_.push_back(connect(a.host, a.port));
   }
   in_flight_.resize(conns_.size());
 }
@@ -72,13 +59,24 @@ void PsClient::reconnect(std::uint32_t s, const std::string& why) {
   const ShardAddress& a = addresses_[s / per_shard_];
   spdlog::warn("PS shard {} ({}:{}): {}; retrying the pull on a new connection", s / per_shard_, a.host, a.port, why);
   conns_[s].reset();
-  conns_[s] = connect_(a);
+  conns_[s] = connect_(a.host, a.port);
   ++retries_;
 }
 
+namespace {
+
+transport::Transport tcp_transport(const std::string& token, std::chrono::milliseconds timeout) {
+  transport::TransportOptions o;
+  o.token = token;
+  o.timeout = timeout;
+  return transport::Transport(std::move(o));
+}
+
+}  // namespace
+
 PsClient::PsClient(const std::vector<ShardAddress>& shards, const std::string& token, std::uint32_t dim, std::uint32_t state_floats,
                    std::chrono::milliseconds timeout)
-    : PsClient(shards, dim, state_floats, tcp_connector(token, timeout)) {}
+    : PsClient(shards, dim, state_floats, tcp_transport(token, timeout).make_connector()) {}
 
 // What an operation in flight collects as its replies come in.
 struct PsFuture::Op {
@@ -216,13 +214,14 @@ void PsClient::complete_front(std::uint32_t lane) {
     if (!e.pull) {
       const transport::Message r = conn(lane).receive();
       if (r.header.type == MessageType::kAck) {
-        op.result += r.header.flags & ~kAckStop;  // a commit's updated rows; 0 for pushes
-        if (op.commit && r.header.iteration > op.iteration) {
+        const CommitAck ack = decode_commit_ack(r.header, op.iteration);
+        op.result += ack.rows_updated;  // 0 for pushes
+        if (op.commit && ack.checkpoint_at != 0) {
           auto& c = op.checkpoints;
-          if (auto at = std::lower_bound(c.begin(), c.end(), r.header.iteration); at == c.end() || *at != r.header.iteration) c.insert(at, r.header.iteration);
+          if (auto at = std::lower_bound(c.begin(), c.end(), ack.checkpoint_at); at == c.end() || *at != ack.checkpoint_at) c.insert(at, ack.checkpoint_at);
           // Shards asked to stop at once (all signalled) may name iterations a commit
           // apart: the job stops at the first, which every worker learns in time.
-          if ((r.header.flags & kAckStop) != 0 && (op.stop_at == 0 || r.header.iteration < op.stop_at)) op.stop_at = r.header.iteration;
+          if (ack.stop && (op.stop_at == 0 || ack.checkpoint_at < op.stop_at)) op.stop_at = ack.checkpoint_at;
         }
       }
       return;

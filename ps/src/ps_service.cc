@@ -101,8 +101,7 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       // commits wait on commit_mutex_, so no worker has gone on to the next iteration.
       const auto it = static_cast<std::int64_t>(h.iteration);
       const bool checkpoint = checkpoints_.has_value() && it > checkpointed_.load() && it != restored_.load() &&
-                              ((checkpoint_every_ > 0 && (h.iteration + 1) % checkpoint_every_ == 0) ||
-                               (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
+                              (schedule_.checkpoints_at_commit(h.iteration) || (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
       std::uint64_t updated = 0;
       if (checkpoint || commit_apply_ == CommitApply::kApplier) {
         // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
@@ -113,8 +112,8 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
         // iteration applies or waits for the rows it reads (see shard_store.h).
         updated = store_.commit_deferred();
       }
-      // The rows updated never reach kAckStop's bit.
-      reply.header.flags = static_cast<std::uint32_t>(std::min<std::uint64_t>(updated, kAckStop - 1));
+      CommitAck ack;
+      ack.rows_updated = updated;
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), it);
@@ -131,9 +130,10 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       // A checkpoint asked for on command and still ahead: the workers learn when, and
       // whether the job stops there.
       if (const std::int64_t asked = requested_.load(); asked > it && asked > checkpointed_.load()) {
-        reply.header.iteration = static_cast<std::uint64_t>(asked);
-        if (stop_at_.load() == asked) reply.header.flags |= kAckStop;
+        ack.checkpoint_at = static_cast<std::uint64_t>(asked);
+        ack.stop = stop_at_.load() == asked;
       }
+      encode_commit_ack(ack, reply.header);
       return;
     }
     default:

@@ -19,11 +19,12 @@
 #include "ember/common/process.h"
 #include "ember/common/signals.h"
 #include "ember/ps/checkpoints.h"
+#include "ember/ps/job_config.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
 #include "ember/transport/control.h"
 #include "ember/transport/rdma.h"
-#include "ember/transport/tcp.h"
+#include "ember/transport/transport.h"
 
 namespace {
 
@@ -175,8 +176,9 @@ int main(int argc, char** argv) {
     sigaddset(&stop, SIGUSR1);  // a checkpoint on command
     pthread_sigmask(SIG_BLOCK, &stop, nullptr);
     // Until the loop below waits for them, SIGTERM/SIGINT stop the shard at once: the
-    // join waits up to 2 minutes for every process of the job (it used to hold a signal
-    // that long), and a restore may take long; nothing is served yet, so nothing is lost.
+    // join waits up to 2 minutes for every process of the job and a restore may take
+    // long, too long to leave a signal unanswered; nothing is served yet, so nothing is
+    // lost.
     std::optional<SignalThread> before_serving(std::in_place, std::initializer_list<int>{SIGTERM, SIGINT}, [](int sig) {
       spdlog::warn("signal {} before the job is served: stopping now", sig);
       die_by_signal(sig);
@@ -197,16 +199,24 @@ int main(int argc, char** argv) {
       }
     }
     sc.apply_threads = ps::applier_threads(apply_threads, static_cast<std::uint32_t>(io_threads));
-    // Over RDMA, pull replies leave from the rows' chunks in place (the device gathers
-    // them): each chunk becomes a send region as it is allocated. The fabric first: without
-    // a device, one line says so before any table is allocated.
-    std::unique_ptr<transport::verbs::Fabric> fabric;
-    std::shared_ptr<transport::SendRegions> send_regions;
-    if (transport_kind == "rdma") {
-      fabric = transport::verbs::make_ibverbs_fabric();  // one line and exit 2 without a device
-      send_regions = std::make_shared<transport::SendRegions>();
+    transport::TransportOptions to;
+    to.kind = transport::parse_transport(transport_kind);
+    to.token = token;
+    to.address = where.host;
+    to.port = where.port;
+    to.io_threads = io_threads;
+    to.socket_buffer_bytes = socket_buffer_kib << 10;
+    to.rdma_slot_bytes = rdma_slot_mib << 20;
+    if (to.kind == transport::TransportKind::kRdma) {
+      // Pull replies leave from the rows' chunks in place (the device gathers them): each
+      // chunk becomes a send region as it is allocated.
+      auto send_regions = std::make_shared<transport::SendRegions>();
       sc.on_chunk = [send_regions](const void* p, std::size_t bytes) { send_regions->add(p, bytes); };
+      to.send_regions = std::move(send_regions);
     }
+    // The data plane before the tables: without an RDMA device, one line says so (exit 2)
+    // before any table is allocated.
+    const transport::Transport data_plane(std::move(to));
     ps::PsService service(sc);
     const std::uint32_t rf = service.store().row_floats();
     const ps::CommitApplyChoice apply = ps::choose_commit_apply(apply_commits, rf * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads,
@@ -232,31 +242,10 @@ int main(int argc, char** argv) {
                    iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
     }
     auto handler = [&service](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { service.handle(r, o, s); };
-    std::unique_ptr<transport::Server> server_ptr;
-    const transport::RdmaServer* rdma_server = nullptr;  // for its in-place bytes in the stats
-    if (transport_kind == "tcp") {
-      transport::TcpServerOptions to;
-      to.address = where.host;
-      to.port = where.port;
-      to.io_threads = io_threads;
-      to.token = token;
-      to.socket_buffer_bytes = socket_buffer_kib << 10;
-      server_ptr = std::make_unique<transport::TcpServer>(to, handler);
-    } else if (transport_kind == "rdma") {
-      transport::RdmaServerOptions ro;
-      ro.address = where.host;
-      ro.port = where.port;
-      ro.token = token;
-      ro.rdma.slot_bytes = rdma_slot_mib << 20;
-      ro.rdma.send_regions = send_regions;
-      auto rdma = std::make_unique<transport::RdmaServer>(*fabric, ro, handler);
-      rdma_server = rdma.get();
-      server_ptr = std::move(rdma);
-    } else {
-      throw ConfigError("--transport '" + transport_kind + "': choose tcp or rdma");
-    }
+    const std::unique_ptr<transport::Server> server_ptr = data_plane.make_server(handler);
     transport::Server& server = *server_ptr;
-    spdlog::info("listening on {}:{} ({})", where.host, server.port(), transport_kind);
+    const auto* rdma_server = dynamic_cast<const transport::RdmaServer*>(&server);  // for its in-place bytes in the stats
+    spdlog::info("listening on {}:{} ({})", where.host, server.port(), data_plane.name());
     if (!port_file.empty()) write_file_atomic(port_file, std::to_string(server.port()) + "\n");
 
     // Control plane: shard 0 coordinates; every shard joins and publishes its address.
@@ -285,15 +274,20 @@ int main(int argc, char** argv) {
       spdlog::info("joining the job at {}", endpoint);
       member = std::make_unique<transport::ControlMember>(mo);
       if (sc.shard == 0) {
-        nlohmann::json pc = {{"num_keys", sc.num_keys}, {"dim", sc.dim}, {"optimizer", optimizer}, {"lr", sc.optimizer.lr},
-                             {"weight_decay", sc.optimizer.weight_decay}, {"seed", sc.seed}, {"shards", sc.shards},
-                             {"transport", transport_kind},
-                             // Workers flush the rows they hold before each checkpoint's
-                             // commit, and resume (--resume) from the restored iteration.
-                             {"checkpoint_every", checkpoint_every}, {"checkpoints", !checkpoint_dir.empty()},
-                             // -1: none, or a checkpoint of no iteration (iter-initial).
-                             {"restored_iteration", std::max<std::int64_t>(service.restored_iteration(), -1)}};
-        member->publish("ps_config", pc.dump());
+        ps::JobConfig job;
+        job.num_keys = sc.num_keys;
+        job.dim = sc.dim;
+        job.optimizer = sc.optimizer;
+        job.seed = sc.seed;
+        job.shards = sc.shards;
+        job.transport = data_plane.name();
+        // Workers flush the rows they hold before each checkpoint's commit, and resume
+        // (--resume) from the restored iteration.
+        job.checkpoint_every = checkpoint_every;
+        job.checkpoints = !checkpoint_dir.empty();
+        // -1: none, or a checkpoint of no iteration (iter-initial).
+        job.restored_iteration = std::max<std::int64_t>(service.restored_iteration(), -1);
+        member->publish(ps::kJobConfigKey, job.to_json());
       }
       spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);
       checkpoint_peers = peers_over(*member, mo.data_address);

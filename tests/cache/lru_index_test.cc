@@ -5,8 +5,6 @@
 #include <list>
 #include <random>
 
-#include "ember/cache/embedding_cache.h"
-#include "ember/cache/location_map.h"
 #include "ember/common/error.h"
 
 namespace ember::cache {
@@ -67,39 +65,6 @@ TEST(LruIndex, SlotsAreDistinctAndStable) {
   copy.erase(99);
   EXPECT_EQ(lru.find(99), 1u);
   EXPECT_EQ(copy.find(99), LruIndex::kNone);
-}
-
-TEST(LocationMap, OwnersDirtyAndPartialMasks) {
-  LocationMap m(100, 8);
-  EXPECT_EQ(m.owner(5), LocationMap::kNoOwner);
-  m.set_owner(5, 3, true);
-  EXPECT_EQ(m.owner(5), 3);
-  EXPECT_TRUE(m.dirty(5));
-  m.set_clean(5);
-  EXPECT_EQ(m.owner(5), 3);
-  EXPECT_FALSE(m.dirty(5));
-  m.set_partial(7, 0b1011);
-  EXPECT_EQ(m.clear_partial_bit(7, 1), 0b1001u);
-  EXPECT_EQ(m.partial(7), 0b1001u);
-  EXPECT_THROW(LocationMap(10, 65), ConfigError);
-}
-
-TEST(EmbeddingCache, GatherAndScatterAddSumDuplicates) {
-  EmbeddingCache c(4, 3, 1);
-  float v0[3] = {1, 2, 3}, v2[3] = {4, 5, 6}, st = 0.5f;
-  c.fill(0, 100, v0, &st, RowState::kLatestClean);
-  c.fill(2, 102, v2, &st, RowState::kLatestDirty);
-  std::uint32_t slots[3] = {2, 0, 2};
-  float out[9];
-  c.gather(slots, 3, out);
-  EXPECT_EQ(std::vector<float>(out, out + 9), (std::vector<float>{4, 5, 6, 1, 2, 3, 4, 5, 6}));
-  float g[9] = {1, 1, 1, 2, 2, 2, 10, 10, 10};
-  c.scatter_add_grad(slots, 3, g);
-  EXPECT_EQ(c.grad(2)[0], 11.0f);
-  EXPECT_EQ(c.grad(0)[1], 2.0f);
-  EXPECT_EQ(c.key(2), 102u);
-  EXPECT_EQ(c.row_state(2), RowState::kLatestDirty);
-  EXPECT_EQ(*c.state(0), 0.5f);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "ember/ps/ps_service.h"
 #include "ember/transport/rdma.h"
 #include "ember/transport/tcp.h"
+#include "ember/transport/transport.h"
 #include "ember/transport/verbs_fake.h"
 #include "../data/test_util.h"
 
@@ -38,17 +39,25 @@ StoreConfig config(std::uint32_t shard, std::uint32_t shards) {
   return c;
 }
 
-// S shards and two workers for 6 BSP rounds; returns every row with its state. Key
-// ranges make replies leave straight from the store and land straight in the pulled rows.
-// S shards of config(s, S), serving over `kind`: "tcp", or "rdma_fake" on `fabric`.
+// The data plane of `kind`: "tcp", or "rdma_fake" (RDMA on `fabric`, in process).
+transport::Transport data_plane(const std::string& kind, const std::shared_ptr<transport::verbs::FakeFabric>& fabric,
+                                std::uint32_t rdma_slot_bytes = 4u << 20) {
+  transport::TransportOptions o;
+  o.kind = kind == "tcp" ? transport::TransportKind::kTcp : transport::TransportKind::kRdma;
+  o.token = kToken;
+  o.rdma_slot_bytes = rdma_slot_bytes;
+  return transport::Transport(std::move(o), fabric);
+}
+
+// S shards of config(s, S), serving over `data`.
 struct Shards {
   std::vector<std::unique_ptr<PsService>> services;
   std::vector<std::unique_ptr<transport::Server>> servers;
   std::vector<ShardAddress> addrs;
 };
 
-Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::FakeFabric& fabric, const transport::RdmaOptions& rdma,
-                    CommitApply apply = CommitApply::kHandler, std::uint32_t apply_threads = 1) {
+Shards start_shards(const transport::Transport& data, std::uint32_t S, CommitApply apply = CommitApply::kHandler,
+                    std::uint32_t apply_threads = 1) {
   Shards sh;
   for (std::uint32_t s = 0; s < S; ++s) {
     StoreConfig c = config(s, S);
@@ -57,39 +66,37 @@ Shards start_shards(const std::string& kind, std::uint32_t S, transport::verbs::
       c.inline_apply_floats = 0;  // every commit to the pool, however small
     }
     // Over RDMA, replies leave from the store's chunks in place, as in ember-ps.
-    auto regions = std::make_shared<transport::SendRegions>();
-    if (kind != "tcp") c.on_chunk = [regions](const void* p, std::size_t bytes) { regions->add(p, bytes); };
+    transport::Transport shard_data = data;
+    if (data.kind() == transport::TransportKind::kRdma) {
+      auto regions = std::make_shared<transport::SendRegions>();
+      c.on_chunk = [regions](const void* p, std::size_t bytes) { regions->add(p, bytes); };
+      transport::TransportOptions o = data.options();
+      o.send_regions = std::move(regions);
+      shard_data = transport::Transport(std::move(o), data.fabric());
+    }
     sh.services.push_back(std::make_unique<PsService>(c));
     PsService* svc = sh.services.back().get();
     svc->apply_commits_on(apply);
-    auto h = [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); };
-    if (kind == "tcp") {
-      transport::TcpServerOptions o;
-      o.token = kToken;
-      sh.servers.push_back(std::make_unique<transport::TcpServer>(o, h));
-    } else {
-      transport::RdmaServerOptions o;
-      o.token = kToken;
-      o.rdma = rdma;
-      o.rdma.send_regions = regions;
-      sh.servers.push_back(std::make_unique<transport::RdmaServer>(fabric, o, h));
-    }
+    sh.servers.push_back(
+        shard_data.make_server([svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); }));
     sh.addrs.push_back({"127.0.0.1", sh.servers.back()->port()});
   }
   return sh;
 }
 
+// S shards and two workers for 6 BSP rounds; returns every row with its state. Key
+// ranges make replies leave straight from the store and land straight in the pulled rows.
+
 // Three workers push each round in the order rotated by `first` (0, 1 or 2): rows
 // trained by all three must not depend on which push arrives first.
 std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uint32_t connections = 1,
                               CommitApply apply = CommitApply::kHandler, std::uint32_t apply_threads = 1, int first = 0) {
-  transport::verbs::FakeFabric fabric;
-  transport::RdmaOptions ro;
-  ro.slot_bytes = 1 << 20;
-  const Shards shards = start_shards(kind, S, fabric, ro, apply, apply_threads);
+  auto fabric = std::make_shared<transport::verbs::FakeFabric>();
+  const transport::Transport data = data_plane(kind, fabric, 1 << 20);
+  const Shards shards = start_shards(data, S, apply, apply_threads);
   const std::vector<ShardAddress>& addrs = shards.addrs;
   const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
-  Connector connect = kind == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, ro);
+  const Connector connect = data.make_connector();
   PsClient w0(addrs, kDim, state, connect, connections), w1(addrs, kDim, state, connect, connections),
       w2(addrs, kDim, state, connect, connections);
   PsClient* workers[3] = {&w0, &w1, &w2};
@@ -131,7 +138,7 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
     std::uint64_t in_place = 0;
     for (const auto& s : shards.servers) in_place += dynamic_cast<const transport::RdmaServer&>(*s).bytes_sent_in_place();
     EXPECT_GE(in_place, 4ull * kKeys * (kDim + state));  // at least the last pull's rows
-    EXPECT_GT(fabric.gathered_sends(), 0u);
+    EXPECT_GT(fabric->gathered_sends(), 0u);
   }
   return rows;
 }
@@ -216,12 +223,11 @@ TEST(PsClientRetry, PullsRetryOnceOnANewConnectionPushesDoNot) {
 class PsFutures : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PsFutures, OperationsInFlightTogetherMatchOneAtATime) {
-  transport::verbs::FakeFabric fabric;
+  const transport::Transport data = data_plane(GetParam(), std::make_shared<transport::verbs::FakeFabric>());
   const std::uint32_t S = 2, state = state_floats(OptimizerKind::kAdagrad, kDim);
   auto run = [&](bool together) {
-    const Shards shards = start_shards(GetParam(), S, fabric, {});
-    Connector connect = GetParam() == "tcp" ? tcp_connector(kToken) : rdma_connector(fabric, kToken, {});
-    PsClient c(shards.addrs, kDim, state, connect, 2);
+    const Shards shards = start_shards(data, S);
+    PsClient c(shards.addrs, kDim, state, data.make_connector(), 2);
     std::vector<float> trace;
     for (std::uint64_t t = 0; t < 4; ++t) {
       std::vector<Key> own, written, pulled_keys;
@@ -299,11 +305,13 @@ TEST(PsFuturesTcp, ALargePushAfterALargePullDoesNotStall) {
   sc.num_keys = 1 << 16;
   sc.dim = 64;
   PsService svc(sc);
-  transport::TcpServerOptions o;
+  transport::TransportOptions o;
   o.token = kToken;
+  o.timeout = std::chrono::milliseconds(3000);
   o.socket_buffer_bytes = 64 << 10;
-  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
-  PsClient c({{"127.0.0.1", server.port()}}, sc.dim, 0, tcp_connector(kToken, std::chrono::milliseconds(3000), 64 << 10));
+  const transport::Transport data(std::move(o));
+  const auto server = data.make_server([&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  PsClient c({{"127.0.0.1", server->port()}}, sc.dim, 0, data.make_connector());
   std::vector<Key> pulled(1 << 15), pushed(1 << 15);  // 8 MiB each way
   for (Key k = 0; k < pulled.size(); ++k) pulled[k] = k, pushed[k] = (1 << 15) + k;
   std::vector<float> rows, grads(pushed.size() * sc.dim, 0.01f);

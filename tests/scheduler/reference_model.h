@@ -1,4 +1,4 @@
-// A deliberately plain model of DESIGN.md's row-state contract (std::list / std::map,
+// A deliberately plain model of docs/design.md's row-state contract (std::list / std::map,
 // one step at a time, no shared code with the scheduler), to check the scheduler's
 // counts and cache contents against.
 #pragma once
@@ -16,7 +16,7 @@ namespace ember::test {
 
 class ReferenceModel {
  public:
-  // The state of one worker's cached copy of a row (DESIGN.md row states).
+  // The state of one worker's cached copy of a row (docs/design.md row states).
   enum CopyState { kClean, kDirty, kPartial };
   struct Copy {
     CopyState state;

@@ -4,7 +4,6 @@
 #include <torch/torch.h>
 
 #include "ember/common/error.h"
-#include "ember/worker/metrics.h"
 #include "ember/worker/model.h"
 
 namespace ember::worker {
@@ -52,14 +51,6 @@ TEST(Model, EveryKindFitsASeparableTask) {
   EXPECT_EQ(parse_layers("512-256-64", "--x"), (std::vector<std::int64_t>{512, 256, 64}));
   EXPECT_THROW(parse_layers("512--64", "--x"), ConfigError);
   EXPECT_THROW(parse_layers("a", "--x"), ConfigError);
-}
-
-TEST(Metrics, AucAndLogloss) {
-  EXPECT_DOUBLE_EQ(auc({0.1f, 0.4f, 0.35f, 0.8f}, {0, 0, 1, 1}), 0.75);
-  EXPECT_DOUBLE_EQ(auc({0.5f, 0.5f}, {0, 1}), 0.5);  // a tie counts half
-  EXPECT_DOUBLE_EQ(auc({0.2f, 0.9f}, {1, 1}), 0.5);  // one class only
-  EXPECT_NEAR(logloss({0.5f, 0.5f}, {0, 1}), std::log(2.0), 1e-12);
-  EXPECT_NEAR(logloss({0.9f}, {1}), -std::log(0.9), 1e-6);
 }
 
 }  // namespace

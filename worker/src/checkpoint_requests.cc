@@ -3,7 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include "ember/common/error.h"
-#include "ember/ps/ps_service.h"
+#include "ember/ps/job_config.h"
+#include "ember/ps/protocol.h"
 
 namespace ember::worker {
 

@@ -2,43 +2,25 @@
 
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
-
 #include "ember/common/error.h"
-#include "ember/transport/rdma.h"
 
 namespace ember::worker {
 
 namespace {
 
-PsConfig parse_ps_config(const std::string& text) {
-  try {
-    auto j = nlohmann::json::parse(text);
-    PsConfig p;
-    p.num_keys = j.at("num_keys");
-    p.dim = j.at("dim");
-    p.optimizer.kind = ps::parse_optimizer(j.at("optimizer"));
-    p.optimizer.lr = j.at("lr");
-    p.optimizer.weight_decay = j.at("weight_decay");
-    p.seed = j.at("seed");
-    p.transport = j.value("transport", "tcp");
-    p.checkpoint_every = j.value("checkpoint_every", std::uint64_t{0});
-    p.checkpoints = j.value("checkpoints", p.checkpoint_every > 0);
-    p.restored_iteration = j.value("restored_iteration", std::int64_t{-1});
-    return p;
-  } catch (const nlohmann::json::exception& e) {
-    throw ProtocolError(std::string("the PS published a malformed configuration: ") + e.what());
-  }
+transport::TransportOptions data_plane_options(const TrainConfig& c) {
+  transport::TransportOptions o;
+  o.kind = transport::parse_transport(c.transport);
+  o.token = c.token;
+  o.timeout = c.timeout;
+  o.socket_buffer_bytes = c.socket_buffer_kib << 10;
+  o.rdma_slot_bytes = c.rdma_slot_mib << 20;
+  return o;
 }
 
 }  // namespace
 
-Job::Job(const TrainConfig& c) : c_(c) {
-  if (c_.transport == "rdma") {
-    fabric_ = transport::verbs::make_ibverbs_fabric();  // one line, exit 2, without a device
-  } else if (c_.transport != "tcp") {
-    throw ConfigError("--transport '" + c_.transport + "': choose tcp or rdma");
-  }
+Job::Job(const TrainConfig& c) : c_(c), data_plane_(data_plane_options(c)) {
   if (c_.coordinator.empty()) throw ConfigError("--coordinator is required (the control plane endpoint of ember-ps shard 0)");
   if (c_.token.empty()) throw ConfigError("a job token is required (--token or --token-file)");
 }
@@ -59,7 +41,7 @@ void Job::join(const data::Dataset& ds) {
     throw ConfigError("--workers " + std::to_string(c_.workers) + " but the job has " + std::to_string(control_->shape().workers) +
                       " workers");
   }
-  ps_ = parse_ps_config(control_->lookup("ps_config", c_.join_timeout));
+  ps_ = ps::JobConfig::from_json(control_->lookup(ps::kJobConfigKey, c_.join_timeout));
   const std::uint64_t rows = ds.manifest().total_table_rows();
   if (ps_.num_keys != rows) {
     throw ConfigError("dataset mismatch: " + c_.dataset + " has " + std::to_string(rows) + " embedding rows in its tables, the PS serves " +
@@ -71,15 +53,7 @@ void Job::join(const data::Dataset& ds) {
   state_ = ps::state_floats(ps_.optimizer.kind, ps_.dim);
   std::vector<ps::ShardAddress> shards;
   for (const auto& p : control_->peers_of(transport::Role::kPs)) shards.push_back(ps::parse_address(p.data_address));
-  if (fabric_) {
-    transport::RdmaOptions ro;
-    ro.slot_bytes = c_.rdma_slot_mib << 20;
-    ro.timeout = c_.timeout;
-    client_ = std::make_unique<ps::PsClient>(shards, ps_.dim, state_, ps::rdma_connector(*fabric_, c_.token, ro), c_.ps_connections);
-  } else {
-    client_ = std::make_unique<ps::PsClient>(shards, ps_.dim, state_,
-                                             ps::tcp_connector(c_.token, c_.timeout, c_.socket_buffer_kib << 10), c_.ps_connections);
-  }
+  client_ = std::make_unique<ps::PsClient>(shards, ps_.dim, state_, data_plane_.make_connector(), c_.ps_connections);
   spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(),
                ps_.num_keys, ps_.dim, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);
 }

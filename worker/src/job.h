@@ -10,24 +10,12 @@
 
 #include "ember/data/dataset.h"
 #include "ember/ps/ps_client.h"
-#include "ember/ps/sparse_optimizer.h"
+#include "ember/ps/job_config.h"
 #include "ember/transport/control.h"
-#include "ember/transport/verbs.h"
+#include "ember/transport/transport.h"
 #include "ember/worker/trainer.h"
 
 namespace ember::worker {
-
-// What the PS shards serve (published by shard 0 as "ps_config").
-struct PsConfig {
-  std::uint64_t num_keys = 0;
-  std::uint32_t dim = 0;
-  ps::OptimizerConfig optimizer;
-  std::uint64_t seed = 0;
-  std::string transport = "tcp";
-  std::uint64_t checkpoint_every = 0;    // the PS checkpoints at commit(I), (I + 1) % N == 0
-  bool checkpoints = false;              // the PS has a checkpoint directory (also: on command)
-  std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none)
-};
 
 // The control plane's barrier generations of the workers' barriers: one before each
 // commit of iteration t, one before the commit that follows a flush after t, and the
@@ -48,17 +36,17 @@ class Job {
 
   transport::ControlMember& control() { return *control_; }
   ps::PsClient& ps() { return *client_; }
-  const PsConfig& ps_config() const { return ps_; }
+  const ps::JobConfig& ps_config() const { return ps_; }
   std::uint32_t rank() const { return rank_; }
   std::uint32_t dim() const { return ps_.dim; }
   std::uint32_t state_floats() const { return state_; }
 
  private:
   const TrainConfig& c_;
-  std::unique_ptr<transport::verbs::Fabric> fabric_;  // --transport rdma; outlives client_
+  transport::Transport data_plane_;
   std::unique_ptr<transport::ControlMember> control_;
   std::unique_ptr<ps::PsClient> client_;
-  PsConfig ps_;
+  ps::JobConfig ps_;
   std::uint32_t rank_ = 0, state_ = 0;
 };
 

@@ -16,8 +16,8 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 }
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
-               std::uint64_t checkpoint_every, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
-    : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), checkpoint_every_(checkpoint_every), asked_(asked), stop_at_(stop_at) {
+               ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
+    : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), schedule_(schedule), asked_(asked), stop_at_(stop_at) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -84,7 +84,7 @@ void Loader::run() {
       // deadline); the resumed job evaluates at its end.
       s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
       s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
-      s.checkpoint = !s.last && ((checkpoint_every_ > 0 && (t + 2) % checkpoint_every_ == 0) || asked_.contains(t + 1));
+      s.checkpoint = !s.last && (schedule_.flush_after(t) || asked_.contains(t + 1));
       s.flush = s.evaluate || s.checkpoint || s.last;
       if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
         sched_.flush(plans);

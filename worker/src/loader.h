@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ember/data/dataset.h"
+#include "ember/ps/job_config.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/trainer.h"
@@ -54,13 +55,13 @@ struct Step {
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
-// checkpoints at commit(I) for (I + 1) % checkpoint_every == 0 (0: never) and at I = `asked` (set by the training thread before the
+// checkpoints on `schedule` and at I = `asked` (set by the training thread before the
 // loader plans I - 1): the iteration before is flushed. At I = `stop_at` (set as early)
 // the job stops: I - 1 is the last step.
 class Loader {
  public:
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
-         std::uint64_t checkpoint_every, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at);
+         ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -80,7 +81,7 @@ class Loader {
   scheduler::Scheduler sched_;
   const TrainConfig& c_;
   std::uint32_t rank_;
-  std::uint64_t checkpoint_every_;
+  ps::CheckpointSchedule schedule_;
   const AskedCheckpoints& asked_;
   const std::atomic<std::uint64_t>& stop_at_;
   tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most

@@ -110,7 +110,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   report_.emplace(c_);
   if (c_.resume && c_.checkpoint_dir.empty()) throw ConfigError("--resume needs --checkpoint-dir (where the workers wrote their dense state)");
   job_.join(*ds_);
-  const PsConfig& ps = job_.ps_config();
+  const ps::JobConfig& ps = job_.ps_config();
   const std::uint32_t rank = job_.rank(), dim = job_.dim();
   report_->set_rank(rank);
   requests_.emplace(c_.stop, rank);
@@ -203,7 +203,7 @@ void Worker::flush(const Step& s) {
 TrainSummary Worker::run() {
   scheduler::SchedulerConfig sc = set_up();
   // Without a directory for the dense state the PS's checkpoints still get flushed rows.
-  Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().checkpoint_every, requests_->asked(), requests_->stop_at());
+  Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), requests_->asked(), requests_->stop_at());
   Stopwatch total;
   report_->start(first_);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped

@@ -27,8 +27,9 @@
 #include "ember/common/fast_div.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/types.h"
+#include "ember/ps/protocol.h"
 #include "ember/transport/channel.h"
-#include "ember/transport/rdma.h"
+#include "ember/transport/transport.h"
 
 namespace ember::ps {
 
@@ -40,13 +41,9 @@ struct ShardAddress {
 // "host:port" -> address; ConfigError otherwise.
 ShardAddress parse_address(const std::string& text);
 
-// Opens the data connection to one shard.
-using Connector = std::function<std::unique_ptr<transport::Client>(const ShardAddress&)>;
-// `socket_buffer_bytes`: 0 leaves the socket buffers to the kernel (TcpServerOptions).
-Connector tcp_connector(const std::string& token, std::chrono::milliseconds timeout = std::chrono::milliseconds(10000),
-                        std::uint32_t socket_buffer_bytes = 0);
-// `fabric` must outlive the clients made.
-Connector rdma_connector(transport::verbs::Fabric& fabric, const std::string& token, transport::RdmaOptions options);
+// Opens the data connection to one shard: transport::Transport::make_connector()
+// (transport.h), which picks TCP or RDMA by name.
+using Connector = transport::Connector;
 
 class PsClient;
 
@@ -66,7 +63,7 @@ class PsFuture {
   std::uint64_t wait();
   bool valid() const { return op_ != nullptr; }
   // After a commit's wait(): the iterations at which shards will checkpoint, asked for on
-  // command and still ahead (the workers flush for each; ps_service.h), in order; shards
+  // command and still ahead (the workers flush for each; protocol.h), in order; shards
   // signalled a commit apart name different ones. checkpoint_at(): the first, else 0.
   const std::vector<std::uint64_t>& checkpoints_at() const;
   std::uint64_t checkpoint_at() const { return checkpoints_at().empty() ? 0 : checkpoints_at().front(); }
@@ -122,7 +119,7 @@ class PsClient {
                            const std::vector<float>& grads);
   PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
   // Sent once every request before it is answered (its pushes on the shards' other
-  // connections must be in before the commit applies them). `flags` (ps_service.h):
+  // connections must be in before the commit applies them). `flags` (protocol.h):
   // kCommitCheckpoint: the caller flushed for a checkpoint of this iteration, which every
   // shard then writes; kCommitStop: the caller asks the job to stop at a checkpoint.
   PsFuture start_commit(std::uint64_t iteration, std::uint32_t flags = 0);

@@ -1,28 +1,18 @@
-// PsService: a shard's request handling over the wire format: pull (values, or values
-// and optimizer state), push-grad, push-value, commit. Bad requests (unknown keys, wrong
-// sizes) get an error reply, never a crash.
+// PsService: a shard's request handling over the PS protocol (protocol.h): pull (values,
+// or values and optimizer state), push-grad, push-value, commit. Bad requests (unknown
+// keys, wrong sizes) get an error reply, never a crash.
 //
-// Payloads:
-//   kPull       keys[n]                          -> kPullReply values[n * dim]
-//               (flags & kWithState: values[n * (dim + state)])
-//   kPushGrad   keys[n] then trainer counts[n] (2n keys), values[n * dim] gradients of
-//               the header's iteration -> kAck
-//   kPushValue  keys[n], values[n * (dim + state)] -> kAck
-//   kCommit     (empty) -> kAck, flags = rows updated (acknowledged before they are
-//               applied; each handler thread then applies the rows it received once its
-//               next ack is sent, through Scratch::after_reply, or the store's applier
-//               does (CommitApply); requests that read them apply or wait for them);
-//               every `checkpoint_every` iterations the first commit's rows go to the
-//               applier and the shard checkpoints once (at the iteration boundary, once
-//               they are applied, before that commit is acknowledged); so does a commit
-//               with flags & kCommitCheckpoint (workers that flushed the rows they own
-//               for it), and the first commit of an iteration asked for on command
-//               (request_checkpoint). While such a checkpoint is ahead, the ack's
-//               iteration is its iteration (else the commit's own), so the workers learn
-//               it in time to flush for it, and the ack's flags carry kAckStop when the
-//               job is to stop after it (request_stop, or a commit flagged kCommitStop).
-// A pull for iteration t > 0 is refused unless commit(t) came first: under BSP the rows
-// of t must include every update of t - 1 (workers commit after the sync barrier).
+// A commit is acknowledged before its rows are applied: each handler thread then applies
+// the rows it received once its next ack is sent, through Scratch::after_reply, or the
+// store's applier does (CommitApply); requests that read them apply or wait for them.
+// Checkpoints: at each commit the CheckpointSchedule names (ember-ps --checkpoint-every)
+// the first commit's rows go to the applier and the shard checkpoints once (at the
+// iteration boundary, once they are applied, before that commit is acknowledged); so does
+// a commit flagged kCommitCheckpoint (workers that flushed the rows they own for it), and
+// the first commit of an iteration asked for on command (request_checkpoint). While such a
+// checkpoint is ahead, commit acks name it (CommitAck::checkpoint_at), so the workers
+// learn it in time to flush for it, and say whether the job is to stop after it
+// (request_stop, or a commit flagged kCommitStop).
 #pragma once
 
 #include <algorithm>
@@ -35,28 +25,12 @@
 #include <vector>
 
 #include "ember/ps/checkpoints.h"
+#include "ember/ps/job_config.h"
+#include "ember/ps/protocol.h"
 #include "ember/ps/shard_store.h"
 #include "ember/transport/channel.h"
 
 namespace ember::ps {
-
-// A commit's flag: the workers flushed the rows they own (and their partial gradients)
-// for this iteration's commit; write a checkpoint of it.
-inline constexpr std::uint32_t kCommitCheckpoint = 1;
-// A commit's flag: the worker sending it was asked to stop (SIGTERM/SIGINT): stop the job
-// at a checkpoint, as request_stop() does. Ignored without a checkpoint directory, and
-// while a checkpoint asked for without stopping is still ahead (the worker flags its
-// commits until an ack names the stop).
-inline constexpr std::uint32_t kCommitStop = 2;
-// Iterations between a checkpoint asked for on command and the commit that writes it:
-// every worker hears of it by its next commit, when its loader, which schedules up to
-// 3 iterations ahead, has not yet planned the iteration it must flush after.
-inline constexpr std::int64_t kCheckpointLead = 6;
-// A commit ack's flag, beside the rows updated (which never reach it): the checkpoint the
-// ack names is the job's last; the workers stop after committing it.
-inline constexpr std::uint32_t kAckStop = 1u << 31;
-
-inline constexpr std::uint32_t kWithState = 1;
 
 // Where a commit's optimizer pass runs. kHandler: each row on the handler thread that
 // received its gradients, right after that thread's next ack (no hand-off, nothing
@@ -75,11 +49,10 @@ struct CommitApplyChoice {
 };
 // Where commits go for `asked`: "handler", "applier", or "auto": the applier where rows
 // (value and optimizer state) are 1 KB or more and the I/O and applier threads take at
-// most half the cores, the handler otherwise. Measured with ember-bench ps: on a 16-core
-// host, pushes of 1 KB rows reached 0.68-0.82 of raw on 4 appliers against 0.62-0.68 on
-// the handler, and 256 B rows 0.55-0.66 against 0.69-0.71; on a 2-core host the handler
-// did better throughout. `cores`: those the shard may run on (usable_cpus(): a shard under
-// taskset or a cpuset has fewer than the host). ConfigError for another name.
+// most half the cores, the handler otherwise (smaller rows cost too little to apply for a
+// hand-off to pay, and without spare cores the appliers take time from the handlers;
+// ember-bench ps compares the two). `cores`: those the shard may run on (usable_cpus(): a
+// shard under taskset or a cpuset has fewer than the host). ConfigError for another name.
 CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t row_bytes, std::uint32_t io_threads,
                                       std::uint32_t apply_threads, unsigned cores);
 
@@ -90,10 +63,10 @@ class PsService {
   void apply_commits_on(CommitApply where) { commit_apply_ = where; }
 
   // Checkpoint into `dir` (a directory per checkpoint, a manifest once whole, older ones
-  // pruned: checkpoints.h) after committing every iteration i with (i + 1) % every == 0
-  // (0: only those asked for by a commit's flag or request_checkpoint).
+  // pruned: checkpoints.h) at every commit the schedule names (none with every = 0), and
+  // at those asked for by a commit's flag or request_checkpoint.
   void checkpoint_every(std::uint64_t every, CheckpointDir dir) {
-    checkpoint_every_ = every;
+    schedule_ = CheckpointSchedule(every);
     checkpoints_.emplace(std::move(dir));
   }
 
@@ -175,7 +148,7 @@ class PsService {
   static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)
   std::atomic<std::int64_t> unsettled_{kNone};       // the newest checkpoint written, not yet whole
   CommitApply commit_apply_ = CommitApply::kHandler;
-  std::uint64_t checkpoint_every_ = 0;
+  CheckpointSchedule schedule_;
   std::optional<CheckpointDir> checkpoints_;
 };
 

@@ -17,9 +17,9 @@
 // and parks each thread's with that thread (see push_grad: a thread appends the rows it
 // completes to its own ready list); each thread applies its own with
 // apply_deferred_here(), the daemon once it has sent its next ack (the commit's, or any
-// other request's). So a row's gradient is applied on the core that received it: with
-// two handler threads, one thread applying every row cost each row about twice the CPU
-// (the gradients, the row states and the buffers all crossing cores). commit_async()
+// other request's). So a row's gradient is applied on the core that received it, where
+// the gradient and the buffers are in cache (one thread applying every row would pull
+// the gradients, the row states and the buffers across cores). commit_async()
 // hands the rows to the store's applier threads instead (a small commit is applied on the
 // spot: cheaper than waking that thread). Whoever reads or writes a row whose update is
 // not applied yet (pulls, write-backs, a next push of the row, checkpoints) applies what
@@ -42,6 +42,8 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <vector>
 
@@ -85,10 +87,10 @@ class ShardStore {
   // The most workers that may train one row in one iteration (a push's trainer count).
   static constexpr std::uint32_t kMaxTrainers = 64;
   // How many rows ahead an apply fetches rows of `row_bytes` (value and state): 16 for
-  // rows of up to 256 B (at 8, scattered rows of dim 64 pushed by 2 client threads cost
-  // 230-282 ns of CPU per row, at 16 204-251); larger rows fill the core's line buffers
-  // sooner, and for 1 KB rows 8 did as well as 16. (ember-bench ps's bare update uses it
-  // too.)
+  // rows of up to 256 B, enough to hide a scattered row's miss behind the rows before it;
+  // 8 for larger rows, each of which takes several of the core's line fill buffers, so
+  // fewer in flight fill them as well. (ember-bench ps's bare update uses the same
+  // distance.)
   static constexpr std::size_t rows_to_fetch_ahead(std::size_t row_bytes) { return row_bytes <= 256 ? 16 : 8; }
 
   explicit ShardStore(StoreConfig config);
@@ -127,7 +129,8 @@ class ShardStore {
   // waiting for the commit). Applies parked rows first (see above).
   std::size_t pending();
 
-  // Checkpoint: every initialized row of this shard with its state, atomically written
+  // Checkpoints (shard_store_io.cc).
+  // Every initialized row of this shard with its state, atomically written
   // (temp file, fsync, rename), checksummed, tagged with `iteration` (the last one
   // committed into the rows; -1: none). Aggregations not applied yet are refused, or
   // with kLeaveOut left out (the rows as of the last commit are written; returns how
@@ -203,6 +206,9 @@ class ShardStore {
     return p;
   }
   void wait_all_applied() { help_until_applied(nullptr); }
+  // Returns once every commit so far is applied, with applies held off while the lock it
+  // returns lives (their threads wait): save() writes rows no apply is changing.
+  std::unique_lock<std::shared_mutex> hold_off_applies();
   // Returns once nothing is in flight, or (with `row`) once that row's state is no longer
   // aggregating: applies parked batches meanwhile, else waits for the applies in progress.
   void help_until_applied(const std::atomic<std::uint8_t>* row);

@@ -20,7 +20,7 @@
 // not copied into send staging: the device gathers them where they are (the frame and
 // message headers and the keys from staging, then each value segment), each region
 // registered with a connection the first time that connection sends from it. Values
-// elsewhere, or in more segments than the queue pair gathers, are copied as before.
+// elsewhere, or in more segments than the queue pair gathers, are copied into staging.
 //
 // Failures: a completion error or a malformed frame fails that connection (the client's
 // pending requests throw IoError naming the peer); the server logs, drops it, and keeps
@@ -89,6 +89,8 @@ class RdmaServer final : public Server {
   // Listens on `fabric` (which must outlive the server) and serves each connection on
   // its own thread.
   RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, RequestHandler handler);
+  // The same on a fabric the server keeps alive while it lives.
+  RdmaServer(std::shared_ptr<verbs::Fabric> fabric, RdmaServerOptions options, RequestHandler handler);
   ~RdmaServer() override;  // stops listening, disconnects, joins threads
   RdmaServer(const RdmaServer&) = delete;
   RdmaServer& operator=(const RdmaServer&) = delete;
@@ -109,6 +111,9 @@ class RdmaClient final : public Client {
  public:
   // Connects with the job token; throws IoError (unreachable, refused, timeout).
   RdmaClient(verbs::Fabric& fabric, const std::string& host, std::uint16_t port, const std::string& token,
+             RdmaOptions options = {});
+  // The same on a fabric the client keeps alive while it lives.
+  RdmaClient(std::shared_ptr<verbs::Fabric> fabric, const std::string& host, std::uint16_t port, const std::string& token,
              RdmaOptions options = {});
   ~RdmaClient() override;
   RdmaClient(const RdmaClient&) = delete;

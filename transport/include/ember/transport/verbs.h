@@ -2,7 +2,7 @@
 // posting SEND / RDMA WRITE with immediate / RECV on one RC queue pair, polling and
 // waiting on its completion queue, and connection setup with private data (rdma_cm).
 //
-// Two implementations: `make_ibverbs_fabric()` (libibverbs + librdmacm, rdma_ibv.cc)
+// Two implementations: `make_ibverbs_fabric()` (libibverbs + librdmacm, verbs_ibv.cc)
 // and `FakeFabric` (verbs_fake.h), an in-process fabric with the same semantics against
 // which the protocol (slots, credits, ordering, completion errors) is tested on machines
 // without an RDMA device.

@@ -79,7 +79,7 @@ struct TrainConfig {
   std::chrono::milliseconds join_timeout{120000};
 };
 
-// Rows and bytes this worker moved (what crossed its sockets), DESIGN.md accounting.
+// Rows and bytes this worker moved (what crossed its sockets), docs/design.md accounting.
 struct WireCounts {
   std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
   std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes

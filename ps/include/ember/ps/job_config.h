@@ -1,0 +1,64 @@
+// What the PS shards and the workers of one job must agree on, and both read from here:
+// the job configuration shard 0 publishes on the control plane, and the rule of when the
+// PS checkpoints (the shards write the checkpoints; the workers flush the rows they own
+// before each, so that it holds the model BSP training has at that point).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ember/ps/sparse_optimizer.h"
+
+namespace ember::ps {
+
+// Iterations between a checkpoint asked for on command and the commit that writes it:
+// every worker hears of it by its next commit, when its loader, which schedules up to
+// 3 iterations ahead, has not yet planned the iteration it must flush after.
+inline constexpr std::int64_t kCheckpointLead = 6;
+
+// The periodic checkpoints (ember-ps --checkpoint-every N; 0: none): the PS checkpoints
+// at commit(I) for every I with (I + 1) % N == 0. commit(I) is the one after which the
+// rows hold every update of iteration I - 1 (protocol.h), so that checkpoint holds the
+// model before iteration I, and the workers flush after iteration I - 1. Checkpoints
+// asked for on command (kCheckpointLead) come on top of these.
+class CheckpointSchedule {
+ public:
+  explicit CheckpointSchedule(std::uint64_t every = 0) : every_(every) {}
+
+  std::uint64_t every() const { return every_; }
+  // Whether the PS checkpoints at commit(I).
+  bool checkpoints_at_commit(std::uint64_t I) const { return every_ > 0 && (I + 1) % every_ == 0; }
+  // Whether the workers flush the rows they hold after iteration t: commit(t + 1)
+  // checkpoints.
+  bool flush_after(std::uint64_t t) const { return checkpoints_at_commit(t + 1); }
+
+ private:
+  std::uint64_t every_ = 0;
+};
+
+// The control-plane key shard 0 publishes the JobConfig under.
+inline constexpr const char* kJobConfigKey = "ps_config";
+
+// What the PS shards serve, published by shard 0 for the workers to check against their
+// data and to follow. JSON whose keys do not change, so that workers and shards of
+// different builds read each other's (keys that are absent take the defaults below).
+struct JobConfig {
+  std::uint64_t num_keys = 0;  // rows of all tables
+  std::uint32_t dim = 0;
+  OptimizerConfig optimizer;   // the sparse optimizer's kind, lr and weight_decay (the rest: defaults)
+  std::uint64_t seed = 0;      // initial rows from (seed, key)
+  std::uint32_t shards = 1;
+  std::string transport = "tcp";        // the data plane's name (transport.h)
+  std::uint64_t checkpoint_every = 0;   // CheckpointSchedule; absent: 0
+  bool checkpoints = false;             // the PS has a checkpoint directory (also: on command); absent: checkpoint_every > 0
+  std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none, or one of no iteration); absent: -1
+
+  CheckpointSchedule schedule() const { return CheckpointSchedule(checkpoint_every); }
+
+  std::string to_json() const;
+  // ProtocolError "the PS published a malformed configuration: ..." for text that is not
+  // such JSON (a required key absent, a value of the wrong type, an unknown optimizer).
+  static JobConfig from_json(const std::string& text);
+};
+
+}  // namespace ember::ps

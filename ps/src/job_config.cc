@@ -1,0 +1,50 @@
+#include "ember/ps/job_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "ember/common/error.h"
+
+namespace ember::ps {
+
+using json = nlohmann::json;
+
+std::string JobConfig::to_json() const {
+  const json j = {{"num_keys", num_keys},
+                  {"dim", dim},
+                  {"optimizer", optimizer_name(optimizer.kind)},
+                  {"lr", optimizer.lr},
+                  {"weight_decay", optimizer.weight_decay},
+                  {"seed", seed},
+                  {"shards", shards},
+                  {"transport", transport},
+                  {"checkpoint_every", checkpoint_every},
+                  {"checkpoints", checkpoints},
+                  {"restored_iteration", restored_iteration}};
+  return j.dump();
+}
+
+JobConfig JobConfig::from_json(const std::string& text) {
+  const std::string malformed = "the PS published a malformed configuration: ";
+  try {
+    const json j = json::parse(text);
+    JobConfig c;
+    c.num_keys = j.at("num_keys");
+    c.dim = j.at("dim");
+    c.optimizer.kind = parse_optimizer(j.at("optimizer"));
+    c.optimizer.lr = j.at("lr");
+    c.optimizer.weight_decay = j.at("weight_decay");
+    c.seed = j.at("seed");
+    c.shards = j.value("shards", std::uint32_t{1});
+    c.transport = j.value("transport", "tcp");
+    c.checkpoint_every = j.value("checkpoint_every", std::uint64_t{0});
+    c.checkpoints = j.value("checkpoints", c.checkpoint_every > 0);
+    c.restored_iteration = j.value("restored_iteration", std::int64_t{-1});
+    return c;
+  } catch (const json::exception& e) {
+    throw ProtocolError(malformed + e.what());
+  } catch (const ConfigError& e) {  // an optimizer this build does not know
+    throw ProtocolError(malformed + e.what());
+  }
+}
+
+}  // namespace ember::ps

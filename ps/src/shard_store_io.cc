@@ -1,0 +1,181 @@
+// A shard's checkpoint files (ShardStore::save, load): a header naming the table
+// geometry, the optimizer and the iteration, then every initialized row of the shard as
+// its key and its value and optimizer state, then a checksum of everything before it.
+// The store's serving side is shard_store.cc.
+#include "ember/ps/shard_store.h"
+
+#include <cstring>
+#include <map>
+#include <shared_mutex>
+#include <string>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/common/hash.h"
+
+namespace ember::ps {
+namespace {
+
+constexpr char kCheckpointMagic[8] = {'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'};
+// Version 2 carries the iteration; version 1 files (48-byte header, no iteration) still load.
+constexpr std::uint32_t kCheckpointVersion = 2;
+
+struct CheckpointHeader {
+  char magic[8];
+  std::uint32_t version;
+  std::uint32_t dim;
+  std::uint32_t state;
+  std::uint32_t optimizer;
+  std::uint32_t shard;
+  std::uint32_t shards;
+  std::uint64_t num_keys;
+  std::uint64_t rows;
+  std::int64_t iteration;  // last iteration committed into the rows (-1: none, or a version 1 file)
+};
+static_assert(sizeof(CheckpointHeader) == 56);
+constexpr std::size_t kHeaderV1Bytes = 48;
+
+std::size_t header_bytes(std::uint32_t version) { return version == 1 ? kHeaderV1Bytes : sizeof(CheckpointHeader); }
+
+// The header of a checkpoint file (its first bytes), checked for magic and version.
+CheckpointHeader read_header(const std::string& name, const std::string& buf) {
+  CheckpointHeader h{};
+  if (buf.size() < kHeaderV1Bytes + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
+  std::memcpy(&h, buf.data(), kHeaderV1Bytes);
+  if (std::memcmp(h.magic, kCheckpointMagic, sizeof h.magic) != 0) throw DataError(name + ": not an Ember checkpoint");
+  if (h.version != 1 && h.version != kCheckpointVersion) {
+    throw DataError(name + ": checkpoint version " + std::to_string(h.version) + " is not supported");
+  }
+  h.iteration = -1;
+  if (h.version != 1) {
+    if (buf.size() < sizeof h + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
+    std::memcpy(&h, buf.data(), sizeof h);
+  }
+  return h;
+}
+
+// The header of a checkpoint file, read without the rest of it.
+CheckpointHeader header_of(const std::filesystem::path& file) {
+  return read_header(file.string(), read_file_head(file, sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
+}
+
+}  // namespace
+
+std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t iteration, Unapplied leave) {
+  // Every commit so far applied, and no apply while the rows are written out: a commit
+  // meanwhile waits (its rows belong to the next checkpoint).
+  const std::unique_lock<std::shared_mutex> no_applies = hold_off_applies();
+  const std::size_t left_out = unapplied();
+  if (left_out > 0 && leave == Unapplied::kRefuse) {
+    throw Error("cannot checkpoint shard " + std::to_string(config_.shard) + ": " + std::to_string(left_out) +
+                " rows have incomplete gradient aggregations");
+  }
+  const std::uint32_t rf = row_floats();
+  const std::size_t record = sizeof(Key) + rf * sizeof(float);
+  // The rows to write, listed once: pulls may initialize rows meanwhile (a worker that
+  // had its commit acknowledged reads on). Those are left out; they hold their initial
+  // values, which a restore gives them again from (seed, key).
+  std::vector<std::uint64_t> listed;
+  for (std::uint64_t local = 0; local < local_rows_; ++local) {
+    if (initialized_[local].load(std::memory_order_acquire) >= kIdle) listed.push_back(local);
+  }
+  const std::uint64_t rows = listed.size();
+  std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');
+  CheckpointHeader h{};
+  std::memcpy(h.magic, kCheckpointMagic, sizeof h.magic);
+  h.version = kCheckpointVersion;
+  h.dim = config_.dim;
+  h.state = state_;
+  h.optimizer = static_cast<std::uint32_t>(config_.optimizer.kind);
+  h.shard = config_.shard;
+  h.shards = config_.shards;
+  h.num_keys = config_.num_keys;
+  h.rows = rows;
+  h.iteration = iteration;
+  std::memcpy(buf.data(), &h, sizeof h);
+  char* p = buf.data() + sizeof h;
+  for (const std::uint64_t local : listed) {
+    const Key key = local * config_.shards + config_.shard;
+    std::memcpy(p, &key, sizeof key);
+    std::memcpy(p + sizeof key, row_address(local), rf * sizeof(float));
+    p += record;
+  }
+  std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));
+  std::memcpy(p, &sum, sizeof sum);
+  write_file_atomic(file, buf);
+  return left_out;
+}
+
+std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, bool own_file_only) {
+  wait_all_applied();
+  std::int64_t iteration = 0;
+  if (own_file_only) {
+    if (files.size() != 1) throw DataError("a restore from this shard's own file takes that file alone");
+    const CheckpointHeader h = header_of(files[0]);
+    if (h.shard != config_.shard || h.shards != config_.shards) {
+      throw DataError(files[0].string() + " holds shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards) + ", not shard " +
+                      std::to_string(config_.shard) + " of " + std::to_string(config_.shards));
+    }
+    iteration = h.iteration;
+  } else {
+    iteration = check_checkpoint_set(files);
+  }
+  const std::uint32_t rf = row_floats();
+  const std::size_t record = sizeof(Key) + rf * sizeof(float);
+  for (const auto& f : files) {
+    const std::string buf = read_file(f);
+    const std::string name = f.string();
+    const CheckpointHeader h = read_header(name, buf);
+    const std::size_t hb = header_bytes(h.version);
+    if (buf.size() != hb + h.rows * record + sizeof(std::uint64_t)) {
+      throw DataError(name + ": size does not match its " + std::to_string(h.rows) + " rows (truncated or corrupt)");
+    }
+    std::uint64_t sum;
+    std::memcpy(&sum, buf.data() + buf.size() - sizeof sum, sizeof sum);
+    if (sum != checksum64(buf.data(), buf.size() - sizeof sum)) throw DataError(name + ": checksum mismatch (corrupt checkpoint)");
+    if (h.dim != config_.dim || h.state != state_ || h.optimizer != static_cast<std::uint32_t>(config_.optimizer.kind) ||
+        h.num_keys != config_.num_keys) {
+      throw DataError(name + ": written for dim " + std::to_string(h.dim) + ", optimizer " +
+                      optimizer_name(static_cast<OptimizerKind>(h.optimizer)) + ", " + std::to_string(h.num_keys) +
+                      " keys; this PS has dim " + std::to_string(config_.dim) + ", " + optimizer_name(config_.optimizer.kind) + ", " +
+                      std::to_string(config_.num_keys) + " keys");
+    }
+    const char* p = buf.data() + hb;
+    for (std::uint64_t i = 0; i < h.rows; ++i, p += record) {
+      Key key;
+      std::memcpy(&key, p, sizeof key);
+      if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
+      if (!owns(key)) continue;
+      std::memcpy(row_ptr(key), p + sizeof key, rf * sizeof(float));
+    }
+  }
+  return iteration;
+}
+
+std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem::path>& files) {
+  if (files.empty()) throw DataError("no checkpoint files to load");
+  std::map<std::uint32_t, std::filesystem::path> by_shard;
+  CheckpointHeader first{};
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    const CheckpointHeader h = header_of(files[i]);
+    if (i == 0) first = h;
+    if (h.shards != first.shards || h.iteration != first.iteration) {
+      throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +
+                      ") and " + files[0].string() + " (" + std::to_string(first.shards) + " shards, iteration " +
+                      std::to_string(first.iteration) + ") are not one checkpoint (restore one checkpoint's directory, or the --checkpoint-dir above them)");
+    }
+    if (h.shard >= h.shards) throw DataError(files[i].string() + ": shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards));
+    auto [at, fresh] = by_shard.emplace(h.shard, files[i]);
+    if (!fresh) throw DataError(files[i].string() + " and " + at->second.string() + " both hold shard " + std::to_string(h.shard));
+  }
+  for (std::uint32_t s = 0; s < first.shards; ++s) {
+    if (!by_shard.contains(s)) {
+      throw DataError("checkpoint of " + std::to_string(first.shards) + " shards (iteration " + std::to_string(first.iteration) +
+                      ") without shard " + std::to_string(s) + "'s file: its rows would keep their initial values");
+    }
+  }
+  return first.iteration;
+}
+
+
+}  // namespace ember::ps

@@ -9,9 +9,9 @@ PACKAGES=(
   libtbb-dev
   libboost-dev
   libibverbs-dev librdmacm-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libabsl-dev libxxhash-dev libzstd-dev zlib1g-dev
+  libabsl-dev libxxhash-dev libzstd-dev zlib1g-dev libdivide-dev
   libtorch-dev libgloo-dev
   python3-matplotlib
 )

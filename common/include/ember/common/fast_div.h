@@ -1,10 +1,10 @@
 // FastDiv: division and remainder by a divisor fixed at run time (the number of PS
-// shards) without a hardware divide for numerators below 2^32, which row keys are (a
-// 64-bit divide costs tens of cycles, and the PS divides every key of every request).
-// Method: Lemire, Kaser and Kurz, "Faster remainder by direct computation" (2019): with
-// c = ceil(2^64 / d), n / d = (c * n) >> 64 exactly for all n, d < 2^32. Larger values
-// fall back to the hardware divide.
+// shards, connections per shard) without a hardware divide: the PS divides every key of
+// every request, and a 64-bit divide costs tens of cycles. libdivide does the work; this
+// wrapper adds the divisor (for the remainder) and maps 0 to 1.
 #pragma once
+
+#include <libdivide.h>
 
 #include <cstdint>
 
@@ -12,18 +12,15 @@ namespace ember {
 
 class FastDiv {
  public:
-  explicit FastDiv(std::uint64_t d = 1) : d_(d == 0 ? 1 : d), c_(d_ > 1 ? ~std::uint64_t{0} / d_ + 1 : 0) {}
+  explicit FastDiv(std::uint64_t d = 1) : d_(d == 0 ? 1 : d), div_(d_) {}
 
   std::uint64_t divisor() const { return d_; }
-  std::uint64_t quotient(std::uint64_t n) const {
-    if (d_ == 1) return n;
-    if ((n >> 32) == 0 && (d_ >> 32) == 0) return static_cast<std::uint64_t>((static_cast<unsigned __int128>(c_) * n) >> 64);
-    return n / d_;
-  }
+  std::uint64_t quotient(std::uint64_t n) const { return n / div_; }
   std::uint64_t remainder(std::uint64_t n) const { return n - quotient(n) * d_; }
 
  private:
-  std::uint64_t d_, c_;
+  std::uint64_t d_;
+  libdivide::divider<std::uint64_t> div_;
 };
 
 }  // namespace ember

@@ -1,5 +1,5 @@
 // ember-sim: replay a dataset through the scheduler and count every row that would
-// cross the network, per policy (DESIGN.md accounting).
+// cross the network, per policy (docs/design.md accounting).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

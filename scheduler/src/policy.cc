@@ -8,7 +8,7 @@
 namespace ember::scheduler {
 namespace {
 
-// DESIGN.md: vanilla, laia, plan and herald are Herald's Table 2 breakdown (allocation x
+// docs/design.md: vanilla, laia, plan and herald are Herald's Table 2 breakdown (allocation x
 // sync); het and fae are the HET- and FAE-style baselines; brute is Appendix C.
 constexpr std::array<PolicyTraits, 7> kPolicies{{
     {"vanilla", Allocation::kRandom, Sync::kFullSet, false, false},

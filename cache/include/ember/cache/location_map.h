@@ -2,7 +2,7 @@
 // copy (and whether that copy is dirty: newer than the PS), and which workers hold an
 // un-aggregated partial gradient of it. LAIA scores a sample with one lookup per row.
 //
-// Invariant between iterations (DESIGN.md, row states): a row has at most one latest
+// Invariant between iterations (docs/design.md, row states): a row has at most one latest
 // holder (clean or dirty), or a set of partial holders, or neither (the PS holds the
 // latest). Flat arrays over the dense key space: 10 bytes per row, no hashing.
 #pragma once

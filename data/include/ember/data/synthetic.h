@@ -13,7 +13,7 @@
 //  - The label is Bernoulli(sigmoid(bias + entity effect + value effects of a few
 //    tables + dense effect)), so models can learn (AUC well above 0.5).
 //  - `iid` turns entities, sessions and drift off: independent per-table Zipf draws.
-// Defaults are calibrated against the real samples (see README "Synthetic data").
+// Defaults are calibrated against the real samples (docs/data.md "Calibration").
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,7 @@ struct GenOptions {
   bool iid = false;
   std::uint64_t entities = 0;  // 0: 1e6 x scale (at least 16)
   double entity_alpha = 1.05;
-  double coupling = 0.7;        // calibrated: see README "Synthetic data"
+  double coupling = 0.7;        // calibrated: docs/data.md "Calibration"
   double session = 0.02;
   double drift = 1.0;          // ranking positions shifted per 10,000 rows
   double ctr = -1;             // target click rate; < 0: 0.25 Criteo, 0.17 Avazu

@@ -1,4 +1,4 @@
-// Scheduling policies (DESIGN.md "Row states and transmission accounting"). Each policy
+// Scheduling policies (docs/design.md "Row states and transmission accounting"). Each policy
 // is one entry of the policy table (policy.cc), described by its traits; the scheduler
 // and the simulator ask a policy's traits, never which policy it is.
 #pragma once

@@ -63,7 +63,7 @@ struct StepPlan {
   void clear();
 };
 
-// Rows crossing between workers and the PS in one iteration (DESIGN.md accounting).
+// Rows crossing between workers and the PS in one iteration (docs/design.md accounting).
 struct TrafficCounts {
   std::uint64_t pulls = 0;
   std::uint64_t push_grad = 0;   // gradients: sync (1a) and full-set sync

@@ -1,11 +1,11 @@
 // Shared helpers of ember-bench subcommands: medians and result printing.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

@@ -1,5 +1,7 @@
 // ember-bench data: ember-data prep end to end against a plain read of the same file,
 // peak RSS against the vocabulary's own size, and batch reader samples/s.
+#include "bench_data.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 #include <random>
 
 #include "bench_common.h"
-#include "bench_data.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
@@ -159,12 +160,11 @@ int run_data_bench(const DataBenchOptions& o, bool json) {
       "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n"
       "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
       "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n",
-      "figure", "value", "input MB", file_mb, "plain read MB/s (median)", read_mb_s, "prep MB/s end to end (both passes)",
-      prep_mb_s, "prep / plain read", prep_mb_s / read_mb_s, "  count pass s", pr.pass1_seconds, "  vocabulary s",
-      pr.vocab_seconds, "  encode pass s", pr.pass2_seconds + pr.finish_seconds, "vocabulary hash tables MB", vocab_mb,
-      "peak RSS MB (prep)", peak_rss_mb, "peak RSS / vocabulary", peak_rss_mb / vocab_mb,
-      "reader M samples/s (26 ids + label)", reader_samples_s / 1e6, "reader M samples/s (shuffled)",
-      reader_shuffled_s / 1e6, "reader M samples/s (labels only)", reader_label_only_s / 1e6));
+      "figure", "value", "input MB", file_mb, "plain read MB/s (median)", read_mb_s, "prep MB/s end to end (both passes)", prep_mb_s,
+      "prep / plain read", prep_mb_s / read_mb_s, "  count pass s", pr.pass1_seconds, "  vocabulary s", pr.vocab_seconds, "  encode pass s",
+      pr.pass2_seconds + pr.finish_seconds, "vocabulary hash tables MB", vocab_mb, "peak RSS MB (prep)", peak_rss_mb,
+      "peak RSS / vocabulary", peak_rss_mb / vocab_mb, "reader M samples/s (26 ids + label)", reader_samples_s / 1e6,
+      "reader M samples/s (shuffled)", reader_shuffled_s / 1e6, "reader M samples/s (labels only)", reader_label_only_s / 1e6));
   out.text(fmt::format("targets: prep >= 100 MB/s, reader >= 5 M samples/s; rows {}, embedding rows {}, RSS before prep {:.0f} MB\n",
                        pr.manifest.rows[0], pr.manifest.total_table_rows(), static_cast<double>(rss_before) / 1e6));
   out.row({{"bench", "data"},

@@ -3,6 +3,8 @@
 // messages (plain blocking sockets, no processing; a pull's reply read from a table of
 // the same size at the same rows; a push, its ack, a commit and its ack) in the same run,
 // the two alternating. Also the shard's store alone (no sockets) per row, next to memcpy.
+#include "bench_ps.h"
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -19,7 +21,6 @@
 #include <unordered_set>
 
 #include "bench_common.h"
-#include "bench_ps.h"
 #include "ember/common/error.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/process.h"
@@ -31,7 +32,9 @@ namespace ember::bench {
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--seconds", o.seconds, "seconds per run")->capture_default_str()->check(CLI::Range(0.001, 3600.0));
-  app.add_option("--repeats", o.repeats, "runs per case, PS and raw alternating (medians reported)")->capture_default_str()->check(CLI::Range(1, 1000));
+  app.add_option("--repeats", o.repeats, "runs per case, PS and raw alternating (medians reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--rows", o.rows_per_request, "rows per request")->capture_default_str();
   app.add_option("--num-keys", o.num_keys, "rows of the shard")->capture_default_str();
   app.add_option("--dims", o.dims, "embedding dimensions")->capture_default_str();
@@ -39,13 +42,15 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
   app.add_option("--connections", o.connections, "connections per client thread to the shard")->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "the shard's optimizer: sgd, adagrad, rowwise-adagrad, adam")->capture_default_str();
-  app.add_option("--keys", o.keys, "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
+  app.add_option("--keys", o.keys,
+                 "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
       ->capture_default_str()
       ->check(CLI::IsMember({"consecutive", "scattered"}));
-  app.add_option("--apply-commits", o.apply_commits,
-                 "where the shard applies a commit: handler (each row on the thread that received it, after its next ack), applier "
-                 "(--apply-threads threads of their own), or auto (as ember-ps: the applier for rows of 1 KB and up when the shard's threads "
-                 "take at most half the cores)")
+  app.add_option(
+         "--apply-commits", o.apply_commits,
+         "where the shard applies a commit: handler (each row on the thread that received it, after its next ack), applier "
+         "(--apply-threads threads of their own), or auto (as ember-ps: the applier for rows of 1 KB and up when the shard's threads "
+         "take at most half the cores)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "handler", "applier"}));
   app.add_option("--serve", o.serve,
@@ -60,8 +65,9 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
   app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 1u << 21));
-  app.add_option("--server-cpus", o.server_cpus,
-                 "CPUs for the server side (the shard's threads, the raw server, the store-alone loop), e.g. 1 or 8-15; with --client-cpus");
+  app.add_option(
+      "--server-cpus", o.server_cpus,
+      "CPUs for the server side (the shard's threads, the raw server, the store-alone loop), e.g. 1 or 8-15; with --client-cpus");
   app.add_option("--client-cpus", o.client_cpus, "CPUs for the client threads (PS and raw), e.g. 0 or 0-7; with --server-cpus");
 }
 
@@ -283,7 +289,8 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     if (op != "pull" && op != "push") throw ConfigError("--ops: unknown op '" + op + "' (pull, push)");
   }
   for (int t : o.threads) {
-    if (t < 1 || n * static_cast<std::uint64_t>(t) * 2 > o.num_keys) throw ConfigError("--threads: each thread needs 2 x --rows keys of its own");
+    if (t < 1 || n * static_cast<std::uint64_t>(t) * 2 > o.num_keys)
+      throw ConfigError("--threads: each thread needs 2 x --rows keys of its own");
   }
   const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
   const bool scattered = o.keys == "scattered";
@@ -296,12 +303,13 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
   const bool pinned = !client_cpus.empty();
   Output out{json};
   const std::uint32_t apply_threads = ps::applier_threads(o.apply_threads, static_cast<std::uint32_t>(o.io_threads));
-  out.text(fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
-                       "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread{}\n",
-                       o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, apply_threads, o.apply_commits,
-                       o.connections, o.serve == "ack" ? "; pushes and commits acknowledged unread (--serve ack: the transport alone)" : ""));
-  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}{:>8}\n", "op", "dim", "threads", "rows/s", "GB/s", "raw GB/s",
-                       "ratio", "ratio range", "CPU ns/row PS|raw", "ceiling", "ideal"));
+  out.text(
+      fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
+                  "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread{}\n",
+                  o.repeats, o.seconds, o.rows_per_request, o.keys, o.optimizer, o.io_threads, apply_threads, o.apply_commits,
+                  o.connections, o.serve == "ack" ? "; pushes and commits acknowledged unread (--serve ack: the transport alone)" : ""));
+  out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}{:>8}\n", "op", "dim", "threads", "rows/s", "GB/s",
+                       "raw GB/s", "ratio", "ratio range", "CPU ns/row PS|raw", "ceiling", "ideal"));
   for (std::uint32_t dim : o.dims) {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
@@ -310,8 +318,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     sc.apply_threads = apply_threads;
     ps::PsService service(sc);
     const ps::CommitApplyChoice choice = ps::choose_commit_apply(o.apply_commits, service.store().row_floats() * 4,
-                                                                 static_cast<std::uint32_t>(o.io_threads), apply_threads,
-                                                                 usable_cpus());
+                                                                 static_cast<std::uint32_t>(o.io_threads), apply_threads, usable_cpus());
     const bool applier = choice.where == ps::CommitApply::kApplier;
     const std::string applied_by = applier ? "applier" : "handler";
     service.apply_commits_on(choice.where);
@@ -337,7 +344,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     }
     // The raw baseline's replies come from a table of the same size.
     std::vector<char> table(o.num_keys * dim * 4ull, 1);
-    double store_push_cpu_ns = 0;  // the store's own CPU per row pushed and committed
+    double store_push_cpu_ns = 0;                           // the store's own CPU per row pushed and committed
     double update_cpu_ns = 0, update_scattered_cpu_ns = 0;  // a row's update alone (plain_sgd)
     std::string store_line;
     nlohmann::ordered_json store_row;
@@ -400,7 +407,7 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         // The update alone, on a table of the store's size (huge pages, as the store's).
         const std::size_t bytes = o.num_keys * dim * sizeof(float);
         std::unique_ptr<float, std::function<void(float*)>> plain(static_cast<float*>(huge_alloc(bytes)),
-                                                                   [bytes](float* p) { huge_free(p, bytes); });
+                                                                  [bytes](float* p) { huge_free(p, bytes); });
         std::fill_n(plain.get(), o.num_keys * dim, 1.0f);
         auto update = [&] { plain_sgd(plain.get(), keys, grads.data(), dim); };
         ns_per_row(update, false);
@@ -408,17 +415,26 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         ns_per_row(update, true);
         update_scattered_cpu_ns = cpu_ns;
       }
-      store_line = fmt::format("store alone, dim {}: push + commit {:.1f} ns/row ({:.1f} of CPU; {:.1f} scattered, {:.1f} of CPU), pull {:.1f} "
-                               "ns/row ({:.1f} scattered), memcpy of a row {:.1f} ns; a row's update alone (plain SGD, a table of "
-                               "the same size) {:.1f} ns of CPU ({:.1f} scattered)\n",
-                               dim, push_ns, consecutive_cpu_ns, push_scattered_ns, scattered_cpu_ns, pull_ns, pull_scattered_ns, copy_ns,
-                               update_cpu_ns, update_scattered_cpu_ns);
-      store_row = {{"bench", "ps"}, {"op", "store"}, {"dim", dim}, {"push_commit_ns_per_row", push_ns}, {"push_commit_cpu_ns_per_row", consecutive_cpu_ns},
-               {"push_commit_scattered_ns_per_row", push_scattered_ns},
-                   {"push_commit_scattered_cpu_ns_per_row", scattered_cpu_ns}, {"pull_ns_per_row", pull_ns},
-               {"pull_scattered_ns_per_row", pull_scattered_ns}, {"memcpy_ns_per_row", copy_ns},
-                   {"update_alone_cpu_ns_per_row", update_cpu_ns}, {"update_alone_scattered_cpu_ns_per_row", update_scattered_cpu_ns},
-                   {"optimizer", o.optimizer}, {"apply_commits", applied_by}};
+      store_line = fmt::format(
+          "store alone, dim {}: push + commit {:.1f} ns/row ({:.1f} of CPU; {:.1f} scattered, {:.1f} of CPU), pull {:.1f} "
+          "ns/row ({:.1f} scattered), memcpy of a row {:.1f} ns; a row's update alone (plain SGD, a table of "
+          "the same size) {:.1f} ns of CPU ({:.1f} scattered)\n",
+          dim, push_ns, consecutive_cpu_ns, push_scattered_ns, scattered_cpu_ns, pull_ns, pull_scattered_ns, copy_ns, update_cpu_ns,
+          update_scattered_cpu_ns);
+      store_row = {{"bench", "ps"},
+                   {"op", "store"},
+                   {"dim", dim},
+                   {"push_commit_ns_per_row", push_ns},
+                   {"push_commit_cpu_ns_per_row", consecutive_cpu_ns},
+                   {"push_commit_scattered_ns_per_row", push_scattered_ns},
+                   {"push_commit_scattered_cpu_ns_per_row", scattered_cpu_ns},
+                   {"pull_ns_per_row", pull_ns},
+                   {"pull_scattered_ns_per_row", pull_scattered_ns},
+                   {"memcpy_ns_per_row", copy_ns},
+                   {"update_alone_cpu_ns_per_row", update_cpu_ns},
+                   {"update_alone_scattered_cpu_ns_per_row", update_scattered_cpu_ns},
+                   {"optimizer", o.optimizer},
+                   {"apply_commits", applied_by}};
     }
     for (const std::string& op : o.ops) {
       for (int threads : o.threads) {
@@ -496,15 +512,33 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
         // that updates rows in memory could do on this host.
         const double floor_ns = scattered ? update_scattered_cpu_ns : update_cpu_ns;
         const double ideal = op == "push" && cores_busy ? rcpu / (rcpu + floor_ns) : 0;
-        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}{:>10}{:>8}\n", op, dim, threads, rps, gb, raw_gb, ratio,
-                             fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu),
+        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}{:>10}{:>8}\n", op, dim, threads, rps, gb,
+                             raw_gb, ratio, fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu),
                              ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-", ideal > 0 ? fmt::format("{:.2f}", ideal) : "-"));
-        out.row({{"bench", "ps"}, {"op", op}, {"dim", dim}, {"threads", threads}, {"repeats", o.repeats}, {"rows_s", rps}, {"gb_s", gb},
-                 {"raw_gb_s", raw_gb}, {"ratio", ratio}, {"ratio_min", *lo}, {"ratio_max", *hi}, {"cpu_ns_per_row", cpu},
-                 {"raw_cpu_ns_per_row", rcpu}, {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
-                 {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()}, {"optimizer", o.optimizer},
-                 {"keys", o.keys}, {"serve", o.serve}, {"apply_commits", applied_by}, {"apply_commits_asked", o.apply_commits}, {"io_threads", o.io_threads},
-                 {"apply_threads", apply_threads}, {"connections", o.connections}, {"server_cpus", o.server_cpus},
+        out.row({{"bench", "ps"},
+                 {"op", op},
+                 {"dim", dim},
+                 {"threads", threads},
+                 {"repeats", o.repeats},
+                 {"rows_s", rps},
+                 {"gb_s", gb},
+                 {"raw_gb_s", raw_gb},
+                 {"ratio", ratio},
+                 {"ratio_min", *lo},
+                 {"ratio_max", *hi},
+                 {"cpu_ns_per_row", cpu},
+                 {"raw_cpu_ns_per_row", rcpu},
+                 {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
+                 {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()},
+                 {"optimizer", o.optimizer},
+                 {"keys", o.keys},
+                 {"serve", o.serve},
+                 {"apply_commits", applied_by},
+                 {"apply_commits_asked", o.apply_commits},
+                 {"io_threads", o.io_threads},
+                 {"apply_threads", apply_threads},
+                 {"connections", o.connections},
+                 {"server_cpus", o.server_cpus},
                  {"client_cpus", o.client_cpus}});
       }
     }
@@ -528,10 +562,11 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
       out.row({{"bench", "ps"}, {"op", "pull_latency"}, {"dim", dim}, {"rows", 16}, {"p50_us", p50}, {"p99_us", p99}});
     }
   }
-  out.text("target: >= 0.70 of raw throughput for rows of 256 B and up (dim >= 64)\n"
-           "ceiling (pushes, a client thread per core or more): raw's CPU per row / (raw's + the store alone's CPU per row\n"
-           "pushed and committed): the best ratio a PS doing that work could reach on this host; ideal: the same with a row's\n"
-           "update alone (plain SGD, no bookkeeping) for the store's work: the best any PS updating rows in memory could reach\n");
+  out.text(
+      "target: >= 0.70 of raw throughput for rows of 256 B and up (dim >= 64)\n"
+      "ceiling (pushes, a client thread per core or more): raw's CPU per row / (raw's + the store alone's CPU per row\n"
+      "pushed and committed): the best ratio a PS doing that work could reach on this host; ideal: the same with a row's\n"
+      "update alone (plain SGD, no bookkeeping) for the store's work: the best any PS updating rows in memory could reach\n");
   return 0;
 }
 

@@ -1,13 +1,14 @@
 // ember-bench sched: scheduling time per global batch (allocation + plan + cache-state
 // update) of the Scheduler, single-threaded and with 2 threads, next to a straightforward
 // Algorithm 1 measured in the same run on the same batches.
+#include "bench_sched.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "bench_common.h"
-#include "bench_sched.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/data/prep.h"

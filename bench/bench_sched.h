@@ -1,7 +1,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 
 namespace ember::bench {
@@ -10,7 +9,7 @@ struct SchedBenchOptions {
   std::uint32_t workers = 8;
   std::uint32_t batch_per_worker = 128;
   double cache_ratio = 0.1;
-  double scale = 1.0;             // Criteo Kaggle cardinalities x scale
+  double scale = 1.0;  // Criteo Kaggle cardinalities x scale
   std::uint64_t warmup = 100;
   std::uint64_t iterations = 200;
   std::uint64_t baseline_iterations = 30;

@@ -3,8 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include "bench_data.h"
-#include "bench_sched.h"
 #include "bench_ps.h"
+#include "bench_sched.h"
 #include "ember/common/main.h"
 
 int main(int argc, char** argv) {

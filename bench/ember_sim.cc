@@ -1,13 +1,13 @@
 // ember-sim: replay a dataset through the scheduler and count every row that would
 // cross the network, per policy (docs/design.md accounting).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
 #include "ember/common/main.h"
@@ -36,7 +36,9 @@ fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std:
   g.like = data::parse_source_format(like);
   if (g.like == data::SourceFormat::kCriteoCsv) throw ConfigError("--synthetic must be criteo or avazu");
   g.output = holder.dir / "data.txt";
-  if (!quiet) std::fprintf(stderr, "ember-sim: generating %llu %s-like rows (scale %g)...\n", static_cast<unsigned long long>(g.rows), like.c_str(), g.scale);
+  if (!quiet)
+    std::fprintf(stderr, "ember-sim: generating %llu %s-like rows (scale %g)...\n", static_cast<unsigned long long>(g.rows), like.c_str(),
+                 g.scale);
   data::generate(g);
   data::PrepOptions p;
   p.format = g.like;
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.scheduler.seed, "scheduler (and synthetic data) seed")->capture_default_str();
   app.add_flag("--shuffle", o.scheduler.shuffle, "global batches from a seeded permutation instead of dataset order");
   app.add_option("--threads", o.scheduler.threads, "scheduler threads")->capture_default_str();
-  app.add_option("--budget-ms", o.scheduler.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")->capture_default_str();
+  app.add_option("--budget-ms", o.scheduler.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")
+      ->capture_default_str();
   app.add_option("--partitions", o.scheduler.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
   app.add_flag("--json", json, "one JSON object per policy per line");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
@@ -123,9 +126,10 @@ int main(int argc, char** argv) {
     auto reduction = [&](std::uint64_t v, std::uint64_t x) { return v > 0 ? 1.0 - static_cast<double>(x) / static_cast<double>(v) : 0.0; };
     const auto total_rows = scheduler::key_space(ds, o.scheduler.table_rows).back();
     if (!json) {
-      std::cout << fmt::format("{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
-                               o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows, o.scheduler.cache_ratio, total_rows,
-                               ds.num_tables(), o.iterations, o.warmup);
+      std::cout << fmt::format(
+          "{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
+          o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows, o.scheduler.cache_ratio, total_rows,
+          ds.num_tables(), o.iterations, o.warmup);
       std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
     }
@@ -169,8 +173,10 @@ int main(int argc, char** argv) {
                                  pct(red_all), r.hit_rate(), r.sched_ms_mean);
         if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
         if (o.scheduler.budget_ms > 0 && r.laia_tables_mean > 0) {
-          std::cout << fmt::format("{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",
-                                   r.laia_tables_mean, r.scoring_ms_mean, o.scheduler.budget_ms, r.scoring_ms_mean <= o.scheduler.budget_ms ? "met" : "exceeded");
+          std::cout << fmt::format(
+              "{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",
+              r.laia_tables_mean, r.scoring_ms_mean, o.scheduler.budget_ms,
+              r.scoring_ms_mean <= o.scheduler.budget_ms ? "met" : "exceeded");
         }
         std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                                  t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);

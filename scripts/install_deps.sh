@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config git
+  build-essential cmake pkg-config git clang-format
   libzmq3-dev cppzmq-dev
   libtbb-dev
   libboost-dev

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the test suite (the README's test command).
-# Tests labelled "long" are skipped; run them with: ctest --test-dir build -L long
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/install_deps.sh"
 bash "$root/scripts/build.sh"
-ctest --test-dir "${EMBER_BUILD_DIR:-$root/build}" -j "$(nproc)" --output-on-failure -LE long "$@"
+ctest --test-dir "${EMBER_BUILD_DIR:-$root/build}" -j "$(nproc)" --output-on-failure "$@"

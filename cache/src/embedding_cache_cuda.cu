@@ -13,8 +13,8 @@ void check(cudaError_t e, const char* what) {
 }
 
 // One thread per output element: consecutive threads read consecutive floats of a row.
-__global__ void gather_kernel(const float* __restrict__ values, const std::uint32_t* __restrict__ slots,
-                              std::size_t n, std::uint32_t dim, float* __restrict__ out) {
+__global__ void gather_kernel(const float* __restrict__ values, const std::uint32_t* __restrict__ slots, std::size_t n, std::uint32_t dim,
+                              float* __restrict__ out) {
   std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   std::size_t total = n * dim;
   for (; i < total; i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -24,8 +24,8 @@ __global__ void gather_kernel(const float* __restrict__ values, const std::uint3
 }
 
 // A batch may use a row several times: per-row sums need atomics.
-__global__ void scatter_add_kernel(float* __restrict__ grads, const std::uint32_t* __restrict__ slots, std::size_t n,
-                                   std::uint32_t dim, const float* __restrict__ src) {
+__global__ void scatter_add_kernel(float* __restrict__ grads, const std::uint32_t* __restrict__ slots, std::size_t n, std::uint32_t dim,
+                                   const float* __restrict__ src) {
   std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   std::size_t total = n * dim;
   for (; i < total; i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
@@ -70,8 +70,7 @@ CudaEmbeddingCache::~CudaEmbeddingCache() {
 
 void CudaEmbeddingCache::write_rows(const std::uint32_t* slots, std::size_t n, const float* rows) {
   for (std::size_t i = 0; i < n; ++i) {
-    check(cudaMemcpy(values_ + static_cast<std::size_t>(slots[i]) * dim_, rows + i * dim_, dim_ * sizeof(float),
-                     cudaMemcpyHostToDevice),
+    check(cudaMemcpy(values_ + static_cast<std::size_t>(slots[i]) * dim_, rows + i * dim_, dim_ * sizeof(float), cudaMemcpyHostToDevice),
           "write_rows");
   }
 }
@@ -79,8 +78,7 @@ void CudaEmbeddingCache::write_rows(const std::uint32_t* slots, std::size_t n, c
 void CudaEmbeddingCache::read_rows(const std::uint32_t* slots, std::size_t n, float* rows, bool grads) const {
   const float* base = grads ? grads_ : values_;
   for (std::size_t i = 0; i < n; ++i) {
-    check(cudaMemcpy(rows + i * dim_, base + static_cast<std::size_t>(slots[i]) * dim_, dim_ * sizeof(float),
-                     cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(rows + i * dim_, base + static_cast<std::size_t>(slots[i]) * dim_, dim_ * sizeof(float), cudaMemcpyDeviceToHost),
           "read_rows");
   }
 }

@@ -13,8 +13,6 @@ int exit_code(const std::exception& e) {
   return 1;
 }
 
-std::string errno_message(const std::string& what) {
-  return what + ": " + std::strerror(errno);
-}
+std::string errno_message(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 }  // namespace ember

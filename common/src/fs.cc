@@ -89,8 +89,7 @@ std::string read_file_head(const fs::path& path, std::size_t max_bytes) {
   return s;
 }
 
-StagingDir::StagingDir(fs::path target, bool overwrite)
-    : target_(std::move(target)), overwrite_(overwrite) {
+StagingDir::StagingDir(fs::path target, bool overwrite) : target_(std::move(target)), overwrite_(overwrite) {
   if (target_.filename().empty()) target_ = target_.parent_path();
   std::error_code ec;
   if (fs::exists(target_, ec) && !overwrite_) {

@@ -39,9 +39,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, Access access) : path_
 MappedFile::~MappedFile() { reset(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)),
-      addr_(std::exchange(other.addr_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+    : path_(std::move(other.path_)), addr_(std::exchange(other.addr_, nullptr)), size_(std::exchange(other.size_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -59,8 +57,7 @@ void MappedFile::reset() {
   size_ = 0;
 }
 
-MappedOutput::MappedOutput(const std::filesystem::path& path, std::size_t size)
-    : path_(path), size_(size) {
+MappedOutput::MappedOutput(const std::filesystem::path& path, std::size_t size) : path_(path), size_(size) {
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
   if (fd_ < 0) throw IoError(errno_message("create " + path.string()));
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {

@@ -1,13 +1,13 @@
 #include "ember/common/signals.h"
 
-#include "ember/common/process.h"
-
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <ctime>
 #include <utility>
+
+#include "ember/common/process.h"
 
 namespace ember {
 

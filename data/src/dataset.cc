@@ -1,10 +1,9 @@
 #include "ember/data/dataset.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 
@@ -187,9 +186,8 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
   if (h.version != kDatasetFormatVersion) fail("shard version " + std::to_string(h.version) + " is not supported");
   std::size_t covered = sizeof h + static_cast<std::size_t>(h.num_tables) * sizeof(TableColumn);
   if (h.num_tables != m.tables.size() || h.num_dense != m.dense_names.size()) {
-    fail("has " + std::to_string(h.num_tables) + " tables and " + std::to_string(h.num_dense) +
-         " dense features; the manifest says " + std::to_string(m.tables.size()) + " and " +
-         std::to_string(m.dense_names.size()));
+    fail("has " + std::to_string(h.num_tables) + " tables and " + std::to_string(h.num_dense) + " dense features; the manifest says " +
+         std::to_string(m.tables.size()) + " and " + std::to_string(m.dense_names.size()));
   }
   if (file_.size() < covered + 8) fail("truncated header");
   std::uint64_t hc;
@@ -197,8 +195,7 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
   if (hc != checksum64(file_.data(), covered)) fail("header checksum mismatch (corrupt file)");
   if (h.rows != info.rows) fail("has " + std::to_string(h.rows) + " rows; the manifest says " + std::to_string(info.rows));
   if (h.file_bytes != file_.size()) {
-    fail("is " + std::to_string(file_.size()) + " bytes; its header says " + std::to_string(h.file_bytes) +
-         " (truncated or extended)");
+    fail("is " + std::to_string(file_.size()) + " bytes; its header says " + std::to_string(h.file_bytes) + " (truncated or extended)");
   }
   std::vector<std::uint32_t> widths;
   std::vector<TableColumn> cols(h.num_tables);
@@ -208,8 +205,7 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
     widths.push_back(cols[t].id_bytes);
   }
   ShardLayout l = shard_layout(h.rows, h.num_dense, widths);
-  if (l.file_bytes != h.file_bytes || l.labels_offset != h.labels_offset || l.dense_offset != h.dense_offset ||
-      l.table_offsets != [&] {
+  if (l.file_bytes != h.file_bytes || l.labels_offset != h.labels_offset || l.dense_offset != h.dense_offset || l.table_offsets != [&] {
         std::vector<std::uint64_t> o;
         for (auto& c : cols) o.push_back(c.offset);
         return o;
@@ -217,8 +213,7 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
     fail("section offsets are inconsistent (corrupt header)");
   }
   if (h.payload_checksum != info.checksum) fail("checksum differs from the manifest's");
-  if (verify_payload &&
-      checksum64(file_.data() + l.header_bytes, file_.size() - l.header_bytes) != h.payload_checksum) {
+  if (verify_payload && checksum64(file_.data() + l.header_bytes, file_.size() - l.header_bytes) != h.payload_checksum) {
     fail("payload checksum mismatch (corrupt file)");
   }
   rows_ = h.rows;

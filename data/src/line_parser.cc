@@ -26,8 +26,7 @@ void split_on(std::string_view line, char sep, std::vector<std::string_view>& ou
 #if defined(__SSE2__)
   const __m128i vsep = _mm_set1_epi8(sep);
   for (; end - p >= 16; p += 16) {
-    unsigned mask = static_cast<unsigned>(
-        _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), vsep)));
+    unsigned mask = static_cast<unsigned>(_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), vsep)));
     while (mask != 0) {
       const char* at = p + __builtin_ctz(mask);
       out.emplace_back(field, static_cast<std::size_t>(at - field));
@@ -150,8 +149,7 @@ std::string_view strip_cr(std::string_view line) {
 
 }  // namespace
 
-bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std::string& scratch,
-               std::string& error) {
+bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std::string& scratch, std::string& error) {
   fields.clear();
   if (line.find('"') == std::string_view::npos) {
     split_on(line, ',', fields);

@@ -181,8 +181,8 @@ class Preparer {
       if (first) {
         has_labels_ = f.parser->has_label();
       } else if (f.parser->has_label() != has_labels_) {
-        throw DataError(p.string() + ":1: " + (has_labels_ ? "has no label column but earlier inputs do"
-                                                             : "has a label column but earlier inputs do not"));
+        throw DataError(p.string() + ":1: " +
+                        (has_labels_ ? "has no label column but earlier inputs do" : "has a label column but earlier inputs do not"));
       }
       first = false;
       files_.push_back(std::move(f));
@@ -232,31 +232,34 @@ class Preparer {
       auto pieces = split_block(block, threads_);
       chunks.resize(pieces.size());
       // Stage 1: parse chunks in parallel into flat key arrays.
-      tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t c) {
-        CountChunk& ch = chunks[c];
-        ch.lines = ch.good = ch.bad_count = 0;
-        ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
-        for (auto& k : ch.keys) k.clear();
-        ch.bad.clear();
-        LineParser parser = *file.parser;  // parsers keep per-thread scratch
-        Record rec;
-        std::string err;
-        for_each_line(pieces[c], [&](std::string_view line) {
-          std::uint64_t idx = ch.lines++;
-          if (blank(line)) return;
-          if (!parser.parse(line, rec, err, false)) {
-            if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
-            ++ch.bad_count;
-            return;
-          }
-          for (int t = 0; t < nt_; ++t) {
-            std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
-            if (key == kMissingKey) continue;
-            ch.keys[partition_of(Vocab::hash(key), parts) * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
-          }
-          ++ch.good;
-        });
-      }, tbb::simple_partitioner());
+      tbb::parallel_for(
+          std::size_t{0}, pieces.size(),
+          [&](std::size_t c) {
+            CountChunk& ch = chunks[c];
+            ch.lines = ch.good = ch.bad_count = 0;
+            ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
+            for (auto& k : ch.keys) k.clear();
+            ch.bad.clear();
+            LineParser parser = *file.parser;  // parsers keep per-thread scratch
+            Record rec;
+            std::string err;
+            for_each_line(pieces[c], [&](std::string_view line) {
+              std::uint64_t idx = ch.lines++;
+              if (blank(line)) return;
+              if (!parser.parse(line, rec, err, false)) {
+                if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
+                ++ch.bad_count;
+                return;
+              }
+              for (int t = 0; t < nt_; ++t) {
+                std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
+                if (key == kMissingKey) continue;
+                ch.keys[partition_of(Vocab::hash(key), parts) * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
+              }
+              ++ch.good;
+            });
+          },
+          tbb::simple_partitioner());
       // Bad lines, in file order: fail at the first one past the allowance.
       std::uint64_t first_line = line_no;
       for (auto& ch : chunks) {
@@ -264,8 +267,7 @@ class Preparer {
           std::string where = file.path.string() + ":" + std::to_string(first_line + idx);
           if (report_.bad_lines + 1 > opt_.skip_bad) {
             if (opt_.skip_bad == 0) throw DataError(where + ": " + why);
-            throw DataError(where + ": " + why + " (more than --skip-bad " + std::to_string(opt_.skip_bad) +
-                            " bad lines)");
+            throw DataError(where + ": " + why + " (more than --skip-bad " + std::to_string(opt_.skip_bad) + " bad lines)");
           }
           ++report_.bad_lines;
           if (report_.bad_examples.size() < kMaxBadExamples) report_.bad_examples.push_back({where, why});
@@ -285,14 +287,17 @@ class Preparer {
         report_.lines += ch.lines;
       }
       // Stage 2: count, each thread owning one hash partition of every table.
-      tbb::parallel_for(0u, parts, [&](unsigned p) {
-        for (auto& ch : chunks) {
-          for (int t = 0; t < nt_; ++t) {
-            const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
-            count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
-          }
-        }
-      }, tbb::simple_partitioner());
+      tbb::parallel_for(
+          0u, parts,
+          [&](unsigned p) {
+            for (auto& ch : chunks) {
+              for (int t = 0; t < nt_; ++t) {
+                const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
+                count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
+              }
+            }
+          },
+          tbb::simple_partitioner());
       return first_line - line_no;
     });
     for (auto& t : vocab_) {
@@ -321,9 +326,8 @@ class Preparer {
           count = static_cast<std::uint32_t>(kOovRow);
         });
       }
-      tbb::parallel_sort(kept.begin(), kept.end(), [](const Kept& a, const Kept& b) {
-        return a.count != b.count ? a.count > b.count : a.key < b.key;
-      });
+      tbb::parallel_sort(kept.begin(), kept.end(),
+                         [](const Kept& a, const Kept& b) { return a.count != b.count ? a.count > b.count : a.key < b.key; });
       TableInfo& info = manifest_.tables[static_cast<std::size_t>(t)];
       info.name = schema_.table_names[static_cast<std::size_t>(t)];
       info.rows = kFirstValueRow + kept.size();
@@ -389,7 +393,7 @@ class Preparer {
   struct EncodeChunk {
     std::vector<std::uint8_t> labels;
     std::vector<float> dense;
-    std::vector<std::vector<std::uint64_t>> keys;  // [table][row]
+    std::vector<std::vector<std::uint64_t>> keys;           // [table][row]
     std::vector<std::pair<ShardOut*, std::uint64_t>> dest;  // shard and row of each row
     std::uint64_t lines = 0;
   };
@@ -408,53 +412,58 @@ class Preparer {
         starts[c] = row_base;
         row_base += chunk_rows_[chunk_index + c];
       }
-      tbb::parallel_for(std::size_t{0}, pieces.size(), [&](std::size_t c) {
-        EncodeChunk& ch = chunks[c];
-        ch.labels.clear();
-        ch.dense.clear();
-        ch.keys.resize(static_cast<std::size_t>(nt_));
-        for (auto& k : ch.keys) k.clear();
-        ch.lines = 0;
-        LineParser parser = *file.parser;
-        Record rec;
-        std::string err;
-        for_each_line(pieces[c], [&](std::string_view line) {
-          ++ch.lines;
-          if (blank(line) || !parser.parse(line, rec, err)) return;  // counted in pass 1
-          ch.labels.push_back(rec.label);
-          ch.dense.insert(ch.dense.end(), rec.dense.begin(), rec.dense.begin() + nd_);
-          for (int t = 0; t < nt_; ++t) ch.keys[static_cast<std::size_t>(t)].push_back(rec.keys[static_cast<std::size_t>(t)]);
-        });
-        const std::size_t rows = ch.labels.size();
-        if (rows != chunk_rows_[chunk_index + c]) return;  // reported below
-        ch.dest.resize(rows);
-        for (std::size_t r = 0; r < rows; ++r) {
-          std::uint64_t g = starts[c] + r;
-          std::uint64_t row;
-          ShardOut& out = locate(perm_.empty() ? g : perm_[g], row);
-          ch.dest[r] = {&out, row};
-          out.labels()[row] = ch.labels[r];
-          if (nd_ > 0) std::memcpy(out.dense() + row * static_cast<std::uint64_t>(nd_), &ch.dense[r * static_cast<std::size_t>(nd_)], sizeof(float) * static_cast<std::size_t>(nd_));
-        }
-        // Table by table, prefetching a few keys ahead in the table's vocabulary.
-        constexpr std::size_t kAhead = 8;
-        for (int t = 0; t < nt_; ++t) {
-          auto& maps = vocab_[static_cast<std::size_t>(t)];
-          const std::uint64_t* keys = ch.keys[static_cast<std::size_t>(t)].data();
-          for (std::size_t r = 0; r < rows; ++r) {
-            if (r + kAhead < rows && keys[r + kAhead] != kMissingKey) {
-              std::uint64_t h = Vocab::hash(keys[r + kAhead]);
-              maps[partition_of(h, parts)].prefetch(h);
+      tbb::parallel_for(
+          std::size_t{0}, pieces.size(),
+          [&](std::size_t c) {
+            EncodeChunk& ch = chunks[c];
+            ch.labels.clear();
+            ch.dense.clear();
+            ch.keys.resize(static_cast<std::size_t>(nt_));
+            for (auto& k : ch.keys) k.clear();
+            ch.lines = 0;
+            LineParser parser = *file.parser;
+            Record rec;
+            std::string err;
+            for_each_line(pieces[c], [&](std::string_view line) {
+              ++ch.lines;
+              if (blank(line) || !parser.parse(line, rec, err)) return;  // counted in pass 1
+              ch.labels.push_back(rec.label);
+              ch.dense.insert(ch.dense.end(), rec.dense.begin(), rec.dense.begin() + nd_);
+              for (int t = 0; t < nt_; ++t) ch.keys[static_cast<std::size_t>(t)].push_back(rec.keys[static_cast<std::size_t>(t)]);
+            });
+            const std::size_t rows = ch.labels.size();
+            if (rows != chunk_rows_[chunk_index + c]) return;  // reported below
+            ch.dest.resize(rows);
+            for (std::size_t r = 0; r < rows; ++r) {
+              std::uint64_t g = starts[c] + r;
+              std::uint64_t row;
+              ShardOut& out = locate(perm_.empty() ? g : perm_[g], row);
+              ch.dest[r] = {&out, row};
+              out.labels()[row] = ch.labels[r];
+              if (nd_ > 0)
+                std::memcpy(out.dense() + row * static_cast<std::uint64_t>(nd_), &ch.dense[r * static_cast<std::size_t>(nd_)],
+                            sizeof(float) * static_cast<std::size_t>(nd_));
             }
-            std::uint32_t id = static_cast<std::uint32_t>(kMissingRow);
-            if (keys[r] != kMissingKey) {
-              std::uint64_t h = Vocab::hash(keys[r]);
-              id = *maps[partition_of(h, parts)].find_hashed(keys[r], h);
+            // Table by table, prefetching a few keys ahead in the table's vocabulary.
+            constexpr std::size_t kAhead = 8;
+            for (int t = 0; t < nt_; ++t) {
+              auto& maps = vocab_[static_cast<std::size_t>(t)];
+              const std::uint64_t* keys = ch.keys[static_cast<std::size_t>(t)].data();
+              for (std::size_t r = 0; r < rows; ++r) {
+                if (r + kAhead < rows && keys[r + kAhead] != kMissingKey) {
+                  std::uint64_t h = Vocab::hash(keys[r + kAhead]);
+                  maps[partition_of(h, parts)].prefetch(h);
+                }
+                std::uint32_t id = static_cast<std::uint32_t>(kMissingRow);
+                if (keys[r] != kMissingKey) {
+                  std::uint64_t h = Vocab::hash(keys[r]);
+                  id = *maps[partition_of(h, parts)].find_hashed(keys[r], h);
+                }
+                reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = id;
+              }
             }
-            reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = id;
-          }
-        }
-      }, tbb::simple_partitioner());
+          },
+          tbb::simple_partitioner());
       std::uint64_t lines = 0;
       for (std::size_t c = 0; c < pieces.size(); ++c) {
         if (chunks[c].labels.size() != chunk_rows_[chunk_index + c]) {
@@ -533,7 +542,7 @@ class Preparer {
   bool has_labels_ = true;
   std::vector<InputFile> files_;
   std::vector<std::vector<Vocab>> vocab_;  // [table][partition]: count, then row id
-  std::vector<std::uint64_t> chunk_rows_;                  // good rows per pass-1 chunk, in order
+  std::vector<std::uint64_t> chunk_rows_;  // good rows per pass-1 chunk, in order
   std::uint64_t total_good_ = 0;
   std::uint64_t rows_written_ = 0;
   std::uint64_t split_rows_[3] = {0, 0, 0};

@@ -13,9 +13,12 @@ SourceFormat parse_source_format(std::string_view name) {
 
 std::string_view format_name(SourceFormat format) {
   switch (format) {
-    case SourceFormat::kCriteoTsv: return "criteo";
-    case SourceFormat::kCriteoCsv: return "criteo-csv";
-    case SourceFormat::kAvazu: return "avazu";
+    case SourceFormat::kCriteoTsv:
+      return "criteo";
+    case SourceFormat::kCriteoCsv:
+      return "criteo-csv";
+    case SourceFormat::kAvazu:
+      return "avazu";
   }
   return "?";
 }
@@ -31,11 +34,29 @@ Schema make_criteo(SourceFormat f) {
 
 Schema make_avazu() {
   Schema s{SourceFormat::kAvazu, {}, {}};
-  s.table_names = {"C1",         "banner_pos",   "site_id",      "site_domain", "site_category",
-                   "app_id",     "app_domain",   "app_category", "device_id",   "device_ip",
-                   "device_model", "device_type", "device_conn_type", "C14",     "C15",
-                   "C16",        "C17",          "C18",          "C19",         "C20",
-                   "C21",        "hour",         "weekday"};
+  s.table_names = {"C1",
+                   "banner_pos",
+                   "site_id",
+                   "site_domain",
+                   "site_category",
+                   "app_id",
+                   "app_domain",
+                   "app_category",
+                   "device_id",
+                   "device_ip",
+                   "device_model",
+                   "device_type",
+                   "device_conn_type",
+                   "C14",
+                   "C15",
+                   "C16",
+                   "C17",
+                   "C18",
+                   "C19",
+                   "C20",
+                   "C21",
+                   "hour",
+                   "weekday"};
   return s;
 }
 
@@ -46,9 +67,12 @@ const Schema& schema_for(SourceFormat format) {
   static const Schema criteo_csv = make_criteo(SourceFormat::kCriteoCsv);
   static const Schema avazu = make_avazu();
   switch (format) {
-    case SourceFormat::kCriteoTsv: return criteo_tsv;
-    case SourceFormat::kCriteoCsv: return criteo_csv;
-    case SourceFormat::kAvazu: return avazu;
+    case SourceFormat::kCriteoTsv:
+      return criteo_tsv;
+    case SourceFormat::kCriteoCsv:
+      return criteo_csv;
+    case SourceFormat::kAvazu:
+      return avazu;
   }
   return criteo_tsv;
 }

@@ -1,12 +1,12 @@
 #include "ember/data/stats.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
 #include "ember/data/schema.h"
@@ -63,8 +63,8 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
       for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
         std::uint64_t id = sh.id(t, r);
         if (id >= info.rows) {
-          throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) +
-                          " beyond its " + std::to_string(info.rows) + " rows");
+          throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
+                          std::to_string(info.rows) + " rows");
         }
         if (counts[id] != UINT32_MAX) ++counts[id];
         if (o.window > 0) {
@@ -102,8 +102,7 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
     ts.top10_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.10 * info.rows)))) / total;
     ts.cached_rows = static_cast<std::uint64_t>(std::ceil(o.cache_ratio * static_cast<double>(info.rows)));
     // The cached rows are the most popular ones (what an LRU cache converges to).
-    std::nth_element(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(ts.cached_rows - 1), counts.end(),
-                     std::greater<>());
+    std::nth_element(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(ts.cached_rows - 1), counts.end(), std::greater<>());
     std::uint64_t rare = 0;
     auto& hist = cached_hist[static_cast<std::size_t>(t)];
     for (std::uint64_t i = 0; i < ts.cached_rows; ++i) {
@@ -134,10 +133,14 @@ std::string stats_json(const DatasetStats& s) {
   if (s.window > 0) j["window"] = s.window;
   auto& arr = j["tables"] = nlohmann::ordered_json::array();
   for (const auto& t : s.tables) {
-    nlohmann::ordered_json tj = {{"name", t.name},          {"rows", t.rows},
-                                 {"distinct", t.distinct},  {"top1_share", t.top1_share},
-                                 {"top10_share", t.top10_share}, {"cached_rows", t.cached_rows},
-                                 {"doi", t.doi},            {"missing_share", t.missing_share}};
+    nlohmann::ordered_json tj = {{"name", t.name},
+                                 {"rows", t.rows},
+                                 {"distinct", t.distinct},
+                                 {"top1_share", t.top1_share},
+                                 {"top10_share", t.top10_share},
+                                 {"cached_rows", t.cached_rows},
+                                 {"doi", t.doi},
+                                 {"missing_share", t.missing_share}};
     if (s.window > 0) {
       tj["window_distinct"] = t.window_distinct;
       tj["window_distinct_random"] = t.window_distinct_random;
@@ -148,14 +151,14 @@ std::string stats_json(const DatasetStats& s) {
 }
 
 std::string stats_table(const DatasetStats& s) {
-  std::string out = fmt::format("split {}: {} samples, positive rate {:.3f}; DoI for {} workers, cache ratio {:g}\n",
-                                s.split, s.samples, s.positive_rate, s.workers, s.cache_ratio);
+  std::string out = fmt::format("split {}: {} samples, positive rate {:.3f}; DoI for {} workers, cache ratio {:g}\n", s.split, s.samples,
+                                s.positive_rate, s.workers, s.cache_ratio);
   out += fmt::format("{:<18}{:>11}{:>11}{:>8}{:>8}{:>8}{:>8}", "table", "rows", "distinct", "top1%", "top10%", "miss", "DoI");
   if (s.window > 0) out += fmt::format("{:>10}{:>10}{:>9}", fmt::format("dist/{}", s.window), "random", "ratio");
   out += "\n";
   for (const auto& t : s.tables) {
-    out += fmt::format("{:<18}{:>11}{:>11}{:>8.3f}{:>8.3f}{:>8.3f}{:>8.3f}", t.name, t.rows, t.distinct, t.top1_share,
-                       t.top10_share, t.missing_share, t.doi);
+    out += fmt::format("{:<18}{:>11}{:>11}{:>8.3f}{:>8.3f}{:>8.3f}{:>8.3f}", t.name, t.rows, t.distinct, t.top1_share, t.top10_share,
+                       t.missing_share, t.doi);
     if (s.window > 0) {
       out += fmt::format("{:>10.3f}{:>10.3f}{:>9.3f}", t.window_distinct, t.window_distinct_random,
                          t.window_distinct_random > 0 ? t.window_distinct / t.window_distinct_random : 1.0);

@@ -24,28 +24,25 @@ namespace {
 // mean share of distinct non-missing values in windows of 1024 consecutive rows, and
 // the share of missing values.
 constexpr int kCriteoWindow = 1024;
-constexpr std::array<double, 26> kCriteoDistinct = {
-    0.053, 0.188, 0.672, 0.565, 0.023, 0.006, 0.696, 0.027, 0.002, 0.529, 0.604, 0.646, 0.551,
-    0.015, 0.513, 0.618, 0.009, 0.356, 0.122, 0.003, 0.632, 0.005, 0.012, 0.421, 0.027, 0.319};
-constexpr std::array<double, 26> kCriteoMissing = {
-    0.0, 0.0, 0.033, 0.033, 0.0, 0.126, 0.0, 0.0, 0.0, 0.0, 0.0, 0.033, 0.0,
-    0.0, 0.0, 0.033, 0.0, 0.0, 0.483, 0.483, 0.033, 0.816, 0.0, 0.033, 0.483, 0.483};
+constexpr std::array<double, 26> kCriteoDistinct = {0.053, 0.188, 0.672, 0.565, 0.023, 0.006, 0.696, 0.027, 0.002,
+                                                    0.529, 0.604, 0.646, 0.551, 0.015, 0.513, 0.618, 0.009, 0.356,
+                                                    0.122, 0.003, 0.632, 0.005, 0.012, 0.421, 0.027, 0.319};
+constexpr std::array<double, 26> kCriteoMissing = {0.0, 0.0, 0.033, 0.033, 0.0, 0.126, 0.0,   0.0,   0.0,   0.0, 0.0,   0.033, 0.0,
+                                                   0.0, 0.0, 0.033, 0.0,   0.0, 0.483, 0.483, 0.033, 0.816, 0.0, 0.033, 0.483, 0.483};
 // Dense I1..I13: missing share, mean and standard deviation of log(1+x).
-constexpr std::array<double, 13> kDenseMissing = {0.445, 0.0, 0.225, 0.21, 0.047, 0.247, 0.047,
-                                                  0.001, 0.047, 0.445, 0.047, 0.777, 0.21};
+constexpr std::array<double, 13> kDenseMissing = {0.445, 0.0, 0.225, 0.21, 0.047, 0.247, 0.047, 0.001, 0.047, 0.445, 0.047, 0.777, 0.21};
 constexpr std::array<double, 13> kDenseMean = {0.82, 2.15, 2.21, 1.73, 7.25, 3.62, 1.53, 2.06, 3.63, 0.37, 0.84, 0.32, 1.92};
 constexpr std::array<double, 13> kDenseSd = {1.01, 2.19, 1.29, 0.98, 2.83, 1.82, 1.34, 1.2, 1.69, 0.39, 0.71, 0.63, 1.08};
 // Avazu: tr.rx.csv's 499 distinct rows (the first rows of train.csv), one window.
 constexpr int kAvazuWindow = 499;
-constexpr std::array<double, 21> kAvazuDistinct = {0.006, 0.004, 0.152, 0.136, 0.018, 0.102, 0.024,
-                                                   0.014, 0.126, 0.946, 0.445, 0.008, 0.006, 0.17,
-                                                   0.006, 0.006, 0.11,  0.008, 0.044, 0.096, 0.038};
+constexpr std::array<double, 21> kAvazuDistinct = {0.006, 0.004, 0.152, 0.136, 0.018, 0.102, 0.024, 0.014, 0.126, 0.946, 0.445,
+                                                   0.008, 0.006, 0.17,  0.006, 0.006, 0.11,  0.008, 0.044, 0.096, 0.038};
 
-const std::vector<std::uint64_t> kCriteoCard = {1460,    583,  10131227, 2202608, 305,   24,     12517, 633,    3,
-                                                93145,   5683, 8351593,  3194,    27,    14992,  5461306, 10, 5652,
-                                                2173,    4,    7046547,  18,      15,    286181, 105,   142572};
-const std::vector<std::uint64_t> kAvazuCard = {7,       7,    4737, 7745, 26, 8552, 559, 36, 2686408, 6729486, 8251,
-                                               5,       4,    2626, 8,    9,  435,  4,   68, 172,     60,      24, 7};
+const std::vector<std::uint64_t> kCriteoCard = {1460,  583,  10131227, 2202608, 305, 24,     12517,   633,   3,
+                                                93145, 5683, 8351593,  3194,    27,  14992,  5461306, 10,    5652,
+                                                2173,  4,    7046547,  18,      15,  286181, 105,     142572};
+const std::vector<std::uint64_t> kAvazuCard = {7, 7,    4737, 7745, 26,  8552, 559, 36,  2686408, 6729486, 8251, 5,
+                                               4, 2626, 8,    9,    435, 4,    68,  172, 60,      24,      7};
 
 // Tables of id-like cardinality (ads, users, devices) are the ones an entity fixes.
 constexpr std::uint64_t kCoupledMinRows = 4000;
@@ -157,8 +154,9 @@ class Generator {
         report_.bytes += s.size();
       };
       if (!criteo_) {
-        write("id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
-              "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n");
+        write(
+            "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
+            "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n");
       }
       const std::uint64_t chunks = (o_.rows + kChunkRows - 1) / kChunkRows;
       const std::uint64_t group = static_cast<std::uint64_t>(threads) * 2;
@@ -167,9 +165,7 @@ class Generator {
       tbb::task_arena arena(threads);
       for (std::uint64_t c0 = 0; c0 < chunks; c0 += group) {
         std::uint64_t n = std::min(group, chunks - c0);
-        arena.execute([&] {
-          tbb::parallel_for(std::uint64_t{0}, n, [&](std::uint64_t i) { pos[i] = make_chunk(c0 + i, bufs[i]); });
-        });
+        arena.execute([&] { tbb::parallel_for(std::uint64_t{0}, n, [&](std::uint64_t i) { pos[i] = make_chunk(c0 + i, bufs[i]); }); });
         for (std::uint64_t i = 0; i < n; ++i) {
           write(bufs[i]);
           report_.positives += pos[i];
@@ -213,8 +209,7 @@ class Generator {
 
   // Draws row r's entity (reusing `entity` if `reuse_entity`) and table values (-1 =
   // missing); returns the label logit without the bias.
-  double draw_row(SplitMix64& rng, std::uint64_t r, bool reuse_entity, std::uint64_t& entity,
-                  std::vector<std::int64_t>& value) const {
+  double draw_row(SplitMix64& rng, std::uint64_t r, bool reuse_entity, std::uint64_t& entity, std::vector<std::int64_t>& value) const {
     // Rankings shift with time (row number), not with the file's length.
     const std::uint64_t shift = o_.iid ? 0 : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4);
     if (!o_.iid && !reuse_entity) {
@@ -235,8 +230,9 @@ class Generator {
         v = m.zipf(er);
       } else {
         // Same relative speed as the entity ranking: small tables stay nearly still.
-        std::uint64_t table_shift = o_.iid ? 0 : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4 *
-                                                                               static_cast<double>(m.rows) / static_cast<double>(entities_));
+        std::uint64_t table_shift = o_.iid ? 0
+                                           : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4 *
+                                                                        static_cast<double>(m.rows) / static_cast<double>(entities_));
         v = (m.zipf(rng) + table_shift) % m.rows;
       }
       value[t] = static_cast<std::int64_t>(v);
@@ -269,8 +265,7 @@ class Generator {
             out.append("-1");
             continue;
           }
-          double lx = kDenseMean[static_cast<std::size_t>(j)] + 0.15 * signal +
-                      kDenseSd[static_cast<std::size_t>(j)] * rng.normal();
+          double lx = kDenseMean[static_cast<std::size_t>(j)] + 0.15 * signal + kDenseSd[static_cast<std::size_t>(j)] * rng.normal();
           put_uint(out, static_cast<std::uint64_t>(std::floor(std::expm1(std::max(0.0, lx)))));
         }
         for (int t = 0; t < nt; ++t) {
@@ -288,8 +283,8 @@ class Generator {
         char hour[16];
         std::snprintf(hour, sizeof hour, ",1410%02d%02d", static_cast<int>(21 + h / 24), static_cast<int>(h % 24));
         out.append(hour);
-        static constexpr std::array<std::int64_t, 21> kBase = {1000, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                                               0,    0, 15000, 300, 30, 1700, 0, 30, 100000, 10};
+        static constexpr std::array<std::int64_t, 21> kBase = {1000, 0, -1,    -1,  -1, -1,   -1, -1, -1,     -1, -1,
+                                                               0,    0, 15000, 300, 30, 1700, 0,  30, 100000, 10};
         for (int t = 0; t < nt; ++t) {
           out.push_back(',');
           std::int64_t v = value[static_cast<std::size_t>(t)];
@@ -319,9 +314,7 @@ class Generator {
 
 }  // namespace
 
-const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like) {
-  return like == SourceFormat::kAvazu ? kAvazuCard : kCriteoCard;
-}
+const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like) { return like == SourceFormat::kAvazu ? kAvazuCard : kCriteoCard; }
 
 std::uint64_t scaled_cardinality(std::uint64_t card, double scale) {
   return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(static_cast<double>(card) * scale)));

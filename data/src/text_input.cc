@@ -21,8 +21,7 @@ bool has_gzip_magic(const std::filesystem::path& path) {
 
 }  // namespace
 
-TextInput::TextInput(const std::filesystem::path& path, std::size_t block_bytes)
-    : path_(path), block_bytes_(block_bytes) {
+TextInput::TextInput(const std::filesystem::path& path, std::size_t block_bytes) : path_(path), block_bytes_(block_bytes) {
   std::error_code ec;
   file_bytes_ = std::filesystem::file_size(path, ec);
   if (ec) throw IoError("open " + path.string() + ": " + ec.message());

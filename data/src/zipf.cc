@@ -64,8 +64,7 @@ double zipf_expected_distinct(std::uint64_t n, double s, double draws) {
   double norm = 0;
   for (std::uint64_t k = 1; k <= head; ++k) norm += std::pow(static_cast<double>(k), -s);
   if (n > head) {
-    norm += tail_integral(static_cast<double>(head) + 0.5, static_cast<double>(n) + 0.5,
-                          [&](double x) { return std::pow(x, -s); });
+    norm += tail_integral(static_cast<double>(head) + 0.5, static_cast<double>(n) + 0.5, [&](double x) { return std::pow(x, -s); });
   }
   double distinct = 0;
   for (std::uint64_t k = 1; k <= head; ++k) {
@@ -88,7 +87,10 @@ double fit_zipf_exponent(std::uint64_t n, double draws, double distinct) {
   if (zipf_expected_distinct(n, hi, draws) >= distinct) return hi;
   for (int i = 0; i < 40; ++i) {
     double mid = 0.5 * (lo + hi);
-    if (zipf_expected_distinct(n, mid, draws) > distinct) lo = mid; else hi = mid;
+    if (zipf_expected_distinct(n, mid, draws) > distinct)
+      lo = mid;
+    else
+      hi = mid;
   }
   return 0.5 * (lo + hi);
 }

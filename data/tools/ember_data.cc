@@ -1,11 +1,11 @@
 // ember-data: prepare, generate and inspect datasets.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
 #include "ember/common/log.h"
@@ -45,8 +45,7 @@ int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
   o.on_progress = [&](const PrepProgress& p) {
     progress.maybe("prep: pass {}/2 {:5.1f}% ({:.0f} of {:.0f} MB), {} rows, {:.0f}s", p.pass,
                    p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 0.0,
-                   static_cast<double>(p.bytes_done) / 1e6, static_cast<double>(p.bytes_total) / 1e6, p.rows,
-                   total.seconds());
+                   static_cast<double>(p.bytes_done) / 1e6, static_cast<double>(p.bytes_total) / 1e6, p.rows, total.seconds());
   };
   PrepReport r = prepare_dataset(o);
   const Manifest& m = r.manifest;
@@ -68,15 +67,14 @@ int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense\n",
-                           o.output.string(), m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(),
-                           m.dense_names.size());
+  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense\n", o.output.string(),
+                           m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(), m.dense_names.size());
   if (r.bad_lines > 0) std::cout << fmt::format("skipped {} bad line(s)\n", r.bad_lines);
-  std::cout << fmt::format("{:.1f} MB in {:.2f}s ({:.0f} MB/s): count {:.2f}s, vocabulary {:.2f}s, encode {:.2f}s, "
-                           "sync {:.2f}s; vocabulary {:.0f} MB, peak RSS {:.0f} MB\n",
-                           static_cast<double>(r.input_bytes) / 1e6, secs, static_cast<double>(r.input_bytes) / 1e6 / secs,
-                           r.pass1_seconds, r.vocab_seconds, r.pass2_seconds, r.finish_seconds,
-                           static_cast<double>(r.vocab_bytes) / 1e6, static_cast<double>(peak_rss_bytes()) / 1e6);
+  std::cout << fmt::format(
+      "{:.1f} MB in {:.2f}s ({:.0f} MB/s): count {:.2f}s, vocabulary {:.2f}s, encode {:.2f}s, "
+      "sync {:.2f}s; vocabulary {:.0f} MB, peak RSS {:.0f} MB\n",
+      static_cast<double>(r.input_bytes) / 1e6, secs, static_cast<double>(r.input_bytes) / 1e6 / secs, r.pass1_seconds, r.vocab_seconds,
+      r.pass2_seconds, r.finish_seconds, static_cast<double>(r.vocab_bytes) / 1e6, static_cast<double>(peak_rss_bytes()) / 1e6);
   return 0;
 }
 
@@ -91,8 +89,8 @@ int run_gen(GenOptions& o, const std::string& like, bool quiet) {
   GenReport r = generate(o);
   if (!quiet) {
     std::cout << fmt::format("wrote {}: {} rows, {:.1f} MB, click rate {:.3f}, {:.1f}s\n", o.output.string(), r.rows,
-                             static_cast<double>(r.bytes) / 1e6,
-                             static_cast<double>(r.positives) / static_cast<double>(r.rows), sw.seconds());
+                             static_cast<double>(r.bytes) / 1e6, static_cast<double>(r.positives) / static_cast<double>(r.rows),
+                             sw.seconds());
   }
   return 0;
 }
@@ -109,8 +107,8 @@ int run_verify(const std::string& dir) {
   Dataset ds = Dataset::open(dir, {true});
   const Manifest& m = ds.manifest();
   std::size_t shards = m.shards[0].size() + m.shards[1].size() + m.shards[2].size();
-  std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, checksums verified in {:.2f}s)\n", dir,
-                           m.source_format, shards, m.total_rows(), m.tables.size(), sw.seconds());
+  std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, checksums verified in {:.2f}s)\n", dir, m.source_format,
+                           shards, m.total_rows(), m.tables.size(), sw.seconds());
   return 0;
 }
 

@@ -1,9 +1,8 @@
 #include "ember/ps/checkpoints.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <utility>
 
@@ -172,7 +171,8 @@ bool CheckpointDir::manifests_from_peers() const {
       if (!record) break;
       try {
         const nlohmann::json r = nlohmann::json::parse(*record);
-        list.push_back({{"name", r.at("name").get<std::string>()}, {"bytes", r.at("bytes").get<std::uint64_t>()},
+        list.push_back({{"name", r.at("name").get<std::string>()},
+                        {"bytes", r.at("bytes").get<std::uint64_t>()},
                         {"at", r.value("at", std::string())}});
       } catch (const nlohmann::json::exception& e) {
         throw DataError("shard " + std::to_string(s) + "'s record of checkpoint " + std::to_string(iteration) + ": " + e.what());

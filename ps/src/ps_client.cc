@@ -83,10 +83,10 @@ struct PsFuture::Op {
   std::vector<std::uint32_t> lanes;  // lanes it sent on (once each)
   std::uint64_t result = 0;          // a commit's updated rows
   bool commit = false;
-  std::uint64_t iteration = 0;       // a commit's
+  std::uint64_t iteration = 0;             // a commit's
   std::vector<std::uint64_t> checkpoints;  // later iterations shards' acks named, in order (checkpoints_at)
-  std::uint64_t stop_at = 0;         // one after which the job stops (kAckStop)
-  std::exception_ptr error;          // the first failure
+  std::uint64_t stop_at = 0;               // one after which the job stops (kAckStop)
+  std::exception_ptr error;                // the first failure
   bool finished = false;
   // A de-duplicated pull: each repeated key's row is copied from its first occurrence
   // once all rows are in.
@@ -138,7 +138,8 @@ std::uint64_t PsFuture::wait() {
     }
     if (!op.error && op.out != nullptr) {
       for (std::size_t i = 0; i < op.first.size(); ++i) {
-        if (op.first[i] != i) std::memcpy(op.out + i * op.per, op.out + static_cast<std::size_t>(op.first[i]) * op.per, op.per * sizeof(float));
+        if (op.first[i] != i)
+          std::memcpy(op.out + i * op.per, op.out + static_cast<std::size_t>(op.first[i]) * op.per, op.per * sizeof(float));
       }
     }
   }
@@ -218,7 +219,8 @@ void PsClient::complete_front(std::uint32_t lane) {
         op.result += ack.rows_updated;  // 0 for pushes
         if (op.commit && ack.checkpoint_at != 0) {
           auto& c = op.checkpoints;
-          if (auto at = std::lower_bound(c.begin(), c.end(), ack.checkpoint_at); at == c.end() || *at != ack.checkpoint_at) c.insert(at, ack.checkpoint_at);
+          if (auto at = std::lower_bound(c.begin(), c.end(), ack.checkpoint_at); at == c.end() || *at != ack.checkpoint_at)
+            c.insert(at, ack.checkpoint_at);
           // Shards asked to stop at once (all signalled) may name iterations a commit
           // apart: the job stops at the first, which every worker learns in time.
           if (ack.stop && (op.stop_at == 0 || ack.checkpoint_at < op.stop_at)) op.stop_at = ack.checkpoint_at;

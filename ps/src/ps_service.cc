@@ -75,19 +75,21 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       thread_local std::vector<std::uint32_t> trainers;  // reused: no allocation per request
       trainers.resize(n);
       for (std::uint32_t i = 0; i < n; ++i) {
-        if (req.keys[n + i] > ShardStore::kMaxTrainers) throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
+        if (req.keys[n + i] > ShardStore::kMaxTrainers)
+          throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
         trainers[i] = static_cast<std::uint32_t>(req.keys[n + i]);
       }
       // The gradients stay in the request's payload where the transport lends it (TCP).
-      store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values, req.lend_payload ? req.lend_payload() : nullptr);
+      store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values,
+                       req.lend_payload ? req.lend_payload() : nullptr);
       reply.header.type = MessageType::kAck;
       rows_ += n;
       return;
     }
     case MessageType::kPushValue: {
       if (h.value_count != static_cast<std::uint64_t>(h.key_count) * rf) {
-        throw ProtocolError("push-value: " + std::to_string(h.value_count) + " values for " + std::to_string(h.key_count) +
-                            " rows of " + std::to_string(rf) + " floats");
+        throw ProtocolError("push-value: " + std::to_string(h.value_count) + " values for " + std::to_string(h.key_count) + " rows of " +
+                            std::to_string(rf) + " floats");
       }
       store_.push_value(std::span<const Key>(req.keys, h.key_count), req.values);
       reply.header.type = MessageType::kAck;
@@ -100,8 +102,9 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       // writes it. Until it is written that worker is not acknowledged and the others'
       // commits wait on commit_mutex_, so no worker has gone on to the next iteration.
       const auto it = static_cast<std::int64_t>(h.iteration);
-      const bool checkpoint = checkpoints_.has_value() && it > checkpointed_.load() && it != restored_.load() &&
-                              (schedule_.checkpoints_at_commit(h.iteration) || (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
+      const bool checkpoint =
+          checkpoints_.has_value() && it > checkpointed_.load() && it != restored_.load() &&
+          (schedule_.checkpoints_at_commit(h.iteration) || (h.flags & kCommitCheckpoint) != 0 || it == requested_.load());
       std::uint64_t updated = 0;
       if (checkpoint || commit_apply_ == CommitApply::kApplier) {
         // (A checkpoint below waits for every apply in flight: this one goes to the applier.)
@@ -201,7 +204,8 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     return;
   }
   if (!whole && checkpoints_->has_peers()) unsettled_ = it;  // the last shard's word may come later
-  spdlog::info("iteration {}: checkpoint written to {}{}", iteration, file.string(), whole ? " (every shard's file is in: manifest written)" : "");
+  spdlog::info("iteration {}: checkpoint written to {}{}", iteration, file.string(),
+               whole ? " (every shard's file is in: manifest written)" : "");
 }
 
 void PsService::settle_checkpoints() {

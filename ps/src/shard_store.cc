@@ -35,9 +35,8 @@ void sum_in_canonical_order(float* c, std::uint32_t n, std::uint32_t dim) {
   std::array<std::uint32_t, ShardStore::kMaxTrainers> order;
   for (std::uint32_t i = 0; i < n; ++i) order[i] = i;
   const std::size_t bytes = dim * sizeof(float);
-  std::sort(order.begin(), order.begin() + n, [&](std::uint32_t a, std::uint32_t b) {
-    return std::memcmp(c + std::size_t{a} * dim, c + std::size_t{b} * dim, bytes) < 0;
-  });
+  std::sort(order.begin(), order.begin() + n,
+            [&](std::uint32_t a, std::uint32_t b) { return std::memcmp(c + std::size_t{a} * dim, c + std::size_t{b} * dim, bytes) < 0; });
   thread_local std::vector<float> sum;
   sum.assign(c + std::size_t{order[0]} * dim, c + std::size_t{order[0]} * dim + dim);
   for (std::uint32_t j = 1; j < n; ++j) {
@@ -181,9 +180,7 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
   o.chunk_count_ = 0;
 }
 
-std::uint64_t ShardStore::local_rows(const StoreConfig& c) {
-  return c.num_keys > c.shard ? (c.num_keys - 1 - c.shard) / c.shards + 1 : 0;
-}
+std::uint64_t ShardStore::local_rows(const StoreConfig& c) { return c.num_keys > c.shard ? (c.num_keys - 1 - c.shard) / c.shards + 1 : 0; }
 
 std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
   return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1);
@@ -278,8 +275,8 @@ ShardStore::ShardStore(StoreConfig config) : config_(std::move(config)) {
     try {
       for (std::uint64_t local = 0; local < local_rows_; ++local) row_ptr(local * config_.shards + config_.shard);
     } catch (const std::bad_alloc&) {
-      throw ConfigError("cannot allocate the " + std::to_string(bytes_when_full() >> 20) + " MiB of shard " + std::to_string(config_.shard) +
-                        "'s rows up front: add shards, or allocate on first use");
+      throw ConfigError("cannot allocate the " + std::to_string(bytes_when_full() >> 20) + " MiB of shard " +
+                        std::to_string(config_.shard) + "'s rows up front: add shards, or allocate on first use");
     }
   }
 }
@@ -346,8 +343,8 @@ void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
   for (std::size_t i = 0; i < keys.size(); ++i) out[i] = read_row(keys[i]);
 }
 
-void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
-                           const float* grads, std::shared_ptr<const void> grads_owner) {
+void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
+                           std::shared_ptr<const void> grads_owner) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
   // The common case first, in one pass: every row idle and complete with this push (one
   // trainer). Claim each row (idle to aggregating by compare-and-swap: of two claims one
@@ -366,7 +363,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
     if (k >= config_.num_keys || !owns(k) || trainers[claimed] != 1) break;
     const std::uint64_t local = local_of(k);
     if (claim(local)) continue;  // idle: initialized, and now aggregating
-    row_ptr(k);  // a row never touched is initialized first, so that its state can say "aggregating"
+    row_ptr(k);                  // a row never touched is initialized first, so that its state can say "aggregating"
     if (!claim(local) && (wait_applied(local), !claim(local))) {
       // A row with one trainer has one contribution: if it is aggregating already, this
       // push repeats one.

@@ -2,8 +2,6 @@
 // geometry, the optimizer and the iteration, then every initialized row of the shard as
 // its key and its value and optimizer state, then a checksum of everything before it.
 // The store's serving side is shard_store.cc.
-#include "ember/ps/shard_store.h"
-
 #include <cstring>
 #include <map>
 #include <shared_mutex>
@@ -12,6 +10,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
+#include "ember/ps/shard_store.h"
 
 namespace ember::ps {
 namespace {
@@ -160,9 +159,9 @@ std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem:
     const CheckpointHeader h = header_of(files[i]);
     if (i == 0) first = h;
     if (h.shards != first.shards || h.iteration != first.iteration) {
-      throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) +
-                      ") and " + files[0].string() + " (" + std::to_string(first.shards) + " shards, iteration " +
-                      std::to_string(first.iteration) + ") are not one checkpoint (restore one checkpoint's directory, or the --checkpoint-dir above them)");
+      throw DataError(files[i].string() + " (" + std::to_string(h.shards) + " shards, iteration " + std::to_string(h.iteration) + ") and " +
+                      files[0].string() + " (" + std::to_string(first.shards) + " shards, iteration " + std::to_string(first.iteration) +
+                      ") are not one checkpoint (restore one checkpoint's directory, or the --checkpoint-dir above them)");
     }
     if (h.shard >= h.shards) throw DataError(files[i].string() + ": shard " + std::to_string(h.shard) + " of " + std::to_string(h.shards));
     auto [at, fresh] = by_shard.emplace(h.shard, files[i]);
@@ -176,6 +175,5 @@ std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem:
   }
   return first.iteration;
 }
-
 
 }  // namespace ember::ps

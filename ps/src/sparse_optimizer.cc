@@ -16,20 +16,28 @@ OptimizerKind parse_optimizer(const std::string& name) {
 
 const char* optimizer_name(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdagrad: return "adagrad";
-    case OptimizerKind::kRowWiseAdagrad: return "rowwise-adagrad";
-    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kRowWiseAdagrad:
+      return "rowwise-adagrad";
+    case OptimizerKind::kAdam:
+      return "adam";
   }
   return "?";
 }
 
 std::uint32_t state_floats(OptimizerKind kind, std::uint32_t dim) {
   switch (kind) {
-    case OptimizerKind::kSgd: return 0;
-    case OptimizerKind::kAdagrad: return dim;
-    case OptimizerKind::kRowWiseAdagrad: return 1;
-    case OptimizerKind::kAdam: return 2 * dim + 1;  // m, v, step count
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kAdagrad:
+      return dim;
+    case OptimizerKind::kRowWiseAdagrad:
+      return 1;
+    case OptimizerKind::kAdam:
+      return 2 * dim + 1;  // m, v, step count
   }
   return 0;
 }

@@ -1,13 +1,13 @@
 // ember-ps: one parameter-server shard serving pulls and pushes over TCP or RDMA.
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -41,7 +41,9 @@ constexpr double kCoordinatorExitCheckpointWait = 20.0;
 
 // Checkpoint records on the control plane's board, under checkpoint/ITERATION/SHARD.
 ps::CheckpointPeers peers_over(transport::ControlMember& member, const std::string& here) {
-  auto key = [](std::int64_t iteration, std::uint32_t shard) { return "checkpoint/" + std::to_string(iteration) + "/" + std::to_string(shard); };
+  auto key = [](std::int64_t iteration, std::uint32_t shard) {
+    return "checkpoint/" + std::to_string(iteration) + "/" + std::to_string(shard);
+  };
   ps::CheckpointPeers p;
   p.here = here;
   p.announce = [&member, key](std::int64_t it, std::uint32_t shard, const std::string& record) { member.publish(key(it, shard), record); };
@@ -117,7 +119,8 @@ int main(int argc, char** argv) {
                  "applier for rows of 1 KB and up, value and state, when the I/O and applier threads take at most half the cores)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "handler", "applier"}));
-  app.add_option("--apply-threads", apply_threads, "applier threads (--apply-commits applier, and checkpoint commits; 0: as many as --io-threads)")
+  app.add_option("--apply-threads", apply_threads,
+                 "applier threads (--apply-commits applier, and checkpoint commits; 0: as many as --io-threads)")
       ->capture_default_str()
       ->check(CLI::Range(0u, 256u));
   app.add_option("--socket-buffer-kib", socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
@@ -142,7 +145,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--drain-ms", drain_ms, "on SIGTERM/SIGINT: how long requests in flight may take to finish")->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
-  app.add_option("--keep-checkpoints", keep_checkpoints, "keep the newest N whole checkpoints (and newer ones), remove older ones (0: keep all)")
+  app.add_option("--keep-checkpoints", keep_checkpoints,
+                 "keep the newest N whole checkpoints (and newer ones), remove older ones (0: keep all)")
       ->capture_default_str();
   app.add_option("--stats-interval", stats_interval, "seconds between stats lines (0: none)")->capture_default_str();
   app.add_option("--stats-file", stats_file, "JSON stats, rewritten atomically at every stats line");
@@ -166,7 +170,8 @@ int main(int argc, char** argv) {
     sc.optimizer.kind = ps::parse_optimizer(optimizer);
     ps::ShardAddress where = ps::parse_address(listen);
     if (!coordinator.empty() && workers == 0) throw ConfigError("--coordinator needs --workers (the job's worker count)");
-    if (sc.shard >= sc.shards) throw ConfigError("--shard " + std::to_string(sc.shard) + " is not below --shards " + std::to_string(sc.shards));
+    if (sc.shard >= sc.shards)
+      throw ConfigError("--shard " + std::to_string(sc.shard) + " is not below --shards " + std::to_string(sc.shards));
 
     // Signals are waited for by this thread only; the I/O threads inherit the mask.
     sigset_t stop;
@@ -190,10 +195,11 @@ int main(int argc, char** argv) {
       // What the tables need on this shard, against the memory this machine has now.
       const double need = static_cast<double>(ps::ShardStore::bytes_when_full(sc)), have = static_cast<double>(available_memory());
       const std::uint64_t rows = ps::ShardStore::local_rows(sc);
-      spdlog::info("shard {}/{}: {} rows x {} bytes = {:.2f} GB when every row is allocated; {:.2f} GB available", sc.shard, sc.shards, rows,
-                   rows ? ps::ShardStore::bytes_when_full(sc) / rows : 0, need / 1e9, have / 1e9);
+      spdlog::info("shard {}/{}: {} rows x {} bytes = {:.2f} GB when every row is allocated; {:.2f} GB available", sc.shard, sc.shards,
+                   rows, rows ? ps::ShardStore::bytes_when_full(sc) / rows : 0, need / 1e9, have / 1e9);
       if (have > 0 && need > have) {
-        const std::string msg = fmt::format("the tables need {:.2f} GB on shard {} and {:.2f} GB are available", need / 1e9, sc.shard, have / 1e9);
+        const std::string msg =
+            fmt::format("the tables need {:.2f} GB on shard {} and {:.2f} GB are available", need / 1e9, sc.shard, have / 1e9);
         if (sc.allocate_up_front) throw ConfigError(msg + ": add shards (--shards) or use --allocate lazy");
         spdlog::warn("{}: fine while the rows touched fit (--allocate lazy)", msg);
       }
@@ -219,8 +225,8 @@ int main(int argc, char** argv) {
     const transport::Transport data_plane(std::move(to));
     ps::PsService service(sc);
     const std::uint32_t rf = service.store().row_floats();
-    const ps::CommitApplyChoice apply = ps::choose_commit_apply(apply_commits, rf * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads,
-                                                                usable_cpus());
+    const ps::CommitApplyChoice apply =
+        ps::choose_commit_apply(apply_commits, rf * 4, static_cast<std::uint32_t>(io_threads), sc.apply_threads, usable_cpus());
     service.apply_commits_on(apply.where);
     spdlog::info("commits applied by the {} ({}; {} I/O thread(s), {} applier thread(s))",
                  apply.where == ps::CommitApply::kApplier ? "applier" : "handler", apply.why, io_threads, sc.apply_threads);
@@ -235,8 +241,8 @@ int main(int argc, char** argv) {
       for (const std::string& why : plan.skipped) spdlog::warn("--restore: passing over {}", why);
       const std::int64_t iteration = service.store().load(plan.files, plan.own_file_only);
       service.restored_from(iteration);
-      spdlog::info("restored {} rows from {} checkpoint file(s) in {}{}, iteration {}", service.store().initialized_rows(), plan.files.size(),
-                   plan.dir.string(),
+      spdlog::info("restored {} rows from {} checkpoint file(s) in {}{}, iteration {}", service.store().initialized_rows(),
+                   plan.files.size(), plan.dir.string(),
                    plan.own_file_only ? " (this shard's own file: its manifest lists the other shards' files, written elsewhere)"
                                       : (plan.manifest ? " (listed by its manifest)" : ""),
                    iteration >= 0 ? std::to_string(iteration) : std::string("unknown"));
@@ -354,11 +360,15 @@ int main(int argc, char** argv) {
       std::uint64_t req = server.requests_served(), rows = service.rows_served();
       double rps = static_cast<double>(req - last_requests) / secs, rowps = static_cast<double>(rows - last_rows) / secs;
       spdlog::info("stats: {:.0f} requests/s, {:.0f} rows/s, {:.1f} MB/s of rows, {} rows initialized, {} pending, {} peers dropped", rps,
-                   rowps, rowps * sc.dim * 4 / 1e6, service.store().initialized_rows(), service.store().pending(), server.connections_dropped());
+                   rowps, rowps * sc.dim * 4 / 1e6, service.store().initialized_rows(), service.store().pending(),
+                   server.connections_dropped());
       if (!stats_file.empty()) {
-        nlohmann::json j = {{"shard", sc.shard},          {"requests_s", rps},
-                            {"rows_s", rowps},            {"initialized_rows", service.store().initialized_rows()},
-                            {"requests", req},            {"peers_dropped", server.connections_dropped()},
+        nlohmann::json j = {{"shard", sc.shard},
+                            {"requests_s", rps},
+                            {"rows_s", rowps},
+                            {"initialized_rows", service.store().initialized_rows()},
+                            {"requests", req},
+                            {"peers_dropped", server.connections_dropped()},
                             {"checkpoints", service.checkpoints_written()},
                             {"checkpoint_failures", service.checkpoint_failures()}};
         if (rdma_server != nullptr) j["bytes_sent_in_place"] = rdma_server->bytes_sent_in_place();
@@ -393,10 +403,11 @@ int main(int argc, char** argv) {
           spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
         }
         if (member) {
-          spdlog::warn("final checkpoint of iteration {}: written while the workers may still hold rows they own (herald-style "
-                       "policies flush them for periodic and SIGUSR1 checkpoints, for a stop by a single SIGTERM with --checkpoint-on-exit, "
-                       "and at the end): restore one of those to resume with the BSP model",
-                       iteration);
+          spdlog::warn(
+              "final checkpoint of iteration {}: written while the workers may still hold rows they own (herald-style "
+              "policies flush them for periodic and SIGUSR1 checkpoints, for a stop by a single SIGTERM with --checkpoint-on-exit, "
+              "and at the end): restore one of those to resume with the BSP model",
+              iteration);
         }
         whole = checkpoints.finish(iteration);
       }

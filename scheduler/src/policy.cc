@@ -61,7 +61,8 @@ Policy parse_policy(const std::string& text) {
   } else if (takes_hot_fraction(*traits)) {
     char* end = nullptr;
     double f = std::strtod(arg.c_str(), &end);
-    if (arg.empty() || *end != '\0' || !(f >= 0 && f < 1)) throw ConfigError("policy '" + text + "': fae:F needs a hot fraction F in [0, 1)");
+    if (arg.empty() || *end != '\0' || !(f >= 0 && f < 1))
+      throw ConfigError("policy '" + text + "': fae:F needs a hot fraction F in [0, 1)");
     p.hot_fraction_ = f;
   } else if (colon != std::string::npos) {
     throw ConfigError("policy '" + text + "' takes no argument");

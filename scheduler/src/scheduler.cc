@@ -18,7 +18,7 @@ namespace ember::scheduler {
 namespace {
 
 constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
-constexpr std::uint32_t kDoiInterval = 16;     // iterations between DoI updates
+constexpr std::uint32_t kDoiInterval = 16;  // iterations between DoI updates
 constexpr std::uint32_t kDoiSamplesPerWorker = 4096;
 
 inline std::uint64_t bit(std::uint32_t w) { return std::uint64_t{1} << w; }
@@ -36,21 +36,21 @@ void for_each_bit(std::uint64_t mask, F&& f) {
 
 // Per-batch working memory, reused across iterations.
 struct Scheduler::Scratch {
-  U64Map<std::uint32_t> index;               // key -> d (distinct rows of the batch)
-  std::vector<Key> keys;                     // d -> key
-  std::vector<std::uint64_t> umask;          // d -> workers training it (U(k))
-  std::vector<std::uint32_t> dpos;           // (sample, table) -> d, or kHotD
-  std::vector<std::uint32_t> stamp;          // d -> last worker + 1 that listed it
+  U64Map<std::uint32_t> index;                 // key -> d (distinct rows of the batch)
+  std::vector<Key> keys;                       // d -> key
+  std::vector<std::uint64_t> umask;            // d -> workers training it (U(k))
+  std::vector<std::uint32_t> dpos;             // (sample, table) -> d, or kHotD
+  std::vector<std::uint32_t> stamp;            // d -> last worker + 1 that listed it
   std::vector<std::vector<std::uint32_t>> kw;  // worker -> its distinct d, first-appearance order
-  std::vector<std::uint32_t> dslot;          // d * W + w -> slot of the row in w's cache
-  std::vector<std::uint16_t> scores;         // sample * W + w
+  std::vector<std::uint32_t> dslot;            // d * W + w -> slot of the row in w's cache
+  std::vector<std::uint16_t> scores;           // sample * W + w
   std::vector<std::uint32_t> worker_of;
   std::vector<TrafficCounts> per_worker;
-  std::vector<std::uint32_t> hot_keys;       // distinct replicated hot rows of the batch (d of index)
-  std::vector<std::uint8_t> owner_d;         // d -> latest holder before the iteration
-  std::vector<std::uint8_t> partial_d;       // d -> had partial holders before the iteration
-  std::vector<std::uint8_t> hot_d;           // d -> replicated hot row
-  std::vector<std::uint8_t> cold_d;          // d -> no earlier iteration used the row
+  std::vector<std::uint32_t> hot_keys;  // distinct replicated hot rows of the batch (d of index)
+  std::vector<std::uint8_t> owner_d;    // d -> latest holder before the iteration
+  std::vector<std::uint8_t> partial_d;  // d -> had partial holders before the iteration
+  std::vector<std::uint8_t> hot_d;      // d -> replicated hot row
+  std::vector<std::uint8_t> cold_d;     // d -> no earlier iteration used the row
 };
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -74,7 +74,9 @@ Scheduler::Scheduler(SchedulerConfig config)
     if (c.hot.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
     std::uint64_t hot = static_cast<std::uint64_t>(std::count(c.hot.begin(), c.hot.end(), 1));
     // Hot rows are replicated on every worker and take their share of the cache.
-    if (hot >= capacity) throw ConfigError("fae: the hot set (" + std::to_string(hot) + " rows) fills the whole cache of " + std::to_string(capacity) + " rows");
+    if (hot >= capacity)
+      throw ConfigError("fae: the hot set (" + std::to_string(hot) + " rows) fills the whole cache of " + std::to_string(capacity) +
+                        " rows");
     capacity -= static_cast<std::uint32_t>(hot);
   }
   for (std::uint32_t w = 0; w < c.workers; ++w) lru_.push_back(std::make_unique<cache::LruIndex>(capacity));
@@ -109,8 +111,8 @@ Scheduler::Scheduler(const Scheduler& o)
 }
 
 std::size_t Scheduler::memory_bytes() const {
-  std::size_t b = loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) +
-                  seen_.capacity();
+  std::size_t b =
+      loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) + seen_.capacity();
   for (const auto& l : lru_) b += l->memory_bytes();
   for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
   return b;
@@ -141,7 +143,8 @@ IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vec
 void Scheduler::index_batch(const GlobalBatch& batch) {
   Scratch& s = *scratch_;
   const std::uint32_t n = batch.samples, T = batch.tables;
-  if (T != tables_) throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
+  if (T != tables_)
+    throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
   const bool replicate_hot = config_.policy.replicates_hot_rows();
   s.index.clear();
   // Sized by the last batch's distinct rows: a small table stays in L2 (it grows when
@@ -152,7 +155,8 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
   s.dpos.resize(static_cast<std::size_t>(n) * T);
   for (std::size_t j = 0; j < s.dpos.size(); ++j) {
     const Key k = batch.keys[j];
-    if (k >= config_.num_keys) throw ConfigError("key " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " rows of the tables");
+    if (k >= config_.num_keys)
+      throw ConfigError("key " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " rows of the tables");
     auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
     if (fresh) {
       s.keys.push_back(k);
@@ -312,8 +316,7 @@ void Scheduler::profile(const GlobalBatch& batch, double scoring_ms) {
   scored_tables_ = order;
 }
 
-IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
-                                std::vector<StepPlan>& plans) {
+IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans) {
   IterationStats st;
   Scratch& s = *scratch_;
   const std::uint32_t W = config_.workers, n = batch.samples, T = batch.tables, B = config_.batch_per_worker;

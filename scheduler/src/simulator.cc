@@ -30,7 +30,8 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
     for (const KeySlot& ks : *list) h = mix64(h ^ ks.key) ^ ks.slot;
     h = mix64(h + list->size());
   }
-  for (const PullEntry& e : p.pulls) h = mix64(mix64(h ^ e.key) ^ (static_cast<std::uint64_t>(e.slot) << 8 | static_cast<std::uint8_t>(e.kind)) ^ e.evicted);
+  for (const PullEntry& e : p.pulls)
+    h = mix64(mix64(h ^ e.key) ^ (static_cast<std::uint64_t>(e.slot) << 8 | static_cast<std::uint8_t>(e.kind)) ^ e.evicted);
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
   return h;
 }
@@ -42,8 +43,8 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   SchedulerConfig c = make_scheduler_config(ds, job);
   data::BatchReader reader = global_batch_reader(ds, job);
   if (reader.batches_per_epoch() < total) {
-    throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) + " global batches; --warmup + --iterations = " +
-                      std::to_string(total));
+    throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
+                      " global batches; --warmup + --iterations = " + std::to_string(total));
   }
   const std::string policy = c.policy.name();
   Scheduler sched(std::move(c));

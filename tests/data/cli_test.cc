@@ -13,8 +13,11 @@ class Cli : public test::TempDirTest {};
 TEST_F(Cli, GenPrepStatsVerify) {
   std::string out;
   std::string d = dir_.string();
-  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 5000 --scale 0.01 -q -o " + d + "/g.tsv", out), 0) << out;
-  ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --format criteo --val-fraction 0.1 -q -o " + d + "/ds " + d + "/g.tsv", out), 0) << out;
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 5000 --scale 0.01 -q -o " + d + "/g.tsv", out), 0)
+      << out;
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --format criteo --val-fraction 0.1 -q -o " + d + "/ds " + d + "/g.tsv", out),
+            0)
+      << out;
   EXPECT_NE(out.find("4500 train, 500 val, 0 test rows"), std::string::npos) << out;
   ASSERT_EQ(test::run_command(test::bin("ember-data") + " stats --json " + d + "/ds", out), 0) << out;
   EXPECT_EQ(out.rfind("{\"split\":\"train\"", 0), 0u) << out;

@@ -29,9 +29,7 @@ class DatasetTest : public test::TempDirTest {
     return o.output;
   }
   // Dense I1 of criteo_line(i) is (7 i) % 50: a per-sample signature for checks.
-  static int signature(const Batch& b, std::size_t i) {
-    return static_cast<int>(std::lround(std::expm1(b.dense(i)[0])));
-  }
+  static int signature(const Batch& b, std::size_t i) { return static_cast<int>(std::lround(std::expm1(b.dense(i)[0]))); }
 };
 
 TEST_F(DatasetTest, SequentialBatchesCoverEveryRowInOrder) {

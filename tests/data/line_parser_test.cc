@@ -91,7 +91,7 @@ TEST(LineParser, CriteoCsvHeaderAndQuoting) {
   EXPECT_NE(err.find("after closing quote"), std::string::npos) << err;
   EXPECT_FALSE(p.parse("10000000,1\"1,1", r, err));
   EXPECT_NE(err.find("stray quote"), std::string::npos) << err;
-  EXPECT_THROW(LineParser(SourceFormat::kCriteoCsv, "10000000,0,1,2"), DataError);   // no header
+  EXPECT_THROW(LineParser(SourceFormat::kCriteoCsv, "10000000,0,1,2"), DataError);  // no header
   EXPECT_THROW(LineParser(SourceFormat::kCriteoCsv, "Id,Label,I1,I2"), DataError);  // missing columns
 }
 

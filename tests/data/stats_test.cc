@@ -37,10 +37,10 @@ TEST_F(Stats, SkewAndDoIOnAHandBuiltTable) {
   const TableStats& c1 = s.tables[0];
   EXPECT_EQ(c1.rows, 13u);  // missing, OOV, 11 values
   EXPECT_EQ(c1.distinct, 11u);
-  EXPECT_DOUBLE_EQ(c1.top1_share, 0.9);                // 1 row
-  EXPECT_DOUBLE_EQ(c1.top10_share, 0.91);              // 2 rows
+  EXPECT_DOUBLE_EQ(c1.top1_share, 0.9);    // 1 row
+  EXPECT_DOUBLE_EQ(c1.top10_share, 0.91);  // 2 rows
   EXPECT_EQ(c1.cached_rows, 7u);
-  EXPECT_DOUBLE_EQ(c1.doi, 6.0 / 7.0);                 // all but the 90-count row are < 25
+  EXPECT_DOUBLE_EQ(c1.doi, 6.0 / 7.0);  // all but the 90-count row are < 25
   // Windows 1-9: one distinct value; window 10: ten.
   EXPECT_DOUBLE_EQ(c1.window_distinct, (9 * 1 + 10) / 100.0);
   EXPECT_THROW(compute_stats(Dataset::open(o.output), {Split::kTrain, 0, 0.1, 0}), ConfigError);

@@ -2,23 +2,21 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
-
-#include <sstream>
-#include <thread>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
-#include <sys/wait.h>
+#include <sstream>
+#include <thread>
 
 namespace ember::test {
 namespace fs = std::filesystem;
 
 void TempDirTest::SetUp() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  dir_ = fs::temp_directory_path() /
-         ("ember-test-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
+  dir_ = fs::temp_directory_path() / ("ember-test-" + std::to_string(::getpid()) + "-" + info->test_suite_name() + "-" + info->name());
   fs::remove_all(dir_);
   fs::create_directories(dir_);
 }

@@ -2,15 +2,16 @@
 // by the shard that completes it, pruning that never leaves fewer whole checkpoints than
 // asked, and what --restore picks from a root (the newest whole checkpoint, naming those
 // passed over) or from one checkpoint.
+#include "ember/ps/checkpoints.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
-#include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
-#include "../data/test_util.h"
 
 namespace ember::ps {
 namespace {
@@ -128,7 +129,8 @@ TEST_F(CheckpointDirs, ATruncatedFileIsPassedOverFromTheRootAndRefusedByName) {
   const RestorePlan plan = plan_restore(root());
   EXPECT_EQ(plan.dir, at(1));
   ASSERT_EQ(plan.skipped.size(), 1u);
-  EXPECT_NE(plan.skipped[0].find("shard-0-of-2.ckpt: " + std::to_string(bytes.size() - 100) + " bytes, its manifest says"), std::string::npos)
+  EXPECT_NE(plan.skipped[0].find("shard-0-of-2.ckpt: " + std::to_string(bytes.size() - 100) + " bytes, its manifest says"),
+            std::string::npos)
       << plan.skipped[0];
   // Named directly, that checkpoint is refused, naming the file.
   try {
@@ -251,7 +253,7 @@ TEST_F(CheckpointDirs, ShardsWithoutASharedFilesystemLearnFromEachOtherWhenAChec
     for (int j = 0; j < 8; ++j) ASSERT_EQ(again.row(k)[j], stores_[0].row(k)[j]) << "key " << k;
   }
   ShardStore other(config(1, 2));
-  EXPECT_THROW(other.load(mine.files, true), DataError);  // shard 0's file
+  EXPECT_THROW(other.load(mine.files, true), DataError);                  // shard 0's file
   EXPECT_THROW(plan_restore(roots[0], RestoringShard{0, 3}), DataError);  // three shards need every file
   // ...and, once it is copied there, loads checkpoint 7 whole.
   fs::copy_file(checkpoint_dir(roots[1], 7) / "shard-1-of-2.ckpt", checkpoint_dir(roots[0], 7) / "shard-1-of-2.ckpt");

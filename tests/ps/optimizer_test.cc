@@ -1,5 +1,3 @@
-#include "ember/ps/sparse_optimizer.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +5,7 @@
 
 #include "ember/common/error.h"
 #include "ember/ps/shard_store.h"
+#include "ember/ps/sparse_optimizer.h"
 
 namespace ember::ps {
 namespace {

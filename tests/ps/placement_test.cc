@@ -5,6 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "ember/ps/shard_store.h"
+
 namespace ember::ps {
 namespace {
 

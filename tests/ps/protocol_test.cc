@@ -1,13 +1,14 @@
 // What the PS shards and the workers agree on (protocol.h, job_config.h): the job
 // configuration shard 0 publishes, the checkpoint schedule both follow, and the commit
 // ack's header fields.
+#include "ember/ps/protocol.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "ember/common/error.h"
 #include "ember/ps/job_config.h"
-#include "ember/ps/protocol.h"
 
 namespace ember::ps {
 namespace {
@@ -30,9 +31,8 @@ JobConfig sample() {
 
 // The published text is the format workers of other builds read: its keys must not change.
 TEST(JobConfig, PublishesTheKeysWorkersRead) {
-  EXPECT_EQ(sample().to_json(),
-            R"({"checkpoint_every":5,"checkpoints":true,"dim":16,"lr":0.5,"num_keys":1000,"optimizer":"adagrad",)"
-            R"("restored_iteration":40,"seed":7,"shards":2,"transport":"rdma","weight_decay":0.25})");
+  EXPECT_EQ(sample().to_json(), R"({"checkpoint_every":5,"checkpoints":true,"dim":16,"lr":0.5,"num_keys":1000,"optimizer":"adagrad",)"
+                                R"("restored_iteration":40,"seed":7,"shards":2,"transport":"rdma","weight_decay":0.25})");
   EXPECT_STREQ(kJobConfigKey, "ps_config");
 }
 

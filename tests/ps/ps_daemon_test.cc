@@ -12,13 +12,13 @@
 #include <sstream>
 #include <thread>
 
+#include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/shard_store.h"
 #include "ember/transport/control.h"
-#include "../data/test_util.h"
 
 namespace ember::ps {
 namespace {
@@ -35,10 +35,29 @@ class Daemon {
   Daemon(const fs::path& dir, std::uint32_t shard, std::uint32_t shards, const std::string& optimizer, const std::string& extra = "") {
     const std::string tag = std::to_string(shard) + "-" + std::to_string(shards) + "-" + std::to_string(counter_++);
     const fs::path port_file = dir / ("port-" + tag);
-    std::vector<std::string> args = {test::bin("ember-ps"), "--shard", std::to_string(shard), "--shards", std::to_string(shards),
-                                     "--num-keys", std::to_string(kKeys), "--dim", std::to_string(kDim), "--optimizer", optimizer,
-                                     "--lr", "0.1", "--seed", "5", "--token", kToken, "--port-file", port_file.string(),
-                                     "--log-level", "warn", "--stats-interval", "0"};
+    std::vector<std::string> args = {test::bin("ember-ps"),
+                                     "--shard",
+                                     std::to_string(shard),
+                                     "--shards",
+                                     std::to_string(shards),
+                                     "--num-keys",
+                                     std::to_string(kKeys),
+                                     "--dim",
+                                     std::to_string(kDim),
+                                     "--optimizer",
+                                     optimizer,
+                                     "--lr",
+                                     "0.1",
+                                     "--seed",
+                                     "5",
+                                     "--token",
+                                     kToken,
+                                     "--port-file",
+                                     port_file.string(),
+                                     "--log-level",
+                                     "warn",
+                                     "--stats-interval",
+                                     "0"};
     std::istringstream more(extra);
     for (std::string a; more >> a;) args.push_back(a);
     proc_ = std::make_unique<test::Process>(args, dir / ("ps-" + tag + ".log"));
@@ -327,7 +346,8 @@ TEST_F(PsDaemon, ConfigFileOptionsAreUsedAndUnknownKeysRefused) {
 // once; the signal used to wait, blocked, for the join's 2-minute timeout.
 TEST_F(PsDaemon, SigtermWhileTheJobFormsStopsTheShardAtOnce) {
   Daemon d(dir_, 0, 1, "sgd", "--coordinator tcp://127.0.0.1:0 --workers 1 --log-level info");
-  for (int i = 0; i < 200 && d.log_tail(5).find("joining the job") == std::string::npos; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && d.log_tail(5).find("joining the job") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   d.terminate();
   EXPECT_EQ(d.wait(std::chrono::seconds(5)), -1) << "ended by the signal, at once:\n" << d.log_tail(5);
   EXPECT_NE(d.log_tail(5).find("signal 15 before the job is served: stopping now"), std::string::npos) << d.log_tail(5);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/ps/ps_client.h"
@@ -16,7 +17,6 @@
 #include "ember/transport/tcp.h"
 #include "ember/transport/transport.h"
 #include "ember/transport/verbs_fake.h"
-#include "../data/test_util.h"
 
 namespace ember::ps {
 namespace {
@@ -77,8 +77,8 @@ Shards start_shards(const transport::Transport& data, std::uint32_t S, CommitApp
     sh.services.push_back(std::make_unique<PsService>(c));
     PsService* svc = sh.services.back().get();
     svc->apply_commits_on(apply);
-    sh.servers.push_back(
-        shard_data.make_server([svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); }));
+    sh.servers.push_back(shard_data.make_server(
+        [svc](const transport::Message& r, transport::OutMessage& o, transport::Scratch& x) { svc->handle(r, o, x); }));
     sh.addrs.push_back({"127.0.0.1", sh.servers.back()->port()});
   }
   return sh;
@@ -124,7 +124,8 @@ std::vector<float> run_rounds(const std::string& kind, std::uint32_t S, std::uin
       EXPECT_EQ(undeduplicated, pulled);
       std::vector<float> grads(keys.size() * kDim);
       for (std::size_t i = 0; i < keys.size(); ++i) {
-        for (std::uint32_t d = 0; d < kDim; ++d) grads[i * kDim + d] = 0.01f * pulled[i * (kDim + state) + d] + 0.001f * static_cast<float>(w + d);
+        for (std::uint32_t d = 0; d < kDim; ++d)
+          grads[i * kDim + d] = 0.01f * pulled[i * (kDim + state) + d] + 0.001f * static_cast<float>(w + d);
       }
       c.push_grad(t, keys, trainers, grads);
     }
@@ -149,7 +150,7 @@ TEST_P(PsTransports, BspRoundsGiveTheSameRowsOverTcpAndRdma) {
   // The workers' pushes arrive in another order in each run but the first two.
   std::vector<float> tcp = run_rounds("tcp", GetParam());
   std::vector<float> rdma = run_rounds("rdma_fake", GetParam());
-  std::vector<float> spread = run_rounds("tcp", GetParam(), 3, CommitApply::kHandler, 1, 1);  // three connections per shard
+  std::vector<float> spread = run_rounds("tcp", GetParam(), 3, CommitApply::kHandler, 1, 1);   // three connections per shard
   std::vector<float> applier = run_rounds("tcp", GetParam(), 1, CommitApply::kApplier, 1, 2);  // commits applied by the store's thread
   // Three applier threads sharing every commit's batches (those of the shard's receiving
   // threads: three connections per shard spread the rows over them).
@@ -182,8 +183,8 @@ TEST(CommitApplyChoice, AutoTakesTheApplierForLargeRowsWithSpareCores) {
   EXPECT_EQ(choose_commit_apply("auto", 1024, 4, 4, 16).where, CommitApply::kApplier);
   EXPECT_EQ(choose_commit_apply("auto", 512, 4, 4, 16).where, CommitApply::kHandler);  // 256 B of value, 256 of state
   EXPECT_EQ(choose_commit_apply("auto", 1024, 4, 4, 15).where, CommitApply::kHandler);
-  EXPECT_EQ(choose_commit_apply("auto", 4096, 4, 4, 2).where, CommitApply::kHandler);   // a 2-core host
-  EXPECT_EQ(choose_commit_apply("auto", 4096, 4, 4, 0).where, CommitApply::kHandler);   // cores unknown
+  EXPECT_EQ(choose_commit_apply("auto", 4096, 4, 4, 2).where, CommitApply::kHandler);  // a 2-core host
+  EXPECT_EQ(choose_commit_apply("auto", 4096, 4, 4, 0).where, CommitApply::kHandler);  // cores unknown
   EXPECT_EQ(choose_commit_apply("handler", 4096, 1, 1, 64).where, CommitApply::kHandler);
   EXPECT_EQ(choose_commit_apply("applier", 64, 4, 4, 2).where, CommitApply::kApplier);
   const CommitApplyChoice c = choose_commit_apply("auto", 1024, 4, 4, 16);
@@ -238,7 +239,8 @@ TEST_P(PsFutures, OperationsInFlightTogetherMatchOneAtATime) {
       std::vector<float> base;
       c.pull(own, base, true, t);
       std::vector<float> grads(own.size() * kDim), values(written.size() * (kDim + state));
-      for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * base[i / kDim * (kDim + state) + i % kDim] + 0.002f * static_cast<float>(t);
+      for (std::size_t i = 0; i < grads.size(); ++i)
+        grads[i] = 0.01f * base[i / kDim * (kDim + state) + i % kDim] + 0.002f * static_cast<float>(t);
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.5f + 0.001f * static_cast<float>(i + t);
       std::vector<std::uint32_t> trainers(own.size(), 1);
       std::vector<float> pulled;
@@ -310,7 +312,8 @@ TEST(PsFuturesTcp, ALargePushAfterALargePullDoesNotStall) {
   o.timeout = std::chrono::milliseconds(3000);
   o.socket_buffer_bytes = 64 << 10;
   const transport::Transport data(std::move(o));
-  const auto server = data.make_server([&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  const auto server =
+      data.make_server([&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
   PsClient c({{"127.0.0.1", server->port()}}, sc.dim, 0, data.make_connector());
   std::vector<Key> pulled(1 << 15), pushed(1 << 15);  // 8 MiB each way
   for (Key k = 0; k < pulled.size(); ++k) pulled[k] = k, pushed[k] = (1 << 15) + k;
@@ -331,7 +334,8 @@ TEST(PsFuturesTcp, AFutureOutlivingItsClientSaysSo) {
   PsService svc(config(0, 1));
   transport::TcpServerOptions o;
   o.token = kToken;
-  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  transport::TcpServer server(
+      o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
   std::vector<float> rows;
   PsFuture f;
   {
@@ -401,7 +405,8 @@ TEST_F(PsCheckpoints, OnCommandAndFlaggedCommitsCheckpointAtTheIterationNamed) {
   ASSERT_EQ(at, 2 + kCheckpointLead);
   commit(3);
   EXPECT_EQ(svc.request_checkpoint(), at) << "asked again while one is ahead: the same one (the workers may be flushing for it)";
-  for (std::uint64_t it = 4; it < static_cast<std::uint64_t>(at); ++it) EXPECT_EQ(commit(it), static_cast<std::uint64_t>(at)) << "commit " << it;
+  for (std::uint64_t it = 4; it < static_cast<std::uint64_t>(at); ++it)
+    EXPECT_EQ(commit(it), static_cast<std::uint64_t>(at)) << "commit " << it;
   EXPECT_EQ(svc.checkpoints_written(), 0u);
   EXPECT_EQ(commit(static_cast<std::uint64_t>(at)), 0u) << "the checkpoint is written: no longer ahead";
   EXPECT_TRUE(shard.written(at));
@@ -512,9 +517,11 @@ TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   svc.checkpoint_every(kEvery, CheckpointDir(dir_ / "ckpt", 0, 1, 2));  // keeps the newest 2
   transport::TcpServerOptions o;
   o.token = kToken;
-  transport::TcpServer server(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+  transport::TcpServer server(
+      o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
   std::vector<std::unique_ptr<PsClient>> workers;
-  for (int w = 0; w < kWorkers; ++w) workers.push_back(std::make_unique<PsClient>(std::vector<ShardAddress>{{"127.0.0.1", server.port()}}, kToken, kDim, 0));
+  for (int w = 0; w < kWorkers; ++w)
+    workers.push_back(std::make_unique<PsClient>(std::vector<ShardAddress>{{"127.0.0.1", server.port()}}, kToken, kDim, 0));
   auto rows_of = [](int w, std::uint64_t it) {  // each worker's own rows: one trainer each
     std::vector<Key> keys;
     for (Key k = 0; k < 50; ++k) keys.push_back((it * 50 + k) * kWorkers + static_cast<Key>(w));
@@ -570,7 +577,8 @@ TEST_F(PsCheckpoints, EveryWorkerCommitsOneCheckpointIsWritten) {
   PsService broken(config(0, 1));
   write_file_atomic(dir_ / "not-a-directory", "x");
   broken.checkpoint_every(1, CheckpointDir(dir_ / "not-a-directory", 0, 1, 2));
-  transport::TcpServer server2(o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { broken.handle(r, out, x); });
+  transport::TcpServer server2(
+      o, [&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { broken.handle(r, out, x); });
   PsClient c({{"127.0.0.1", server2.port()}}, kToken, kDim, 0);
   std::vector<Key> keys = {1, 2, 3};
   std::vector<float> g(keys.size() * kDim, 0.5f);

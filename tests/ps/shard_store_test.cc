@@ -3,20 +3,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
-#include <atomic>
-#include <cstring>
-#include <future>
 #include <thread>
 
+#include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 #include "ember/ps/placement.h"
-#include "../data/test_util.h"
 
 namespace ember::ps {
 namespace {
@@ -101,7 +101,8 @@ TEST_P(ShardStoreTest, BspRoundsOverTwoShardsMatchOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, ShardStoreTest,
-                         ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowWiseAdagrad, OptimizerKind::kAdam));
+                         ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowWiseAdagrad,
+                                           OptimizerKind::kAdam));
 
 // A row trained by three or more workers gets the same update whatever order their
 // pushes arrive in (summed in arrival order, 1e8 + 1 - 1e8 gives 0 one way and 1
@@ -154,7 +155,7 @@ TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate)
   EXPECT_EQ(s.commit(), 0u);
   EXPECT_EQ(s.row(k)[0], before[0]);
   EXPECT_THROW(s.push_grad(4, {&k, 1}, {&two, 1}, g), ProtocolError);  // a different iteration
-  s.push_grad(3, {&k, 1}, {&two, 1}, g);  // the other holder, when the row is next needed
+  s.push_grad(3, {&k, 1}, {&two, 1}, g);                               // the other holder, when the row is next needed
   EXPECT_EQ(s.commit(), 1u);
   const float lr3 = 0.05f / 1.3f;
   EXPECT_NEAR(s.row(k)[0], before[0] - lr3 * (2.0f + 0.001f * before[0]), 1e-6);

@@ -70,13 +70,12 @@ TEST(Policy, TraitsOfEveryPolicy) {
     Sync sync;
     bool replicates_hot_rows, simulator_only;
   };
-  for (const Want& w : {Want{"vanilla", Allocation::kRandom, Sync::kFullSet, false, false},
-                        Want{"laia", Allocation::kLaia, Sync::kFullSet, false, false},
-                        Want{"plan", Allocation::kRandom, Sync::kOnDemand, false, false},
-                        Want{"herald", Allocation::kLaia, Sync::kOnDemand, false, false},
-                        Want{"het:2", Allocation::kRandom, Sync::kBoundedStaleness, false, false},
-                        Want{"fae:0.25", Allocation::kRandom, Sync::kFullSet, true, false},
-                        Want{"brute", Allocation::kBrute, Sync::kOnDemand, false, true}}) {
+  for (const Want& w :
+       {Want{"vanilla", Allocation::kRandom, Sync::kFullSet, false, false}, Want{"laia", Allocation::kLaia, Sync::kFullSet, false, false},
+        Want{"plan", Allocation::kRandom, Sync::kOnDemand, false, false}, Want{"herald", Allocation::kLaia, Sync::kOnDemand, false, false},
+        Want{"het:2", Allocation::kRandom, Sync::kBoundedStaleness, false, false},
+        Want{"fae:0.25", Allocation::kRandom, Sync::kFullSet, true, false},
+        Want{"brute", Allocation::kBrute, Sync::kOnDemand, false, true}}) {
     Policy p = parse_policy(w.text);
     EXPECT_EQ(p.name(), w.text);
     EXPECT_EQ(p.allocation(), w.allocation) << w.text;

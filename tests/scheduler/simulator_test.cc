@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "ember/common/error.h"
-#include "ember/scheduler/hot_rows.h"
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
+#include "ember/scheduler/hot_rows.h"
 #include "test_util.h"
 
 namespace ember::scheduler {
@@ -60,7 +60,8 @@ TEST_F(Simulator, HeraldMovesFewerRowsThanVanillaAndPartsAddUp) {
   EXPECT_LT(h.traffic.transmissions(), p.traffic.transmissions());
   EXPECT_GT(h.hit_rate(), v.hit_rate());
   // Every micro-batch row is either a hit or a pull: the same total for every policy.
-  EXPECT_EQ(v.traffic.hits + v.traffic.pulls, l.traffic.hits + l.traffic.pulls + (v.traffic.hits + v.traffic.pulls - l.traffic.hits - l.traffic.pulls));
+  EXPECT_EQ(v.traffic.hits + v.traffic.pulls,
+            l.traffic.hits + l.traffic.pulls + (v.traffic.hits + v.traffic.pulls - l.traffic.hits - l.traffic.pulls));
   SimResult f = run("fae:0.01");
   EXPECT_GT(f.traffic.hot_sync, 0u);
   EXPECT_LT(f.traffic.transmissions(), v.traffic.transmissions());
@@ -137,8 +138,10 @@ TEST_F(Simulator, SchedulerConfigFromOptions) {
   }
   std::uint64_t coldest_hot = UINT64_MAX, hottest_cold = 0;
   for (Key k = 0; k < f.num_keys; ++k) {
-    if (f.hot[k]) coldest_hot = std::min(coldest_hot, count[k]);
-    else hottest_cold = std::max(hottest_cold, count[k]);
+    if (f.hot[k])
+      coldest_hot = std::min(coldest_hot, count[k]);
+    else
+      hottest_cold = std::max(hottest_cold, count[k]);
   }
   EXPECT_GT(coldest_hot, 0u);
   EXPECT_GE(coldest_hot, hottest_cold);

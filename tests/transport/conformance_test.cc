@@ -9,11 +9,11 @@
 #include <random>
 #include <thread>
 
+#include "echo_handler.h"
 #include "ember/common/error.h"
 #include "ember/transport/rdma.h"
 #include "ember/transport/tcp.h"
 #include "ember/transport/verbs_fake.h"
-#include "echo_handler.h"
 
 namespace ember::transport {
 namespace {
@@ -172,7 +172,8 @@ TEST_P(Conformance, ConcurrentClientsAreServedIndependently) {
         for (int i = 0; i < 50; ++i) {
           Request r = make_request(static_cast<std::size_t>((i * 37 + t) % 3000), static_cast<std::uint64_t>(t * 100000 + i));
           Message m = c->call(r.msg());
-          if (m.header.value_count != r.values.size() || (!r.values.empty() && m.values[r.values.size() - 1] != 2 * r.values.back())) ++failures;
+          if (m.header.value_count != r.values.size() || (!r.values.empty() && m.values[r.values.size() - 1] != 2 * r.values.back()))
+            ++failures;
         }
       } catch (const std::exception& e) {
         ADD_FAILURE() << e.what();
@@ -225,7 +226,7 @@ TEST_P(Conformance, DrainFinishesTheRequestInFlightThenRefusesMore) {
   drainer.join();
   EXPECT_EQ(server->requests_served(), 1u);
   m.header.iteration = 1;
-  EXPECT_THROW(c->call(m), IoError);  // no more requests on the old connection
+  EXPECT_THROW(c->call(m), IoError);                                              // no more requests on the old connection
   EXPECT_THROW(make_client(server->port(), kToken, milliseconds(500)), IoError);  // nor new connections
 }
 
@@ -337,8 +338,8 @@ TEST_F(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
     ep->post_send(w);
     std::this_thread::sleep_for(milliseconds(100));
   };
-  send_raw(std::vector<std::uint8_t>(100, 0x5a), false, 0);        // random bytes
-  send_raw(std::vector<std::uint8_t>(16, 0), false, 0);            // a frame header of zeros
+  send_raw(std::vector<std::uint8_t>(100, 0x5a), false, 0);           // random bytes
+  send_raw(std::vector<std::uint8_t>(16, 0), false, 0);               // a frame header of zeros
   send_raw(std::vector<std::uint8_t>(64, 0), true, 0xeb000000 | 77);  // a write "into" slot 77 of 2
   {
     // A well-formed frame whose message header announces more payload than it carries.
@@ -373,11 +374,13 @@ TEST(RdmaSendRegions, RepliesAreGatheredInPlaceOrElseCopied) {
   auto regions = std::make_shared<SendRegions>();
   regions->add(a.data(), a.size() * sizeof(float));
   regions->add(b.data(), b.size() * sizeof(float));
-  EXPECT_THROW(regions->add(a.data() + 10, 100), ConfigError);  // overlaps
+  EXPECT_THROW(regions->add(a.data() + 10, 100), ConfigError);          // overlaps
   EXPECT_FALSE(regions->find(a.data() + a.size() - 1, 8).has_value());  // runs past its region
   // A request's keys name its reply's pieces: row r of a (r < 512), of b (512 + r), or of
   // `elsewhere` (1000 + r): one value segment each.
-  auto piece = [&](Key k) -> const float* { return k < 512 ? &a[k * kRow] : k < 1000 ? &b[(k - 512) * kRow] : &elsewhere[(k - 1000) * kRow]; };
+  auto piece = [&](Key k) -> const float* {
+    return k < 512 ? &a[k * kRow] : k < 1000 ? &b[(k - 512) * kRow] : &elsewhere[(k - 1000) * kRow];
+  };
   auto handler = [&](const Message& req, OutMessage& reply, Scratch& scratch) {
     scratch.segments.clear();
     for (std::uint32_t i = 0; i < req.header.key_count; ++i) scratch.segments.push_back({piece(req.keys[i]), kRow});
@@ -412,12 +415,12 @@ TEST(RdmaSendRegions, RepliesAreGatheredInPlaceOrElseCopied) {
   };
   for (int round = 0; round < 20; ++round) {
     const Key r = static_cast<Key>(round * 7 % 500);
-    pull({r, r + 3, r + 1}, true);                 // three pieces of a
-    pull({r + 512, r, 700}, true);                 // of b and of a
-    pull({r, r + 1, r + 2, r + 3}, false);         // four pieces: more than the gather list takes
-    pull({r, 1001, r + 2}, false);                 // one piece not in any region
+    pull({r, r + 3, r + 1}, true);          // three pieces of a
+    pull({r + 512, r, 700}, true);          // of b and of a
+    pull({r, r + 1, r + 2, r + 3}, false);  // four pieces: more than the gather list takes
+    pull({r, 1001, r + 2}, false);          // one piece not in any region
   }
-  pull({5}, true);  // one piece
+  pull({5}, true);                        // one piece
   EXPECT_EQ(fabric.registrations(), 4u);  // + a and b, once each for all 41 replies sent from them
 }
 

@@ -7,14 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <cerrno>
 #include <thread>
 
-#include "ember/common/error.h"
 #include "echo_handler.h"
+#include "ember/common/error.h"
 
 namespace ember::transport {
 namespace {
@@ -227,7 +227,8 @@ TEST(Tcp, LentPayloadsOutliveLaterRequestsAndComeBack) {
     ASSERT_EQ(kept.size(), 6u);
     for (std::size_t r = 0; r < kept.size(); ++r) {
       for (std::size_t i = 0; i < kFloats; i += 97) {
-        ASSERT_EQ(kept[r].values[i], static_cast<float>(static_cast<int>(r) * 10000 + static_cast<int>(i % 1000))) << "request " << r << " overwritten";
+        ASSERT_EQ(kept[r].values[i], static_cast<float>(static_cast<int>(r) * 10000 + static_cast<int>(i % 1000)))
+            << "request " << r << " overwritten";
       }
       lent.insert(kept[r].values);
     }

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "echo_handler.h"
 #include "ember/common/error.h"
 #include "ember/transport/rdma.h"
 #include "ember/transport/transport.h"
 #include "ember/transport/verbs_fake.h"
-#include "echo_handler.h"
 
 namespace ember::transport {
 namespace {

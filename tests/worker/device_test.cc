@@ -1,8 +1,8 @@
 // LibTorch is linked and trains: a linear model's gradient step on the selected device.
+#include "ember/worker/device.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-
-#include "ember/worker/device.h"
 
 namespace ember::worker {
 namespace {

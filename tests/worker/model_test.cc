@@ -1,10 +1,11 @@
 // Models: every kind builds, gives one logit per sample, learns a separable toy task;
 // metrics agree with hand-computed values.
+#include "ember/worker/model.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "ember/common/error.h"
-#include "ember/worker/model.h"
 
 namespace ember::worker {
 namespace {

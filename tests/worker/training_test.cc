@@ -7,6 +7,7 @@
 // rows than (b), and the rows counted on the wire equal ember-sim's prediction.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +26,6 @@
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/trainer.h"
-
-#include <torch/cuda.h>
 
 namespace ember::worker {
 namespace {
@@ -68,9 +67,9 @@ class Training : public test::TempDirTest {
   fs::path dataset(std::uint64_t rows = 8000) {
     fs::path tsv = dir_ / "data.tsv", out = dir_ / "data";
     std::string log;
-    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) + " --scale 0.0005 --seed 7 --force -o " +
-                            tsv.string() + " && " + test::bin("ember-data") + " prep --format criteo --val-fraction 0.1 --force -o " + out.string() +
-                            " " + tsv.string();
+    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) +
+                            " --scale 0.0005 --seed 7 --force -o " + tsv.string() + " && " + test::bin("ember-data") +
+                            " prep --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
     EXPECT_EQ(test::run_command(cmd, log), 0) << log;
     return out;
   }
@@ -91,15 +90,52 @@ class Training : public test::TempDirTest {
     return c;
   }
 
-  std::vector<std::string> worker_args(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name, int rank) {
+  std::vector<std::string> worker_args(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name,
+                                       int rank) {
     fs::path metrics = dir_ / (name + "-w" + std::to_string(rank) + ".jsonl");
-    std::vector<std::string> a = {test::bin("ember-worker"), "--dataset", data.string(), "--coordinator", coord, "--token", kToken,
-                                  "--workers", std::to_string(o.workers), "--rank", std::to_string(rank), "--policy", o.policy,
-                                  "--model", o.model, "--bottom-mlp", "16", "--top-mlp", "16", "--deep-mlp", "16",
-                                  "--batch-per-worker", std::to_string(o.batch), "--cache-ratio", o.cache_ratio,
-                                  "--iterations", std::to_string(o.iterations), "--seed", std::to_string(kSeed), "--dense-lr", "0.05",
-                                  "--metrics", metrics.string(), "--heartbeat-timeout-ms", "3000", "--log-level", "warn",
-                                  "--cache-backend", o.cache_backend, "--device", o.device, "--dense-optimizer", o.dense_optimizer};
+    std::vector<std::string> a = {test::bin("ember-worker"),
+                                  "--dataset",
+                                  data.string(),
+                                  "--coordinator",
+                                  coord,
+                                  "--token",
+                                  kToken,
+                                  "--workers",
+                                  std::to_string(o.workers),
+                                  "--rank",
+                                  std::to_string(rank),
+                                  "--policy",
+                                  o.policy,
+                                  "--model",
+                                  o.model,
+                                  "--bottom-mlp",
+                                  "16",
+                                  "--top-mlp",
+                                  "16",
+                                  "--deep-mlp",
+                                  "16",
+                                  "--batch-per-worker",
+                                  std::to_string(o.batch),
+                                  "--cache-ratio",
+                                  o.cache_ratio,
+                                  "--iterations",
+                                  std::to_string(o.iterations),
+                                  "--seed",
+                                  std::to_string(kSeed),
+                                  "--dense-lr",
+                                  "0.05",
+                                  "--metrics",
+                                  metrics.string(),
+                                  "--heartbeat-timeout-ms",
+                                  "3000",
+                                  "--log-level",
+                                  "warn",
+                                  "--cache-backend",
+                                  o.cache_backend,
+                                  "--device",
+                                  o.device,
+                                  "--dense-optimizer",
+                                  o.dense_optimizer};
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -109,15 +145,40 @@ class Training : public test::TempDirTest {
   }
 
   // Starts the shards; returns the coordinator endpoint.
-  std::string start_ps(const fs::path& data, const JobOptions& o, const std::string& name, std::vector<std::unique_ptr<test::Process>>& ps) {
+  std::string start_ps(const fs::path& data, const JobOptions& o, const std::string& name,
+                       std::vector<std::unique_ptr<test::Process>>& ps) {
     fs::path coord_file = dir_ / (name + ".coord");
     std::string coord;
     for (std::uint32_t s = 0; s < o.shards; ++s) {
-      std::vector<std::string> a = {test::bin("ember-ps"), "--dataset", data.string(), "--shard", std::to_string(s), "--shards",
-                                    std::to_string(o.shards), "--dim", std::to_string(kDim), "--optimizer", o.optimizer, "--lr", "0.05",
-                                    "--seed", std::to_string(kSeed), "--token", kToken, "--workers", std::to_string(o.workers),
-                                    "--coordinator", s == 0 ? "tcp://127.0.0.1:0" : coord, "--coordinator-file", coord_file.string(),
-                                    "--stats-interval", "0", "--heartbeat-timeout-ms", "3000", "--log-level", "warn"};
+      std::vector<std::string> a = {test::bin("ember-ps"),
+                                    "--dataset",
+                                    data.string(),
+                                    "--shard",
+                                    std::to_string(s),
+                                    "--shards",
+                                    std::to_string(o.shards),
+                                    "--dim",
+                                    std::to_string(kDim),
+                                    "--optimizer",
+                                    o.optimizer,
+                                    "--lr",
+                                    "0.05",
+                                    "--seed",
+                                    std::to_string(kSeed),
+                                    "--token",
+                                    kToken,
+                                    "--workers",
+                                    std::to_string(o.workers),
+                                    "--coordinator",
+                                    s == 0 ? "tcp://127.0.0.1:0" : coord,
+                                    "--coordinator-file",
+                                    coord_file.string(),
+                                    "--stats-interval",
+                                    "0",
+                                    "--heartbeat-timeout-ms",
+                                    "3000",
+                                    "--log-level",
+                                    "warn"};
       a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());
       ps.push_back(std::make_unique<test::Process>(a, dir_ / (name + "-ps" + std::to_string(s) + ".log")));
       if (s == 0) {
@@ -137,7 +198,8 @@ class Training : public test::TempDirTest {
     JobResult r;
     if (coord.empty()) return r;
     for (std::uint32_t w = 0; w < o.workers; ++w)
-      workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)), dir_ / (name + "-w" + std::to_string(w) + ".log")));
+      workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)),
+                                                        dir_ / (name + "-w" + std::to_string(w) + ".log")));
     if (during) during(ps, workers);
     for (std::uint32_t w = 0; w < o.workers; ++w) {
       int rc = workers[w]->wait(240s);
@@ -151,7 +213,8 @@ class Training : public test::TempDirTest {
       for (std::string line; std::getline(in, line);) {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
-        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync"}) r.wire[k] += j.value(k, std::uint64_t{0});
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync"})
+          r.wire[k] += j.value(k, std::uint64_t{0});
         if (w == 0) r.auc = j.at("auc");
         // Where the time went: every phase measured, within the training loop's wall time.
         double phases = 0;
@@ -277,8 +340,9 @@ class Training : public test::TempDirTest {
   std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
     std::string out;
     const std::string cmd = test::bin("ember-sim") + " --data " + data.string() + " --policies " + o.policy + " --workers " +
-                            std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio +
-                            " --iterations " + std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --json -q 2>/dev/null";
+                            std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " +
+                            o.cache_ratio + " --iterations " + std::to_string(o.iterations) + " --warmup 0 --seed " +
+                            std::to_string(kSeed) + " --json -q 2>/dev/null";
     EXPECT_EQ(test::run_command(cmd, out), 0) << out;
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
@@ -521,12 +585,14 @@ TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
   const fs::path data = dataset(4000);
   std::string out;
   // No RDMA device here (or one, on a machine that has it): one line either way.
-  int rc = test::run_command(test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator tcp://127.0.0.1:1 --token x --transport rdma", out);
+  int rc = test::run_command(
+      test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator tcp://127.0.0.1:1 --token x --transport rdma", out);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("RDMA"), std::string::npos) << out;
   EXPECT_NE(out.find("--transport tcp"), std::string::npos) << out;
   if (!torch::cuda::is_available()) {
-    rc = test::run_command(test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator tcp://127.0.0.1:1 --token x --device cuda 2>&1", out);
+    rc = test::run_command(
+        test::bin("ember-worker") + " --dataset " + data.string() + " --coordinator tcp://127.0.0.1:1 --token x --device cuda 2>&1", out);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find("no CUDA device"), std::string::npos) << out;
     EXPECT_NE(out.find("--device cpu"), std::string::npos) << out;
@@ -545,14 +611,15 @@ TEST_F(Training, ClearErrorsForWrongTokenMismatchedDataAndRdma) {
   EXPECT_NE(out.find("wrong job token"), std::string::npos) << out;
   // Another dataset than the PS serves.
   const fs::path other = dir_ / "other";
-  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 3000 --scale 0.0002 --seed 9 --force -o " + (dir_ / "o.tsv").string() +
-                                  " && " + test::bin("ember-data") + " prep --format criteo --force -o " + other.string() + " " + (dir_ / "o.tsv").string(),
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 3000 --scale 0.0002 --seed 9 --force -o " +
+                                  (dir_ / "o.tsv").string() + " && " + test::bin("ember-data") + " prep --format criteo --force -o " +
+                                  other.string() + " " + (dir_ / "o.tsv").string(),
                               out),
             0)
       << out;
-  rc = test::run_command(test::bin("ember-worker") + " --dataset " + other.string() + " --coordinator " + coord + " --token " + kToken +
-                             " --workers 1 2>&1",
-                         out);
+  rc = test::run_command(
+      test::bin("ember-worker") + " --dataset " + other.string() + " --coordinator " + coord + " --token " + kToken + " --workers 1 2>&1",
+      out);
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("dataset mismatch"), std::string::npos) << out;
   // --resume against shards that restored nothing (a job of its own: a worker that fails
@@ -577,7 +644,8 @@ TEST_F(Training, KilledWorkerFailsTheJobWithoutHanging) {
   const std::string coord = start_ps(data, o, "kill", ps);
   ASSERT_FALSE(coord.empty());
   for (int w = 0; w < 2; ++w)
-    workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, "kill", w), dir_ / ("kill-w" + std::to_string(w) + ".log")));
+    workers.push_back(
+        std::make_unique<test::Process>(worker_args(data, o, coord, "kill", w), dir_ / ("kill-w" + std::to_string(w) + ".log")));
   // Wait until training runs (the metrics file grows), then kill worker 1.
   ASSERT_FALSE(test::wait_for_file(dir_ / "kill-w0.jsonl", 60s).empty()) << workers[0]->log_tail(20);
   workers[1]->signal(SIGKILL);
@@ -596,8 +664,8 @@ TEST_F(Training, RealCriteoAndAvazuSamplesTrainEndToEnd) {
     if (sample.empty()) GTEST_SKIP() << "../shared/data/real is absent";
     fs::path data = dir_ / format;
     std::string out;
-    ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --format " + format + " --val-fraction 0.2 --force -o " + data.string() + " " +
-                                    sample.string(),
+    ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --format " + format + " --val-fraction 0.2 --force -o " + data.string() +
+                                    " " + sample.string(),
                                 out),
               0)
         << out;

@@ -198,8 +198,9 @@ struct Coordinator::Impl {
       if (m.rank >= 0 && o.rank == m.rank) return refuse(id, peer, fmt::format("{} is taken", peer_name(m.role, m.rank)));
     }
     if (m.rank >= static_cast<int>(expected) || have >= expected)
-      return refuse(id, peer, fmt::format("the job has {} {} member(s); {} does not fit", expected, role_name(m.role),
-                                          m.rank >= 0 ? peer_name(m.role, m.rank) : std::string("another")));
+      return refuse(id, peer,
+                    fmt::format("the job has {} {} member(s); {} does not fit", expected, role_name(m.role),
+                                m.rank >= 0 ? peer_name(m.role, m.rank) : std::string("another")));
     m.last_seen = Clock::now();
     members[id] = m;
     spdlog::info("control: {} joined from {} ({}/{} ps, {}/{} workers)", role_name(m.role), peer, count(Role::kPs), shape.ps,
@@ -390,14 +391,16 @@ struct ControlMember::Impl {
         shape.workers = msg.at("workers").get<std::uint32_t>();
         peers.clear();
         for (const auto& p : msg.at("peers"))
-          peers.push_back(Peer{parse_role(p.at("role").get<std::string>()), p.at("rank").get<std::uint32_t>(), p.at("data").get<std::string>()});
-        std::sort(peers.begin(), peers.end(), [](const Peer& a, const Peer& b) {
-          return std::pair(a.role, a.rank) < std::pair(b.role, b.rank);
-        });
+          peers.push_back(
+              Peer{parse_role(p.at("role").get<std::string>()), p.at("rank").get<std::uint32_t>(), p.at("data").get<std::string>()});
+        std::sort(peers.begin(), peers.end(),
+                  [](const Peer& a, const Peer& b) { return std::pair(a.role, a.rank) < std::pair(b.role, b.rank); });
         welcomed = true;
       } else if (op == "error") {
-        if (!welcomed) refused = msg.value("why", std::string("refused"));
-        else spdlog::warn("control: coordinator: {}", msg.value("why", std::string()));
+        if (!welcomed)
+          refused = msg.value("why", std::string("refused"));
+        else
+          spdlog::warn("control: coordinator: {}", msg.value("why", std::string()));
       } else if (op == "release") {
         released.emplace(msg.at("group").get<int>(), msg.at("gen").get<std::uint64_t>());
       } else if (op == "value") {
@@ -435,7 +438,8 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
   } catch (const zmq::error_t& e) {
     throw ConfigError("control: bad coordinator address '" + o.coordinator + "': " + e.what());
   }
-  send_json(impl_->dealer, json{{"op", "join"}, {"token", o.token}, {"role", role_name(o.role)}, {"rank", o.rank}, {"data", o.data_address}});
+  send_json(impl_->dealer,
+            json{{"op", "join"}, {"token", o.token}, {"role", role_name(o.role)}, {"rank", o.rank}, {"data", o.data_address}});
   impl_->thread = std::thread([this] {
     name_this_thread("control");
     impl_->loop();

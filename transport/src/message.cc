@@ -28,15 +28,24 @@ bool known_type(std::uint16_t t) { return t >= 1 && t <= 9; }
 
 const char* type_name(MessageType t) {
   switch (t) {
-    case MessageType::kHello: return "hello";
-    case MessageType::kHelloReply: return "hello-reply";
-    case MessageType::kPull: return "pull";
-    case MessageType::kPullReply: return "pull-reply";
-    case MessageType::kPushGrad: return "push-grad";
-    case MessageType::kPushValue: return "push-value";
-    case MessageType::kCommit: return "commit";
-    case MessageType::kAck: return "ack";
-    case MessageType::kError: return "error";
+    case MessageType::kHello:
+      return "hello";
+    case MessageType::kHelloReply:
+      return "hello-reply";
+    case MessageType::kPull:
+      return "pull";
+    case MessageType::kPullReply:
+      return "pull-reply";
+    case MessageType::kPushGrad:
+      return "push-grad";
+    case MessageType::kPushValue:
+      return "push-value";
+    case MessageType::kCommit:
+      return "commit";
+    case MessageType::kAck:
+      return "ack";
+    case MessageType::kError:
+      return "error";
   }
   return "unknown";
 }

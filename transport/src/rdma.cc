@@ -46,9 +46,10 @@ ConnInfo decode_info(const std::vector<std::uint8_t>& in, const std::string& pee
   if (in.size() < sizeof(ConnInfo)) throw ProtocolError("RDMA peer " + peer + ": connect data of " + std::to_string(in.size()) + " bytes");
   std::memcpy(&c, in.data(), sizeof(c));
   if (c.magic != rdma_detail::kConnectMagic) throw ProtocolError("RDMA peer " + peer + ": not an Ember connection (bad magic)");
-  if (c.version != rdma_detail::kConnectVersion) throw ProtocolError("RDMA peer " + peer + ": connect version " + std::to_string(c.version));
-  if (c.recv_depth < 2 || c.slots == 0 || c.slots >= kNoSlot || c.slot_bytes < 4096 || c.recv_bytes < 128 ||
-      c.slot_bytes % kAlign != 0 || c.recv_bytes % kAlign != 0) {
+  if (c.version != rdma_detail::kConnectVersion)
+    throw ProtocolError("RDMA peer " + peer + ": connect version " + std::to_string(c.version));
+  if (c.recv_depth < 2 || c.slots == 0 || c.slots >= kNoSlot || c.slot_bytes < 4096 || c.recv_bytes < 128 || c.slot_bytes % kAlign != 0 ||
+      c.recv_bytes % kAlign != 0) {
     throw ProtocolError("RDMA peer " + peer + ": unusable pool geometry in its connect data");
   }
   return c;

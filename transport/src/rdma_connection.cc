@@ -16,8 +16,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr std::uint32_t kFrameMagic = 0x46424d45;   // "EMBF"
-constexpr std::uint32_t kImmTag = 0xeb000000;       // immediate = tag | slot
+constexpr std::uint32_t kFrameMagic = 0x46424d45;  // "EMBF"
+constexpr std::uint32_t kImmTag = 0xeb000000;      // immediate = tag | slot
 constexpr std::uint32_t kFrameHeaderBytes = 16;
 
 struct FrameHeader {
@@ -133,7 +133,8 @@ void Conn::send_message(const OutMessage& m, std::uint16_t reply_slot, std::uint
   const bool to_ring = bulk && target_slot == kNoSlot;  // a bulk request takes a slot of the peer's ring
   wait_until([&] { return has_credits(bulk, to_ring); }, deadline, "waiting for the peer's credits");
   std::uint32_t staging = take(bulk ? free_bulk_ : free_small_);
-  std::uint8_t* buf = pool_ + (bulk ? bulk_off_ + std::size_t{staging} * opt_.slot_bytes : small_off_ + std::size_t{staging} * opt_.inline_bytes);
+  std::uint8_t* buf =
+      pool_ + (bulk ? bulk_off_ + std::size_t{staging} * opt_.slot_bytes : small_off_ + std::size_t{staging} * opt_.inline_bytes);
   write_frame_header(buf, kData, static_cast<std::uint32_t>(bytes), reply_slot);
   MessageHeader h = m.header;
   h.key_count = m.key_count;
@@ -384,7 +385,8 @@ void Conn::on_completion(const verbs::Completion& c) {
     if (reserved_.empty()) fail("a reply to no request");
     std::uint16_t expected = reserved_.front();
     reserved_.pop_front();
-    if (f.slot >= 0 && f.slot != expected) fail("reply written into slot " + std::to_string(f.slot) + ", reserved " + std::to_string(expected));
+    if (f.slot >= 0 && f.slot != expected)
+      fail("reply written into slot " + std::to_string(f.slot) + ", reserved " + std::to_string(expected));
     f.slot = expected;
   } else if (fh.reply_slot >= peer_.slots) {
     fail("request without a valid reply slot");

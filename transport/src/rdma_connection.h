@@ -155,7 +155,7 @@ class Conn {
   std::uint8_t* pool_ = nullptr;
   std::size_t recv_off_ = 0, ring_off_ = 0, small_off_ = 0, bulk_off_ = 0, total_ = 0;
   verbs::MemoryRegion mr_;
-  std::uint32_t max_sges_ = 1;  // the queue pair's gather list
+  std::uint32_t max_sges_ = 1;                                                // the queue pair's gather list
   std::unordered_map<std::uint32_t, std::optional<std::uint32_t>> send_mrs_;  // send region id -> lkey (none: copy)
   std::uint64_t in_place_bytes_ = 0;
   std::deque<std::uint32_t> free_small_, free_bulk_;

@@ -1,7 +1,7 @@
-#include "ember/transport/rdma.h"
-
 #include <cerrno>
 #include <cstring>
+
+#include "ember/transport/rdma.h"
 
 #ifdef EMBER_HAVE_RDMA
 #include <infiniband/verbs.h>

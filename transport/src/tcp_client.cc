@@ -1,6 +1,4 @@
 // The TCP client (tcp.h): blocking calls on a blocking socket.
-#include "ember/transport/tcp.h"
-
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -14,6 +12,7 @@
 #include <cstring>
 
 #include "ember/common/error.h"
+#include "ember/transport/tcp.h"
 #include "tcp_socket.h"
 
 namespace ember::transport {
@@ -133,7 +132,8 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
   timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   if (timeout.count() <= 0) tv.tv_usec = 1000;  // 0 would mean "no timeout"
   if (flags < 0 || ::fcntl(impl_->fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ||
-      ::setsockopt(impl_->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 || ::setsockopt(impl_->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
+      ::setsockopt(impl_->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0 ||
+      ::setsockopt(impl_->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
     throw IoError("PS " + impl_->peer + ": socket options: " + std::strerror(errno));
   }
   Key h = token_hash(token);

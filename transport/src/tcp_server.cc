@@ -1,16 +1,13 @@
 // The TCP server (tcp.h): an acceptor and a pool of I/O threads (Boost.Asio), each
 // connection read ahead and answered in order on one of them.
-#include "ember/transport/tcp.h"
-
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include <atomic>
 #include <boost/asio.hpp>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <mutex>
@@ -19,6 +16,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/process.h"
+#include "ember/transport/tcp.h"
 #include "tcp_socket.h"
 
 namespace ember::transport {
@@ -112,11 +110,11 @@ struct TcpServer::Impl {
     };
     std::uint8_t in_header[kHeaderBytes];
     std::uint8_t out_header[kHeaderBytes];
-    Request incoming;                // being read
-    std::deque<Request> queue;       // read, in order; the front is being answered while `writing`
+    Request incoming;                  // being read
+    std::deque<Request> queue;         // read, in order; the front is being answered while `writing`
     std::vector<PayloadBuffer> spare;  // buffers of answered requests, for the next ones
     std::shared_ptr<ReturnedBuffers> returned = std::make_shared<ReturnedBuffers>();  // lent ones, back
-    std::uint64_t queued_bytes = 0;  // payload bytes in `queue`
+    std::uint64_t queued_bytes = 0;                                                   // payload bytes in `queue`
     Scratch scratch;
     std::vector<iovec> in_iov, out_iov;
     std::size_t in_first = 0, out_first = 0;
@@ -385,7 +383,8 @@ TcpServer::TcpServer(TcpServerOptions options, RequestHandler handler) : impl_(s
   if (ec) throw IoError("listen on " + impl_->opt.address + ":" + std::to_string(impl_->opt.port) + ": " + ec.message());
   impl_->acceptor->listen();
   impl_->accept();
-  for (int i = 0; i < n; ++i) impl_->threads.emplace_back([this, i] {
+  for (int i = 0; i < n; ++i)
+    impl_->threads.emplace_back([this, i] {
       name_this_thread("tcp-io-" + std::to_string(i));
       impl_->ios[static_cast<std::size_t>(i)]->run();
     });
@@ -412,7 +411,8 @@ void TcpServer::drain(std::chrono::milliseconds grace) {
     }
   }
   const auto deadline = std::chrono::steady_clock::now() + grace;
-  while (impl_->in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (impl_->in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 TcpServer::~TcpServer() {

@@ -72,7 +72,9 @@ class FakeEndpoint final : public Endpoint {
   }
 
   MemoryRegion register_memory(void* addr, std::size_t bytes) override { return add_region(addr, bytes, true); }
-  MemoryRegion register_for_sends(const void* addr, std::size_t bytes) override { return add_region(const_cast<void*>(addr), bytes, false); }
+  MemoryRegion register_for_sends(const void* addr, std::size_t bytes) override {
+    return add_region(const_cast<void*>(addr), bytes, false);
+  }
   std::uint32_t max_send_sges() const override { return s_->max_send_sges; }
 
   MemoryRegion add_region(void* addr, std::size_t bytes, bool writable) {
@@ -109,7 +111,8 @@ class FakeEndpoint final : public Endpoint {
       remote_->fail_locked("disconnected by the peer");
       return done(false, "transport retry counter exceeded (injected)");
     }
-    if (w.sge_count == 0 || w.sge_count > s_->max_send_sges) return done(false, "local length error (gather list of " + std::to_string(w.sge_count) + ")");
+    if (w.sge_count == 0 || w.sge_count > s_->max_send_sges)
+      return done(false, "local length error (gather list of " + std::to_string(w.sge_count) + ")");
     std::size_t length = 0;
     for (std::uint32_t i = 0; i < w.sge_count; ++i) {
       const Sge& g = w.sges[i];
@@ -147,8 +150,8 @@ class FakeEndpoint final : public Endpoint {
       if (w.sges[i].length > 0) std::memcpy(dst + at, w.sges[i].addr, w.sges[i].length);
     }
     s_->bytes += length;
-    r->cq_.push_back({recv.wr_id, w.opcode == Opcode::kSend ? Opcode::kRecv : Opcode::kRecvWithImm, true, false, "", static_cast<std::uint32_t>(length),
-                      w.opcode == Opcode::kSend ? 0 : w.imm});
+    r->cq_.push_back({recv.wr_id, w.opcode == Opcode::kSend ? Opcode::kRecv : Opcode::kRecvWithImm, true, false, "",
+                      static_cast<std::uint32_t>(length), w.opcode == Opcode::kSend ? 0 : w.imm});
     done(true, "");
   }
 
@@ -266,7 +269,8 @@ std::vector<std::uint8_t> FakeEndpoint::connect(std::span<const std::uint8_t> pr
 }  // namespace
 
 FakeFabric::FakeFabric(std::uint32_t max_send_sges) : state_(std::make_shared<State>()) {
-  if (max_send_sges == 0 || max_send_sges > kMaxSendSges) throw ConfigError("fake fabric: 1 to " + std::to_string(kMaxSendSges) + " pieces per send");
+  if (max_send_sges == 0 || max_send_sges > kMaxSendSges)
+    throw ConfigError("fake fabric: 1 to " + std::to_string(kMaxSendSges) + " pieces per send");
   state_->max_send_sges = max_send_sges;
 }
 FakeFabric::~FakeFabric() = default;

@@ -2,19 +2,18 @@
 // queue (with a completion channel for blocking waits) and RC queue pair per endpoint.
 // Built whenever libibverbs-dev and librdmacm-dev are present; at run time it needs an
 // RDMA device (make_ibverbs_fabric() says clearly when there is none).
-#include "ember/transport/verbs.h"
-
 #include "ember/common/error.h"
 #include "ember/transport/rdma.h"
+#include "ember/transport/verbs.h"
 
 #ifdef EMBER_HAVE_RDMA
-#include <algorithm>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #endif
@@ -272,7 +271,8 @@ class IbvListener final : public Listener {
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     if (inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) throw ConfigError("RDMA listen address '" + address + "' is not IPv4");
-    if (rdma_bind_addr(id_, reinterpret_cast<sockaddr*>(&a)) != 0) throw IoError(sys("rdma_bind_addr " + address + ":" + std::to_string(port)));
+    if (rdma_bind_addr(id_, reinterpret_cast<sockaddr*>(&a)) != 0)
+      throw IoError(sys("rdma_bind_addr " + address + ":" + std::to_string(port)));
     if (rdma_listen(id_, 64) != 0) throw IoError(sys("rdma_listen"));
   }
   ~IbvListener() override {

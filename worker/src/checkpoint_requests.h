@@ -8,9 +8,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "ember/worker/trainer.h"
 #include "loader.h"
 #include "ps_exchange.h"
-#include "ember/worker/trainer.h"
 
 namespace ember::worker {
 

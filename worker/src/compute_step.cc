@@ -83,6 +83,9 @@ void ComputeStep::update(RowCache& cache) {
   } else if (!cold_pos_.empty()) {
     cache.scatter_add_grad(slots_, emb_grad_.index_select(0, cold_idx_));
   }
+  // The step's graph and gradients are not needed past here.
+  loss_ = torch::Tensor();
+  emb_grad_ = torch::Tensor();
 }
 
 }  // namespace ember::worker

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "collective.h"
-#include "hot_rows.h"
-#include "loader.h"
 #include "ember/common/flat_map.h"
 #include "ember/worker/model.h"
 #include "ember/worker/row_cache.h"
+#include "hot_rows.h"
+#include "loader.h"
 
 namespace ember::worker {
 

@@ -1,8 +1,7 @@
 #include "ember/worker/device.h"
 
-#include <torch/torch.h>
-
 #include <fmt/format.h>
+#include <torch/torch.h>
 
 #include <optional>
 

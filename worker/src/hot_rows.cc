@@ -6,7 +6,7 @@
 
 namespace ember::worker {
 
-void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire) {
+void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank) {
   for (Key k = 0; k < hot.size(); ++k) {
     if (hot[k]) {
       index_.try_emplace(k, static_cast<std::uint32_t>(keys_.size()));
@@ -17,7 +17,7 @@ void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, W
   wire.hot_load += keys_.size();
   grad_ = torch::zeros({static_cast<std::int64_t>(keys_.size()), static_cast<std::int64_t>(dim_)});
   touched_ = torch::zeros({static_cast<std::int64_t>(keys_.size())});
-  spdlog::info("fae: {} hot rows replicated ({:.1f} MB)", keys_.size(), rows_.size() * 4 / 1e6);
+  spdlog::info("worker {}: fae: {} hot rows replicated ({:.1f} MB)", rank, keys_.size(), rows_.size() * 4 / 1e6);
 }
 
 torch::Tensor HotRows::values(const std::vector<std::uint32_t>& h) const {

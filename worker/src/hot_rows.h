@@ -21,7 +21,7 @@ class HotRows {
   HotRows(std::uint32_t dim, std::uint32_t state_floats) : dim_(dim), state_(state_floats) {}
 
   // Pulls the rows marked in `hot` (indexed by key) from the PS.
-  void load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire);
+  void load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank);
   bool empty() const { return keys_.empty(); }
   // The replica's index of `key`, or null when it is not hot.
   const std::uint32_t* find(Key key) const { return keys_.empty() ? nullptr : index_.find(key); }
@@ -43,7 +43,7 @@ class HotRows {
   std::uint32_t dim_, state_;
   std::vector<Key> keys_;
   U64Map<std::uint32_t> index_;
-  std::vector<float> rows_;    // value then state, per row
+  std::vector<float> rows_;       // value then state, per row
   torch::Tensor grad_, touched_;  // host, [H, dim] and [H]
 };
 

@@ -48,7 +48,8 @@ void Job::join(const data::Dataset& ds) {
                       std::to_string(ps_.num_keys) + " (was ember-ps started with another --dataset?)");
   }
   if (ps_.transport != c_.transport) {
-    throw ConfigError("--transport " + c_.transport + " but the PS shards serve " + ps_.transport + " (start both with the same --transport)");
+    throw ConfigError("--transport " + c_.transport + " but the PS shards serve " + ps_.transport +
+                      " (start both with the same --transport)");
   }
   state_ = ps::state_floats(ps_.optimizer.kind, ps_.dim);
   std::vector<ps::ShardAddress> shards;

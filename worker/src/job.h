@@ -9,8 +9,8 @@
 #include <string>
 
 #include "ember/data/dataset.h"
-#include "ember/ps/ps_client.h"
 #include "ember/ps/job_config.h"
+#include "ember/ps/ps_client.h"
 #include "ember/transport/control.h"
 #include "ember/transport/transport.h"
 #include "ember/worker/trainer.h"

@@ -28,7 +28,8 @@ double auc(const std::vector<float>& scores, const std::vector<std::uint8_t>& la
   }
   const std::uint64_t neg = n - pos;
   if (pos == 0 || neg == 0) return 0.5;
-  return (rank_sum - static_cast<double>(pos) * (static_cast<double>(pos) + 1) / 2.0) / (static_cast<double>(pos) * static_cast<double>(neg));
+  return (rank_sum - static_cast<double>(pos) * (static_cast<double>(pos) + 1) / 2.0) /
+         (static_cast<double>(pos) * static_cast<double>(neg));
 }
 
 double logloss(const std::vector<float>& probs, const std::vector<std::uint8_t>& labels) {

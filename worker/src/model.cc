@@ -44,9 +44,7 @@ std::vector<std::int64_t> with(std::vector<std::int64_t> v, std::int64_t last) {
   return v;
 }
 
-torch::Tensor flat_input(const torch::Tensor& dense, const torch::Tensor& emb) {
-  return torch::cat({dense, emb.flatten(1)}, 1);
-}
+torch::Tensor flat_input(const torch::Tensor& dense, const torch::Tensor& emb) { return torch::cat({dense, emb.flatten(1)}, 1); }
 
 std::int64_t flat_width(const ModelConfig& c) { return c.num_dense + static_cast<std::int64_t>(c.num_tables) * c.dim; }
 
@@ -122,8 +120,8 @@ class Dlrm : public CtrModel {
   torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& emb) override {
     torch::Tensor x, z = emb;
     if (has_dense_) {
-      x = bottom_->forward(dense);                 // [B, dim]
-      z = torch::cat({x.unsqueeze(1), emb}, 1);    // [B, T+1, dim]
+      x = bottom_->forward(dense);               // [B, dim]
+      z = torch::cat({x.unsqueeze(1), emb}, 1);  // [B, T+1, dim]
     }
     auto dots = torch::bmm(z, z.transpose(1, 2));  // [B, F, F]
     auto pairs = dots.index({torch::indexing::Slice(), li_, lj_});

@@ -8,10 +8,10 @@
 
 #include <cstdint>
 
-#include "ps_exchange.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/row_cache.h"
+#include "ps_exchange.h"
 
 namespace ember::worker {
 

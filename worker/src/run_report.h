@@ -7,9 +7,9 @@
 #include <fstream>
 #include <string>
 
-#include "loader.h"
 #include "ember/common/process.h"
 #include "ember/worker/trainer.h"
+#include "loader.h"
 
 namespace ember::worker {
 

@@ -15,6 +15,12 @@
 #include "collective.h"
 #include "compute_step.h"
 #include "dense_checkpoint.h"
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+#include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/scheduler_config.h"
+#include "ember/worker/device.h"
+#include "ember/worker/row_cache.h"
 #include "evaluation.h"
 #include "hot_rows.h"
 #include "job.h"
@@ -22,12 +28,6 @@
 #include "ps_exchange.h"
 #include "row_updates.h"
 #include "run_report.h"
-#include "ember/common/error.h"
-#include "ember/common/process.h"
-#include "ember/scheduler/scheduler.h"
-#include "ember/scheduler/scheduler_config.h"
-#include "ember/worker/device.h"
-#include "ember/worker/row_cache.h"
 
 namespace ember::worker {
 
@@ -67,6 +67,9 @@ class StopPossible {
 class Worker {
  public:
   explicit Worker(TrainConfig c) : c_(std::move(c)), job_(c_) {}
+  // The stages hold references to the members.
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
   TrainSummary run();
 
  private:
@@ -108,7 +111,8 @@ scheduler::SchedulerConfig Worker::set_up() {
   on_demand_ = sc.policy.sync() == scheduler::Sync::kOnDemand;
   at::set_num_threads(c_.torch_threads);
   report_.emplace(c_);
-  if (c_.resume && c_.checkpoint_dir.empty()) throw ConfigError("--resume needs --checkpoint-dir (where the workers wrote their dense state)");
+  if (c_.resume && c_.checkpoint_dir.empty())
+    throw ConfigError("--resume needs --checkpoint-dir (where the workers wrote their dense state)");
   job_.join(*ds_);
   const ps::JobConfig& ps = job_.ps_config();
   const std::uint32_t rank = job_.rank(), dim = job_.dim();
@@ -142,7 +146,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB, {} backend on {})", rank, c_.model.kind, c_.policy, sc.cache_rows,
                cache_->memory_bytes() / 1e6, cache_->backend(), device_.str());
   hot_.emplace(dim, job_.state_floats());
-  if (!sc.hot.empty()) hot_->load(job_.ps(), sc.hot, wire_);
+  if (!sc.hot.empty()) hot_->load(job_.ps(), sc.hot, wire_, rank);
   exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), sc.cache_rows);
   compute_.emplace(*model_, *optimizer_, *collective_, *hot_, device_, c_, dim, ps.optimizer);
   sc.first_iteration = first_;
@@ -240,9 +244,10 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
   if (end < c_.iterations) {
     sum.stopped_at = end;
     if (rank == 0) {
-      spdlog::info("the job stopped at iteration {} of {}, as asked (a signal to a PS shard or a worker): its checkpoint holds the model "
-                   "(resume with --resume)",
-                   end, c_.iterations);
+      spdlog::info(
+          "the job stopped at iteration {} of {}, as asked (a signal to a PS shard or a worker): its checkpoint holds the model "
+          "(resume with --resume)",
+          end, c_.iterations);
     }
   }
   if (rank == 0 && !c_.dump_dir.empty()) dump_model(c_, job_.ps(), *model_, job_.ps_config().num_keys, job_.dim(), end - 1);

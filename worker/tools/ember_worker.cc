@@ -1,7 +1,7 @@
 // ember-worker: one training worker of a job (joins the control plane of ember-ps shard 0).
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 
@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--rank", c.rank, "this worker's rank (default: assigned at join)");
   app.add_option("--workers", c.workers, "workers in the job")->capture_default_str();
-  app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S, fae:F (hottest fraction F replicated on every worker)")->capture_default_str();
+  app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S, fae:F (hottest fraction F replicated on every worker)")
+      ->capture_default_str();
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (the embedding cache then lives in GPU memory)")->capture_default_str();
   app.add_option("--cache-backend", c.cache_backend, "auto, host (CPU memory, the PS's optimizer code) or tensor (device memory)")
       ->capture_default_str();
@@ -94,7 +95,9 @@ int main(int argc, char** argv) {
         return;
       }
       spdlog::warn("signal {}: stopping now{}", sig,
-                   stop.signal.load() != 0 ? "" : " (a stop at a checkpoint needs --checkpoint-dir here and on the PS shards, and training under way)");
+                   stop.signal.load() != 0
+                       ? ""
+                       : " (a stop at a checkpoint needs --checkpoint-dir here and on the PS shards, and training under way)");
       die_by_signal(sig);
     });
     if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
@@ -116,8 +119,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     worker::TrainSummary s = worker::run_worker(c);
-    spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}", s.rank,
-                 s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,
+    spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}",
+                 s.rank, s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,
                  s.wire.push_evict, s.auc >= 0 ? fmt::format(", AUC {:.4f}, logloss {:.4f}", s.auc, s.logloss) : std::string());
     return 0;
   });

@@ -76,9 +76,13 @@ class LocationMap {
     std::uint8_t flags;  // kHasPartial: the partial mask is non-zero
   };
   template <typename T>
-  static T relaxed_load(const T& x) { return std::atomic_ref<T>(const_cast<T&>(x)).load(std::memory_order_relaxed); }
+  static T relaxed_load(const T& x) {
+    return std::atomic_ref<T>(const_cast<T&>(x)).load(std::memory_order_relaxed);
+  }
   template <typename T>
-  static void relaxed_store(T& x, T v) { std::atomic_ref<T>(x).store(v, std::memory_order_relaxed); }
+  static void relaxed_store(T& x, T v) {
+    std::atomic_ref<T>(x).store(v, std::memory_order_relaxed);
+  }
   std::uint8_t load(Key key) const { return relaxed_load(state_[key].owner); }
   void store_owner(Key key, std::uint8_t v) { relaxed_store(state_[key].owner, v); }
   bool flag(Key key) const { return relaxed_load(state_[key].flags) != 0; }

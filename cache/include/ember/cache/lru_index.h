@@ -76,12 +76,12 @@ class LruIndex {
   std::uint32_t capacity_;
   std::uint32_t size_ = 0;
   U64Map<std::uint32_t> map_;
-  std::vector<Key, HugePageAllocator<Key>> keys_;                // slot -> key
+  std::vector<Key, HugePageAllocator<Key>> keys_;                       // slot -> key
   std::vector<std::uint32_t, HugePageAllocator<std::uint32_t>> stamp_;  // slot -> stamp (0 = free)
-  std::vector<Entry, HugePageAllocator<Entry>> queue_;           // recency, oldest first
-  std::size_t head_ = 0;                                         // first entry not yet consumed
+  std::vector<Entry, HugePageAllocator<Entry>> queue_;                  // recency, oldest first
+  std::size_t head_ = 0;                                                // first entry not yet consumed
   std::uint32_t next_stamp_ = 1;
-  std::vector<std::uint32_t> free_;                              // stack of free slots
+  std::vector<std::uint32_t> free_;  // stack of free slots
 };
 
 }  // namespace ember::cache

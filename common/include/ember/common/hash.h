@@ -18,13 +18,9 @@ inline std::uint64_t mix64(std::uint64_t x) {
   return x;
 }
 
-inline std::uint64_t hash_bytes(std::string_view s, std::uint64_t seed = 0) {
-  return XXH3_64bits_withSeed(s.data(), s.size(), seed);
-}
+inline std::uint64_t hash_bytes(std::string_view s, std::uint64_t seed = 0) { return XXH3_64bits_withSeed(s.data(), s.size(), seed); }
 
 // Checksum of a byte range, as stored in Ember's binary files.
-inline std::uint64_t checksum64(const void* data, std::size_t len) {
-  return XXH3_64bits(data, len);
-}
+inline std::uint64_t checksum64(const void* data, std::size_t len) { return XXH3_64bits(data, len); }
 
 }  // namespace ember

@@ -24,7 +24,9 @@ struct HugePageAllocator {
   T* allocate(std::size_t n) { return static_cast<T*>(huge_alloc(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) noexcept { huge_free(p, n * sizeof(T)); }
   template <typename U>
-  bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
+  bool operator==(const HugePageAllocator<U>&) const noexcept {
+    return true;
+  }
 };
 
 }  // namespace ember

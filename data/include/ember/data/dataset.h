@@ -47,9 +47,9 @@ Split parse_split(const std::string& name);  // throws ConfigError
 
 struct TableInfo {
   std::string name;
-  std::uint64_t rows = 0;          // rows of the embedding table (incl. missing + OOV)
-  std::uint32_t id_bytes = 4;      // width of stored ids
-  std::uint64_t values_seen = 0;   // distinct raw values in the input
+  std::uint64_t rows = 0;         // rows of the embedding table (incl. missing + OOV)
+  std::uint32_t id_bytes = 4;     // width of stored ids
+  std::uint64_t values_seen = 0;  // distinct raw values in the input
 };
 
 struct ShardInfo {
@@ -110,8 +110,7 @@ class Shard {
   const float* dense(std::uint64_t r) const { return dense_ + r * num_dense_; }
   std::uint64_t id(int table, std::uint64_t r) const {
     const Column& c = cols_[static_cast<std::size_t>(table)];
-    return c.bytes == 4 ? reinterpret_cast<const std::uint32_t*>(c.base)[r]
-                        : reinterpret_cast<const std::uint64_t*>(c.base)[r];
+    return c.bytes == 4 ? reinterpret_cast<const std::uint32_t*>(c.base)[r] : reinterpret_cast<const std::uint64_t*>(c.base)[r];
   }
   const std::uint8_t* labels() const { return labels_; }
   // Raw column of table t: `id_bytes(t)`-wide ids, rows() of them.
@@ -222,9 +221,9 @@ class Batch {
 
 struct BatchOptions {
   std::size_t batch_size = 1024;
-  bool shuffle = false;     // permute samples by `seed` (a new permutation every epoch)
+  bool shuffle = false;  // permute samples by `seed` (a new permutation every epoch)
   std::uint64_t seed = 0;
-  bool drop_last = true;    // a last partial batch is dropped (BSP needs equal batches)
+  bool drop_last = true;  // a last partial batch is dropped (BSP needs equal batches)
 };
 
 // Iterates the global batches of one split, in dataset order or shuffled by seed.

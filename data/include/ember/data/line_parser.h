@@ -17,7 +17,7 @@ inline constexpr std::uint64_t kMissingKey = ~std::uint64_t{0};
 
 struct Record {
   std::uint8_t label = 0;
-  std::array<float, kMaxDense> dense{};        // log(1 + max(x, 0)); missing -> 0
+  std::array<float, kMaxDense> dense{};          // log(1 + max(x, 0)); missing -> 0
   std::array<std::uint64_t, kMaxTables> keys{};  // raw value key per table, kMissingKey if empty
 };
 
@@ -64,7 +64,6 @@ class LineParser {
 
 // Splits one CSV line into fields with RFC 4180 quoting ("a,b" and "" escapes).
 // Returns false with `error` set on bad quoting. Views may point into `scratch`.
-bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std::string& scratch,
-               std::string& error);
+bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std::string& scratch, std::string& error);
 
 }  // namespace ember::data

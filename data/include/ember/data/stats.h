@@ -11,9 +11,9 @@ namespace ember::data {
 
 struct StatsOptions {
   Split split = Split::kTrain;
-  int workers = 8;            // for DoI: samples one worker trains per epoch = rows / workers
-  double cache_ratio = 0.1;   // for DoI: a worker caches this share of each table's rows
-  std::uint64_t window = 0;   // > 0: also the mean share of distinct values per window of rows
+  int workers = 8;           // for DoI: samples one worker trains per epoch = rows / workers
+  double cache_ratio = 0.1;  // for DoI: a worker caches this share of each table's rows
+  std::uint64_t window = 0;  // > 0: also the mean share of distinct values per window of rows
 };
 
 struct TableStats {
@@ -26,12 +26,12 @@ struct TableStats {
   // Herald's degree of infrequency: among the cached_rows most popular rows, the share
   // accessed fewer times in the epoch than one worker's samples per epoch.
   double doi = 0;
-  double window_distinct = 0;     // mean distinct non-missing ids per window / window
+  double window_distinct = 0;  // mean distinct non-missing ids per window / window
   // The same, expected if the split's rows were in random order (same counts). The
   // ratio window_distinct / window_distinct_random measures temporal locality: 1 = none,
   // lower = values come in bursts.
   double window_distinct_random = 0;
-  double missing_share = 0;       // accesses of the reserved "missing" row
+  double missing_share = 0;  // accesses of the reserved "missing" row
 };
 
 struct DatasetStats {

@@ -29,17 +29,17 @@ namespace ember::data {
 struct GenOptions {
   SourceFormat like = SourceFormat::kCriteoTsv;  // kCriteoTsv or kAvazu
   std::uint64_t rows = 100000;
-  double scale = 1.0;          // multiplies every table's real cardinality
-  double alpha = 0.0;          // > 0: one Zipf exponent for every table; 0: calibrated per table
+  double scale = 1.0;  // multiplies every table's real cardinality
+  double alpha = 0.0;  // > 0: one Zipf exponent for every table; 0: calibrated per table
   std::uint64_t seed = 1;
   bool iid = false;
   std::uint64_t entities = 0;  // 0: 1e6 x scale (at least 16)
   double entity_alpha = 1.05;
-  double coupling = 0.7;        // calibrated: docs/data.md "Calibration"
+  double coupling = 0.7;  // calibrated: docs/data.md "Calibration"
   double session = 0.02;
-  double drift = 1.0;          // ranking positions shifted per 10,000 rows
-  double ctr = -1;             // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
-  int threads = 0;             // 0 = all cores; output is identical for any count
+  double drift = 1.0;            // ranking positions shifted per 10,000 rows
+  double ctr = -1;               // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
+  int threads = 0;               // 0 = all cores; output is identical for any count
   std::filesystem::path output;  // ".gz" suffix: gzip-compressed
   bool overwrite = false;
   std::function<void(std::uint64_t rows_done)> on_progress;

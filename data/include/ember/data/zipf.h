@@ -38,7 +38,7 @@ class ZipfSampler {
   double exponent() const { return s_; }
 
  private:
-  double h(double x) const;         // integral of x^-s
+  double h(double x) const;  // integral of x^-s
   double h_inverse(double x) const;
   std::uint64_t n_ = 1;
   double s_ = 1.0;

@@ -45,12 +45,12 @@ inline constexpr const char* kJobConfigKey = "ps_config";
 struct JobConfig {
   std::uint64_t num_keys = 0;  // rows of all tables
   std::uint32_t dim = 0;
-  OptimizerConfig optimizer;   // the sparse optimizer's kind, lr and weight_decay (the rest: defaults)
-  std::uint64_t seed = 0;      // initial rows from (seed, key)
+  OptimizerConfig optimizer;  // the sparse optimizer's kind, lr and weight_decay (the rest: defaults)
+  std::uint64_t seed = 0;     // initial rows from (seed, key)
   std::uint32_t shards = 1;
-  std::string transport = "tcp";        // the data plane's name (transport.h)
-  std::uint64_t checkpoint_every = 0;   // CheckpointSchedule; absent: 0
-  bool checkpoints = false;             // the PS has a checkpoint directory (also: on command); absent: checkpoint_every > 0
+  std::string transport = "tcp";         // the data plane's name (transport.h)
+  std::uint64_t checkpoint_every = 0;    // CheckpointSchedule; absent: 0
+  bool checkpoints = false;              // the PS has a checkpoint directory (also: on command); absent: checkpoint_every > 0
   std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none, or one of no iteration); absent: -1
 
   CheckpointSchedule schedule() const { return CheckpointSchedule(checkpoint_every); }

@@ -134,11 +134,11 @@ class PsClient {
   struct Entry {
     std::shared_ptr<PsFuture::Op> op;
     bool pull = false;
-    bool resend = false;             // a pull whose send failed: sent again on a new connection
-    std::vector<Key> keys;           // a pull's keys (to send it again)
-    std::vector<float*> dst;         // a pull's row destinations
-    std::uint32_t per = 0;           // floats per pulled row
-    std::uint32_t flags = 0;         // a pull's header flags and iteration (to send it again)
+    bool resend = false;      // a pull whose send failed: sent again on a new connection
+    std::vector<Key> keys;    // a pull's keys (to send it again)
+    std::vector<float*> dst;  // a pull's row destinations
+    std::uint32_t per = 0;    // floats per pulled row
+    std::uint32_t flags = 0;  // a pull's header flags and iteration (to send it again)
     std::uint64_t iteration = 0;
     transport::OutMessage pull_request() const;  // a pull's request, from the fields above
   };

@@ -138,15 +138,15 @@ class PsService {
   ShardStore store_;
   std::mutex commit_mutex_;
   std::atomic<std::uint64_t> rows_{0};
-  std::atomic<std::int64_t> committed_{-1};  // highest iteration committed
+  std::atomic<std::int64_t> committed_{-1};     // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
   std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)
   std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written (or restored)
   std::atomic<std::int64_t> stop_at_{-1};       // the requested checkpoint is the job's last (-1: none)
   std::atomic<std::int64_t> restored_{-2};      // iteration restored from (-2: none)
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
-  static constexpr std::int64_t kNone = -2;          // (-1 is iter-initial)
-  std::atomic<std::int64_t> unsettled_{kNone};       // the newest checkpoint written, not yet whole
+  static constexpr std::int64_t kNone = -2;     // (-1 is iter-initial)
+  std::atomic<std::int64_t> unsettled_{kNone};  // the newest checkpoint written, not yet whole
   CommitApply commit_apply_ = CommitApply::kHandler;
   CheckpointSchedule schedule_;
   std::optional<CheckpointDir> checkpoints_;

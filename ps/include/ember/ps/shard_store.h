@@ -56,10 +56,10 @@
 namespace ember::ps {
 
 struct StoreConfig {
-  std::uint64_t num_keys = 0;      // rows of all tables
+  std::uint64_t num_keys = 0;  // rows of all tables
   std::uint32_t dim = 16;
   std::uint32_t shard = 0, shards = 1;
-  std::uint64_t seed = 1;          // initial rows from (seed, key)
+  std::uint64_t seed = 1;  // initial rows from (seed, key)
   OptimizerConfig optimizer;
   // Learning rate of an iteration (default: optimizer.lr throughout).
   std::function<float(std::uint64_t iteration)> lr_at;
@@ -176,7 +176,8 @@ class ShardStore {
   float* row_ptr(Key key) {
     const std::uint64_t local = local_of(key);
     float* chunk = chunks_[local / kChunkRows].load(std::memory_order_acquire);
-    if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= kIdle) return chunk + (local % kChunkRows) * row_floats();
+    if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= kIdle)
+      return chunk + (local % kChunkRows) * row_floats();
     return first_touch(key);
   }
   std::size_t chunk_bytes() const { return kChunkRows * row_floats() * sizeof(float); }
@@ -187,7 +188,8 @@ class ShardStore {
   float* first_touch(Key key);
   // Throws ProtocolError naming the key unless this shard holds it.
   void check_key(Key key) const {
-    if (key >= config_.num_keys || !owns(key)) [[unlikely]] refuse_key(key);
+    if (key >= config_.num_keys || !owns(key)) [[unlikely]]
+      refuse_key(key);
   }
   [[noreturn]] void refuse_key(Key key) const;
   // Index of the key among this shard's rows.
@@ -197,7 +199,8 @@ class ShardStore {
   // aggregating and a commit took rows): applies parked rows meanwhile, or waits for the
   // apply in progress. Returns at once in the common case.
   void wait_applied(std::uint64_t local) {
-    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]] help_until_applied(&initialized_[local]);
+    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]]
+      help_until_applied(&initialized_[local]);
   }
   // The row of `key` once no update of it is being applied.
   float* read_row(Key key) {

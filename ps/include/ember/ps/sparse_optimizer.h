@@ -15,10 +15,10 @@
 namespace ember::ps {
 
 enum class OptimizerKind {
-  kSgd,              // w -= lr g
-  kAdagrad,          // s += g^2 (per element); w -= lr g / (sqrt(s) + eps)
-  kRowWiseAdagrad,   // s += mean(g^2) (one float per row); w -= lr g / (sqrt(s) + eps)
-  kAdam,             // lazy Adam: per-row step count; m, v per element, bias-corrected
+  kSgd,             // w -= lr g
+  kAdagrad,         // s += g^2 (per element); w -= lr g / (sqrt(s) + eps)
+  kRowWiseAdagrad,  // s += mean(g^2) (one float per row); w -= lr g / (sqrt(s) + eps)
+  kAdam,            // lazy Adam: per-row step count; m, v per element, bias-corrected
 };
 
 struct OptimizerConfig {
@@ -50,10 +50,14 @@ void apply(const OptimizerConfig& c, float lr, std::uint32_t dim, float* value, 
 template <class F>
 decltype(auto) with_kind(OptimizerKind kind, F&& f) {
   switch (kind) {
-    case OptimizerKind::kAdagrad: return f(std::integral_constant<OptimizerKind, OptimizerKind::kAdagrad>{});
-    case OptimizerKind::kRowWiseAdagrad: return f(std::integral_constant<OptimizerKind, OptimizerKind::kRowWiseAdagrad>{});
-    case OptimizerKind::kAdam: return f(std::integral_constant<OptimizerKind, OptimizerKind::kAdam>{});
-    case OptimizerKind::kSgd: break;
+    case OptimizerKind::kAdagrad:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kAdagrad>{});
+    case OptimizerKind::kRowWiseAdagrad:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kRowWiseAdagrad>{});
+    case OptimizerKind::kAdam:
+      return f(std::integral_constant<OptimizerKind, OptimizerKind::kAdam>{});
+    case OptimizerKind::kSgd:
+      break;
   }
   return f(std::integral_constant<OptimizerKind, OptimizerKind::kSgd>{});
 }

@@ -13,7 +13,7 @@ struct GlobalBatch {
   std::uint64_t index = 0;  // batch number
   std::uint32_t samples = 0;
   std::uint32_t tables = 0;
-  std::vector<Key> keys;    // keys[i * tables + t] = table_offset[t] + row id
+  std::vector<Key> keys;  // keys[i * tables + t] = table_offset[t] + row id
 
   Key key(std::uint32_t sample, std::uint32_t table) const { return keys[static_cast<std::size_t>(sample) * tables + table]; }
 };

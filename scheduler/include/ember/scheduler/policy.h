@@ -28,7 +28,7 @@ enum class Sync : std::uint8_t {
 // What a policy is made of. The argument a policy takes follows from its traits:
 // bounded staleness takes the bound S (het:S), hot-row replication the fraction F (fae:F).
 struct PolicyTraits {
-  std::string_view name;     // as written before any ':' argument
+  std::string_view name;  // as written before any ':' argument
   Allocation allocation;
   Sync sync;
   bool replicates_hot_rows;  // the hottest rows live on every worker, off the PS (FAE)

@@ -24,8 +24,8 @@ namespace ember::scheduler {
 
 struct IterationStats {
   TrafficCounts traffic;
-  double sched_ms = 0;        // allocation + plan + cache-state update
-  double scoring_ms = 0;      // LAIA scoring alone
+  double sched_ms = 0;            // allocation + plan + cache-state update
+  double scoring_ms = 0;          // LAIA scoring alone
   std::uint32_t laia_tables = 0;  // tables scored (adaptive LAIA's k)
 };
 
@@ -42,8 +42,7 @@ class Scheduler {
   IterationStats schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans);
 
   // Same, with a given allocation (worker of each sample): brute force and tests.
-  IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
-                               std::vector<StepPlan>& plans);
+  IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
 
   // Brings the PS up to date without a batch (before evaluation, a checkpoint, or the
   // end of training): every dirty row is pushed as a value (the copy stays, clean) and

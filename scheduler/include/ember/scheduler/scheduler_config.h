@@ -16,12 +16,12 @@ namespace ember::scheduler {
 struct SchedulerConfig {
   std::uint32_t workers = 8;
   std::uint32_t batch_per_worker = 128;
-  std::uint32_t cache_rows = 0;               // LRU capacity per worker, in rows
-  std::vector<std::uint64_t> table_offsets;   // global key = offset[t] + row; size T
-  std::uint64_t num_keys = 0;                 // total rows of all tables
+  std::uint32_t cache_rows = 0;              // LRU capacity per worker, in rows
+  std::vector<std::uint64_t> table_offsets;  // global key = offset[t] + row; size T
+  std::uint64_t num_keys = 0;                // total rows of all tables
   Policy policy;
   std::uint64_t seed = 1;
-  int threads = 1;                            // TBB threads for scoring and cache updates
+  int threads = 1;  // TBB threads for scoring and cache updates
   // Adaptive LAIA (Herald 4.3): > 0 scores only the k highest-DoI tables that fit this
   // scoring-time budget per batch; 0 scores every table (static LAIA).
   double budget_ms = 0;
@@ -40,16 +40,16 @@ struct SchedulerConfig {
 struct SchedulerOptions {
   std::uint32_t workers = 8;
   std::uint32_t batch_per_worker = 128;
-  double cache_ratio = 0.1;          // cache rows per worker = ceil(ratio x rows of the key space)
-  std::string policy = "vanilla";    // parse_policy's syntax
-  std::uint64_t seed = 1;            // the scheduler's random draws; the batch order when shuffled
-  bool shuffle = false;              // global batches from a seeded permutation
+  double cache_ratio = 0.1;        // cache rows per worker = ceil(ratio x rows of the key space)
+  std::string policy = "vanilla";  // parse_policy's syntax
+  std::uint64_t seed = 1;          // the scheduler's random draws; the batch order when shuffled
+  bool shuffle = false;            // global batches from a seeded permutation
   // Global batches the job schedules, from the start of the training split: fae
   // profiles its hot rows over them.
   std::uint64_t iterations = 0;
   int threads = 1;
-  double budget_ms = 0;              // adaptive LAIA (SchedulerConfig::budget_ms)
-  std::uint32_t partitions = 1;      // partitioned LAIA (SchedulerConfig::partitions)
+  double budget_ms = 0;          // adaptive LAIA (SchedulerConfig::budget_ms)
+  std::uint32_t partitions = 1;  // partitioned LAIA (SchedulerConfig::partitions)
   // Rows per table of the key space (and so of the cache ratio), when the dataset saw
   // only part of each table (a short synthetic file); empty = the manifest's rows.
   std::vector<std::uint64_t> table_rows;

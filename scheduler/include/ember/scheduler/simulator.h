@@ -26,15 +26,15 @@ struct SimOptions {
 
 struct SimResult {
   std::string policy;
-  TrafficCounts traffic;        // summed over the counted iterations
-  std::uint64_t iterations = 0; // counted
+  TrafficCounts traffic;         // summed over the counted iterations
+  std::uint64_t iterations = 0;  // counted
   std::uint32_t cache_rows = 0;
   double sched_ms_mean = 0, sched_ms_median = 0;
   double laia_tables_mean = 0;
   double scoring_ms_mean = 0;
   std::size_t scheduler_bytes = 0;
-  std::uint64_t cached_rows = 0;  // rows held in all caches at the end
-  std::uint64_t plan_digest = 0;  // with SimOptions::digest
+  std::uint64_t cached_rows = 0;             // rows held in all caches at the end
+  std::uint64_t plan_digest = 0;             // with SimOptions::digest
   std::vector<TrafficCounts> per_iteration;  // counted iterations only
 
   double hit_rate() const {

@@ -22,10 +22,10 @@
 namespace ember::scheduler {
 
 enum class EvictKind : std::uint8_t {
-  kNone = 0,   // the slot was free
-  kClean,      // silent
-  kDirty,      // push the row's value (and optimizer state)
-  kPartial,    // push the row's partial gradient
+  kNone = 0,  // the slot was free
+  kClean,     // silent
+  kDirty,     // push the row's value (and optimizer state)
+  kPartial,   // push the row's partial gradient
 };
 
 struct KeySlot {
@@ -36,7 +36,7 @@ struct KeySlot {
 struct PullEntry {
   Key key;
   std::uint32_t slot;
-  Key evicted;       // valid unless kind == kNone
+  Key evicted;  // valid unless kind == kNone
   EvictKind kind;
 };
 
@@ -56,7 +56,7 @@ struct StepPlan {
   std::vector<KeySlot> push_grads;
   std::vector<KeySlot> push_values;
   std::vector<PullEntry> pulls;
-  std::vector<RowRef> rows;            // distinct rows of the micro-batch, first-appearance order
+  std::vector<RowRef> rows;  // distinct rows of the micro-batch, first-appearance order
   std::vector<KeySlot> end_pushes;
   std::vector<KeySlot> drops;
 

@@ -36,8 +36,8 @@ struct JobShape {
 
 struct ControlTimeouts {
   std::chrono::milliseconds heartbeat_interval{300};
-  std::chrono::milliseconds heartbeat_timeout{5000};   // silence before a peer is declared dead
-  std::chrono::milliseconds join_timeout{120000};      // until every member has joined
+  std::chrono::milliseconds heartbeat_timeout{5000};  // silence before a peer is declared dead
+  std::chrono::milliseconds join_timeout{120000};     // until every member has joined
 };
 
 struct Peer {
@@ -77,11 +77,11 @@ class Coordinator {
 enum class BarrierGroup : std::uint8_t { kWorkers = 0, kAll = 1 };
 
 struct MemberOptions {
-  std::string coordinator;       // "tcp://host:port"
+  std::string coordinator;  // "tcp://host:port"
   std::string token;
   Role role = Role::kWorker;
-  int rank = -1;                 // -1: any free rank of the role
-  std::string data_address;      // published to the peers
+  int rank = -1;             // -1: any free rank of the role
+  std::string data_address;  // published to the peers
   ControlTimeouts timeouts;
 };
 
@@ -101,8 +101,7 @@ class ControlMember {
 
   // Waits until every member of the group called barrier with the same generation.
   // Throws Error when a peer died, the generations disagree, or the timeout passes.
-  void barrier(BarrierGroup group, std::uint64_t generation,
-               std::chrono::milliseconds timeout = std::chrono::milliseconds(600000));
+  void barrier(BarrierGroup group, std::uint64_t generation, std::chrono::milliseconds timeout = std::chrono::milliseconds(600000));
   void publish(const std::string& key, const std::string& value);
   // Waits until some member published `key`.
   std::string lookup(const std::string& key, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));

@@ -31,15 +31,15 @@ inline constexpr std::uint32_t kMagic = 0x52424d45;  // "EMBR" little-endian
 inline constexpr std::uint16_t kVersion = 1;
 
 enum class MessageType : std::uint16_t {
-  kHello = 1,       // connect: keys[0] = hash of the job token
+  kHello = 1,  // connect: keys[0] = hash of the job token
   kHelloReply = 2,
-  kPull = 3,        // keys -> rows
-  kPullReply = 4,   // values = rows (dim floats each), in key order
-  kPushGrad = 5,    // keys + gradients (dim floats each)
-  kPushValue = 6,   // keys + values and optimizer state
-  kCommit = 7,      // end of a worker's sync phase for `iteration`
-  kAck = 8,         // reply to push and commit
-  kError = 9,       // reply: the request was refused (reason in the payload as bytes)
+  kPull = 3,       // keys -> rows
+  kPullReply = 4,  // values = rows (dim floats each), in key order
+  kPushGrad = 5,   // keys + gradients (dim floats each)
+  kPushValue = 6,  // keys + values and optimizer state
+  kCommit = 7,     // end of a worker's sync phase for `iteration`
+  kAck = 8,        // reply to push and commit
+  kError = 9,      // reply: the request was refused (reason in the payload as bytes)
 };
 
 // Whether `t` is a type this version knows.

@@ -68,10 +68,10 @@ class SendRegions {
 };
 
 struct RdmaOptions {
-  std::uint32_t recv_depth = 32;          // RECVs posted per connection (the peer's credits)
-  std::uint32_t inline_bytes = 4096;      // RECV buffer size: frames up to this go by SEND
-  std::uint32_t slots = 4;                // bulk ring slots (also: client requests in flight)
-  std::uint32_t slot_bytes = 4u << 20;    // largest frame; larger messages are refused
+  std::uint32_t recv_depth = 32;        // RECVs posted per connection (the peer's credits)
+  std::uint32_t inline_bytes = 4096;    // RECV buffer size: frames up to this go by SEND
+  std::uint32_t slots = 4;              // bulk ring slots (also: client requests in flight)
+  std::uint32_t slot_bytes = 4u << 20;  // largest frame; larger messages are refused
   std::chrono::milliseconds timeout{10000};
   // Values in these regions are sent in place (see above); none: every send copies.
   std::shared_ptr<const SendRegions> send_regions;
@@ -110,8 +110,7 @@ class RdmaServer final : public Server {
 class RdmaClient final : public Client {
  public:
   // Connects with the job token; throws IoError (unreachable, refused, timeout).
-  RdmaClient(verbs::Fabric& fabric, const std::string& host, std::uint16_t port, const std::string& token,
-             RdmaOptions options = {});
+  RdmaClient(verbs::Fabric& fabric, const std::string& host, std::uint16_t port, const std::string& token, RdmaOptions options = {});
   // The same on a fabric the client keeps alive while it lives.
   RdmaClient(std::shared_ptr<verbs::Fabric> fabric, const std::string& host, std::uint16_t port, const std::string& token,
              RdmaOptions options = {});

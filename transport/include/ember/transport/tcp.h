@@ -24,9 +24,9 @@ namespace ember::transport {
 
 struct TcpServerOptions {
   std::string address = "127.0.0.1";
-  std::uint16_t port = 0;               // 0: any free port (see TcpServer::port())
+  std::uint16_t port = 0;  // 0: any free port (see TcpServer::port())
   int io_threads = 2;
-  std::string token;                    // required in every connection's kHello
+  std::string token;                             // required in every connection's kHello
   std::uint64_t max_payload_bytes = 256u << 20;  // per request; also a connection's read-ahead
   // Send and receive buffer of every connection; 0 leaves them to the kernel's
   // autotuning (which grows them up to net.ipv4.tcp_wmem/tcp_rmem's maximum). A fixed

@@ -64,10 +64,10 @@ struct Completion {
   std::uint64_t wr_id = 0;
   Opcode opcode = Opcode::kSend;
   bool ok = true;
-  bool flushed = false;           // !ok because the queue pair was disconnected or failed
-  std::string status;             // why, when !ok (e.g. "remote access error")
-  std::uint32_t byte_len = 0;     // received bytes (RECV completions)
-  std::uint32_t imm = 0;          // kRecvWithImm
+  bool flushed = false;        // !ok because the queue pair was disconnected or failed
+  std::string status;          // why, when !ok (e.g. "remote access error")
+  std::uint32_t byte_len = 0;  // received bytes (RECV completions)
+  std::uint32_t imm = 0;       // kRecvWithImm
 };
 
 // One reliable-connected queue pair with its own completion queue and protection domain.

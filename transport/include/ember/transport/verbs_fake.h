@@ -30,10 +30,10 @@ class FakeFabric final : public Fabric {
   std::unique_ptr<Endpoint> resolve(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) override;
 
   void inject_send_error(std::uint64_t nth);
-  std::uint64_t registrations() const;  // register_memory calls so far
-  std::uint64_t sends_posted() const;   // post_send calls so far
-  std::uint64_t bytes_moved() const;    // bytes placed by SEND and WRITE
-  std::uint64_t gathered_sends() const; // post_send calls of more than one piece
+  std::uint64_t registrations() const;   // register_memory calls so far
+  std::uint64_t sends_posted() const;    // post_send calls so far
+  std::uint64_t bytes_moved() const;     // bytes placed by SEND and WRITE
+  std::uint64_t gathered_sends() const;  // post_send calls of more than one piece
 
   struct State;
 

@@ -9,7 +9,7 @@
 namespace ember::worker {
 
 struct DeviceInfo {
-  std::string device;        // "cpu" or "cuda:0"
+  std::string device;  // "cpu" or "cuda:0"
   bool cuda_available = false;
   int cuda_devices = 0;
   int intra_op_threads = 1;  // at::get_num_threads()

@@ -16,7 +16,7 @@
 namespace ember::worker {
 
 struct ModelConfig {
-  std::string kind = "dlrm";                  // wide-deep, deepfm, dcn, dlrm
+  std::string kind = "dlrm";  // wide-deep, deepfm, dcn, dlrm
   std::uint32_t num_dense = 13;
   std::uint32_t num_tables = 26;
   std::uint32_t dim = 16;

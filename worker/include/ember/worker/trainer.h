@@ -36,16 +36,16 @@ struct StopRequest {
 };
 
 struct TrainConfig {
-  std::string dataset;                 // ember-data directory (train split; val for evaluation)
-  ModelConfig model;                   // num_dense / num_tables / dim are filled from the job
+  std::string dataset;  // ember-data directory (train split; val for evaluation)
+  ModelConfig model;    // num_dense / num_tables / dim are filled from the job
   std::string policy = "herald";
-  std::uint32_t workers = 4;           // checked against the job's shape
+  std::uint32_t workers = 4;  // checked against the job's shape
   std::uint32_t batch_per_worker = 128;
   double cache_ratio = 0.1;
   std::uint64_t iterations = 100;
-  std::uint64_t seed = 1;              // data order, allocation ties, dense initialization
-  bool shuffle = false;                // global batches from a seeded permutation
-  std::string dense_optimizer = "sgd"; // sgd or adagrad
+  std::uint64_t seed = 1;               // data order, allocation ties, dense initialization
+  bool shuffle = false;                 // global batches from a seeded permutation
+  std::string dense_optimizer = "sgd";  // sgd or adagrad
   float dense_lr = 0.01f;
   std::uint64_t eval_every = 0;        // 0: only at the end
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
@@ -54,8 +54,8 @@ struct TrainConfig {
   int sched_threads = 1;
   int torch_threads = 1;
   std::uint64_t progress_every = 10;
-  std::string metrics_file;            // JSON lines (one per iteration, evaluation, summary)
-  std::string dump_dir;                // worker 0: dense weights and every embedding row at the end
+  std::string metrics_file;  // JSON lines (one per iteration, evaluation, summary)
+  std::string dump_dir;      // worker 0: dense weights and every embedding row at the end
   // Where each worker writes its dense model and optimizer at every PS checkpoint
   // (worker-R-iter-NNNNNNNNN.pt; empty: none), keeping the newest `keep_checkpoints`.
   std::string checkpoint_dir;
@@ -63,18 +63,18 @@ struct TrainConfig {
   // Resume from the iteration the PS shards restored (ember-ps --restore): the dense
   // state of that iteration comes from checkpoint_dir.
   bool resume = false;
-  StopRequest* stop = nullptr;         // none: the job stops only as the PS shards ask
+  StopRequest* stop = nullptr;  // none: the job stops only as the PS shards ask
 
   // Job
-  std::string coordinator;             // tcp://host:port of the control plane
+  std::string coordinator;  // tcp://host:port of the control plane
   std::string token;
-  int rank = -1;                       // -1: assigned at join
-  std::string transport = "tcp";       // tcp or rdma (the PS shards must serve the same)
-  std::uint32_t rdma_slot_mib = 4;     // RDMA: largest reply (pulled rows) in MiB
-  std::uint32_t ps_connections = 1;    // data connections per PS shard
-  std::uint32_t socket_buffer_kib = 0;  // TCP send/receive buffers (0: kernel autotuning)
-  std::string gloo_host = "127.0.0.1"; // interface the dense collective binds on
-  std::chrono::milliseconds timeout{30000};            // PS requests
+  int rank = -1;                             // -1: assigned at join
+  std::string transport = "tcp";             // tcp or rdma (the PS shards must serve the same)
+  std::uint32_t rdma_slot_mib = 4;           // RDMA: largest reply (pulled rows) in MiB
+  std::uint32_t ps_connections = 1;          // data connections per PS shard
+  std::uint32_t socket_buffer_kib = 0;       // TCP send/receive buffers (0: kernel autotuning)
+  std::string gloo_host = "127.0.0.1";       // interface the dense collective binds on
+  std::chrono::milliseconds timeout{30000};  // PS requests
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds join_timeout{120000};
 };
@@ -125,10 +125,10 @@ TrainSummary run_worker(const TrainConfig& config);
 // embedding table in memory, the same initialization, data order, loss scaling and
 // optimizers. Used by the equivalence test and `ember-bench e2e`.
 struct ReferenceResult {
-  std::vector<float> dense;   // parameters, flattened in named_parameters order
-  std::vector<float> rows;    // num_keys x dim
-  std::vector<double> losses; // per iteration
-  double seconds = 0;         // training loop, wall
+  std::vector<float> dense;    // parameters, flattened in named_parameters order
+  std::vector<float> rows;     // num_keys x dim
+  std::vector<double> losses;  // per iteration
+  double seconds = 0;          // training loop, wall
 };
 ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim);
 

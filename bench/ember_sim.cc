@@ -14,6 +14,7 @@
 #include "ember/common/process.h"
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
+#include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/simulator.h"
 
 namespace {
@@ -80,6 +81,18 @@ int main(int argc, char** argv) {
   app.add_option("--budget-ms", o.scheduler.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")
       ->capture_default_str();
   app.add_option("--partitions", o.scheduler.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
+  app.add_option("--lookahead", o.scheduler.lookahead, "batches the scheduler sees beyond the one it schedules (0 = none)")
+      ->capture_default_str();
+  app.add_option("--eviction", o.scheduler.eviction, "auto, lru, lookahead or belady (auto: lookahead when --lookahead > 0)")
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "the job's evaluations: flush after every N iterations (0 = at the end only)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
+      ->capture_default_str();
+  std::uint32_t dim = 16;
+  std::string optimizer = "sgd";
+  app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
+  app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
   app.add_flag("--json", json, "one JSON object per policy per line");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
   app.add_flag("--quiet,-q", quiet, "no progress lines");
@@ -91,6 +104,7 @@ int main(int argc, char** argv) {
   return guarded_main("ember-sim", [&] {
     if (data_dir.empty() && synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
     auto list = scheduler::parse_policies(policies);
+    const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     SyntheticDataset holder;
     fs::path dir = data_dir;
     if (!synthetic.empty()) {
@@ -127,14 +141,17 @@ int main(int argc, char** argv) {
     const auto total_rows = scheduler::key_space(ds, o.scheduler.table_rows).back();
     if (!json) {
       std::cout << fmt::format(
-          "{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up\n",
+          "{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up; "
+          "lookahead {}, eviction {}\n",
           o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows, o.scheduler.cache_ratio, total_rows,
-          ds.num_tables(), o.iterations, o.warmup);
+          ds.num_tables(), o.iterations, o.warmup, o.scheduler.lookahead, o.scheduler.eviction);
       std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
     }
     for (const auto& r : results) {
       const auto& t = r.traffic;
+      const scheduler::WireBytes bytes = scheduler::wire_bytes(t, row);
+      const double red_bytes = vanilla ? reduction(scheduler::wire_bytes(vanilla->traffic, row).total(), bytes.total()) : 0;
       double red_pull = vanilla ? reduction(vanilla->traffic.pulls, t.pulls) : 0;
       double red_push = vanilla ? reduction(vanilla->traffic.pushes(), t.pushes()) : 0;
       double red_all = vanilla ? reduction(vanilla->traffic.transmissions(), t.transmissions()) : 0;
@@ -158,12 +175,25 @@ int main(int argc, char** argv) {
                                     {"cache_rows", r.cache_rows},
                                     {"laia_tables", r.laia_tables_mean},
                                     {"scoring_ms_per_batch", r.scoring_ms_mean},
-                                    {"scheduler_bytes", r.scheduler_bytes}};
+                                    {"scheduler_bytes", r.scheduler_bytes},
+                                    {"pull_state", t.pull_state},
+                                    {"flush_grad", t.flush_grad},
+                                    {"flush_value", t.flush_value},
+                                    {"lookahead", o.scheduler.lookahead},
+                                    {"eviction", o.scheduler.eviction},
+                                    {"bytes",
+                                     {{"pull", bytes.pull},
+                                      {"push_grad", bytes.push_grad},
+                                      {"push_value", bytes.push_value},
+                                      {"push_evict", bytes.push_evict},
+                                      {"flush", bytes.flush},
+                                      {"total", bytes.total()}}}};
         if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
         if (vanilla) {
           j["pull_reduction"] = red_pull;
           j["push_reduction"] = red_push;
           j["reduction_vs_vanilla"] = red_all;
+          j["bytes_reduction"] = red_bytes;
         }
         std::cout << j.dump() << "\n";
       } else {
@@ -172,6 +202,12 @@ int main(int argc, char** argv) {
                                  t.push_grad, t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push),
                                  pct(red_all), r.hit_rate(), r.sched_ms_mean);
         if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
+        std::cout << fmt::format(
+            "{:<10}bytes (dim {}, {}): pull {:.1f} MB, push {:.1f} MB, total {:.1f} MB ({} vs vanilla); flushes {:.1f} MB\n", "", dim,
+            optimizer, static_cast<double>(bytes.pull) / 1e6,
+            static_cast<double>(bytes.push_grad + bytes.push_value + bytes.push_evict) / 1e6,
+            static_cast<double>(bytes.total() - bytes.flush) / 1e6, vanilla ? "-" + pct(red_bytes) + "%" : std::string("-"),
+            static_cast<double>(bytes.flush) / 1e6);
         if (o.scheduler.budget_ms > 0 && r.laia_tables_mean > 0) {
           std::cout << fmt::format(
               "{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",

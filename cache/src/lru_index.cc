@@ -1,10 +1,16 @@
 #include "ember/cache/lru_index.h"
 
+#include <algorithm>
+
 #include "ember/common/error.h"
 
 namespace ember::cache {
 
-LruIndex::LruIndex(std::uint32_t capacity) : capacity_(capacity), map_(capacity), keys_(capacity), stamp_(capacity, 0) {
+LruIndex::LruIndex(std::uint32_t capacity, bool lookahead) : capacity_(capacity), map_(capacity), keys_(capacity), stamp_(capacity, 0) {
+  if (lookahead) {
+    released_.assign(capacity, 0);
+    generation_.assign(capacity, 0);
+  }
   queue_.reserve(2 * static_cast<std::size_t>(capacity) + 1024);
   // A stack of free slots, 0 on top: deterministic, O(1).
   free_.reserve(capacity);
@@ -12,7 +18,7 @@ LruIndex::LruIndex(std::uint32_t capacity) : capacity_(capacity), map_(capacity)
 }
 
 void LruIndex::append(std::uint32_t slot) {
-  if (queue_.size() >= 2 * static_cast<std::size_t>(capacity_) + 1024 || next_stamp_ == ~std::uint32_t{0}) compact();
+  if (queue_.size() >= 2 * static_cast<std::size_t>(capacity_) + 1024 || next_stamp_ >= kKept) compact();
   stamp_[slot] = next_stamp_;
   queue_.push_back({slot, next_stamp_++});
 }
@@ -47,6 +53,61 @@ std::uint32_t LruIndex::insert(Key key) {
   return s;
 }
 
+std::uint32_t LruIndex::insert_held(Key key) {
+  if (full()) throw Error("LruIndex::insert_held into a full cache");
+  std::uint32_t s = free_.back();
+  free_.pop_back();
+  keys_[s] = key;
+  map_[key] = s;
+  stamp_[s] = kHeld;
+  ++size_;
+  return s;
+}
+
+void LruIndex::hold(std::uint32_t slot) {
+  if (stamp_[slot] == kKept) {
+    --kept_;
+    ++generation_[slot];
+  }
+  stamp_[slot] = kHeld;
+}
+
+void LruIndex::release(std::uint32_t slot, std::uint32_t next_use) {
+  released_[slot] = ++clock_;
+  if (next_use == kNever) {
+    append(slot);
+  } else {
+    push_kept(slot, next_use);
+  }
+}
+
+void LruIndex::keep_until(std::uint32_t slot, std::uint32_t next_use) {
+  if (stamp_[slot] == kKept) return;
+  push_kept(slot, next_use);
+}
+
+void LruIndex::push_kept(std::uint32_t slot, std::uint32_t next_use) {
+  if (heap_.size() >= 2 * static_cast<std::size_t>(capacity_) + 1024) {
+    // Drop the dead entries (their slots left the heap since).
+    std::erase_if(heap_, [&](const KeptEntry& e) { return e.generation != generation_[e.slot] || stamp_[e.slot] != kKept; });
+    std::make_heap(heap_.begin(), heap_.end(), heap_less);
+  }
+  stamp_[slot] = kKept;
+  ++kept_;
+  heap_.push_back({next_use, slot, released_[slot], ++generation_[slot]});
+  std::push_heap(heap_.begin(), heap_.end(), heap_less);
+}
+
+void LruIndex::freed(std::uint32_t slot) {
+  if (stamp_[slot] == kKept) {
+    --kept_;
+    ++generation_[slot];
+  }
+  stamp_[slot] = 0;
+  free_.push_back(slot);
+  --size_;
+}
+
 Key LruIndex::lru_key() {
   skip_stale();
   return keys_[queue_[head_].slot];
@@ -54,21 +115,32 @@ Key LruIndex::lru_key() {
 
 std::uint32_t LruIndex::evict(Key& key) {
   skip_stale();
-  std::uint32_t s = queue_[head_++].slot;
+  std::uint32_t s;
+  if (head_ < queue_.size()) {
+    s = queue_[head_++].slot;
+  } else {
+    // Every row left is kept or held: the kept row needed last goes.
+    for (;;) {
+      if (heap_.empty()) throw Error("LruIndex::evict: every row is held");
+      KeptEntry e = heap_.front();
+      std::pop_heap(heap_.begin(), heap_.end(), heap_less);
+      heap_.pop_back();
+      if (e.generation == generation_[e.slot] && stamp_[e.slot] == kKept) {
+        s = e.slot;
+        break;
+      }
+    }
+  }
   key = keys_[s];
   map_.erase(key);
-  stamp_[s] = 0;
-  free_.push_back(s);
-  --size_;
+  freed(s);
   return s;
 }
 
 std::uint32_t LruIndex::erase(Key key) {
   std::uint32_t s;
   if (!map_.erase(key, s)) return kNone;
-  stamp_[s] = 0;
-  free_.push_back(s);
-  --size_;
+  freed(s);
   return s;
 }
 
@@ -82,7 +154,8 @@ std::vector<Key> LruIndex::keys_lru_order() const {
 
 std::size_t LruIndex::memory_bytes() const {
   return map_.memory_bytes() + keys_.capacity() * sizeof(Key) + stamp_.capacity() * sizeof(std::uint32_t) +
-         queue_.capacity() * sizeof(Entry) + free_.capacity() * sizeof(std::uint32_t);
+         queue_.capacity() * sizeof(Entry) + free_.capacity() * sizeof(std::uint32_t) + released_.capacity() * sizeof(std::uint64_t) +
+         generation_.capacity() * sizeof(std::uint32_t) + heap_.capacity() * sizeof(KeptEntry);
 }
 
 }  // namespace ember::cache

@@ -13,6 +13,7 @@
 #include "ember/common/hash.h"
 #include "ember/common/process.h"
 #include "ember/data/zipf.h"
+#include "window.h"
 
 namespace ember::scheduler {
 namespace {
@@ -46,11 +47,12 @@ struct Scheduler::Scratch {
   std::vector<std::uint16_t> scores;           // sample * W + w
   std::vector<std::uint32_t> worker_of;
   std::vector<TrafficCounts> per_worker;
-  std::vector<std::uint32_t> hot_keys;  // distinct replicated hot rows of the batch (d of index)
-  std::vector<std::uint8_t> owner_d;    // d -> latest holder before the iteration
-  std::vector<std::uint8_t> partial_d;  // d -> had partial holders before the iteration
-  std::vector<std::uint8_t> hot_d;      // d -> replicated hot row
-  std::vector<std::uint8_t> cold_d;     // d -> no earlier iteration used the row
+  std::vector<std::uint32_t> hot_keys;                 // distinct replicated hot rows of the batch (d of index)
+  std::vector<std::uint8_t> owner_d;                   // d -> latest holder before the iteration
+  std::vector<std::uint8_t> partial_d;                 // d -> had partial holders before the iteration
+  std::vector<std::uint8_t> hot_d;                     // d -> replicated hot row
+  std::vector<std::uint8_t> cold_d;                    // d -> no earlier iteration used the row
+  std::vector<std::vector<std::uint8_t>> pulled_slot;  // worker -> slot -> pulled this iteration (by next use)
 };
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -66,6 +68,8 @@ Scheduler::Scheduler(SchedulerConfig config)
   if (c.partitions == 0 || c.batch_per_worker % c.partitions != 0) {
     throw ConfigError("--partitions must divide --batch-per-worker");
   }
+  if (c.eviction != Eviction::kLru && c.lookahead == 0) throw ConfigError("--eviction lookahead needs --lookahead L >= 1");
+  if (c.lookahead > 0 && c.policy.sync() == Sync::kBoundedStaleness) throw ConfigError("--lookahead does not apply to het:S");
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
@@ -79,7 +83,9 @@ Scheduler::Scheduler(SchedulerConfig config)
                         " rows");
     capacity -= static_cast<std::uint32_t>(hot);
   }
-  for (std::uint32_t w = 0; w < c.workers; ++w) lru_.push_back(std::make_unique<cache::LruIndex>(capacity));
+  const bool by_next_use = c.eviction != Eviction::kLru;
+  for (std::uint32_t w = 0; w < c.workers; ++w) lru_.push_back(std::make_unique<cache::LruIndex>(capacity, by_next_use));
+  if (c.lookahead > 0) window_ = std::make_unique<Window>(c.num_keys, c.first_iteration);
   if (c.policy.sync() == Sync::kBoundedStaleness) {
     ps_version_.assign(c.num_keys, 0);
     copy_version_.assign(c.workers, std::vector<std::uint32_t>(capacity, 0));
@@ -106,6 +112,7 @@ Scheduler::Scheduler(const Scheduler& o)
       doi_(o.doi_),
       scored_tables_(o.scored_tables_),
       table_cost_ms_(o.table_cost_ms_),
+      window_(o.window_ ? std::make_unique<Window>(*o.window_) : nullptr),
       scratch_(std::make_unique<Scratch>()) {
   for (const auto& l : o.lru_) lru_.push_back(std::make_unique<cache::LruIndex>(*l));
 }
@@ -115,8 +122,36 @@ std::size_t Scheduler::memory_bytes() const {
       loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) + seen_.capacity();
   for (const auto& l : lru_) b += l->memory_bytes();
   for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
+  if (window_) b += window_->memory_bytes();
   return b;
 }
+
+void Scheduler::look_ahead(const GlobalBatch& batch) {
+  if (!window_) throw Error("Scheduler::look_ahead without --lookahead");
+  if (window_->size() > config_.lookahead) {
+    throw Error("Scheduler::look_ahead: " + std::to_string(window_->size()) + " batches already shown for a lookahead of " +
+                std::to_string(config_.lookahead));
+  }
+  if (config_.eviction == Eviction::kLru) {
+    window_->add(batch, [](Key, std::uint32_t) {});
+    return;
+  }
+  // A row the window did not need before and a coming batch needs now: its cached copies
+  // (the latest holder's, or the partial holders') leave the LRU order, kept by next use.
+  const bool replicate_hot = config_.policy.replicates_hot_rows();
+  window_->add(batch, [&](Key k, std::uint32_t next_use) {
+    if (replicate_hot && config_.hot[k]) return;
+    auto keep = [&](std::uint32_t w) {
+      std::uint32_t slot = lru_[w]->find(k);
+      if (slot != kNoSlot) lru_[w]->keep_until(slot, next_use);
+    };
+    const std::uint8_t o = loc_.owner(k);
+    if (o != cache::LocationMap::kNoOwner) keep(o);
+    for_each_bit(loc_.partial(k), keep);
+  });
+}
+
+std::size_t Scheduler::window_size() const { return window_ ? window_->size() : 0; }
 
 IterationStats Scheduler::schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans) {
   Stopwatch sw;
@@ -327,6 +362,9 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   if (n != W * B) {
     throw ConfigError("global batch of " + std::to_string(n) + " samples; expected workers x batch-per-worker = " + std::to_string(W * B));
   }
+  // The window's next uses move past this batch: a row of it is next needed later.
+  if (window_) window_->pop(batch);
+  const bool by_next_use = config_.eviction != Eviction::kLru;
   plans.resize(W);
   for (std::uint32_t w = 0; w < W; ++w) {
     plans[w].clear();
@@ -372,6 +410,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     }
   }
   s.per_worker.assign(W, TrafficCounts{});
+  if (by_next_use) s.pulled_slot.resize(W);
   s.dslot.assign(static_cast<std::size_t>(D) * W, kNoSlot);
 
   // 1. Sync on demand: partial holders of a needed row push their gradients (the PS
@@ -445,7 +484,12 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       }
       plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d]))};
       if (slot != kNoSlot) {
-        lru.touch(slot);
+        // By next use, this iteration's rows are held (never evicted) until all are in.
+        if (by_next_use) {
+          lru.hold(slot);
+        } else {
+          lru.touch(slot);
+        }
         ++c.hits;
       }
     }
@@ -478,17 +522,34 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
                         " as neither latest nor partial");
           }
           if (pull.kind == EvictKind::kDirty || pull.kind == EvictKind::kPartial) ++c.push_evict;
+          c.evict_partial += pull.kind == EvictKind::kPartial;
         }
-        pull.slot = lru.insert(k);
+        pull.slot = by_next_use ? lru.insert_held(k) : lru.insert(k);
       }
       if (bounded_staleness) {
         copy_version_[w][pull.slot] = ps_version_[k];
         loc_.add_holder(k, w);
       }
       row.slot = pull.slot;
+      pull.with_state = bounded_staleness || !row.shared();
       plan.pulls.push_back(pull);
       ++c.pulls;
+      c.pull_state += pull.with_state;
       c.cold_pulls += s.cold_d[kw[j]];
+    }
+    if (by_next_use) {
+      // Released in the order plain LRU touches them (hits, then pulls): into the LRU
+      // order if no batch of the window needs them, else kept by their next use.
+      auto& pulled = s.pulled_slot[w];
+      if (pulled.size() != lru.capacity()) pulled.assign(lru.capacity(), 0);
+      for (const PullEntry& p : plan.pulls) pulled[p.slot] = 1;
+      for (const RowRef& row : plan.rows) {
+        if (!pulled[row.slot]) lru.release(row.slot, window_ ? window_->next_use(row.key) : Window::kNever);
+      }
+      for (const PullEntry& p : plan.pulls) {
+        lru.release(p.slot, window_ ? window_->next_use(p.key) : Window::kNever);
+        pulled[p.slot] = 0;
+      }
     }
     for (std::size_t j = 0; j < kw.size(); ++j) s.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
   };

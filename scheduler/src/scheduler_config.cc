@@ -8,6 +8,25 @@
 
 namespace ember::scheduler {
 
+Eviction parse_eviction(const std::string& text) {
+  if (text == "lru") return Eviction::kLru;
+  if (text == "lookahead") return Eviction::kLookahead;
+  if (text == "belady") return Eviction::kBelady;
+  throw ConfigError("unknown --eviction '" + text + "' (lru, lookahead, belady)");
+}
+
+const char* eviction_name(Eviction e) {
+  switch (e) {
+    case Eviction::kLru:
+      return "lru";
+    case Eviction::kLookahead:
+      return "lookahead";
+    case Eviction::kBelady:
+      return "belady";
+  }
+  return "?";
+}
+
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
   SchedulerConfig c;
   c.workers = o.workers;
@@ -24,6 +43,16 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.threads = o.threads;
   c.budget_ms = o.budget_ms;
   c.partitions = o.partitions;
+  c.lookahead = o.lookahead;
+  c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
+  if (c.eviction == Eviction::kBelady && o.for_training) {
+    throw ConfigError("--eviction belady needs the whole future (ember-sim only); training runs lru or lookahead");
+  }
+  if (c.eviction == Eviction::kLookahead && o.lookahead == 0) throw ConfigError("--eviction lookahead needs --lookahead L >= 1");
+  if ((o.lookahead > 0 || c.eviction != Eviction::kLru) && c.policy.sync() == Sync::kBoundedStaleness) {
+    throw ConfigError((o.lookahead > 0 ? std::string("--lookahead") : "--eviction " + std::string(eviction_name(c.eviction))) +
+                      " does not apply to " + c.policy.name() + ": its stale copies are kept by version, not by next use");
+  }
   if (c.policy.replicates_hot_rows()) c.hot = profile_hot_rows(ds, o, c.policy.hot_fraction());
   return c;
 }

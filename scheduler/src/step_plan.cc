@@ -22,7 +22,25 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   hits += o.hits;
   hot_sync += o.hot_sync;
   cold_pulls += o.cold_pulls;
+  pull_state += o.pull_state;
+  evict_partial += o.evict_partial;
+  flush_grad += o.flush_grad;
+  flush_value += o.flush_value;
   return *this;
+}
+
+std::uint64_t pull_bytes(std::uint64_t n, RowFormat f, bool with_state) { return n * (8 + 4ull * (f.dim + (with_state ? f.state : 0))); }
+std::uint64_t grad_bytes(std::uint64_t n, RowFormat f) { return n * (16 + 4ull * f.dim); }
+std::uint64_t value_bytes(std::uint64_t n, RowFormat f) { return n * (8 + 4ull * (f.dim + f.state)); }
+
+WireBytes wire_bytes(const TrafficCounts& c, RowFormat f) {
+  WireBytes b;
+  b.pull = pull_bytes(c.pull_state, f, true) + pull_bytes(c.pulls - c.pull_state, f, false);
+  b.push_grad = grad_bytes(c.push_grad, f);
+  b.push_value = value_bytes(c.push_value, f);
+  b.push_evict = value_bytes(c.push_evict - c.evict_partial, f) + grad_bytes(c.evict_partial, f);
+  b.flush = value_bytes(c.flush_value, f) + grad_bytes(c.flush_grad, f);
+  return b;
 }
 
 void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>& offsets, GlobalBatch& out) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
 #include <list>
 #include <map>
 #include <set>
@@ -26,8 +27,25 @@ class ReferenceModel {
   ReferenceModel(int workers, std::size_t capacity, bool on_demand, bool het = false, std::uint32_t staleness = 0)
       : W(workers), cap(capacity), on_demand(on_demand), het(het), S(staleness), lru(workers), cache(workers) {}
 
-  scheduler::TrafficCounts step(const scheduler::GlobalBatch& b, const std::vector<std::uint32_t>& worker_of) {
+  // Lookahead eviction (docs/design.md "Lookahead"): `window` holds the batches after b
+  // the scheduler sees. A full cache then evicts, among rows this worker does not train
+  // now, the least recently used that neither b nor the window uses; if every one is
+  // used, the one whose first use (b counting as the earliest) comes last, least
+  // recently used first on ties.
+  scheduler::TrafficCounts step(const scheduler::GlobalBatch& b, const std::vector<std::uint32_t>& worker_of,
+                                const std::vector<scheduler::GlobalBatch>* window = nullptr) {
     scheduler::TrafficCounts c;
+    auto first_use = [&](Key k) -> std::size_t {
+      for (std::uint32_t i = 0; i < b.samples * b.tables; ++i) {
+        if (b.keys[i] == k) return 0;
+      }
+      for (std::size_t j = 0; window && j < window->size(); ++j) {
+        for (Key x : (*window)[j].keys) {
+          if (x == k) return j + 1;
+        }
+      }
+      return SIZE_MAX;
+    };
     // Distinct keys in batch order; per worker in micro-batch order; who trains what.
     std::vector<Key> order;
     std::map<Key, std::set<int>> users;
@@ -92,6 +110,23 @@ class ReferenceModel {
         }
         if (cache[w].size() == cap) {
           Key e = lru[w].front();
+          if (window) {
+            std::size_t latest = 0;
+            bool found = false;
+            for (Key x : lru[w]) {
+              if (std::find(kw[w].begin(), kw[w].end(), x) != kw[w].end()) continue;
+              std::size_t f = first_use(x);
+              if (f == SIZE_MAX) {
+                e = x;
+                break;
+              }
+              if (!found || f > latest) {
+                e = x;
+                latest = f;
+                found = true;
+              }
+            }
+          }
           CopyState st = cache[w][e].state;
           if (!het && (st == kDirty || st == kPartial)) ++c.push_evict;
           erase(w, e);

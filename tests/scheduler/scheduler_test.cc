@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <numeric>
 #include <random>
@@ -155,6 +156,96 @@ TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, AgainstReference, ::testing::Values("vanilla", "plan", "het:0", "het:2"));
+
+// Lookahead eviction against the plain model: every iteration's counts and every cache's
+// rows agree, for full-set and on-demand sync, windows of 1 and 3 batches, and a window
+// of the whole run (Belady).
+class LookaheadAgainstReference : public ::testing::TestWithParam<std::tuple<std::string, std::uint32_t>> {};
+
+TEST_P(LookaheadAgainstReference, CountsAndCachedRowsAgreeEveryIteration) {
+  const auto [policy, L] = GetParam();
+  const int iterations = 200;
+  for (std::uint32_t cache : {30u, 60u}) {
+    Workload wl;
+    const std::uint32_t W = 4, B = 6;
+    std::vector<GlobalBatch> batches;
+    for (int it = 0; it < iterations; ++it) batches.push_back(wl.next(W * B, static_cast<std::uint64_t>(it)));
+    SchedulerConfig c = config(policy, W, B, cache, wl);
+    c.lookahead = L;
+    c.eviction = Eviction::kLookahead;
+    Scheduler s(c);
+    Policy p = parse_policy(policy);
+    test::ReferenceModel ref(W, cache, p.sync() == Sync::kOnDemand);
+    std::mt19937_64 rng(11);
+    std::vector<StepPlan> plans;
+    std::size_t shown = 0;
+    std::uint64_t evictions = 0;
+    for (int it = 0; it < iterations; ++it) {
+      for (; shown < batches.size() && shown <= it + L; ++shown) s.look_ahead(batches[shown]);
+      const auto end = std::min(batches.size(), static_cast<std::size_t>(it) + 1 + L);
+      std::vector<GlobalBatch> window(batches.begin() + it + 1, batches.begin() + static_cast<std::ptrdiff_t>(end));
+      auto alloc = random_allocation(W, B, rng);
+      TrafficCounts got = s.schedule_with(batches[static_cast<std::size_t>(it)], alloc, plans).traffic;
+      TrafficCounts want = ref.step(batches[static_cast<std::size_t>(it)], alloc, &window);
+      expect_same_counts(got, want, it);
+      for (const StepPlan& plan : plans)
+        evictions += std::count_if(plan.pulls.begin(), plan.pulls.end(), [](const PullEntry& e) { return e.kind != EvictKind::kNone; });
+      for (std::uint32_t w = 0; w < W; ++w) {
+        std::set<Key> got_rows, want_rows;
+        for (std::uint32_t slot = 0; slot < cache; ++slot) {
+          if (s.cache_of(w).occupied(slot)) got_rows.insert(s.cache_of(w).key_at(slot));
+        }
+        for (const auto& [k, copy] : ref.copies(static_cast<int>(w))) want_rows.insert(k);
+        ASSERT_EQ(got_rows, want_rows) << "worker " << w << " iteration " << it;
+      }
+    }
+    EXPECT_GT(evictions, 100u) << "the workload must fill the caches";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, LookaheadAgainstReference,
+                         ::testing::Combine(::testing::Values("vanilla", "plan"), ::testing::Values(1u, 3u, 200u)));
+
+// Looking ahead never costs rows against LRU on this workload, and Belady's window (the
+// whole run) moves no more rows than a short one.
+TEST(Scheduler, LookaheadEvictionMovesNoMoreRowsThanLru) {
+  auto run = [](Eviction e, std::uint32_t L) {
+    Workload wl;
+    std::vector<GlobalBatch> batches;
+    for (int it = 0; it < 300; ++it) batches.push_back(wl.next(24, static_cast<std::uint64_t>(it)));
+    SchedulerConfig c = config("herald", 4, 6, 30, wl);
+    c.lookahead = L;
+    c.eviction = e;
+    Scheduler s(c);
+    std::vector<StepPlan> plans;
+    TrafficCounts sum;
+    std::size_t shown = 0;
+    for (std::size_t it = 0; it < batches.size(); ++it) {
+      for (; L > 0 && shown < batches.size() && shown <= it + L; ++shown) s.look_ahead(batches[shown]);
+      sum += s.schedule(batches[it], plans).traffic;
+    }
+    return sum.transmissions();
+  };
+  const auto lru = run(Eviction::kLru, 0), l4 = run(Eviction::kLookahead, 4), belady = run(Eviction::kBelady, 300);
+  EXPECT_LT(l4, lru);
+  EXPECT_LE(belady, l4);
+}
+
+TEST(Scheduler, LookaheadWindowIsCheckedAgainstTheBatchScheduled) {
+  Workload wl;
+  SchedulerConfig c = config("herald", 4, 6, 60, wl);
+  c.lookahead = 1;
+  c.eviction = Eviction::kLookahead;
+  Scheduler s(c);
+  GlobalBatch a = wl.next(24, 0), b = wl.next(24, 1), x = wl.next(24, 2);
+  std::vector<StepPlan> plans;
+  s.look_ahead(a);
+  s.look_ahead(b);
+  EXPECT_THROW(s.look_ahead(x), Error);       // a window of 1 beyond the batch scheduled
+  EXPECT_THROW(s.schedule(b, plans), Error);  // not the first batch shown
+  EXPECT_NO_THROW(s.schedule(a, plans));
+  EXPECT_EQ(s.window_size(), 1u);
+}
 
 TEST(Scheduler, HetWithZeroStalenessIsVanilla) {
   Workload a, b;

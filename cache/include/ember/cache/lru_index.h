@@ -11,6 +11,13 @@
 // Freed slots are reused last-freed-first, so the same sequence of operations gives the
 // same slots in every process: the scheduler's model of a worker's cache and the
 // worker's real cache agree slot for slot.
+//
+// Lookahead eviction (constructed with `lookahead`; docs/scheduler.md): a row can also be
+// held (a row of the current iteration: never evicted until released) or kept by its
+// next use (a row a coming batch needs: out of the LRU order). evict() takes the least
+// recently used row among the rest; only when none is left, the kept row needed last
+// (the least recently released on ties). Kept rows sit in a max-heap with lazy
+// deletion: an entry is live while its slot's generation is unchanged.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +33,9 @@ class LruIndex {
  public:
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
 
-  explicit LruIndex(std::uint32_t capacity);
+  static constexpr std::uint32_t kNever = ~std::uint32_t{0};  // no next use known
+
+  explicit LruIndex(std::uint32_t capacity, bool lookahead = false);
 
   std::uint32_t capacity() const { return capacity_; }
   std::uint32_t size() const { return size_; }
@@ -46,8 +55,22 @@ class LruIndex {
   std::uint32_t insert(Key key);
   // The least recently used key (cache not empty).
   Key lru_key();
-  // Removes the least recently used entry; returns its slot (now free) and key.
+  // Removes the least recently used entry (lookahead: see above); returns its slot (now
+  // free) and key.
   std::uint32_t evict(Key& key);
+
+  // Lookahead only. Takes `slot` out of eviction's reach until released.
+  void hold(std::uint32_t slot);
+  // Adds `key` (absent) held; the cache must not be full.
+  std::uint32_t insert_held(Key key);
+  // Releases a held row as the most recently used: into the LRU order when no coming
+  // batch needs it (next_use == kNever), else kept until `next_use`.
+  void release(std::uint32_t slot, std::uint32_t next_use);
+  // A row in the LRU order that a batch just seen needs at `next_use`: kept from now on
+  // (a row already kept is kept for its earlier use).
+  void keep_until(std::uint32_t slot, std::uint32_t next_use);
+  // Rows kept by their next use (lookahead).
+  std::uint32_t kept() const { return kept_; }
   // Removes `key` if present; returns its former slot or kNone.
   std::uint32_t erase(Key key);
   Key key_at(std::uint32_t slot) const { return keys_[slot]; }
@@ -59,7 +82,8 @@ class LruIndex {
   // Prefetches a slot's recency stamp (before touch).
   void prefetch_slot(std::uint32_t slot) const { __builtin_prefetch(&stamp_[slot], 1); }
 
-  // Keys from least to most recently used (tests, debugging).
+  // Keys in the LRU order, least recently used first (kept and held rows excluded;
+  // tests, debugging).
   std::vector<Key> keys_lru_order() const;
   // Bytes held by the index.
   std::size_t memory_bytes() const;
@@ -69,7 +93,22 @@ class LruIndex {
     std::uint32_t slot;
     std::uint32_t stamp;
   };
+  // A kept row: the heap's top is the latest next use, then the least recently released.
+  struct KeptEntry {
+    std::uint32_t next_use;
+    std::uint32_t slot;
+    std::uint64_t released;
+    std::uint32_t generation;
+  };
+  static bool heap_less(const KeptEntry& a, const KeptEntry& b) {
+    return a.next_use != b.next_use ? a.next_use < b.next_use : a.released > b.released;
+  }
+  // Stamps above every real one: held and kept slots have no live queue entry.
+  static constexpr std::uint32_t kKept = ~std::uint32_t{0} - 1;
+  static constexpr std::uint32_t kHeld = ~std::uint32_t{0};
   void append(std::uint32_t slot);
+  void push_kept(std::uint32_t slot, std::uint32_t next_use);
+  void freed(std::uint32_t slot);
   void compact();
   void skip_stale();
 
@@ -82,6 +121,12 @@ class LruIndex {
   std::size_t head_ = 0;                                                // first entry not yet consumed
   std::uint32_t next_stamp_ = 1;
   std::vector<std::uint32_t> free_;  // stack of free slots
+  // Lookahead only (empty otherwise).
+  std::vector<std::uint64_t> released_;    // slot -> release clock
+  std::vector<std::uint32_t> generation_;  // slot -> bumped whenever it leaves the heap
+  std::vector<KeptEntry> heap_;
+  std::uint64_t clock_ = 0;
+  std::uint32_t kept_ = 0;
 };
 
 }  // namespace ember::cache

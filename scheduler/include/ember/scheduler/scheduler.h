@@ -22,6 +22,8 @@
 
 namespace ember::scheduler {
 
+class Window;
+
 struct IterationStats {
   TrafficCounts traffic;
   double sched_ms = 0;            // allocation + plan + cache-state update
@@ -36,9 +38,16 @@ class Scheduler {
   Scheduler(const Scheduler&);
   Scheduler& operator=(const Scheduler&) = delete;
 
+  // Lookahead (config.lookahead > 0): every batch is shown here before it is scheduled,
+  // once and in order, and each schedule() call finds the `lookahead` batches after its
+  // own shown (fewer only where the job ends). Throws Error when more are shown.
+  void look_ahead(const GlobalBatch& batch);
+  // Batches shown and not yet scheduled (the one scheduled next included).
+  std::size_t window_size() const;
+
   // Schedules the next global batch: fills plans[w] for every worker and returns the
   // iteration's traffic. Throws ConfigError when a micro-batch's distinct rows exceed
-  // the cache.
+  // the cache; with lookahead, Error when `batch` is not the first batch shown.
   IterationStats schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans);
 
   // Same, with a given allocation (worker of each sample): brute force and tests.
@@ -87,7 +96,8 @@ class Scheduler {
   std::vector<std::uint8_t> seen_;  // bit per key: used by an earlier iteration
   std::vector<double> doi_;
   std::vector<std::uint32_t> scored_tables_;
-  double table_cost_ms_ = 0;  // EMA of scoring time per table per batch
+  double table_cost_ms_ = 0;        // EMA of scoring time per table per batch
+  std::unique_ptr<Window> window_;  // lookahead only
   std::unique_ptr<Scratch> scratch_;
 };
 

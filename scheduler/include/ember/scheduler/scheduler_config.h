@@ -12,6 +12,17 @@
 
 namespace ember::scheduler {
 
+// Which cached row leaves a full cache (docs/scheduler.md "Lookahead").
+enum class Eviction : std::uint8_t {
+  kLru,        // the least recently used
+  kLookahead,  // the LRU row no batch of the window needs; else the one needed last
+  kBelady,     // the same over the whole run (ember-sim only: the bound)
+};
+
+// "lru", "lookahead", "belady"; ConfigError otherwise.
+Eviction parse_eviction(const std::string& text);
+const char* eviction_name(Eviction e);
+
 // What the Scheduler runs with.
 struct SchedulerConfig {
   std::uint32_t workers = 8;
@@ -34,6 +45,10 @@ struct SchedulerConfig {
   // The first iteration scheduled (a job resumed from a checkpoint starts later; sample
   // draws and plans are numbered from it).
   std::uint64_t first_iteration = 0;
+  // Batches the scheduler sees beyond the one it schedules (Scheduler::look_ahead);
+  // 0 = none. Belady: the batches left in the run.
+  std::uint32_t lookahead = 0;
+  Eviction eviction = Eviction::kLru;
 };
 
 // What the user chooses (ember-sim's and ember-worker's flags).
@@ -55,13 +70,19 @@ struct SchedulerOptions {
   std::vector<std::uint64_t> table_rows;
   // Refuse simulator-only policies (brute) with the message a training job gives.
   bool for_training = false;
+  // Lookahead: batches seen beyond the one scheduled, and the eviction they drive
+  // ("auto": lookahead when lookahead > 0, else lru).
+  std::uint32_t lookahead = 0;
+  std::string eviction = "auto";
 };
 
 // The configuration for a job on `ds` with options `o`, hot rows included (profiled
 // over the job's batches when the policy replicates them). Throws ConfigError for an
 // unknown policy, a cache ratio outside (0, 1], table_rows of the wrong size, a global
 // batch larger than the training split (when profiling), or a simulator-only policy
-// with for_training. The Scheduler's constructor checks the rest.
+// with for_training, and lookahead settings that cannot apply (lookahead eviction
+// without a window, belady in training, any lookahead with het:S). The Scheduler's
+// constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
 
 // Global key offsets per table: from `table_rows` when given (each at least the

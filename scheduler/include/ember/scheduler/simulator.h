@@ -20,7 +20,11 @@ struct SimOptions {
   SchedulerOptions scheduler;
   std::uint64_t iterations = 100;  // counted
   std::uint64_t warmup = 10;       // first iterations not counted
-  bool digest = false;             // hash every plan of every worker (determinism checks)
+  // The job's flushes (the worker's --eval-every and ember-ps --checkpoint-every): the
+  // rows it holds are pushed after these iterations and at the end, as a job does.
+  std::uint64_t eval_every = 0;
+  std::uint64_t checkpoint_every = 0;
+  bool digest = false;  // hash every plan of every worker (determinism checks)
   std::function<void(const std::string& policy, std::uint64_t done, std::uint64_t total)> on_progress;
 };
 

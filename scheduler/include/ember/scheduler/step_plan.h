@@ -38,6 +38,9 @@ struct PullEntry {
   std::uint32_t slot;
   Key evicted;  // valid unless kind == kNone
   EvictKind kind;
+  // The row comes with its optimizer state: the puller applies the optimizer to it (its
+  // sole trainer; het: always). A shared row's gradient goes to the PS instead.
+  bool with_state = true;
 };
 
 struct RowRef {
@@ -72,10 +75,39 @@ struct TrafficCounts {
   std::uint64_t hits = 0;        // micro-batch rows already cached as latest
   std::uint64_t hot_sync = 0;    // fae: hot rows all-reduced among workers (not PS traffic)
   std::uint64_t cold_pulls = 0;  // pulls of rows no earlier iteration used: no policy avoids them
+  // Subsets, for bytes: pulls that carry the row's optimizer state (the puller applies
+  // the optimizer to the row itself: its sole trainer; every pull of het), and
+  // evictions that push a partial gradient rather than a value.
+  std::uint64_t pull_state = 0;
+  std::uint64_t evict_partial = 0;
+  // Rows pushed by flushes (before an evaluation or a checkpoint, and at the end):
+  // counted apart, as the job counts them.
+  std::uint64_t flush_grad = 0, flush_value = 0;
 
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
   std::uint64_t transmissions() const { return pulls + pushes(); }
   TrafficCounts& operator+=(const TrafficCounts& o);
 };
+
+// One embedding row's size: `dim` floats of value and `state` floats of optimizer state.
+struct RowFormat {
+  std::uint32_t dim = 16;
+  std::uint32_t state = 0;
+};
+
+// Payload bytes on the wire per kind (both directions): keys (8 bytes), a gradient's
+// trainer count and iteration (8 bytes), and floats (4 bytes); message headers excluded.
+// A pull sends its key and receives the value, with the state only where counted in
+// pull_state; a gradient carries no state; a value (write-back, dirty eviction, flush)
+// carries its state.
+struct WireBytes {
+  std::uint64_t pull = 0, push_grad = 0, push_value = 0, push_evict = 0, flush = 0;
+  std::uint64_t total() const { return pull + push_grad + push_value + push_evict + flush; }
+};
+WireBytes wire_bytes(const TrafficCounts& c, RowFormat f);
+// Payload bytes of n keys pulled (with_state or not), of n gradients, of n values.
+std::uint64_t pull_bytes(std::uint64_t n, RowFormat f, bool with_state);
+std::uint64_t grad_bytes(std::uint64_t n, RowFormat f);
+std::uint64_t value_bytes(std::uint64_t n, RowFormat f);
 
 }  // namespace ember::scheduler

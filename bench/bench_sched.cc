@@ -27,6 +27,7 @@ void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
   app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
   app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
+  app.add_option("--lookahead", o.lookahead, "also time a window of L batches with lookahead eviction (0: skip)")->capture_default_str();
   app.add_option("--baseline-iterations", o.baseline_iterations, "timed iterations of the straightforward version")->capture_default_str();
 }
 
@@ -42,7 +43,7 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
     }
   } cleanup{dir};
   const std::uint64_t n = static_cast<std::uint64_t>(o.workers) * o.batch_per_worker;
-  const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations);
+  const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations) + o.lookahead;
   data::GenOptions g;
   g.rows = batches * n;
   g.scale = o.scale;
@@ -76,16 +77,23 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
       scheduler::to_global_batch(b, c.table_offsets, x);
     }
   }
-  auto time_scheduler = [&](int threads, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
+  // Median ms per batch; with a window of L, showing the batch entering it is timed too.
+  auto time_scheduler = [&](int threads, std::uint32_t L, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
     scheduler::SchedulerConfig cc = c;
     cc.threads = threads;
+    cc.lookahead = L;
+    cc.eviction = L > 0 ? scheduler::Eviction::kLookahead : scheduler::Eviction::kLru;
     scheduler::Scheduler s(cc);
     std::vector<scheduler::StepPlan> plans;
     std::vector<double> ms;
+    for (std::uint64_t i = 0; i < L; ++i) s.look_ahead(gb[i]);
     for (std::uint64_t i = 0; i < o.warmup + o.iterations; ++i) {
+      Stopwatch sw;
+      if (L > 0) s.look_ahead(gb[i + L]);
       auto st = s.schedule(gb[i], plans);
+      const double took = sw.millis();
       if (i >= o.warmup) {
-        ms.push_back(st.sched_ms);
+        ms.push_back(took);
         if (i < o.warmup + counted) traffic += st.traffic;
       }
     }
@@ -94,8 +102,11 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   };
   std::size_t bytes = 0, bytes2 = 0;
   scheduler::TrafficCounts t1, t2;
-  double m1 = time_scheduler(1, bytes, t1, o.baseline_iterations);
-  double m2 = time_scheduler(2, bytes2, t2, o.baseline_iterations);
+  double m1 = time_scheduler(1, 0, bytes, t1, o.baseline_iterations);
+  double m2 = time_scheduler(2, 0, bytes2, t2, o.baseline_iterations);
+  std::size_t bytes_l = 0;
+  scheduler::TrafficCounts tl;
+  const double ml = o.lookahead > 0 ? time_scheduler(1, o.lookahead, bytes_l, tl, 0) : 0.0;
 
   // The straightforward version on the same batches; its decisions must match.
   NaiveHeraldScheduler naive(o.workers, o.batch_per_worker, c.cache_rows, c.seed);
@@ -124,6 +135,13 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
       fmt::format("straightforward Algorithm 1, median ms ({} it.)", o.baseline_iterations), mb, "speedup vs straightforward (1 thread)",
       mb / m1, "scheduler bytes per cache slot", static_cast<double>(bytes) / slots, "scheduler MB", static_cast<double>(bytes) / 1e6,
       "decisions agree with the straightforward version", agree ? "yes" : "no"));
+  if (o.lookahead > 0) {
+    out.text(fmt::format("{:<44}{:>12.3f}\n{:<44}{:>12.2f}\n{:<44}{:>12.1f}\n",
+                         fmt::format("lookahead {} + its eviction, median ms, 1 thread", o.lookahead), ml,
+                         fmt::format("lookahead {} vs none (same run)", o.lookahead), ml / m1, "scheduler MB with lookahead",
+                         static_cast<double>(bytes_l) / 1e6));
+    out.text("target: lookahead 4 at most 2x the time of none\n");
+  }
   out.text("targets: <= 2 ms per batch on one core, >= 10x the straightforward version\n");
   out.row({{"bench", "sched"},
            {"workers", o.workers},
@@ -137,7 +155,11 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
            {"speedup", mb / m1},
            {"bytes_per_cache_slot", static_cast<double>(bytes) / slots},
            {"scheduler_mb", static_cast<double>(bytes) / 1e6},
-           {"agree", agree}});
+           {"agree", agree},
+           {"lookahead", o.lookahead},
+           {"lookahead_median_ms", ml},
+           {"lookahead_ratio", o.lookahead > 0 ? ml / m1 : 0.0},
+           {"lookahead_scheduler_mb", static_cast<double>(bytes_l) / 1e6}});
   return 0;
 }
 

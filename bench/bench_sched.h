@@ -13,6 +13,7 @@ struct SchedBenchOptions {
   std::uint64_t warmup = 100;
   std::uint64_t iterations = 200;
   std::uint64_t baseline_iterations = 30;
+  std::uint32_t lookahead = 4;  // also timed with this window and lookahead eviction (0: not)
 };
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o);

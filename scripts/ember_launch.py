@@ -148,6 +148,7 @@ class Job:
         for w in range(a.workers):
             cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
                            "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
+                           "--lookahead", str(a.lookahead), "--eviction", a.eviction,
                            "--metrics", str(self.out / f"w{w}.jsonl")] + common + worker_extra + self.worker_args
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
@@ -232,6 +233,9 @@ class Job:
             sys.exit(1)
         tot = {k: sum(s[k] for s in summaries) for k in ("pulls", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")}
         w0 = next(s for s in summaries if s["rank"] == 0)
+        # Payload bytes per kind (the model ember-sim predicts), and what the transport framed.
+        bytes_kind = {k: sum(s["bytes"][k] for s in summaries) for k in w0["bytes"]}
+        framed = {k: sum(s["framed_bytes"][k] for s in summaries) for k in w0["framed_bytes"]}
         result = {
             "policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
             "samples_s": min(s["samples_s"] for s in summaries),
@@ -242,6 +246,9 @@ class Job:
             "pushes": tot["push_grad"] + tot["push_value"] + tot["push_evict"],
             "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
             "hit_rate": tot["hits"] / max(1, tot["hits"] + tot["pulls"]),
+            "pull_state": sum(s["pull_state"] for s in summaries),
+            "bytes": bytes_kind, "framed_bytes": framed,
+            "lookahead": a.lookahead, "eviction": a.eviction,
             "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
             # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
             "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
@@ -281,6 +288,8 @@ def main():
     p.add_argument("--workers", type=int, default=4, help="workers")
     p.add_argument("--policy", default="herald", help="vanilla, laia, plan, herald, het:S")
     p.add_argument("--transport", default="tcp", help="tcp or rdma")
+    p.add_argument("--lookahead", type=int, default=0, help="batches the scheduler sees beyond the one it plans (0 = none)")
+    p.add_argument("--eviction", default="auto", help="auto, lru or lookahead (auto: lookahead when --lookahead > 0)")
     p.add_argument("--out", required=True, help="directory for logs, metrics and summary.json")
     p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
     p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad'); {shard} becomes the shard's index")
@@ -298,6 +307,15 @@ def main():
     a = p.parse_args(argv)
     if a.ps < 1 or a.workers < 1:
         p.error("--ps and --workers must be at least 1")
+    if a.lookahead < 0:
+        p.error("--lookahead must be at least 0")
+    if a.eviction not in ("auto", "lru", "lookahead"):
+        p.error(f"--eviction {a.eviction}: training runs auto, lru or lookahead" +
+                (" (belady needs the whole future: ember-sim only)" if a.eviction == "belady" else ""))
+    if a.eviction == "lookahead" and a.lookahead == 0:
+        p.error("--eviction lookahead needs --lookahead L >= 1")
+    if (a.lookahead > 0 or a.eviction == "lookahead") and a.policy.startswith("het"):
+        p.error(f"--lookahead does not apply to {a.policy}: its stale copies are kept by version, not by next use")
     if (a.checkpoint_every > 0 or a.resume) and not a.checkpoint_dir:
         p.error("--checkpoint-every and --resume need --checkpoint-dir")
     if a.resume and not (Path(a.checkpoint_dir) / "ps").is_dir():

@@ -17,7 +17,8 @@ EmbeddingCache::EmbeddingCache(std::uint32_t capacity, std::uint32_t dim, std::u
 
 void EmbeddingCache::fill(std::uint32_t slot, Key key, const float* value, const float* state, RowState s) {
   std::memcpy(this->value(slot), value, sizeof(float) * dim_);
-  if (state_dim_ > 0) std::memcpy(this->state(slot), state, sizeof(float) * state_dim_);
+  if (state_dim_ > 0 && state != nullptr) std::memcpy(this->state(slot), state, sizeof(float) * state_dim_);
+  if (state_dim_ > 0 && state == nullptr) std::fill_n(this->state(slot), state_dim_, 0.0f);
   zero_grad(slot);
   keys_[slot] = key;
   states_of_[slot] = s;

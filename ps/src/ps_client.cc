@@ -15,6 +15,27 @@ namespace ember::ps {
 using transport::MessageType;
 using transport::OutMessage;
 
+namespace {
+
+// Bytes of a message as framed on the wire (message.h): header, keys, values.
+std::uint64_t wire_bytes(const OutMessage& m) { return transport::kHeaderBytes + 8ull * m.key_count + 4ull * m.value_count; }
+
+// The reply `receive` reads, its bytes counted in `wire`; a refusal (or a bad header)
+// throws ProtocolError once its header was read: that much is counted.
+template <typename Receive>
+transport::Message receive_counted(WireTally::Dir& wire, Receive&& receive) {
+  try {
+    transport::Message r = receive();
+    wire.in += transport::kHeaderBytes + r.header.payload_bytes();
+    return r;
+  } catch (const ProtocolError&) {
+    wire.in += transport::kHeaderBytes;
+    throw;
+  }
+}
+
+}  // namespace
+
 ShardAddress parse_address(const std::string& text) {
   auto colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) throw ConfigError("address '" + text + "' is not host:port");
@@ -170,6 +191,7 @@ void PsClient::send_entry(std::uint32_t lane, const OutMessage& m, Entry e) {
   drain_pulls(lane);
   try {
     conn(lane).send(m);
+    e.wire->out += wire_bytes(m);
   } catch (const IoError&) {
     // A pull is sent again on a new connection when its reply is due (it is idempotent
     // and, being the lane's last request, alone there); anything else fails.
@@ -213,7 +235,7 @@ void PsClient::complete_front(std::uint32_t lane) {
   PsFuture::Op& op = *e.op;
   try {
     if (!e.pull) {
-      const transport::Message r = conn(lane).receive();
+      const transport::Message r = receive_counted(*e.wire, [&] { return conn(lane).receive(); });
       if (r.header.type == MessageType::kAck) {
         const CommitAck ack = decode_commit_ack(r.header, op.iteration);
         op.result += ack.rows_updated;  // 0 for pushes
@@ -231,12 +253,14 @@ void PsClient::complete_front(std::uint32_t lane) {
     transport::Message r;
     try {
       if (e.resend) throw IoError("send failed");
-      r = conn(lane).receive_rows(e.dst, e.per);
+      r = receive_counted(*e.wire, [&] { return conn(lane).receive_rows(e.dst, e.per); });
     } catch (const IoError& err) {
       // Alone on its lane (see drain_pulls): the new connection owes nothing else.
       reconnect(lane, err.what());
-      conns_[lane]->send(e.pull_request());
-      r = conns_[lane]->receive_rows(e.dst, e.per);
+      const OutMessage m = e.pull_request();
+      conns_[lane]->send(m);
+      e.wire->out += wire_bytes(m);  // sent again: counted again
+      r = receive_counted(*e.wire, [&] { return conns_[lane]->receive_rows(e.dst, e.per); });
     }
     if (r.header.value_count != e.keys.size() * e.per || r.values != nullptr) {
       throw ProtocolError("PS shard " + std::to_string(lane / per_shard_) + ": pull reply of the wrong size");
@@ -261,6 +285,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.per = per;
     e.flags = with_state ? kWithState : 0;
     e.iteration = iteration;
+    e.wire = &tally_.pull;
   }
   if (dedup == Dedup::kYes) {
     op->out = out.data();
@@ -320,7 +345,8 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
   }
 }
 
-PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row) {
+PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row,
+                               WireTally::Dir& wire) {
   auto op = std::make_shared<PsFuture::Op>();
   const std::uint32_t S = lanes();
   for (std::uint32_t s = 0; s < S; ++s) {
@@ -335,6 +361,7 @@ PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::u
     m.value_count = static_cast<std::uint32_t>(by_shard_[s].size() / keys_per_row * per);
     Entry e;
     e.op = op;
+    e.wire = &wire;
     send_entry(s, m, std::move(e));
   }
   return PsFuture(this, std::move(op));
@@ -349,12 +376,12 @@ PsFuture PsClient::start_push_grad(std::uint64_t iteration, const std::vector<Ke
   } else {
     for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_[i]].push_back(trainers[i]);
   }
-  return send_routed(MessageType::kPushGrad, iteration, dim_, 2);
+  return send_routed(MessageType::kPushGrad, iteration, dim_, 2, tally_.push_grad);
 }
 
 PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
   route_rows(keys, rows.data(), dim_ + state_);
-  return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1);
+  return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1, tally_.push_value);
 }
 
 PsFuture PsClient::start_commit(std::uint64_t iteration, std::uint32_t flags) {
@@ -371,6 +398,7 @@ PsFuture PsClient::start_commit(std::uint64_t iteration, std::uint32_t flags) {
     m.header.flags = flags;
     Entry e;
     e.op = op;
+    e.wire = &tally_.commit;
     send_entry(s * per_shard_, m, std::move(e));
   }
   return PsFuture(this, std::move(op));

@@ -216,6 +216,13 @@ TEST(PsClientRetry, PullsRetryOnceOnANewConnectionPushesDoNot) {
   std::vector<float> g(3 * kDim, 0.1f);
   EXPECT_THROW(c.push_grad(0, {1, 2, 3}, {1, 1, 1}, g), IoError);
   EXPECT_EQ(pushes.load(), 1);
+  // On the wire: the pull went out twice (3 distinct keys each time) and was answered
+  // once; the push went out and nothing came back.
+  constexpr std::uint64_t H = transport::kHeaderBytes;
+  EXPECT_EQ(c.tally().pull.out, 2 * (H + 8 * 3));
+  EXPECT_EQ(c.tally().pull.in, H + 4 * 3 * kDim);
+  EXPECT_EQ(c.tally().push_grad.out, H + 8 * 6 + 4 * 3 * kDim);
+  EXPECT_EQ(c.tally().push_grad.in, 0u);
 }
 
 // Futures: write-backs, gradients and a pull in flight together, waited in any order,
@@ -298,6 +305,140 @@ TEST_P(PsFutures, OperationsInFlightTogetherMatchOneAtATime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PsFutures, ::testing::Values("tcp", "rdma_fake"));
+
+// The client's tally of bytes on the wire: every message it sent and every reply it read,
+// headers included, under the kind of its operation, exactly as the transports frame
+// them (message.h: a 48-byte header, 8 bytes a key, 4 a float), whichever data plane.
+class PsWireTally : public ::testing::TestWithParam<std::string> {
+ protected:
+  static constexpr std::uint64_t H = transport::kHeaderBytes;
+  static void expect_same(const WireTally::Dir& a, const WireTally::Dir& b, const char* kind) {
+    EXPECT_EQ(a.out, b.out) << kind;
+    EXPECT_EQ(a.in, b.in) << kind;
+  }
+  const transport::Transport data = data_plane(GetParam(), std::make_shared<transport::verbs::FakeFabric>());
+};
+
+TEST_P(PsWireTally, EachKindCountsItsRequestsAndRepliesWithHeaders) {
+  const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
+  const Shards one = start_shards(data, 1);
+  PsClient c(one.addrs, kDim, state, data.make_connector());
+  const WireTally& w = c.tally();
+  EXPECT_EQ(w.out(), 0u);  // the connection's hello is no request
+  EXPECT_EQ(w.in(), 0u);
+  constexpr std::uint64_t n = 25;
+  std::vector<Key> keys;
+  for (Key k = 40; k < 40 + n; ++k) keys.push_back(k);
+  std::vector<float> rows;
+  // A pull: its keys out, dim floats a row back.
+  c.pull(keys, rows, false, 0);
+  EXPECT_EQ(w.pull.out, H + 8 * n);
+  EXPECT_EQ(w.pull.in, H + 4 * n * kDim);
+  // With state: the same request, state_floats more floats a row back.
+  WireTally before = w;
+  c.pull(keys, rows, true, 0);
+  EXPECT_EQ(w.pull.out - before.pull.out, H + 8 * n);
+  EXPECT_EQ(w.pull.in - before.pull.in, H + 4 * n * (kDim + state));
+  // Repeated keys cross the wire once, unless the caller says its keys are distinct.
+  std::vector<Key> repeats = keys;
+  repeats.insert(repeats.end(), keys.begin(), keys.begin() + 5);
+  before = w;
+  c.pull(repeats, rows, false, 0);
+  EXPECT_EQ(w.pull.out - before.pull.out, H + 8 * n);
+  EXPECT_EQ(w.pull.in - before.pull.in, H + 4 * n * kDim);
+  before = w;
+  c.pull(repeats, rows, false, 0, PsClient::Dedup::kNo);
+  EXPECT_EQ(w.pull.out - before.pull.out, H + 8 * (n + 5));
+  EXPECT_EQ(w.pull.in - before.pull.in, H + 4 * (n + 5) * kDim);
+  expect_same(w.push_grad, {}, "push_grad");
+  expect_same(w.push_value, {}, "push_value");
+  expect_same(w.commit, {}, "commit");
+
+  // Gradients: keys and a trainer count each (8 bytes apiece), dim floats a row, one
+  // header; an acknowledgement (a header) back.
+  before = w;
+  std::vector<float> grads(n * kDim, 0.01f);
+  c.push_grad(0, keys, std::vector<std::uint32_t>(n, 1), grads);
+  const std::uint64_t grad_payload = 8 * 2 * n + 4 * n * kDim;
+  EXPECT_GE(w.push_grad.out, grad_payload);
+  EXPECT_LE(w.push_grad.out, grad_payload + H);
+  EXPECT_EQ(w.push_grad.out, grad_payload + H);
+  EXPECT_EQ(w.push_grad.in, H);
+  // Write-backs: keys and dim + state floats a row.
+  std::vector<Key> written;
+  for (Key k = 2000; k < 2000 + n; ++k) written.push_back(k);
+  c.push_value(written, std::vector<float>(n * (kDim + state), 0.5f));
+  const std::uint64_t value_payload = 8 * n + 4 * n * (kDim + state);
+  EXPECT_GE(w.push_value.out, value_payload);
+  EXPECT_LE(w.push_value.out, value_payload + H);
+  EXPECT_EQ(w.push_value.out, value_payload + H);
+  EXPECT_EQ(w.push_value.in, H);
+  expect_same(w.pull, before.pull, "pull");
+  expect_same(w.commit, {}, "commit");
+
+  // A commit: a header each way, counted under commit only.
+  before = w;
+  EXPECT_EQ(c.commit(1), n);
+  EXPECT_EQ(w.commit.out, H);
+  EXPECT_EQ(w.commit.in, H);
+  expect_same(w.pull, before.pull, "pull");
+  expect_same(w.push_grad, before.push_grad, "push_grad");
+  expect_same(w.push_value, before.push_value, "push_value");
+  // A refused push: its request went out, and its refusal's header came back.
+  before = w;
+  EXPECT_THROW(c.push_grad(1, {kKeys + 7}, {1}, std::vector<float>(kDim, 0.1f)), ProtocolError);
+  EXPECT_EQ(w.push_grad.out - before.push_grad.out, H + 8 * 2 + 4 * kDim);
+  EXPECT_EQ(w.push_grad.in - before.push_grad.in, H);
+  EXPECT_EQ(w.out(), w.pull.out + w.push_grad.out + w.push_value.out + w.commit.out);
+  EXPECT_EQ(w.in(), w.pull.in + w.push_grad.in + w.push_value.in + w.commit.in);
+}
+
+// Pulled bytes grow with dim and with the state, by exactly the floats added.
+TEST_P(PsWireTally, PulledBytesGrowByTheFloatsEachRowAdds) {
+  constexpr std::uint64_t n = 30;
+  std::vector<Key> keys;
+  for (Key k = 100; k < 100 + n; ++k) keys.push_back(k);
+  auto pulled = [&](std::uint32_t dim, bool with_state) {
+    StoreConfig sc = config(0, 1);
+    sc.dim = dim;
+    PsService svc(sc);
+    const auto server =
+        data.make_server([&](const transport::Message& r, transport::OutMessage& out, transport::Scratch& x) { svc.handle(r, out, x); });
+    PsClient c({{"127.0.0.1", server->port()}}, dim, state_floats(OptimizerKind::kAdagrad, dim), data.make_connector());
+    std::vector<float> rows;
+    c.pull(keys, rows, with_state, 0);
+    EXPECT_EQ(c.tally().pull.out, H + 8 * n);  // the request does not depend on the rows
+    return c.tally().pull.in;
+  };
+  const std::uint64_t base = pulled(kDim, false);
+  EXPECT_EQ(base, H + 4 * n * kDim);
+  EXPECT_EQ(pulled(2 * kDim, false) - base, 4 * n * kDim);
+  EXPECT_EQ(pulled(kDim, true) - base, 4 * n * state_floats(OptimizerKind::kAdagrad, kDim));
+  EXPECT_EQ(pulled(2 * kDim, true) - base, 4 * n * (kDim + state_floats(OptimizerKind::kAdagrad, 2 * kDim)));
+}
+
+// Over several shards each request is one message per shard, each with its header.
+TEST_P(PsWireTally, EveryShardsMessageCarriesAHeader) {
+  const std::uint32_t S = 3, state = state_floats(OptimizerKind::kAdagrad, kDim);
+  const Shards shards = start_shards(data, S);
+  PsClient c(shards.addrs, kDim, state, data.make_connector());
+  constexpr std::uint64_t n = 30;  // 10 keys on each shard
+  std::vector<Key> keys;
+  for (Key k = 0; k < n; ++k) keys.push_back(k);
+  std::vector<float> rows;
+  c.pull(keys, rows, true, 0);
+  EXPECT_EQ(c.tally().pull.out, S * H + 8 * n);
+  EXPECT_EQ(c.tally().pull.in, S * H + 4 * n * (kDim + state));
+  c.push_grad(0, keys, std::vector<std::uint32_t>(n, 1), std::vector<float>(n * kDim, 0.01f));
+  EXPECT_EQ(c.tally().push_grad.out, S * H + 8 * 2 * n + 4 * n * kDim);
+  EXPECT_EQ(c.tally().push_grad.in, S * H);
+  EXPECT_EQ(c.commit(1), n);
+  EXPECT_EQ(c.tally().commit.out, S * H);
+  EXPECT_EQ(c.tally().commit.in, S * H);
+  EXPECT_EQ(c.tally().push_value.out + c.tally().push_value.in, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PsWireTally, ::testing::Values("tcp", "rdma_fake"));
 
 // A large request sent while a large pull's rows are unread, with small socket buffers:
 // the pull is read first, so neither end blocks writing to the other (else both block

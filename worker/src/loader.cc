@@ -55,18 +55,35 @@ void Loader::run() {
     data::Batch b;
     scheduler::GlobalBatch g;
     std::vector<scheduler::StepPlan> plans;
-    std::uint64_t epoch = 0;
-    auto next_batch = [&] {
-      if (!reader.next(b)) {
-        reader.start_epoch(++epoch);
-        reader.next(b);
+    // The batches in the job's order, across epochs; the lookahead reads them with a
+    // reader of its own, up to `lookahead` batches ahead (never past the job's end).
+    struct Stream {
+      data::BatchReader reader;
+      std::uint64_t epoch = 0;
+      void next(data::Batch& out) {
+        if (!reader.next(out)) {
+          reader.start_epoch(++epoch);
+          reader.next(out);
+        }
       }
     };
-    const std::uint64_t first = sched_.config().first_iteration;
-    for (std::uint64_t t = 0; t < first; ++t) next_batch();  // the batches trained before the checkpoint
+    Stream main{reader}, ahead{reader};
+    const std::uint64_t first = sched_.config().first_iteration, L = sched_.config().lookahead;
+    for (std::uint64_t t = 0; t < first; ++t) main.next(b);  // the batches trained before the checkpoint
+    std::uint64_t shown = first;
+    if (L > 0) {
+      for (std::uint64_t t = 0; t < first; ++t) ahead.next(b);
+    }
+    data::Batch nb;
+    scheduler::GlobalBatch ng;
     const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
     for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
-      next_batch();
+      for (; L > 0 && shown < c_.iterations && shown <= t + L; ++shown) {
+        ahead.next(nb);
+        scheduler::to_global_batch(nb, sched_.config().table_offsets, ng);
+        sched_.look_ahead(ng);
+      }
+      main.next(b);
       scheduler::to_global_batch(b, sched_.config().table_offsets, g);
       Handoff h;
       Step& s = h.step;

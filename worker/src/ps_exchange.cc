@@ -19,6 +19,7 @@ PsExchange::PsExchange(ps::PsClient& client, transport::ControlMember& control, 
       wire_(wire),
       dim_(dim),
       state_(state_floats),
+      row_{dim, state_floats},
       partial_iter_(cache_rows, 0),
       partial_trainers_(cache_rows, 0) {}
 
@@ -39,11 +40,13 @@ void PsExchange::push_partials(GradsByIteration& by_iter, std::vector<ps::PsFutu
     b.grads.clear();
     cache_.read_grads(b.slots, b.grads);
     sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads));
-    wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
+    wire_.bytes_out += scheduler::grad_bytes(b.keys.size(), row_);
   }
 }
 
 void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
+  (flush ? wire_.bytes.flush : wire_.bytes.push_grad) += scheduler::grad_bytes(p.push_grads.size(), row_);
+  (flush ? wire_.bytes.flush : wire_.bytes.push_value) += scheduler::value_bytes(p.push_values.size(), row_);
   GradsByIteration grads;
   for (const auto& g : p.push_grads) {
     take_grad(g.slot, grads);
@@ -64,7 +67,7 @@ void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
     }
     cache_.read_rows(slots, rows);
     sent.push_back(client_.start_push_value(keys, rows));
-    wire_.bytes_out += keys.size() * 8 + rows.size() * 4;
+    wire_.bytes_out += scheduler::value_bytes(keys.size(), row_);
   }
   for (auto& f : sent) f.wait();
   (flush ? wire_.flush_grad : wire_.push_grad) += p.push_grads.size();
@@ -83,12 +86,16 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
   if (!p.pulls.empty()) {
     // Evicted rows' data is copied out first: the pull overwrites their slots.
     GradsByIteration evicted_grads;
-    std::vector<Key> evicted_keys, pull_keys;
-    std::vector<std::uint32_t> evicted_slots, pull_slots;
+    std::vector<Key> evicted_keys;
+    std::vector<std::uint32_t> evicted_slots;
     std::vector<float> evicted_rows;
+    // Rows the worker applies the optimizer to itself come with their state; the rest
+    // (shared rows: their gradients go to the PS) without it.
+    Pulled with_state, without_state;
     for (const auto& e : p.pulls) {
-      pull_keys.push_back(e.key);
-      pull_slots.push_back(e.slot);
+      Pulled& into = e.with_state ? with_state : without_state;
+      into.keys.push_back(e.key);
+      into.slots.push_back(e.slot);
       if (e.kind == EvictKind::kDirty) {
         evicted_keys.push_back(e.evicted);
         evicted_slots.push_back(e.slot);
@@ -96,25 +103,36 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
       } else if (e.kind == EvictKind::kPartial) {
         take_grad(e.slot, evicted_grads);
         ++wire_.push_evict;
+        wire_.bytes.push_evict += scheduler::grad_bytes(1, row_);
       }
     }
-    // Write-backs, evicted gradients and the pull in flight together: one round trip.
+    wire_.bytes.push_evict += scheduler::value_bytes(evicted_keys.size(), row_);
+    // Write-backs, evicted gradients and the pulls in flight together: one round trip.
     std::vector<ps::PsFuture> sent;
     if (!evicted_keys.empty()) {
       cache_.read_rows(evicted_slots, evicted_rows);
       sent.push_back(client_.start_push_value(evicted_keys, evicted_rows));
-      wire_.bytes_out += evicted_keys.size() * 8 + evicted_rows.size() * 4;
+      wire_.bytes_out += scheduler::value_bytes(evicted_keys.size(), row_);
     }
     push_partials(evicted_grads, sent);
-    std::vector<float> rows;
     // A slot per key: the keys are distinct.
-    ps::PsFuture pulled = client_.start_pull(pull_keys, rows, true, t, ps::PsClient::Dedup::kNo);
+    ps::PsFuture pulled_state, pulled_plain;
+    if (!with_state.keys.empty()) pulled_state = client_.start_pull(with_state.keys, with_state.rows, true, t, ps::PsClient::Dedup::kNo);
+    if (!without_state.keys.empty()) {
+      pulled_plain = client_.start_pull(without_state.keys, without_state.rows, false, t, ps::PsClient::Dedup::kNo);
+    }
     for (auto& f : sent) f.wait();
-    pulled.wait();
-    cache_.fill(pull_slots, pull_keys, rows.data());
+    if (pulled_state.valid()) pulled_state.wait();
+    if (pulled_plain.valid()) pulled_plain.wait();
+    cache_.fill(with_state.slots, with_state.keys, with_state.rows.data(), true);
+    cache_.fill(without_state.slots, without_state.keys, without_state.rows.data(), false);
     wire_.pulls += p.pulls.size();
-    wire_.bytes_out += pull_keys.size() * 8;
-    wire_.bytes_in += rows.size() * 4;
+    wire_.pull_state += with_state.keys.size();
+    const std::uint64_t bytes =
+        scheduler::pull_bytes(with_state.keys.size(), row_, true) + scheduler::pull_bytes(without_state.keys.size(), row_, false);
+    wire_.bytes.pull += bytes;
+    wire_.bytes_out += p.pulls.size() * 8;
+    wire_.bytes_in += bytes - p.pulls.size() * 8;
   }
   wire_.hits += p.rows.size() - p.pulls.size();
 }
@@ -130,7 +148,8 @@ void PsExchange::end_pushes(const StepPlan& p, const U64Map<std::uint32_t>& row_
   cache_.read_grads(b.slots, b.grads);
   client_.push_grad(t, b.keys, b.trainers, b.grads);
   wire_.push_grad += b.keys.size();
-  wire_.bytes_out += b.keys.size() * 16 + b.grads.size() * 4;
+  wire_.bytes_out += scheduler::grad_bytes(b.keys.size(), row_);
+  wire_.bytes.push_grad += scheduler::grad_bytes(b.keys.size(), row_);
 }
 
 }  // namespace ember::worker

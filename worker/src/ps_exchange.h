@@ -61,6 +61,12 @@ class PsExchange {
     std::vector<float> grads;
   };
   using GradsByIteration = std::map<std::uint64_t, GradBatch>;
+  // Rows pulled together (with their state, or without).
+  struct Pulled {
+    std::vector<Key> keys;
+    std::vector<std::uint32_t> slots;
+    std::vector<float> rows;
+  };
   void take_grad(std::uint32_t slot, GradsByIteration& by_iter);
   // Sends the gradients (one push per iteration); the caller waits for `sent`.
   void push_partials(GradsByIteration& by_iter, std::vector<ps::PsFuture>& sent);
@@ -70,6 +76,7 @@ class PsExchange {
   RowCache& cache_;
   WireCounts& wire_;
   std::uint32_t dim_, state_;
+  scheduler::RowFormat row_;
   std::vector<std::uint64_t> partial_iter_;      // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
 };

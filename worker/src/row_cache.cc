@@ -23,11 +23,11 @@ class HostRowCache final : public RowCache {
   void set_row_state(std::uint32_t slot, cache::RowState s) override { c_.set_row_state(slot, s); }
   void drop(std::uint32_t slot) override { c_.drop(slot); }
 
-  void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows) override {
-    const std::size_t per = c_.dim() + c_.state_dim();
+  void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows, bool with_state) override {
+    const std::size_t per = c_.dim() + (with_state ? c_.state_dim() : 0);
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const float* r = rows + i * per;
-      c_.fill(slots[i], keys[i], r, r + c_.dim(), cache::RowState::kLatestClean);
+      c_.fill(slots[i], keys[i], r, with_state ? r + c_.dim() : nullptr, cache::RowState::kLatestClean);
     }
   }
   void read_rows(std::span<const std::uint32_t> slots, std::vector<float>& out) override {
@@ -81,15 +81,16 @@ class TensorRowCache final : public RowCache {
   void set_row_state(std::uint32_t slot, cache::RowState s) override { states_[slot] = s; }
   void drop(std::uint32_t slot) override { states_[slot] = cache::RowState::kEmpty; }
 
-  void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows) override {
+  void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows, bool with_state) override {
     if (slots.empty()) return;
     const auto n = static_cast<std::int64_t>(slots.size());
-    const std::int64_t per = dim_ + state_dim_;
+    const std::int64_t per = dim_ + (with_state ? state_dim_ : 0);
     auto host = torch::from_blob(const_cast<float*>(rows), {n, per}, torch::kFloat32);
     auto dev = host.to(device_);  // one copy to the device for the whole batch
     auto idx = slot_index(slots, device_);
     values_.index_copy_(0, idx, dev.narrow(1, 0, dim_));
-    if (state_dim_ > 0) opt_state_.index_copy_(0, idx, dev.narrow(1, dim_, state_dim_));
+    if (state_dim_ > 0 && with_state) opt_state_.index_copy_(0, idx, dev.narrow(1, dim_, state_dim_));
+    if (state_dim_ > 0 && !with_state) opt_state_.index_fill_(0, idx, 0.0f);
     grads_.index_fill_(0, idx, 0.0f);
     for (std::size_t i = 0; i < slots.size(); ++i) {
       keys_[slots[i]] = keys[i];

@@ -64,9 +64,10 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
   const std::uint64_t iters = t + 1 - window_first_;
   window_first_ = t + 1;
   const auto hits = static_cast<double>(wire.hits - at_window_.hits), pulls = static_cast<double>(wire.pulls - at_window_.pulls);
-  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed", t + 1, c_.iterations,
-               global_n_ * static_cast<double>(iters) / secs, loss, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
-               wire.pulls - at_window_.pulls, wire.pushes() - at_window_.pushes());
+  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB", t + 1,
+               c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
+               wire.pulls - at_window_.pulls, wire.pushes() - at_window_.pushes(),
+               static_cast<double>(wire.bytes.total() - at_window_.bytes.total()) / 1e6);
   window_.reset();
   at_window_ = wire;
 }
@@ -97,6 +98,24 @@ void RunReport::summary(const TrainSummary& sum) {
              {"hot_sync", w.hot_sync},
              {"bytes_out", w.bytes_out},
              {"bytes_in", w.bytes_in},
+             {"pull_state", w.pull_state},
+             {"bytes",
+              {{"pull", w.bytes.pull},
+               {"push_grad", w.bytes.push_grad},
+               {"push_value", w.bytes.push_value},
+               {"push_evict", w.bytes.push_evict},
+               {"flush", w.bytes.flush},
+               {"total", w.bytes.total()}}},
+             {"framed_bytes",
+              {{"pull_out", w.framed.pull.out},
+               {"pull_in", w.framed.pull.in},
+               {"push_grad_out", w.framed.push_grad.out},
+               {"push_grad_in", w.framed.push_grad.in},
+               {"push_value_out", w.framed.push_value.out},
+               {"push_value_in", w.framed.push_value.in},
+               {"commit_out", w.framed.commit.out},
+               {"commit_in", w.framed.commit.in},
+               {"total", w.framed.out() + w.framed.in()}}},
              {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}}
             .dump());
   const PhaseTimes& f = sum.phases;

@@ -44,6 +44,12 @@ scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const Train
   o.iterations = c.iterations;  // fae profiles its hot rows over the batches this job trains
   o.threads = c.sched_threads;
   o.for_training = true;
+  o.lookahead = c.lookahead;
+  o.eviction = c.eviction;
+  if (c.lookahead > 0 && c.lookahead >= c.iterations) {
+    throw ConfigError("--lookahead " + std::to_string(c.lookahead) + " reaches past the job's " + std::to_string(c.iterations) +
+                      " iterations");
+  }
   return scheduler::make_scheduler_config(ds, o);
 }
 
@@ -250,6 +256,7 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
           end, c_.iterations);
     }
   }
+  wire_.framed = job_.ps().tally();
   if (rank == 0 && !c_.dump_dir.empty()) dump_model(c_, job_.ps(), *model_, job_.ps_config().num_keys, job_.dim(), end - 1);
   // Everyone waits for worker 0's evaluation and dump before leaving.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_leaving(end));

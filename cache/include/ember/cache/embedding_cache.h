@@ -37,6 +37,7 @@ class EmbeddingCache {
   RowState row_state(std::uint32_t slot) const { return states_of_[slot]; }
 
   // Puts a row (pulled from the PS) into `slot`: value, optimizer state, zero gradient.
+  // `state` null: the state is zeroed (a row whose optimizer runs on the PS).
   void fill(std::uint32_t slot, Key key, const float* value, const float* state, RowState s);
   void set_row_state(std::uint32_t slot, RowState s) { states_of_[slot] = s; }
   void drop(std::uint32_t slot);

@@ -77,6 +77,23 @@ class PsFuture {
   std::shared_ptr<Op> op_;
 };
 
+// Bytes a PsClient sent and received, per kind of request, as framed on the wire
+// (headers included): what the transport carried, not an estimate from row counts. A
+// message counts as the transports frame it (message.h): a 48-byte header, 8 bytes a key
+// (a push-grad's trainer counts included), 4 a float. `out` counts each request once the
+// transport took it (a pull sent again on a new connection counts again); `in` each reply
+// read (a refusal as its header alone: the transport does not pass on its reason's
+// length). Not counted: the connections' hellos, framing below the message (TCP/IP,
+// RDMA's frame header), a send or receive that failed midway.
+struct WireTally {
+  struct Dir {
+    std::uint64_t out = 0, in = 0;
+  };
+  Dir pull, push_grad, push_value, commit;
+  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out; }
+  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in; }
+};
+
 class PsClient {
  public:
   // `connections_per_shard` > 1: each shard's keys are spread over that many connections
@@ -90,6 +107,8 @@ class PsClient {
   std::uint32_t shards() const { return static_cast<std::uint32_t>(addresses_.size()); }
   // Pulls sent again on a new connection after the first one failed.
   std::uint64_t retries() const { return retries_; }
+  // Bytes sent and received so far, per kind of request (WireTally).
+  const WireTally& tally() const { return tally_; }
   // Whether pull() looks for repeated keys. kNo is for callers whose keys are distinct
   // (a cache's misses): it spares a hash lookup per key, and is still correct if some
   // key repeats (that row is then sent as often as it is asked for).
@@ -140,6 +159,7 @@ class PsClient {
     std::uint32_t per = 0;    // floats per pulled row
     std::uint32_t flags = 0;  // a pull's header flags and iteration (to send it again)
     std::uint64_t iteration = 0;
+    WireTally::Dir* wire = nullptr;              // where its bytes are counted (in tally_)
     transport::OutMessage pull_request() const;  // a pull's request, from the fields above
   };
   // Reads replies on `lane` up to and including the last entry of `op` (all if null),
@@ -158,7 +178,9 @@ class PsClient {
   void route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per);
   // Sends every lane's keys and segments as one request each, all in flight; the future
   // receives the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).
-  PsFuture send_routed(transport::MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row);
+  // Their bytes are counted in `wire`.
+  PsFuture send_routed(transport::MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row,
+                       WireTally::Dir& wire);
   // A lane is one connection: shard s has lanes s * per_shard_ ... + per_shard_ - 1.
   std::uint32_t lanes() const { return static_cast<std::uint32_t>(conns_.size()); }
   std::uint32_t lane_of(Key key) const;
@@ -170,6 +192,7 @@ class PsClient {
   std::vector<std::unique_ptr<transport::Client>> conns_;
   std::uint32_t dim_, state_;
   std::uint64_t retries_ = 0;
+  WireTally tally_;
   std::vector<std::deque<Entry>> in_flight_;  // per lane
   // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
   std::vector<std::vector<Key>> by_shard_;

@@ -32,8 +32,10 @@ class RowCache {
   virtual void set_row_state(std::uint32_t slot, cache::RowState s) = 0;
   virtual void drop(std::uint32_t slot) = 0;
 
-  // Pulled rows (value then state, dim + state floats each) into their slots, gradients zeroed.
-  virtual void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows) = 0;
+  // Pulled rows into their slots, gradients zeroed: value then state (dim + state floats
+  // each), or `with_state` false: the value only (dim floats each), the state zeroed (a
+  // row whose gradient goes to the PS never uses its state here).
+  virtual void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows, bool with_state) = 0;
   // Appends each slot's value then state (rows leaving for the PS).
   virtual void read_rows(std::span<const std::uint32_t> slots, std::vector<float>& out) = 0;
   // Appends each slot's gradient sum.

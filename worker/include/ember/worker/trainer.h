@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/ps/ps_client.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/model.h"
@@ -47,7 +48,11 @@ struct TrainConfig {
   bool shuffle = false;                 // global batches from a seeded permutation
   std::string dense_optimizer = "sgd";  // sgd or adagrad
   float dense_lr = 0.01f;
-  std::uint64_t eval_every = 0;        // 0: only at the end
+  std::uint64_t eval_every = 0;  // 0: only at the end
+  // Lookahead (docs/scheduler.md): batches the scheduler sees beyond the one it plans, and
+  // the eviction they drive ("auto": lookahead when lookahead > 0, else lru).
+  std::uint32_t lookahead = 0;
+  std::string eviction = "auto";
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
@@ -84,7 +89,14 @@ struct WireCounts {
   std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
   std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes
   std::uint64_t hot_load = 0, hot_sync = 0;       // fae: hot rows loaded at start; hot rows all-reduced
-  std::uint64_t bytes_out = 0, bytes_in = 0;
+  std::uint64_t pull_state = 0;                   // pulls that carried the row's optimizer state
+  std::uint64_t bytes_out = 0, bytes_in = 0;      // payload, by direction
+  // Payload per kind (scheduler::WireBytes: keys, trainer counts, floats; what ember-sim
+  // predicts from the same counts). Hot rows (fae) are not in it.
+  scheduler::WireBytes bytes;
+  // What the transport carried per kind of request, headers included (PsClient::tally):
+  // also the evaluation's pulls, not the final model dump's.
+  ps::WireTally framed;
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
 };
 

@@ -24,7 +24,10 @@ echo "== table skew and Herald's degree of infrequency (8 workers, 10% cache)"
 "$bin/ember-data" stats --workers 8 --cache-ratio 0.1 "$work/criteo"
 
 echo "== predicted embedding traffic per policy (ember-sim: 4 workers x 128 samples, 10% cache)"
-"$bin/ember-sim" --data "$work/criteo" --workers 4 --policies vanilla,laia,plan,herald --iterations ${EMBER_ITERATIONS:-300} --warmup 0 -q
+# The same flushes as the jobs below (an evaluation every 100 iterations) and their row
+# format (dim 16, Adagrad), so the prediction is what the jobs count on the wire.
+"$bin/ember-sim" --data "$work/criteo" --workers 4 --policies vanilla,laia,plan,herald --iterations ${EMBER_ITERATIONS:-300} --warmup 0 \
+  --eval-every 100 --dim 16 --optimizer adagrad -q
 
 # DLRM with small MLPs so 4 CPU workers train at a useful speed on a laptop-class machine.
 train_args=(--model dlrm --bottom-mlp 64-32 --top-mlp 64-32 --batch-per-worker 128 --cache-ratio 0.1

@@ -47,12 +47,11 @@ struct Scheduler::Scratch {
   std::vector<std::uint16_t> scores;           // sample * W + w
   std::vector<std::uint32_t> worker_of;
   std::vector<TrafficCounts> per_worker;
-  std::vector<std::uint32_t> hot_keys;                 // distinct replicated hot rows of the batch (d of index)
-  std::vector<std::uint8_t> owner_d;                   // d -> latest holder before the iteration
-  std::vector<std::uint8_t> partial_d;                 // d -> had partial holders before the iteration
-  std::vector<std::uint8_t> hot_d;                     // d -> replicated hot row
-  std::vector<std::uint8_t> cold_d;                    // d -> no earlier iteration used the row
-  std::vector<std::vector<std::uint8_t>> pulled_slot;  // worker -> slot -> pulled this iteration (by next use)
+  std::vector<std::uint32_t> hot_keys;  // distinct replicated hot rows of the batch (d of index)
+  std::vector<std::uint8_t> owner_d;    // d -> latest holder before the iteration
+  std::vector<std::uint8_t> partial_d;  // d -> had partial holders before the iteration
+  std::vector<std::uint8_t> hot_d;      // d -> replicated hot row
+  std::vector<std::uint8_t> cold_d;     // d -> no earlier iteration used the row
 };
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -68,8 +67,7 @@ Scheduler::Scheduler(SchedulerConfig config)
   if (c.partitions == 0 || c.batch_per_worker % c.partitions != 0) {
     throw ConfigError("--partitions must divide --batch-per-worker");
   }
-  if (c.eviction != Eviction::kLru && c.lookahead == 0) throw ConfigError("--eviction lookahead needs --lookahead L >= 1");
-  if (c.lookahead > 0 && c.policy.sync() == Sync::kBoundedStaleness) throw ConfigError("--lookahead does not apply to het:S");
+  check_lookahead(c);
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
@@ -152,6 +150,8 @@ void Scheduler::look_ahead(const GlobalBatch& batch) {
 }
 
 std::size_t Scheduler::window_size() const { return window_ ? window_->size() : 0; }
+
+std::uint64_t Scheduler::shown_until() const { return window_ ? window_->end() : iteration_; }
 
 IterationStats Scheduler::schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans) {
   Stopwatch sw;
@@ -410,7 +410,6 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     }
   }
   s.per_worker.assign(W, TrafficCounts{});
-  if (by_next_use) s.pulled_slot.resize(W);
   s.dslot.assign(static_cast<std::size_t>(D) * W, kNoSlot);
 
   // 1. Sync on demand: partial holders of a needed row push their gradients (the PS
@@ -539,17 +538,17 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     }
     if (by_next_use) {
       // Released in the order plain LRU touches them (hits, then pulls): into the LRU
-      // order if no batch of the window needs them, else kept by their next use.
-      auto& pulled = s.pulled_slot[w];
-      if (pulled.size() != lru.capacity()) pulled.assign(lru.capacity(), 0);
-      for (const PullEntry& p : plan.pulls) pulled[p.slot] = 1;
+      // order if no batch of the window needs them, else kept by their next use. The
+      // pulls are the rows without a hit, in the same order.
+      std::size_t next_pull = 0;
       for (const RowRef& row : plan.rows) {
-        if (!pulled[row.slot]) lru.release(row.slot, window_ ? window_->next_use(row.key) : Window::kNever);
+        if (next_pull < plan.pulls.size() && plan.pulls[next_pull].key == row.key) {
+          ++next_pull;
+        } else {
+          lru.release(row.slot, window_->next_use(row.key));
+        }
       }
-      for (const PullEntry& p : plan.pulls) {
-        lru.release(p.slot, window_ ? window_->next_use(p.key) : Window::kNever);
-        pulled[p.slot] = 0;
-      }
+      for (const PullEntry& p : plan.pulls) lru.release(p.slot, window_->next_use(p.key));
     }
     for (std::size_t j = 0; j < kw.size(); ++j) s.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
   };

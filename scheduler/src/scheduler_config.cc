@@ -27,6 +27,17 @@ const char* eviction_name(Eviction e) {
   return "?";
 }
 
+void check_lookahead(const SchedulerConfig& c) {
+  if (c.eviction != Eviction::kLru && c.lookahead == 0) {
+    throw ConfigError("--eviction " + std::string(eviction_name(c.eviction)) + " needs --lookahead L >= 1");
+  }
+  if ((c.lookahead > 0 || c.eviction != Eviction::kLru) && c.policy.sync() == Sync::kBoundedStaleness) {
+    throw ConfigError((c.lookahead > 0 && c.eviction != Eviction::kBelady ? std::string("--lookahead")
+                                                                          : "--eviction " + std::string(eviction_name(c.eviction))) +
+                      " does not apply to " + c.policy.name() + ": its stale copies are kept by version, not by next use");
+  }
+}
+
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
   SchedulerConfig c;
   c.workers = o.workers;
@@ -45,14 +56,14 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.partitions = o.partitions;
   c.lookahead = o.lookahead;
   c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
-  if (c.eviction == Eviction::kBelady && o.for_training) {
-    throw ConfigError("--eviction belady needs the whole future (ember-sim only); training runs lru or lookahead");
+  if (c.eviction == Eviction::kBelady) {
+    if (o.for_training) throw ConfigError("--eviction belady needs the whole future (ember-sim only); training runs lru or lookahead");
+    c.lookahead = static_cast<std::uint32_t>(o.iterations);  // the whole run
+  } else if (c.lookahead > 0 && c.lookahead >= o.iterations) {
+    throw ConfigError("--lookahead " + std::to_string(c.lookahead) + " reaches past the job's " + std::to_string(o.iterations) +
+                      " iterations");
   }
-  if (c.eviction == Eviction::kLookahead && o.lookahead == 0) throw ConfigError("--eviction lookahead needs --lookahead L >= 1");
-  if ((o.lookahead > 0 || c.eviction != Eviction::kLru) && c.policy.sync() == Sync::kBoundedStaleness) {
-    throw ConfigError((o.lookahead > 0 ? std::string("--lookahead") : "--eviction " + std::string(eviction_name(c.eviction))) +
-                      " does not apply to " + c.policy.name() + ": its stale copies are kept by version, not by next use");
-  }
+  check_lookahead(c);
   if (c.policy.replicates_hot_rows()) c.hot = profile_hot_rows(ds, o, c.policy.hot_fraction());
   return c;
 }

@@ -47,12 +47,6 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
                       " global batches; --warmup + --iterations = " + std::to_string(total));
   }
-  if (c.lookahead >= total && c.eviction != Eviction::kBelady) {
-    throw ConfigError("--lookahead " + std::to_string(c.lookahead) + " reaches past the job's " + std::to_string(total) +
-                      " iterations (--warmup + --iterations)");
-  }
-  // Belady sees the whole run.
-  if (c.eviction == Eviction::kBelady) c.lookahead = static_cast<std::uint32_t>(total);
   const std::string policy = c.policy.name();
   const bool flushes = c.policy.sync() != Sync::kBoundedStaleness;
   Scheduler sched(std::move(c));
@@ -66,21 +60,16 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   const auto& offsets = sched.config().table_offsets;
   // The lookahead reads the same batches ahead, with a reader of its own.
   data::BatchReader ahead = global_batch_reader(ds, job);
-  std::uint64_t shown = 0;
+  data::Batch nb;
   const CheckpointSchedule checkpoints(o.checkpoint_every);
   double tables_sum = 0, scoring_sum = 0;
   for (std::uint64_t it = 0; it < total; ++it) {
     if (!reader.next(b)) break;
     to_global_batch(b, offsets, g);
-    if (sched.config().lookahead > 0) {
-      GlobalBatch next;
-      data::Batch nb;
-      for (; shown < total && shown <= it + sched.config().lookahead; ++shown) {
-        if (!ahead.next(nb)) throw Error("ember-sim: the lookahead reader ran out of batches");
-        to_global_batch(nb, offsets, next);
-        sched.look_ahead(next);
-      }
-    }
+    sched.look_ahead_through(it, total, [&](GlobalBatch& next) {
+      if (!ahead.next(nb)) throw Error("ember-sim: the lookahead reader ran out of batches");
+      to_global_batch(nb, offsets, next);
+    });
     IterationStats st = sched.schedule(g, plans);
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);

@@ -8,6 +8,7 @@
 #include <deque>
 #include <vector>
 
+#include "ember/cache/lru_index.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/types.h"
 #include "ember/scheduler/global_batch.h"
@@ -16,7 +17,7 @@ namespace ember::scheduler {
 
 class Window {
  public:
-  static constexpr std::uint32_t kNever = ~std::uint32_t{0};
+  static constexpr std::uint32_t kNever = cache::LruIndex::kNever;
 
   Window(std::uint64_t num_keys, std::uint64_t first_iteration);
 

@@ -70,19 +70,16 @@ void Loader::run() {
     Stream main{reader}, ahead{reader};
     const std::uint64_t first = sched_.config().first_iteration, L = sched_.config().lookahead;
     for (std::uint64_t t = 0; t < first; ++t) main.next(b);  // the batches trained before the checkpoint
-    std::uint64_t shown = first;
     if (L > 0) {
       for (std::uint64_t t = 0; t < first; ++t) ahead.next(b);
     }
     data::Batch nb;
-    scheduler::GlobalBatch ng;
     const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
     for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
-      for (; L > 0 && shown < c_.iterations && shown <= t + L; ++shown) {
+      sched_.look_ahead_through(t, c_.iterations, [&](scheduler::GlobalBatch& next) {
         ahead.next(nb);
-        scheduler::to_global_batch(nb, sched_.config().table_offsets, ng);
-        sched_.look_ahead(ng);
-      }
+        scheduler::to_global_batch(nb, sched_.config().table_offsets, next);
+      });
       main.next(b);
       scheduler::to_global_batch(b, sched_.config().table_offsets, g);
       Handoff h;

@@ -46,10 +46,6 @@ scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const Train
   o.for_training = true;
   o.lookahead = c.lookahead;
   o.eviction = c.eviction;
-  if (c.lookahead > 0 && c.lookahead >= c.iterations) {
-    throw ConfigError("--lookahead " + std::to_string(c.lookahead) + " reaches past the job's " + std::to_string(c.iterations) +
-                      " iterations");
-  }
   return scheduler::make_scheduler_config(ds, o);
 }
 

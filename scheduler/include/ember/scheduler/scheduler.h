@@ -8,6 +8,7 @@
 // workers will, and (4) returns one StepPlan per worker plus the traffic it implies.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +45,17 @@ class Scheduler {
   void look_ahead(const GlobalBatch& batch);
   // Batches shown and not yet scheduled (the one scheduled next included).
   std::size_t window_size() const;
+  // The iteration of the next batch to show (with no lookahead: the next scheduled).
+  std::uint64_t shown_until() const;
+  // Before scheduling iteration t of a job of `end` iterations: shows the batches the
+  // window lacks, up to t + lookahead (not past `end`), each filled by next(batch).
+  template <typename Next>
+  void look_ahead_through(std::uint64_t t, std::uint64_t end, Next&& next) {
+    for (std::uint64_t until = std::min<std::uint64_t>(end, t + config_.lookahead + 1); config_.lookahead > 0 && shown_until() < until;) {
+      next(lookahead_batch_);
+      look_ahead(lookahead_batch_);
+    }
+  }
 
   // Schedules the next global batch: fills plans[w] for every worker and returns the
   // iteration's traffic. Throws ConfigError when a micro-batch's distinct rows exceed
@@ -98,6 +110,7 @@ class Scheduler {
   std::vector<std::uint32_t> scored_tables_;
   double table_cost_ms_ = 0;        // EMA of scoring time per table per batch
   std::unique_ptr<Window> window_;  // lookahead only
+  GlobalBatch lookahead_batch_;     // look_ahead_through's, reused
   std::unique_ptr<Scratch> scratch_;
 };
 

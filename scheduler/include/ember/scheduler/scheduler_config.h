@@ -70,8 +70,8 @@ struct SchedulerOptions {
   std::vector<std::uint64_t> table_rows;
   // Refuse simulator-only policies (brute) with the message a training job gives.
   bool for_training = false;
-  // Lookahead: batches seen beyond the one scheduled, and the eviction they drive
-  // ("auto": lookahead when lookahead > 0, else lru).
+  // Lookahead: batches seen beyond the one scheduled (less than `iterations`), and the
+  // eviction they drive ("auto": lookahead when lookahead > 0, else lru).
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
 };
@@ -80,10 +80,14 @@ struct SchedulerOptions {
 // over the job's batches when the policy replicates them). Throws ConfigError for an
 // unknown policy, a cache ratio outside (0, 1], table_rows of the wrong size, a global
 // batch larger than the training split (when profiling), or a simulator-only policy
-// with for_training, and lookahead settings that cannot apply (lookahead eviction
-// without a window, belady in training, any lookahead with het:S). The Scheduler's
-// constructor checks the rest.
+// with for_training, and lookahead settings that cannot apply (a window reaching past
+// o.iterations, belady in training, check_lookahead's). Belady's window is the whole
+// run (o.iterations). The Scheduler's constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
+
+// ConfigError for an eviction by next use without a window, or any lookahead with
+// bounded-staleness sync (het:S). make_scheduler_config and the Scheduler call it.
+void check_lookahead(const SchedulerConfig& c);
 
 // Global key offsets per table: from `table_rows` when given (each at least the
 // manifest's rows), else from the manifest. The last element is the key space size.

@@ -17,8 +17,6 @@ PsExchange::PsExchange(ps::PsClient& client, transport::ControlMember& control, 
       control_(control),
       cache_(cache),
       wire_(wire),
-      dim_(dim),
-      state_(state_floats),
       row_{dim, state_floats},
       partial_iter_(cache_rows, 0),
       partial_trainers_(cache_rows, 0) {}
@@ -59,7 +57,7 @@ void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
     std::vector<Key> keys;
     std::vector<std::uint32_t> slots;
     std::vector<float> rows;
-    rows.reserve(p.push_values.size() * (dim_ + state_));
+    rows.reserve(p.push_values.size() * (row_.dim + row_.state));
     for (const auto& v : p.push_values) {
       keys.push_back(v.key);
       slots.push_back(v.slot);
@@ -89,6 +87,7 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     std::vector<Key> evicted_keys;
     std::vector<std::uint32_t> evicted_slots;
     std::vector<float> evicted_rows;
+    std::uint64_t evicted_partials = 0;
     // Rows the worker applies the optimizer to itself come with their state; the rest
     // (shared rows: their gradients go to the PS) without it.
     Pulled with_state, without_state;
@@ -103,10 +102,10 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
       } else if (e.kind == EvictKind::kPartial) {
         take_grad(e.slot, evicted_grads);
         ++wire_.push_evict;
-        wire_.bytes.push_evict += scheduler::grad_bytes(1, row_);
+        ++evicted_partials;
       }
     }
-    wire_.bytes.push_evict += scheduler::value_bytes(evicted_keys.size(), row_);
+    wire_.bytes.push_evict += scheduler::value_bytes(evicted_keys.size(), row_) + scheduler::grad_bytes(evicted_partials, row_);
     // Write-backs, evicted gradients and the pulls in flight together: one round trip.
     std::vector<ps::PsFuture> sent;
     if (!evicted_keys.empty()) {

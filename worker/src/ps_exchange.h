@@ -75,8 +75,7 @@ class PsExchange {
   transport::ControlMember& control_;
   RowCache& cache_;
   WireCounts& wire_;
-  std::uint32_t dim_, state_;
-  scheduler::RowFormat row_;
+  scheduler::RowFormat row_;                     // dim and state floats of a row
   std::vector<std::uint64_t> partial_iter_;      // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
 };

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--eviction", o.scheduler.eviction, "auto, lru, lookahead or belady (auto: lookahead when --lookahead > 0)")
       ->capture_default_str();
+  app.add_flag("--prefetch", o.scheduler.prefetch,
+               "mark the pulls a worker may make during the previous iteration (counted as prefetched)");
   app.add_option("--eval-every", o.eval_every, "the job's evaluations: flush after every N iterations (0 = at the end only)")
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
@@ -142,9 +144,9 @@ int main(int argc, char** argv) {
     if (!json) {
       std::cout << fmt::format(
           "{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up; "
-          "lookahead {}, eviction {}\n",
+          "lookahead {}, eviction {}{}\n",
           o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows, o.scheduler.cache_ratio, total_rows,
-          ds.num_tables(), o.iterations, o.warmup, o.scheduler.lookahead, o.scheduler.eviction);
+          ds.num_tables(), o.iterations, o.warmup, o.scheduler.lookahead, o.scheduler.eviction, o.scheduler.prefetch ? ", prefetch" : "");
       std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
     }
@@ -177,6 +179,8 @@ int main(int argc, char** argv) {
                                     {"scoring_ms_per_batch", r.scoring_ms_mean},
                                     {"scheduler_bytes", r.scheduler_bytes},
                                     {"pull_state", t.pull_state},
+                                    {"prefetched", t.prefetched},
+                                    {"prefetch", o.scheduler.prefetch},
                                     {"flush_grad", t.flush_grad},
                                     {"flush_value", t.flush_value},
                                     {"lookahead", o.scheduler.lookahead},

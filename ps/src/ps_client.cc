@@ -270,8 +270,8 @@ void PsClient::complete_front(std::uint32_t lane) {
   }
 }
 
-PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration,
-                              Dedup dedup) {
+PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration, Dedup dedup,
+                              Pull when) {
   const std::uint32_t S = lanes(), per = with_state ? dim_ + state_ : dim_;
   const std::size_t n = keys.size();
   out.resize(n * per);
@@ -283,7 +283,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.op = op;
     e.pull = true;
     e.per = per;
-    e.flags = with_state ? kWithState : 0;
+    e.flags = (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0);
     e.iteration = iteration;
     e.wire = &tally_.pull;
   }

@@ -39,11 +39,17 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       const std::uint32_t per = with_state ? rf : dim;
       if (h.value_count != 0) throw ProtocolError("pull with values");
       const std::int64_t committed = committed_.load();
-      if (h.iteration > 0 && static_cast<std::int64_t>(h.iteration) > committed) {
+      std::span<const Key> keys(req.keys, h.key_count);
+      if ((h.flags & kPrefetch) != 0) {
+        if (h.iteration == 0 || static_cast<std::int64_t>(h.iteration) > committed + 1) {
+          throw ProtocolError("prefetch for iteration " + std::to_string(h.iteration) +
+                              " before the commit of the one before (last committed " + std::to_string(committed) + ")");
+        }
+        store_.lend_ahead(keys, h.iteration);
+      } else if (h.iteration > 0 && static_cast<std::int64_t>(h.iteration) > committed) {
         throw ProtocolError("pull for iteration " + std::to_string(h.iteration) + " before its commit (last committed " +
                             std::to_string(committed) + ")");
       }
-      std::span<const Key> keys(req.keys, h.key_count);
       reply.header.type = MessageType::kPullReply;
       reply.header.flags = h.flags;
       reply.value_count = h.key_count * per;
@@ -120,6 +126,7 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       std::lock_guard<std::mutex> lock(commit_mutex_);
       // Published after the rows left the push path: a pull of this iteration sees them.
       committed_ = std::max(committed_.load(), it);
+      store_.end_lending(h.iteration);  // rows prefetched for it may be updated again
       if (checkpoint && it > checkpointed_.load()) {
         checkpointed_ = it;  // this iteration's, written or not: once
         write_checkpoint(h.iteration);

@@ -175,6 +175,9 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
       chunk_count_(o.chunk_count_),
       initialized_(std::move(o.initialized_)),
       initialized_count_(o.initialized_count_.load()),
+      lent_(std::move(o.lent_)),
+      lending_(o.lending_.load()),
+      lent_rows_(std::move(o.lent_rows_)),
       stripes_(std::move(o.stripes_)),
       applier_(std::move(o.applier_)) {  // jobs name their store: moved only while none is in flight
   o.chunk_count_ = 0;
@@ -343,9 +346,50 @@ void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
   for (std::size_t i = 0; i < keys.size(); ++i) out[i] = read_row(keys[i]);
 }
 
+void ShardStore::lend_ahead(std::span<const Key> keys, std::uint64_t iteration) {
+  for (Key k : keys) check_key(k);
+  std::lock_guard<std::mutex> lock(lent_mu_);
+  if (!lent_) {
+    lent_ = std::make_unique<std::atomic<std::uint8_t>[]>(local_rows_);
+    lending_.store(true, std::memory_order_release);
+  }
+  for (Key k : keys) {
+    read_row(k);  // an update in flight is applied first
+    const std::uint64_t local = local_of(k);
+    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) {
+      throw ProtocolError("prefetch of key " + std::to_string(k) + " for iteration " + std::to_string(iteration) +
+                          ": an update of it is not applied yet, so its row is not final");
+    }
+  }
+  for (Key k : keys) {
+    const std::uint64_t local = local_of(k);
+    if (lent_[local].exchange(1, std::memory_order_acq_rel) == 0) lent_rows_.emplace_back(local, iteration);
+  }
+}
+
+void ShardStore::end_lending(std::uint64_t iteration) {
+  if (!lending_.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(lent_mu_);
+  std::erase_if(lent_rows_, [&](const std::pair<std::uint64_t, std::uint64_t>& r) {
+    if (r.second > iteration) return false;
+    lent_[r.first].store(0, std::memory_order_release);
+    return true;
+  });
+}
+
+void ShardStore::check_not_lent_slow(std::span<const Key> keys, const char* what) const {
+  for (Key k : keys) {
+    if (k < config_.num_keys && owns(k) && lent_[local_of(k)].load(std::memory_order_acquire) != 0) {
+      throw ProtocolError(std::string(what) + ": key " + std::to_string(k) +
+                          " was prefetched for an iteration not yet committed (the copy served would miss this update)");
+    }
+  }
+}
+
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
                            std::shared_ptr<const void> grads_owner) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
+  check_not_lent(keys, "push-grad");
   // The common case first, in one pass: every row idle and complete with this push (one
   // trainer). Claim each row (idle to aggregating by compare-and-swap: of two claims one
   // wins), then append the whole request to one stripe's ready list: ready rows need no
@@ -509,6 +553,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
 }
 
 void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
+  check_not_lent(keys, "push-value");
   for (Key k : keys) {
     check_key(k);
     read_row(k);

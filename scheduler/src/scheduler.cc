@@ -94,6 +94,7 @@ Scheduler::Scheduler(SchedulerConfig config)
   doi_.assign(tables_, 0.0);
   if (c.budget_ms > 0) access_.assign(c.num_keys, 0);
   seen_.assign((c.num_keys + 7) / 8, 0);
+  if (c.prefetch) pushed_.assign((c.num_keys + 7) / 8, 0);
 }
 
 Scheduler::~Scheduler() = default;
@@ -107,6 +108,9 @@ Scheduler::Scheduler(const Scheduler& o)
       copy_version_(o.copy_version_),
       access_(o.access_),
       seen_(o.seen_),
+      pushed_(o.pushed_),
+      pushed_keys_(o.pushed_keys_),
+      planned_(o.planned_),
       doi_(o.doi_),
       scored_tables_(o.scored_tables_),
       table_cost_ms_(o.table_cost_ms_),
@@ -116,8 +120,8 @@ Scheduler::Scheduler(const Scheduler& o)
 }
 
 std::size_t Scheduler::memory_bytes() const {
-  std::size_t b =
-      loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) + seen_.capacity();
+  std::size_t b = loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) +
+                  seen_.capacity() + pushed_.capacity();
   for (const auto& l : lru_) b += l->memory_bytes();
   for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
   if (window_) b += window_->memory_bytes();
@@ -437,12 +441,14 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
           ++s.per_worker[w].push_grad;
         });
         loc_.set_partial(k, 0);
+        if (config_.prefetch) note_pushed(k);
       }
       std::uint8_t o = s.owner_d[d];
       if (o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0 && loc_.dirty(k)) {
         plans[o].push_values.push_back({k, lru_[o]->find(k)});
         ++s.per_worker[o].push_value;
         loc_.set_clean(k);
+        if (config_.prefetch) note_pushed(k);
       }
     }
   }
@@ -451,6 +457,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   //    refreshed first, then missing rows pulled, in order of first appearance, so a row
   //    needed now is never evicted for another.
   const std::uint32_t S = policy.staleness();
+  const bool prefetch = config_.prefetch && planned_;
   auto pull_worker = [&](std::uint32_t w) {
     cache::LruIndex& lru = *lru_[w];
     StepPlan& plan = plans[w];
@@ -531,8 +538,10 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       }
       row.slot = pull.slot;
       pull.with_state = bounded_staleness || !row.shared();
+      pull.prefetch = prefetch && !was_pushed(k);
       plan.pulls.push_back(pull);
       ++c.pulls;
+      c.prefetched += pull.prefetch;
       c.pull_state += pull.with_state;
       c.cold_pulls += s.cold_d[kw[j]];
     }
@@ -556,6 +565,17 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     tbb::parallel_for(0u, W, pull_worker);
   } else {
     for (std::uint32_t w = 0; w < W; ++w) pull_worker(w);
+  }
+  if (config_.prefetch) {
+    // From here on, what changes the PS's rows before the next iteration's pulls: this
+    // iteration's evictions (below), its end pushes (step 3), a flush, the next sync.
+    for (Key k : pushed_keys_) pushed_[k >> 3] = 0;
+    pushed_keys_.clear();
+    for (const StepPlan& plan : plans) {
+      for (const PullEntry& p : plan.pulls) {
+        if (p.kind == EvictKind::kDirty || p.kind == EvictKind::kPartial) note_pushed(p.evicted);
+      }
+    }
   }
 
   // 3. Train: a sole trainer ends with the latest (dirty) copy; several trainers each
@@ -614,6 +634,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
         plans[w].end_pushes.push_back({k, slot_of(w)});
         ++s.per_worker[w].push_grad;
       });
+      if (config_.prefetch) note_pushed(k);
       if (sole) {
         loc_.set_owner(k, w0, false);
       } else {
@@ -629,6 +650,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   for (const auto& c : s.per_worker) st.traffic += c;
   st.traffic.hot_sync = s.hot_keys.size();
   ++iteration_;
+  planned_ = true;
   return st;
 }
 
@@ -660,6 +682,10 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     for (const KeySlot& g : plan.push_grads) {
       lru.erase(g.key);
       loc_.clear_partial_bit(g.key, w);
+    }
+    if (config_.prefetch) {
+      for (const KeySlot& v : plan.push_values) note_pushed(v.key);
+      for (const KeySlot& g : plan.push_grads) note_pushed(g.key);
     }
   }
   return c;

@@ -36,6 +36,9 @@ void check_lookahead(const SchedulerConfig& c) {
                                                                           : "--eviction " + std::string(eviction_name(c.eviction))) +
                       " does not apply to " + c.policy.name() + ": its stale copies are kept by version, not by next use");
   }
+  if (c.prefetch && c.policy.sync() == Sync::kBoundedStaleness) {
+    throw ConfigError("--prefetch does not apply to " + c.policy.name() + ": its pulls refresh stale copies by version");
+  }
 }
 
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
@@ -56,6 +59,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.partitions = o.partitions;
   c.lookahead = o.lookahead;
   c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
+  c.prefetch = o.prefetch;
   if (c.eviction == Eviction::kBelady) {
     if (o.for_training) throw ConfigError("--eviction belady needs the whole future (ember-sim only); training runs lru or lookahead");
     c.lookahead = static_cast<std::uint32_t>(o.iterations);  // the whole run

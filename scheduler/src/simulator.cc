@@ -31,8 +31,10 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
     for (const KeySlot& ks : *list) h = mix64(h ^ ks.key) ^ ks.slot;
     h = mix64(h + list->size());
   }
-  for (const PullEntry& e : p.pulls)
+  for (const PullEntry& e : p.pulls) {
     h = mix64(mix64(h ^ e.key) ^ (static_cast<std::uint64_t>(e.slot) << 8 | static_cast<std::uint8_t>(e.kind)) ^ e.evicted);
+    if (e.prefetch) h = mix64(h ^ 0x9f);  // (plans without prefetch hash as before)
+  }
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
   return h;
 }

@@ -23,6 +23,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   hot_sync += o.hot_sync;
   cold_pulls += o.cold_pulls;
   pull_state += o.pull_state;
+  prefetched += o.prefetched;
   evict_partial += o.evict_partial;
   flush_grad += o.flush_grad;
   flush_value += o.flush_value;

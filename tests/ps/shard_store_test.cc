@@ -273,6 +273,33 @@ INSTANTIATE_TEST_SUITE_P(Commits, ConcurrentStoreTest, ::testing::Values(0u, 1u,
   return i.param == 0 ? std::string("Inline") : "Async" + std::to_string(i.param) + "Appliers";
 });
 
+// A prefetch (rows served for iteration t before commit(t)) must get the row t gets: the
+// store refuses one whose row has an update pending, and refuses any update of a
+// prefetched row until commit(t) ends the lending.
+TEST(ShardStore, PrefetchedRowsAreFinalUntilTheirIterationsCommit) {
+  ShardStore s(store_config(OptimizerKind::kSgd, 0, 1));
+  const std::vector<Key> a{1, 2}, b{3};
+  const std::vector<std::uint32_t> one{1}, two{2};
+  std::vector<float> g(kDim, 0.5f), row(s.row_floats(), 0.25f);
+  // Key 3 has half of a two-trainer aggregation: its row is not final.
+  s.push_grad(4, b, two, g.data());
+  EXPECT_THROW(s.lend_ahead(b, 5), ProtocolError);
+  s.push_grad(4, b, two, g.data());
+  s.commit();
+  EXPECT_NO_THROW(s.lend_ahead(b, 5));
+  // Lent for iteration 5: no gradient and no write-back of 1, 2 or 3 until commit(5).
+  s.lend_ahead(a, 5);
+  EXPECT_THROW(s.push_grad(4, std::vector<Key>{2}, one, g.data()), ProtocolError);
+  EXPECT_THROW(s.push_value(std::vector<Key>{3}, row.data()), ProtocolError);
+  EXPECT_NO_THROW(s.push_grad(4, std::vector<Key>{7}, one, g.data()));  // not lent
+  s.end_lending(4);                                                     // commit(4), late: not the one
+  EXPECT_THROW(s.push_grad(5, std::vector<Key>{1}, one, g.data()), ProtocolError);
+  s.end_lending(5);
+  EXPECT_NO_THROW(s.push_grad(5, std::vector<Key>{1}, one, g.data()));
+  EXPECT_NO_THROW(s.push_value(std::vector<Key>{3}, row.data()));
+  EXPECT_EQ(s.commit(), 2u);  // keys 7 and 1
+}
+
 TEST(ShardStore, BadRequestsAreRefusedWithoutChangingAnything) {
   ShardStore s(store_config(OptimizerKind::kAdagrad, 1, 2));
   Key keys[2] = {3, 4};  // 4 belongs to shard 0

@@ -247,6 +247,83 @@ TEST(Scheduler, LookaheadWindowIsCheckedAgainstTheBatchScheduled) {
   EXPECT_EQ(s.window_size(), 1u);
 }
 
+// Prefetch, against the contract stated on its own: a pull of iteration t+1 is marked
+// exactly when no worker pushes its row to the PS after t's pulls and before t+1's
+// (t's evictions and end pushes, a flush between, t+1's sync pushes), so the PS copy the
+// worker reads during t is the one t+1 would read. Nothing else in the plans changes.
+TEST(Scheduler, PrefetchMarksExactlyTheRowsNoPushChangesBeforeTheirPull) {
+  for (const char* policy : {"herald", "vanilla", "plan", "laia", "fae:0.02"}) {
+    for (std::uint32_t L : {0u, 2u}) {
+      Workload a, b;
+      const std::uint32_t W = 4, B = 6, cache = 40;
+      SchedulerConfig on = config(policy, W, B, cache, a), off = config(policy, W, B, cache, b);
+      if (parse_policy(policy).replicates_hot_rows()) {
+        on.hot.assign(a.num_keys, 0);
+        for (Key k = 0; k < 4; ++k) on.hot[k] = 1;  // the tiny table
+        off.hot = on.hot;
+      }
+      on.prefetch = true;
+      on.lookahead = off.lookahead = L;
+      on.eviction = off.eviction = L > 0 ? Eviction::kLookahead : Eviction::kLru;
+      Scheduler s(on), plain(off);
+      std::vector<GlobalBatch> batches;
+      for (int it = 0; it < 160; ++it) batches.push_back(a.next(W * B, static_cast<std::uint64_t>(it)));
+      std::vector<StepPlan> plans, plain_plans, flushed;
+      std::set<Key> pushed;  // since the last iteration's pulls
+      std::uint64_t marked = 0, unmarked = 0, evictions = 0;
+      std::size_t shown = 0;
+      for (std::size_t it = 0; it < batches.size(); ++it) {
+        for (; L > 0 && shown < batches.size() && shown <= it + L; ++shown) {
+          s.look_ahead(batches[shown]);
+          plain.look_ahead(batches[shown]);
+        }
+        const TrafficCounts got = s.schedule(batches[it], plans).traffic;
+        const TrafficCounts want = plain.schedule(batches[it], plain_plans).traffic;
+        expect_same_counts(got, want, static_cast<int>(it));
+        for (const StepPlan& p : plans) {
+          for (const KeySlot& g : p.push_grads) pushed.insert(g.key);
+          for (const KeySlot& v : p.push_values) pushed.insert(v.key);
+        }
+        std::uint64_t here = 0;
+        for (std::uint32_t w = 0; w < W; ++w) {
+          ASSERT_EQ(plans[w].pulls.size(), plain_plans[w].pulls.size());
+          for (std::size_t j = 0; j < plans[w].pulls.size(); ++j) {
+            const PullEntry& e = plans[w].pulls[j];
+            ASSERT_EQ(e.key, plain_plans[w].pulls[j].key);
+            ASSERT_EQ(e.slot, plain_plans[w].pulls[j].slot);
+            ASSERT_FALSE(plain_plans[w].pulls[j].prefetch);
+            const bool want_mark = it > 0 && pushed.count(e.key) == 0;
+            ASSERT_EQ(e.prefetch, want_mark) << policy << " L=" << L << " iteration " << it << " worker " << w << " key " << e.key;
+            here += e.prefetch;
+          }
+        }
+        ASSERT_EQ(got.prefetched, here);
+        marked += here;
+        unmarked += got.pulls - here;
+        pushed.clear();
+        for (const StepPlan& p : plans) {
+          for (const PullEntry& e : p.pulls) {
+            evictions += e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial;
+            if (e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial) pushed.insert(e.evicted);
+          }
+          for (const KeySlot& e : p.end_pushes) pushed.insert(e.key);
+        }
+        if (it % 25 == 24) {
+          s.flush(flushed);
+          plain.flush(plain_plans);
+          for (const StepPlan& p : flushed) {
+            for (const KeySlot& g : p.push_grads) pushed.insert(g.key);
+            for (const KeySlot& v : p.push_values) pushed.insert(v.key);
+          }
+        }
+      }
+      EXPECT_GT(marked, 100u) << policy;
+      EXPECT_GT(unmarked, 100u) << policy << ": the workload must push rows that are pulled next";
+      if (parse_policy(policy).sync() == Sync::kOnDemand) EXPECT_GT(evictions, 10u) << policy;
+    }
+  }
+}
+
 TEST(Scheduler, HetWithZeroStalenessIsVanilla) {
   Workload a, b;
   Scheduler v(config("vanilla", 4, 6, 60, a)), h(config("het:0", 4, 6, 60, b));
@@ -465,6 +542,9 @@ TEST(Scheduler, ImpossibleConfigurationsAreConfigErrors) {
   EXPECT_THROW(parse_policy("het:x"), ConfigError);
   EXPECT_THROW(parse_policy("fae:1.5"), ConfigError);
   EXPECT_THROW(Scheduler(config("brute", 4, 2, 20, wl)), ConfigError);
+  SchedulerConfig het = config("het:1", 4, 2, 20, wl);
+  het.prefetch = true;  // its pulls refresh stale copies: not planned by pushes
+  EXPECT_THROW(Scheduler{het}, ConfigError);
   Scheduler ok(config("vanilla", 2, 4, 30, wl));
   EXPECT_THROW(ok.schedule(wl.next(6, 0), plans), ConfigError);  // not W x B samples
 }

@@ -51,6 +51,8 @@ struct JobOptions {
   std::string dense_optimizer = "sgd";
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
+  bool prefetch = false, overlap_allreduce = false;
+  std::uint64_t eval_every = 0;                   // flushes (ember-sim replays them)
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
@@ -142,6 +144,9 @@ class Training : public test::TempDirTest {
                                   std::to_string(o.lookahead),
                                   "--eviction",
                                   o.eviction};
+    if (o.prefetch) a.push_back("--prefetch");
+    if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
+    if (o.overlap_allreduce) a.push_back("--overlap-allreduce");
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -219,8 +224,8 @@ class Training : public test::TempDirTest {
       for (std::string line; std::getline(in, line);) {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
-        for (const char* k :
-             {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "pull_state", "flush_grad", "flush_value"})
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "pull_state", "prefetched",
+                              "flush_grad", "flush_value"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
         if (w == 0) r.auc = j.at("auc");
@@ -353,11 +358,14 @@ class Training : public test::TempDirTest {
                             std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " +
                             o.cache_ratio + " --iterations " + std::to_string(o.iterations) + " --warmup 0 --seed " +
                             std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) + " --eviction " + o.eviction +
-                            " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + " --json -q 2>/dev/null";
+                            " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
+                            " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
     EXPECT_EQ(test::run_command(cmd, out), 0) << out;
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
-    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "flush_grad", "flush_value"}) m[k] = j.at(k);
+    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value"}) {
+      m[k] = j.at(k);
+    }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
     return m;
   }
@@ -414,9 +422,11 @@ TEST_F(Training, SchedulerTrainsTheBspModelWithFewerRowsAndTheSimulatorsCounts) 
   EXPECT_LE(h.auc, 1.0);
 }
 
-// Lookahead eviction (a cache small enough to evict): the same model as one process with
-// SGD and Adagrad over 2 shards, and rows, pulls with state, flushes and payload bytes on
-// the wire as ember-sim predicts, kind by kind.
+// Every lookahead mechanism at once: eviction by next use (a cache small enough to evict),
+// prefetched pulls and the all-reduce overlapped with the PS exchange. The same model as
+// one process with SGD and Adagrad over 2 shards (whose stores refuse any pull of a row
+// an uncommitted update will change), and rows, pulls with state, prefetches, flushes
+// and payload bytes on the wire as ember-sim predicts, kind by kind.
 TEST_F(Training, LookaheadTrainsTheBspModelWithTheSimulatorsCounts) {
   const fs::path data = dataset();
   for (const char* optimizer : {"sgd", "adagrad"}) {
@@ -427,10 +437,15 @@ TEST_F(Training, LookaheadTrainsTheBspModelWithTheSimulatorsCounts) {
     o.cache_ratio = "0.06";
     o.lookahead = 2;
     o.eviction = "lookahead";
-    const std::string what = std::string("herald + lookahead 2, ") + optimizer;
+    o.prefetch = true;
+    o.overlap_allreduce = true;
+    o.eval_every = 7;  // flushes between prefetches
+    const std::string what = std::string("herald + lookahead 2 + prefetch + overlap, ") + optimizer;
     JobResult job = run_job_like_one_process(data, o, std::string("lookahead-") + optimizer, what);
     auto sim = simulate(data, o);
     EXPECT_GT(sim["push_evict"], 0u) << "the cache must be small enough to evict";
+    EXPECT_GT(sim["prefetched"], sim["pulls"] / 4) << "most pulls of rows nobody just trained are prefetched";
+    EXPECT_LT(sim["prefetched"], sim["pulls"]) << "rows pushed since the last pulls are not";
     for (const auto& [k, n] : sim) EXPECT_EQ(job.wire[k], n) << what << ": " << k << " on the wire vs ember-sim";
     if (o.optimizer == "adagrad") {
       EXPECT_LT(sim["pull_state"], sim["pulls"]) << "shared rows are pulled without their state";

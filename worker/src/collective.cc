@@ -34,7 +34,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
     auto nccl = c10d::ProcessGroupNCCL::Options::create();
     nccl->timeout = timeout;
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(c.workers), nccl);
-    allreduce_ = [pg, store](std::vector<torch::Tensor>& t) { pg->allreduce(t)->wait(); };
+    start_ = [pg, store](std::vector<torch::Tensor>& t) -> std::function<void()> { return [work = pg->allreduce(t)] { work->wait(); }; };
     on_device_ = true;
     return;
   }
@@ -43,7 +43,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c.gloo_host));
   opts->timeout = timeout;
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(c.workers), opts);
-  allreduce_ = [pg, store](std::vector<torch::Tensor>& t) { pg->allreduce(t)->wait(); };
+  start_ = [pg, store](std::vector<torch::Tensor>& t) -> std::function<void()> { return [work = pg->allreduce(t)] { work->wait(); }; };
 }
 
 }  // namespace ember::worker

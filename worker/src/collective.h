@@ -17,14 +17,17 @@ class Collective {
  public:
   Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device);
   // Sums `tensors` over the workers, in place.
-  void allreduce(std::vector<torch::Tensor>& tensors) { allreduce_(tensors); }
+  void allreduce(std::vector<torch::Tensor>& tensors) { start_(tensors)(); }
+  // The same, started now (c10d runs it on its own threads); the sum is in place once
+  // the returned function, called once, returns. `tensors` must live until then.
+  std::function<void()> start_allreduce(std::vector<torch::Tensor>& tensors) { return start_(tensors); }
   // Whether allreduce takes tensors on the device (NCCL) rather than on the host (Gloo).
   bool on_device() const { return on_device_; }
 
  private:
   // A function holding the process group and its store, not a group pointer: the
   // groups' base classes differ between LibTorch versions.
-  std::function<void(std::vector<torch::Tensor>&)> allreduce_;
+  std::function<std::function<void()>(std::vector<torch::Tensor>&)> start_;
   bool on_device_ = false;
 };
 

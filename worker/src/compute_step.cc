@@ -1,5 +1,7 @@
 #include "compute_step.h"
 
+#include <utility>
+
 namespace ember::worker {
 
 ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
@@ -55,35 +57,41 @@ void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of,
   emb_grad_ = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
 }
 
-double ComputeStep::allreduce(WireCounts& wire) {
+void ComputeStep::start_allreduce() {
   if (!hot_pos_.empty()) hot_.add_grads(hot_h_, emb_grad_.index_select(0, hot_idx_).to(torch::kCPU));
   std::vector<torch::Tensor> parts;
   for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
   parts.push_back(loss_.detach().reshape(1));
   if (!hot_.empty()) hot_.append_to(parts, device_);
   // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
-  // host (with NCCL it stays on the device).
-  std::vector<torch::Tensor> flat{collective_.on_device() ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU)};
-  collective_.allreduce(flat);
+  // host (with NCCL it stays on the device). One flat tensor, whether or not the sum
+  // overlaps anything: the same sums, so the same model.
+  flat_.assign(1, collective_.on_device() ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU));
+  reduced_ = collective_.start_allreduce(flat_);
+}
+
+double ComputeStep::finish_allreduce(WireCounts& wire) {
+  std::exchange(reduced_, nullptr)();
   std::int64_t off = 0;
   for (auto& param : model_.parameters()) {
     const std::int64_t k = param.numel();
-    param.mutable_grad().copy_(flat[0].narrow(0, off, k).view_as(param));  // copy_ moves it back to the device
+    param.mutable_grad().copy_(flat_[0].narrow(0, off, k).view_as(param));  // copy_ moves it back to the device
     off += k;
   }
-  const double loss = flat[0][off].item<double>();
-  if (!hot_.empty()) wire.hot_sync += hot_.apply(flat[0], off + 1, sparse_);
+  const double loss = flat_[0][off].item<double>();
+  if (!hot_.empty()) wire.hot_sync += hot_.apply(flat_[0], off + 1, sparse_);
+  flat_.clear();
+  optimizer_.step();
   return loss;
 }
 
-void ComputeStep::update(RowCache& cache) {
-  optimizer_.step();
+void ComputeStep::update_rows(RowCache& cache) {
   if (hot_pos_.empty()) {
     cache.scatter_add_grad(slots_, emb_grad_);
   } else if (!cold_pos_.empty()) {
     cache.scatter_add_grad(slots_, emb_grad_.index_select(0, cold_idx_));
   }
-  // The step's graph and gradients are not needed past here.
+  // The step's graph and row gradients are not needed past here (the loss is in flat_).
   loss_ = torch::Tensor();
   emb_grad_ = torch::Tensor();
 }

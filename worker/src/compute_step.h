@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "collective.h"
@@ -27,11 +28,16 @@ class ComputeStep {
 
   // Gather, forward, backward of step `s` (row_of: index_rows of its plan).
   void forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache);
-  // Sums the dense gradients, the loss and the hot rows' gradients over the workers,
-  // and updates the hot rows; returns the global batch's mean loss.
-  double allreduce(WireCounts& wire);
-  // The dense optimizer's step; the row gradients into the cache.
-  void update(RowCache& cache);
+  // Starts summing the dense gradients, the loss and the hot rows' gradients over the
+  // workers (c10d's threads carry it on meanwhile).
+  void start_allreduce();
+  // Waits for that sum, then updates the hot rows and takes the dense optimizer's step;
+  // returns the global batch's mean loss.
+  double finish_allreduce(WireCounts& wire);
+  // Whether an all-reduce is started and not finished.
+  bool allreduce_pending() const { return static_cast<bool>(reduced_); }
+  // The row gradients into the cache (they do not wait for the all-reduce).
+  void update_rows(RowCache& cache);
 
  private:
   CtrModel& model_;
@@ -46,6 +52,9 @@ class ComputeStep {
   std::vector<std::uint32_t> slots_, hot_h_;
   std::vector<std::int64_t> cold_pos_, hot_pos_;
   torch::Tensor cold_idx_, hot_idx_, emb_grad_, loss_;
+  // The all-reduce in flight: its flat tensor and what completes it.
+  std::vector<torch::Tensor> flat_;
+  std::function<void()> reduced_;
 };
 
 }  // namespace ember::worker

@@ -1,5 +1,7 @@
 #include "ps_exchange.h"
 
+#include "ember/common/error.h"
+
 namespace ember::worker {
 
 using scheduler::EvictKind;
@@ -80,6 +82,32 @@ CommitNews PsExchange::commit(std::uint64_t iteration, std::uint32_t flags) {
   return {f.checkpoints_at(), f.stop_at()};
 }
 
+void PsExchange::Pulled::start(ps::PsClient& client, bool with_state, std::uint64_t t, ps::PsClient::Pull when) {
+  if (!keys.empty()) sent = client.start_pull(keys, rows, with_state, t, ps::PsClient::Dedup::kNo, when);
+}
+
+void PsExchange::Pulled::fill(RowCache& cache, bool with_state) {
+  if (sent.valid()) sent.wait();
+  sent = ps::PsFuture();
+  cache.fill(slots, keys, rows.data(), with_state);
+}
+
+void PsExchange::prefetch(const StepPlan& next, std::uint64_t t) {
+  ahead_state_.clear();
+  ahead_plain_.clear();
+  ahead_count_ = 0;
+  for (const auto& e : next.pulls) {
+    if (!e.prefetch) continue;
+    Pulled& into = e.with_state ? ahead_state_ : ahead_plain_;
+    into.keys.push_back(e.key);
+    into.slots.push_back(e.slot);
+    ++ahead_count_;
+  }
+  ahead_for_ = t + 1;
+  ahead_state_.start(client_, true, t + 1, ps::PsClient::Pull::kAhead);
+  ahead_plain_.start(client_, false, t + 1, ps::PsClient::Pull::kAhead);
+}
+
 void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
   if (!p.pulls.empty()) {
     // Evicted rows' data is copied out first: the pull overwrites their slots.
@@ -91,10 +119,15 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     // Rows the worker applies the optimizer to itself come with their state; the rest
     // (shared rows: their gradients go to the PS) without it.
     Pulled with_state, without_state;
+    std::uint64_t prefetched = 0;
     for (const auto& e : p.pulls) {
-      Pulled& into = e.with_state ? with_state : without_state;
-      into.keys.push_back(e.key);
-      into.slots.push_back(e.slot);
+      if (e.prefetch) {
+        ++prefetched;
+      } else {
+        Pulled& into = e.with_state ? with_state : without_state;
+        into.keys.push_back(e.key);
+        into.slots.push_back(e.slot);
+      }
       if (e.kind == EvictKind::kDirty) {
         evicted_keys.push_back(e.evicted);
         evicted_slots.push_back(e.slot);
@@ -115,20 +148,25 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     }
     push_partials(evicted_grads, sent);
     // A slot per key: the keys are distinct.
-    ps::PsFuture pulled_state, pulled_plain;
-    if (!with_state.keys.empty()) pulled_state = client_.start_pull(with_state.keys, with_state.rows, true, t, ps::PsClient::Dedup::kNo);
-    if (!without_state.keys.empty()) {
-      pulled_plain = client_.start_pull(without_state.keys, without_state.rows, false, t, ps::PsClient::Dedup::kNo);
-    }
+    with_state.start(client_, true, t);
+    without_state.start(client_, false, t);
     for (auto& f : sent) f.wait();
-    if (pulled_state.valid()) pulled_state.wait();
-    if (pulled_plain.valid()) pulled_plain.wait();
-    cache_.fill(with_state.slots, with_state.keys, with_state.rows.data(), true);
-    cache_.fill(without_state.slots, without_state.keys, without_state.rows.data(), false);
+    with_state.fill(cache_, true);
+    without_state.fill(cache_, false);
+    if (prefetched > 0) {
+      // The plan marks what the worker pulled ahead (the same scheduler planned both).
+      if (ahead_for_ != t || ahead_count_ != prefetched) {
+        throw Error("iteration " + std::to_string(t) + " marks " + std::to_string(prefetched) + " prefetched rows; " +
+                    std::to_string(ahead_for_ == t ? ahead_count_ : 0) + " were pulled ahead for it");
+      }
+      ahead_state_.fill(cache_, true);
+      ahead_plain_.fill(cache_, false);
+      wire_.prefetched += prefetched;
+    }
+    const std::uint64_t state = with_state.keys.size() + ahead_state_.keys.size() * (prefetched > 0);
     wire_.pulls += p.pulls.size();
-    wire_.pull_state += with_state.keys.size();
-    const std::uint64_t bytes =
-        scheduler::pull_bytes(with_state.keys.size(), row_, true) + scheduler::pull_bytes(without_state.keys.size(), row_, false);
+    wire_.pull_state += state;
+    const std::uint64_t bytes = scheduler::pull_bytes(state, row_, true) + scheduler::pull_bytes(p.pulls.size() - state, row_, false);
     wire_.bytes.pull += bytes;
     wire_.bytes_out += p.pulls.size() * 8;
     wire_.bytes_in += bytes - p.pulls.size() * 8;

@@ -5,7 +5,8 @@
 //   commit        after the workers' barrier: the PS applies every complete
 //                 aggregation before anyone pulls rows for the iteration;
 //   pulls         evicted rows leave (dirty: value; partial: gradient) and the missing
-//                 rows fill their slots, in one round trip;
+//                 rows fill their slots, in one round trip (prefetched rows from where
+//                 they were pulled during the iteration before);
 //   end pushes    full-set policies push every trained row's gradient after training.
 // It also keeps the bookkeeping of the partial gradients the cache holds (which
 // iteration computed each, and how many workers trained the row then).
@@ -46,6 +47,12 @@ class PsExchange {
   CommitNews commit(std::uint64_t iteration, std::uint32_t flags);
   // Evictions and pulls of iteration t.
   void pull(const scheduler::StepPlan& p, std::uint64_t t);
+  // After iteration t's pulls: starts the pulls `next` (t + 1's plan) marks prefetch,
+  // into buffers; t + 1's pull() waits for them and fills their slots. The scheduler
+  // marks only rows no push changes between t's pulls and t + 1's, so the PS (committed
+  // through t) serves what t + 1 would get; the shards refuse a prefetch of a row with
+  // an update pending, and any push of a prefetched row before commit(t + 1).
+  void prefetch(const scheduler::StepPlan& next, std::uint64_t t);
   // Full-set sync: every trained row's gradient, with its trainer count.
   void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t);
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
@@ -66,6 +73,15 @@ class PsExchange {
     std::vector<Key> keys;
     std::vector<std::uint32_t> slots;
     std::vector<float> rows;
+    ps::PsFuture sent;
+    void clear() {
+      keys.clear();
+      slots.clear();
+    }
+    // Sends the pull (if any keys) for iteration t (`when`: committed, or ahead of t's commit).
+    void start(ps::PsClient& client, bool with_state, std::uint64_t t, ps::PsClient::Pull when = ps::PsClient::Pull::kCommitted);
+    // Waits for it, then fills the slots.
+    void fill(RowCache& cache, bool with_state);
   };
   void take_grad(std::uint32_t slot, GradsByIteration& by_iter);
   // Sends the gradients (one push per iteration); the caller waits for `sent`.
@@ -78,6 +94,10 @@ class PsExchange {
   scheduler::RowFormat row_;                     // dim and state floats of a row
   std::vector<std::uint64_t> partial_iter_;      // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
+  // Prefetched rows (with their state, without), for iteration ahead_for_.
+  Pulled ahead_state_, ahead_plain_;
+  std::uint64_t ahead_for_ = 0;
+  std::uint64_t ahead_count_ = 0;
 };
 
 }  // namespace ember::worker

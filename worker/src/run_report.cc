@@ -99,6 +99,7 @@ void RunReport::summary(const TrainSummary& sum) {
              {"bytes_out", w.bytes_out},
              {"bytes_in", w.bytes_in},
              {"pull_state", w.pull_state},
+             {"prefetched", w.prefetched},
              {"bytes",
               {{"pull", w.bytes.pull},
                {"push_grad", w.bytes.push_grad},

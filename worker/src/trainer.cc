@@ -46,6 +46,7 @@ scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const Train
   o.for_training = true;
   o.lookahead = c.lookahead;
   o.eviction = c.eviction;
+  o.prefetch = c.prefetch;
   return scheduler::make_scheduler_config(ds, o);
 }
 
@@ -77,8 +78,11 @@ class Worker {
  private:
   // Everything before the first iteration; returns the scheduler's configuration.
   scheduler::SchedulerConfig set_up();
-  // One iteration, through the stages in order.
-  void train(Step& s);
+  // One iteration, through the stages in order. With prefetch, takes the next step from
+  // the loader into `ahead` (unless s is the last) and starts its prefetched pulls.
+  void train(Step& s, Loader& loader, std::optional<Step>& ahead);
+  // Completes the dense all-reduce in flight (overlapped with the PS exchange), if any.
+  void finish_allreduce();
   // After iteration s: the flush an evaluation, a checkpoint or the end needs.
   void flush(const Step& s);
   TrainSummary finish(std::uint64_t end, double seconds);
@@ -155,7 +159,11 @@ scheduler::SchedulerConfig Worker::set_up() {
   return sc;
 }
 
-void Worker::train(Step& s) {
+void Worker::finish_allreduce() {
+  if (compute_->allreduce_pending()) last_loss_ = compute_->finish_allreduce(wire_);
+}
+
+void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   const scheduler::StepPlan& p = s.plan;
   const std::uint64_t t = s.iteration;
   // Each phase's wall time: the stopwatch is read and restarted at its end.
@@ -170,13 +178,23 @@ void Worker::train(Step& s) {
   requests_->heard(exchange_->commit(t, requests_->commit_flags(std::exchange(checkpoint_commit_, false))));
   lap(phases_.commit);
   exchange_->pull(p, t);
+  if (c_.prefetch && !s.last) {
+    // t + 1's plan is ready (the loader plans ahead): its rows whose PS copy is final
+    // travel while this iteration computes.
+    ahead = loader.next();
+    exchange_->prefetch(ahead->plan, t);
+  }
   lap(phases_.pull);
+  // The dense model must be stepped before this forward pass.
+  finish_allreduce();
+  lap(phases_.allreduce);
   const U64Map<std::uint32_t> row_of = index_rows(p);
   compute_->forward_backward(s, row_of, *cache_);
   lap(phases_.compute);
-  last_loss_ = compute_->allreduce(wire_);
+  compute_->start_allreduce();
+  if (!c_.overlap_allreduce) finish_allreduce();
   lap(phases_.allreduce);
-  compute_->update(*cache_);
+  compute_->update_rows(*cache_);
   lap(phases_.update);
   exchange_->end_pushes(p, row_of, t);
   lap(phases_.push);
@@ -186,6 +204,7 @@ void Worker::train(Step& s) {
 
 void Worker::flush(const Step& s) {
   const std::uint64_t t = s.iteration;
+  finish_allreduce();  // the hot rows and the dense model are evaluated and saved
   exchange_->sync_pushes(s.flush_plan, true);
   if (job_.rank() == 0) hot_->push(job_.ps(), wire_);  // the replicas agree: one copy goes back to the PS
   // The last flush commits the iteration after, flagged: shards with a checkpoint
@@ -214,13 +233,15 @@ TrainSummary Worker::run() {
   report_->start(first_);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped
   StopPossible stop_possible(c_.stop, job_.ps_config().checkpoints && !c_.checkpoint_dir.empty());
+  std::optional<Step> ahead;  // the next step, taken early for its prefetches
   for (std::uint64_t t = first_; t < c_.iterations; ++t) {
     Stopwatch it_clock;
-    Step s = loader.next();
+    Step s = ahead ? std::move(*ahead) : loader.next();
+    ahead.reset();
     const double wait_ms = it_clock.millis();
     if (auto why = job_.control().failure()) throw Error("job failed: " + *why);
     report_->begin(wire_, phases_);
-    train(s);
+    train(s, loader, ahead);
     if (const std::uint64_t stop = requests_->stop_at().load(); stop > 0 && t + 1 >= stop && !s.last) {
       // Cannot happen within kCheckpointLead; the other workers stop, so say why this one cannot.
       throw Error("the job was asked to stop at iteration " + std::to_string(stop) + ", which this worker learned after planning past it");
@@ -232,6 +253,7 @@ TrainSummary Worker::run() {
       break;
     }
   }
+  finish_allreduce();
   stop_possible.end();  // training is over: a signal now ends the process
   return finish(end, total.seconds());
 }

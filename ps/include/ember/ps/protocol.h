@@ -7,6 +7,10 @@
 //               flags & kWithState: values[n * (dim + state)]; the reply echoes the flags.
 //               header iteration t > 0: refused unless commit(t) came first (under BSP
 //               the rows of t include every update of t - 1).
+//               flags & kPrefetch: rows for iteration t pulled before commit(t), once
+//               commit(t - 1) is in; refused if a row has an update not applied yet, and
+//               until commit(t) any push of these rows is refused (it would change a row
+//               already served for t).
 //   kPushGrad   keys[n], then one trainer count per key (2n keys in all: the workers that
 //               trained the row in the header's iteration), values[n * dim] gradients
 //               -> kAck
@@ -27,6 +31,8 @@ namespace ember::ps {
 
 // A pull's flag: each row with its optimizer state (for a worker that will own the row).
 inline constexpr std::uint32_t kWithState = 1;
+// A pull's flag: a prefetch (above).
+inline constexpr std::uint32_t kPrefetch = 2;
 
 // A commit's flag: the workers flushed the rows they own (and their partial gradients)
 // for this iteration's commit; write a checkpoint of it.

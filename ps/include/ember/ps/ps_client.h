@@ -132,8 +132,11 @@ class PsClient {
 
   // The same, sent now and answered at wait(). The inputs are read before these return;
   // start_pull's `out` is resized here and filled by wait() (leave it alone until then).
+  // With Pull::kAhead, a prefetch (protocol.h kPrefetch): rows for `iteration` pulled
+  // once commit(iteration - 1) is in, which no push may change until commit(iteration).
+  enum class Pull { kCommitted, kAhead };
   PsFuture start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
-                      Dedup dedup = Dedup::kYes);
+                      Dedup dedup = Dedup::kYes, Pull when = Pull::kCommitted);
   PsFuture start_push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
                            const std::vector<float>& grads);
   PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);

@@ -106,6 +106,13 @@ class ShardStore {
   void pull_with_state(std::span<const Key> keys, float* out);
   // Where each row lives (value, then state), for replies sent straight from the store.
   void row_pointers(std::span<const Key> keys, const float** out);
+  // Prefetch (protocol.h kPrefetch): the rows are about to be served for `iteration`
+  // before its commit. ProtocolError if one has an update not applied yet (the commit
+  // would change it); else, until end_lending(iteration), push_grad and push_value of
+  // any of them are refused.
+  void lend_ahead(std::span<const Key> keys, std::uint64_t iteration);
+  // commit(iteration) is in: rows lent for it (or earlier) may be updated again.
+  void end_lending(std::uint64_t iteration);
   // Adds `grads` (dim floats per key) for rows trained in `iteration` by `trainers` workers.
   // With `grads_owner` (it keeps `grads` valid while it lives), rows that complete with
   // this push keep their gradients where they are, held until applied, instead of copying
@@ -277,6 +284,17 @@ class ShardStore {
   // Per row: a RowState (huge pages: looked up at random, as the rows are).
   std::vector<std::atomic<std::uint8_t>, HugePageAllocator<std::atomic<std::uint8_t>>> initialized_;
   std::atomic<std::uint64_t> initialized_count_{0};
+  // Rows lent ahead (lend_ahead): a flag per local row, allocated at the first prefetch
+  // (`lending_` then says to check pushes), and the flagged rows with their iteration.
+  void check_not_lent(std::span<const Key> keys, const char* what) const {
+    if (lending_.load(std::memory_order_acquire)) [[unlikely]]
+      check_not_lent_slow(keys, what);
+  }
+  void check_not_lent_slow(std::span<const Key> keys, const char* what) const;
+  std::mutex lent_mu_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> lent_;
+  std::atomic<bool> lending_{false};
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> lent_rows_;  // (local row, iteration)
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes

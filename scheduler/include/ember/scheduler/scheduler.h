@@ -108,7 +108,20 @@ class Scheduler {
   std::vector<std::uint8_t> seen_;  // bit per key: used by an earlier iteration
   std::vector<double> doi_;
   std::vector<std::uint32_t> scored_tables_;
-  double table_cost_ms_ = 0;        // EMA of scoring time per table per batch
+  double table_cost_ms_ = 0;  // EMA of scoring time per table per batch
+  // Prefetch: bit per key, set for the rows pushed to the PS since the last iteration's
+  // pulls (its evictions and end pushes, a flush's pushes, the next sync pushes); those
+  // keys listed, to clear the bits.
+  void note_pushed(Key k) {
+    std::uint8_t& b = pushed_[k >> 3];
+    const auto m = static_cast<std::uint8_t>(1u << (k & 7));
+    if ((b & m) == 0) pushed_keys_.push_back(k);
+    b |= m;
+  }
+  bool was_pushed(Key k) const { return (pushed_[k >> 3] >> (k & 7) & 1) != 0; }
+  std::vector<std::uint8_t> pushed_;
+  std::vector<Key> pushed_keys_;
+  bool planned_ = false;            // an iteration was planned before (the first has nothing to prefetch)
   std::unique_ptr<Window> window_;  // lookahead only
   GlobalBatch lookahead_batch_;     // look_ahead_through's, reused
   std::unique_ptr<Scratch> scratch_;

@@ -49,6 +49,9 @@ struct SchedulerConfig {
   // 0 = none. Belady: the batches left in the run.
   std::uint32_t lookahead = 0;
   Eviction eviction = Eviction::kLru;
+  // Mark the pulls whose PS copy is final before the previous iteration computes
+  // (PullEntry::prefetch). Needs no window: the loader plans t+1 while t trains.
+  bool prefetch = false;
 };
 
 // What the user chooses (ember-sim's and ember-worker's flags).
@@ -74,6 +77,7 @@ struct SchedulerOptions {
   // eviction they drive ("auto": lookahead when lookahead > 0, else lru).
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
+  bool prefetch = false;  // SchedulerConfig::prefetch
 };
 
 // The configuration for a job on `ds` with options `o`, hot rows included (profiled
@@ -85,8 +89,8 @@ struct SchedulerOptions {
 // run (o.iterations). The Scheduler's constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
 
-// ConfigError for an eviction by next use without a window, or any lookahead with
-// bounded-staleness sync (het:S). make_scheduler_config and the Scheduler call it.
+// ConfigError for an eviction by next use without a window, or any lookahead (window,
+// eviction by next use, prefetch) with bounded-staleness sync (het:S). make_scheduler_config and the Scheduler call it.
 void check_lookahead(const SchedulerConfig& c);
 
 // Global key offsets per table: from `table_rows` when given (each at least the

@@ -4,7 +4,8 @@
 //              push_values (own dirty rows another worker needs; the copy stays, clean)
 //   2. pulls:  for each entry, first the evicted row leaves its slot (pushed as a value
 //              if dirty, as a gradient if partial, silently if clean), then the row is
-//              pulled into that slot
+//              pulled into that slot (a prefetched row: copied from where the worker
+//              pulled it during the previous iteration)
 //   3. train:  `samples` of the global batch; `rows` gives the slot of every distinct row
 //              of the micro-batch; a shared row (trainers > 1) keeps its gradient as a
 //              partial (pushed later with its iteration and trainer count, so the PS
@@ -41,6 +42,10 @@ struct PullEntry {
   // The row comes with its optimizer state: the puller applies the optimizer to it (its
   // sole trainer; het: always). A shared row's gradient goes to the PS instead.
   bool with_state = true;
+  // Prefetch: the row's PS copy is final once the previous iteration's pulls are done (no
+  // push of it from then until this iteration's pulls), so the worker may pull it while
+  // the previous iteration computes, into a buffer, and fill the slot here.
+  bool prefetch = false;
 };
 
 struct RowRef {
@@ -80,6 +85,9 @@ struct TrafficCounts {
   // evictions that push a partial gradient rather than a value.
   std::uint64_t pull_state = 0;
   std::uint64_t evict_partial = 0;
+  // Pulls marked for prefetch (PullEntry::prefetch): pulled during the previous
+  // iteration, off the critical path.
+  std::uint64_t prefetched = 0;
   // Rows pushed by flushes (before an evaluation or a checkpoint, and at the end):
   // counted apart, as the job counts them.
   std::uint64_t flush_grad = 0, flush_value = 0;

@@ -53,6 +53,13 @@ struct TrainConfig {
   // the eviction they drive ("auto": lookahead when lookahead > 0, else lru).
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
+  // Pull the rows whose PS copy is already final for the next iteration while this one
+  // computes (the plan marks them: PullEntry::prefetch).
+  bool prefetch = false;
+  // Sum the dense gradients over the workers while the PS exchange runs: the all-reduce
+  // of iteration t starts after its backward pass and is waited for before t+1's forward
+  // pass (the same model; an iteration's progress line then shows the loss before it).
+  bool overlap_allreduce = false;
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
@@ -90,6 +97,7 @@ struct WireCounts {
   std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes
   std::uint64_t hot_load = 0, hot_sync = 0;       // fae: hot rows loaded at start; hot rows all-reduced
   std::uint64_t pull_state = 0;                   // pulls that carried the row's optimizer state
+  std::uint64_t prefetched = 0;                   // pulls made during the iteration before
   std::uint64_t bytes_out = 0, bytes_in = 0;      // payload, by direction
   // Payload per kind (scheduler::WireBytes: keys, trainer counts, floats; what ember-sim
   // predicts from the same counts). Hot rows (fae) are not in it.

@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
   app.add_option("--budget-ms", o.scheduler.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")
       ->capture_default_str();
   app.add_option("--partitions", o.scheduler.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
+  app.add_flag("--refine-allocation", o.scheduler.refine_allocation,
+               "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch");
   app.add_option("--lookahead", o.scheduler.lookahead, "batches the scheduler sees beyond the one it schedules (0 = none)")
       ->capture_default_str();
   app.add_option("--eviction", o.scheduler.eviction, "auto, lru, lookahead or belady (auto: lookahead when --lookahead > 0)")
@@ -176,6 +178,7 @@ int main(int argc, char** argv) {
                                     {"cache_ratio", o.scheduler.cache_ratio},
                                     {"cache_rows", r.cache_rows},
                                     {"laia_tables", r.laia_tables_mean},
+                                    {"refine_allocation", o.scheduler.refine_allocation},
                                     {"scoring_ms_per_batch", r.scoring_ms_mean},
                                     {"scheduler_bytes", r.scheduler_bytes},
                                     {"pull_state", t.pull_state},

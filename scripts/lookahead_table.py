@@ -3,9 +3,10 @@
 
 For each dataset: vanilla, herald, and herald with lookahead eviction for each window L,
 plus Belady's bound; rows moved and payload bytes with SGD and with Adagrad, each as a
-change against vanilla. Prints a Markdown table per dataset.
+change against vanilla. With --refine, also herald with --refine-allocation, alone and
+with each window. Prints a Markdown table per dataset.
 
-  scripts/lookahead_table.py [--bin build/bin] [--windows 1,2,4,8] [--cases NAME,...]
+  scripts/lookahead_table.py [--bin build/bin] [--windows 1,2,4,8] [--cases NAME,...] [--refine] [--no-belady]
 """
 import argparse
 import json
@@ -58,6 +59,8 @@ def main():
     p.add_argument("--work", default=str(ROOT / "out" / "lookahead-table"))
     p.add_argument("--windows", default="1,2,4,8")
     p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--refine", action="store_true", help="also herald with --refine-allocation")
+    p.add_argument("--no-belady", action="store_true", help="leave out Belady's bound")
     a = p.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
     windows = [int(x) for x in a.windows.split(",") if x]
@@ -70,7 +73,12 @@ def main():
             continue
         runs = [("vanilla", "-", ["--policies", "vanilla,herald", "--lookahead", "0"])]
         runs += [(f"herald L={L}", "lookahead", ["--policies", "herald", "--lookahead", str(L), "--eviction", "lookahead"]) for L in windows]
-        runs += [("herald belady", "belady", ["--policies", "herald", "--eviction", "belady"])]
+        if not a.no_belady:
+            runs += [("herald belady", "belady", ["--policies", "herald", "--eviction", "belady"])]
+        if a.refine:
+            refine = ["--policies", "herald", "--refine-allocation"]
+            runs += [("herald refined", "-", refine + ["--lookahead", "0"])]
+            runs += [(f"herald refined L={L}", "lookahead", refine + ["--lookahead", str(L), "--eviction", "lookahead"]) for L in windows]
         rows = []
         base = {}
         for label, eviction, extra in runs:

@@ -24,6 +24,14 @@ constexpr std::uint32_t kDoiSamplesPerWorker = 4096;
 
 inline std::uint64_t bit(std::uint32_t w) { return std::uint64_t{1} << w; }
 
+// std::popcount without -mpopcnt is a library call; this one inlines.
+inline int popcount64(std::uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ULL);
+  x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+  x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  return static_cast<int>((x * 0x0101010101010101ULL) >> 56);
+}
+
 // Calls f(w) for each set bit w of mask, in increasing order.
 template <typename F>
 void for_each_bit(std::uint64_t mask, F&& f) {
@@ -68,6 +76,9 @@ Scheduler::Scheduler(SchedulerConfig config)
     throw ConfigError("--partitions must divide --batch-per-worker");
   }
   check_lookahead(c);
+  if (c.refine_allocation && c.policy.allocation() != Allocation::kLaia) {
+    throw ConfigError("--refine-allocation refines LAIA's allocation (laia, herald), not " + c.policy.name() + "'s");
+  }
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
@@ -221,6 +232,7 @@ void Scheduler::allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& w
   switch (config_.policy.allocation()) {
     case Allocation::kLaia:
       allocate_laia(batch, worker_of, st);
+      if (config_.refine_allocation) refine_allocation(batch, worker_of);
       break;
     case Allocation::kBrute:
       allocate_brute(batch, worker_of);
@@ -295,6 +307,131 @@ void Scheduler::allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_
     for (std::uint32_t p = 0; p < P; ++p) allocate_part(p);
   }
   if (config_.budget_ms > 0) profile(batch, st.scoring_ms);
+}
+
+void Scheduler::refine_allocation(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of) {
+  // The batch's cost of a row trained by the workers U, in hundredths of a row: a pull
+  // for each trainer but its latest holder o; on demand, o's value push when another
+  // trains it (o dirty), and half a row per trainer of a shared row (its partial
+  // gradients are pushed, and it pulled by every trainer, when it is next used);
+  // full-set, a gradient push per trainer.
+  constexpr std::int64_t kRow = 100, kShared = 50;
+  constexpr int kPasses = 3;
+  Scratch& s = *scratch_;
+  const std::uint32_t n = batch.samples, W = config_.workers, T = batch.tables;
+  const std::uint32_t D = static_cast<std::uint32_t>(s.keys.size());
+  const bool on_demand = config_.policy.sync() == Sync::kOnDemand;
+  std::vector<std::uint64_t> owner_bit(D, 0);
+  std::vector<std::uint8_t> dirty(D, 0);
+  for (std::uint32_t d = 0; d < D; ++d) {
+    const std::uint8_t o = s.owner_d[d];
+    if (o == cache::LocationMap::kNoOwner) continue;
+    owner_bit[d] = bit(o);
+    dirty[d] = on_demand && loc_.dirty(s.keys[d]);
+  }
+  auto cost = [&](std::uint32_t d, std::uint64_t U) -> std::int64_t {
+    const std::uint64_t others = U & ~owner_bit[d];
+    const int m = popcount64(U);
+    std::int64_t c = kRow * popcount64(others);
+    if (!on_demand) return c + kRow * m;
+    if (dirty[d] && others != 0) c += kRow;
+    if (m > 1) c += kShared * m;
+    return c;
+  };
+  // Samples per (row, worker), and each row's trainers.
+  std::vector<std::uint32_t> count(static_cast<std::size_t>(D) * W, 0);
+  std::vector<std::uint64_t> trainers(D, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint32_t* dp = &s.dpos[static_cast<std::size_t>(i) * T];
+    for (std::uint32_t t = 0; t < T; ++t) {
+      ++count[static_cast<std::size_t>(dp[t]) * W + worker_of[i]];
+      trainers[dp[t]] |= bit(worker_of[i]);
+    }
+  }
+  // The change in cost if sample i moves from worker a to b.
+  auto move_delta = [&](std::uint32_t i, std::uint32_t a, std::uint32_t b) {
+    std::int64_t delta = 0;
+    const std::uint32_t* dp = &s.dpos[static_cast<std::size_t>(i) * T];
+    for (std::uint32_t t = 0; t < T; ++t) {
+      const std::uint32_t d = dp[t];
+      const std::uint64_t U = trainers[d];
+      std::uint64_t U2 = U | bit(b);
+      if (count[static_cast<std::size_t>(d) * W + a] == 1) U2 &= ~bit(a);
+      if (U2 != U) delta += cost(d, U2) - cost(d, U);
+    }
+    return delta;
+  };
+  auto move = [&](std::uint32_t i, std::uint32_t a, std::uint32_t b) {
+    const std::uint32_t* dp = &s.dpos[static_cast<std::size_t>(i) * T];
+    for (std::uint32_t t = 0; t < T; ++t) {
+      const std::uint32_t d = dp[t];
+      if (--count[static_cast<std::size_t>(d) * W + a] == 0) trainers[d] &= ~bit(a);
+      ++count[static_cast<std::size_t>(d) * W + b];
+      trainers[d] |= bit(b);
+    }
+    worker_of[i] = b;
+  };
+  // Passes over every pair of workers (a, b) of every partition: the samples of a ranked
+  // by the change of moving them to b, those of b by moving to a. In that order, each
+  // sample i of a is swapped with the first of the next few unswapped samples j of b
+  // whose predicted sum is negative and whose exact change (after i moves) is too.
+  constexpr std::size_t kTries = 4;
+  const std::uint32_t P = config_.partitions, per = n / P;
+  std::vector<std::pair<std::int64_t, std::uint32_t>> ra, rb;
+  std::vector<std::uint8_t> taken;
+  std::vector<std::vector<std::uint32_t>> members(W);
+  for (int pass = 0; pass < kPasses; ++pass) {
+    bool swapped = false;
+    for (std::uint32_t p = 0; p < P; ++p) {
+      const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
+      for (auto& m : members) m.clear();
+      for (std::uint32_t i = begin; i < end; ++i) members[worker_of[i]].push_back(i);
+      for (std::uint32_t a = 0; a < W; ++a) {
+        for (std::uint32_t b = a + 1; b < W; ++b) {
+          ra.clear();
+          rb.clear();
+          for (std::uint32_t i : members[a]) ra.emplace_back(move_delta(i, a, b), i);
+          for (std::uint32_t j : members[b]) rb.emplace_back(move_delta(j, b, a), j);
+          std::sort(ra.begin(), ra.end());
+          std::sort(rb.begin(), rb.end());
+          taken.assign(rb.size(), 0);
+          std::size_t first = 0;  // the first untaken sample of b
+          bool moved = false;
+          for (const auto& [predicted, i] : ra) {
+            while (first < rb.size() && taken[first]) ++first;
+            if (first == rb.size() || predicted + rb[first].first >= 0) break;
+            const std::int64_t di = move_delta(i, a, b);
+            move(i, a, b);
+            bool done = false;
+            for (std::size_t k = first, tried = 0; k < rb.size() && tried < kTries && predicted + rb[k].first < 0; ++k) {
+              if (taken[k]) continue;
+              ++tried;
+              const std::uint32_t j = rb[k].second;
+              if (di + move_delta(j, b, a) < 0) {
+                move(j, b, a);
+                taken[k] = 1;
+                done = true;
+                break;
+              }
+            }
+            if (done) {
+              moved = true;
+            } else {
+              move(i, b, a);
+            }
+          }
+          if (!moved) continue;
+          swapped = true;
+          members[a].clear();
+          members[b].clear();
+          for (std::uint32_t i = begin; i < end; ++i) {
+            if (worker_of[i] == a || worker_of[i] == b) members[worker_of[i]].push_back(i);
+          }
+        }
+      }
+    }
+    if (!swapped) break;
+  }
 }
 
 void Scheduler::allocate_brute(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of) {

@@ -57,6 +57,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.threads = o.threads;
   c.budget_ms = o.budget_ms;
   c.partitions = o.partitions;
+  c.refine_allocation = o.refine_allocation;
   c.lookahead = o.lookahead;
   c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
   c.prefetch = o.prefetch;

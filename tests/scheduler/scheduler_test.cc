@@ -486,9 +486,13 @@ TEST(Scheduler, LaiaAllocationIsBalancedAndGreedy) {
 }
 
 TEST(Scheduler, SameInputsGiveIdenticalPlansWithAnyThreadCount) {
-  for (const char* policy : {"herald", "vanilla", "het:1"}) {
+  for (const char* policy : {"herald", "vanilla", "het:1", "herald refined", "herald refined P2"}) {
+    const std::string name(policy);
     Workload a, b;
-    SchedulerConfig ca = config(policy, 8, 4, 120, a), cb = config(policy, 8, 4, 120, b);
+    SchedulerConfig ca = config(name.substr(0, name.find(' ')), 8, 4, 120, a);
+    ca.refine_allocation = name.find("refined") != std::string::npos;
+    ca.partitions = name.find("P2") != std::string::npos ? 2 : 1;
+    SchedulerConfig cb = ca;
     cb.threads = 2;
     Scheduler sa(ca), sb(cb);
     std::vector<StepPlan> pa, pb;
@@ -503,6 +507,69 @@ TEST(Scheduler, SameInputsGiveIdenticalPlansWithAnyThreadCount) {
           ASSERT_EQ(pa[w].pulls[j].slot, pb[w].pulls[j].slot);
         }
       }
+    }
+  }
+}
+
+// Refined allocation: two pairs of samples, each pair sharing a row nobody holds yet.
+// LAIA scores every worker 0 and splits the pairs by its random ties for some seeds; the
+// refinement keeps each pair on one worker (each shared row pulled once), whatever the seed.
+TEST(Scheduler, RefinedAllocationKeepsSamplesSharingARowTogether) {
+  Workload wl;
+  GlobalBatch b;
+  b.samples = 4;
+  b.tables = 3;
+  b.keys = {0, 4, 44, 1, 5, 44, 2, 6, 45, 3, 7, 45};  // row 44: samples 0, 1; row 45: 2, 3
+  int laia_split = 0;
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    for (bool refine : {false, true}) {
+      SchedulerConfig c = config("herald", 2, 2, 60, wl);
+      c.seed = seed;
+      c.refine_allocation = refine;
+      Scheduler s(c);
+      std::vector<StepPlan> plans;
+      const TrafficCounts t = s.schedule(b, plans).traffic;
+      if (!refine) {
+        laia_split += t.pulls > 10;
+        continue;
+      }
+      EXPECT_EQ(t.pulls, 10u) << "seed " << seed;  // 8 rows of one sample each, 44 and 45 once
+      for (const StepPlan& p : plans) {
+        ASSERT_EQ(p.samples.size(), 2u);
+        EXPECT_EQ(p.samples[0] / 2, p.samples[1] / 2) << "seed " << seed;
+      }
+    }
+  }
+  EXPECT_GT(laia_split, 0) << "the case must be one LAIA's ties can get wrong";
+}
+
+// Over a run, refined allocation moves fewer rows than Herald's; it refines LAIA only.
+TEST(Scheduler, RefinedAllocationMovesFewerRowsThanLaia) {
+  for (const char* policy : {"herald", "laia"}) {
+    auto run = [&](bool refine) {
+      Workload wl;
+      SchedulerConfig c = config(policy, 4, 6, 60, wl);
+      c.refine_allocation = refine;
+      Scheduler s(c);
+      std::vector<StepPlan> plans;
+      TrafficCounts sum;
+      for (int it = 0; it < 300; ++it) {
+        sum += s.schedule(wl.next(24, static_cast<std::uint64_t>(it)), plans).traffic;
+        for (const StepPlan& p : plans) EXPECT_EQ(p.samples.size(), 6u);
+      }
+      return sum.transmissions();
+    };
+    EXPECT_LT(run(true), run(false)) << policy;
+  }
+  Workload wl;
+  for (const char* policy : {"vanilla", "plan", "het:1"}) {
+    SchedulerConfig c = config(policy, 4, 6, 60, wl);
+    c.refine_allocation = true;
+    try {
+      Scheduler s(c);
+      ADD_FAILURE() << policy;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), std::string("--refine-allocation refines LAIA's allocation (laia, herald), not ") + policy + "'s");
     }
   }
 }
@@ -577,11 +644,15 @@ TEST(Scheduler, AdaptiveLaiaScoresTheHighestDoiTablesWithinBudget) {
   EXPECT_EQ(all.scored_tables().size(), 3u);
 }
 
-TEST(Scheduler, PartitionedAllocationIsBalancedPerPartitionAndDeterministic) {
+// Plain and refined (swaps stay within a partition).
+class PartitionedAllocation : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PartitionedAllocation, IsBalancedPerPartitionAndDeterministic) {
   Workload a, b;
   SchedulerConfig c = config("herald", 4, 8, 120, a);
   c.partitions = 2;
   c.threads = 2;
+  c.refine_allocation = GetParam();
   SchedulerConfig c1 = c;
   c1.threads = 1;
   Scheduler s2(c), s1(c1);
@@ -599,6 +670,8 @@ TEST(Scheduler, PartitionedAllocationIsBalancedPerPartitionAndDeterministic) {
   bad.partitions = 4;  // does not divide 6
   EXPECT_THROW(Scheduler{bad}, ConfigError);
 }
+
+INSTANTIATE_TEST_SUITE_P(Refined, PartitionedAllocation, ::testing::Bool());
 
 TEST(Scheduler, FaeKeepsHotRowsOffThePs) {
   Workload wl;

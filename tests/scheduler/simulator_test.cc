@@ -199,7 +199,13 @@ TEST_F(Simulator, PlansAreIdenticalAcrossProcesses) {
     return out;
   };
   EXPECT_EQ(strip(a), strip(b));
-  EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 3);
+  EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 3);  // Refined allocation, with the batch in two partitions allocated in parallel.
+  std::string refined = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 12 --warmup 2 --batch-per-worker 32 " +
+                        "--policies herald --refine-allocation --partitions 2 --digest --json -q";
+  ASSERT_EQ(test::run_command(refined + " --threads 1", a), 0) << a;
+  ASSERT_EQ(test::run_command(refined + " --threads 2", b), 0) << b;
+  EXPECT_NE(a.find("\"refine_allocation\":true"), std::string::npos) << a;
+  EXPECT_EQ(strip(a), strip(b));
 }
 
 TEST_F(Simulator, CliErrors) {

@@ -90,6 +90,9 @@ class Scheduler {
   IterationStats apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
   void allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
   void allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
+  // Swaps samples between workers (within a partition) while a swap lowers the rows the
+  // batch moves (config.refine_allocation).
+  void refine_allocation(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of);
   void allocate_random(std::uint32_t n, std::vector<std::uint32_t>& worker_of);
   void allocate_brute(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of);
   void profile(const GlobalBatch& batch, double scoring_ms);

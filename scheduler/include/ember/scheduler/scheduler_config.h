@@ -39,6 +39,9 @@ struct SchedulerConfig {
   // Herald's partitioned allocation: split the batch into P parts allocated in parallel,
   // each giving every worker batch_per_worker / P samples. 1 = sequential Algorithm 1.
   std::uint32_t partitions = 1;
+  // LAIA's allocation refined by swaps of samples between workers, each lowering the
+  // rows the batch moves (docs/scheduler.md "Refined allocation"). LAIA policies only.
+  bool refine_allocation = false;
   // Whether each key is hot (replicated on every worker); size num_keys. Required by a
   // policy that replicates hot rows (fae).
   std::vector<std::uint8_t> hot;
@@ -66,8 +69,9 @@ struct SchedulerOptions {
   // profiles its hot rows over them.
   std::uint64_t iterations = 0;
   int threads = 1;
-  double budget_ms = 0;          // adaptive LAIA (SchedulerConfig::budget_ms)
-  std::uint32_t partitions = 1;  // partitioned LAIA (SchedulerConfig::partitions)
+  double budget_ms = 0;            // adaptive LAIA (SchedulerConfig::budget_ms)
+  std::uint32_t partitions = 1;    // partitioned LAIA (SchedulerConfig::partitions)
+  bool refine_allocation = false;  // SchedulerConfig::refine_allocation
   // Rows per table of the key space (and so of the cache ratio), when the dataset saw
   // only part of each table (a short synthetic file); empty = the manifest's rows.
   std::vector<std::uint64_t> table_rows;

@@ -149,7 +149,7 @@ class Job:
             cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
                            "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
                            "--lookahead", str(a.lookahead), "--eviction", a.eviction,
-                           *(["--prefetch"] if a.prefetch else []), *(["--overlap-allreduce"] if a.overlap_allreduce else []),
+                           *(["--prefetch"] if a.prefetch else []), *(["--refine-allocation"] if a.refine_allocation else []), *(["--overlap-allreduce"] if a.overlap_allreduce else []),
                            "--metrics", str(self.out / f"w{w}.jsonl")] + common + worker_extra + self.worker_args
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
@@ -252,6 +252,7 @@ class Job:
             "bytes": bytes_kind, "framed_bytes": framed,
             "lookahead": a.lookahead, "eviction": a.eviction,
             "prefetch": a.prefetch, "overlap_allreduce": a.overlap_allreduce,
+            "refine_allocation": a.refine_allocation,
             "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
             # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
             "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
@@ -294,6 +295,7 @@ def main():
     p.add_argument("--lookahead", type=int, default=0, help="batches the scheduler sees beyond the one it plans (0 = none)")
     p.add_argument("--eviction", default="auto", help="auto, lru or lookahead (auto: lookahead when --lookahead > 0)")
     p.add_argument("--prefetch", action="store_true", help="pull the next iteration's rows whose PS copy is final while this one computes")
+    p.add_argument("--refine-allocation", action="store_true", help="laia, herald: refine LAIA's allocation by swaps that move fewer rows")
     p.add_argument("--overlap-allreduce", action="store_true", help="sum the dense gradients while the PS exchange runs")
     p.add_argument("--out", required=True, help="directory for logs, metrics and summary.json")
     p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
@@ -321,6 +323,8 @@ def main():
         p.error("--eviction lookahead needs --lookahead L >= 1")
     if (a.lookahead > 0 or a.eviction == "lookahead") and a.policy.startswith("het"):
         p.error(f"--lookahead does not apply to {a.policy}: its stale copies are kept by version, not by next use")
+    if a.refine_allocation and a.policy not in ("laia", "herald"):
+        p.error(f"--refine-allocation refines LAIA's allocation (laia, herald), not {a.policy}'s")
     if a.prefetch and a.policy.startswith("het"):
         p.error(f"--prefetch does not apply to {a.policy}: its pulls refresh stale copies by version")
     if (a.checkpoint_every > 0 or a.resume) and not a.checkpoint_dir:

@@ -119,12 +119,12 @@ Scheduler::Scheduler(const Scheduler& o)
       copy_version_(o.copy_version_),
       access_(o.access_),
       seen_(o.seen_),
-      pushed_(o.pushed_),
-      pushed_keys_(o.pushed_keys_),
-      planned_(o.planned_),
       doi_(o.doi_),
       scored_tables_(o.scored_tables_),
       table_cost_ms_(o.table_cost_ms_),
+      pushed_(o.pushed_),
+      pushed_keys_(o.pushed_keys_),
+      planned_(o.planned_),
       window_(o.window_ ? std::make_unique<Window>(*o.window_) : nullptr),
       scratch_(std::make_unique<Scratch>()) {
   for (const auto& l : o.lru_) lru_.push_back(std::make_unique<cache::LruIndex>(*l));

@@ -319,7 +319,9 @@ TEST(Scheduler, PrefetchMarksExactlyTheRowsNoPushChangesBeforeTheirPull) {
       }
       EXPECT_GT(marked, 100u) << policy;
       EXPECT_GT(unmarked, 100u) << policy << ": the workload must push rows that are pulled next";
-      if (parse_policy(policy).sync() == Sync::kOnDemand) EXPECT_GT(evictions, 10u) << policy;
+      if (parse_policy(policy).sync() == Sync::kOnDemand) {
+        EXPECT_GT(evictions, 10u) << policy;
+      }
     }
   }
 }

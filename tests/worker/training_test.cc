@@ -51,7 +51,7 @@ struct JobOptions {
   std::string dense_optimizer = "sgd";
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
-  bool prefetch = false, overlap_allreduce = false;
+  bool prefetch = false, overlap_allreduce = false, refine_allocation = false;
   std::uint64_t eval_every = 0;                   // flushes (ember-sim replays them)
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
@@ -145,6 +145,7 @@ class Training : public test::TempDirTest {
                                   "--eviction",
                                   o.eviction};
     if (o.prefetch) a.push_back("--prefetch");
+    if (o.refine_allocation) a.push_back("--refine-allocation");
     if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
     if (o.overlap_allreduce) a.push_back("--overlap-allreduce");
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
@@ -354,12 +355,12 @@ class Training : public test::TempDirTest {
   // bytes per kind.
   std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
     std::string out;
-    const std::string cmd = test::bin("ember-sim") + " --data " + data.string() + " --policies " + o.policy + " --workers " +
-                            std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " +
-                            o.cache_ratio + " --iterations " + std::to_string(o.iterations) + " --warmup 0 --seed " +
-                            std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) + " --eviction " + o.eviction +
-                            " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
-                            " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
+    const std::string cmd =
+        test::bin("ember-sim") + " --data " + data.string() + " --policies " + o.policy + " --workers " + std::to_string(o.workers) +
+        " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio + " --iterations " +
+        std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) +
+        " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
+        (o.refine_allocation ? " --refine-allocation" : "") + " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
     EXPECT_EQ(test::run_command(cmd, out), 0) << out;
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
@@ -423,7 +424,8 @@ TEST_F(Training, SchedulerTrainsTheBspModelWithFewerRowsAndTheSimulatorsCounts) 
 }
 
 // Every lookahead mechanism at once: eviction by next use (a cache small enough to evict),
-// prefetched pulls and the all-reduce overlapped with the PS exchange. The same model as
+// prefetched pulls, the all-reduce overlapped with the PS exchange, and the refined
+// allocation. The same model as
 // one process with SGD and Adagrad over 2 shards (whose stores refuse any pull of a row
 // an uncommitted update will change), and rows, pulls with state, prefetches, flushes
 // and payload bytes on the wire as ember-sim predicts, kind by kind.
@@ -439,8 +441,9 @@ TEST_F(Training, LookaheadTrainsTheBspModelWithTheSimulatorsCounts) {
     o.eviction = "lookahead";
     o.prefetch = true;
     o.overlap_allreduce = true;
+    o.refine_allocation = true;
     o.eval_every = 7;  // flushes between prefetches
-    const std::string what = std::string("herald + lookahead 2 + prefetch + overlap, ") + optimizer;
+    const std::string what = std::string("herald + lookahead 2 + prefetch + overlap + refined allocation, ") + optimizer;
     JobResult job = run_job_like_one_process(data, o, std::string("lookahead-") + optimizer, what);
     auto sim = simulate(data, o);
     EXPECT_GT(sim["push_evict"], 0u) << "the cache must be small enough to evict";

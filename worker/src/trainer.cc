@@ -47,6 +47,7 @@ scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const Train
   o.lookahead = c.lookahead;
   o.eviction = c.eviction;
   o.prefetch = c.prefetch;
+  o.refine_allocation = c.refine_allocation;
   return scheduler::make_scheduler_config(ds, o);
 }
 

@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
   app.add_option("--lookahead", c.lookahead, "batches the scheduler sees beyond the one it plans (0 = none)")->capture_default_str();
   app.add_option("--eviction", c.eviction, "auto, lru or lookahead (auto: lookahead when --lookahead > 0)")->capture_default_str();
   app.add_flag("--prefetch", c.prefetch, "pull the next iteration's rows whose PS copy is final while this one computes");
+  app.add_flag("--refine-allocation", c.refine_allocation,
+               "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch");
   app.add_flag("--overlap-allreduce", c.overlap_allreduce,
                "sum the dense gradients over the workers while the PS exchange runs (waited for before the next forward pass)");
   app.add_option("--eval-samples", c.eval_samples, "validation samples per evaluation (0: all)")->capture_default_str();

@@ -60,6 +60,9 @@ struct TrainConfig {
   // of iteration t starts after its backward pass and is waited for before t+1's forward
   // pass (the same model; an iteration's progress line then shows the loss before it).
   bool overlap_allreduce = false;
+  // laia, herald: LAIA's allocation refined by swaps that move fewer rows in the batch
+  // (docs/scheduler.md "Refined allocation").
+  bool refine_allocation = false;
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
@@ -111,8 +114,8 @@ struct WireCounts {
 // Where a worker's iterations spent their wall time, in seconds: the PS exchanges
 // (sync pushes before the barrier; the barrier and the commit, which includes waiting
 // for slower workers; write-backs, evictions and pulls; the full-set pushes after
-// training), the model (gather, forward, backward), the dense all-reduce, and the local
-// updates (dense optimizer, gradient scatter, cached rows' updates). Excludes waiting for
+// training), the model (gather, forward, backward), the dense all-reduce and optimizer
+// step, and the local updates (gradient scatter, cached rows' updates). Excludes waiting for
 // the loader and the evaluation flushes.
 struct PhaseTimes {
   double sync = 0, commit = 0, pull = 0, compute = 0, allreduce = 0, push = 0, update = 0;

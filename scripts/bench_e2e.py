@@ -14,13 +14,31 @@ processes). All figures come from one run on one machine, reported as ratios:
      stays inside the workers' namespace.
 
   scripts/bench_e2e.py [--dataset DIR] [--iterations N] [--json]
+
+Link sweep (--sweep): for each rate in --links (Mbit/s; 0 = unshaped TCP loopback), 4
+workers + 1 PS in three configurations, alternated within each repeat (v, h, h+L, v, ...):
+
+  vanilla            --policy vanilla
+  herald             --policy herald
+  herald+lookahead   --policy herald --lookahead 4 --prefetch --overlap-allreduce
+
+Per (link, configuration): median samples/s over --repeats, its ratio to vanilla on the
+same link, rows moved (pulls + pushes) and payload bytes, the share of each worker phase
+(sync, commit, pull, compute, allreduce, push, update) of their total, and the pull phase
+(pulls on the critical path) against herald's. A markdown table, all rows in
+<work>/sweep.json, and a PNG of samples/s against link rate (--plot; needs matplotlib,
+skipped with a message without it; scripts/plot_e2e.py redraws it from sweep.json).
+
+  scripts/bench_e2e.py --sweep --links 25,50,100,200,0 [--repeats 3] [--iterations 200]
 """
 import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +96,177 @@ class TbfLink:
         return ["--ps-netns", self.ps_ns, "--worker-netns", self.wk_ns, "--ps-address", self.ps_ip]
 
 
+PHASES = ("sync", "commit", "pull", "compute", "allreduce", "push", "update")
+PS_PHASES = ("sync", "commit", "pull", "push")  # the worker's time in PS exchanges
+
+
+def sweep_configs(lookahead):
+    return [("vanilla", "vanilla", []), ("herald", "herald", []),
+            ("herald+lookahead", "herald", ["--lookahead", str(lookahead), "--prefetch", "--overlap-allreduce"])]
+
+
+def link_label(mbit):
+    return "loopback" if mbit == 0 else f"{mbit} Mbit/s"
+
+
+def sweep_row(mbit, cfg, policy, flags, runs, dirs):
+    med = statistics.median
+    phase = {k: med([r["phase_s"].get(k, 0.0) for r in runs]) for k in PHASES}
+    total = max(1e-12, sum(phase.values()))
+    return {
+        "link_mbit": mbit, "link": link_label(mbit), "config": cfg, "policy": policy, "launcher_flags": flags,
+        "repeats": len(runs), "samples_s": med([r["samples_s"] for r in runs]),
+        "runs_samples_s": [r["samples_s"] for r in runs],
+        "rows_moved": med([r["transmissions"] for r in runs]),
+        "pulls": med([r["pulls"] for r in runs]), "pushes": med([r["pushes"] for r in runs]),
+        "bytes_total": med([r["bytes"]["total"] for r in runs]),
+        "prefetched": med([r.get("prefetched", 0) for r in runs]),
+        "hit_rate": med([r["hit_rate"] for r in runs]),
+        "phase_s": phase,  # per phase: median over the repeats of the workers' mean seconds
+        "phase_share": {k: phase[k] / total for k in PHASES},
+        "ps_share": sum(phase[k] for k in PS_PHASES) / total,
+        "pull_s": phase["pull"],
+        "run_dirs": dirs,
+    }
+
+
+def add_relative(rows):
+    """ratio_vs_vanilla and pull_vs_herald, against the same link's rows."""
+    for r in rows:
+        same = {x["config"]: x for x in rows if x["link_mbit"] == r["link_mbit"]}
+        v, h = same.get("vanilla"), same.get("herald")
+        r["ratio_vs_vanilla"] = r["samples_s"] / v["samples_s"] if v else None
+        r["rows_vs_vanilla"] = r["rows_moved"] / v["rows_moved"] if v and v["rows_moved"] else None
+        r["pull_vs_herald"] = r["pull_s"] / h["pull_s"] if h and h["pull_s"] > 0 else None
+        r["vanilla_ps_share"] = v["ps_share"] if v else None
+
+
+def sweep_targets(rows):
+    """The issue's targets, checked (not tuned): where vanilla spends >= 50% of its time in PS
+    exchanges, herald+lookahead >= 1.6x vanilla; its pull phase >= 50% below herald's; over
+    loopback >= 1.15x vanilla."""
+    out = []
+    for r in rows:
+        if r["config"] != "herald+lookahead":
+            continue
+        if r["ratio_vs_vanilla"] is not None and r["vanilla_ps_share"] is not None and r["vanilla_ps_share"] >= 0.5:
+            out.append({"target": "h+L >= 1.6x vanilla where vanilla's PS share >= 50%", "link": r["link"],
+                        "value": r["ratio_vs_vanilla"], "goal": 1.6, "met": r["ratio_vs_vanilla"] >= 1.6})
+        if r["pull_vs_herald"] is not None:
+            out.append({"target": "h+L pull phase <= 0.5x herald's", "link": r["link"],
+                        "value": r["pull_vs_herald"], "goal": 0.5, "met": r["pull_vs_herald"] <= 0.5})
+        if r["link_mbit"] == 0 and r["ratio_vs_vanilla"] is not None:
+            out.append({"target": "h+L >= 1.15x vanilla over loopback", "link": r["link"],
+                        "value": r["ratio_vs_vanilla"], "goal": 1.15, "met": r["ratio_vs_vanilla"] >= 1.15})
+    return out
+
+
+def print_sweep(rows, targets, as_json):
+    fmt = lambda x, f: "-" if x is None else format(x, f)
+    print("| link | config | samples/s | vs vanilla | rows moved | payload MB | prefetched | "
+          + " | ".join(PHASES) + " | PS exch. | pull s | pull vs herald |")
+    print("|---" * (7 + len(PHASES) + 3) + "|")
+    for r in rows:
+        print(f"| {r['link']} | {r['config']} | {r['samples_s']:.0f} | {fmt(r['ratio_vs_vanilla'], '.2f')}x | "
+              f"{r['rows_moved']:.0f} | {r['bytes_total'] / 1e6:.1f} | {r['prefetched']:.0f} | "
+              + " | ".join(f"{100 * r['phase_share'][k]:.0f}%" for k in PHASES)
+              + f" | {100 * r['ps_share']:.0f}% | {r['pull_s']:.2f} | {fmt(r['pull_vs_herald'], '.2f')} |")
+    print()
+    print("Regime: vanilla's share of iteration time in PS exchanges (sync + commit + pull + push):")
+    for r in rows:
+        if r["config"] == "vanilla":
+            print(f"  {r['link']:>14}: {100 * r['ps_share']:.0f}%")
+    print()
+    print("Targets:")
+    if not targets:
+        print("  (none applicable)")
+    for t in targets:
+        op = ">=" if t["target"].find("pull") < 0 else "<="
+        print(f"  {'MET    ' if t['met'] else 'NOT MET'}  {t['target']:52} {t['link']:>14}: {t['value']:.2f} ({op} {t['goal']})")
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+
+
+def run_sweep(a, w4):
+    try:
+        links = [int(x) for x in a.links.split(",") if x.strip()]
+    except ValueError:
+        sys.exit(f"bench_e2e: --links {a.links}: a comma-separated list of Mbit/s (0 = unshaped loopback)")
+    if any(m < 0 for m in links):
+        sys.exit("bench_e2e: --links: rates must be >= 0")
+    why = ""
+    if os.geteuid() != 0:
+        why = "needs root (network namespaces + tc)"
+    elif not shutil.which("tc") or not shutil.which("ip"):
+        why = "iproute2 (ip, tc) is not installed"
+    configs = sweep_configs(a.lookahead)
+    rows, skipped = [], []
+    sweep_json = Path(a.work) / "sweep.json"
+    title = (f"Ember, 4 workers + 1 PS, DLRM dim {a.dim}, batch {a.batch}: median of {a.repeats} runs "
+             f"x {a.iterations} iterations")
+    t0 = time.time()
+
+    def save():
+        add_relative(rows)
+        doc = {"links": links, "repeats": a.repeats, "iterations": a.iterations, "batch": a.batch, "dim": a.dim,
+               "lookahead": a.lookahead, "skipped": skipped, "wall_s": time.time() - t0, "rows": rows,
+               "targets": sweep_targets(rows), "title": title}
+        sweep_json.write_text(json.dumps(doc, indent=1) + "\n")
+        return doc
+
+    for mbit in links:
+        if mbit > 0 and why:
+            skipped.append({"link_mbit": mbit, "skipped": why})
+            print(f"bench_e2e: {link_label(mbit)}: skipped: {why}", file=sys.stderr)
+            continue
+        tl = time.time()
+        runs = {name: [] for name, _, _ in configs}
+        dirs = {name: [] for name, _, _ in configs}
+        link = TbfLink(mbit) if mbit > 0 else None
+        if link:
+            link.__enter__()
+        try:
+            extra = link.launcher_args() if link else []
+            for rep in range(a.repeats):
+                for name, policy, flags in configs:  # alternated within a repeat: drift hits all alike
+                    tag = f"sweep-{mbit or 'lo'}-{name.replace('+', '-')}-r{rep}"
+                    tr = time.time()
+                    runs[name].append(launch(a, policy, 4, tag, w4, extra + flags))
+                    dirs[name].append(str(Path(a.work) / tag))
+                    print(f"bench_e2e: {link_label(mbit):>13} {name:17} repeat {rep + 1}/{a.repeats}: "
+                          f"{runs[name][-1]['samples_s']:8.0f} samples/s ({time.time() - tr:.0f} s)", file=sys.stderr, flush=True)
+        finally:
+            if link:
+                link.__exit__()
+        for name, policy, flags in configs:
+            rows.append(sweep_row(mbit, name, policy, flags, runs[name], dirs[name]))
+        save()
+        print(f"bench_e2e: {link_label(mbit)} done in {time.time() - tl:.0f} s", file=sys.stderr, flush=True)
+
+    doc = save()
+    print_sweep(rows, doc["targets"], a.json)
+    for s in skipped:
+        print(f"skipped {link_label(s['link_mbit'])}: {s['skipped']}")
+    print(f"\nsweep wall time {doc['wall_s']:.0f} s; rows in {sweep_json}")
+    if a.no_plot or not rows:
+        return
+    plot_path = a.plot or str(Path(a.work) / "e2e_sweep.png")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from plot_e2e import plot
+    failed = plot(rows, plot_path, title)
+    if failed and os.access("/usr/bin/python3", os.X_OK) and os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3"):
+        # This python (a pyenv or venv one, say) lacks matplotlib: Debian's python3-matplotlib
+        # is importable only from /usr/bin/python3.
+        r = subprocess.run(["/usr/bin/python3", str(ROOT / "scripts" / "plot_e2e.py"), str(sweep_json), "-o", plot_path],
+                           capture_output=True, text=True)
+        failed = None if r.returncode == 0 else f"{failed}; /usr/bin/python3: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+    if failed:
+        print(f"bench_e2e: plot skipped: {failed}")
+    else:
+        print(f"plot: {plot_path}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", help="ember-data dataset (default: generate a Criteo-like one)")
@@ -90,6 +279,12 @@ def main():
     p.add_argument("--json", action="store_true", help="also one JSON object per case")
     p.add_argument("--link-mbit", type=int, default=100, help="rate of the bandwidth-limited link (tc tbf), Mbit/s")
     p.add_argument("--skip-loopback", action="store_true", help="only the bandwidth-limited case")
+    p.add_argument("--sweep", action="store_true", help="link sweep instead of the three cases: vanilla, herald and "
+                   "herald+lookahead over each rate in --links")
+    p.add_argument("--links", default="25,50,100,200,0", help="--sweep: link rates in Mbit/s, comma-separated; 0 = unshaped loopback")
+    p.add_argument("--lookahead", type=int, default=4, help="--sweep: the herald+lookahead configuration's --lookahead")
+    p.add_argument("--plot", help="--sweep: PNG of samples/s against link rate (default <work>/e2e_sweep.png)")
+    p.add_argument("--no-plot", action="store_true", help="--sweep: no PNG")
     a = p.parse_args()
     Path(a.work).mkdir(parents=True, exist_ok=True)
     if not a.dataset:
@@ -102,6 +297,9 @@ def main():
     cases = []
 
     w4 = model + ["--batch-per-worker", str(a.batch // 4), "--iterations", str(a.iterations), "--cache-ratio", "0.1", "--progress-every", "0"]
+    if a.sweep:
+        run_sweep(a, w4)
+        return
 
     def herald_vs_vanilla(case, tag, launcher=()):
         runs = {"vanilla": [], "herald": []}

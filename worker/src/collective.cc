@@ -10,6 +10,18 @@
 
 namespace ember::worker {
 
+namespace {
+
+// Starts an all-reduce on `pg` (Gloo or NCCL) and returns what waits for it; the
+// function holds the group and its store.
+template <typename Group>
+std::function<std::function<void()>(std::vector<torch::Tensor>&)> starter(c10::intrusive_ptr<Group> pg,
+                                                                          c10::intrusive_ptr<c10d::Store> store) {
+  return [pg, store](std::vector<torch::Tensor>& t) -> std::function<void()> { return [work = pg->allreduce(t)] { work->wait(); }; };
+}
+
+}  // namespace
+
 Collective::Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device) {
   // Worker 0 hosts the c10d store on any free port and publishes where it is.
   c10d::TCPStoreOptions so;
@@ -34,7 +46,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
     auto nccl = c10d::ProcessGroupNCCL::Options::create();
     nccl->timeout = timeout;
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(c.workers), nccl);
-    start_ = [pg, store](std::vector<torch::Tensor>& t) -> std::function<void()> { return [work = pg->allreduce(t)] { work->wait(); }; };
+    start_ = starter(pg, store);
     on_device_ = true;
     return;
   }
@@ -43,7 +55,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c.gloo_host));
   opts->timeout = timeout;
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(c.workers), opts);
-  start_ = [pg, store](std::vector<torch::Tensor>& t) -> std::function<void()> { return [work = pg->allreduce(t)] { work->wait(); }; };
+  start_ = starter(pg, store);
 }
 
 }  // namespace ember::worker

@@ -16,10 +16,9 @@ namespace ember::worker {
 class Collective {
  public:
   Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device);
-  // Sums `tensors` over the workers, in place.
-  void allreduce(std::vector<torch::Tensor>& tensors) { start_(tensors)(); }
-  // The same, started now (c10d runs it on its own threads); the sum is in place once
-  // the returned function, called once, returns. `tensors` must live until then.
+  // Starts summing `tensors` over the workers, in place (c10d runs it on its own
+  // threads); the sum is there once the returned function, called once, returns.
+  // `tensors` must live until then.
   std::function<void()> start_allreduce(std::vector<torch::Tensor>& tensors) { return start_(tensors); }
   // Whether allreduce takes tensors on the device (NCCL) rather than on the host (Gloo).
   bool on_device() const { return on_device_; }

@@ -95,13 +95,11 @@ void PsExchange::Pulled::fill(RowCache& cache, bool with_state) {
 void PsExchange::prefetch(const StepPlan& next, std::uint64_t t) {
   ahead_state_.clear();
   ahead_plain_.clear();
-  ahead_count_ = 0;
   for (const auto& e : next.pulls) {
     if (!e.prefetch) continue;
     Pulled& into = e.with_state ? ahead_state_ : ahead_plain_;
     into.keys.push_back(e.key);
     into.slots.push_back(e.slot);
-    ++ahead_count_;
   }
   ahead_for_ = t + 1;
   ahead_state_.start(client_, true, t + 1, ps::PsClient::Pull::kAhead);
@@ -119,8 +117,9 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     // Rows the worker applies the optimizer to itself come with their state; the rest
     // (shared rows: their gradients go to the PS) without it.
     Pulled with_state, without_state;
-    std::uint64_t prefetched = 0;
+    std::uint64_t prefetched = 0, state = 0;
     for (const auto& e : p.pulls) {
+      state += e.with_state;
       if (e.prefetch) {
         ++prefetched;
       } else {
@@ -155,15 +154,15 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     without_state.fill(cache_, false);
     if (prefetched > 0) {
       // The plan marks what the worker pulled ahead (the same scheduler planned both).
-      if (ahead_for_ != t || ahead_count_ != prefetched) {
+      const std::uint64_t ahead = ahead_for_ == t ? ahead_state_.keys.size() + ahead_plain_.keys.size() : 0;
+      if (ahead != prefetched) {
         throw Error("iteration " + std::to_string(t) + " marks " + std::to_string(prefetched) + " prefetched rows; " +
-                    std::to_string(ahead_for_ == t ? ahead_count_ : 0) + " were pulled ahead for it");
+                    std::to_string(ahead) + " were pulled ahead for it");
       }
       ahead_state_.fill(cache_, true);
       ahead_plain_.fill(cache_, false);
       wire_.prefetched += prefetched;
     }
-    const std::uint64_t state = with_state.keys.size() + ahead_state_.keys.size() * (prefetched > 0);
     wire_.pulls += p.pulls.size();
     wire_.pull_state += state;
     const std::uint64_t bytes = scheduler::pull_bytes(state, row_, true) + scheduler::pull_bytes(p.pulls.size() - state, row_, false);

@@ -97,7 +97,6 @@ class PsExchange {
   // Prefetched rows (with their state, without), for iteration ahead_for_.
   Pulled ahead_state_, ahead_plain_;
   std::uint64_t ahead_for_ = 0;
-  std::uint64_t ahead_count_ = 0;
 };
 
 }  // namespace ember::worker

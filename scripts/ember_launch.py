@@ -113,8 +113,13 @@ class Job:
         for old in self.out.glob("*.jsonl"):
             old.unlink()
         token_file = self.out / "token"
-        token_file.write_text(secrets.token_hex(16) + "\n")
-        os.chmod(token_file, 0o600)
+        # Created 0600 (never readable by others, not even briefly), then renamed in place.
+        tmp = self.out / f".token.tmp-{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an older tmp of this name keeps its mode through O_CREAT
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16) + "\n")
+        os.replace(tmp, token_file)
         coord_file = self.out / "coordinator"
         if coord_file.exists():
             coord_file.unlink()

@@ -10,6 +10,7 @@ int exit_code(const std::exception& e) {
   if (dynamic_cast<const DataError*>(&e)) return 3;
   if (dynamic_cast<const IoError*>(&e)) return 4;
   if (dynamic_cast<const ProtocolError*>(&e)) return 5;
+  if (dynamic_cast<const JobFailed*>(&e)) return 6;
   return 1;
 }
 

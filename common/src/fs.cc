@@ -1,6 +1,8 @@
 #include "ember/common/fs.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -65,6 +67,12 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
 }
 
 std::string read_secret_file(const fs::path& path, const std::string& flag) {
+  // As ssh does with a private key: a secret others may read is no secret.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw IoError(errno_message(flag + ": stat " + path.string()));
+  if ((st.st_mode & 077) != 0)
+    throw ConfigError(fmt::format("{} {} may be read by other users (mode {:04o}): chmod 600 {}", flag, path.string(), st.st_mode & 07777,
+                                  path.string()));
   std::string text = read_file(path);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   if (text.empty()) throw ConfigError(flag + " " + path.string() + " is empty");

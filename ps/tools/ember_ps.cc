@@ -94,7 +94,8 @@ int main(int argc, char** argv) {
   double stop_wait_s = 60;
   std::uint64_t checkpoint_every = 0;
   std::size_t keep_checkpoints = 3;
-  std::string coordinator, coordinator_file;
+  std::string coordinator, coordinator_file, failure_file;
+  std::uint32_t max_connections = 1024;
   std::uint32_t workers = 0;
   int heartbeat_timeout_ms = 10000;
   add_config_option(app);
@@ -154,6 +155,12 @@ int main(int argc, char** argv) {
                  "join a job's control plane at this ZeroMQ endpoint (tcp://host:port); shard 0 runs the coordinator there "
                  "(port 0: any free port, see --coordinator-file)");
   app.add_option("--coordinator-file", coordinator_file, "shard 0: write the coordinator's endpoint to this file (atomically)");
+  app.add_option("--failure-file", failure_file,
+                 "shard 0: when the job fails, write the control plane's word on it here (JSON: the member that failed first and "
+                 "the cause; atomically)");
+  app.add_option("--max-connections", max_connections, "TCP: open data connections at most (more are refused at accept)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 1u << 20));
   app.add_option("--workers", workers, "workers of the job (with --coordinator)");
   app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
@@ -211,6 +218,7 @@ int main(int argc, char** argv) {
     to.address = where.host;
     to.port = where.port;
     to.io_threads = io_threads;
+    to.max_connections = max_connections;
     to.socket_buffer_bytes = socket_buffer_kib << 10;
     to.rdma_slot_bytes = rdma_slot_mib << 20;
     if (to.kind == transport::TransportKind::kRdma) {
@@ -267,6 +275,15 @@ int main(int argc, char** argv) {
         std::string bind = endpoint;
         if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) bind = bind.substr(0, bind.size() - 1) + "*";
         coord = std::make_unique<transport::Coordinator>(bind, token, transport::JobShape{sc.shards, workers}, ct);
+        if (!failure_file.empty()) {
+          coord->on_failure([failure_file](const std::string& who, const std::string& cause) {
+            try {
+              write_file_atomic(failure_file, nlohmann::json{{"member", who}, {"cause", cause}}.dump() + "\n");
+            } catch (const std::exception& e) {
+              spdlog::error("--failure-file: {}", e.what());
+            }
+          });
+        }
         endpoint = coord->endpoint();
         if (!coordinator_file.empty()) write_file_atomic(coordinator_file, endpoint + "\n");
       }

@@ -2,10 +2,15 @@
 // heartbeat failure detection and clean shutdown.
 #include "ember/transport/control.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
+#include <random>
 #include <thread>
 #include <zmq.hpp>
 
@@ -186,11 +191,110 @@ TEST(Control, ShutdownAfterEveryWorkerLeft) {
   auto p0 = ps0.get(), p1 = ps1.get();
   workers[0]->leave();
   EXPECT_FALSE(p0->wait_shutdown(std::chrono::milliseconds(200)));
-  workers[1].reset();  // the destructor leaves too
+  workers[1]->leave();
   EXPECT_TRUE(p0->wait_shutdown(std::chrono::milliseconds(3000)));
   EXPECT_TRUE(p1->wait_shutdown(std::chrono::milliseconds(3000)));
   EXPECT_TRUE(p0->shutdown_requested());
   EXPECT_FALSE(p0->failure().has_value());
+  EXPECT_TRUE(c.finished());
+}
+
+// A member gone without leave() (an exception on its way out) fails the job at once,
+// named, and the PS members are not told the job ended well.
+TEST(Control, MemberGoneWithoutLeavingFailsTheJobNamingIt) {
+  Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 2}, fast());
+  std::string failed_member, failed_cause;
+  std::promise<void> reported;
+  c.on_failure([&](const std::string& m, const std::string& cause) {
+    failed_member = m;
+    failed_cause = cause;
+    reported.set_value();
+  });
+  auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
+  auto workers = join_workers(c, 2);
+  auto p = ps.get();
+  const std::uint32_t gone = workers[1]->rank();
+  workers[0]->leave();
+  workers[1].reset();
+  ASSERT_EQ(reported.get_future().wait_for(std::chrono::seconds(3)), std::future_status::ready);
+  EXPECT_EQ(failed_member, "worker " + std::to_string(gone));
+  EXPECT_EQ(failed_cause, "exited without leaving the job");
+  EXPECT_TRUE(p->wait_shutdown(std::chrono::milliseconds(3000)));
+  EXPECT_FALSE(p->shutdown_requested());
+  ASSERT_TRUE(p->failure().has_value());
+  EXPECT_EQ(*p->failure(), "worker " + std::to_string(gone) + ": exited without leaving the job");
+  EXPECT_FALSE(c.finished());
+}
+
+// A member that fails says why; the first failure is the one the job reports.
+TEST(Control, AbortNamesTheMemberAndItsCause) {
+  Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 2}, fast());
+  auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
+  auto workers = join_workers(c, 2);
+  auto p = ps.get();
+  workers[0]->abort("bad data: f.tsv:3: 12 fields");
+  ASSERT_TRUE(p->wait_shutdown(std::chrono::milliseconds(3000)));
+  workers[1]->abort("all-reduce: connection closed by peer");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const std::string first = "worker " + std::to_string(workers[0]->rank()) + ": bad data: f.tsv:3: 12 fields";
+  EXPECT_EQ(c.failure().value_or(""), first);
+  EXPECT_EQ(p->failure().value_or(""), first);
+}
+
+TEST(Control, CountersAddAcrossMembers) {
+  Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 2}, fast());
+  auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
+  auto workers = join_workers(c, 2);
+  auto p = ps.get();
+  EXPECT_EQ(workers[0]->add("n", 5), 5);
+  EXPECT_EQ(workers[1]->add("n", -2), 3);
+  EXPECT_EQ(workers[1]->lookup("n"), "3");
+  for (auto& w : workers) w->leave();
+}
+
+// Bytes from anyone who can reach the port: none may stop the coordinator, and the job
+// forms and works afterwards.
+TEST(Control, HostileBytesNeitherCrashNorStopTheCoordinator) {
+  Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 1}, fast());
+  const std::string endpoint = c.endpoint();
+  const auto port = static_cast<std::uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+  // Raw TCP: random bytes, and a ZMTP/1.0 greeting followed by a frame (no metadata).
+  auto raw = [&](const std::string& bytes) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    (void)!::write(fd, bytes.data(), bytes.size());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::close(fd);
+  };
+  std::mt19937_64 rng(3);
+  std::string noise(4096, '\0');
+  for (char& ch : noise) ch = static_cast<char>(rng());
+  raw(noise);
+  raw(std::string("\x01\x00", 2) + std::string("\x05\x00hello", 7) + std::string("\x03\x00{}", 4));
+  // A ZeroMQ peer sending frames of every wrong shape, and one larger than the limit.
+  zmq::context_t ctx;
+  zmq::socket_t d(ctx, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  d.connect(endpoint);
+  for (const char* bad :
+       {"{\"op\":7}", "{\"op\":\"join\",\"token\":5}", "{\"op\":\"join\",\"token\":\"job-secret\",\"role\":\"ps\",\"rank\":\"0\"}", "[1,2]",
+        "not json", "{\"op\":\"barrier\",\"group\":{}}", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[", "{\"op\":\"hb\"}",
+        "{\"op\":\"join\",\"token\":\"job-secret\",\"role\":\"worker\",\"rank\":99999999999}"})
+    d.send(zmq::buffer(std::string(bad)), zmq::send_flags::none);
+  d.send(zmq::buffer(std::string(2 << 20, 'x')), zmq::send_flags::none);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Still coordinating.
+  auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
+  ControlMember w(member(c, Role::kWorker));
+  auto p = ps.get();
+  w.barrier(BarrierGroup::kWorkers, 1, std::chrono::milliseconds(3000));
+  EXPECT_FALSE(c.failure().has_value());
+  w.leave();
+  EXPECT_TRUE(p->wait_shutdown(std::chrono::milliseconds(3000)));
   EXPECT_TRUE(c.finished());
 }
 

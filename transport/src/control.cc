@@ -2,45 +2,41 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <variant>
 #include <zmq.hpp>
 
+#include "control_codec.h"
 #include "ember/common/error.h"
+#include "ember/common/log.h"
 #include "ember/common/process.h"
 
 namespace ember::transport {
 
-using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 const char* role_name(Role role) { return role == Role::kPs ? "ps" : "worker"; }
 
 namespace {
 
-Role parse_role(const std::string& s) {
-  if (s == "ps") return Role::kPs;
-  if (s == "worker") return Role::kWorker;
-  throw ProtocolError("unknown role '" + s + "'");
-}
+namespace codec = control_codec;
 
-void send_json(zmq::socket_t& socket, const json& j) {
-  const std::string text = j.dump();
-  socket.send(zmq::buffer(text), zmq::send_flags::dontwait);
-}
-
-void send_to(zmq::socket_t& router, const std::string& identity, const json& j) {
-  const std::string text = j.dump();
-  router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-  router.send(zmq::buffer(text), zmq::send_flags::dontwait);
-}
+void send_frame(zmq::socket_t& socket, const std::string& text) { socket.send(zmq::buffer(text), zmq::send_flags::dontwait); }
 
 std::string peer_name(Role role, std::uint32_t rank) { return std::string(role_name(role)) + " " + std::to_string(rank); }
+
+// The peer's address from the frame's metadata; "?" when there is none (a ZMTP/1.0 peer
+// sends no metadata, and cppzmq's gets() would throw).
+std::string peer_address(zmq::message_t& frame) {
+  const char* addr = zmq_msg_gets(frame.handle(), "Peer-Address");
+  return addr ? addr : "?";
+}
 
 }  // namespace
 
@@ -68,46 +64,73 @@ struct Coordinator::Impl {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<bool> finished{false};
   std::atomic<std::uint32_t> ps_left{0};
-  mutable std::mutex mutex;  // guards failure (read by other threads)
+  mutable std::mutex mutex;  // guards failure and on_failure (used by other threads)
   std::optional<std::string> failure;
+  std::function<void(const std::string&, const std::string&)> on_failure;
+  LogLimiter malformed_log, refused_log, stray_log;
 
   // Owned by the thread.
   std::map<std::string, Member> members;  // by ZeroMQ identity
   bool formed = false;
-  std::map<std::uint8_t, std::map<std::uint64_t, std::set<std::string>>> barriers;  // group -> gen -> arrived
+  std::map<int, std::map<std::uint64_t, std::set<std::string>>> barriers;  // group -> gen -> arrived
   std::map<std::string, std::string> board;
   std::multimap<std::string, std::string> waiting_lookups;  // key -> identity
+
+  void send_to(const std::string& identity, const codec::FromCoordinator& m) {
+    const std::string text = codec::encode(m);
+    router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    router.send(zmq::buffer(text), zmq::send_flags::dontwait);
+  }
 
   void loop() {
     const auto tick = std::max(std::chrono::milliseconds(10), timeouts.heartbeat_interval / 2);
     while (!stop.load()) {
-      zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 1, tick);
-      if (items[0].revents & ZMQ_POLLIN) {
-        zmq::message_t id, body;
-        if (!router.recv(id, zmq::recv_flags::dontwait)) continue;
-        if (!id.more() || !router.recv(body, zmq::recv_flags::dontwait)) continue;
-        while (body.more()) {  // drop extra frames
-          zmq::message_t extra;
-          if (!router.recv(extra, zmq::recv_flags::dontwait)) break;
-        }
-        const char* addr = body.gets("Peer-Address");
-        handle(id.to_string(), body.to_string(), addr ? addr : "?");
+      // Nothing a peer sends may end this thread: the job's failure detection is here.
+      try {
+        zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 1, tick);
+        if (items[0].revents & ZMQ_POLLIN) receive();
+        check_heartbeats();
+      } catch (const std::exception& e) {
+        malformed_log.warn(std::string("control: coordinator: ") + e.what());
       }
-      check_heartbeats();
     }
   }
 
-  void fail(const std::string& why) {
+  void receive() {
+    zmq::message_t id, body;
+    if (!router.recv(id, zmq::recv_flags::dontwait)) return;
+    if (!id.more() || !router.recv(body, zmq::recv_flags::dontwait)) return;
+    while (body.more()) {  // drop extra frames
+      zmq::message_t extra;
+      if (!router.recv(extra, zmq::recv_flags::dontwait)) break;
+    }
+    const std::string peer = peer_address(body);
+    codec::ToCoordinator msg;
+    try {
+      msg = codec::decode_to_coordinator(std::string_view(static_cast<const char*>(body.data()), body.size()));
+    } catch (const ProtocolError& e) {
+      malformed_log.warn("control: dropped a malformed message from " + peer + ": " + e.what());
+      return;
+    }
+    handle(id.to_string(), msg, peer);
+  }
+
+  void fail(const std::string& member, const std::string& cause) {
+    std::function<void(const std::string&, const std::string&)> callback;
     {
       std::lock_guard lock(mutex);
       if (failure) return;
-      failure = why;
+      failure = member + ": " + cause;
+      callback = on_failure;
     }
-    spdlog::error("control: job failed: {}", why);
+    spdlog::error("control: job failed: {}: {}", member, cause);
     for (auto& [id, m] : members)
-      if (!m.dead && !m.left) send_to(router, id, json{{"op", "dead"}, {"why", why}});
+      if (!m.dead && !m.left) send_to(id, codec::Dead{member, cause});
+    if (callback) callback(member, cause);
   }
+
+  std::string name_of(const Member& m) const { return m.rank >= 0 ? peer_name(m.role, m.rank) : std::string(role_name(m.role)); }
 
   void check_heartbeats() {
     const auto now = Clock::now();
@@ -116,80 +139,85 @@ struct Coordinator::Impl {
       const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen);
       if (silent > timeouts.heartbeat_timeout) {
         m.dead = true;
-        fail(fmt::format("{} ({}): no heartbeat for {} ms", m.rank >= 0 ? peer_name(m.role, m.rank) : std::string(role_name(m.role)),
-                         m.data.empty() ? "no data address" : m.data, silent.count()));
+        fail(name_of(m), fmt::format("no heartbeat for {} ms ({})", silent.count(), m.data.empty() ? "no data address" : m.data));
       }
     }
   }
 
   void refuse(const std::string& id, const std::string& peer, const std::string& why) {
     refused.fetch_add(1);
-    spdlog::warn("control: refused join from {}: {}", peer, why);
-    send_to(router, id, json{{"op", "error"}, {"why", why}});
+    refused_log.warn("control: refused join from " + peer + ": " + why);
+    send_to(id, codec::Refusal{why});
   }
 
-  void handle(const std::string& id, const std::string& text, const std::string& peer) {
-    json msg;
-    try {
-      msg = json::parse(text);
-      if (!msg.is_object() || !msg.contains("op")) throw ProtocolError("no op");
-    } catch (const std::exception& e) {
-      spdlog::warn("control: dropped malformed message from {}: {}", peer, e.what());
-      return;
-    }
-    const std::string op = msg.value("op", "");
+  void handle(const std::string& id, const codec::ToCoordinator& msg, const std::string& peer) {
+    if (auto* join_msg = std::get_if<codec::Join>(&msg)) return join(id, *join_msg, peer);
     auto it = members.find(id);
-    if (op == "join") return join(id, msg, peer);
-    if (it == members.end()) {  // not joined: only join is allowed
-      if (op == "hb") return;   // a refused member's last heartbeat
-      spdlog::warn("control: dropped '{}' from {} (not joined)", op, peer);
-      send_to(router, id, json{{"op", "error"}, {"why", "not joined"}});
+    if (it == members.end()) {                                    // not joined: only join is allowed
+      if (std::holds_alternative<codec::Heartbeat>(msg)) return;  // a refused member's last heartbeat
+      stray_log.warn("control: dropped a message from " + peer + " (not joined)");
+      send_to(id, codec::Refusal{"not joined"});
       return;
     }
     Member& m = it->second;
     m.last_seen = Clock::now();
-    try {
-      if (op == "hb") {
-        send_to(router, id, json{{"op", "hb_ack"}});
-      } else if (op == "barrier") {
-        barrier(id, msg.at("group").get<int>(), msg.at("gen").get<std::uint64_t>());
-      } else if (op == "publish") {
-        const std::string key = msg.at("key");
-        board[key] = msg.at("value").get<std::string>();
-        auto [b, e] = waiting_lookups.equal_range(key);
-        for (auto w = b; w != e; ++w) send_to(router, w->second, json{{"op", "value"}, {"key", key}, {"value", board[key]}});
-        waiting_lookups.erase(b, e);
-      } else if (op == "lookup") {
-        const std::string key = msg.at("key");
-        auto v = board.find(key);
-        if (v != board.end())
-          send_to(router, id, json{{"op", "value"}, {"key", key}, {"value", v->second}});
-        else
-          waiting_lookups.emplace(key, id);
-      } else if (op == "leave") {
-        if (!m.left && m.role == Role::kPs) ps_left.fetch_add(1);
-        m.left = true;
-        spdlog::info("control: {} left", peer_name(m.role, m.rank));
-        maybe_finish();
-      } else {
-        spdlog::warn("control: unknown op '{}' from {}", op, peer_name(m.role, m.rank));
-      }
-    } catch (const json::exception& e) {
-      spdlog::warn("control: malformed '{}' from {}: {}", op, peer_name(m.role, m.rank), e.what());
+    if (std::holds_alternative<codec::Heartbeat>(msg)) {
+      send_to(id, codec::HeartbeatAck{});
+    } else if (auto* b = std::get_if<codec::BarrierEnter>(&msg)) {
+      barrier(id, b->group, b->gen);
+    } else if (auto* p = std::get_if<codec::Publish>(&msg)) {
+      board[p->key] = p->value;
+      auto [b, e] = waiting_lookups.equal_range(p->key);
+      for (auto w = b; w != e; ++w) send_to(w->second, codec::Value{p->key, p->value});
+      waiting_lookups.erase(b, e);
+    } else if (auto* l = std::get_if<codec::Lookup>(&msg)) {
+      auto v = board.find(l->key);
+      if (v != board.end())
+        send_to(id, codec::Value{l->key, v->second});
+      else
+        waiting_lookups.emplace(l->key, id);
+    } else if (auto* a = std::get_if<codec::Add>(&msg)) {
+      add(id, *a);
+    } else if (std::holds_alternative<codec::Leave>(msg)) {
+      if (m.left || m.dead) return;
+      if (m.role == Role::kPs) ps_left.fetch_add(1);
+      m.left = true;
+      spdlog::info("control: {} left", name_of(m));
+      maybe_finish();
+    } else if (auto* ab = std::get_if<codec::Abort>(&msg)) {
+      if (m.left || m.dead) return;
+      m.dead = true;
+      fail(name_of(m), ab->why);
     }
   }
 
-  void join(const std::string& id, const json& msg, const std::string& peer) {
-    if (msg.value("token", std::string()) != token) return refuse(id, peer, "wrong job token");
+  void add(const std::string& id, const codec::Add& a) {
+    std::int64_t value = 0;
+    if (auto v = board.find(a.key); v != board.end()) {
+      try {
+        std::size_t used = 0;
+        value = std::stoll(v->second, &used);
+        if (used != v->second.size()) throw std::invalid_argument("trailing bytes");
+      } catch (const std::exception&) {
+        spdlog::warn("control: add to '{}', whose value is not a number: counted from 0", a.key);
+        value = 0;
+      }
+    }
+    value += a.delta;
+    board[a.key] = std::to_string(value);
+    auto [b, e] = waiting_lookups.equal_range(a.key);
+    for (auto w = b; w != e; ++w) send_to(w->second, codec::Value{a.key, board[a.key]});
+    waiting_lookups.erase(b, e);
+    send_to(id, codec::Added{a.id, value});
+  }
+
+  void join(const std::string& id, const codec::Join& msg, const std::string& peer) {
+    if (msg.token != token) return refuse(id, peer, "wrong job token");
     if (formed) return refuse(id, peer, "the job is already formed");
     Member m;
-    try {
-      m.role = parse_role(msg.at("role").get<std::string>());
-      m.rank = msg.at("rank").get<int>();
-      m.data = msg.value("data", std::string());
-    } catch (const std::exception& e) {
-      return refuse(id, peer, std::string("malformed join: ") + e.what());
-    }
+    m.role = msg.role;
+    m.rank = msg.rank;
+    m.data = msg.data;
     const std::uint32_t expected = m.role == Role::kPs ? shape.ps : shape.workers;
     std::uint32_t have = 0;
     for (auto& [oid, o] : members) {
@@ -226,10 +254,13 @@ struct Coordinator::Impl {
         m.rank = next++;
       }
     }
-    json peers = json::array();
-    for (auto& [id, m] : members) peers.push_back({{"role", role_name(m.role)}, {"rank", m.rank}, {"data", m.data}});
-    for (auto& [id, m] : members)
-      send_to(router, id, json{{"op", "welcome"}, {"rank", m.rank}, {"peers", peers}, {"ps", shape.ps}, {"workers", shape.workers}});
+    codec::Welcome w;
+    w.shape = shape;
+    for (auto& [id, m] : members) w.peers.push_back(Peer{m.role, static_cast<std::uint32_t>(m.rank), m.data});
+    for (auto& [id, m] : members) {
+      w.rank = static_cast<std::uint32_t>(m.rank);
+      send_to(id, w);
+    }
     formed = true;
     spdlog::info("control: job formed: {} ps, {} workers", shape.ps, shape.workers);
   }
@@ -238,27 +269,33 @@ struct Coordinator::Impl {
     Member& m = members[id];
     {
       std::lock_guard lock(mutex);
-      if (failure) return send_to(router, id, json{{"op", "dead"}, {"why", *failure}});
+      if (failure) return send_to(id, codec::Dead{"", *failure});
     }
-    auto& gens = barriers[static_cast<std::uint8_t>(group)];
+    auto& gens = barriers[group];
     gens[gen].insert(id);
-    if (gens.size() > 1)
-      return fail(fmt::format("barrier generations disagree: {} is at {}, others at {}", peer_name(m.role, m.rank), gen,
-                              gens.begin()->first == gen ? gens.rbegin()->first : gens.begin()->first));
+    if (gens.size() > 1) {
+      m.dead = true;
+      return fail(name_of(m), fmt::format("barrier generations disagree: at {}, the others at {}", gen,
+                                          gens.begin()->first == gen ? gens.rbegin()->first : gens.begin()->first));
+    }
     std::uint32_t expected = 0;
     for (auto& [oid, o] : members) expected += (group == static_cast<int>(BarrierGroup::kAll) || o.role == Role::kWorker);
     if (gens[gen].size() < expected) return;
-    for (const auto& who : gens[gen]) send_to(router, who, json{{"op", "release"}, {"group", group}, {"gen", gen}});
+    for (const auto& who : gens[gen]) send_to(who, codec::Release{group, gen});
     gens.erase(gen);
   }
 
   void maybe_finish() {
     for (auto& [id, m] : members)
       if (m.role == Role::kWorker && !m.left) return;
+    {
+      std::lock_guard lock(mutex);
+      if (failure) return;  // the members heard that the job failed: no clean end
+    }
     if (finished.exchange(true)) return;
     spdlog::info("control: every worker left; stopping the parameter servers");
     for (auto& [id, m] : members)
-      if (m.role == Role::kPs && !m.dead) send_to(router, id, json{{"op", "shutdown"}});
+      if (m.role == Role::kPs && !m.dead) send_to(id, codec::Shutdown{});
   }
 };
 
@@ -270,6 +307,8 @@ Coordinator::Coordinator(const std::string& endpoint, std::string token, JobShap
   impl_->timeouts = timeouts;
   impl_->router.set(zmq::sockopt::linger, 0);
   impl_->router.set(zmq::sockopt::router_mandatory, 0);
+  // Larger frames close the peer's connection inside ZeroMQ, before any is buffered.
+  impl_->router.set(zmq::sockopt::maxmsgsize, codec::kMaxToCoordinator);
   try {
     impl_->router.bind(endpoint);
   } catch (const zmq::error_t& e) {
@@ -305,6 +344,10 @@ std::optional<std::string> Coordinator::failure() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->failure;
 }
+void Coordinator::on_failure(std::function<void(const std::string&, const std::string&)> callback) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->on_failure = std::move(callback);
+}
 
 // ---------------------------------------------------------------------------------------
 // Member
@@ -318,7 +361,8 @@ struct ControlMember::Impl {
   std::mutex send_mutex;
   std::thread thread;
   std::atomic<bool> stop{false};
-  bool left = false;
+  std::atomic<bool> left{false};
+  LogLimiter malformed_log;
 
   mutable std::mutex mutex;  // guards everything below
   std::condition_variable cv;
@@ -330,88 +374,92 @@ struct ControlMember::Impl {
   std::set<std::pair<int, std::uint64_t>> released;
   std::map<std::string, std::string> values;
   std::set<std::string> asked;  // keys try_lookup asked the coordinator for
+  std::map<std::uint64_t, std::int64_t> added;
+  std::uint64_t next_add = 0;
   std::optional<std::string> failure;
   bool shutdown = false;
 
-  void post(const json& j) {
+  void post(const codec::ToCoordinator& m) {
+    const std::string text = codec::encode(m);
     std::lock_guard lock(send_mutex);
-    send_json(cmd_out, j);
+    send_frame(cmd_out, text);
   }
 
   void loop() {
     auto last_heard = Clock::now();
     auto last_sent = Clock::now() - options.timeouts.heartbeat_interval;
     const auto tick = std::max(std::chrono::milliseconds(5), options.timeouts.heartbeat_interval / 3);
+    const std::string heartbeat = codec::encode(codec::ToCoordinator{codec::Heartbeat{}});
     while (!stop.load()) {
-      zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}, {cmd_in.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, tick);
-      if (items[1].revents & ZMQ_POLLIN) {
-        zmq::message_t m;
-        while (cmd_in.recv(m, zmq::recv_flags::dontwait)) dealer.send(m, zmq::send_flags::dontwait);
-      }
-      if (items[0].revents & ZMQ_POLLIN) {
-        zmq::message_t m;
-        while (dealer.recv(m, zmq::recv_flags::dontwait)) {
-          last_heard = Clock::now();
-          handle(m.to_string());
+      try {
+        zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}, {cmd_in.handle(), 0, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 2, tick);
+        if (items[1].revents & ZMQ_POLLIN) {
+          zmq::message_t m;
+          while (cmd_in.recv(m, zmq::recv_flags::dontwait)) dealer.send(m, zmq::send_flags::dontwait);
         }
-      }
-      const auto now = Clock::now();
-      if (now - last_sent >= options.timeouts.heartbeat_interval) {
-        send_json(dealer, json{{"op", "hb"}});
-        last_sent = now;
-      }
-      std::lock_guard lock(mutex);
-      if (welcomed && !failure && !shutdown && now - last_heard > options.timeouts.heartbeat_timeout) {
-        failure = fmt::format("lost the coordinator at {}: nothing heard for {} ms", options.coordinator,
-                              std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard).count());
-        spdlog::error("control: {}", *failure);
-        cv.notify_all();
+        if (items[0].revents & ZMQ_POLLIN) {
+          zmq::message_t m;
+          while (dealer.recv(m, zmq::recv_flags::dontwait)) {
+            last_heard = Clock::now();
+            handle(std::string_view(static_cast<const char*>(m.data()), m.size()));
+          }
+        }
+        const auto now = Clock::now();
+        if (now - last_sent >= options.timeouts.heartbeat_interval) {
+          send_frame(dealer, heartbeat);
+          last_sent = now;
+        }
+        std::lock_guard lock(mutex);
+        if (welcomed && !failure && !shutdown && now - last_heard > options.timeouts.heartbeat_timeout) {
+          failure = fmt::format("lost the coordinator at {}: nothing heard for {} ms", options.coordinator,
+                                std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard).count());
+          spdlog::error("control: {}", *failure);
+          cv.notify_all();
+        }
+      } catch (const std::exception& e) {
+        malformed_log.warn(std::string("control: member: ") + e.what());
       }
     }
     // Forward what the API posted last (a leave), so closing the socket delivers it.
-    zmq::message_t m;
-    while (cmd_in.recv(m, zmq::recv_flags::dontwait)) dealer.send(m, zmq::send_flags::dontwait);
+    try {
+      zmq::message_t m;
+      while (cmd_in.recv(m, zmq::recv_flags::dontwait)) dealer.send(m, zmq::send_flags::dontwait);
+    } catch (const std::exception&) {
+    }
   }
 
-  void handle(const std::string& text) {
-    json msg;
+  void handle(std::string_view text) {
+    codec::FromCoordinator msg;
     try {
-      msg = json::parse(text);
-    } catch (const std::exception& e) {
-      spdlog::warn("control: malformed message from the coordinator: {}", e.what());
+      msg = codec::decode_from_coordinator(text);
+    } catch (const ProtocolError& e) {
+      malformed_log.warn(std::string("control: dropped a malformed message from the coordinator: ") + e.what());
       return;
     }
-    const std::string op = msg.value("op", "");
     std::lock_guard lock(mutex);
-    try {
-      if (op == "welcome") {
-        rank = msg.at("rank").get<std::uint32_t>();
-        shape.ps = msg.at("ps").get<std::uint32_t>();
-        shape.workers = msg.at("workers").get<std::uint32_t>();
-        peers.clear();
-        for (const auto& p : msg.at("peers"))
-          peers.push_back(
-              Peer{parse_role(p.at("role").get<std::string>()), p.at("rank").get<std::uint32_t>(), p.at("data").get<std::string>()});
-        std::sort(peers.begin(), peers.end(),
-                  [](const Peer& a, const Peer& b) { return std::pair(a.role, a.rank) < std::pair(b.role, b.rank); });
-        welcomed = true;
-      } else if (op == "error") {
-        if (!welcomed)
-          refused = msg.value("why", std::string("refused"));
-        else
-          spdlog::warn("control: coordinator: {}", msg.value("why", std::string()));
-      } else if (op == "release") {
-        released.emplace(msg.at("group").get<int>(), msg.at("gen").get<std::uint64_t>());
-      } else if (op == "value") {
-        values[msg.at("key").get<std::string>()] = msg.at("value").get<std::string>();
-      } else if (op == "dead") {
-        if (!failure) failure = msg.value("why", std::string("a peer died"));
-      } else if (op == "shutdown") {
-        shutdown = true;
-      }
-    } catch (const std::exception& e) {
-      spdlog::warn("control: malformed '{}' from the coordinator: {}", op, e.what());
+    if (auto* w = std::get_if<codec::Welcome>(&msg)) {
+      rank = w->rank;
+      shape = w->shape;
+      peers = w->peers;
+      std::sort(peers.begin(), peers.end(),
+                [](const Peer& a, const Peer& b) { return std::pair(a.role, a.rank) < std::pair(b.role, b.rank); });
+      welcomed = true;
+    } else if (auto* r = std::get_if<codec::Refusal>(&msg)) {
+      if (!welcomed)
+        refused = r->why;
+      else
+        spdlog::warn("control: coordinator: {}", r->why);
+    } else if (auto* rel = std::get_if<codec::Release>(&msg)) {
+      released.emplace(rel->group, rel->gen);
+    } else if (auto* v = std::get_if<codec::Value>(&msg)) {
+      values[v->key] = v->value;
+    } else if (auto* a = std::get_if<codec::Added>(&msg)) {
+      added[a->id] = a->value;
+    } else if (auto* d = std::get_if<codec::Dead>(&msg)) {
+      if (!failure) failure = d->member.empty() ? d->why : d->member + ": " + d->why;
+    } else if (std::holds_alternative<codec::Shutdown>(msg)) {
+      shutdown = true;
     }
     cv.notify_all();
   }
@@ -433,13 +481,13 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
   impl_->cmd_in.bind(inproc);
   impl_->cmd_out.connect(inproc);
   impl_->dealer.set(zmq::sockopt::linger, 500);
+  impl_->dealer.set(zmq::sockopt::maxmsgsize, codec::kMaxFromCoordinator);
   try {
     impl_->dealer.connect(o.coordinator);
   } catch (const zmq::error_t& e) {
     throw ConfigError("control: bad coordinator address '" + o.coordinator + "': " + e.what());
   }
-  send_json(impl_->dealer,
-            json{{"op", "join"}, {"token", o.token}, {"role", role_name(o.role)}, {"rank", o.rank}, {"data", o.data_address}});
+  send_frame(impl_->dealer, codec::encode(codec::ToCoordinator{codec::Join{o.token, o.role, o.rank, o.data_address}}));
   impl_->thread = std::thread([this] {
     name_this_thread("control");
     impl_->loop();
@@ -461,7 +509,13 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
 
 ControlMember::~ControlMember() {
   try {
-    leave();
+    // Gone without saying it finished (an exception on the way out): the job must not
+    // take this for a clean end, and should not wait a heartbeat timeout to know. A PS
+    // member told to stop has finished.
+    if (shutdown_requested())
+      leave();
+    else
+      abort("exited without leaving the job");
   } catch (...) {
   }
   impl_->stop = true;
@@ -480,18 +534,16 @@ std::vector<Peer> ControlMember::peers_of(Role role) const {
 
 void ControlMember::barrier(BarrierGroup group, std::uint64_t generation, std::chrono::milliseconds timeout) {
   const int g = static_cast<int>(group);
-  impl_->post(json{{"op", "barrier"}, {"group", g}, {"gen", generation}});
+  impl_->post(codec::BarrierEnter{g, generation});
   std::unique_lock lock(impl_->mutex);
   impl_->wait(lock, timeout, fmt::format("barrier {}", generation), [&] { return impl_->released.count({g, generation}) > 0; });
   impl_->released.erase({g, generation});
 }
 
-void ControlMember::publish(const std::string& key, const std::string& value) {
-  impl_->post(json{{"op", "publish"}, {"key", key}, {"value", value}});
-}
+void ControlMember::publish(const std::string& key, const std::string& value) { impl_->post(codec::Publish{key, value}); }
 
 std::string ControlMember::lookup(const std::string& key, std::chrono::milliseconds timeout) {
-  impl_->post(json{{"op", "lookup"}, {"key", key}});
+  impl_->post(codec::Lookup{key});
   std::unique_lock lock(impl_->mutex);
   impl_->wait(lock, timeout, "lookup of '" + key + "'", [&] { return impl_->values.count(key) > 0; });
   return impl_->values[key];
@@ -503,8 +555,22 @@ std::optional<std::string> ControlMember::try_lookup(const std::string& key) {
     if (auto v = impl_->values.find(key); v != impl_->values.end()) return v->second;
     if (!impl_->asked.insert(key).second) return std::nullopt;  // asked before: its value comes once published
   }
-  impl_->post(json{{"op", "lookup"}, {"key", key}});
+  impl_->post(codec::Lookup{key});
   return std::nullopt;
+}
+
+std::int64_t ControlMember::add(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout) {
+  std::uint64_t id;
+  {
+    std::lock_guard lock(impl_->mutex);
+    id = impl_->next_add++;
+  }
+  impl_->post(codec::Add{id, key, delta});
+  std::unique_lock lock(impl_->mutex);
+  impl_->wait(lock, timeout, "add to '" + key + "'", [&] { return impl_->added.count(id) > 0; });
+  const std::int64_t value = impl_->added[id];
+  impl_->added.erase(id);
+  return value;
 }
 
 std::optional<std::string> ControlMember::failure() const {
@@ -523,9 +589,13 @@ bool ControlMember::wait_shutdown(std::chrono::milliseconds timeout) {
 }
 
 void ControlMember::leave() {
-  if (impl_->left) return;
-  impl_->left = true;
-  impl_->post(json{{"op", "leave"}});
+  if (impl_->left.exchange(true)) return;
+  impl_->post(codec::Leave{});
+}
+
+void ControlMember::abort(const std::string& why) {
+  if (impl_->left.exchange(true)) return;
+  impl_->post(codec::Abort{why});
 }
 
 }  // namespace ember::transport

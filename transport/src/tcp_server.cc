@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <cerrno>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/log.h"
 #include "ember/common/process.h"
 #include "ember/transport/tcp.h"
 #include "tcp_socket.h"
@@ -70,6 +72,7 @@ std::shared_ptr<const void> lend(PayloadBuffer& b, const std::shared_ptr<Returne
 struct TcpServer::Impl {
   TcpServerOptions opt;
   RequestHandler handler;
+  std::atomic<std::uint32_t> open_sessions{0};  // before ios: sessions outlive them
   // One io_context per I/O thread, each connection on one of them: a request is read,
   // handled and answered on one thread, with no hand-offs between threads.
   std::vector<std::unique_ptr<asio::io_context>> ios;
@@ -81,6 +84,10 @@ struct TcpServer::Impl {
   std::atomic<int> in_flight{0};
   std::atomic<bool> draining{false}, stopping{false}, warned_buffers{false};
   std::uint64_t token = 0;
+  // Peers can trigger these at will: at most a line per 10 s each.
+  LogLimiter refused_log, unauthenticated_log, accept_log;
+  std::unique_ptr<asio::steady_timer> accept_timer, sweep_timer;
+  std::chrono::milliseconds accept_backoff{0};
   struct Session;
   std::mutex sessions_mu;
   std::vector<std::weak_ptr<Session>> sessions;
@@ -94,11 +101,10 @@ struct TcpServer::Impl {
   // max_payload_bytes or kMaxQueued queued requests (back-pressure through TCP) and
   // resumes as replies go out. Everything runs on the connection's one I/O thread.
   struct Session : std::enable_shared_from_this<Session> {
-    Session(Impl* s, tcp::socket sock) : server(s), socket(std::move(sock)) {
-      boost::system::error_code ec;
-      auto ep = socket.remote_endpoint(ec);
-      peer = ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+    Session(Impl* s, tcp::socket sock, std::string who) : server(s), socket(std::move(sock)), peer(std::move(who)) {
+      ++server->open_sessions;
     }
+    ~Session() { --server->open_sessions; }
     Impl* server;
     tcp::socket socket;
     std::string peer;
@@ -124,7 +130,10 @@ struct TcpServer::Impl {
     bool reading = false;  // a read is under way (from a header's wait to its payload's end)
     bool writing = false;  // the queue's front is being answered
     bool closed = false;
-    int open_requests = 0;  // counted in server->in_flight: from a header to its reply's last byte
+    bool in_payload = false;  // a payload is being read (the stall timeout applies)
+    const std::chrono::steady_clock::time_point opened = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point progress = opened;  // last payload bytes read
+    int open_requests = 0;                                    // counted in server->in_flight: from a header to its reply's last byte
 
     // Requests read ahead of their answers, at most (empty ones cost memory too).
     static constexpr std::size_t kMaxQueued = 64;
@@ -141,8 +150,23 @@ struct TcpServer::Impl {
       if (closed) return;  // a second operation failing after the first closed the socket
       close();
       if (server->stopping.load()) return;
-      spdlog::warn("tcp server: dropping peer {}: {}", peer, why);
       ++server->dropped;
+      const std::string line = "tcp server: dropping peer " + peer + ": " + why;
+      if (authenticated)
+        spdlog::warn("{}", line);
+      else
+        server->unauthenticated_log.warn(line);  // anyone can cause these
+    }
+
+    // Called about once a second (Impl::sweep): closes a connection that has not said
+    // hello in time, or whose payload stopped arriving.
+    void check_deadlines(std::chrono::steady_clock::time_point now) {
+      if (closed) return;
+      const auto& o = server->opt;
+      if (!authenticated && now - opened > o.hello_timeout)
+        return drop("no hello within " + std::to_string(o.hello_timeout.count()) + " ms");
+      if (in_payload && now - progress > o.stall_timeout)
+        drop(std::string(type_name(incoming.header.type)) + " payload stalled for " + std::to_string(o.stall_timeout.count()) + " ms");
     }
 
     void close() {
@@ -179,11 +203,18 @@ struct TcpServer::Impl {
       ++open_requests;
       ++server->in_flight;
       try {
-        incoming.header = decode_header(in_header, server->opt.max_payload_bytes);
+        // Before the hello is checked, nothing but a hello's 8 bytes is read.
+        incoming.header = decode_header(in_header, authenticated ? server->opt.max_payload_bytes : 8);
       } catch (const ProtocolError& e) {
-        drop(e.what());
+        drop(authenticated ? e.what() : std::string("refused before its hello: ") + e.what());
         return;
       }
+      if (!authenticated && (incoming.header.type != MessageType::kHello || incoming.header.key_count != 1)) {
+        drop("refused: the first message must be a hello with this job's token");
+        return;
+      }
+      in_payload = true;
+      progress = std::chrono::steady_clock::now();
       if (incoming.payload.capacity == 0) {
         if (!spare.empty()) {
           incoming.payload = std::move(spare.back());
@@ -207,9 +238,13 @@ struct TcpServer::Impl {
         const ssize_t n = move_some(fd, false, in_iov, in_first);
         if (n > 0) {
           consume(in_iov, in_first, static_cast<std::size_t>(n));
+          progress = std::chrono::steady_clock::now();
           continue;
         }
-        if (in_first == in_iov.size()) return on_request();
+        if (in_first == in_iov.size()) {
+          in_payload = false;
+          return on_request();
+        }
         if (n == 0) return drop("truncated " + std::string(type) + " payload: connection closed");
         if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) return drop("truncated " + std::string(type) + " payload: " + std::strerror(errno));
@@ -343,13 +378,30 @@ struct TcpServer::Impl {
     asio::io_context& target = *ios[next_io++ % ios.size()];
     acceptor->async_accept(target, [this](boost::system::error_code ec, tcp::socket s) {
       if (ec) {
-        if (ec != asio::error::operation_aborted) spdlog::warn("tcp server: accept: {}", ec.message());
-        if (!acceptor->is_open()) return;
+        if (ec == asio::error::operation_aborted || !acceptor->is_open()) return;
+        // At the descriptor limit accept fails at once for as long as the connection
+        // waits in the backlog: back off (up to a second) instead of spinning.
+        accept_backoff = std::min(std::chrono::milliseconds(1000), std::max(std::chrono::milliseconds(10), accept_backoff * 2));
+        accept_log.warn("tcp server: accept: " + ec.message() + " (retrying in " + std::to_string(accept_backoff.count()) + " ms)");
+        accept_timer->expires_after(accept_backoff);
+        accept_timer->async_wait([this](boost::system::error_code wait_ec) {
+          if (!wait_ec && acceptor->is_open()) accept();
+        });
+        return;
+      }
+      accept_backoff = std::chrono::milliseconds(0);
+      boost::system::error_code peer_ec;
+      const auto ep = s.remote_endpoint(peer_ec);
+      std::string peer = peer_ec ? std::string("?") : ep.address().to_string() + ":" + std::to_string(ep.port());
+      if (open_sessions.load() >= opt.max_connections) {
+        refused_log.warn("tcp server: " + std::to_string(opt.max_connections) + " connections open (the limit): refused " + peer);
+        boost::system::error_code close_ec;
+        s.close(close_ec);
       } else {
         if (std::string capped = tune(s.native_handle(), opt.socket_buffer_bytes); !capped.empty() && !warned_buffers.exchange(true)) {
           spdlog::warn("tcp server: {}", capped);  // once: every connection gets the same
         }
-        auto session = std::make_shared<Session>(this, std::move(s));
+        auto session = std::make_shared<Session>(this, std::move(s), std::move(peer));
         {
           std::lock_guard<std::mutex> lock(sessions_mu);
           std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
@@ -359,6 +411,23 @@ struct TcpServer::Impl {
         asio::post(session->socket.get_executor(), [session] { session->read_header(); });
       }
       accept();
+    });
+  }
+
+  // Every second: each session checks its deadlines on its own thread.
+  void sweep() {
+    sweep_timer->expires_after(
+        std::chrono::milliseconds(std::clamp<std::int64_t>(std::min(opt.hello_timeout, opt.stall_timeout).count() / 4, 10, 1000)));
+    sweep_timer->async_wait([this](boost::system::error_code ec) {
+      if (ec || stopping.load()) return;
+      const auto now = std::chrono::steady_clock::now();
+      {
+        std::lock_guard<std::mutex> lock(sessions_mu);
+        std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+        for (auto& w : sessions)
+          if (auto session = w.lock()) asio::post(session->socket.get_executor(), [session, now] { session->check_deadlines(now); });
+      }
+      sweep();
     });
   }
 };
@@ -382,7 +451,10 @@ TcpServer::TcpServer(TcpServerOptions options, RequestHandler handler) : impl_(s
   impl_->acceptor->bind(ep, ec);
   if (ec) throw IoError("listen on " + impl_->opt.address + ":" + std::to_string(impl_->opt.port) + ": " + ec.message());
   impl_->acceptor->listen();
+  impl_->accept_timer = std::make_unique<asio::steady_timer>(*impl_->ios[0]);
+  impl_->sweep_timer = std::make_unique<asio::steady_timer>(*impl_->ios[0]);
   impl_->accept();
+  impl_->sweep();
   for (int i = 0; i < n; ++i)
     impl_->threads.emplace_back([this, i] {
       name_this_thread("tcp-io-" + std::to_string(i));

@@ -41,6 +41,7 @@ std::unique_ptr<Server> Transport::make_server(RequestHandler handler) const {
     to.io_threads = options_.io_threads;
     to.token = options_.token;
     to.socket_buffer_bytes = options_.socket_buffer_bytes;
+    to.max_connections = options_.max_connections;
     return std::make_unique<TcpServer>(std::move(to), std::move(handler));
   }
   RdmaServerOptions ro;

@@ -4,9 +4,8 @@
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "ember/ps/ps_client.h"
+#include "control_store.h"
 
 namespace ember::worker {
 
@@ -23,23 +22,9 @@ std::function<std::function<void()>(std::vector<torch::Tensor>&)> starter(c10::i
 }  // namespace
 
 Collective::Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device) {
-  // Worker 0 hosts the c10d store on any free port and publishes where it is.
-  c10d::TCPStoreOptions so;
-  so.timeout = c.join_timeout;
-  c10::intrusive_ptr<c10d::Store> store;
-  if (rank == 0) {
-    so.port = 0;
-    so.isServer = true;
-    so.numWorkers = c.workers;
-    so.waitWorkers = false;
-    auto server = c10::make_intrusive<c10d::TCPStore>(c.gloo_host, so);
-    control.publish("gloo_store", c.gloo_host + ":" + std::to_string(server->getPort()));
-    store = server;
-  } else {
-    auto addr = ps::parse_address(control.lookup("gloo_store", c.join_timeout));
-    so.port = addr.port;
-    store = c10::make_intrusive<c10d::TCPStore>(addr.host, so);
-  }
+  // The rendezvous goes over the control plane (authenticated by the job token), not a
+  // c10d TCPStore on an open port.
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<ControlStore>(control, "c10d/", c.join_timeout);
   const auto timeout = std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
 #ifdef USE_C10D_NCCL
   if (device.is_cuda()) {

@@ -1,6 +1,6 @@
 // The dense collective: sums tensors over the job's workers with c10d, Gloo on host
-// tensors, or NCCL on GPUs when LibTorch has it (EMBER_TORCH_NCCL). Worker 0 hosts the
-// c10d store and publishes its address over the control plane.
+// tensors, or NCCL on GPUs when LibTorch has it (EMBER_TORCH_NCCL). The workers
+// rendezvous through the control plane's board (control_store.h).
 #pragma once
 
 #include <torch/torch.h>

@@ -2,7 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
+#include <optional>
+
 #include "ember/common/error.h"
+#include "ember/common/process.h"
 
 namespace ember::worker {
 
@@ -37,6 +41,18 @@ void Job::join(const data::Dataset& ds) {
   spdlog::info("joining the job at {}", c_.coordinator);
   control_ = std::make_unique<transport::ControlMember>(mo);
   rank_ = control_->rank();
+  watchdog_ = std::thread([this] {
+    name_this_thread("watchdog");
+    std::optional<std::string> why;
+    while (!watchdog_stop_.load() && !(why = control_->failure())) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (Stopwatch w; !watchdog_stop_.load() && w.millis() < kWatchdogGrace.count();)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (watchdog_stop_.load()) return;
+    spdlog::error("job failed: {}; this worker did not stop within {} ms (blocked in the all-reduce or on a PS request): exiting", *why,
+                  kWatchdogGrace.count());
+    spdlog::default_logger()->flush();
+    std::_Exit(6);
+  });
   if (control_->shape().workers != c_.workers) {
     throw ConfigError("--workers " + std::to_string(c_.workers) + " but the job has " + std::to_string(control_->shape().workers) +
                       " workers");
@@ -57,6 +73,42 @@ void Job::join(const data::Dataset& ds) {
   client_ = std::make_unique<ps::PsClient>(shards, ps_.dim, state_, data_plane_.make_connector(), c_.ps_connections);
   spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(),
                ps_.num_keys, ps_.dim, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);
+}
+
+Job::~Job() {
+  watchdog_stop_ = true;
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void Job::fail(std::exception_ptr error) {
+  if (!control_) std::rethrow_exception(error);
+  std::string what = "unknown error";
+  bool own = false;  // errors of this worker's own input: never caused by a peer
+  try {
+    std::rethrow_exception(error);
+  } catch (const ConfigError& e) {
+    what = e.what();
+    own = true;
+  } catch (const DataError& e) {
+    what = e.what();
+    own = true;
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  auto why = control_->failure();
+  if (!why && !own) {
+    // A peer's death shows here first as a closed connection; the control plane names it
+    // once its heartbeat times out. Wait for that word rather than blame this worker.
+    control_->wait_shutdown(c_.heartbeat_timeout + std::chrono::milliseconds(2000));
+    why = control_->failure();
+  }
+  if (why) {
+    if (what.find(*why) != std::string::npos) throw JobFailed(what);
+    throw JobFailed("job failed: " + *why + " (here: " + what + ")");
+  }
+  control_->abort(what);
+  std::rethrow_exception(error);
 }
 
 }  // namespace ember::worker

@@ -4,9 +4,13 @@
 // in collective.h.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "ember/data/dataset.h"
 #include "ember/ps/job_config.h"
@@ -30,9 +34,27 @@ class Job {
   // Opens the data plane's transport (RDMA: says in one line when there is no device),
   // before anything else can fail slowly.
   explicit Job(const TrainConfig& c);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
   // Joins the control plane, checks what the PS serves against `ds`, connects to every
   // shard. Throws ConfigError for a job that does not fit this worker.
+  //
+  // From then on a watchdog ends the process (exit 6, JobFailed's code) a few seconds
+  // after the control plane reports the job failed, if the training thread has not
+  // ended it first: a worker blocked where it cannot see the failure (in the all-reduce
+  // with a stopped peer, on a PS request) exits within the heartbeat timeout plus
+  // kWatchdogGrace, not after Gloo's or the PS client's timeouts.
   void join(const data::Dataset& ds);
+
+  // What to throw for an exception out of training. When the job failed elsewhere (the
+  // control plane's word; for an error a peer may have caused, such as a closed
+  // connection, waited for up to the heartbeat timeout) it is JobFailed naming that
+  // member and cause. Otherwise this worker is the one that failed: it tells the
+  // coordinator why (the job fails naming it) and the original error is rethrown.
+  [[noreturn]] void fail(std::exception_ptr error);
+
+  static constexpr std::chrono::milliseconds kWatchdogGrace{3000};
 
   transport::ControlMember& control() { return *control_; }
   ps::PsClient& ps() { return *client_; }
@@ -48,6 +70,8 @@ class Job {
   std::unique_ptr<ps::PsClient> client_;
   ps::JobConfig ps_;
   std::uint32_t rank_ = 0, state_ = 0;
+  std::atomic<bool> watchdog_stop_{false};
+  std::thread watchdog_;
 };
 
 }  // namespace ember::worker

@@ -75,6 +75,7 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
   TrainSummary run();
+  [[noreturn]] void fail(std::exception_ptr error) { job_.fail(error); }
 
  private:
   // Everything before the first iteration; returns the scheduler's configuration.
@@ -240,7 +241,7 @@ TrainSummary Worker::run() {
     Step s = ahead ? std::move(*ahead) : loader.next();
     ahead.reset();
     const double wait_ms = it_clock.millis();
-    if (auto why = job_.control().failure()) throw Error("job failed: " + *why);
+    if (auto why = job_.control().failure()) throw JobFailed("job failed: " + *why);
     report_->begin(wire_, phases_);
     train(s, loader, ahead);
     if (const std::uint64_t stop = requests_->stop_at().load(); stop > 0 && t + 1 >= stop && !s.last) {
@@ -291,6 +292,13 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
 
 }  // namespace
 
-TrainSummary run_worker(const TrainConfig& config) { return Worker(config).run(); }
+TrainSummary run_worker(const TrainConfig& config) {
+  Worker w(config);
+  try {
+    return w.run();
+  } catch (...) {
+    w.fail(std::current_exception());
+  }
+}
 
 }  // namespace ember::worker

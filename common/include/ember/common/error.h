@@ -38,6 +38,12 @@ class ConfigError : public Error {
   using Error::Error;
 };
 
+// The job failed elsewhere: the control plane named another member and its cause.
+class JobFailed : public Error {
+ public:
+  using Error::Error;
+};
+
 // Process exit codes by error type, so scripts can tell usage errors from bad data.
 int exit_code(const std::exception& e);
 

@@ -17,7 +17,8 @@ std::string read_file(const std::filesystem::path& path);
 std::string read_file_head(const std::filesystem::path& path, std::size_t max_bytes);
 
 // A secret kept in a file (a job token): its content without trailing newlines. Throws
-// IoError naming the path, ConfigError naming `flag` when it is empty.
+// IoError naming the path, ConfigError naming `flag` when it is empty or when users other
+// than its owner may read it (any group or other permission bit: chmod 600).
 std::string read_secret_file(const std::filesystem::path& path, const std::string& flag);
 
 // fsyncs a directory so that a rename inside it survives a crash.

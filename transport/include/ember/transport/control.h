@@ -10,15 +10,20 @@
 //     collective's store address;
 //   - heartbeats both ways: a member silent for longer than the timeout is reported
 //     dead to everyone, and a member that stops hearing the coordinator fails too;
-//   - clean shutdown: when every worker has left, the PS members are told to stop.
+//   - a member that fails on its own says so (abort) and is reported with its reason;
+//   - clean shutdown: when every worker has left, the PS members are told to stop (never
+//     after a failure: then every member hears that the job failed, and who failed).
 // A join without the right token is refused with an error reply and logged.
 //
 // Messages are single JSON frames: control traffic is a few small messages per
-// iteration, so readability wins over bytes.
+// iteration, so readability wins over bytes. Every frame from a peer is decoded with its
+// fields' types and ranges checked, at most 1 MiB (ZMQ_MAXMSGSIZE); a malformed one is
+// logged (at most once per 10 s) and dropped, never an exception out of the thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +66,9 @@ class Coordinator {
   std::uint64_t refused() const;
   // The first failure reported to the job ("worker 2: no heartbeat for 5000 ms"), if any.
   std::optional<std::string> failure() const;
+  // Called once, on the coordinator's thread, with the first failure: the member
+  // ("worker 2") and the cause. For a failure record a launcher reads.
+  void on_failure(std::function<void(const std::string& member, const std::string& cause)> callback);
   // True once every worker has left and the PS members were told to stop.
   bool finished() const;
   // Waits until every PS member left (so they heard the shutdown before this process,
@@ -108,6 +116,9 @@ class ControlMember {
   // Never waits: the value if it has arrived; otherwise asks the coordinator for it (once
   // per key), and a later call returns it once some member published it.
   std::optional<std::string> try_lookup(const std::string& key);
+  // Adds `delta` to the board's counter `key` (absent: 0) and returns the new value; the
+  // counter is the board's value in decimal (a c10d store's add).
+  std::int64_t add(const std::string& key, std::int64_t delta, std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
 
   // A failure of the job (dead peer, lost coordinator), if any was reported.
   std::optional<std::string> failure() const;
@@ -117,6 +128,9 @@ class ControlMember {
   bool wait_shutdown(std::chrono::milliseconds timeout);
   // Leaves the job cleanly (workers: after the last iteration).
   void leave();
+  // Tells the coordinator this member failed, and why: the job fails naming this member.
+  // A member destroyed without leave() or abort() aborts ("exited without leaving").
+  void abort(const std::string& why);
 
  private:
   struct Impl;

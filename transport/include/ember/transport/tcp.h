@@ -6,7 +6,9 @@
 // read ahead while a reply is still going out (up to max_payload_bytes of them), so a
 // client may send large requests before reading a large reply. A peer that sends a
 // malformed, oversized or unauthenticated message is logged and dropped; every other
-// connection keeps working.
+// connection keeps working. Before a connection's hello is checked nothing but a hello
+// header is read from it, and it has hello_timeout to send it; connections are capped
+// (max_connections), and accept failures (the descriptor limit) back off.
 //
 // Client: blocking calls with a timeout, pipelining through send() / receive().
 #pragma once
@@ -32,6 +34,16 @@ struct TcpServerOptions {
   // autotuning (which grows them up to net.ipv4.tcp_wmem/tcp_rmem's maximum). A fixed
   // size turns autotuning off and is capped by net.core.wmem_max/rmem_max (logged).
   std::uint32_t socket_buffer_bytes = 0;
+  // Until its hello is checked a connection is anyone's: it is closed when it has not
+  // authenticated within hello_timeout, and its first header must be a hello (nothing
+  // else is read or allocated for it).
+  std::chrono::milliseconds hello_timeout{10000};
+  // A request whose payload stops arriving for this long closes its connection. An idle
+  // authenticated connection (a worker between iterations) is never closed.
+  std::chrono::milliseconds stall_timeout{60000};
+  // Open connections, authenticated or not; more are closed at accept (logged at most
+  // once per 10 s). A job needs workers x --ps-connections per shard.
+  std::uint32_t max_connections = 1024;
 };
 
 class TcpServer final : public Server {

@@ -3,8 +3,11 @@
 localhost, a merged progress view, the metrics collected into one summary.json.
 
 If any process dies, everything is stopped and the launcher exits non-zero naming the
-process and its last log lines; it never hangs (the control plane's heartbeats fail the
-job, and --timeout bounds the whole run).
+member that failed first and why, by the control plane's word (OUT/failure.json, written
+by shard 0's coordinator), not by which process happened to exit first, with its last
+log lines; it never hangs (the control plane's heartbeats fail the job, and --timeout
+bounds the whole run). If the launcher itself dies (even by SIGKILL), every process of
+its job gets SIGTERM (Linux's parent-death signal).
 
   scripts/ember_launch.py --dataset out/criteo --workers 4 --policy herald --out out/run-herald \\
       -- --model dlrm --iterations 200
@@ -21,6 +24,7 @@ With --checkpoint-dir, Ctrl-C stops the job at a checkpoint a few iterations on 
 workers flush for it), from which --resume goes on; a second Ctrl-C stops it at once.
 """
 import argparse
+import ctypes
 import json
 import os
 import secrets
@@ -30,6 +34,24 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent):
+    """Runs in each child between fork and exec: SIGTERM when the launcher dies. The
+    setting survives exec (also through `ip netns exec`)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the launcher died before the prctl
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def member_process(member):
+    """'worker 2' (the control plane's name) -> 'worker2' (the launcher's)."""
+    role, _, rank = member.partition(" ")
+    return {"ps": "ps", "worker": "worker"}.get(role, role) + rank
 
 
 def tail(path, n=15):
@@ -71,7 +93,9 @@ class Job:
         log = self.out / f"{name}.log"
         with open(log, "w") as f:
             f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
-        p = subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True)
+        parent = os.getpid()
+        p = subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True,
+                             preexec_fn=lambda: die_with_parent(parent))
         self.procs.append((name, p, log))
         return p
 
@@ -107,6 +131,34 @@ class Job:
         self.stop_all()
         sys.exit(1)
 
+    def control_plane_word(self, wait):
+        """The coordinator's record of the first failure ({"member", "cause"}), waiting up
+        to `wait` seconds for it while shard 0 (its host) runs."""
+        deadline = time.time() + wait
+        while True:
+            try:
+                return json.loads(self.failure_file.read_text())
+            except (OSError, ValueError):
+                pass
+            if time.time() >= deadline or self.procs[0][1].poll() is not None:
+                return None
+            time.sleep(0.05)
+
+    def process_failed(self, name, rc, log):
+        """A process exited with status rc != 0. A signal's victim (rc < 0) is the one that
+        failed; for an exit, the control plane says which member failed first (a survivor
+        exits too, after its all-reduce or a PS request breaks), so wait for its word, up to
+        the heartbeat timeout and the workers' grace."""
+        if rc < 0:
+            self.fail(name, f"was killed by signal {-rc}", log)
+        word = self.control_plane_word(self.a.heartbeat_timeout_ms / 1000 + 5)
+        if word:
+            failed = member_process(word.get("member", ""))
+            logs = {n: l for n, _, l in self.procs}
+            if failed in logs:
+                self.fail(failed, f"failed first, by the control plane: {word.get('cause', '?')}", logs[failed])
+        self.fail(name, f"exited with status {rc}", log)
+
     def run(self):
         a = self.a
         self.out.mkdir(parents=True, exist_ok=True)
@@ -123,6 +175,9 @@ class Job:
         coord_file = self.out / "coordinator"
         if coord_file.exists():
             coord_file.unlink()
+        self.failure_file = self.out / "failure.json"
+        if self.failure_file.exists():
+            self.failure_file.unlink()
         ps_extra = shlex.split(a.ps_args)
         worker_extra = []
         if a.checkpoint_dir:
@@ -147,7 +202,8 @@ class Job:
             shard_extra = [x.replace("{shard}", str(s)) for x in ps_extra]
             cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
                            "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
-                           "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file)] + common + shard_extra
+                           "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file),
+                           "--failure-file", str(self.failure_file)] + common + shard_extra
             self.start(f"ps{s}", cmd)
         coord = self.wait_coordinator(coord_file)
         for w in range(a.workers):
@@ -196,9 +252,9 @@ class Job:
                     if rc is None:
                         workers_done = False
                     elif rc != 0:
-                        self.fail(name, f"exited with status {rc}", log)
+                        self.process_failed(name, rc, log)
                 elif rc is not None and rc != 0:
-                    self.fail(name, f"exited with status {rc}", log)
+                    self.process_failed(name, rc, log)
             if workers_done:
                 break
             if time.time() - start > self.a.timeout:
@@ -211,7 +267,7 @@ class Job:
             except subprocess.TimeoutExpired:
                 self.fail(name, "did not stop within 30 s after the workers finished", log)
             if rc != 0:
-                self.fail(name, f"exited with status {rc}", log)
+                self.process_failed(name, rc, log)
 
     def summarize(self):
         a = self.a

@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   std::size_t keep_checkpoints = 3;
   std::string coordinator, coordinator_file, failure_file;
   std::uint32_t max_connections = 1024;
+  int hello_timeout_ms = 10000;
   std::uint32_t workers = 0;
   int heartbeat_timeout_ms = 10000;
   add_config_option(app);
@@ -161,6 +162,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections", max_connections, "TCP: open data connections at most (more are refused at accept)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--hello-timeout-ms", hello_timeout_ms, "TCP: a data connection that has not authenticated by then is closed")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 3600000));
   app.add_option("--workers", workers, "workers of the job (with --coordinator)");
   app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
@@ -219,6 +223,7 @@ int main(int argc, char** argv) {
     to.port = where.port;
     to.io_threads = io_threads;
     to.max_connections = max_connections;
+    to.hello_timeout = std::chrono::milliseconds(hello_timeout_ms);
     to.socket_buffer_bytes = socket_buffer_kib << 10;
     to.rdma_slot_bytes = rdma_slot_mib << 20;
     if (to.kind == transport::TransportKind::kRdma) {

@@ -47,6 +47,7 @@ class Process {
   void signal(int sig);
   bool running();
   std::string log_tail(std::size_t lines) const;
+  pid_t pid() const { return pid_; }
 
  private:
   pid_t pid_ = -1;

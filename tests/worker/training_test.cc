@@ -718,6 +718,142 @@ TEST_F(Training, KilledWorkerFailsTheJobWithoutHanging) {
   EXPECT_NE(ps[0]->log_tail(30).find("worker 1"), std::string::npos) << ps[0]->log_tail(30);
 }
 
+// The pids of processes whose command line contains every one of `parts`.
+std::vector<pid_t> pids_with(const std::vector<std::string>& parts) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    bool all = !cmd.empty();
+    for (const auto& p : parts) all = all && cmd.find(p) != std::string::npos;
+    if (all) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// A stopped worker (SIGSTOP: alive, silent) blocks its peers in the all-reduce. The
+// control plane declares it dead at the heartbeat timeout (3 s here); every survivor
+// then exits within the timeout plus a few seconds, with JobFailed's status, naming it.
+TEST_F(Training, StoppedWorkerEndsEverySurvivorWithinTheHeartbeatTimeout) {
+  const fs::path data = dataset(4000);
+  JobOptions o;
+  o.shards = 1;
+  o.workers = 3;
+  o.iterations = 1000000;
+  Processes ps, workers;
+  const std::string coord = start_ps(data, o, "stop", ps);
+  ASSERT_FALSE(coord.empty());
+  for (int w = 0; w < 3; ++w)
+    workers.push_back(
+        std::make_unique<test::Process>(worker_args(data, o, coord, "stop", w), dir_ / ("stop-w" + std::to_string(w) + ".log")));
+  wait_for_lines(dir_ / "stop-w0.jsonl", 3);
+  workers[1]->signal(SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  for (int w : {0, 2}) {
+    EXPECT_EQ(workers[static_cast<std::size_t>(w)]->wait(20s), 6) << workers[static_cast<std::size_t>(w)]->log_tail(10);
+    const std::string tail = workers[static_cast<std::size_t>(w)]->log_tail(10);
+    EXPECT_NE(tail.find("worker 1: no heartbeat"), std::string::npos) << tail;
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  EXPECT_LT(took, 3.0 + 3.0 + 4.0) << "survivors must end within the heartbeat timeout, the watchdog's grace and a margin";
+  EXPECT_EQ(ps[0]->wait(20s), 6) << ps[0]->log_tail(10);
+  EXPECT_NE(ps[0]->log_tail(20).find("worker 1: no heartbeat"), std::string::npos) << ps[0]->log_tail(20);
+  workers[1]->signal(SIGKILL);
+}
+
+// kill -9 of one shard: no other process takes it for a finished job (no exit 0), and
+// every one says the shard failed.
+TEST_F(Training, KilledShardFailsEveryMemberNamingIt) {
+  const fs::path data = dataset(4000);
+  JobOptions o;
+  o.shards = 2;
+  o.workers = 2;
+  o.iterations = 1000000;
+  Processes ps, workers;
+  const std::string coord = start_ps(data, o, "kps", ps);
+  ASSERT_FALSE(coord.empty());
+  for (int w = 0; w < 2; ++w)
+    workers.push_back(
+        std::make_unique<test::Process>(worker_args(data, o, coord, "kps", w), dir_ / ("kps-w" + std::to_string(w) + ".log")));
+  wait_for_lines(dir_ / "kps-w0.jsonl", 3);
+  ps[1]->signal(SIGKILL);
+  for (auto& w : workers) {
+    const int rc = w->wait(20s);
+    EXPECT_EQ(rc, 6) << w->log_tail(10);
+    EXPECT_NE(w->log_tail(10).find("ps 1: no heartbeat"), std::string::npos) << w->log_tail(10);
+  }
+  EXPECT_EQ(ps[0]->wait(20s), 6) << ps[0]->log_tail(10);
+  EXPECT_EQ(ps[0]->log_tail(30).find("every worker left"), std::string::npos) << ps[0]->log_tail(30);
+}
+
+// The launcher names the member that failed by the control plane's word (not the first
+// process to exit), and its own death ends every process of its job.
+TEST_F(Training, LauncherNamesTheFailedWorkerAndItsDeathEndsTheJob) {
+  const fs::path data = dataset(4000);
+  const fs::path out = dir_ / "launch";
+  auto launch = [&](const std::string& name) {
+    return std::make_unique<test::Process>(std::vector<std::string>{"/usr/bin/env",
+                                                                    "python3",
+                                                                    std::string(EMBER_SOURCE_DIR) + "/scripts/ember_launch.py",
+                                                                    "--dataset",
+                                                                    data.string(),
+                                                                    "--workers",
+                                                                    "3",
+                                                                    "--policy",
+                                                                    "herald",
+                                                                    "--out",
+                                                                    (out / name).string(),
+                                                                    "--bin",
+                                                                    EMBER_BIN_DIR,
+                                                                    "--heartbeat-timeout-ms",
+                                                                    "3000",
+                                                                    "-q",
+                                                                    "--",
+                                                                    "--iterations",
+                                                                    "1000000",
+                                                                    "--batch-per-worker",
+                                                                    "64",
+                                                                    "--model",
+                                                                    "dlrm",
+                                                                    "--bottom-mlp",
+                                                                    "16",
+                                                                    "--top-mlp",
+                                                                    "16",
+                                                                    "--log-level",
+                                                                    "warn"},
+                                           dir_ / (name + ".log"));
+  };
+  {
+    auto launcher = launch("stop");
+    wait_for_lines(out / "stop" / "w0.jsonl", 3);
+    const auto victim = pids_with({"ember-worker", (out / "stop" / "w1.jsonl").string()});
+    ASSERT_EQ(victim.size(), 1u);
+    ::kill(victim[0], SIGSTOP);
+    EXPECT_EQ(launcher->wait(30s), 1);
+    const std::string tail = launcher->log_tail(30);
+    EXPECT_NE(tail.find("ember-launch: worker1 failed first, by the control plane: no heartbeat"), std::string::npos) << tail;
+    ::kill(victim[0], SIGKILL);
+  }
+  {
+    auto launcher = launch("orphan");
+    wait_for_lines(out / "orphan" / "w0.jsonl", 3);
+    EXPECT_EQ(pids_with({(out / "orphan").string(), "bin/ember-"}).size(), 4u);
+    launcher->signal(SIGKILL);
+    launcher->wait(5s);
+    std::vector<pid_t> left;
+    for (auto until = std::chrono::steady_clock::now() + 15s; std::chrono::steady_clock::now() < until;
+         std::this_thread::sleep_for(100ms)) {
+      left = pids_with({(out / "orphan").string(), "bin/ember-"});
+      if (left.empty()) break;
+    }
+    EXPECT_TRUE(left.empty()) << left.size() << " process(es) of the job outlived its launcher by 15 s";
+    for (pid_t p : left) ::kill(p, SIGKILL);
+  }
+}
+
 TEST_F(Training, RealCriteoAndAvazuSamplesTrainEndToEnd) {
   for (auto [file, format] : {std::pair{"train.tiny.csv", "criteo-csv"}, std::pair{"tr.rx.csv", "avazu"}}) {
     fs::path sample = test::real_sample(file);

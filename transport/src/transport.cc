@@ -42,6 +42,7 @@ std::unique_ptr<Server> Transport::make_server(RequestHandler handler) const {
     to.token = options_.token;
     to.socket_buffer_bytes = options_.socket_buffer_bytes;
     to.max_connections = options_.max_connections;
+    to.hello_timeout = options_.hello_timeout;
     return std::make_unique<TcpServer>(std::move(to), std::move(handler));
   }
   RdmaServerOptions ro;

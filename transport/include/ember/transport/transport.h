@@ -39,8 +39,10 @@ struct TransportOptions {
   std::string address = "127.0.0.1";
   std::uint16_t port = 0;  // 0: any free port (Server::port() says which)
   int io_threads = 2;      // TCP
-  // TCP: open connections at most (TcpServerOptions::max_connections).
+  // TCP: open connections at most, and the time a connection has to say hello
+  // (TcpServerOptions).
   std::uint32_t max_connections = 1024;
+  std::chrono::milliseconds hello_timeout{10000};
   // RDMA: memory whose values replies send in place (rdma.h); none: every reply is copied.
   std::shared_ptr<const SendRegions> send_regions;
 };

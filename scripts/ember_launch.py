@@ -162,7 +162,7 @@ class Job:
     def run(self):
         a = self.a
         self.out.mkdir(parents=True, exist_ok=True)
-        for old in self.out.glob("*.jsonl"):
+        for old in [*self.out.glob("*.jsonl"), *self.out.glob("ps*.json")]:
             old.unlink()
         token_file = self.out / "token"
         # Created 0600 (never readable by others, not even briefly), then renamed in place.
@@ -203,7 +203,7 @@ class Job:
             cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
                            "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
                            "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file),
-                           "--failure-file", str(self.failure_file)] + common + shard_extra
+                           "--failure-file", str(self.failure_file), "--summary-file", str(self.out / f"ps{s}.json")] + common + shard_extra
             self.start(f"ps{s}", cmd)
         coord = self.wait_coordinator(coord_file)
         for w in range(a.workers):
@@ -320,6 +320,21 @@ class Job:
             "evals": evals,
             "per_iteration": [per_iter[k] for k in sorted(per_iter)],
         }
+        # The shards' totals (ember-ps --summary-file): a checkpoint that failed to write is
+        # a warning that leaves the job running, reported here.
+        shards = []
+        for s in range(a.ps):
+            try:
+                shards.append(json.loads((self.out / f"ps{s}.json").read_text()))
+            except (OSError, ValueError):
+                pass
+        if shards:
+            result["checkpoints"] = {"written": sum(x["checkpoints_written"] for x in shards),
+                                     "failed": sum(x["checkpoint_failures"] for x in shards)}
+            result["shards"] = shards
+            if result["checkpoints"]["failed"]:
+                print(f"ember-launch: warning: {result['checkpoints']['failed']} shard checkpoint(s) failed to write "
+                      f"(see ps*.log); the newest whole checkpoint is the one --resume uses", file=sys.stderr, flush=True)
         tmp = self.out / "summary.json.tmp"
         tmp.write_text(json.dumps(result, indent=1) + "\n")
         tmp.replace(self.out / "summary.json")

@@ -149,14 +149,35 @@ bool CheckpointDir::finish(std::int64_t iteration) const {
     const nlohmann::json record = {{"name", mine.filename().string()}, {"bytes", fs::file_size(mine)}, {"at", peers_->here}};
     peers_->announce(iteration, shard_, record.dump());
     manifests_from_peers();
+    if (whole && peers_->on_whole) peers_->on_whole(iteration);
   }
   prune(whole);
   return fs::exists(dir / kManifest);
 }
 
 bool CheckpointDir::settle(std::int64_t iteration) const {
-  if (peers_ && manifests_from_peers()) prune(false);
+  if (peers_) {
+    if (manifests_from_peers())
+      prune(false);
+    else
+      settle_pruning();
+  }
   return fs::exists(checkpoint_dir(root_, iteration) / kManifest);
+}
+
+void CheckpointDir::settle_pruning() const {
+  const auto now = std::chrono::steady_clock::now();
+  if (!recheck_ || now - last_recheck_ < std::chrono::seconds(1)) return;
+  last_recheck_ = now;
+  prune(false);
+}
+
+bool CheckpointDir::whole_for_job(std::int64_t iteration, const fs::path& dir) const {
+  if (!fs::exists(dir / kManifest)) return false;
+  if (!peers_ || !peers_->workers_done) return true;
+  if (peers_->workers_done(iteration)) return true;
+  recheck_ = true;  // the workers' word may still come
+  return false;
 }
 
 bool CheckpointDir::manifests_from_peers() const {
@@ -180,6 +201,7 @@ bool CheckpointDir::manifests_from_peers() const {
     }
     if (list.size() < shards_) continue;
     write_manifest(dir, iteration, shards_, list);
+    if (peers_->on_whole) peers_->on_whole(iteration);
     wrote = true;
   }
   return wrote;
@@ -189,9 +211,10 @@ void CheckpointDir::prune(bool completed_here) const {
   if (keep_ == 0) return;
   const std::string mine = checkpoint_file_name(shard_, shards_);
   std::size_t newer_whole = 0;
+  recheck_ = false;
   for (const auto& [it, dir] : checkpoints_under(root_)) {
     if (newer_whole < keep_) {
-      newer_whole += fs::exists(dir / kManifest);
+      newer_whole += whole_for_job(it, dir);
       continue;
     }
     // Older than the newest `keep` whole checkpoints. The shard that just completed one

@@ -47,4 +47,24 @@ JobConfig JobConfig::from_json(const std::string& text) {
   }
 }
 
+std::string checkpoint_record_key(std::int64_t iteration, std::uint32_t shard) {
+  return "checkpoint/" + std::to_string(iteration) + "/" + std::to_string(shard);
+}
+std::string shards_whole_key(std::int64_t iteration) { return "whole/" + std::to_string(iteration); }
+std::string dense_state_key(std::int64_t iteration, std::uint32_t worker) {
+  return "dense/" + std::to_string(iteration) + "/" + std::to_string(worker);
+}
+
+bool dense_states_ok(const std::function<std::optional<std::string>(const std::string&)>& lookup, std::int64_t iteration,
+                     std::uint32_t workers) {
+  bool ok = true;
+  // Every key is asked for (not just up to the first unknown): a lookup that does not
+  // wait asks the coordinator once, and the answers arrive for the next call.
+  for (std::uint32_t w = 0; w < workers; ++w) {
+    const auto state = lookup(dense_state_key(iteration, w));
+    ok = ok && state && (*state == "written" || *state == "none");
+  }
+  return ok;
+}
+
 }  // namespace ember::ps

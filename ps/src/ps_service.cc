@@ -211,16 +211,23 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     return;
   }
   if (!whole && checkpoints_->has_peers()) unsettled_ = it;  // the last shard's word may come later
+  prune_pending_ = checkpoints_->pruning_pending();
   spdlog::info("iteration {}: checkpoint written to {}{}", iteration, file.string(),
                whole ? " (every shard's file is in: manifest written)" : "");
 }
 
 void PsService::settle_checkpoints() {
-  if (unsettled_.load() == kNone) return;
+  if (unsettled_.load() == kNone && !prune_pending_.load()) return;
   std::lock_guard<std::mutex> lock(commit_mutex_);
   const std::int64_t it = unsettled_.load();
-  if (it == kNone || !checkpoints_) return;
+  if (!checkpoints_) return;
+  // Whatever happens below, the next call knows whether pruning still waits.
+  struct Pending {
+    const PsService* s;
+    ~Pending() { s->prune_pending_ = s->checkpoints_->pruning_pending(); }
+  } pending{this};
   try {
+    if (it == kNone) return checkpoints_->settle_pruning();
     if (checkpoints_->settle(it)) {
       unsettled_ = kNone;
       spdlog::info("iteration {}: every shard's checkpoint file is written: manifest written", it);

@@ -39,15 +39,19 @@ constexpr double kExitCheckpointWait = 5.0;
 // for the shards to stop.)
 constexpr double kCoordinatorExitCheckpointWait = 20.0;
 
-// Checkpoint records on the control plane's board, under checkpoint/ITERATION/SHARD.
-ps::CheckpointPeers peers_over(transport::ControlMember& member, const std::string& here) {
-  auto key = [](std::int64_t iteration, std::uint32_t shard) {
-    return "checkpoint/" + std::to_string(iteration) + "/" + std::to_string(shard);
-  };
+// Checkpoint records on the control plane's board (job_config.h): the shards' files, the
+// shards' part whole, and the workers' dense states, by which checkpoints are pruned.
+ps::CheckpointPeers peers_over(transport::ControlMember& member, const std::string& here, std::uint32_t workers) {
   ps::CheckpointPeers p;
   p.here = here;
-  p.announce = [&member, key](std::int64_t it, std::uint32_t shard, const std::string& record) { member.publish(key(it, shard), record); };
-  p.record_of = [&member, key](std::int64_t it, std::uint32_t shard) { return member.try_lookup(key(it, shard)); };
+  p.announce = [&member](std::int64_t it, std::uint32_t shard, const std::string& record) {
+    member.publish(ps::checkpoint_record_key(it, shard), record);
+  };
+  p.record_of = [&member](std::int64_t it, std::uint32_t shard) { return member.try_lookup(ps::checkpoint_record_key(it, shard)); };
+  p.workers_done = [&member, workers](std::int64_t it) {
+    return ps::dense_states_ok([&member](const std::string& key) { return member.try_lookup(key); }, it, workers);
+  };
+  p.on_whole = [&member](std::int64_t it) { member.publish(ps::shards_whole_key(it), "1"); };
   return p;
 }
 
@@ -94,7 +98,7 @@ int main(int argc, char** argv) {
   double stop_wait_s = 60;
   std::uint64_t checkpoint_every = 0;
   std::size_t keep_checkpoints = 3;
-  std::string coordinator, coordinator_file, failure_file;
+  std::string coordinator, coordinator_file, failure_file, summary_file;
   std::uint32_t max_connections = 1024;
   int hello_timeout_ms = 10000;
   std::uint32_t workers = 0;
@@ -159,6 +163,9 @@ int main(int argc, char** argv) {
   app.add_option("--failure-file", failure_file,
                  "shard 0: when the job fails, write the control plane's word on it here (JSON: the member that failed first and "
                  "the cause; atomically)");
+  app.add_option("--summary-file", summary_file,
+                 "at exit, write this shard's totals here (JSON: requests, rows served, peers dropped, checkpoints written and "
+                 "failed; atomically)");
   app.add_option("--max-connections", max_connections, "TCP: open data connections at most (more are refused at accept)")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1u << 20));
@@ -318,7 +325,7 @@ int main(int argc, char** argv) {
         member->publish(ps::kJobConfigKey, job.to_json());
       }
       spdlog::info("job formed: {} shards, {} workers", sc.shards, workers);
-      checkpoint_peers = peers_over(*member, mo.data_address);
+      checkpoint_peers = peers_over(*member, mo.data_address, workers);
       service.checkpoint_peers(checkpoint_peers);
     }
 
@@ -326,6 +333,7 @@ int main(int argc, char** argv) {
     Stopwatch since, stats_clock;
     std::uint64_t last_requests = 0, last_rows = 0;
     int exit_status = 0;
+    std::uint64_t final_checkpoint_failures = 0;
     // SIGTERM/SIGINT with --checkpoint-on-exit in a job: the job stops at a checkpoint the
     // workers flush for (a stop made now would leave out the rows they own), then the
     // shards leave as at its end.
@@ -420,9 +428,17 @@ int main(int argc, char** argv) {
       } else {
         // Stopped mid-iteration, gradients pushed since the last commit are not in the rows
         // yet: the checkpoint holds the rows as of that commit, and says which it is.
-        file = checkpoints.file_for(iteration);
-        if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
-          spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
+        try {
+          file = checkpoints.file_for(iteration);
+          if (const std::size_t left_out = service.store().save(file, iteration, ps::ShardStore::Unapplied::kLeaveOut); left_out > 0) {
+            spdlog::warn("final checkpoint: {} rows' gradients pushed after iteration {}'s commit are left out", left_out, iteration);
+          }
+        } catch (const std::exception& e) {
+          // The job's work is done and the earlier checkpoints are whole (files are written
+          // whole, then renamed): a warning, counted in the summary, not a failed job.
+          ++final_checkpoint_failures;
+          spdlog::error("final checkpoint of iteration {} not written: {}; the newest whole checkpoint before it stays", iteration,
+                        e.what());
         }
         if (member) {
           spdlog::warn(
@@ -431,7 +447,7 @@ int main(int argc, char** argv) {
               "and at the end): restore one of those to resume with the BSP model",
               iteration);
         }
-        whole = checkpoints.finish(iteration);
+        if (final_checkpoint_failures == 0) whole = checkpoints.finish(iteration);
       }
       // The other shards write theirs now too: wait a little for their word (longer on the
       // coordinator's shard, while another is still in the job: see above).
@@ -447,6 +463,20 @@ int main(int argc, char** argv) {
                    whole ? "; every shard's file is in: manifest written"
                          : (job_alive ? "; not every shard said it wrote this iteration's: no manifest" : ""));
     }
+    if (!summary_file.empty()) try {
+        const std::uint64_t failures = service.checkpoint_failures() + final_checkpoint_failures;
+        write_file_atomic(summary_file, nlohmann::json{{"shard", sc.shard},
+                                                       {"requests", server.requests_served()},
+                                                       {"rows_served", service.rows_served()},
+                                                       {"peers_dropped", server.connections_dropped()},
+                                                       {"checkpoints_written", service.checkpoints_written()},
+                                                       {"checkpoint_failures", failures},
+                                                       {"exit_status", exit_status}}
+                                                .dump() +
+                                            "\n");
+      } catch (const std::exception& e) {
+        spdlog::error("--summary-file: {}", e.what());
+      }
     service.checkpoint_peers(std::nullopt);  // before the control member goes
     if (member) member->leave();
     if (coord) coord->wait_ps_left(std::chrono::milliseconds(3000));  // let the others hear the shutdown first

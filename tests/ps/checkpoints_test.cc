@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "../data/test_util.h"
 #include "ember/common/error.h"
@@ -179,6 +180,44 @@ TEST_F(CheckpointDirs, AFlatDirectoryOfFilesStillRestores) {
 
 // Shards on hosts that share no filesystem: a root each, and a board standing in for the
 // control plane's on which each says it wrote its file.
+// Pruning counts checkpoints whole for the job: the shards' files and every worker's
+// dense state. Checkpoints whose workers' part failed (a full disk) are not counted, so
+// the last one the job can resume from is never deleted.
+TEST_F(CheckpointDirs, PruningKeepsTheLastCheckpointWholeForTheJob) {
+  std::map<std::string, std::string> board;
+  std::set<std::int64_t> workers_done, whole_seen;
+  auto key = [](std::int64_t it, std::uint32_t shard) { return std::to_string(it) + "/" + std::to_string(shard); };
+  auto write = [&](std::uint32_t s, std::int64_t it) {
+    train(s, it);
+    CheckpointDir d(root(), s, 2, 1);  // keep 1
+    CheckpointPeers p;
+    p.here = "h";
+    p.announce = [&](std::int64_t i, std::uint32_t shard, const std::string& record) { board[key(i, shard)] = record; };
+    p.record_of = [&](std::int64_t i, std::uint32_t shard) -> std::optional<std::string> {
+      const auto f = board.find(key(i, shard));
+      if (f == board.end()) return std::nullopt;
+      return f->second;
+    };
+    p.workers_done = [&](std::int64_t i) { return workers_done.count(i) > 0; };
+    p.on_whole = [&](std::int64_t i) { whole_seen.insert(i); };
+    d.set_peers(p);
+    stores_[s].save(d.file_for(it), it);
+    return d.finish(it);
+  };
+  workers_done.insert(1);
+  for (std::int64_t it : {1, 3, 5}) {  // the workers' dense files of 3 and 5 failed
+    write(0, it);
+    EXPECT_TRUE(write(1, it));
+  }
+  EXPECT_EQ(whole_seen, (std::set<std::int64_t>{1, 3, 5}));
+  for (std::int64_t it : {1, 3, 5}) EXPECT_TRUE(fs::exists(at(it) / "manifest.json")) << it << ": 1 is the last whole for the job";
+  workers_done.insert(7);
+  write(0, 7);
+  write(1, 7);
+  EXPECT_TRUE(fs::exists(at(7) / "manifest.json"));
+  for (std::int64_t it : {1, 3, 5}) EXPECT_FALSE(fs::exists(at(it))) << it << ": older than 7, whole for the job";
+}
+
 TEST_F(CheckpointDirs, ShardsWithoutASharedFilesystemLearnFromEachOtherWhenACheckpointIsWhole) {
   const fs::path roots[2] = {dir_ / "host0", dir_ / "host1"};
   std::map<std::string, std::string> board;

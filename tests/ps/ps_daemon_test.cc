@@ -16,6 +16,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/ps/checkpoints.h"
+#include "ember/ps/job_config.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/shard_store.h"
 #include "ember/transport/control.h"
@@ -266,6 +267,9 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
   const auto& roots = job.roots;
   Daemon &d0 = *job.d0, &d1 = *job.d1;
   PsClient w({d0.address(), d1.address()}, kToken, kDim, 0);
+  // As a worker without dense checkpoints says of every checkpoint (job_config.h): the
+  // checkpoints are whole for the job once the shards' files are.
+  for (std::int64_t it : {4, 9}) job.worker->publish(dense_state_key(it, 0), "none");
   train_alone(w, 3, 10);
   // The shard that wrote first hears of the other's file on its clock (0.1 s); each
   // prunes right after writing its manifest.

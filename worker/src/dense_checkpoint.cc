@@ -47,7 +47,7 @@ json DenseCheckpoints::meta(std::uint64_t iteration) const {
           {"dim", dim_}};
 }
 
-void DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const {
+bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const {
   torch::serialize::OutputArchive root, model_archive, optimizer_archive;
   model.save(model_archive);
   optimizer.save(optimizer_archive);
@@ -62,9 +62,10 @@ void DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::opt
     write_file_atomic(file, bytes.str());
   } catch (const std::exception& e) {
     spdlog::error("worker {}: dense checkpoint of iteration {} not written: {}", rank_, iteration, e.what());
-    return;
+    return false;
   }
   prune();
+  return true;
 }
 
 void DenseCheckpoints::prune() const {
@@ -75,10 +76,18 @@ void DenseCheckpoints::prune() const {
     const std::string n = e.path().filename().string();
     if (n.rfind(prefix, 0) == 0 && e.path().extension() == ".pt") mine.push_back(e.path());
   }
-  std::sort(mine.begin(), mine.end());
-  for (std::size_t i = 0; i + c_.keep_checkpoints < mine.size(); ++i) {
-    std::error_code ec;
-    fs::remove(mine[i], ec);
+  // Newest first (the iteration is zero-padded): past the newest `keep` whole for the job.
+  std::sort(mine.rbegin(), mine.rend());
+  std::size_t whole = 0;
+  for (const fs::path& file : mine) {
+    if (whole >= c_.keep_checkpoints) {
+      std::error_code ec;
+      fs::remove(file, ec);
+      continue;
+    }
+    const std::string digits = file.stem().string().substr(prefix.size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    whole += whole_for_job_(std::stoull(digits));
   }
 }
 

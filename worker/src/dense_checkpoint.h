@@ -1,13 +1,16 @@
 // The workers' part of a checkpoint: the dense model and its optimizer as of the start of
 // an iteration (the PS shards' checkpoint of that iteration holds the rows), one file per
-// worker (hosts may share no filesystem; the replicas are identical), written atomically,
-// the newest `keep_checkpoints` kept. Loading checks that the file was written by a job
+// worker (hosts may share no filesystem; the replicas are identical), written atomically.
+// Pruned as the job's checkpoints, not by count alone: the files of the newest
+// `keep_checkpoints` iterations whose checkpoint is whole for the job (the shards' part
+// and every worker's dense state: job_config.h), and any newer, are kept. Loading checks that the file was written by a job
 // that trains the same way (model, optimizer, seed, shape, rows).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "ember/worker/model.h"
@@ -17,12 +20,15 @@ namespace ember::worker {
 
 class DenseCheckpoints {
  public:
-  DenseCheckpoints(const TrainConfig& c, std::uint32_t rank, std::uint64_t num_keys, std::uint32_t dim)
-      : c_(c), rank_(rank), num_keys_(num_keys), dim_(dim) {}
+  // `whole_for_job(it)`: whether iteration it's checkpoint is whole for the job (must not
+  // wait; unknown is false).
+  DenseCheckpoints(const TrainConfig& c, std::uint32_t rank, std::uint64_t num_keys, std::uint32_t dim,
+                   std::function<bool(std::uint64_t)> whole_for_job)
+      : c_(c), rank_(rank), num_keys_(num_keys), dim_(dim), whole_for_job_(std::move(whole_for_job)) {}
 
   // A failure to write is logged, not thrown: training goes on and the earlier
-  // checkpoints are intact, as on the PS.
-  void save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const;
+  // checkpoints are intact, as on the PS. Returns whether the file was written.
+  bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const;
   // Throws ConfigError naming what is missing or does not match this job, DataError for
   // an unreadable file.
   void load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
@@ -36,6 +42,7 @@ class DenseCheckpoints {
   std::uint32_t rank_;
   std::uint64_t num_keys_;
   std::uint32_t dim_;
+  std::function<bool(std::uint64_t)> whole_for_job_;
 };
 
 }  // namespace ember::worker

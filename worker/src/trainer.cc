@@ -148,7 +148,12 @@ scheduler::SchedulerConfig Worker::set_up() {
   model_ = make_model(c_.model);  // initialized on the CPU: the same weights on every device
   model_->to(device_);
   optimizer_ = make_dense_optimizer(c_.dense_optimizer, model_->parameters(), c_.dense_lr);
-  dense_checkpoints_.emplace(c_, rank, ps.num_keys, dim);
+  dense_checkpoints_.emplace(c_, rank, ps.num_keys, dim, [this](std::uint64_t it) {
+    auto& control = job_.control();
+    const auto lookup = [&control](const std::string& key) { return control.try_lookup(key); };
+    const auto i = static_cast<std::int64_t>(it);
+    return lookup(ps::shards_whole_key(i)).has_value() && ps::dense_states_ok(lookup, i, c_.workers);
+  });
   if (c_.resume) dense_checkpoints_->load(first_, *model_, *optimizer_, device_);
   cache_ = make_row_cache(c_.cache_backend, device_, sc.cache_rows, dim, job_.state_floats());
   spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB, {} backend on {})", rank, c_.model.kind, c_.policy, sc.cache_rows,
@@ -223,7 +228,13 @@ void Worker::flush(const Step& s) {
   }
   if (s.checkpoint || s.last) {
     checkpoint_commit_ = s.checkpoint;
-    if (!c_.checkpoint_dir.empty() && job_.ps_config().checkpoints) dense_checkpoints_->save(t + 1, *model_, *optimizer_);
+    if (job_.ps_config().checkpoints) {
+      // Every worker says what became of its part, so that shards and workers prune by
+      // checkpoints whole for the job.
+      const char* state = "none";
+      if (!c_.checkpoint_dir.empty()) state = dense_checkpoints_->save(t + 1, *model_, *optimizer_) ? "written" : "failed";
+      job_.control().publish(ps::dense_state_key(static_cast<std::int64_t>(t + 1), job_.rank()), state);
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 // one is.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -39,12 +40,19 @@ struct CheckpointPeers {
   std::function<void(std::int64_t iteration, std::uint32_t shard, const std::string& record)> announce;
   // `shard`'s record of `iteration`, once it has announced one.
   std::function<std::optional<std::string>(std::int64_t iteration, std::uint32_t shard)> record_of;
+  // Optional. Whether the workers' part of `iteration`'s checkpoint is in (job_config.h:
+  // dense_states_ok); false while unknown. Pruning then keeps the newest `keep`
+  // checkpoints that are whole for the job, not just for the shards.
+  std::function<bool(std::int64_t iteration)> workers_done;
+  // Optional. Called when this shard finds `iteration`'s checkpoint whole.
+  std::function<void(std::int64_t iteration)> on_whole;
 };
 
 // One shard's side of a job's checkpoint root.
 class CheckpointDir {
  public:
-  // Keeps the newest `keep` whole checkpoints (0: all) and any newer than those.
+  // Keeps the newest `keep` whole checkpoints (0: all) and any newer than those; never
+  // the newest whole one.
   CheckpointDir(std::filesystem::path root, std::uint32_t shard, std::uint32_t shards, std::size_t keep);
 
   // From now on, also with the other shards' word (see above); none: files alone.
@@ -67,17 +75,27 @@ class CheckpointDir {
   // has announced since, then prunes. Returns whether `iteration`'s checkpoint is whole.
   // (The daemon calls it on its clock: the last shard's word comes after this one's.)
   bool settle(std::int64_t iteration) const;
+  // Whether pruning waits for the workers' word on some checkpoint; settle_pruning()
+  // prunes again once it has come (at most once a second).
+  bool pruning_pending() const { return recheck_; }
+  void settle_pruning() const;
 
  private:
   // Manifests from the peers' records; returns whether it wrote any.
   bool manifests_from_peers() const;
   // Removes what is older than the newest `keep` whole checkpoints (see finish).
   void prune(bool completed_here) const;
+  // With workers_done: whole for the job (see CheckpointPeers).
+  bool whole_for_job(std::int64_t iteration, const std::filesystem::path& dir) const;
 
   std::filesystem::path root_;
   std::uint32_t shard_, shards_;
   std::size_t keep_;
   std::optional<CheckpointPeers> peers_;
+  // Pruning waits for the workers' word on a checkpoint the shards completed: settle()
+  // prunes again (at most once a second) until it has come.
+  mutable bool recheck_ = false;
+  mutable std::chrono::steady_clock::time_point last_recheck_{};
 };
 
 // The directory of the checkpoint of `iteration` under `root`.

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 
 #include "ember/common/checkpoint_schedule.h"
@@ -22,6 +24,21 @@ using ::ember::CheckpointSchedule;
 
 // The control-plane key shard 0 publishes the JobConfig under.
 inline constexpr const char* kJobConfigKey = "ps_config";
+
+// A job's checkpoints on the control plane's board. A checkpoint is whole for the job
+// when the shards' part is (every shard's file written: its manifest) and every worker
+// wrote its dense state of that iteration (or keeps none); shards and workers prune by
+// that, so that neither deletes the files of the last checkpoint the job can resume.
+//   checkpoint/IT/SHARD  a shard's record of its file (CheckpointPeers)
+//   whole/IT             the shards' part is whole (published by a shard that saw it)
+//   dense/IT/WORKER      "written", "failed", or "none" (no --checkpoint-dir)
+std::string checkpoint_record_key(std::int64_t iteration, std::uint32_t shard);
+std::string shards_whole_key(std::int64_t iteration);
+std::string dense_state_key(std::int64_t iteration, std::uint32_t worker);
+// Whether every one of `workers` reported a dense state of `iteration` that a resume
+// can use ("written" or "none"), by `lookup` (which must not wait: unknown is false).
+bool dense_states_ok(const std::function<std::optional<std::string>(const std::string&)>& lookup, std::int64_t iteration,
+                     std::uint32_t workers);
 
 // What the PS shards serve, published by shard 0 for the workers to check against their
 // data and to follow. JSON whose keys do not change, so that workers and shards of

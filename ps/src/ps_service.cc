@@ -199,6 +199,8 @@ void PsService::write_checkpoint(std::uint64_t iteration) {
     // training goes on, and the next checkpoint iteration tries again.
     ++checkpoint_failures_;
     spdlog::error("iteration {}: checkpoint into {} failed: {}", iteration, checkpoints_->root().string(), e.what());
+    std::error_code ec;
+    if (!file.empty()) std::filesystem::remove(file.parent_path(), ec);  // its directory, if nothing is in it
     return;
   }
   ++checkpoints_written_;

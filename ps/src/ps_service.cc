@@ -223,14 +223,10 @@ void PsService::settle_checkpoints() {
   std::lock_guard<std::mutex> lock(commit_mutex_);
   const std::int64_t it = unsettled_.load();
   if (!checkpoints_) return;
-  // Whatever happens below, the next call knows whether pruning still waits.
-  struct Pending {
-    const PsService* s;
-    ~Pending() { s->prune_pending_ = s->checkpoints_->pruning_pending(); }
-  } pending{this};
   try {
-    if (it == kNone) return checkpoints_->settle_pruning();
-    if (checkpoints_->settle(it)) {
+    if (it == kNone) {
+      checkpoints_->settle_pruning();
+    } else if (checkpoints_->settle(it)) {
       unsettled_ = kNone;
       spdlog::info("iteration {}: every shard's checkpoint file is written: manifest written", it);
     }
@@ -238,6 +234,7 @@ void PsService::settle_checkpoints() {
     unsettled_ = kNone;  // said once; the next checkpoint tries again
     spdlog::warn("iteration {}: checkpoint manifest or pruning failed: {}", it, e.what());
   }
+  prune_pending_ = checkpoints_->pruning_pending();  // whether the next call must look again
 }
 
 }  // namespace ember::ps

@@ -166,10 +166,7 @@ struct Coordinator::Impl {
     } else if (auto* b = std::get_if<codec::BarrierEnter>(&msg)) {
       barrier(id, b->group, b->gen);
     } else if (auto* p = std::get_if<codec::Publish>(&msg)) {
-      board[p->key] = p->value;
-      auto [b, e] = waiting_lookups.equal_range(p->key);
-      for (auto w = b; w != e; ++w) send_to(w->second, codec::Value{p->key, p->value});
-      waiting_lookups.erase(b, e);
+      set_value(p->key, p->value);
     } else if (auto* l = std::get_if<codec::Lookup>(&msg)) {
       auto v = board.find(l->key);
       if (v != board.end())
@@ -204,11 +201,16 @@ struct Coordinator::Impl {
       }
     }
     value += a.delta;
-    board[a.key] = std::to_string(value);
-    auto [b, e] = waiting_lookups.equal_range(a.key);
-    for (auto w = b; w != e; ++w) send_to(w->second, codec::Value{a.key, board[a.key]});
-    waiting_lookups.erase(b, e);
+    set_value(a.key, std::to_string(value));
     send_to(id, codec::Added{a.id, value});
+  }
+
+  // Sets a board entry and answers the lookups that waited for it.
+  void set_value(const std::string& key, const std::string& value) {
+    board[key] = value;
+    auto [b, e] = waiting_lookups.equal_range(key);
+    for (auto w = b; w != e; ++w) send_to(w->second, codec::Value{key, value});
+    waiting_lookups.erase(b, e);
   }
 
   void join(const std::string& id, const codec::Join& msg, const std::string& peer) {

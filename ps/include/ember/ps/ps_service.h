@@ -146,7 +146,7 @@ class PsService {
   std::atomic<std::int64_t> restored_{-2};      // iteration restored from (-2: none)
   std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
   // The checkpoint directory waits for the workers' word to prune (settle_checkpoints).
-  mutable std::atomic<bool> prune_pending_{false};
+  std::atomic<bool> prune_pending_{false};
   static constexpr std::int64_t kNone = -2;     // (-1 is iter-initial)
   std::atomic<std::int64_t> unsettled_{kNone};  // the newest checkpoint written, not yet whole
   CommitApply commit_apply_ = CommitApply::kHandler;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ int run_command(const std::string& cmd, std::string& output);
 
 // Path of a binary built by this project.
 std::string bin(const std::string& name);
+
+// A TCP socket connected to 127.0.0.1:port (the caller closes it), or -1.
+int connect_loopback(std::uint16_t port);
 
 // A valid Criteo TSV line: label, 13 integers, 26 hex ids derived from `seed`.
 std::string criteo_line(int seed, int label = 0);

@@ -3,9 +3,7 @@
 // claim huge payloads, idle and half-sent connections, more connections than allowed,
 // and a descriptor limit. The daemon must stay up with bounded memory and CPU, and the
 // job must form and work afterwards.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -48,19 +46,6 @@ double cpu_seconds_of(pid_t pid) {
   for (int i = 3; i <= 15 && rest >> field; ++i)
     if (i == 14 || i == 15) ticks += std::stod(field);
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-int connect_to(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // Whether the server closed `fd` within `limit` (a read sees EOF or a reset).
@@ -139,7 +124,7 @@ TEST_F(HostilePeers, NoUnauthenticatedBytesCrashOrBloatTheShard) {
   std::string noise(4096, '\0');
   for (char& ch : noise) ch = static_cast<char>(rng());
   for (const std::string& bytes : {noise, std::string("\x01\x00\x05\x00hello\x03\x00{}", 12)}) {
-    const int fd = connect_to(port_of(coordinator_));
+    const int fd = test::connect_loopback(port_of(coordinator_));
     ASSERT_GE(fd, 0);
     (void)!::write(fd, bytes.data(), bytes.size());
     std::this_thread::sleep_for(100ms);
@@ -162,7 +147,7 @@ TEST_F(HostilePeers, NoUnauthenticatedBytesCrashOrBloatTheShard) {
     h.value_count = 1u << 25;
     std::uint8_t bytes[transport::kHeaderBytes];
     transport::encode_header(h, bytes);
-    const int fd = connect_to(data_port_);
+    const int fd = test::connect_loopback(data_port_);
     ASSERT_GE(fd, 0);
     (void)!::write(fd, bytes, sizeof bytes);
     // Up to 8 MiB of the "payload", for at most a second (a shard that reads it buffers it).
@@ -179,16 +164,16 @@ TEST_F(HostilePeers, NoUnauthenticatedBytesCrashOrBloatTheShard) {
     h.key_count = 1;
     std::uint8_t bytes[transport::kHeaderBytes];
     transport::encode_header(h, bytes);
-    const int fd = connect_to(data_port_);
+    const int fd = test::connect_loopback(data_port_);
     ASSERT_GE(fd, 0);
     (void)!::write(fd, bytes, sizeof bytes);
     (void)!::write(fd, noise.data(), 4);
     fds.push_back(fd);
   }
-  for (int i = 0; i < 40; ++i) fds.push_back(connect_to(data_port_));
+  for (int i = 0; i < 40; ++i) fds.push_back(test::connect_loopback(data_port_));
   // More than --max-connections: some are refused at accept.
   std::vector<int> over;
-  for (int i = 0; i < 30; ++i) over.push_back(connect_to(data_port_));
+  for (int i = 0; i < 30; ++i) over.push_back(test::connect_loopback(data_port_));
   std::this_thread::sleep_for(300ms);
   const std::uint64_t rss_under_attack = rss_of(ps_->pid());
   EXPECT_LT(rss_under_attack, rss_before + (16u << 20)) << "the shard buffered what unauthenticated peers claimed";
@@ -211,7 +196,7 @@ TEST_F(HostilePeers, NoUnauthenticatedBytesCrashOrBloatTheShard) {
 TEST_F(HostilePeers, DescriptorLimitNeitherSpinsNorFloodsTheLog) {
   start("--hello-timeout-ms 2000", "ulimit -n 64; ");
   std::vector<int> fds;
-  for (int i = 0; i < 120; ++i) fds.push_back(connect_to(data_port_));  // the backlog keeps them
+  for (int i = 0; i < 120; ++i) fds.push_back(test::connect_loopback(data_port_));  // the backlog keeps them
   const double cpu0 = cpu_seconds_of(ps_->pid());
   std::this_thread::sleep_for(1500ms);
   const double cpu = cpu_seconds_of(ps_->pid()) - cpu0;

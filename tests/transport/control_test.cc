@@ -2,10 +2,7 @@
 // heartbeat failure detection and clean shutdown.
 #include "ember/transport/control.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +11,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "../data/test_util.h"
 #include "ember/common/error.h"
 
 namespace ember::transport {
@@ -260,12 +258,8 @@ TEST(Control, HostileBytesNeitherCrashNorStopTheCoordinator) {
   const auto port = static_cast<std::uint16_t>(std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
   // Raw TCP: random bytes, and a ZMTP/1.0 greeting followed by a frame (no metadata).
   auto raw = [&](const std::string& bytes) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = ember::test::connect_loopback(port);
+    ASSERT_GE(fd, 0);
     (void)!::write(fd, bytes.data(), bytes.size());
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     ::close(fd);

@@ -1,9 +1,7 @@
 // The TCP data plane over loopback: round trips, pipelining, and peers that misbehave.
 #include "ember/transport/tcp.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "../data/test_util.h"
 #include "echo_handler.h"
 #include "ember/common/error.h"
 
@@ -31,15 +30,8 @@ std::unique_ptr<TcpServer> echo_server() {
 
 // Opens a raw socket, sends `bytes`, and reports whether the server then closed it.
 bool raw_peer_gets_closed(std::uint16_t port, const std::vector<std::uint8_t>& bytes, bool close_early = false) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return false;
-  }
+  const int fd = ember::test::connect_loopback(port);
+  if (fd < 0) return false;
   timeval tv{3, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   ssize_t w = ::write(fd, bytes.data(), bytes.size());

@@ -202,16 +202,22 @@ class Training : public test::TempDirTest {
   }
 
   using Processes = std::vector<std::unique_ptr<test::Process>>;
-  // `during` runs once the workers are started (given the shards and the workers).
-  JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name,
-                    const std::function<void(Processes& ps, Processes& workers)>& during = nullptr) {
-    std::vector<std::unique_ptr<test::Process>> ps, workers;
-    const std::string coord = start_ps(data, o, name, ps);
-    JobResult r;
-    if (coord.empty()) return r;
+  // Starts job `name`'s o.workers workers against `coord`, each logging to NAME-wW.log.
+  Processes start_workers(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name) {
+    Processes workers;
     for (std::uint32_t w = 0; w < o.workers; ++w)
       workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)),
                                                         dir_ / (name + "-w" + std::to_string(w) + ".log")));
+    return workers;
+  }
+  // `during` runs once the workers are started (given the shards and the workers).
+  JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name,
+                    const std::function<void(Processes& ps, Processes& workers)>& during = nullptr) {
+    Processes ps;
+    const std::string coord = start_ps(data, o, name, ps);
+    JobResult r;
+    if (coord.empty()) return r;
+    Processes workers = start_workers(data, o, coord, name);
     if (during) during(ps, workers);
     for (std::uint32_t w = 0; w < o.workers; ++w) {
       int rc = workers[w]->wait(240s);
@@ -700,12 +706,10 @@ TEST_F(Training, KilledWorkerFailsTheJobWithoutHanging) {
   o.shards = 1;
   o.workers = 2;
   o.iterations = 1000000;
-  std::vector<std::unique_ptr<test::Process>> ps, workers;
+  Processes ps;
   const std::string coord = start_ps(data, o, "kill", ps);
   ASSERT_FALSE(coord.empty());
-  for (int w = 0; w < 2; ++w)
-    workers.push_back(
-        std::make_unique<test::Process>(worker_args(data, o, coord, "kill", w), dir_ / ("kill-w" + std::to_string(w) + ".log")));
+  Processes workers = start_workers(data, o, coord, "kill");
   // Wait until training runs (the metrics file grows), then kill worker 1.
   ASSERT_FALSE(test::wait_for_file(dir_ / "kill-w0.jsonl", 60s).empty()) << workers[0]->log_tail(20);
   workers[1]->signal(SIGKILL);
@@ -743,12 +747,10 @@ TEST_F(Training, StoppedWorkerEndsEverySurvivorWithinTheHeartbeatTimeout) {
   o.shards = 1;
   o.workers = 3;
   o.iterations = 1000000;
-  Processes ps, workers;
+  Processes ps;
   const std::string coord = start_ps(data, o, "stop", ps);
   ASSERT_FALSE(coord.empty());
-  for (int w = 0; w < 3; ++w)
-    workers.push_back(
-        std::make_unique<test::Process>(worker_args(data, o, coord, "stop", w), dir_ / ("stop-w" + std::to_string(w) + ".log")));
+  Processes workers = start_workers(data, o, coord, "stop");
   wait_for_lines(dir_ / "stop-w0.jsonl", 3);
   workers[1]->signal(SIGSTOP);
   const auto stopped = std::chrono::steady_clock::now();
@@ -772,12 +774,10 @@ TEST_F(Training, KilledShardFailsEveryMemberNamingIt) {
   o.shards = 2;
   o.workers = 2;
   o.iterations = 1000000;
-  Processes ps, workers;
+  Processes ps;
   const std::string coord = start_ps(data, o, "kps", ps);
   ASSERT_FALSE(coord.empty());
-  for (int w = 0; w < 2; ++w)
-    workers.push_back(
-        std::make_unique<test::Process>(worker_args(data, o, coord, "kps", w), dir_ / ("kps-w" + std::to_string(w) + ".log")));
+  Processes workers = start_workers(data, o, coord, "kps");
   wait_for_lines(dir_ / "kps-w0.jsonl", 3);
   ps[1]->signal(SIGKILL);
   for (auto& w : workers) {

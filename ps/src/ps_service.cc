@@ -23,8 +23,46 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
   return {big && spare ? CommitApply::kApplier : CommitApply::kHandler, why};
 }
 
+const char* ServedCounts::name(int kind) {
+  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit"};
+  return kind >= 0 && kind < kKinds ? names[kind] : "unknown";
+}
+
 void PsService::handle(const transport::Message& req, transport::OutMessage& reply, transport::Scratch& scratch) {
   serve(req, reply, scratch);
+  {
+    // Counted once answered (a refusal throws past this); relaxed: totals for monitoring.
+    const auto& h = req.header;
+    int kind = -1;
+    std::uint64_t rows = 0;
+    switch (h.type) {
+      case MessageType::kPull:
+        kind = (h.flags & kPrefetch) != 0    ? ServedCounts::kPrefetch
+               : (h.flags & kWithState) != 0 ? ServedCounts::kPullState
+                                             : ServedCounts::kPull;
+        rows = h.key_count;
+        break;
+      case MessageType::kPushGrad:
+        kind = ServedCounts::kPushGrad, rows = h.key_count / 2;
+        break;
+      case MessageType::kPushValue:
+        kind = ServedCounts::kPushValue, rows = h.key_count;
+        break;
+      case MessageType::kCommit:
+        kind = ServedCounts::kCommit;
+        break;
+      default:
+        break;
+    }
+    if (kind >= 0) {
+      auto& k = served_.kinds[kind];
+      constexpr auto relaxed = std::memory_order_relaxed;
+      k.requests.fetch_add(1, relaxed);
+      k.rows.fetch_add(rows, relaxed);
+      k.bytes_in.fetch_add(transport::kHeaderBytes + h.payload_bytes(), relaxed);
+      k.bytes_out.fetch_add(transport::kHeaderBytes + 8ull * reply.key_count + 4ull * reply.value_count, relaxed);
+    }
+  }
   // Rows this thread received and a commit took: applied after this reply is sent, on
   // this core (their gradients are in its cache), with the client no longer waiting.
   if (store_.deferred_here()) scratch.after_reply = [this] { store_.apply_deferred_here(); };

@@ -18,6 +18,7 @@
 #include "ember/common/main.h"
 #include "ember/common/process.h"
 #include "ember/common/signals.h"
+#include "ember/monitor/exporter.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/job_config.h"
 #include "ember/ps/ps_client.h"
@@ -25,6 +26,7 @@
 #include "ember/transport/control.h"
 #include "ember/transport/rdma.h"
 #include "ember/transport/transport.h"
+#include "ps_metrics.h"
 
 namespace {
 
@@ -103,6 +105,8 @@ int main(int argc, char** argv) {
   int hello_timeout_ms = 10000;
   std::uint32_t workers = 0;
   int heartbeat_timeout_ms = 10000;
+  std::uint16_t metrics_port = 0;
+  std::string metrics_address;
   add_config_option(app);
   app.add_option("--shard", sc.shard, "this shard's index")->capture_default_str();
   app.add_option("--shards", sc.shards, "number of shards")->capture_default_str();
@@ -174,6 +178,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(10, 3600000));
   app.add_option("--workers", workers, "workers of the job (with --coordinator)");
   app.add_option("--heartbeat-timeout-ms", heartbeat_timeout_ms, "silence after which a peer is reported dead")->capture_default_str();
+  app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: none)")
+      ->capture_default_str();
+  app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --listen host)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
   if (const int status = parse_command_line(app, argc, argv, "ember-ps"); status >= 0) return status;
   return guarded_main("ember-ps", [&] {
@@ -281,6 +288,14 @@ int main(int argc, char** argv) {
     std::unique_ptr<transport::Coordinator> coord;
     std::unique_ptr<transport::ControlMember> member;
     std::optional<ps::CheckpointPeers> checkpoint_peers;  // with a control plane
+    // Metrics served from here on, while the job forms too; declared after what they read.
+    std::atomic<const transport::Coordinator*> coordinator_seen{nullptr};
+    std::unique_ptr<monitor::Exporter> metrics;
+    if (metrics_port != 0) {
+      metrics = std::make_unique<monitor::Exporter>(metrics_address.empty() ? where.host : metrics_address, metrics_port);
+      ps::export_ps_metrics(*metrics, service, server, sc.shard, coordinator_seen);
+      spdlog::info("metrics at {}", metrics->url());
+    }
     if (!coordinator.empty()) {
       std::string endpoint = coordinator;
       if (sc.shard == 0) {
@@ -297,6 +312,7 @@ int main(int argc, char** argv) {
           });
         }
         endpoint = coord->endpoint();
+        coordinator_seen = coord.get();
         if (!coordinator_file.empty()) write_file_atomic(coordinator_file, endpoint + "\n");
       }
       transport::MemberOptions mo;

@@ -64,7 +64,8 @@ struct Coordinator::Impl {
   std::atomic<std::uint64_t> refused{0};
   std::atomic<bool> finished{false};
   std::atomic<std::uint32_t> ps_left{0};
-  mutable std::mutex mutex;  // guards failure and on_failure (used by other threads)
+  std::atomic<std::uint32_t> alive{0};  // joined, neither left nor dead (counted every tick)
+  mutable std::mutex mutex;             // guards failure and on_failure (used by other threads)
   std::optional<std::string> failure;
   std::function<void(const std::string&, const std::string&)> on_failure;
   LogLimiter malformed_log, refused_log, stray_log;
@@ -91,6 +92,9 @@ struct Coordinator::Impl {
         zmq::poll(items, 1, tick);
         if (items[0].revents & ZMQ_POLLIN) receive();
         check_heartbeats();
+        std::uint32_t n = 0;
+        for (const auto& [id, m] : members) n += !m.dead && !m.left;
+        alive.store(n);
       } catch (const std::exception& e) {
         malformed_log.warn(std::string("control: coordinator: ") + e.what());
       }
@@ -340,6 +344,7 @@ bool Coordinator::wait_ps_left(std::chrono::milliseconds timeout) const {
 }
 
 std::uint32_t Coordinator::ps_left() const { return impl_->ps_left.load(); }
+std::uint32_t Coordinator::members_alive() const { return impl_->alive.load(); }
 std::uint64_t Coordinator::refused() const { return impl_->refused.load(); }
 bool Coordinator::finished() const { return impl_->finished.load(); }
 std::optional<std::string> Coordinator::failure() const {

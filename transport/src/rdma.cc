@@ -95,6 +95,7 @@ struct RdmaServer::Impl {
   std::uint64_t token = 0;
   std::atomic<bool> stop{false}, draining{false};
   std::atomic<std::uint64_t> dropped{0}, served{0}, sent_in_place{0};
+  std::atomic<std::uint32_t> open{0};  // sessions serving
   std::thread acceptor;
   struct Session {
     std::thread thread;
@@ -133,9 +134,11 @@ struct RdmaServer::Impl {
       }
       sessions.emplace_back();
       Session& s = sessions.back();
+      ++open;
       s.thread = std::thread([this, conn, &s] {
         name_this_thread("rdma-conn");
         serve(*conn);
+        --open;
         s.done = true;
       });
     }
@@ -233,6 +236,7 @@ RdmaServer::~RdmaServer() {
 
 std::uint16_t RdmaServer::port() const { return impl_->listener->port(); }
 std::uint64_t RdmaServer::connections_dropped() const { return impl_->dropped.load(); }
+std::uint32_t RdmaServer::connections_open() const { return impl_->open.load(); }
 std::uint64_t RdmaServer::requests_served() const { return impl_->served.load(); }
 std::uint64_t RdmaServer::bytes_sent_in_place() const { return impl_->sent_in_place.load(); }
 

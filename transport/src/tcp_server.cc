@@ -504,5 +504,6 @@ std::uint16_t TcpServer::port() const {
 }
 std::uint64_t TcpServer::connections_dropped() const { return impl_->dropped.load(); }
 std::uint64_t TcpServer::requests_served() const { return impl_->served.load(); }
+std::uint32_t TcpServer::connections_open() const { return impl_->open_sessions.load(); }
 
 }  // namespace ember::transport

@@ -3,9 +3,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ember/common/error.h"
+#include "ember/monitor/exporter.h"
 
 namespace ember::worker {
 
@@ -26,11 +29,95 @@ json phase_json(const PhaseTimes& now, const PhaseTimes& since, double scale) {
 
 }  // namespace
 
+struct RunReport::Live {
+  std::mutex mutex;
+  bool ranked = false;  // nothing is served before the job assigns the rank
+  std::string rank;
+  std::uint64_t iterations = 0, iteration = 0, samples = 0;
+  double loss = 0, wait_s = 0, last_hit_ratio = 0;
+  WireCounts wire;
+  PhaseTimes phases;
+  std::optional<double> auc, logloss;
+  std::optional<monitor::Histogram> iteration_seconds;
+
+  void fill(monitor::Sink& out) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!ranked) return;
+    const monitor::Labels r = {{"rank", rank}};
+    const auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+    out.counter("ember_worker_iterations_total", "Iterations trained by this process", r, d(iterations));
+    out.gauge("ember_worker_iteration", "The last iteration trained (counted from 1)", r, d(iteration));
+    out.counter("ember_worker_samples_total", "Samples this worker trained", r, d(samples));
+    out.gauge("ember_worker_loss", "Training loss of the last iteration", r, loss);
+    out.counter("ember_worker_loader_wait_seconds_total", "Time spent waiting for the loader's next plan", r, wait_s);
+    const std::pair<const char*, double> phases_s[] = {{"sync", phases.sync},       {"commit", phases.commit},       {"pull", phases.pull},
+                                                       {"compute", phases.compute}, {"allreduce", phases.allreduce}, {"push", phases.push},
+                                                       {"update", phases.update}};
+    for (const auto& [phase, s] : phases_s)
+      out.counter("ember_worker_phase_seconds_total", "Wall time per phase of the iteration (docs/training.md#phases)",
+                  {{"rank", rank}, {"phase", phase}}, s);
+    // Rows by kind and direction: in from the PS, out to it, or summed over the workers.
+    const char* rows_help = "Embedding rows moved, by kind and direction (in: from the PS, out: to it, allreduce: among workers)";
+    const std::tuple<const char*, const char*, std::uint64_t> rows[] = {{"pull", "in", wire.pulls},
+                                                                        {"hot_load", "in", wire.hot_load},
+                                                                        {"push_grad", "out", wire.push_grad},
+                                                                        {"push_value", "out", wire.push_value},
+                                                                        {"push_evict", "out", wire.push_evict},
+                                                                        {"flush_grad", "out", wire.flush_grad},
+                                                                        {"flush_value", "out", wire.flush_value},
+                                                                        {"hot_sync", "allreduce", wire.hot_sync}};
+    for (const auto& [kind, dir, n] : rows)
+      out.counter("ember_worker_rows_total", rows_help, {{"rank", rank}, {"kind", kind}, {"direction", dir}}, d(n));
+    out.counter("ember_worker_rows_prefetched_total", "Rows pulled during the iteration before (part of kind=pull)", r, d(wire.prefetched));
+    out.counter("ember_worker_rows_pulled_with_state_total", "Rows pulled with their optimizer state (part of kind=pull)", r,
+                d(wire.pull_state));
+    const char* payload_help = "Row payload moved with the PS, by kind (keys, trainer counts, floats; what ember-sim predicts)";
+    const std::pair<const char*, std::uint64_t> payload[] = {{"pull", wire.bytes.pull},
+                                                             {"push_grad", wire.bytes.push_grad},
+                                                             {"push_value", wire.bytes.push_value},
+                                                             {"push_evict", wire.bytes.push_evict},
+                                                             {"flush", wire.bytes.flush}};
+    for (const auto& [kind, n] : payload)
+      out.counter("ember_worker_payload_bytes_total", payload_help, {{"rank", rank}, {"kind", kind}}, d(n));
+    const std::pair<const char*, const ps::WireTally::Dir*> framed[] = {{"pull", &wire.framed.pull},
+                                                                        {"push_grad", &wire.framed.push_grad},
+                                                                        {"push_value", &wire.framed.push_value},
+                                                                        {"commit", &wire.framed.commit}};
+    for (const auto& [kind, dir] : framed) {
+      out.counter("ember_worker_sent_bytes_total", "Bytes of PS requests sent, framed (headers included), by kind",
+                  {{"rank", rank}, {"kind", kind}}, d(dir->out));
+      out.counter("ember_worker_received_bytes_total", "Bytes of PS replies received, framed, by kind of request",
+                  {{"rank", rank}, {"kind", kind}}, d(dir->in));
+    }
+    out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.hits));
+    out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r, d(wire.hits + wire.pulls));
+    out.gauge("ember_worker_cache_hit_ratio", "Cache hits over lookups in the last iteration", r, last_hit_ratio);
+    if (auc) out.gauge("ember_worker_eval_auc", "AUC of the last evaluation on the validation split", r, *auc);
+    if (logloss) out.gauge("ember_worker_eval_logloss", "Log loss of the last evaluation on the validation split", r, *logloss);
+  }
+};
+
 RunReport::RunReport(const TrainConfig& c) : c_(c), global_n_(static_cast<double>(c.workers) * c.batch_per_worker) {
   if (!c_.metrics_file.empty()) {
     metrics_.open(c_.metrics_file, std::ios::trunc);
     if (!metrics_) throw IoError(errno_message("open " + c_.metrics_file));
   }
+  if (c_.exporter != nullptr) {
+    live_ = std::make_shared<Live>();
+    c_.exporter->on_scrape([live = live_](monitor::Sink& out) { live->fill(out); });
+  }
+}
+
+void RunReport::set_rank(std::uint32_t rank) {
+  rank_ = rank;
+  if (!live_) return;
+  // 1 ms to about 65 s: an iteration on a loaded CPU to one waiting on a slow peer.
+  auto h = c_.exporter->histogram("ember_worker_iteration_seconds", "Wall time per iteration, loader wait included",
+                                  monitor::Exporter::exponential_buckets(0.001, 2, 17), {{"rank", std::to_string(rank)}});
+  std::lock_guard<std::mutex> lock(live_->mutex);
+  live_->rank = std::to_string(rank);
+  live_->ranked = true;
+  live_->iteration_seconds = h;
 }
 
 void RunReport::write(const std::string& line) {
@@ -44,6 +131,19 @@ void RunReport::begin(const WireCounts& wire, const PhaseTimes& phases) {
 
 void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss, const WireCounts& wire, const PhaseTimes& phases) {
   const std::uint64_t t = s.iteration;
+  if (live_) {
+    std::lock_guard<std::mutex> lock(live_->mutex);
+    live_->iterations += 1;
+    live_->iteration = t + 1;
+    live_->samples += s.labels.size();
+    live_->loss = loss;
+    live_->wait_s += wait_ms / 1e3;
+    const auto hits = static_cast<double>(wire.hits - before_.hits), pulls = static_cast<double>(wire.pulls - before_.pulls);
+    live_->last_hit_ratio = hits + pulls > 0 ? hits / (hits + pulls) : 0.0;
+    live_->wire = wire;
+    live_->phases = phases;
+    if (live_->iteration_seconds) live_->iteration_seconds->observe(ms / 1e3);
+  }
   write(json{{"iteration", t},
              {"loss", loss},
              {"iter_ms", ms},
@@ -73,11 +173,21 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
 }
 
 void RunReport::evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples) {
+  if (live_) {
+    std::lock_guard<std::mutex> lock(live_->mutex);
+    live_->auc = auc;
+    live_->logloss = logloss;
+  }
   write(json{{"eval", true}, {"iteration", iteration + 1}, {"auc", auc}, {"logloss", logloss}, {"samples", samples}}.dump());
 }
 
 void RunReport::summary(const TrainSummary& sum) {
   const WireCounts& w = sum.wire;
+  if (live_) {  // the final flushes included
+    std::lock_guard<std::mutex> lock(live_->mutex);
+    live_->wire = w;
+    live_->phases = sum.phases;
+  }
   write(json{{"summary", true},
              {"rank", sum.rank},
              {"iterations", sum.iterations},

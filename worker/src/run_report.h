@@ -1,10 +1,12 @@
 // What a worker tells about its run: a JSON line per iteration, evaluation and the
-// summary (--metrics), worker 0's progress line every --progress-every iterations, and
-// the share of time per phase at the end.
+// summary (--metrics), worker 0's progress line every --progress-every iterations, the
+// share of time per phase at the end, and (--metrics-port) the same counters to
+// Prometheus, as of the last iteration.
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include "ember/common/process.h"
@@ -17,7 +19,7 @@ class RunReport {
  public:
   // Opens c.metrics_file (if any); IoError when it cannot be.
   explicit RunReport(const TrainConfig& c);
-  void set_rank(std::uint32_t rank) { rank_ = rank; }
+  void set_rank(std::uint32_t rank);
   // Training starts at `first_iteration`: the progress line's first window opens.
   void start(std::uint64_t first_iteration) {
     window_first_ = first_iteration;
@@ -32,6 +34,7 @@ class RunReport {
   void summary(const TrainSummary& sum);
 
  private:
+  struct Live;  // what Prometheus reads: a snapshot taken once per iteration
   void write(const std::string& line);
 
   const TrainConfig& c_;
@@ -42,6 +45,7 @@ class RunReport {
   PhaseTimes phases_before_;
   Stopwatch window_;
   std::uint64_t window_first_ = 0;
+  std::shared_ptr<Live> live_;  // shared with the exporter's scrape (it may outlive this)
 };
 
 }  // namespace ember::worker

@@ -260,6 +260,7 @@ TrainSummary Worker::run() {
       throw Error("the job was asked to stop at iteration " + std::to_string(stop) + ", which this worker learned after planning past it");
     }
     if (s.flush) flush(s);
+    wire_.framed = job_.ps().tally();
     report_->iteration(s, it_clock.millis(), wait_ms, last_loss_, wire_, phases_);
     if (s.last) {
       end = t + 1;

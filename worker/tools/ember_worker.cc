@@ -11,6 +11,7 @@
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/common/signals.h"
+#include "ember/monitor/exporter.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   worker::TrainConfig c;
   std::string token_file, log_level = "info", bottom = "512-256-64", top = "512-256", deep = "400-400-400";
   int heartbeat_ms = 10000, timeout_ms = 30000, join_timeout_ms = 120000;
+  std::uint16_t metrics_port = 0;
+  std::string metrics_address;
   add_config_option(app);
   app.add_option("--dataset", c.dataset, "ember-data dataset directory")->required();
   app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)");
@@ -82,6 +85,9 @@ int main(int argc, char** argv) {
   app.add_flag("--resume", c.resume,
                "continue from the iteration the PS shards restored (ember-ps --restore), with the dense state of that iteration from "
                "--checkpoint-dir");
+  app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: none)")
+      ->capture_default_str();
+  app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --gloo-host address)");
   app.add_option("--gloo-host", c.gloo_host, "address the dense all-reduce (Gloo) binds on")->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
   app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();
@@ -124,6 +130,12 @@ int main(int argc, char** argv) {
       std::printf("{\"reference\":true,\"iterations\":%llu,\"seconds\":%.4f,\"samples_s\":%.1f,\"loss\":%.6f}\n",
                   static_cast<unsigned long long>(c.iterations), r.seconds, samples / r.seconds, r.losses.empty() ? 0.0 : r.losses.back());
       return 0;
+    }
+    std::unique_ptr<monitor::Exporter> exporter;
+    if (metrics_port != 0) {
+      exporter = std::make_unique<monitor::Exporter>(metrics_address.empty() ? c.gloo_host : metrics_address, metrics_port);
+      c.exporter = exporter.get();
+      spdlog::info("metrics at {}", exporter->url());
     }
     worker::TrainSummary s = worker::run_worker(c);
     spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}",

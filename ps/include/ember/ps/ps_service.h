@@ -56,6 +56,18 @@ struct CommitApplyChoice {
 CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t row_bytes, std::uint32_t io_threads,
                                       std::uint32_t apply_threads, unsigned cores);
 
+// What a shard served, per kind of request, as framed on the wire (48-byte header, 8
+// bytes a key, 4 a float): requests answered (refusals not counted), rows, bytes received
+// and sent. Read while serving (Prometheus, the stats file).
+struct ServedCounts {
+  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kKinds };
+  static const char* name(int kind);
+  struct PerKind {
+    std::atomic<std::uint64_t> requests{0}, rows{0}, bytes_in{0}, bytes_out{0};
+  };
+  PerKind kinds[kKinds];
+};
+
 class PsService {
  public:
   explicit PsService(StoreConfig config) : store_(std::move(config)) {}
@@ -111,6 +123,7 @@ class PsService {
   // Held while checkpointing; the daemon takes it for its final checkpoint.
   std::mutex& commit_mutex() { return commit_mutex_; }
   std::uint64_t rows_served() const { return rows_.load(); }
+  const ServedCounts& served() const { return served_; }
   // Periodic checkpoints written and failed, and the last iteration one was due at
   // (-1: none yet).
   std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
@@ -138,6 +151,7 @@ class PsService {
   ShardStore store_;
   std::mutex commit_mutex_;
   std::atomic<std::uint64_t> rows_{0};
+  ServedCounts served_;
   std::atomic<std::int64_t> committed_{-1};     // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
   std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)

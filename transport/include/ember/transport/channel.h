@@ -107,6 +107,8 @@ class Server {
   // Connections dropped for misbehaving (bad message, wrong token, transport error).
   virtual std::uint64_t connections_dropped() const = 0;
   virtual std::uint64_t requests_served() const = 0;
+  // Connections open now (over TCP also those not authenticated yet).
+  virtual std::uint32_t connections_open() const = 0;
   // Graceful stop (SIGTERM): accepts no more connections or requests, lets the requests
   // being handled finish and their replies go out (up to `grace`), then closes.
   virtual void drain(std::chrono::milliseconds grace) = 0;

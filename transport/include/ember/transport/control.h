@@ -76,6 +76,8 @@ class Coordinator {
   bool wait_ps_left(std::chrono::milliseconds timeout) const;
   // PS members that have left so far.
   std::uint32_t ps_left() const;
+  // Members joined and neither left nor failed (Prometheus: ember_control_members_alive).
+  std::uint32_t members_alive() const;
 
  private:
   struct Impl;

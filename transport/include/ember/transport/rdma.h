@@ -98,6 +98,7 @@ class RdmaServer final : public Server {
   std::uint16_t port() const override;
   std::uint64_t connections_dropped() const override;
   std::uint64_t requests_served() const override;
+  std::uint32_t connections_open() const override;
   void drain(std::chrono::milliseconds grace) override;
   // Reply bytes the device gathered from SendRegions instead of a copy.
   std::uint64_t bytes_sent_in_place() const;

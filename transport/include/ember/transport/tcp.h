@@ -56,6 +56,7 @@ class TcpServer final : public Server {
   std::uint16_t port() const override;
   std::uint64_t connections_dropped() const override;
   std::uint64_t requests_served() const override;
+  std::uint32_t connections_open() const override;
   void drain(std::chrono::milliseconds grace) override;
 
  private:

@@ -24,6 +24,10 @@
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/model.h"
 
+namespace ember::monitor {
+class Exporter;
+}
+
 namespace ember::worker {
 
 // A request from outside run_worker (ember-worker's SIGTERM/SIGINT thread) to stop the
@@ -70,7 +74,10 @@ struct TrainConfig {
   int torch_threads = 1;
   std::uint64_t progress_every = 10;
   std::string metrics_file;  // JSON lines (one per iteration, evaluation, summary)
-  std::string dump_dir;      // worker 0: dense weights and every embedding row at the end
+  // Prometheus endpoint (ember-worker --metrics-port) the run's counters are served on;
+  // none: not served. Outlives run_worker.
+  monitor::Exporter* exporter = nullptr;
+  std::string dump_dir;  // worker 0: dense weights and every embedding row at the end
   // Where each worker writes its dense model and optimizer at every PS checkpoint
   // (worker-R-iter-NNNNNNNNN.pt; empty: none), keeping the newest `keep_checkpoints`.
   std::string checkpoint_dir;

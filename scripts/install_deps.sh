@@ -13,6 +13,7 @@ PACKAGES=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libabsl-dev libxxhash-dev libzstd-dev zlib1g-dev libdivide-dev
   libtorch-dev libgloo-dev
+  prometheus-cpp-dev prometheus
   python3-matplotlib
 )
 

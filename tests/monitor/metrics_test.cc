@@ -231,8 +231,12 @@ TEST_F(Prometheus, PrometheusScrapesARunningJob) {
   // It is a value the endpoint served: not above what the shard says now.
   const double now = sample(http_get(ps_port, "/metrics"), "ember_ps_rows_pushed_total{shard=\"0\",kind=\"grad\"}");
   EXPECT_LE(seen, now);
-  // Every target is up.
-  const std::string up = http_get(prom_port, "/api/v1/query?query=sum(up)");
+  // Every target is up (each scraped once its first interval came round).
+  std::string up;
+  for (int i = 0; i < 300 && up.find("\"3\"]") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(100ms);
+    up = http_get(prom_port, "/api/v1/query?query=sum(up)");
+  }
   EXPECT_NE(up.find("\"3\"]"), std::string::npos) << up;
 
   prom.signal(SIGTERM);

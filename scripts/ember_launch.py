@@ -326,8 +326,9 @@ def load_config(p, path):
     except tomllib.TOMLDecodeError as e:
         print(f"ember-launch: {path}: not TOML: {e}", file=sys.stderr)
         sys.exit(2)
-    actions = {a.option_strings[-1][2:]: a for a in p._actions
-               if a.option_strings and a.option_strings[-1].startswith("--") and a.dest not in ("help", "config")}
+    # Each setting by its long flag (--prefetch, not --no-prefetch).
+    actions = {next(o for o in a.option_strings if o.startswith("--"))[2:]: a for a in p._actions
+               if any(o.startswith("--") for o in a.option_strings) and a.dest not in ("help", "config")}
     base = os.path.dirname(os.path.abspath(path))
     defaults, ps_table, worker_table = {}, [], []
     for key, v in data.items():
@@ -355,6 +356,13 @@ def load_config(p, path):
     return defaults, ps_table, worker_table
 
 
+class Parser(argparse.ArgumentParser):
+    """Bad input is one line: `ember-launch: what is wrong`, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"ember-launch: {message}\n")
+
+
 def main():
     argv = sys.argv[1:]
     worker_args = []
@@ -362,7 +370,7 @@ def main():
         i = argv.index("--")
         argv, worker_args = argv[:i], argv[i + 1:]
     root = Path(__file__).resolve().parent.parent
-    p = argparse.ArgumentParser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
+    p = Parser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
                                 epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")
     p.add_argument("--config", default="", help="a TOML job file: the settings by these flags' names, [ember-ps] and [ember-worker] tables of flags; "
                    "flags given here override it, relative paths in it are relative to the file")
@@ -396,7 +404,7 @@ def main():
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=False,
                    help="continue from the newest whole checkpoint in --checkpoint-dir")
     p.add_argument("-q", "--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = Parser(add_help=False)
     pre.add_argument("--config", default="")
     cfg_path = pre.parse_known_args(argv)[0].config
     ps_table = []

@@ -38,7 +38,7 @@ done
 [ -n "$cmd" ] || die "usage: slurm_local.sh up|down|status [--dir DIR] [--cpus N] [--kill-wait S]"
 [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "--cpus $cpus: not a positive integer"
 [[ "$kill_wait" =~ ^[0-9]+$ ]] || die "--kill-wait $kill_wait: not a number of seconds"
-[ "$(id -u)" -eq 0 ] || die "needs root (it starts munged, slurmctld and slurmd)"
+[ "$EUID" -eq 0 ] || die "needs root (it starts munged, slurmctld and slurmd)"
 for b in munged slurmctld slurmd sinfo scontrol squeue scancel runuser; do
   command -v "$b" > /dev/null || PATH="$PATH:/usr/sbin:/sbin" command -v "$b" > /dev/null ||
     die "$b is missing (apt-get install slurm-wlm munge)"
@@ -177,6 +177,12 @@ down)
     scancel --full --quiet --partition=ember 2> /dev/null || true
     for _ in $(seq $(( (kill_wait + 15) * 10 ))); do
       [ -z "$(squeue -h -t R,CG,PD -o %i 2> /dev/null)" ] && break
+      sleep 0.1
+    done
+    # slurmctld and slurmd stop together (1.4 s here; SIGTERM to slurmd alone takes 5 s).
+    scontrol shutdown > /dev/null 2>&1 || true
+    for _ in $(seq 100); do
+      alive "$dir/run/slurmd.pid" || alive "$dir/run/slurmctld.pid" || break
       sleep 0.1
     done
   fi

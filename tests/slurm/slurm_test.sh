@@ -2,7 +2,8 @@
 # scripts/ember.sbatch under a real (one-node) Slurm cluster, scripts/slurm_local.sh:
 #   1. a job of 2 PS shards and 4 workers, `sbatch --wait`: its summary.json has every
 #      iteration and no failure, its token is mode 600, and its model (--dump-dir:
-#      dense.bin, rows.bin) equals the same job run by ember_launch.py;
+#      dense.bin, rows.bin) equals the same job run by ember_launch.py; each daemon got
+#      its --metrics-port (EMBER_METRICS_PORT) and summary.json lists the endpoints;
 #   2. a job with checkpoints, `scancel`ed mid-run: every Ember process of it is gone
 #      within STOP_BOUND_S, it stopped at a checkpoint, and that checkpoint is whole.
 # Skips (exit 77) when not root or when slurm-wlm/munge are missing. Brings the cluster
@@ -14,7 +15,7 @@ src="$(cd "${2:?usage: slurm_test.sh BIN_DIR SOURCE_DIR}" && pwd)"
 STOP_BOUND_S=${STOP_BOUND_S:-20}
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (slurm_local.sh starts munged, slurmctld, slurmd)"
+[ "$EUID" -eq 0 ] || skip "needs root (slurm_local.sh starts munged, slurmctld, slurmd)"
 for b in munged slurmctld slurmd sbatch scancel squeue; do
   command -v "$b" > /dev/null || PATH="$PATH:/usr/sbin" command -v "$b" > /dev/null ||
     skip "$b is missing (apt-get install slurm-wlm munge)"
@@ -54,22 +55,36 @@ job_procs() {
   echo "$n"
 }
 
+# Job 1 runs the daemons through wrappers that note the --metrics-port each got
+# (EMBER_METRICS_PORT) and run the real binary without it.
+mkdir -p "$work/stub"
+for b in ember-ps ember-worker; do
+  printf '%s\n' '#!/usr/bin/env bash' 'args=()' 'while [ $# -gt 0 ]; do' \
+    "  if [ \"\$1\" = --metrics-port ]; then echo \"$b \$2\" >> '$work/ports'; shift 2; else args+=(\"\$1\"); shift; fi" \
+    'done' "exec '$bin/$b' \"\${args[@]}\"" > "$work/stub/$b"
+  chmod +x "$work/stub/$b"
+done
+
 echo "== job 1: sbatch --wait, 2 PS shards, 4 workers, 30 iterations"
 t0=$SECONDS
-EMBER_ROOT="$src" EMBER_BIN="$bin" EMBER_OUT="$work/sl" EMBER_DUMP_DIR="$work/sl-dump" EMBER_PS_ARGS="$ps_args" \
+EMBER_ROOT="$src" EMBER_BIN="$work/stub" EMBER_METRICS_PORT=9500 EMBER_OUT="$work/sl" EMBER_DUMP_DIR="$work/sl-dump" EMBER_PS_ARGS="$ps_args" \
   timeout 300 sbatch --wait --parsable -o "$work/sl-%j.out" "$src/scripts/ember.sbatch" "$work/data" herald 2 4 \
   -- "${wargs[@]}" --iterations 30 > "$work/sl.jobid" || { cat "$work"/sl-*.out >&2; fail "job 1 failed or timed out"; }
 job1="$(cat "$work/sl.jobid")"
 echo "job $job1 took $((SECONDS - t0)) s (sbatch --wait)"
 cat "$work/sl-$job1.out"
-python3 - "$work/sl/summary.json" <<'EOF' || fail "job 1's summary.json"
+node="$(sinfo -h -o %N | head -1)"
+[ "$(sort "$work/ports" | tr '\n' ' ')" = "ember-ps 9500 ember-ps 9501 ember-worker 9502 ember-worker 9503 ember-worker 9504 ember-worker 9505 " ] ||
+  fail "metrics ports passed: $(sort "$work/ports" | tr '\n' ' ')"
+python3 - "$work/sl/summary.json" "$node" <<'EOF' || fail "job 1's summary.json"
 import json, sys
 s = json.load(open(sys.argv[1]))
+want = [f"{sys.argv[2]}:{9500 + i}" for i in range(6)]
+assert s["metrics_endpoints"] == want, (s["metrics_endpoints"], want)
 assert s["iterations"] == 30 and s["stopped_at"] == 0, (s["iterations"], s["stopped_at"])
 assert [i["iteration"] for i in s["per_iteration"]] == list(range(30)), "iterations missing"
 assert s["workers"] == 4 and s["ps"] == 2 and s["policy"] == "herald"
 assert s["pulls"] > 0 and len(s["shards"]) == 2 and s["checkpoints"]["failed"] == 0
-assert s["metrics_endpoints"] == []
 EOF
 [ "$(stat -c %a "$work/sl/token")" = 600 ] || fail "the job token is mode $(stat -c %a "$work/sl/token"), not 600"
 

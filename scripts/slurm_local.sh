@@ -147,7 +147,10 @@ ReturnToService=2
 # Ember to stop at a checkpoint (docs/slurm.md).
 KillWait=$kill_wait
 InactiveLimit=0
-MinJobAge=300
+# sbatch --wait polls every 2 s while its sleep stays under MinJobAge/2, else every 8 s
+# then every 32 s (a 17 s job waited 42 s with the default 300). Finished jobs leave
+# squeue/scontrol after a few seconds.
+MinJobAge=4
 SlurmctldTimeout=30
 SlurmdTimeout=60
 NodeName=$node CPUs=$cpus State=UNKNOWN

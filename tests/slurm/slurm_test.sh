@@ -31,7 +31,8 @@ bash "$src/scripts/slurm_local.sh" status --dir "$slurm_dir" > /dev/null && was_
 jobs_to_cancel=()
 cleanup() {
   local rc=$?
-  for j in "${jobs_to_cancel[@]}"; do scancel "$j" 2> /dev/null || true; done
+  # A job left running (a timed-out sbatch --wait, a failed check) is cancelled.
+  for j in "${jobs_to_cancel[@]}" $(cat "$work"/*.jobid 2> /dev/null); do scancel "$j" 2> /dev/null || true; done
   [ "$was_up" -eq 1 ] || bash "$src/scripts/slurm_local.sh" down --dir "$slurm_dir" > /dev/null 2>&1 || true
   if [ $rc -eq 0 ]; then rm -rf "$work"; else echo "(kept $work)" >&2; fi
 }

@@ -74,7 +74,8 @@ EMBER_ROOT="$src" EMBER_BIN="$work/stub" EMBER_METRICS_PORT=9500 EMBER_OUT="$wor
 job1="$(cat "$work/sl.jobid")"
 echo "job $job1 took $((SECONDS - t0)) s (sbatch --wait)"
 cat "$work/sl-$job1.out"
-node="$(sinfo -h -o %N | head -1)"
+# The daemons serve metrics on their data addresses: here the node's name resolved.
+node="$(getent ahostsv4 "$(sinfo -h -o %N | head -1)" | awk 'NR == 1 { print $1 }')"
 [ "$(sort "$work/ports" | tr '\n' ' ')" = "ember-ps 9500 ember-ps 9501 ember-worker 9502 ember-worker 9503 ember-worker 9504 ember-worker 9505 " ] ||
   fail "metrics ports passed: $(sort "$work/ports" | tr '\n' ' ')"
 python3 - "$work/sl/summary.json" "$node" <<'EOF' || fail "job 1's summary.json"

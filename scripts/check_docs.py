@@ -31,8 +31,8 @@ from urllib.parse import unquote
 
 BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench")
 PY_SCRIPTS = ("ember_launch.py", "bench_e2e.py", "experiments.py", "compare_runs.py")
-# Shell launchers: their flags are the `--x)` patterns of their option loop.
-SH_SCRIPTS = ("launch_hosts.sh", "ember.sbatch")
+# Shell scripts: their flags are the `--x)` patterns of their option loop.
+SH_SCRIPTS = ("launch_hosts.sh", "ember.sbatch", "slurm_local.sh")
 # Programs that hand everything after a bare `--` to every ember-worker.
 FORWARD_TO_WORKER = {"ember_launch.py", "launch_hosts.sh", "ember.sbatch"}
 # Options whose (quoted) value is a list of ember-ps arguments.

@@ -22,10 +22,20 @@ under DIR/dense):
 
 With --checkpoint-dir, Ctrl-C stops the job at a checkpoint a few iterations on (the
 workers flush for it), from which --resume goes on; a second Ctrl-C stops it at once.
+
+A job kept as a file (examples/*.toml): every setting by its flag's name without `--`,
+flags for every shard / worker in the tables [ember-ps] / [ember-worker], paths relative
+to the file; flags on the command line override it, arguments after `--` come last:
+
+  scripts/ember_launch.py --config examples/herald.toml --out out/run-h -- --iterations 50
+
+The summary (summary.json) is built by ember_job.py, which ember.sbatch runs too.
 """
 import argparse
 import ctypes
+import difflib
 import json
+import re
 import os
 import secrets
 import shlex
@@ -33,7 +43,10 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
+
+from ember_job import resume_point, summarize
 
 
 PR_SET_PDEATHSIG = 1
@@ -60,24 +73,6 @@ def tail(path, n=15):
     except OSError:
         return "(no log)"
     return "\n".join("    " + l for l in lines[-n:])
-
-
-def resume_point(ckpt):
-    """The newest checkpoint under CKPT/ps that is whole (its manifest) and has the workers'
-    dense state (CKPT/dense/worker-*-iter-N.pt); an exit checkpoint of a job stopped
-    mid-run has none."""
-    passed = []
-    for d in sorted((ckpt / "ps").glob("iter-*"), reverse=True):
-        if not (d / "manifest.json").exists():
-            passed.append(f"{d.name} (not whole)")
-            continue
-        if not list((ckpt / "dense").glob(f"worker-*-{d.name}.pt")):
-            passed.append(f"{d.name} (no dense state in {ckpt / 'dense'})")
-            continue
-        if passed:
-            print(f"ember-launch: --resume from {d}, passing over " + ", ".join(passed), file=sys.stderr)
-        return d
-    sys.exit(f"ember-launch: --resume: no checkpoint in {ckpt / 'ps'} to resume from" + (": " + ", ".join(passed) if passed else ""))
 
 
 class Job:
@@ -178,7 +173,7 @@ class Job:
         self.failure_file = self.out / "failure.json"
         if self.failure_file.exists():
             self.failure_file.unlink()
-        ps_extra = shlex.split(a.ps_args)
+        ps_extra = list(a.ps_extra)
         worker_extra = []
         if a.checkpoint_dir:
             ckpt = Path(a.checkpoint_dir)
@@ -186,7 +181,7 @@ class Job:
             # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
             ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"] + ps_extra
             if a.resume:
-                ps_extra = ["--restore", str(resume_point(ckpt))] + ps_extra
+                ps_extra = ["--restore", str(resume_point(ckpt, who="ember-launch"))] + ps_extra
             worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
         # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS
@@ -194,6 +189,11 @@ class Job:
         ps_ns = ["ip", "netns", "exec", a.ps_netns] if a.ps_netns else []
         wk_ns = ["ip", "netns", "exec", a.worker_netns] if a.worker_netns else []
         host = a.ps_address
+        # Prometheus endpoints (--metrics-port BASE): shard s on BASE+s, worker r on BASE+S+r.
+        def metrics_port(i):
+            return ["--metrics-port", str(a.metrics_port + i)] if a.metrics_port else []
+        self.metrics_endpoints = ([f"{host}:{a.metrics_port + s}" for s in range(a.ps)] +
+                                  [f"127.0.0.1:{a.metrics_port + a.ps + w}" for w in range(a.workers)]) if a.metrics_port else []
         for s in range(a.ps):
             if s == 1:
                 coord = self.wait_coordinator(coord_file)
@@ -203,7 +203,7 @@ class Job:
             cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
                            "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
                            "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file),
-                           "--failure-file", str(self.failure_file), "--summary-file", str(self.out / f"ps{s}.json")] + common + shard_extra
+                           "--failure-file", str(self.failure_file), "--summary-file", str(self.out / f"ps{s}.json")] + common + metrics_port(s) + shard_extra
             self.start(f"ps{s}", cmd)
         coord = self.wait_coordinator(coord_file)
         for w in range(a.workers):
@@ -211,7 +211,7 @@ class Job:
                            "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
                            "--lookahead", str(a.lookahead), "--eviction", a.eviction,
                            *(["--prefetch"] if a.prefetch else []), *(["--refine-allocation"] if a.refine_allocation else []), *(["--overlap-allreduce"] if a.overlap_allreduce else []),
-                           "--metrics", str(self.out / f"w{w}.jsonl")] + common + worker_extra + self.worker_args
+                           "--metrics", str(self.out / f"w{w}.jsonl")] + common + metrics_port(a.ps + w) + worker_extra + self.worker_args
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
             self.start(f"worker{w}", cmd)
@@ -271,88 +271,96 @@ class Job:
 
     def summarize(self):
         a = self.a
-        per_iter = {}
-        summaries = []
-        evals = []
-        for w in range(a.workers):
-            for line in open(self.out / f"w{w}.jsonl"):
-                j = json.loads(line)
-                if j.get("summary"):
-                    summaries.append(j)
-                elif j.get("eval"):
-                    if w == 0:
-                        evals.append(j)
-                else:
-                    it = per_iter.setdefault(j["iteration"], {"iteration": j["iteration"], "pulls": 0, "pushes": 0, "hits": 0})
-                    it["pulls"] += j["pulls"]
-                    it["pushes"] += j["push_grad"] + j["push_value"] + j["push_evict"]
-                    it["hits"] += j["hits"]
-                    if w == 0:
-                        it["loss"] = j["loss"]
-                        it["iter_ms"] = j["iter_ms"]
-        if len(summaries) != a.workers:
-            print(f"ember-launch: {len(summaries)} of {a.workers} workers wrote a summary", file=sys.stderr)
-            sys.exit(1)
-        tot = {k: sum(s[k] for s in summaries) for k in ("pulls", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")}
-        w0 = next(s for s in summaries if s["rank"] == 0)
-        # Payload bytes per kind (the model ember-sim predicts), and what the transport framed.
-        bytes_kind = {k: sum(s["bytes"][k] for s in summaries) for k in w0["bytes"]}
-        framed = {k: sum(s["framed_bytes"][k] for s in summaries) for k in w0["framed_bytes"]}
-        result = {
-            "policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
-            "samples_s": min(s["samples_s"] for s in summaries),
-            "seconds": max(s["seconds"] for s in summaries),
-            "iterations": w0["iterations"],
-            "stopped_at": w0.get("stopped_at", 0),
-            **tot,
-            "pushes": tot["push_grad"] + tot["push_value"] + tot["push_evict"],
-            "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
-            "hit_rate": tot["hits"] / max(1, tot["hits"] + tot["pulls"]),
-            "pull_state": sum(s["pull_state"] for s in summaries),
-            "prefetched": sum(s.get("prefetched", 0) for s in summaries),
-            "bytes": bytes_kind, "framed_bytes": framed,
-            "lookahead": a.lookahead, "eviction": a.eviction,
-            "prefetch": a.prefetch, "overlap_allreduce": a.overlap_allreduce,
-            "refine_allocation": a.refine_allocation,
-            "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
-            # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
-            "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
-            "evals": evals,
-            "per_iteration": [per_iter[k] for k in sorted(per_iter)],
-        }
-        # The shards' totals (ember-ps --summary-file): a checkpoint that failed to write is
-        # a warning that leaves the job running, reported here.
-        shards = []
-        for s in range(a.ps):
-            try:
-                shards.append(json.loads((self.out / f"ps{s}.json").read_text()))
-            except (OSError, ValueError):
-                pass
-        if shards:
-            result["checkpoints"] = {"written": sum(x["checkpoints_written"] for x in shards),
-                                     "failed": sum(x["checkpoint_failures"] for x in shards)}
-            result["shards"] = shards
-            if result["checkpoints"]["failed"]:
-                print(f"ember-launch: warning: {result['checkpoints']['failed']} shard checkpoint(s) failed to write "
-                      f"(see ps*.log); the newest whole checkpoint is the one --resume uses", file=sys.stderr, flush=True)
-        tmp = self.out / "summary.json.tmp"
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
-        tmp.replace(self.out / "summary.json")
-        if w0.get("stopped_at"):
-            print(f"[{a.policy}] stopped at iteration {w0['stopped_at']}, checkpointed in {a.checkpoint_dir}: --resume goes on from it",
-                  flush=True)
-        print(f"[{a.policy}] done: {result['samples_s']:.0f} samples/s, rows pulled {result['pulls']}, pushed {result['pushes']}, "
-              f"hit rate {100 * result['hit_rate']:.1f}%, "
-              + (f"AUC {result['auc']:.4f}, logloss {result['logloss']:.4f}" if result["auc"] >= 0 else "not evaluated")
-              + f" -> {self.out}/summary.json",
-              flush=True)
-        ph = result["phase_s"]
-        total = max(1e-9, sum(ph.values()))
-        ps = ph["sync"] + ph["commit"] + ph["pull"] + ph["push"]
-        print(f"[{a.policy}] worker time: PS exchanges {100 * ps / total:.0f}% (barrier + commit {100 * ph['commit'] / total:.0f}%, "
-              f"pulls {100 * ph['pull'] / total:.0f}%), model {100 * ph['compute'] / total:.0f}%, all-reduce {100 * ph['allreduce'] / total:.0f}%, "
-              f"updates {100 * ph['update'] / total:.0f}%", flush=True)
-        return result
+        job = {"policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
+               "lookahead": a.lookahead, "eviction": a.eviction, "prefetch": a.prefetch,
+               "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation,
+               "metrics_endpoints": self.metrics_endpoints, "checkpoint_dir": a.checkpoint_dir}
+        return summarize(self.out, job, who="ember-launch")
+
+
+# Launcher settings that are paths: in a --config file, relative to the file's directory.
+PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir")
+# Tables of a --config file: flags for every ember-ps, every ember-worker.
+ARG_TABLES = ("ember-ps", "ember-worker")
+
+
+def config_error(path, text, key, msg):
+    """Exits 2 with `FILE[:LINE]: msg`, LINE where `key =` first appears in the file."""
+    line = ""
+    if key is not None:
+        for n, l in enumerate(text.splitlines(), 1):
+            if re.match(r"\s*[\"']?" + re.escape(key) + r"[\"']?\s*=", l) or l.strip() == f"[{key}]":
+                line = f":{n}"
+                break
+    print(f"ember-launch: {path}{line}: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def table_args(path, text, table, values):
+    """[ember-worker] / [ember-ps]: `flag = value` -> ["--flag", "value"]; true -> ["--flag"]."""
+    if not isinstance(values, dict):
+        config_error(path, text, table, f"'{table}' must be a table of {table} flags ([{table}])")
+    out = []
+    for k, v in values.items():
+        if isinstance(v, bool):
+            out += [f"--{k}"] if v else []
+        elif isinstance(v, (str, int, float)):
+            out += [f"--{k}", str(v)]
+        else:
+            config_error(path, text, k, f"[{table}] {k}: a string, number or boolean, not {type(v).__name__}")
+    return out
+
+
+def load_config(p, path):
+    """Reads a TOML job file: every launcher setting by its flag's name without the leading
+    `--` (`ps-args`, `checkpoint-every`), plus the tables [ember-ps] and [ember-worker] of
+    flags for every shard / worker. Returns (defaults for the parser, ps args, worker args).
+    Unknown keys and wrong types end the launcher in one line naming the file and key."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        print(f"ember-launch: --config {path}: {e.strerror}", file=sys.stderr)
+        sys.exit(2)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        print(f"ember-launch: {path}: not TOML: {e}", file=sys.stderr)
+        sys.exit(2)
+    # Each setting by its long flag (--prefetch, not --no-prefetch).
+    actions = {next(o for o in a.option_strings if o.startswith("--"))[2:]: a for a in p._actions
+               if any(o.startswith("--") for o in a.option_strings) and a.dest not in ("help", "config")}
+    base = os.path.dirname(os.path.abspath(path))
+    defaults, ps_table, worker_table = {}, [], []
+    for key, v in data.items():
+        if key in ARG_TABLES:
+            (ps_table if key == "ember-ps" else worker_table).extend(table_args(path, text, key, v))
+            continue
+        act = actions.get(key)
+        if act is None:
+            near = difflib.get_close_matches(key.replace("_", "-"), [*actions, *ARG_TABLES], n=1)
+            config_error(path, text, key, f"unknown key '{key}'" + (f" (did you mean '{near[0]}'?)" if near else
+                                                                     " (keys are the launcher's flags without --, and [ember-ps], [ember-worker])"))
+        if isinstance(act, (argparse._StoreTrueAction, argparse.BooleanOptionalAction)):
+            ok, want = isinstance(v, bool), "true or false"
+        elif act.type is int:
+            ok, want = isinstance(v, int) and not isinstance(v, bool), "an integer"
+        elif act.type is float:
+            ok, want = isinstance(v, (int, float)) and not isinstance(v, bool), "a number"
+        else:
+            ok, want = isinstance(v, str), "a string"
+        if not ok:
+            config_error(path, text, key, f"'{key}' must be {want}, not {type(v).__name__} {v!r}")
+        if act.dest in PATH_KEYS and v and not os.path.isabs(v):
+            v = os.path.normpath(os.path.join(base, v))
+        defaults[act.dest] = v
+    return defaults, ps_table, worker_table
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad input is one line: `ember-launch: what is wrong`, exit 2."""
+
+    def error(self, message):
+        self.exit(2, f"ember-launch: {message}\n")
 
 
 def main():
@@ -362,21 +370,29 @@ def main():
         i = argv.index("--")
         argv, worker_args = argv[:i], argv[i + 1:]
     root = Path(__file__).resolve().parent.parent
-    p = argparse.ArgumentParser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.")
-    p.add_argument("--dataset", required=True, help="ember-data dataset directory")
+    p = Parser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
+                                epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")
+    p.add_argument("--config", default="", help="a TOML job file: the settings by these flags' names, [ember-ps] and [ember-worker] tables of flags; "
+                   "flags given here override it, relative paths in it are relative to the file")
+    p.add_argument("--dataset", default="", help="ember-data dataset directory (required)")
     p.add_argument("--ps", type=int, default=1, help="PS shards")
     p.add_argument("--workers", type=int, default=4, help="workers")
     p.add_argument("--policy", default="herald", help="vanilla, laia, plan, herald, het:S")
     p.add_argument("--transport", default="tcp", help="tcp or rdma")
     p.add_argument("--lookahead", type=int, default=0, help="batches the scheduler sees beyond the one it plans (0 = none)")
     p.add_argument("--eviction", default="auto", help="auto, lru or lookahead (auto: lookahead when --lookahead > 0)")
-    p.add_argument("--prefetch", action="store_true", help="pull the next iteration's rows whose PS copy is final while this one computes")
-    p.add_argument("--refine-allocation", action="store_true", help="laia, herald: refine LAIA's allocation by swaps that move fewer rows")
-    p.add_argument("--overlap-allreduce", action="store_true", help="sum the dense gradients while the PS exchange runs")
-    p.add_argument("--out", required=True, help="directory for logs, metrics and summary.json")
+    p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=False,
+                   help="pull the next iteration's rows whose PS copy is final while this one computes")
+    p.add_argument("--refine-allocation", action=argparse.BooleanOptionalAction, default=False,
+                   help="laia, herald: refine LAIA's allocation by swaps that move fewer rows")
+    p.add_argument("--overlap-allreduce", action=argparse.BooleanOptionalAction, default=False,
+                   help="sum the dense gradients while the PS exchange runs")
+    p.add_argument("--out", default="", help="directory for logs, metrics and summary.json (required)")
     p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
     p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad'); {shard} becomes the shard's index")
     p.add_argument("--dump-dir", default="", help="worker 0 writes the final model here")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="Prometheus metrics: shard s serves on BASE+s, worker r on BASE+PS+r (ember-ps/ember-worker --metrics-port; 0 = off)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before the whole job is stopped")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=10000)
     p.add_argument("--ps-address", default="127.0.0.1", help="address the PS shards listen on (and the coordinator binds)")
@@ -385,9 +401,23 @@ def main():
     p.add_argument("--checkpoint-dir", default="",
                    help="checkpoints: the shards' rows in DIR/ps, the workers' dense models in DIR/dense (kill -USR1 a shard for one now)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N iterations (with --checkpoint-dir)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest whole checkpoint in --checkpoint-dir")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=False,
+                   help="continue from the newest whole checkpoint in --checkpoint-dir")
+    p.add_argument("-q", "--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
+    pre = Parser(add_help=False)
+    pre.add_argument("--config", default="")
+    cfg_path = pre.parse_known_args(argv)[0].config
+    ps_table = []
+    if cfg_path:
+        defaults, ps_table, worker_table = load_config(p, cfg_path)
+        p.set_defaults(**defaults)
+        worker_args = worker_table + worker_args  # the command line's come last: they win
     a = p.parse_args(argv)
+    a.ps_extra = ps_table + shlex.split(a.ps_args)
+    if not a.dataset or not a.out:
+        p.error("--dataset and --out are required (as flags or in the --config file)")
+    if not 0 <= a.metrics_port <= 65536 - a.ps - a.workers:
+        p.error(f"--metrics-port {a.metrics_port}: ports BASE..BASE+{a.ps + a.workers - 1} must lie in 1..65535 (0: off)")
     if a.ps < 1 or a.workers < 1:
         p.error("--ps and --workers must be at least 1")
     if a.lookahead < 0:

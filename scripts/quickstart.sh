@@ -29,13 +29,13 @@ echo "== predicted embedding traffic per policy (ember-sim: 4 workers x 128 samp
 "$bin/ember-sim" --data "$work/criteo" --workers 4 --policies vanilla,laia,plan,herald --iterations ${EMBER_ITERATIONS:-300} --warmup 0 \
   --eval-every 100 --dim 16 --optimizer adagrad -q
 
-# DLRM with small MLPs so 4 CPU workers train at a useful speed on a laptop-class machine.
-train_args=(--model dlrm --bottom-mlp 64-32 --top-mlp 64-32 --batch-per-worker 128 --cache-ratio 0.1
-            --iterations "${EMBER_ITERATIONS:-300}" --eval-every 100 --dense-lr 0.05 --progress-every 50)
+# The jobs are examples/vanilla.toml and examples/herald.toml: DLRM with small MLPs so 4
+# CPU workers train at a useful speed on a laptop-class machine. The flags here override
+# the files' paths (EMBER_WORK_DIR, EMBER_BUILD_DIR) and iterations.
 for policy in vanilla herald; do
-  echo "== training with $policy: 1 PS + 4 workers over TCP on localhost"
-  "$py" "$root/scripts/ember_launch.py" --dataset "$work/criteo" --ps 1 --workers 4 --policy "$policy" \
-    --bin "$bin" --out "$work/run-$policy" --timeout 900 --ps-args "--dim 16 --optimizer adagrad --lr 0.05" -- "${train_args[@]}"
+  echo "== training with $policy: 1 PS + 4 workers over TCP on localhost (examples/$policy.toml)"
+  "$py" "$root/scripts/ember_launch.py" --config "$root/examples/$policy.toml" --dataset "$work/criteo" \
+    --bin "$bin" --out "$work/run-$policy" -- --iterations "${EMBER_ITERATIONS:-300}"
 done
 echo "== vanilla vs herald (ratios against vanilla)"
 "$py" "$root/scripts/compare_runs.py" "$work/run-vanilla" "$work/run-herald" --plot "$work/vanilla-vs-herald.png"

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""What Ember's launchers share (ember_launch.py imports it; ember.sbatch runs it): the
+job's summary.json merged from its output directory, and the checkpoint a resumed job
+starts from.
+
+  python3 scripts/ember_job.py summarize OUT --ps S --workers W --policy P [--transport T]
+      [--checkpoint-dir DIR] [--metrics-endpoints HOST:PORT,...] [-q] [-- WORKER_ARGS]
+  python3 scripts/ember_job.py resume-point CKPT
+
+`summarize` reads the workers' metrics (OUT/wN.jsonl, ember-worker --metrics) and the
+shards' totals (OUT/psN.json, ember-ps --summary-file), writes OUT/summary.json (fields:
+docs/training.md#metrics) and prints the job's totals and the workers' time per phase.
+The worker arguments after `--` give the settings the summary records (--lookahead,
+--eviction, --prefetch, --overlap-allreduce, --refine-allocation). `resume-point` prints
+the newest whole checkpoint under CKPT/ps that has the workers' dense state.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def resume_point(ckpt, who="ember-job"):
+    """The newest checkpoint under CKPT/ps that is whole (its manifest) and has the workers'
+    dense state (CKPT/dense/worker-*-iter-N.pt); an exit checkpoint of a job stopped
+    mid-run has none."""
+    ckpt = Path(ckpt)
+    passed = []
+    for d in sorted((ckpt / "ps").glob("iter-*"), reverse=True):
+        if not (d / "manifest.json").exists():
+            passed.append(f"{d.name} (not whole)")
+            continue
+        if not list((ckpt / "dense").glob(f"worker-*-{d.name}.pt")):
+            passed.append(f"{d.name} (no dense state in {ckpt / 'dense'})")
+            continue
+        if passed:
+            print(f"{who}: --resume from {d}, passing over " + ", ".join(passed), file=sys.stderr)
+        return d
+    sys.exit(f"{who}: --resume: no checkpoint in {ckpt / 'ps'} to resume from" + (": " + ", ".join(passed) if passed else ""))
+
+
+def settings_of_worker_args(worker_args):
+    """The summary's worker settings from ember-worker arguments (defaults as the worker's)."""
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    p.add_argument("--lookahead", type=int, default=0)
+    p.add_argument("--eviction", default="auto")
+    p.add_argument("--prefetch", action="store_true")
+    p.add_argument("--overlap-allreduce", action="store_true")
+    p.add_argument("--refine-allocation", action="store_true")
+    a, _ = p.parse_known_args(worker_args)
+    return {"lookahead": a.lookahead, "eviction": a.eviction, "prefetch": a.prefetch,
+            "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation}
+
+
+def summarize(out, job, who="ember-job", quiet=False):
+    """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds the settings
+    it records: policy, transport, workers, ps, lookahead, eviction, prefetch,
+    overlap_allreduce, refine_allocation, metrics_endpoints, and checkpoint_dir (for the
+    message of a job stopped at a checkpoint). Exits 1 when a worker wrote no summary."""
+    out = Path(out)
+    workers, policy = job["workers"], job["policy"]
+    per_iter = {}
+    summaries = []
+    evals = []
+    for w in range(workers):
+        try:
+            lines = open(out / f"w{w}.jsonl")
+        except OSError as e:
+            sys.exit(f"{who}: worker {w} wrote no metrics: {e.strerror}: {out / f'w{w}.jsonl'}")
+        for n, line in enumerate(lines, 1):
+            try:
+                j = json.loads(line)
+            except ValueError as e:
+                sys.exit(f"{who}: {out / f'w{w}.jsonl'}:{n}: not JSON ({e})")
+            if j.get("summary"):
+                summaries.append(j)
+            elif j.get("eval"):
+                if w == 0:
+                    evals.append(j)
+            else:
+                it = per_iter.setdefault(j["iteration"], {"iteration": j["iteration"], "pulls": 0, "pushes": 0, "hits": 0})
+                it["pulls"] += j["pulls"]
+                it["pushes"] += j["push_grad"] + j["push_value"] + j["push_evict"]
+                it["hits"] += j["hits"]
+                if w == 0:
+                    it["loss"] = j["loss"]
+                    it["iter_ms"] = j["iter_ms"]
+    if len(summaries) != workers:
+        sys.exit(f"{who}: {len(summaries)} of {workers} workers wrote a summary")
+    tot = {k: sum(s[k] for s in summaries) for k in ("pulls", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")}
+    w0 = next(s for s in summaries if s["rank"] == 0)
+    # Payload bytes per kind (the model ember-sim predicts), and what the transport framed.
+    bytes_kind = {k: sum(s["bytes"][k] for s in summaries) for k in w0["bytes"]}
+    framed = {k: sum(s["framed_bytes"][k] for s in summaries) for k in w0["framed_bytes"]}
+    result = {
+        "policy": policy, "transport": job["transport"], "workers": workers, "ps": job["ps"],
+        "samples_s": min(s["samples_s"] for s in summaries),
+        "seconds": max(s["seconds"] for s in summaries),
+        "iterations": w0["iterations"],
+        "stopped_at": w0.get("stopped_at", 0),
+        **tot,
+        "pushes": tot["push_grad"] + tot["push_value"] + tot["push_evict"],
+        "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
+        "hit_rate": tot["hits"] / max(1, tot["hits"] + tot["pulls"]),
+        "pull_state": sum(s["pull_state"] for s in summaries),
+        "prefetched": sum(s.get("prefetched", 0) for s in summaries),
+        "bytes": bytes_kind, "framed_bytes": framed,
+        "lookahead": job["lookahead"], "eviction": job["eviction"],
+        "prefetch": job["prefetch"], "overlap_allreduce": job["overlap_allreduce"],
+        "refine_allocation": job["refine_allocation"],
+        "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
+        # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
+        "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
+        # Prometheus endpoints of the shards, then the workers (--metrics-port; empty: off).
+        "metrics_endpoints": list(job.get("metrics_endpoints") or []),
+        "evals": evals,
+        "per_iteration": [per_iter[k] for k in sorted(per_iter)],
+    }
+    # The shards' totals (ember-ps --summary-file): a checkpoint that failed to write is
+    # a warning that leaves the job running, reported here.
+    shards = []
+    for s in range(job["ps"]):
+        try:
+            shards.append(json.loads((out / f"ps{s}.json").read_text()))
+        except (OSError, ValueError):
+            pass
+    if shards:
+        result["checkpoints"] = {"written": sum(x["checkpoints_written"] for x in shards),
+                                 "failed": sum(x["checkpoint_failures"] for x in shards)}
+        result["shards"] = shards
+        if result["checkpoints"]["failed"]:
+            print(f"{who}: warning: {result['checkpoints']['failed']} shard checkpoint(s) failed to write "
+                  f"(see ps*.log); the newest whole checkpoint is the one --resume uses", file=sys.stderr, flush=True)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(out / "summary.json")
+    if quiet:
+        return result
+    if w0.get("stopped_at"):
+        print(f"[{policy}] stopped at iteration {w0['stopped_at']}, checkpointed in {job.get('checkpoint_dir', '')}: "
+              f"--resume goes on from it", flush=True)
+    print(f"[{policy}] done: {result['samples_s']:.0f} samples/s, rows pulled {result['pulls']}, pushed {result['pushes']}, "
+          f"hit rate {100 * result['hit_rate']:.1f}%, "
+          + (f"AUC {result['auc']:.4f}, logloss {result['logloss']:.4f}" if result["auc"] >= 0 else "not evaluated")
+          + f" -> {out}/summary.json",
+          flush=True)
+    ph = result["phase_s"]
+    total = max(1e-9, sum(ph.values()))
+    ps = ph["sync"] + ph["commit"] + ph["pull"] + ph["push"]
+    print(f"[{policy}] worker time: PS exchanges {100 * ps / total:.0f}% (barrier + commit {100 * ph['commit'] / total:.0f}%, "
+          f"pulls {100 * ph['pull'] / total:.0f}%), model {100 * ph['compute'] / total:.0f}%, all-reduce {100 * ph['allreduce'] / total:.0f}%, "
+          f"updates {100 * ph['update'] / total:.0f}%", flush=True)
+    return result
+
+
+def main():
+    argv = sys.argv[1:]
+    worker_args = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, worker_args = argv[:i], argv[i + 1:]
+    p = argparse.ArgumentParser(description="summary.json of an Ember job; the checkpoint to resume from")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("summarize", help="merge OUT's metrics into OUT/summary.json (worker arguments after --)")
+    s.add_argument("out", help="the job's output directory (wN.jsonl, psN.json)")
+    s.add_argument("--ps", type=int, required=True, help="PS shards")
+    s.add_argument("--workers", type=int, required=True, help="workers")
+    s.add_argument("--policy", required=True, help="the workers' --policy")
+    s.add_argument("--transport", default="tcp", help="tcp or rdma")
+    s.add_argument("--checkpoint-dir", default="", help="where the job's checkpoints went (named when it stopped at one)")
+    s.add_argument("--metrics-endpoints", default="", help="comma-separated HOST:PORT of the Prometheus endpoints")
+    s.add_argument("-q", "--quiet", action="store_true", help="write summary.json, print nothing")
+    r = sub.add_parser("resume-point", help="print the newest whole checkpoint under CKPT/ps with the workers' dense state")
+    r.add_argument("ckpt", help="a launcher's checkpoint directory (CKPT/ps, CKPT/dense)")
+    a = p.parse_args(argv)
+    if a.cmd == "resume-point":
+        print(resume_point(a.ckpt))
+        return
+    if a.ps < 1 or a.workers < 1:
+        p.error("--ps and --workers must be at least 1")
+    if not Path(a.out).is_dir():
+        p.error(f"{a.out}: no such directory")
+    job = {"policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
+           "checkpoint_dir": a.checkpoint_dir,
+           "metrics_endpoints": [e for e in a.metrics_endpoints.split(",") if e],
+           **settings_of_worker_args(worker_args)}
+    summarize(a.out, job, quiet=a.quiet)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Ember's build and runtime dependencies from Debian 12 packages.
 # Idempotent: when every package is already present it returns in well under a second.
+# Usage: install_deps.sh [--ops]
 set -euo pipefail
 
 PACKAGES=(
@@ -13,9 +14,18 @@ PACKAGES=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libabsl-dev libxxhash-dev libzstd-dev zlib1g-dev libdivide-dev
   libtorch-dev libgloo-dev
-  prometheus-cpp-dev prometheus
+  prometheus-cpp-dev
   python3-matplotlib
 )
+# With --ops (the test command): what the operations tests run for real, a Prometheus
+# server and a one-node Slurm cluster (scripts/slurm_local.sh). Without them those tests
+# skip, saying why.
+if [ "${1:-}" = "--ops" ]; then
+  PACKAGES+=(prometheus slurm-wlm munge)
+elif [ $# -gt 0 ]; then
+  echo "install_deps: unknown argument '$1' (--ops or none)" >&2
+  exit 2
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

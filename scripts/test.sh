@@ -2,6 +2,6 @@
 # Installs dependencies, builds, and runs the test suite (the README's test command).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/install_deps.sh"
+bash "$root/scripts/install_deps.sh" --ops
 bash "$root/scripts/build.sh"
 ctest --test-dir "${EMBER_BUILD_DIR:-$root/build}" -j "$(nproc)" --output-on-failure "$@"

@@ -15,6 +15,7 @@
 #include "ember/data/prep.h"
 #include "ember/data/stats.h"
 #include "ember/data/synthetic.h"
+#include "ember/data/vocabulary.h"
 
 namespace {
 
@@ -106,9 +107,11 @@ int run_verify(const std::string& dir) {
   Stopwatch sw;
   Dataset ds = Dataset::open(dir, {true});
   const Manifest& m = ds.manifest();
+  if (m.vocabulary) Vocabulary::of_dataset(dir, m);  // checksum and tables
   std::size_t shards = m.shards[0].size() + m.shards[1].size() + m.shards[2].size();
-  std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, checksums verified in {:.2f}s)\n", dir, m.source_format,
-                           shards, m.total_rows(), m.tables.size(), sw.seconds());
+  std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, {}; checksums verified in {:.2f}s)\n", dir, m.source_format,
+                           shards, m.total_rows(), m.tables.size(), m.vocabulary ? "vocabulary" : "no vocabulary (an older prep)",
+                           sw.seconds());
   return 0;
 }
 

@@ -64,12 +64,14 @@ int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
                                 {"pass2_s", r.pass2_seconds},
                                 {"finish_s", r.finish_seconds},
                                 {"vocab_mb", static_cast<double>(r.vocab_bytes) / 1e6},
+                                {"vocab_file_mb", m.vocabulary ? static_cast<double>(m.vocabulary->bytes) / 1e6 : 0.0},
                                 {"peak_rss_mb", static_cast<double>(peak_rss_bytes()) / 1e6}};
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense\n", o.output.string(),
-                           m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(), m.dense_names.size());
+  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense; vocabulary {:.1f} MB\n",
+                           o.output.string(), m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(), m.dense_names.size(),
+                           m.vocabulary ? static_cast<double>(m.vocabulary->bytes) / 1e6 : 0.0);
   if (r.bad_lines > 0) std::cout << fmt::format("skipped {} bad line(s)\n", r.bad_lines);
   std::cout << fmt::format(
       "{:.1f} MB in {:.2f}s ({:.0f} MB/s): count {:.2f}s, vocabulary {:.2f}s, encode {:.2f}s, "

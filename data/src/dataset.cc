@@ -81,6 +81,12 @@ std::string Manifest::to_json() const {
     }
     sj[kSplitNames[s]] = arr;
   }
+  if (vocabulary) {
+    j["vocabulary"] = {{"file", vocabulary->file},
+                       {"bytes", vocabulary->bytes},
+                       {"checksum", hex64(vocabulary->checksum)},
+                       {"keys", "criteo: the hexadecimal value as an integer; avazu: XXH3-64 of the field's bytes"}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -125,6 +131,16 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
         if (si.file.find('/') != std::string::npos) throw DataError(origin + ": shard file '" + si.file + "' has a path");
         m.shards[s].push_back(si);
       }
+    }
+    if (j.contains("vocabulary")) {
+      const auto& v = j.at("vocabulary");
+      VocabularyInfo vi;
+      vi.file = v.at("file").get<std::string>();
+      vi.bytes = v.at("bytes").get<std::uint64_t>();
+      vi.checksum = parse_hex64(v.at("checksum").get<std::string>(), origin);
+      if (vi.file.empty() || vi.file.find('/') != std::string::npos)
+        throw DataError(origin + ": vocabulary file '" + vi.file + "' has a path");
+      m.vocabulary = vi;
     }
   } catch (const nlohmann::json::exception& e) {
     throw DataError(origin + ": " + e.what());
@@ -257,6 +273,15 @@ Dataset Dataset::open(const std::filesystem::path& dir, OpenOptions options) {
                       " rows; the manifest says " + std::to_string(m.rows[s]));
     }
     d.splits_[s] = SplitData(std::move(shards), m.shard_rows);
+  }
+  if (m.vocabulary) {
+    // Training does not read it: its size here, its checksum when it is read (Vocabulary).
+    const std::filesystem::path vocab = dir / m.vocabulary->file;
+    const auto size = std::filesystem::file_size(vocab, ec);
+    if (ec) throw DataError(manifest_path.string() + ": vocabulary " + vocab.string() + ": " + ec.message());
+    if (size != m.vocabulary->bytes) {
+      throw DataError(vocab.string() + ": " + std::to_string(size) + " bytes, the manifest lists " + std::to_string(m.vocabulary->bytes));
+    }
   }
   return d;
 }

@@ -22,6 +22,7 @@
 #include "ember/common/process.h"
 #include "ember/data/line_parser.h"
 #include "ember/data/text_input.h"
+#include "ember/data/vocabulary.h"
 
 namespace ember::data {
 namespace {
@@ -69,11 +70,10 @@ struct CountChunk {
   std::uint64_t bad_count = 0;
 };
 
-using Vocab = U64Map<std::uint32_t>;
+using Vocab = Vocabulary::Map;
 
-// Which vocabulary partition (and so which counting thread) owns a key: the hash's
-// high bits, independent of the low bits that pick its slot.
-inline unsigned partition_of(std::uint64_t h, unsigned parts) { return static_cast<unsigned>((h >> 40) % parts); }
+// Which vocabulary partition (and so which counting thread) owns a key.
+inline unsigned partition_of(std::uint64_t h, unsigned parts) { return Vocabulary::partition_of(h, parts); }
 
 // Counts keys[0..n) in `map`, prefetching a few keys ahead: the tables of big
 // vocabularies miss the cache on nearly every key.
@@ -134,7 +134,7 @@ class Preparer {
     spdlog::debug("prep: RSS {:.0f} MB after counting (peak {:.0f} MB)", current_rss_bytes() / 1e6, peak_rss_bytes() / 1e6);
     if (total_good_ == 0) throw DataError("no data rows in the input");
     sw.reset();
-    arena.execute([&] { build_vocabulary(); });
+    arena.execute([&] { build_vocabulary(staging.path() / kVocabularyFile); });
     report_.vocab_seconds = sw.seconds();
     spdlog::debug("prep: RSS {:.0f} MB after the vocabulary (peak {:.0f} MB)", current_rss_bytes() / 1e6, peak_rss_bytes() / 1e6);
     sw.reset();
@@ -307,9 +307,12 @@ class Preparer {
 
   // Row ids by decreasing count (ties by value), after the missing and OOV rows: hot
   // rows get small ids. Counts are replaced by ids in place. One table at a time (each
-  // sorted in parallel), so the transient sort buffer is one table's, not all of them.
-  void build_vocabulary() {
+  // sorted in parallel), so the transient sort buffer is one table's, not all of them;
+  // each table's kept values go to the vocabulary file in row order.
+  void build_vocabulary(const std::filesystem::path& vocab_file) {
     manifest_.tables.assign(static_cast<std::size_t>(nt_), TableInfo{});
+    VocabularyWriter writer(vocab_file, static_cast<std::uint32_t>(nt_));
+    std::vector<std::uint64_t> keys;
     for (int t = 0; t < nt_; ++t) {
       auto& parts = vocab_[static_cast<std::size_t>(t)];
       struct Kept {
@@ -333,12 +336,17 @@ class Preparer {
       info.rows = kFirstValueRow + kept.size();
       info.id_bytes = 4;  // checked below; the format also allows 8
       info.values_seen = seen;
-      if (info.rows > UINT32_MAX) continue;
-      for (std::size_t i = 0; i < kept.size(); ++i) *kept[i].slot = static_cast<std::uint32_t>(kFirstValueRow + i);
-    }
-    for (const auto& info : manifest_.tables) {
       if (info.rows > UINT32_MAX) throw DataError("table " + info.name + " has more than 2^32 rows");
+      keys.resize(kept.size());
+      for (std::size_t i = 0; i < kept.size(); ++i) {
+        *kept[i].slot = static_cast<std::uint32_t>(kFirstValueRow + i);
+        keys[i] = kept[i].key;
+      }
+      writer.add_table(keys);
     }
+    manifest_.vocabulary = writer.finish();
+    vocabulary_ = Vocabulary(std::move(vocab_));
+    vocab_.clear();
   }
 
   void plan_outputs(const std::filesystem::path& dir) {
@@ -389,17 +397,14 @@ class Preparer {
     return *shards_[s][idx / opt_.shard_rows];
   }
 
-  // Pass-2 state of one chunk: its parsed rows, column by column.
+  // Pass-2 state of one chunk: its encoded rows (encode_lines, as ember-predict encodes
+  // text), and the shard and row each goes to.
   struct EncodeChunk {
-    std::vector<std::uint8_t> labels;
-    std::vector<float> dense;
-    std::vector<std::vector<std::uint64_t>> keys;           // [table][row]
-    std::vector<std::pair<ShardOut*, std::uint64_t>> dest;  // shard and row of each row
-    std::uint64_t lines = 0;
+    EncodedRows rows;
+    std::vector<std::pair<ShardOut*, std::uint64_t>> dest;
   };
 
   void encode_pass() {
-    const unsigned parts = static_cast<unsigned>(threads_);
     std::size_t chunk_index = 0;
     std::uint64_t row_base = 0;
     std::vector<EncodeChunk> chunks;
@@ -416,22 +421,10 @@ class Preparer {
           std::size_t{0}, pieces.size(),
           [&](std::size_t c) {
             EncodeChunk& ch = chunks[c];
-            ch.labels.clear();
-            ch.dense.clear();
-            ch.keys.resize(static_cast<std::size_t>(nt_));
-            for (auto& k : ch.keys) k.clear();
-            ch.lines = 0;
             LineParser parser = *file.parser;
-            Record rec;
-            std::string err;
-            for_each_line(pieces[c], [&](std::string_view line) {
-              ++ch.lines;
-              if (blank(line) || !parser.parse(line, rec, err)) return;  // counted in pass 1
-              ch.labels.push_back(rec.label);
-              ch.dense.insert(ch.dense.end(), rec.dense.begin(), rec.dense.begin() + nd_);
-              for (int t = 0; t < nt_; ++t) ch.keys[static_cast<std::size_t>(t)].push_back(rec.keys[static_cast<std::size_t>(t)]);
-            });
-            const std::size_t rows = ch.labels.size();
+            encode_lines(parser, vocabulary_, pieces[c], ch.rows, 0);  // bad lines: counted in pass 1
+            const EncodedRows& er = ch.rows;
+            const std::size_t rows = er.size();
             if (rows != chunk_rows_[chunk_index + c]) return;  // reported below
             ch.dest.resize(rows);
             for (std::size_t r = 0; r < rows; ++r) {
@@ -439,37 +432,24 @@ class Preparer {
               std::uint64_t row;
               ShardOut& out = locate(perm_.empty() ? g : perm_[g], row);
               ch.dest[r] = {&out, row};
-              out.labels()[row] = ch.labels[r];
+              out.labels()[row] = er.labels[r];
               if (nd_ > 0)
-                std::memcpy(out.dense() + row * static_cast<std::uint64_t>(nd_), &ch.dense[r * static_cast<std::size_t>(nd_)],
+                std::memcpy(out.dense() + row * static_cast<std::uint64_t>(nd_), &er.dense[r * static_cast<std::size_t>(nd_)],
                             sizeof(float) * static_cast<std::size_t>(nd_));
             }
-            // Table by table, prefetching a few keys ahead in the table's vocabulary.
-            constexpr std::size_t kAhead = 8;
             for (int t = 0; t < nt_; ++t) {
-              auto& maps = vocab_[static_cast<std::size_t>(t)];
-              const std::uint64_t* keys = ch.keys[static_cast<std::size_t>(t)].data();
-              for (std::size_t r = 0; r < rows; ++r) {
-                if (r + kAhead < rows && keys[r + kAhead] != kMissingKey) {
-                  std::uint64_t h = Vocab::hash(keys[r + kAhead]);
-                  maps[partition_of(h, parts)].prefetch(h);
-                }
-                std::uint32_t id = static_cast<std::uint32_t>(kMissingRow);
-                if (keys[r] != kMissingKey) {
-                  std::uint64_t h = Vocab::hash(keys[r]);
-                  id = *maps[partition_of(h, parts)].find_hashed(keys[r], h);
-                }
-                reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = id;
-              }
+              const std::uint32_t* ids = er.ids[static_cast<std::size_t>(t)].data();
+              for (std::size_t r = 0; r < rows; ++r)
+                reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = ids[r];
             }
           },
           tbb::simple_partitioner());
       std::uint64_t lines = 0;
       for (std::size_t c = 0; c < pieces.size(); ++c) {
-        if (chunks[c].labels.size() != chunk_rows_[chunk_index + c]) {
+        if (chunks[c].rows.size() != chunk_rows_[chunk_index + c]) {
           throw IoError(file.path.string() + ": input changed between passes");
         }
-        lines += chunks[c].lines;
+        lines += chunks[c].rows.lines;
       }
       chunk_index += pieces.size();
       rows_written_ = row_base;
@@ -541,7 +521,8 @@ class Preparer {
   int nt_ = 0, nd_ = 0;
   bool has_labels_ = true;
   std::vector<InputFile> files_;
-  std::vector<std::vector<Vocab>> vocab_;  // [table][partition]: count, then row id
+  std::vector<std::vector<Vocab>> vocab_;  // [table][partition]: counts, then row ids (moved into vocabulary_)
+  Vocabulary vocabulary_;
   std::vector<std::uint64_t> chunk_rows_;  // good rows per pass-1 chunk, in order
   std::uint64_t total_good_ = 0;
   std::uint64_t rows_written_ = 0;

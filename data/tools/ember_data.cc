@@ -15,6 +15,7 @@
 #include "ember/data/prep.h"
 #include "ember/data/stats.h"
 #include "ember/data/synthetic.h"
+#include "ember/data/vocabulary.h"
 
 namespace {
 
@@ -63,12 +64,14 @@ int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
                                 {"pass2_s", r.pass2_seconds},
                                 {"finish_s", r.finish_seconds},
                                 {"vocab_mb", static_cast<double>(r.vocab_bytes) / 1e6},
+                                {"vocab_file_mb", m.vocabulary ? static_cast<double>(m.vocabulary->bytes) / 1e6 : 0.0},
                                 {"peak_rss_mb", static_cast<double>(peak_rss_bytes()) / 1e6}};
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense\n", o.output.string(),
-                           m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(), m.dense_names.size());
+  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense; vocabulary {:.1f} MB\n",
+                           o.output.string(), m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(), m.dense_names.size(),
+                           m.vocabulary ? static_cast<double>(m.vocabulary->bytes) / 1e6 : 0.0);
   if (r.bad_lines > 0) std::cout << fmt::format("skipped {} bad line(s)\n", r.bad_lines);
   std::cout << fmt::format(
       "{:.1f} MB in {:.2f}s ({:.0f} MB/s): count {:.2f}s, vocabulary {:.2f}s, encode {:.2f}s, "
@@ -106,9 +109,11 @@ int run_verify(const std::string& dir) {
   Stopwatch sw;
   Dataset ds = Dataset::open(dir, {true});
   const Manifest& m = ds.manifest();
+  if (m.vocabulary) Vocabulary::of_dataset(dir, m);  // checksum and tables
   std::size_t shards = m.shards[0].size() + m.shards[1].size() + m.shards[2].size();
-  std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, checksums verified in {:.2f}s)\n", dir, m.source_format,
-                           shards, m.total_rows(), m.tables.size(), sw.seconds());
+  std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, {}; checksums verified in {:.2f}s)\n", dir, m.source_format,
+                           shards, m.total_rows(), m.tables.size(), m.vocabulary ? "vocabulary" : "no vocabulary (an older prep)",
+                           sw.seconds());
   return 0;
 }
 

@@ -151,6 +151,22 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
   return iteration;
 }
 
+ShardStore::CheckpointInfo ShardStore::checkpoint_info(const std::filesystem::path& file) {
+  const CheckpointHeader h = header_of(file);
+  if (h.optimizer > static_cast<std::uint32_t>(OptimizerKind::kAdam)) {
+    throw DataError(file.string() + ": unknown optimizer " + std::to_string(h.optimizer));
+  }
+  CheckpointInfo info;
+  info.dim = h.dim;
+  info.optimizer = static_cast<OptimizerKind>(h.optimizer);
+  info.shard = h.shard;
+  info.shards = h.shards;
+  info.num_keys = h.num_keys;
+  info.rows = h.rows;
+  info.iteration = h.iteration;
+  return info;
+}
+
 std::int64_t ShardStore::check_checkpoint_set(const std::vector<std::filesystem::path>& files) {
   if (files.empty()) throw DataError("no checkpoint files to load");
   std::map<std::uint32_t, std::filesystem::path> by_shard;

@@ -54,6 +54,8 @@ bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::opt
   root.write("model", model_archive);
   root.write("optimizer", optimizer_archive);
   root.write("meta", c10::IValue(meta(iteration).dump()));
+  root.write("model_config", c10::IValue(model_config_json(c_.model)));
+  root.write("ps_seed", c10::IValue(static_cast<std::int64_t>(ps_seed_)));
   std::ostringstream bytes;
   root.save_to(bytes);
   const fs::path file = dense_checkpoint_file(c_.checkpoint_dir, rank_, iteration);
@@ -129,6 +131,36 @@ void DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::opt
     throw ConfigError("--resume: " + file.string() + " does not fit this model (" + first_line(e) + ")");
   }
   spdlog::info("worker {}: resuming at iteration {}: dense model and optimizer from {}", rank_, iteration, file.string());
+}
+
+DenseState read_dense_state(const fs::path& file) {
+  DenseState s;
+  torch::serialize::InputArchive root, model_archive;
+  try {
+    root.load_from(file.string(), torch::kCPU);
+    c10::IValue m, config, seed;
+    root.read("meta", m);
+    s.meta = json::parse(m.toStringRef());
+    if (!root.try_read("model_config", config) || !root.try_read("ps_seed", seed)) {
+      throw DataError(file.string() +
+                      ": written by an older ember-worker, without the model's layers and the PS's seed; export from the "
+                      "final model (ember-worker --dump-dir) or a checkpoint of a newer job");
+    }
+    s.model = parse_model_config(config.toStringRef(), file.string());
+    s.ps_seed = static_cast<std::uint64_t>(seed.toInt());
+    root.read("model", model_archive);
+  } catch (const DataError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DataError(file.string() + ": not a readable dense checkpoint: " + first_line(e));
+  }
+  s.weights = make_model(s.model);
+  try {
+    s.weights->load(model_archive);
+  } catch (const std::exception& e) {
+    throw DataError(file.string() + ": its weights do not fit its model configuration (" + first_line(e) + ")");
+  }
+  return s;
 }
 
 }  // namespace ember::worker

@@ -4,7 +4,9 @@
 // Pruned as the job's checkpoints, not by count alone: the files of the newest
 // `keep_checkpoints` iterations whose checkpoint is whole for the job (the shards' part
 // and every worker's dense state: job_config.h), and any newer, are kept. Loading checks that the file was written by a job
-// that trains the same way (model, optimizer, seed, shape, rows).
+// that trains the same way (model, optimizer, seed, shape, rows). Besides, each file holds
+// the model's layers ("model_config") and the PS's seed ("ps_seed"): ember-export builds
+// the model from them (read_dense_state).
 #pragma once
 
 #include <torch/torch.h>
@@ -22,9 +24,11 @@ class DenseCheckpoints {
  public:
   // `whole_for_job(it)`: whether iteration it's checkpoint is whole for the job (must not
   // wait; unknown is false).
-  DenseCheckpoints(const TrainConfig& c, std::uint32_t rank, std::uint64_t num_keys, std::uint32_t dim,
+  // `ps_seed`: the PS's seed of initial rows, kept in the file for ember-export (rows a
+  // PS checkpoint lacks were never touched: they hold their initial values).
+  DenseCheckpoints(const TrainConfig& c, std::uint32_t rank, std::uint64_t num_keys, std::uint32_t dim, std::uint64_t ps_seed,
                    std::function<bool(std::uint64_t)> whole_for_job)
-      : c_(c), rank_(rank), num_keys_(num_keys), dim_(dim), whole_for_job_(std::move(whole_for_job)) {}
+      : c_(c), rank_(rank), num_keys_(num_keys), dim_(dim), ps_seed_(ps_seed), whole_for_job_(std::move(whole_for_job)) {}
 
   // A failure to write is logged, not thrown: training goes on and the earlier
   // checkpoints are intact, as on the PS. Returns whether the file was written.
@@ -42,7 +46,20 @@ class DenseCheckpoints {
   std::uint32_t rank_;
   std::uint64_t num_keys_;
   std::uint32_t dim_;
+  std::uint64_t ps_seed_;
   std::function<bool(std::uint64_t)> whole_for_job_;
 };
+
+// A dense checkpoint file as ember-export reads it: its meta (iteration, num_keys,
+// dim, ...), the model's configuration and the PS's seed, and the model's weights.
+// DataError naming the file for one that is unreadable or written before files held
+// the model's configuration.
+struct DenseState {
+  nlohmann::json meta;
+  ModelConfig model;
+  std::uint64_t ps_seed = 0;
+  std::shared_ptr<CtrModel> weights;  // on the CPU
+};
+DenseState read_dense_state(const std::filesystem::path& file);
 
 }  // namespace ember::worker

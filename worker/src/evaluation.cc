@@ -79,8 +79,12 @@ void dump_model(const TrainConfig& c, ps::PsClient& client, CtrModel& model, std
     rows.append(reinterpret_cast<const char*>(out.data()), out.size() * 4);
   }
   write_file_atomic(fs::path(c.dump_dir) / "rows.bin", rows);
-  nlohmann::json meta = {
-      {"dim", dim}, {"num_keys", N}, {"dense_floats", dense.size()}, {"iterations", iteration + 1}, {"model", c.model.kind}};
+  nlohmann::json meta = {{"dim", dim},
+                         {"num_keys", N},
+                         {"dense_floats", dense.size()},
+                         {"iterations", iteration + 1},
+                         {"model", c.model.kind},
+                         {"model_config", nlohmann::json::parse(model_config_json(c.model))}};
   write_file_atomic(fs::path(c.dump_dir) / "model.json", meta.dump(2) + "\n");
   spdlog::info("model written to {} ({} dense floats, {} rows)", c.dump_dir, dense.size(), N);
 }

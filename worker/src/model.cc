@@ -1,5 +1,8 @@
 #include "ember/worker/model.h"
 
+#include <cstring>
+#include <nlohmann/json.hpp>
+
 #include "ember/common/error.h"
 
 namespace ember::worker {
@@ -158,6 +161,46 @@ std::vector<float> flatten_params(CtrModel& model) {
     out.insert(out.end(), t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
   }
   return out;
+}
+
+void load_flat_params(CtrModel& model, const std::vector<float>& values) {
+  std::size_t want = 0;
+  for (const auto& p : model.parameters()) want += static_cast<std::size_t>(p.numel());
+  if (values.size() != want) {
+    throw DataError("the model has " + std::to_string(want) + " dense parameters, not " + std::to_string(values.size()));
+  }
+  torch::NoGradGuard no_grad;
+  std::size_t pos = 0;
+  for (const auto& p : model.named_parameters()) {
+    auto t = p.value();
+    auto host = torch::from_blob(const_cast<float*>(values.data() + pos), t.sizes(), torch::kFloat32);
+    t.copy_(host);
+    pos += static_cast<std::size_t>(t.numel());
+  }
+}
+
+std::string model_config_json(const ModelConfig& c) {
+  return nlohmann::json{{"kind", c.kind}, {"num_dense", c.num_dense}, {"num_tables", c.num_tables},    {"dim", c.dim}, {"bottom", c.bottom},
+                        {"top", c.top},   {"deep", c.deep},           {"cross_layers", c.cross_layers}}
+      .dump();
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
+  ModelConfig c;
+  try {
+    const auto j = nlohmann::json::parse(json_text);
+    c.kind = j.at("kind").get<std::string>();
+    c.num_dense = j.at("num_dense").get<std::uint32_t>();
+    c.num_tables = j.at("num_tables").get<std::uint32_t>();
+    c.dim = j.at("dim").get<std::uint32_t>();
+    c.bottom = j.at("bottom").get<std::vector<std::int64_t>>();
+    c.top = j.at("top").get<std::vector<std::int64_t>>();
+    c.deep = j.at("deep").get<std::vector<std::int64_t>>();
+    c.cross_layers = j.at("cross_layers").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(origin + ": not a model configuration: " + e.what());
+  }
+  return c;
 }
 
 }  // namespace ember::worker

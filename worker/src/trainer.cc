@@ -148,7 +148,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   model_ = make_model(c_.model);  // initialized on the CPU: the same weights on every device
   model_->to(device_);
   optimizer_ = make_dense_optimizer(c_.dense_optimizer, model_->parameters(), c_.dense_lr);
-  dense_checkpoints_.emplace(c_, rank, ps.num_keys, dim, [this](std::uint64_t it) {
+  dense_checkpoints_.emplace(c_, rank, ps.num_keys, dim, ps.seed, [this](std::uint64_t it) {
     auto& control = job_.control();
     const auto lookup = [&control](const std::string& key) { return control.try_lookup(key); };
     const auto i = static_cast<std::int64_t>(it);

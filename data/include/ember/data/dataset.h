@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,13 @@ struct ShardInfo {
   std::uint64_t checksum = 0;  // payload checksum, as in the shard header
 };
 
+// Where a dataset's vocabulary is (vocabulary.h).
+struct VocabularyInfo {
+  std::string file;  // relative to the dataset directory
+  std::uint64_t bytes = 0;
+  std::uint64_t checksum = 0;  // the file's trailing XXH3-64
+};
+
 struct Manifest {
   std::uint32_t format_version = kDatasetFormatVersion;
   std::string source_format;
@@ -73,6 +81,9 @@ struct Manifest {
   std::uint64_t seed = 0;
   std::uint64_t bad_lines_skipped = 0;
   std::vector<ShardInfo> shards[3];
+  // Raw value -> row of every table (vocabulary.h); none in datasets prepared before
+  // prep wrote one.
+  std::optional<VocabularyInfo> vocabulary;
 
   std::uint64_t total_rows() const { return rows[0] + rows[1] + rows[2]; }
   // Sum of table rows: the size of the global key space.

@@ -156,6 +156,17 @@ class ShardStore {
   // The iteration of a checkpoint's files after the checks of load(), reading only their
   // headers.
   static std::int64_t check_checkpoint_set(const std::vector<std::filesystem::path>& files);
+  // What one checkpoint file was written by, from its header alone (a store that loads
+  // it needs the same dim, optimizer and keys). DataError if it is not a checkpoint.
+  struct CheckpointInfo {
+    std::uint32_t dim = 0;
+    OptimizerKind optimizer = OptimizerKind::kSgd;
+    std::uint32_t shard = 0, shards = 1;
+    std::uint64_t num_keys = 0;
+    std::uint64_t rows = 0;       // rows written (the rows touched)
+    std::int64_t iteration = -1;  // as load() returns it
+  };
+  static CheckpointInfo checkpoint_info(const std::filesystem::path& file);
 
   // Direct access for tests and the daemon's stats.
   const float* row(Key key);

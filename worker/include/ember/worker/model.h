@@ -44,5 +44,14 @@ std::unique_ptr<torch::optim::Optimizer> make_dense_optimizer(const std::string&
 
 // The model's parameters, flattened in named_parameters order, on the host.
 std::vector<float> flatten_params(CtrModel& model);
+// The inverse: `values` (flatten_params' order) into the model's parameters. DataError
+// when their number differs from the model's.
+void load_flat_params(CtrModel& model, const std::vector<float>& values);
+
+// A model's configuration as JSON text (kind, num_dense, num_tables, dim, bottom, top,
+// deep, cross_layers), written beside its weights so that they can be read back without
+// the command line that trained them; and back (DataError naming `origin`).
+std::string model_config_json(const ModelConfig& config);
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin);
 
 }  // namespace ember::worker

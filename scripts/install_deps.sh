@@ -18,10 +18,10 @@ PACKAGES=(
   python3-matplotlib
 )
 # With --ops (the test command): what the operations tests run for real, a Prometheus
-# server and a one-node Slurm cluster (scripts/slurm_local.sh). Without them those tests
-# skip, saying why.
+# server, a one-node Slurm cluster (scripts/slurm_local.sh) and PyTorch loading an
+# ember-export. Without them those tests skip, saying why.
 if [ "${1:-}" = "--ops" ]; then
-  PACKAGES+=(prometheus slurm-wlm munge)
+  PACKAGES+=(prometheus slurm-wlm munge python3-torch)
 elif [ $# -gt 0 ]; then
   echo "install_deps: unknown argument '$1' (--ops or none)" >&2
   exit 2

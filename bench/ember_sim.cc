@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   std::string optimizer = "sgd";
   app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
   app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
-  app.add_flag("--json", json, "one JSON object per policy per line");
+  app.add_flag("--json", json, "one JSON object per policy per line (with a per-table breakdown)");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
   app.add_flag("--quiet,-q", quiet, "no progress lines");
   try {
@@ -195,6 +195,23 @@ int main(int argc, char** argv) {
                                       {"push_evict", bytes.push_evict},
                                       {"flush", bytes.flush},
                                       {"total", bytes.total()}}}};
+        // Per table (the table of each row's key): the same kinds; they add up to the totals.
+        auto& tables = j["tables"] = nlohmann::ordered_json::array();
+        for (std::size_t ti = 0; ti < r.per_table.size(); ++ti) {
+          const auto& c = r.per_table[ti];
+          tables.push_back({{"name", ds.manifest().tables[ti].name},
+                            {"pulls", c.pulls},
+                            {"pushes", c.pushes()},
+                            {"push_grad", c.push_grad},
+                            {"push_value", c.push_value},
+                            {"push_evict", c.push_evict},
+                            {"transmissions", c.transmissions()},
+                            {"hits", c.hits},
+                            {"pull_state", c.pull_state},
+                            {"flush_grad", c.flush_grad},
+                            {"flush_value", c.flush_value},
+                            {"bytes", scheduler::wire_bytes(c, row).total()}});
+        }
         if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
         if (vanilla) {
           j["pull_reduction"] = red_pull;

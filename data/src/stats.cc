@@ -26,6 +26,24 @@ std::uint64_t top_sum(std::vector<std::uint32_t>& counts, std::uint64_t k) {
 
 }  // namespace
 
+std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t) {
+  const SplitData& split = ds.split(which);
+  const TableInfo& info = ds.manifest().tables[static_cast<std::size_t>(t)];
+  std::vector<std::uint32_t> counts(info.rows, 0);
+  for (int s = 0; s < split.num_shards(); ++s) {
+    const Shard& sh = split.shard(s);
+    for (std::uint64_t r = 0; r < sh.rows(); ++r) {
+      std::uint64_t id = sh.id(t, r);
+      if (id >= info.rows) {
+        throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
+                        std::to_string(info.rows) + " rows");
+      }
+      if (counts[id] != UINT32_MAX) ++counts[id];
+    }
+  }
+  return counts;
+}
+
 DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
   if (o.workers < 1) throw ConfigError("--workers must be at least 1");
   if (!(o.cache_ratio > 0 && o.cache_ratio <= 1)) throw ConfigError("--cache-ratio must be in (0, 1]");
@@ -53,21 +71,15 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
     TableStats& ts = out.tables[static_cast<std::size_t>(t)];
     ts.name = info.name;
     ts.rows = info.rows;
-    std::vector<std::uint32_t> counts(info.rows, 0);
-    std::vector<std::uint32_t> stamp;
-    std::uint64_t windows = 0, window_distinct = 0, in_window = 0;
-    if (o.window > 0) stamp.assign(info.rows, 0);
-    std::uint64_t sample = 0;
-    for (int s = 0; s < split.num_shards(); ++s) {
-      const Shard& sh = split.shard(s);
-      for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
-        std::uint64_t id = sh.id(t, r);
-        if (id >= info.rows) {
-          throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
-                          std::to_string(info.rows) + " rows");
-        }
-        if (counts[id] != UINT32_MAX) ++counts[id];
-        if (o.window > 0) {
+    std::vector<std::uint32_t> counts = row_counts(ds, o.split, t);
+    std::uint64_t windows = 0, window_distinct = 0;
+    if (o.window > 0) {
+      std::vector<std::uint32_t> stamp(info.rows, 0);
+      std::uint64_t sample = 0, in_window = 0;
+      for (int s = 0; s < split.num_shards(); ++s) {
+        const Shard& sh = split.shard(s);
+        for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
+          std::uint64_t id = sh.id(t, r);
           std::uint32_t w = static_cast<std::uint32_t>(sample / o.window) + 1;
           if (id != kMissingRow && stamp[id] != w) {
             stamp[id] = w;

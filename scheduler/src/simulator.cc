@@ -39,6 +39,39 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
   return h;
 }
 
+void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::uint64_t>& offsets, bool flush,
+                     std::vector<TrafficCounts>& per_table) {
+  auto of = [&](Key k) -> TrafficCounts& {
+    auto it = std::upper_bound(offsets.begin(), offsets.end(), k);
+    return per_table[static_cast<std::size_t>(it - offsets.begin()) - 1];
+  };
+  for (const StepPlan& p : plans) {
+    if (flush) {
+      for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
+      for (const KeySlot& ks : p.push_values) ++of(ks.key).flush_value;
+      continue;
+    }
+    for (const KeySlot& ks : p.push_grads) ++of(ks.key).push_grad;
+    for (const KeySlot& ks : p.end_pushes) ++of(ks.key).push_grad;
+    for (const KeySlot& ks : p.push_values) ++of(ks.key).push_value;
+    for (const PullEntry& e : p.pulls) {
+      TrafficCounts& c = of(e.key);
+      ++c.pulls;
+      c.pull_state += e.with_state;
+      c.prefetched += e.prefetch;
+      if (e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial) {
+        // An eviction counts for the table of the row that leaves.
+        TrafficCounts& ev = of(e.evicted);
+        ++ev.push_evict;
+        ev.evict_partial += e.kind == EvictKind::kPartial;
+      }
+    }
+    // Every distinct row of the micro-batch is a hit or a pull.
+    for (const RowRef& r : p.rows) ++of(r.key).hits;
+    for (const PullEntry& e : p.pulls) --of(e.key).hits;
+  }
+}
+
 SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   const std::uint64_t total = o.warmup + o.iterations;
   SchedulerOptions job = o.scheduler;
@@ -65,6 +98,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   data::Batch nb;
   const CheckpointSchedule checkpoints(o.checkpoint_every);
   double tables_sum = 0, scoring_sum = 0;
+  r.per_table.assign(offsets.size(), TrafficCounts{});
   for (std::uint64_t it = 0; it < total; ++it) {
     if (!reader.next(b)) break;
     to_global_batch(b, offsets, g);
@@ -73,6 +107,8 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
       to_global_batch(nb, offsets, next);
     });
     IterationStats st = sched.schedule(g, plans);
+    const bool counted = it >= o.warmup;
+    if (counted) count_per_table(plans, offsets, false, r.per_table);
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
     }
@@ -80,10 +116,11 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     const bool last = it + 1 == total;
     if (flushes && (last || (o.eval_every > 0 && (it + 1) % o.eval_every == 0) || checkpoints.flush_after(it))) {
       TrafficCounts f = sched.flush(plans);
+      if (counted) count_per_table(plans, offsets, true, r.per_table);
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;
     }
-    if (it >= o.warmup) {
+    if (counted) {
       r.traffic += st.traffic;
       r.per_iteration.push_back(st.traffic);
       times.push_back(st.sched_ms);

@@ -45,6 +45,10 @@ struct DatasetStats {
   double doi = 0;  // over the union of every table's cached rows
 };
 
+// How many samples of `split` access each row of table `table` (index = row; saturates at
+// UINT32_MAX). Throws DataError for an id beyond the table's rows.
+std::vector<std::uint32_t> row_counts(const Dataset& dataset, Split split, int table);
+
 DatasetStats compute_stats(const Dataset& dataset, const StatsOptions& options);
 std::string stats_json(const DatasetStats& stats);   // one JSON object
 std::string stats_table(const DatasetStats& stats);  // human-readable

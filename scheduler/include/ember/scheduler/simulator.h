@@ -40,6 +40,10 @@ struct SimResult {
   std::uint64_t cached_rows = 0;             // rows held in all caches at the end
   std::uint64_t plan_digest = 0;             // with SimOptions::digest
   std::vector<TrafficCounts> per_iteration;  // counted iterations only
+  // The same counts per table (the table of each row's key), summed over the counted
+  // iterations; they add up to `traffic` kind by kind, except hot_sync and cold_pulls
+  // (not split: zero here).
+  std::vector<TrafficCounts> per_table;
 
   double hit_rate() const {
     double total = static_cast<double>(traffic.hits + traffic.pulls);
@@ -49,6 +53,12 @@ struct SimResult {
 
 // A stable hash of a worker's plan (every list, in order).
 std::uint64_t plan_hash(const StepPlan& plan, std::uint64_t seed);
+
+// Adds one iteration's plans (after Scheduler::schedule, or after Scheduler::flush when
+// `flush`) to per-table counts, the table of a key found in `offsets` (the scheduler's
+// table_offsets). `per_table` has one entry per table.
+void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::uint64_t>& offsets, bool flush,
+                     std::vector<TrafficCounts>& per_table);
 
 // Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.
 SimResult simulate(const data::Dataset& ds, const SimOptions& options);

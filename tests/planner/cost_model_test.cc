@@ -1,0 +1,140 @@
+// The planner's cost model against the simulator: per table, vanilla's predicted rows
+// per iteration within 10% of ember-sim's counts (docs/planner.md).
+#include "ember/planner/cost_model.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ember/common/error.h"
+#include "ember/data/prep.h"
+#include "ember/data/synthetic.h"
+#include "test_util.h"
+
+namespace ember::planner {
+namespace {
+namespace fs = std::filesystem;
+
+// The last line of a command's output that parses as a JSON object.
+nlohmann::json last_json(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  nlohmann::json j;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.front() == '{') j = nlohmann::json::parse(line);
+  }
+  return j;
+}
+
+class CostModel : public test::TempDirTest {
+ protected:
+  // A Criteo-like file of exactly `batches` global batches of 4 x 64 samples, all train.
+  fs::path dataset(std::uint64_t rows) {
+    data::GenOptions g;
+    g.rows = rows;
+    g.scale = 0.01;
+    g.seed = 7;
+    g.output = dir_ / "g.tsv";
+    data::generate(g);
+    data::PrepOptions p;
+    p.inputs = {g.output};
+    p.output = dir_ / "ds";
+    data::prepare_dataset(p);
+    return p.output;
+  }
+};
+
+TEST_F(CostModel, VanillaRowsPerTableWithinTenPercentOfTheSimulator) {
+  constexpr int kWorkers = 4, kBatch = 64, kWarmup = 5, kIterations = 60;
+  const fs::path ds = dataset(static_cast<std::uint64_t>(kWarmup + kIterations) * kWorkers * kBatch);
+  const std::string common = fmt::format(" --data {} --workers {} --batch-per-worker {} --warmup {} --iterations {}", ds.string(), kWorkers,
+                                         kBatch, kWarmup, kIterations);
+  // File order (both tools' default), and shuffled (ember-sim --shuffle: the split's
+  // frequencies).
+  for (const bool shuffled : {false, true}) {
+    SCOPED_TRACE(shuffled ? "shuffled" : "file order");
+    std::string sim_out, plan_out;
+    ASSERT_EQ(
+        test::run_command(test::bin("ember-sim") + common + " --policies vanilla --json --quiet" + (shuffled ? " --shuffle" : ""), sim_out),
+        0)
+        << sim_out;
+    ASSERT_EQ(test::run_command(test::bin("ember-plan") + common + " --json --order " + (shuffled ? "shuffled" : "file"), plan_out), 0)
+        << plan_out;
+    const nlohmann::json sim = last_json(sim_out), plan = last_json(plan_out);
+    ASSERT_TRUE(sim.contains("tables")) << sim_out;
+    ASSERT_TRUE(plan.contains("tables")) << plan_out;
+    ASSERT_EQ(sim["tables"].size(), plan["tables"].size());
+
+    // The simulator's per-table counts add up to its totals, kind by kind.
+    for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pushes", "transmissions", "pull_state"}) {
+      std::uint64_t sum = 0;
+      for (const auto& t : sim["tables"]) sum += t[kind].get<std::uint64_t>();
+      EXPECT_EQ(sum, sim[kind].get<std::uint64_t>()) << kind;
+    }
+
+    // Per table, per iteration: the prediction within 10% where the simulator counted
+    // enough rows over the run for its own count to be steady (>= 1000: the draw's noise,
+    // about 1/sqrt(count), stays near 3%); smaller tables are reported, not judged.
+    int judged = 0;
+    for (std::size_t i = 0; i < sim["tables"].size(); ++i) {
+      const auto& s = sim["tables"][i];
+      const auto& p = plan["tables"][i];
+      ASSERT_EQ(s["name"], p["name"]);
+      for (const char* kind : {"pulls", "push_grad"}) {
+        const double counted = s[kind].get<double>();
+        const double sim_per_it = counted / kIterations;
+        const double predicted = p[kind].get<double>();
+        if (counted < 1000) continue;
+        ++judged;
+        EXPECT_NEAR(predicted / sim_per_it, 1.0, 0.10)
+            << s["name"] << " " << kind << ": ember-sim " << sim_per_it << " per iteration, ember-plan " << predicted;
+      }
+    }
+    EXPECT_GE(judged, 20);
+  }
+}
+
+TEST_F(CostModel, MeansAndCacheLimitsAreConsistent) {
+  // Two tables: one value (every worker trains it every iteration: never alone), and
+  // 1000 values drawn uniformly.
+  Frequencies f;
+  f.samples = 100000;
+  f.tables.push_back({"one", 1, {100000}});
+  f.tables.push_back({"uni", 1000, std::vector<std::uint32_t>(1000, 100)});
+  Topology topo;
+  topo.workers = 4;
+  topo.batch_per_worker = 10;
+  topo.cache_ratio = 1.0;
+  CostEstimate e = vanilla_cost(f, topo, {16, 0});
+  ASSERT_EQ(e.tables.size(), 2u);
+  EXPECT_DOUBLE_EQ(e.tables[0].distinct_per_worker, 1.0);
+  EXPECT_DOUBLE_EQ(e.tables[0].pulls, 4.0);  // shared every iteration: always dropped
+  EXPECT_DOUBLE_EQ(e.tables[0].pull_state, 0.0);
+  EXPECT_DOUBLE_EQ(e.tables[0].push_grad, 4.0);
+  // E(b) = 1000 (1 - (1 - 1/1000)^10).
+  EXPECT_NEAR(e.tables[1].distinct_per_worker, 1000 * (1 - std::pow(0.999, 10)), 1e-9);
+  EXPECT_NEAR(e.tables[1].pulls + e.tables[1].hits, e.tables[1].push_grad, 1e-9);
+  EXPECT_GT(e.tables[1].hits, 0.0);
+  EXPECT_TRUE(std::isinf(e.lifetime));
+  // A cache of 11 rows (the ratio of 1001 rows): copies no longer live forever, fewer hits.
+  topo.cache_ratio = 0.011;
+  CostEstimate small = vanilla_cost(f, topo, {16, 0});
+  EXPECT_GT(small.cache_demand, 1.0);
+  EXPECT_FALSE(std::isinf(small.lifetime));
+  EXPECT_LT(small.tables[1].hits, e.tables[1].hits);
+  EXPECT_THROW(vanilla_cost(f, Topology{0}, {16, 0}), ConfigError);
+}
+
+TEST(EmberPlan, BadFlagsFailInOneLine) {
+  std::string out;
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /nonexistent", out), 0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /tmp --workers 0", out), 0);
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --workers 8", out), 0);  // no --data
+}
+
+}  // namespace
+}  // namespace ember::planner

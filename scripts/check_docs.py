@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote
 
-BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench", "ember-export", "ember-predict")
+BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench", "ember-export", "ember-predict", "ember-plan")
 PY_SCRIPTS = ("ember_launch.py", "bench_e2e.py", "experiments.py", "compare_runs.py")
 # Shell scripts: their flags are the `--x)` patterns of their option loop.
 SH_SCRIPTS = ("launch_hosts.sh", "ember.sbatch", "slurm_local.sh")

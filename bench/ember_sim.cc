@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -14,6 +15,7 @@
 #include "ember/common/process.h"
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
+#include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/simulator.h"
 
@@ -48,6 +50,18 @@ fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std:
   data::prepare_dataset(p);
   fs::remove(g.output);
   return p.output;
+}
+
+// The busiest shard's count over the mean (1: balanced; 0 when nothing moved).
+template <typename F>
+double max_over_mean(const std::vector<scheduler::TrafficCounts>& shards, F value) {
+  double max = 0, sum = 0;
+  for (const auto& c : shards) {
+    const auto v = static_cast<double>(value(c));
+    max = std::max(max, v);
+    sum += v;
+  }
+  return sum > 0 ? max * static_cast<double>(shards.size()) / sum : 0.0;
 }
 
 }  // namespace
@@ -93,8 +107,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
       ->capture_default_str();
-  std::uint32_t dim = 16;
+  std::uint32_t dim = 16, ps_shards = 1;
   std::string optimizer = "sgd";
+  app.add_option("--ps", ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
   app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
   app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
   app.add_flag("--json", json, "one JSON object per policy per line (with a per-table breakdown)");
@@ -107,6 +122,9 @@ int main(int argc, char** argv) {
   }
   return guarded_main("ember-sim", [&] {
     if (data_dir.empty() && synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
+    if (ps_shards < 1) throw ConfigError("--ps must be at least 1");
+    o.shards = ps_shards;
+    o.shard_of = [ps_shards](Key k) { return ps::owner_shard(k, ps_shards); };
     auto list = scheduler::parse_policies(policies);
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     SyntheticDataset holder;
@@ -212,6 +230,27 @@ int main(int argc, char** argv) {
                             {"flush_value", c.flush_value},
                             {"bytes", scheduler::wire_bytes(c, row).total()}});
         }
+        // Per PS shard (the shard of each row's key): the rows and bytes it serves, and
+        // the busiest shard over the mean.
+        auto& shards = j["shards"] = nlohmann::ordered_json::array();
+        for (std::size_t s = 0; s < r.per_shard.size(); ++s) {
+          const auto& c = r.per_shard[s];
+          shards.push_back({{"shard", s},
+                            {"pulls", c.pulls},
+                            {"pushes", c.pushes()},
+                            {"push_grad", c.push_grad},
+                            {"push_value", c.push_value},
+                            {"push_evict", c.push_evict},
+                            {"transmissions", c.transmissions()},
+                            {"pull_state", c.pull_state},
+                            {"flush_grad", c.flush_grad},
+                            {"flush_value", c.flush_value},
+                            {"bytes", scheduler::wire_bytes(c, row).total()}});
+        }
+        j["shard_balance"] = {{"pulls", max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; })},
+                              {"pushes", max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
+                              {"transmissions", max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
+                              {"bytes", max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
         if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
         if (vanilla) {
           j["pull_reduction"] = red_pull;
@@ -240,6 +279,12 @@ int main(int argc, char** argv) {
         }
         std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                                  t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
+        if (r.per_shard.size() > 1) {
+          std::cout << fmt::format("{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "",
+                                   r.per_shard.size(), max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; }),
+                                   max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
+                                   max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
+        }
         if (t.hot_sync > 0) std::cout << fmt::format("{:<10}hot rows all-reduced among workers: {}\n", "", t.hot_sync);
       }
     }

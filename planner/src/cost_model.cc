@@ -3,12 +3,15 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "ember/common/error.h"
 #include "ember/data/stats.h"
+#include "ember/ps/shard_store.h"
 #include "ember/scheduler/scheduler_config.h"
+#include "ember/scheduler/simulator.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {
@@ -66,6 +69,7 @@ void check(const Topology& topo) {
   if (topo.workers < 1 || topo.workers > 64) throw ConfigError("--workers must be in 1..64");
   if (topo.batch_per_worker < 1) throw ConfigError("--batch-per-worker must be at least 1");
   if (topo.iterations < 1) throw ConfigError("--iterations must be at least 1");
+  if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
 }
 
 // Payload bytes of a table's rows per iteration, as ember-sim counts them (wire_bytes of
@@ -80,6 +84,25 @@ double table_bytes(const TableCost& tc, scheduler::RowFormat row) {
   one.push_grad = 1;
   const double grad = static_cast<double>(scheduler::wire_bytes(one, row).push_grad);
   return tc.pull_state * pull_with_state + (tc.pulls - tc.pull_state) * pull_plain + tc.push_grad * grad;
+}
+
+// A row's predicted rows (pulls, with state, pushes) added to its shard's.
+void add_to_shard(std::vector<ShardCost>& shards, Key key, double pulls, double pull_state, double pushes) {
+  ShardCost& s = shards[ps::owner_shard(key, static_cast<std::uint32_t>(shards.size()))];
+  s.pulls += pulls;
+  s.pull_state += pull_state;
+  s.pushes += pushes;
+}
+
+// Bytes of each shard's rows, as table_bytes counts a table's.
+void shard_bytes(std::vector<ShardCost>& shards, scheduler::RowFormat row) {
+  for (ShardCost& s : shards) {
+    TableCost tc;
+    tc.pulls = s.pulls;
+    tc.pull_state = s.pull_state;
+    tc.push_grad = s.pushes;
+    s.bytes = table_bytes(tc, row);
+  }
 }
 
 // A global batch of n samples split at random into micro-batches of b: for a row that c
@@ -121,14 +144,21 @@ CostEstimate vanilla_cost(const Frequencies& f, const Topology& topo, scheduler:
   out.cache_rows = scheduler::cache_rows_for(topo.cache_ratio, total_rows);
   const std::uint64_t t0 = topo.warmup, t1 = topo.warmup + topo.iterations;
 
-  // Every accessed row's model, table by table.
+  // Every accessed row's model, table by table, and its key (the tables' rows laid end
+  // to end, as scheduler::key_space lays them out for the dataset).
   std::vector<std::vector<RowModel>> models(f.tables.size());
+  std::vector<std::vector<Key>> keys(f.tables.size());
   const double n = static_cast<double>(f.samples);
+  Key offset = 0;
   for (std::size_t ti = 0; ti < f.tables.size(); ++ti) {
     auto& ms = models[ti];
-    for (std::uint32_t c : f.tables[ti].counts) {
-      if (c > 0) ms.push_back(row_model(static_cast<double>(c) / n, b, W));
+    const auto& counts = f.tables[ti].counts;
+    for (std::size_t id = 0; id < counts.size(); ++id) {
+      if (counts[id] == 0) continue;
+      ms.push_back(row_model(static_cast<double>(counts[id]) / n, b, W));
+      keys[ti].push_back(offset + id);
     }
+    offset += f.tables[ti].rows;
   }
   // The LRU: a worker's latest copies are the rows it last trained alone (vanilla drops
   // every other copy), its recency their last training. Without evictions it holds
@@ -155,12 +185,14 @@ CostEstimate vanilla_cost(const Frequencies& f, const Topology& topo, scheduler:
     out.lifetime = lo;
   }
 
+  out.shards.assign(topo.shards, ShardCost{});
   for (std::size_t ti = 0; ti < f.tables.size(); ++ti) {
     TableCost tc;
     tc.name = f.tables[ti].name;
     tc.rows = f.tables[ti].rows;
     tc.accessed = models[ti].size();
-    for (const RowModel& m : models[ti]) {
+    for (std::size_t i = 0; i < models[ti].size(); ++i) {
+      const RowModel& m = models[ti][i];
       // Trained rows: every worker pushes each row it trained; it pulls those it does
       // not hold as latest, with the state when it trains the row alone.
       const double held = m.mean_held(t0, t1, out.lifetime);
@@ -171,10 +203,12 @@ CostEstimate vanilla_cost(const Frequencies& f, const Topology& topo, scheduler:
       tc.hits += W * m.q * held;
       tc.pulls += W * m.q * (1 - held);
       tc.pull_state += W * m.q * (1 - held) * alone;
+      add_to_shard(out.shards, keys[ti][i], W * m.q * (1 - held), W * m.q * (1 - held) * alone, W * m.q);
     }
     tc.bytes = table_bytes(tc, row);
     out.tables.push_back(std::move(tc));
   }
+  shard_bytes(out.shards, row);
   return out;
 }
 
@@ -194,7 +228,11 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
   const double dn = static_cast<double>(n), db = static_cast<double>(topo.batch_per_worker);
   const double life = out.lifetime;
   const int nt = ds.num_tables();
+  const std::vector<std::uint64_t> offsets = scheduler::key_space(ds, {});
+  // Per table, its rows' load on each shard (summed after the tables' parallel loop).
+  std::vector<std::vector<ShardCost>> table_shards(static_cast<std::size_t>(nt), std::vector<ShardCost>(topo.shards));
   tbb::parallel_for(0, nt, [&](int t) {
+    auto& ts = table_shards[static_cast<std::size_t>(t)];
     const std::uint64_t rows = ds.manifest().tables[static_cast<std::size_t>(t)].rows;
     // Per row: its count in the current batch, the last batch that trained it and the
     // probability that a given worker trained it alone there (then it holds it latest).
@@ -225,6 +263,7 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
           tc.hits += W * q * held;
           tc.pulls += W * q * (1 - held);
           tc.pull_state += W * alone * (1 - held);
+          add_to_shard(ts, offsets[static_cast<std::size_t>(t)] + id, W * q * (1 - held), W * alone * (1 - held), W * q);
         }
         last[id] = static_cast<std::int64_t>(it);
         sole[id] = alone;
@@ -238,8 +277,90 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
     tc.pulls /= iters;
     tc.pull_state /= iters;
     tc.bytes = table_bytes(tc, row);
+    for (ShardCost& sc : ts) {
+      sc.pulls /= iters;
+      sc.pull_state /= iters;
+      sc.pushes /= iters;
+    }
   });
+  out.shards.assign(topo.shards, ShardCost{});
+  for (const auto& ts : table_shards) {
+    for (std::size_t s = 0; s < ts.size(); ++s) {
+      out.shards[s].pulls += ts[s].pulls;
+      out.shards[s].pull_state += ts[s].pull_state;
+      out.shards[s].pushes += ts[s].pushes;
+    }
+  }
+  shard_bytes(out.shards, row);
   return out;
+}
+
+CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row, const std::string& policy,
+                          std::uint64_t sample_iterations, bool shuffle, std::uint64_t seed) {
+  check(topo);
+  if (sample_iterations < 1) throw ConfigError("--sample must be at least 1");
+  scheduler::SimOptions o;
+  o.scheduler.policy = policy;
+  o.scheduler.workers = topo.workers;
+  o.scheduler.batch_per_worker = topo.batch_per_worker;
+  o.scheduler.cache_ratio = topo.cache_ratio;
+  o.scheduler.shuffle = shuffle;
+  o.scheduler.seed = seed;
+  o.warmup = topo.warmup;
+  o.iterations = sample_iterations;
+  const std::uint32_t S = topo.shards;
+  o.shards = S;
+  o.shard_of = [S](Key k) { return ps::owner_shard(k, S); };
+  const auto start = std::chrono::steady_clock::now();
+  const scheduler::SimResult r = scheduler::simulate(ds, o);
+  CostEstimate out;
+  out.policy = r.policy;
+  out.sampled = true;
+  out.sample_iterations = r.iterations;
+  out.sample_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.cache_rows = r.cache_rows;
+  out.lifetime = std::numeric_limits<double>::quiet_NaN();  // not modelled
+  const double iters = static_cast<double>(std::max<std::uint64_t>(r.iterations, 1));
+  // Counted in the iterations (the flush at the sample's end is the job's, not the
+  // iteration's: left out, as the analytic model leaves it out).
+  auto per_iteration = [&](std::uint64_t v) { return static_cast<double>(v) / iters; };
+  for (std::size_t t = 0; t < r.per_table.size(); ++t) {
+    const auto& c = r.per_table[t];
+    const auto& info = ds.manifest().tables[t];
+    TableCost tc;
+    tc.name = info.name;
+    tc.rows = info.rows;
+    tc.pulls = per_iteration(c.pulls);
+    tc.pull_state = per_iteration(c.pull_state);
+    tc.push_grad = per_iteration(c.push_grad);
+    tc.push_value = per_iteration(c.push_value);
+    tc.push_evict = per_iteration(c.push_evict);
+    tc.hits = per_iteration(c.hits);
+    scheduler::TrafficCounts moved = c;
+    moved.flush_grad = moved.flush_value = 0;
+    tc.bytes = static_cast<double>(scheduler::wire_bytes(moved, row).total()) / iters;
+    out.tables.push_back(std::move(tc));
+  }
+  for (const auto& c : r.per_shard) {
+    ShardCost sc;
+    sc.pulls = per_iteration(c.pulls);
+    sc.pull_state = per_iteration(c.pull_state);
+    sc.pushes = per_iteration(c.pushes());
+    scheduler::TrafficCounts moved = c;
+    moved.flush_grad = moved.flush_value = 0;
+    sc.bytes = static_cast<double>(scheduler::wire_bytes(moved, row).total()) / iters;
+    out.shards.push_back(sc);
+  }
+  return out;
+}
+
+double max_over_mean(const std::vector<ShardCost>& shards, double ShardCost::*value) {
+  double max = 0, sum = 0;
+  for (const ShardCost& s : shards) {
+    max = std::max(max, s.*value);
+    sum += s.*value;
+  }
+  return sum > 0 ? max * static_cast<double>(shards.size()) / sum : 0.0;
 }
 
 }  // namespace ember::planner

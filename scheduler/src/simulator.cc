@@ -41,10 +41,18 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
 
 void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::uint64_t>& offsets, bool flush,
                      std::vector<TrafficCounts>& per_table) {
-  auto of = [&](Key k) -> TrafficCounts& {
-    auto it = std::upper_bound(offsets.begin(), offsets.end(), k);
-    return per_table[static_cast<std::size_t>(it - offsets.begin()) - 1];
-  };
+  count_per_group(
+      plans, flush,
+      [&](Key k) {
+        auto it = std::upper_bound(offsets.begin(), offsets.end(), k);
+        return static_cast<std::size_t>(it - offsets.begin()) - 1;
+      },
+      per_table);
+}
+
+void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(Key)>& group_of,
+                     std::vector<TrafficCounts>& per_group) {
+  auto of = [&](Key k) -> TrafficCounts& { return per_group[group_of(k)]; };
   for (const StepPlan& p : plans) {
     if (flush) {
       for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
@@ -99,6 +107,9 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   const CheckpointSchedule checkpoints(o.checkpoint_every);
   double tables_sum = 0, scoring_sum = 0;
   r.per_table.assign(offsets.size(), TrafficCounts{});
+  if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
+  r.per_shard.assign(o.shards, TrafficCounts{});
+  const std::function<std::size_t(Key)> shard_of = [&](Key k) -> std::size_t { return o.shard_of(k); };
   for (std::uint64_t it = 0; it < total; ++it) {
     if (!reader.next(b)) break;
     to_global_batch(b, offsets, g);
@@ -108,7 +119,10 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     });
     IterationStats st = sched.schedule(g, plans);
     const bool counted = it >= o.warmup;
-    if (counted) count_per_table(plans, offsets, false, r.per_table);
+    if (counted) {
+      count_per_table(plans, offsets, false, r.per_table);
+      if (o.shards > 0) count_per_group(plans, false, shard_of, r.per_shard);
+    }
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
     }
@@ -116,7 +130,10 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     const bool last = it + 1 == total;
     if (flushes && (last || (o.eval_every > 0 && (it + 1) % o.eval_every == 0) || checkpoints.flush_after(it))) {
       TrafficCounts f = sched.flush(plans);
-      if (counted) count_per_table(plans, offsets, true, r.per_table);
+      if (counted) {
+        count_per_table(plans, offsets, true, r.per_table);
+        if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
+      }
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;
     }

@@ -1,5 +1,6 @@
-// The planner's cost model against the simulator: per table, vanilla's predicted rows
-// per iteration within 10% of ember-sim's counts (docs/planner.md).
+// The planner's cost model against the simulator: per table and per PS shard, vanilla's
+// predicted rows per iteration within 10% of ember-sim's counts; other policies sampled
+// from the simulator itself (docs/planner.md).
 #include "ember/planner/cost_model.h"
 
 #include <fmt/format.h>
@@ -48,10 +49,10 @@ class CostModel : public test::TempDirTest {
 };
 
 TEST_F(CostModel, VanillaRowsPerTableWithinTenPercentOfTheSimulator) {
-  constexpr int kWorkers = 4, kBatch = 64, kWarmup = 5, kIterations = 60;
+  constexpr int kWorkers = 4, kBatch = 64, kWarmup = 5, kIterations = 60, kShards = 3;
   const fs::path ds = dataset(static_cast<std::uint64_t>(kWarmup + kIterations) * kWorkers * kBatch);
-  const std::string common = fmt::format(" --data {} --workers {} --batch-per-worker {} --warmup {} --iterations {}", ds.string(), kWorkers,
-                                         kBatch, kWarmup, kIterations);
+  const std::string common = fmt::format(" --data {} --workers {} --batch-per-worker {} --warmup {} --iterations {} --ps {}", ds.string(),
+                                         kWorkers, kBatch, kWarmup, kIterations, kShards);
   // File order (both tools' default), and shuffled (ember-sim --shuffle: the split's
   // frequencies).
   for (const bool shuffled : {false, true}) {
@@ -94,6 +95,68 @@ TEST_F(CostModel, VanillaRowsPerTableWithinTenPercentOfTheSimulator) {
       }
     }
     EXPECT_GE(judged, 20);
+
+    // Per PS shard: the simulator's counts add up to its totals (the end-of-run flush
+    // included), the model's to its tables', and the model is within 10% per shard.
+    ASSERT_EQ(sim["shards"].size(), static_cast<std::size_t>(kShards)) << sim_out;
+    ASSERT_EQ(plan["shards"].size(), static_cast<std::size_t>(kShards)) << plan_out;
+    for (const char* kind :
+         {"pulls", "push_grad", "push_value", "push_evict", "pushes", "transmissions", "pull_state", "flush_grad", "flush_value"}) {
+      std::uint64_t sum = 0;
+      for (const auto& sh : sim["shards"]) sum += sh[kind].get<std::uint64_t>();
+      EXPECT_EQ(sum, sim[kind].get<std::uint64_t>()) << kind;
+    }
+    std::uint64_t sim_bytes = 0;
+    for (const auto& sh : sim["shards"]) sim_bytes += sh["bytes"].get<std::uint64_t>();
+    EXPECT_EQ(sim_bytes, sim["bytes"]["total"].get<std::uint64_t>());
+    for (const char* kind : {"pulls", "pushes", "bytes"}) {
+      double by_shard = 0;
+      for (const auto& sh : plan["shards"]) by_shard += sh[kind].get<double>();
+      EXPECT_NEAR(by_shard, plan[kind].get<double>(), 1e-6 * plan[kind].get<double>()) << kind;
+    }
+    int judged_shards = 0;
+    for (int s = 0; s < kShards; ++s) {
+      for (const char* kind : {"pulls", "pushes"}) {
+        const double counted = sim["shards"][s][kind].get<double>();
+        if (counted < 1000) continue;
+        ++judged_shards;
+        EXPECT_NEAR(plan["shards"][s][kind].get<double>() / (counted / kIterations), 1.0, 0.10) << "shard " << s << " " << kind;
+      }
+    }
+    EXPECT_EQ(judged_shards, 2 * kShards);
+  }
+}
+
+TEST_F(CostModel, SampledHeraldIsTheSimulatorsCount) {
+  // ember-plan --policy herald runs the simulator in process over the sample: its rows
+  // per table and per shard are ember-sim's counts over the same iterations, exactly.
+  constexpr int kWorkers = 4, kBatch = 64, kWarmup = 3, kSample = 8;
+  const fs::path ds = dataset(static_cast<std::uint64_t>(kWarmup + kSample) * kWorkers * kBatch);
+  const std::string common =
+      fmt::format(" --data {} --workers {} --batch-per-worker {} --warmup {} --ps 2", ds.string(), kWorkers, kBatch, kWarmup);
+  std::string sim_out, plan_out;
+  ASSERT_EQ(test::run_command(test::bin("ember-sim") + common + fmt::format(" --iterations {} --policies herald --json --quiet", kSample),
+                              sim_out),
+            0)
+      << sim_out;
+  ASSERT_EQ(test::run_command(test::bin("ember-plan") + common + fmt::format(" --policy herald --sample {} --json", kSample), plan_out), 0)
+      << plan_out;
+  const nlohmann::json sim = last_json(sim_out), plan = last_json(plan_out);
+  ASSERT_TRUE(plan["sampled"].get<bool>());
+  EXPECT_EQ(plan["sample_iterations"].get<int>(), kSample);
+  EXPECT_GE(plan["sample_seconds"].get<double>(), 0.0);
+  ASSERT_EQ(sim["tables"].size(), plan["tables"].size());
+  for (std::size_t i = 0; i < sim["tables"].size(); ++i) {
+    for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pushes", "pull_state", "hits"}) {
+      EXPECT_DOUBLE_EQ(plan["tables"][i][kind].get<double>() * kSample, sim["tables"][i][kind].get<double>())
+          << sim["tables"][i]["name"] << " " << kind;
+    }
+  }
+  ASSERT_EQ(plan["shards"].size(), 2u);
+  for (std::size_t s = 0; s < 2; ++s) {
+    for (const char* kind : {"pulls", "pushes", "pull_state"}) {
+      EXPECT_DOUBLE_EQ(plan["shards"][s][kind].get<double>() * kSample, sim["shards"][s][kind].get<double>()) << s << " " << kind;
+    }
   }
 }
 
@@ -134,6 +197,10 @@ TEST(EmberPlan, BadFlagsFailInOneLine) {
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /tmp --workers 0", out), 0);
   EXPECT_NE(test::run_command(test::bin("ember-plan") + " --workers 8", out), 0);  // no --data
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /nonexistent --ps 0", out), 0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --ps 0 --quiet", out), 0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The planner's cost model (issue 29, first slice): per table, the rows one iteration
 // moves between the workers and the PS, predicted analytically from a dataset's per-row
-// frequencies and the topology. Only `vanilla` so far (docs/planner.md).
+// frequencies and the topology, split over the PS shards that serve them. `vanilla` is
+// analytic; other policies come from a short simulator sample (docs/planner.md).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,7 @@ struct Topology {
   // starts with empty caches (ember-sim's --warmup and --iterations).
   std::uint64_t warmup = 10;
   std::uint64_t iterations = 100;
+  std::uint32_t shards = 1;  // PS shards; a key's shard is ps::owner_shard's
 };
 
 // Predicted traffic of one table, per iteration (means over the run), in rows.
@@ -47,13 +49,32 @@ struct TableCost {
   double pulls = 0;                // rows pulled by all workers
   double pull_state = 0;           // ... of them with the optimizer state (sole trainer)
   double push_grad = 0;            // gradients pushed (vanilla: every trained row)
+  double push_value = 0;           // values pushed (sampled policies; vanilla pushes none)
+  double push_evict = 0;           // dirty rows pushed on eviction (sampled policies)
   double hits = 0;                 // rows found latest in the cache
   double bytes = 0;                // payload bytes of pulls and pushes (scheduler::wire_bytes)
+
+  double pushes() const { return push_grad + push_value + push_evict; }
+};
+
+// Predicted load of one PS shard, per iteration (means over the run), in rows: what it
+// serves to and receives from all workers.
+struct ShardCost {
+  double pulls = 0;       // rows it serves
+  double pull_state = 0;  // ... of them with the optimizer state
+  double pushes = 0;      // rows pushed to it (gradients, values, evictions)
+  double bytes = 0;       // payload bytes of those pulls and pushes
 };
 
 struct CostEstimate {
   std::string policy;
   std::vector<TableCost> tables;
+  std::vector<ShardCost> shards;  // Topology::shards entries; they add up to the tables
+  // Taken from a simulator sample (sampled_cost), not from the analytic model: the
+  // iterations counted and the seconds the sample took.
+  bool sampled = false;
+  std::uint64_t sample_iterations = 0;
+  double sample_seconds = 0;
   std::uint32_t cache_rows = 0;  // per worker
   // Rows a worker holds as latest at the last modelled iteration without evictions, over
   // cache_rows: above 1 the LRU evicts, and the model limits a copy's life accordingly.
@@ -73,5 +94,16 @@ CostEstimate vanilla_cost(const Frequencies& f, const Topology& topo, scheduler:
 // batches of iterations 0 .. warmup + iterations - 1 once. The LRU's copy lifetime is
 // the frequency model's (`vanilla_cost`).
 CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row);
+
+// Any policy ember-sim runs (herald, laia, ...): its per-table and per-shard rows per
+// iteration counted by the simulator itself (scheduler::simulate, in this process) over
+// iterations topo.warmup .. topo.warmup + sample_iterations - 1; topo.iterations is not
+// used. `shuffle` and `seed` as ember-sim's. Throws ConfigError for an unknown policy or
+// a split too short for the sample.
+CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row, const std::string& policy,
+                          std::uint64_t sample_iterations, bool shuffle = false, std::uint64_t seed = 1);
+
+// The busiest shard over the mean of `value` (1: balanced; 0 when nothing moves).
+double max_over_mean(const std::vector<ShardCost>& shards, double ShardCost::*value);
 
 }  // namespace ember::planner

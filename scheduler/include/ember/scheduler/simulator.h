@@ -26,6 +26,10 @@ struct SimOptions {
   std::uint64_t checkpoint_every = 0;
   bool digest = false;  // hash every plan of every worker (determinism checks)
   std::function<void(const std::string& policy, std::uint64_t done, std::uint64_t total)> on_progress;
+  // The PS shards, for per-shard counts: `shard_of` maps a key to its shard in
+  // 0 .. shards - 1 (as the PS places it: ps::owner_shard); none when shards is 0.
+  std::uint32_t shards = 0;
+  std::function<std::uint32_t(Key key)> shard_of;
 };
 
 struct SimResult {
@@ -44,6 +48,9 @@ struct SimResult {
   // iterations; they add up to `traffic` kind by kind, except hot_sync and cold_pulls
   // (not split: zero here).
   std::vector<TrafficCounts> per_table;
+  // The same per PS shard (the shard of each row's key, SimOptions::shard_of): the rows
+  // and bytes each shard serves; empty without SimOptions::shards.
+  std::vector<TrafficCounts> per_shard;
 
   double hit_rate() const {
     double total = static_cast<double>(traffic.hits + traffic.pulls);
@@ -59,6 +66,10 @@ std::uint64_t plan_hash(const StepPlan& plan, std::uint64_t seed);
 // table_offsets). `per_table` has one entry per table.
 void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::uint64_t>& offsets, bool flush,
                      std::vector<TrafficCounts>& per_table);
+
+// The same per group of keys: `group_of(key)` indexes `per_group` (a table, a PS shard).
+void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(Key)>& group_of,
+                     std::vector<TrafficCounts>& per_group);
 
 // Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.
 SimResult simulate(const data::Dataset& ds, const SimOptions& options);

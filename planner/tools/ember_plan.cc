@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,8 +13,128 @@
 #include "ember/common/main.h"
 #include "ember/data/dataset.h"
 #include "ember/planner/cost_model.h"
+#include "ember/planner/placement.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/policy.h"
+
+namespace {
+using namespace ember;
+
+nlohmann::ordered_json cost_json(const planner::PlanCost& c, double mbit) {
+  return {{"busiest_bytes", c.busiest()}, {"worker_link_bytes", c.worker_link},        {"ps_link_bytes", c.ps_link},
+          {"total_bytes", c.total},       {"seconds", c.busiest() * 8 / (mbit * 1e6)}, {"memory", c.memory},
+          {"cache_rows", c.cache_rows},   {"modelled_cache_rows", c.modelled_cache}};
+}
+
+std::string summary(const std::string& label, const planner::PlanCost& c, double mbit) {
+  return fmt::format(
+      "{:<28} busiest link {:>10.1f} KB ({}), {:>8.3f} ms at {} Mbit/s; worker link {:.1f} KB, PS link {:.1f} KB; "
+      "memory {:.1f} MB (cache {} rows, modelled at {})\n",
+      label, c.busiest() / 1e3, c.worker_link >= c.ps_link ? "worker" : "PS", c.busiest() * 8 / (mbit * 1e6) * 1e3, mbit,
+      c.worker_link / 1e3, c.ps_link / 1e3, static_cast<double>(c.memory) / (1 << 20), c.cache_rows, c.modelled_cache);
+}
+
+void print_plan(const std::string& label, const planner::Placement& pl, const planner::PlanCost& c) {
+  std::cout << label << "\n";
+  std::cout << fmt::format("{:<8}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "table", "rows", "treatment", "rows/it", "KB/it", "worker KB",
+                           "PS KB");
+  for (std::size_t t = 0; t < c.tables.size(); ++t) {
+    const auto& o = c.tables[t];
+    std::cout << fmt::format("{:<8}{:>10}{:>12}{:>12.1f}{:>12.1f}{:>12.2f}{:>12.2f}\n", pl.input().tables[t].name,
+                             pl.input().tables[t].rows, planner::treatment_name(o.treatment), o.rows, o.bytes / 1e3, o.worker_link / 1e3,
+                             o.ps_link / 1e3);
+  }
+}
+
+int plan_placement(const data::Dataset& ds, const planner::Topology& topo, scheduler::RowFormat row, const std::string& policy,
+                   bool analytic, const std::string& order, std::uint64_t sample, std::uint64_t seed, std::uint64_t memory, double mbit,
+                   const std::string& plan_out, bool json) {
+  const planner::Frequencies f = planner::load_frequencies(ds);
+  planner::PlacementInput in;
+  in.tables = planner::table_shapes(f, topo);
+  in.workers = topo.workers;
+  in.batch_per_worker = topo.batch_per_worker;
+  in.shards = topo.shards;
+  in.row = row;
+  in.memory = memory;
+  double model_seconds = 0;
+  in.cache_model = [&](double ratio) {
+    planner::Topology t = topo;
+    t.cache_ratio = ratio;
+    const auto start = std::chrono::steady_clock::now();
+    planner::CostEstimate e = !analytic         ? planner::sampled_cost(ds, t, row, policy, sample, order == "shuffled", seed)
+                              : order == "file" ? planner::vanilla_cost_in_order(ds, t, row)
+                                                : planner::vanilla_cost(f, t, row);
+    model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return e;
+  };
+  planner::Placement pl(std::move(in));
+  const std::uint64_t least = pl.min_memory();
+  if (memory < least) {
+    throw ConfigError(
+        fmt::format("--memory {} is below the smallest feasible plan ({} bytes per worker: b rows of every table, or the "
+                    "table if smaller) by {} bytes",
+                    memory, least, least - memory));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<planner::Treatment> all(pl.input().tables.size(), planner::Treatment::kCache);
+  const planner::PlanCost all_cost = pl.evaluate(all);
+  std::vector<planner::Treatment> best_greedy;
+  planner::PlanCost best_greedy_cost;
+  std::string best_order;
+  nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
+  std::vector<std::pair<std::string, planner::PlanCost>> greedies;
+  for (const std::string key : {"size", "lookups", "size_x_lookups"}) {
+    auto plan = pl.greedy(pl.order_by(key));
+    planner::PlanCost c = pl.evaluate(plan);
+    greedy_json[key] = cost_json(c, mbit);
+    greedies.emplace_back(key, c);
+    if (best_greedy.empty() || planner::better(c, best_greedy_cost)) best_greedy = plan, best_greedy_cost = c, best_order = key;
+  }
+  const auto searched = pl.search(best_greedy);
+  const planner::PlanCost searched_cost = pl.evaluate(searched);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!plan_out.empty()) {
+    planner::PlanFile pf;
+    for (const auto& t : pl.input().tables) pf.names.push_back(t.name), pf.rows.push_back(t.rows);
+    pf.treatments = searched;
+    pf.cache_rows = searched_cost.cache_rows;
+    planner::write_plan(plan_out, pf);
+  }
+  const std::string model = analytic ? "vanilla (analytic, " + order + " order)" : policy + " (SAMPLED by the simulator)";
+  if (json) {
+    nlohmann::ordered_json j = {{"policy", model},
+                                {"memory", memory},
+                                {"min_memory", least},
+                                {"link_mbit", mbit},
+                                {"all_cache", cost_json(all_cost, mbit)},
+                                {"greedy", greedy_json},
+                                {"best_greedy", best_order},
+                                {"searched", cost_json(searched_cost, mbit)},
+                                {"model_runs", pl.model_runs()},
+                                {"model_seconds", model_seconds},
+                                {"search_seconds", seconds}};
+    auto& arr = j["plan"] = nlohmann::ordered_json::array();
+    for (std::size_t t = 0; t < searched.size(); ++t) {
+      arr.push_back({{"name", pl.input().tables[t].name},
+                     {"greedy", planner::treatment_name(best_greedy[t])},
+                     {"searched", planner::treatment_name(searched[t])}});
+    }
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "PREDICTED by the model (not executed: the worker has no treatments yet); PS + cache from {}; {} workers x {} samples, {} PS "
+      "shard(s); memory {} bytes per worker (least feasible {}); {} cache model runs ({:.2f} s), search {:.2f} s\n",
+      model, topo.workers, topo.batch_per_worker, topo.shards, memory, least, pl.model_runs(), model_seconds, seconds);
+  print_plan("best greedy (by " + best_order + "):", pl, best_greedy_cost);
+  print_plan("searched (beam + local moves):", pl, searched_cost);
+  std::cout << summary("all on PS + cache:", all_cost, mbit);
+  for (const auto& [key, c] : greedies) std::cout << summary("greedy by " + key + ":", c, mbit);
+  std::cout << summary("searched:", searched_cost, mbit);
+  return 0;
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ember;
@@ -45,6 +166,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
   app.add_flag("--json", json, "one JSON object");
+  std::string memory_arg, plan_out;
+  double link_mbit = 1000;
+  app.add_option("--memory", memory_arg,
+                 "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
+                 "plus one shared LRU of the rest");
+  app.add_option("--link-mbit", link_mbit, "with --memory: each link's rate in Mbit/s, for the predicted time")->capture_default_str();
+  app.add_option("--plan-out", plan_out, "with --memory: write the searched plan as JSON here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,6 +184,12 @@ int main(int argc, char** argv) {
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     data::Dataset ds = data::Dataset::open(data_dir, {false});
     const bool analytic = scheduler::parse_policy(policy).name() == "vanilla";
+    if (!plan_out.empty() && memory_arg.empty()) throw ConfigError("--plan-out needs --memory");
+    if (!memory_arg.empty()) {
+      if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
+      return plan_placement(ds, topo, row, policy, analytic, order, sample, seed, planner::parse_bytes(memory_arg), link_mbit, plan_out,
+                            json);
+    }
     planner::CostEstimate est;
     std::uint64_t samples = ds.split(data::Split::kTrain).rows();
     if (analytic) {

@@ -1,0 +1,113 @@
+// The planner's placement (issue 29, third slice): per table a treatment (PS + cache,
+// replicated, PS without cache), its predicted bytes per iteration on each link and its
+// memory per worker, the greedy baselines of NeuroShard/AutoShard and a search that
+// minimizes the busiest link's bytes under a memory budget, and the plan file
+// (docs/planner.md). Model predictions only: the worker does not execute treatments yet.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ember/data/dataset.h"
+#include "ember/planner/cost_model.h"
+#include "ember/scheduler/step_plan.h"
+
+namespace ember::planner {
+
+enum class Treatment : std::uint8_t { kCache, kReplicated, kUncached };
+const char* treatment_name(Treatment t);  // "cache", "replicated", "uncached"
+Treatment parse_treatment(const std::string& s);
+
+// What the placement needs of one table, independent of the cache: its vocabulary and
+// SCARS's E(b) for one worker's micro-batch and E(n) for the global batch (n = W b), from
+// the split's frequencies (batches independent).
+struct TableShape {
+  std::string name;
+  std::uint64_t rows = 0;
+  double distinct_per_worker = 0;  // E(b)
+  double distinct_global = 0;      // E(n)
+};
+std::vector<TableShape> table_shapes(const Frequencies& f, const Topology& topo);
+
+struct PlacementInput {
+  std::vector<TableShape> tables;
+  std::uint32_t workers = 8, batch_per_worker = 128, shards = 1;
+  scheduler::RowFormat row;
+  std::uint64_t memory = 0;  // bytes per worker
+  // The PS + cache model (vanilla analytic, or a simulator sample) of every table with a
+  // cache of `cache_ratio` of all rows per worker; called for a few sizes only (memoized).
+  std::function<CostEstimate(double cache_ratio)> cache_model;
+};
+
+// A plan's predicted cost per iteration.
+struct TableOutcome {
+  Treatment treatment = Treatment::kCache;
+  double rows = 0;         // rows moved per iteration (pulls + pushes, or all-reduced rows x W)
+  double bytes = 0;        // bytes per iteration over all links (both directions)
+  double worker_link = 0;  // bytes on each worker's link
+  double ps_link = 0;      // bytes on each PS shard's link (the table spread over the shards)
+  double memory = 0;       // bytes per worker (replicated: the table and its state)
+};
+struct PlanCost {
+  bool feasible = false;
+  std::vector<TableOutcome> tables;
+  std::uint64_t memory = 0;          // replicated tables + cache, per worker
+  std::uint32_t cache_rows = 0;      // the shared LRU: the budget left over a slot's bytes
+  std::uint32_t modelled_cache = 0;  // the cache size the PS + cache model was taken at (<= cache_rows)
+  double worker_link = 0, ps_link = 0;
+  double busiest() const { return worker_link > ps_link ? worker_link : ps_link; }
+  double total = 0;  // all links' bytes (ties)
+};
+
+class Placement {
+ public:
+  explicit Placement(PlacementInput in);
+  // Bytes of one cache slot (a row's value and optimizer state), of a replicated table,
+  // and the smallest memory any plan fits in (a worker holds at least its micro-batch's
+  // b rows of every table not replicated).
+  double slot_bytes() const;
+  double replicated_bytes(std::size_t table) const;
+  std::uint64_t min_memory() const;
+  PlanCost evaluate(const std::vector<Treatment>& plan);
+  // NeuroShard/AutoShard greedy: tables in `order`, each given the treatment that lowers
+  // the busiest link (then the total) while the budget allows, starting from all cached.
+  std::vector<Treatment> greedy(const std::vector<std::size_t>& order);
+  // Orders: by rows, by rows touched per iteration (W E(b)), by their product; descending.
+  std::vector<std::size_t> order_by(const std::string& key) const;
+  // Beam search over the tables (by size x lookups) then single and pair moves, started
+  // from the beam's best and from `seed` (the best greedy): never worse than `seed`.
+  std::vector<Treatment> search(const std::vector<Treatment>& seed, std::size_t beam = 16);
+  const PlacementInput& input() const { return in_; }
+  std::size_t model_runs() const { return cache_.size(); }
+
+ private:
+  // nullptr where the model refuses the size (a sample's cache below a micro-batch's rows).
+  const CostEstimate* model_at(std::uint32_t cache_rows);
+  std::uint64_t total_rows_ = 0;
+  PlacementInput in_;
+  std::vector<std::pair<std::uint64_t, std::optional<CostEstimate>>> cache_;
+};
+
+bool better(const PlanCost& a, const PlanCost& b);  // feasible, lower busiest, lower total
+
+// The plan file: format version, the dataset's tables and rows, per table the treatment,
+// the cache rows per worker.
+inline constexpr int kPlanFormat = 1;
+struct PlanFile {
+  std::vector<std::string> names;
+  std::vector<std::uint64_t> rows;
+  std::vector<Treatment> treatments;
+  std::uint32_t cache_rows = 0;
+};
+void write_plan(const std::filesystem::path& path, const PlanFile& plan);
+// Throws ConfigError naming the first table that differs from the dataset's (one line).
+PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds);
+
+// "64M", "512K", "2G" (binary: K = 1024), or plain bytes. Throws ConfigError.
+std::uint64_t parse_bytes(const std::string& s);
+
+}  // namespace ember::planner

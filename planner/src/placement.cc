@@ -1,0 +1,376 @@
+#include "ember/planner/placement.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+
+#include "ember/common/error.h"
+
+namespace ember::planner {
+
+const char* treatment_name(Treatment t) {
+  switch (t) {
+    case Treatment::kCache:
+      return "cache";
+    case Treatment::kReplicated:
+      return "replicated";
+    case Treatment::kUncached:
+      return "uncached";
+  }
+  return "?";
+}
+
+Treatment parse_treatment(const std::string& s) {
+  for (Treatment t : {Treatment::kCache, Treatment::kReplicated, Treatment::kUncached}) {
+    if (s == treatment_name(t)) return t;
+  }
+  throw ConfigError("unknown treatment '" + s + "' (cache, replicated, uncached)");
+}
+
+std::vector<TableShape> table_shapes(const Frequencies& f, const Topology& topo) {
+  const double n = static_cast<double>(f.samples);
+  const double b = topo.batch_per_worker, g = static_cast<double>(topo.workers) * topo.batch_per_worker;
+  std::vector<TableShape> out;
+  for (const auto& t : f.tables) {
+    TableShape s;
+    s.name = t.name;
+    s.rows = t.rows;
+    for (std::uint32_t c : t.counts) {
+      if (c == 0) continue;
+      const double l = std::log1p(-std::min(static_cast<double>(c) / n, 1.0 - 1e-15));
+      s.distinct_per_worker += -std::expm1(b * l);
+      s.distinct_global += -std::expm1(g * l);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Placement::Placement(PlacementInput in) : in_(std::move(in)) {
+  if (in_.workers < 1 || in_.shards < 1 || in_.batch_per_worker < 1) throw ConfigError("workers, shards and batch must be at least 1");
+  for (const auto& t : in_.tables) total_rows_ += t.rows;
+}
+
+double Placement::slot_bytes() const { return 4.0 * (in_.row.dim + in_.row.state); }
+
+double Placement::replicated_bytes(std::size_t t) const { return static_cast<double>(in_.tables[t].rows) * slot_bytes(); }
+
+std::uint64_t Placement::min_memory() const {
+  // Replicating a table of r <= b rows costs r slots, the staging of one not replicated
+  // min(b, r): the cheapest plan costs the sum of min(b, r) slots.
+  double m = 0;
+  for (const auto& t : in_.tables) m += static_cast<double>(std::min<std::uint64_t>(t.rows, in_.batch_per_worker)) * slot_bytes();
+  return static_cast<std::uint64_t>(std::ceil(m));
+}
+
+const CostEstimate* Placement::model_at(std::uint32_t cache_rows) {
+  // Quantized down to a few sizes (the model run is the expensive part): a ratio of all
+  // rows from a short grid, or below it a power of two of rows.
+  static constexpr double kGrid[] = {1.0, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001};
+  const double total = static_cast<double>(total_rows_);
+  std::uint64_t rows = 0;
+  for (double r : kGrid) {
+    const auto q = static_cast<std::uint64_t>(std::ceil(r * total));
+    if (q <= cache_rows) {
+      rows = q;
+      break;
+    }
+  }
+  if (rows == 0) {
+    rows = 1;
+    while (rows * 2 <= cache_rows) rows *= 2;
+  }
+  for (const auto& [k, est] : cache_) {
+    if (k == rows) return est ? &*est : nullptr;
+  }
+  // ceil(ratio x total) = rows (cache_rows_for), up to rounding: aim inside the interval.
+  const double ratio = std::min(1.0, (static_cast<double>(rows) - 0.5) / total);
+  std::optional<CostEstimate> est;
+  try {
+    est = in_.cache_model(ratio);
+  } catch (const ConfigError&) {
+    // The simulator refuses a cache smaller than a micro-batch's distinct rows (all
+    // tables'): such a plan counts as infeasible.
+  }
+  cache_.emplace_back(rows, std::move(est));
+  return cache_.back().second ? &*cache_.back().second : nullptr;
+}
+
+PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
+  PlanCost pc;
+  const double W = in_.workers, S = in_.shards;
+  double rep = 0, staging = 0, nonrep_rows = 0;
+  bool any_cache = false;
+  for (std::size_t t = 0; t < plan.size(); ++t) {
+    if (plan[t] == Treatment::kReplicated) {
+      rep += replicated_bytes(t);
+    } else {
+      staging += static_cast<double>(std::min<std::uint64_t>(in_.tables[t].rows, in_.batch_per_worker));
+      nonrep_rows += static_cast<double>(in_.tables[t].rows);
+      any_cache = any_cache || plan[t] == Treatment::kCache;
+    }
+  }
+  const double left = static_cast<double>(in_.memory) - rep;
+  const double slots = left > 0 ? std::floor(left / slot_bytes()) : 0.0;
+  pc.cache_rows = static_cast<std::uint32_t>(std::min({slots, nonrep_rows, 4e9}));
+  pc.memory = static_cast<std::uint64_t>(std::ceil(rep + pc.cache_rows * slot_bytes()));
+  pc.feasible = left >= 0 && static_cast<double>(pc.cache_rows) >= staging;
+  pc.tables.resize(plan.size());
+  if (!pc.feasible) {
+    pc.worker_link = pc.ps_link = pc.total = std::numeric_limits<double>::infinity();
+    return pc;
+  }
+  const CostEstimate* est = nullptr;
+  if (any_cache) {
+    est = model_at(pc.cache_rows);
+    if (est == nullptr) {
+      pc.feasible = false;
+      pc.worker_link = pc.ps_link = pc.total = std::numeric_limits<double>::infinity();
+      return pc;
+    }
+    pc.modelled_cache = est->cache_rows;
+  }
+  const auto& f = in_.row;
+  const double pull = static_cast<double>(scheduler::pull_bytes(1, f, false)), grad = static_cast<double>(scheduler::grad_bytes(1, f));
+  for (std::size_t t = 0; t < plan.size(); ++t) {
+    TableOutcome& o = pc.tables[t];
+    const TableShape& sh = in_.tables[t];
+    o.treatment = plan[t];
+    switch (plan[t]) {
+      case Treatment::kCache: {
+        const TableCost& tc = est->tables[t];
+        o.rows = tc.pulls + tc.pushes();
+        o.bytes = tc.bytes;
+        o.worker_link = tc.bytes / W;
+        o.ps_link = tc.bytes / S;
+        break;
+      }
+      case Treatment::kUncached: {
+        // Every worker pulls its E(b) rows and pushes their gradients; nothing stays.
+        o.rows = 2 * W * sh.distinct_per_worker;
+        o.bytes = W * sh.distinct_per_worker * (pull + grad);
+        o.worker_link = o.bytes / W;
+        o.ps_link = o.bytes / S;
+        break;
+      }
+      case Treatment::kReplicated: {
+        // Ring all-reduce of the global batch's distinct rows (key + gradient), or of the
+        // whole table dense, whichever is fewer bytes: 2 (W - 1) / W of it per worker link.
+        const double sparse = sh.distinct_global * (8 + 4.0 * f.dim), dense = static_cast<double>(sh.rows) * 4.0 * f.dim;
+        o.rows = sparse <= dense ? sh.distinct_global : static_cast<double>(sh.rows);
+        o.worker_link = std::min(sparse, dense) * 2 * (W - 1) / W;
+        o.bytes = o.worker_link * W;
+        o.ps_link = 0;
+        o.memory = replicated_bytes(t);
+        break;
+      }
+    }
+    pc.worker_link += o.worker_link;
+    pc.ps_link += o.ps_link;
+    pc.total += o.bytes;
+  }
+  return pc;
+}
+
+bool better(const PlanCost& a, const PlanCost& b) {
+  if (a.feasible != b.feasible) return a.feasible;
+  if (!a.feasible) return false;
+  const double x = a.busiest(), y = b.busiest();
+  if (x < y * (1 - 1e-12)) return true;
+  if (y < x * (1 - 1e-12)) return false;
+  return a.total < b.total * (1 - 1e-12);
+}
+
+std::vector<std::size_t> Placement::order_by(const std::string& key) const {
+  std::vector<double> v(in_.tables.size());
+  for (std::size_t t = 0; t < v.size(); ++t) {
+    const double rows = static_cast<double>(in_.tables[t].rows), touched = in_.workers * in_.tables[t].distinct_per_worker;
+    if (key == "size") {
+      v[t] = rows;
+    } else if (key == "lookups") {
+      v[t] = touched;
+    } else if (key == "size_x_lookups") {
+      v[t] = rows * touched;
+    } else {
+      throw ConfigError("unknown order '" + key + "'");
+    }
+  }
+  std::vector<std::size_t> order(v.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return v[a] > v[b]; });
+  return order;
+}
+
+std::vector<Treatment> Placement::greedy(const std::vector<std::size_t>& order) {
+  std::vector<Treatment> plan(in_.tables.size(), Treatment::kCache);
+  PlanCost cur = evaluate(plan);
+  for (std::size_t t : order) {
+    for (Treatment tr : {Treatment::kReplicated, Treatment::kUncached, Treatment::kCache}) {
+      if (tr == plan[t]) continue;
+      std::vector<Treatment> cand = plan;
+      cand[t] = tr;
+      PlanCost c = evaluate(cand);
+      if (better(c, cur)) {
+        plan = std::move(cand);
+        cur = std::move(c);
+      }
+    }
+  }
+  return plan;
+}
+
+std::vector<Treatment> Placement::search(const std::vector<Treatment>& seed, std::size_t beam) {
+  constexpr Treatment kAll[] = {Treatment::kCache, Treatment::kReplicated, Treatment::kUncached};
+  const std::size_t T = in_.tables.size();
+  // Beam: tables by size x lookups, each expanded with the three treatments (the tables
+  // not decided yet cached), the `beam` best kept.
+  std::vector<std::pair<std::vector<Treatment>, PlanCost>> states;
+  {
+    std::vector<Treatment> all(T, Treatment::kCache);
+    PlanCost c = evaluate(all);
+    states.emplace_back(std::move(all), std::move(c));
+  }
+  for (std::size_t t : order_by("size_x_lookups")) {
+    std::vector<std::pair<std::vector<Treatment>, PlanCost>> next;
+    for (const auto& [plan, cost] : states) {
+      for (Treatment tr : kAll) {
+        std::vector<Treatment> cand = plan;
+        cand[t] = tr;
+        PlanCost c = tr == plan[t] ? cost : evaluate(cand);
+        if (c.feasible) next.emplace_back(std::move(cand), std::move(c));
+      }
+    }
+    std::stable_sort(next.begin(), next.end(), [](const auto& a, const auto& b) { return better(a.second, b.second); });
+    if (next.size() > beam) next.resize(beam);
+    if (!next.empty()) states = std::move(next);
+  }
+  // Local moves (one table's treatment, then two tables' at once) from the beam's best
+  // and from the seed, until none improves.
+  auto improve = [&](std::vector<Treatment> plan) {
+    PlanCost cur = evaluate(plan);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (std::size_t t = 0; t < T && !moved; ++t) {
+        for (Treatment tr : kAll) {
+          if (tr == plan[t]) continue;
+          std::vector<Treatment> cand = plan;
+          cand[t] = tr;
+          PlanCost c = evaluate(cand);
+          if (better(c, cur)) {
+            plan = std::move(cand), cur = std::move(c), moved = true;
+            break;
+          }
+        }
+      }
+      for (std::size_t a = 0; a < T && !moved; ++a) {
+        for (std::size_t b = a + 1; b < T && !moved; ++b) {
+          for (Treatment ta : kAll) {
+            for (Treatment tb : kAll) {
+              if (moved || ta == plan[a] || tb == plan[b]) continue;
+              std::vector<Treatment> cand = plan;
+              cand[a] = ta;
+              cand[b] = tb;
+              PlanCost c = evaluate(cand);
+              if (better(c, cur)) plan = std::move(cand), cur = std::move(c), moved = true;
+            }
+          }
+        }
+      }
+    }
+    return std::make_pair(plan, cur);
+  };
+  auto x = improve(states.front().first);
+  auto y = improve(seed);
+  return better(y.second, x.second) ? y.first : x.first;
+}
+
+void write_plan(const std::filesystem::path& path, const PlanFile& plan) {
+  nlohmann::ordered_json j;
+  j["format"] = kPlanFormat;
+  j["cache_rows"] = plan.cache_rows;
+  auto& arr = j["tables"] = nlohmann::ordered_json::array();
+  for (std::size_t t = 0; t < plan.names.size(); ++t) {
+    arr.push_back({{"name", plan.names[t]}, {"rows", plan.rows[t]}, {"treatment", treatment_name(plan.treatments[t])}});
+  }
+  std::ofstream out(path);
+  if (!out) throw IoError("cannot write " + path.string());
+  out << j.dump(1) << "\n";
+  if (!out) throw IoError("cannot write " + path.string());
+}
+
+PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot read plan " + path.string());
+  const std::string p = "plan " + path.string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(p + " is not JSON: " + std::string(e.what()));
+  }
+  PlanFile plan;
+  try {
+    if (j.at("format").get<int>() != kPlanFormat) {
+      throw ConfigError(p + " has format " + j.at("format").dump() + ", this ember reads " + std::to_string(kPlanFormat));
+    }
+    plan.cache_rows = j.at("cache_rows").get<std::uint32_t>();
+    for (const auto& t : j.at("tables")) {
+      plan.names.push_back(t.at("name").get<std::string>());
+      plan.rows.push_back(t.at("rows").get<std::uint64_t>());
+      plan.treatments.push_back(parse_treatment(t.at("treatment").get<std::string>()));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(p + ": " + std::string(e.what()));
+  }
+  const auto& tables = ds.manifest().tables;
+  for (std::size_t t = 0; t < std::max(tables.size(), plan.names.size()); ++t) {
+    const std::string at = " (table " + std::to_string(t + 1) + ")";
+    if (t >= plan.names.size()) throw ConfigError(p + " lacks the dataset's table " + tables[t].name + at);
+    if (t >= tables.size()) throw ConfigError(p + " has table " + plan.names[t] + at + " that the dataset does not have");
+    if (plan.names[t] != tables[t].name) {
+      throw ConfigError(p + " names table " + plan.names[t] + at + " where the dataset has " + tables[t].name);
+    }
+    if (plan.rows[t] != tables[t].rows) {
+      throw ConfigError(p + ": table " + plan.names[t] + " has " + std::to_string(plan.rows[t]) + " rows, the dataset's " +
+                        std::to_string(tables[t].rows));
+    }
+  }
+  return plan;
+}
+
+std::uint64_t parse_bytes(const std::string& s) {
+  std::size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &end);
+  } catch (const std::exception&) {
+    throw ConfigError("'" + s + "' is not a size (bytes, or with K, M, G)");
+  }
+  double mult = 1;
+  const std::string suf = s.substr(end);
+  if (suf.size() == 1) {
+    switch (std::toupper(static_cast<unsigned char>(suf[0]))) {
+      case 'K':
+        mult = 1024.0;
+        break;
+      case 'M':
+        mult = 1024.0 * 1024;
+        break;
+      case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        break;
+      default:
+        throw ConfigError("'" + s + "' is not a size (bytes, or with K, M, G)");
+    }
+  } else if (!suf.empty()) {
+    throw ConfigError("'" + s + "' is not a size (bytes, or with K, M, G)");
+  }
+  if (!(v >= 0) || v * mult > 1.8e19) throw ConfigError("'" + s + "' is not a size (bytes, or with K, M, G)");
+  return static_cast<std::uint64_t>(v * mult);
+}
+
+}  // namespace ember::planner

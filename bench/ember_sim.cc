@@ -52,18 +52,6 @@ fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std:
   return p.output;
 }
 
-// The busiest shard's count over the mean (1: balanced; 0 when nothing moved).
-template <typename F>
-double max_over_mean(const std::vector<scheduler::TrafficCounts>& shards, F value) {
-  double max = 0, sum = 0;
-  for (const auto& c : shards) {
-    const auto v = static_cast<double>(value(c));
-    max = std::max(max, v);
-    sum += v;
-  }
-  return sum > 0 ? max * static_cast<double>(shards.size()) / sum : 0.0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -247,10 +235,11 @@ int main(int argc, char** argv) {
                             {"flush_value", c.flush_value},
                             {"bytes", scheduler::wire_bytes(c, row).total()}});
         }
-        j["shard_balance"] = {{"pulls", max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; })},
-                              {"pushes", max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
-                              {"transmissions", max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
-                              {"bytes", max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
+        j["shard_balance"] = {
+            {"pulls", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; })},
+            {"pushes", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
+            {"transmissions", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
+            {"bytes", scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
         if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
         if (vanilla) {
           j["pull_reduction"] = red_pull;
@@ -280,10 +269,11 @@ int main(int argc, char** argv) {
         std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                                  t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
         if (r.per_shard.size() > 1) {
-          std::cout << fmt::format("{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "",
-                                   r.per_shard.size(), max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; }),
-                                   max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
-                                   max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
+          std::cout << fmt::format(
+              "{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "", r.per_shard.size(),
+              scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; }),
+              scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
+              scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
         }
         if (t.hot_sync > 0) std::cout << fmt::format("{:<10}hot rows all-reduced among workers: {}\n", "", t.hot_sync);
       }

@@ -153,12 +153,16 @@ def summarize(out, job, who="ember-job", quiet=False):
     return result
 
 
+def split_worker_args(argv):
+    """(own arguments, worker arguments): those after the first bare `--` go to every worker."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def main():
-    argv = sys.argv[1:]
-    worker_args = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, worker_args = argv[:i], argv[i + 1:]
+    argv, worker_args = split_worker_args(sys.argv[1:])
     p = argparse.ArgumentParser(description="summary.json of an Ember job; the checkpoint to resume from")
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summarize", help="merge OUT's metrics into OUT/summary.json (worker arguments after --)")

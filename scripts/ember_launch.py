@@ -46,7 +46,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from ember_job import resume_point, summarize
+from ember_job import resume_point, split_worker_args, summarize
 
 
 PR_SET_PDEATHSIG = 1
@@ -364,11 +364,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def main():
-    argv = sys.argv[1:]
-    worker_args = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, worker_args = argv[:i], argv[i + 1:]
+    argv, worker_args = split_worker_args(sys.argv[1:])
     root = Path(__file__).resolve().parent.parent
     p = Parser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
                                 epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")

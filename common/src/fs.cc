@@ -22,6 +22,8 @@ std::string unique_suffix() {
   return std::to_string(::getpid()) + "-" + std::to_string(rd() & 0xffffff);
 }
 
+}  // namespace
+
 void write_all(int fd, std::string_view bytes, const fs::path& path) {
   const char* p = bytes.data();
   std::size_t left = bytes.size();
@@ -35,8 +37,6 @@ void write_all(int fd, std::string_view bytes, const fs::path& path) {
     left -= static_cast<std::size_t>(n);
   }
 }
-
-}  // namespace
 
 void fsync_dir(const fs::path& dir) {
   int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);

@@ -142,17 +142,8 @@ VocabularyWriter::~VocabularyWriter() {
 
 void VocabularyWriter::put(const void* data, std::size_t n) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, n);
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw IoError(errno_message("write " + file_.string()));
-    }
-    p += w;
-    n -= static_cast<std::size_t>(w);
-    bytes_ += static_cast<std::uint64_t>(w);
-  }
+  write_all(fd_, std::string_view(static_cast<const char*>(data), n), file_);
+  bytes_ += n;
 }
 
 void VocabularyWriter::add_table(std::span<const std::uint64_t> keys) {

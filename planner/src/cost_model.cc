@@ -354,13 +354,4 @@ CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, schedul
   return out;
 }
 
-double max_over_mean(const std::vector<ShardCost>& shards, double ShardCost::*value) {
-  double max = 0, sum = 0;
-  for (const ShardCost& s : shards) {
-    max = std::max(max, s.*value);
-    sum += s.*value;
-  }
-  return sum > 0 ? max * static_cast<double>(shards.size()) / sum : 0.0;
-}
-
 }  // namespace ember::planner

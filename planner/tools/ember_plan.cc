@@ -16,6 +16,7 @@
 #include "ember/planner/placement.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/policy.h"
+#include "ember/scheduler/simulator.h"
 
 namespace {
 using namespace ember;
@@ -251,9 +252,9 @@ int main(int argc, char** argv) {
         const auto& c = est.shards[s];
         sh.push_back({{"shard", s}, {"pulls", c.pulls}, {"pull_state", c.pull_state}, {"pushes", c.pushes}, {"bytes", c.bytes}});
       }
-      j["shard_balance"] = {{"pulls", planner::max_over_mean(est.shards, &planner::ShardCost::pulls)},
-                            {"pushes", planner::max_over_mean(est.shards, &planner::ShardCost::pushes)},
-                            {"bytes", planner::max_over_mean(est.shards, &planner::ShardCost::bytes)}};
+      j["shard_balance"] = {{"pulls", scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls)},
+                            {"pushes", scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes)},
+                            {"bytes", scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes)}};
       std::cout << j.dump() << "\n";
       return 0;
     }
@@ -285,9 +286,9 @@ int main(int argc, char** argv) {
         std::cout << fmt::format("{:<8}{:>12.1f}{:>12.1f}{:>12.1f}\n", s, c.pulls, c.pushes, c.bytes / 1e3);
       }
       std::cout << fmt::format("{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", est.shards.size(),
-                               planner::max_over_mean(est.shards, &planner::ShardCost::pulls),
-                               planner::max_over_mean(est.shards, &planner::ShardCost::pushes),
-                               planner::max_over_mean(est.shards, &planner::ShardCost::bytes));
+                               scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls),
+                               scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes),
+                               scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes));
     }
     return 0;
   });

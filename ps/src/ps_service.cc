@@ -106,7 +106,6 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
         for (std::size_t i = 0; i < scratch.rows.size(); ++i) std::memcpy(&scratch.values[i * per], scratch.rows[i], per * sizeof(float));
         reply.values = scratch.values.data();
       }
-      rows_ += h.key_count;
       return;
     }
     case MessageType::kPushGrad: {
@@ -127,7 +126,6 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values,
                        req.lend_payload ? req.lend_payload() : nullptr);
       reply.header.type = MessageType::kAck;
-      rows_ += n;
       return;
     }
     case MessageType::kPushValue: {
@@ -137,7 +135,6 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       }
       store_.push_value(std::span<const Key>(req.keys, h.key_count), req.values);
       reply.header.type = MessageType::kAck;
-      rows_ += h.key_count;
       return;
     }
     case MessageType::kCommit: {

@@ -66,7 +66,9 @@ class VocabularyTest : public test::TempDirTest {
       }
     }
     EXPECT_EQ(pos, rows.size());
-    if (ds.manifest().min_count > 1) EXPECT_GT(oov, 0u) << "the test should exercise rare values";
+    if (ds.manifest().min_count > 1) {
+      EXPECT_GT(oov, 0u) << "the test should exercise rare values";
+    }
   }
 };
 

@@ -11,8 +11,7 @@
 #include <sstream>
 
 #include "ember/common/error.h"
-#include "ember/data/prep.h"
-#include "ember/data/synthetic.h"
+#include "synthetic_dataset.h"
 #include "test_util.h"
 
 namespace ember::planner {
@@ -38,13 +37,7 @@ class CostModel : public test::TempDirTest {
     g.rows = rows;
     g.scale = 0.01;
     g.seed = 7;
-    g.output = dir_ / "g.tsv";
-    data::generate(g);
-    data::PrepOptions p;
-    p.inputs = {g.output};
-    p.output = dir_ / "ds";
-    data::prepare_dataset(p);
-    return p.output;
+    return test::prepare_synthetic(dir_, g);
   }
 };
 

@@ -9,8 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
-#include "ember/data/prep.h"
-#include "ember/data/synthetic.h"
+#include "synthetic_dataset.h"
 #include "test_util.h"
 
 namespace ember::planner {
@@ -25,13 +24,7 @@ class PlacementTest : public test::TempDirTest {
     g.rows = 65 * 4 * 64;
     g.scale = 0.01;
     g.seed = 7;
-    g.output = dir_ / "g.tsv";
-    data::generate(g);
-    data::PrepOptions p;
-    p.inputs = {g.output};
-    p.output = dir_ / "ds";
-    data::prepare_dataset(p);
-    return p.output;
+    return test::prepare_synthetic(dir_, g);
   }
 };
 

@@ -6,9 +6,8 @@
 #include <cmath>
 
 #include "ember/common/error.h"
-#include "ember/data/prep.h"
-#include "ember/data/synthetic.h"
 #include "ember/scheduler/hot_rows.h"
+#include "synthetic_dataset.h"
 #include "test_util.h"
 
 namespace ember::scheduler {
@@ -21,13 +20,7 @@ class Simulator : public test::TempDirTest {
     data::GenOptions g;
     g.rows = rows;
     g.scale = scale;
-    g.output = dir_ / "g.tsv";
-    data::generate(g);
-    data::PrepOptions p;
-    p.inputs = {g.output};
-    p.output = dir_ / "ds";
-    data::prepare_dataset(p);
-    return p.output;
+    return test::prepare_synthetic(dir_, g);
   }
 };
 

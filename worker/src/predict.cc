@@ -48,17 +48,7 @@ class AtomicOutput {
     }
   }
   void write(const std::string& text) {
-    const char* p = text.data();
-    std::size_t n = text.size();
-    while (fd_ >= 0 && n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw IoError(errno_message("write " + tmp_.string()));
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
-    }
+    if (fd_ >= 0) write_all(fd_, text, tmp_);
   }
   void commit() {
     if (fd_ < 0) return;

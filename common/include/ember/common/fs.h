@@ -11,6 +11,9 @@ namespace ember {
 // Readers see either the old file or the whole new one.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+// Writes all of `bytes` to `fd` (retrying short writes and EINTR); IoError naming `path`.
+void write_all(int fd, std::string_view bytes, const std::filesystem::path& path);
+
 // Reads a whole (small) file. Throws IoError naming the path.
 std::string read_file(const std::filesystem::path& path);
 // Its first `max_bytes` bytes (fewer if it is shorter): a header.

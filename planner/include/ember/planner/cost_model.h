@@ -103,7 +103,4 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
 CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row, const std::string& policy,
                           std::uint64_t sample_iterations, bool shuffle = false, std::uint64_t seed = 1);
 
-// The busiest shard over the mean of `value` (1: balanced; 0 when nothing moves).
-double max_over_mean(const std::vector<ShardCost>& shards, double ShardCost::*value);
-
 }  // namespace ember::planner

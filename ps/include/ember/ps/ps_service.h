@@ -122,7 +122,12 @@ class PsService {
   ShardStore& store() { return store_; }
   // Held while checkpointing; the daemon takes it for its final checkpoint.
   std::mutex& commit_mutex() { return commit_mutex_; }
-  std::uint64_t rows_served() const { return rows_.load(); }
+  // Rows served, all kinds together.
+  std::uint64_t rows_served() const {
+    std::uint64_t n = 0;
+    for (const auto& k : served_.kinds) n += k.rows.load(std::memory_order_relaxed);
+    return n;
+  }
   const ServedCounts& served() const { return served_; }
   // Periodic checkpoints written and failed, and the last iteration one was due at
   // (-1: none yet).
@@ -150,7 +155,6 @@ class PsService {
 
   ShardStore store_;
   std::mutex commit_mutex_;
-  std::atomic<std::uint64_t> rows_{0};
   ServedCounts served_;
   std::atomic<std::int64_t> committed_{-1};     // highest iteration committed
   std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due

@@ -3,6 +3,7 @@
 // the network.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -73,5 +74,18 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
 
 // Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.
 SimResult simulate(const data::Dataset& ds, const SimOptions& options);
+
+// The busiest of `groups` (per-shard counts, per-shard costs) over their mean by `value`,
+// a member pointer or a function of one group: 1 is balanced, 0 when nothing moves.
+template <class T, class F>
+double max_over_mean(const std::vector<T>& groups, F value) {
+  double max = 0, sum = 0;
+  for (const T& g : groups) {
+    const auto v = static_cast<double>(std::invoke(value, g));
+    max = std::max(max, v);
+    sum += v;
+  }
+  return sum > 0 ? max * static_cast<double>(groups.size()) / sum : 0.0;
+}
 
 }  // namespace ember::scheduler

@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--prefetch", o.scheduler.prefetch,
                "mark the pulls a worker may make during the previous iteration (counted as prefetched)");
+  app.add_option("--placement", o.scheduler.placement,
+                 "plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the cache rows (replace --cache-ratio)");
   app.add_option("--eval-every", o.eval_every, "the job's evaluations: flush after every N iterations (0 = at the end only)")
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
@@ -151,9 +153,10 @@ int main(int argc, char** argv) {
     const auto total_rows = scheduler::key_space(ds, o.scheduler.table_rows).back();
     if (!json) {
       std::cout << fmt::format(
-          "{} workers x {} samples, cache {} rows per worker ({:g} of {} rows), {} tables; {} iterations after {} warm-up; "
+          "{} workers x {} samples, cache {} rows per worker ({} of {} rows), {} tables; {} iterations after {} warm-up; "
           "lookahead {}, eviction {}{}\n",
-          o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows, o.scheduler.cache_ratio, total_rows,
+          o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows,
+          o.scheduler.placement.empty() ? fmt::format("{:g}", o.scheduler.cache_ratio) : "placement " + o.scheduler.placement, total_rows,
           ds.num_tables(), o.iterations, o.warmup, o.scheduler.lookahead, o.scheduler.eviction, o.scheduler.prefetch ? ", prefetch" : "");
       std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
@@ -192,6 +195,8 @@ int main(int argc, char** argv) {
                                     {"prefetch", o.scheduler.prefetch},
                                     {"flush_grad", t.flush_grad},
                                     {"flush_value", t.flush_value},
+                                    {"hot_flush", t.hot_flush},
+                                    {"placement", o.scheduler.placement},
                                     {"lookahead", o.scheduler.lookahead},
                                     {"eviction", o.scheduler.eviction},
                                     {"bytes",
@@ -202,39 +207,32 @@ int main(int argc, char** argv) {
                                       {"flush", bytes.flush},
                                       {"total", bytes.total()}}}};
         // Per table (the table of each row's key): the same kinds; they add up to the totals.
+        auto counts = [&](nlohmann::ordered_json head, const scheduler::TrafficCounts& c) {
+          for (auto [k, v] : {std::pair<const char*, std::uint64_t>{"pulls", c.pulls},
+                              {"pushes", c.pushes()},
+                              {"push_grad", c.push_grad},
+                              {"push_value", c.push_value},
+                              {"push_evict", c.push_evict},
+                              {"transmissions", c.transmissions()},
+                              {"hits", c.hits},
+                              {"pull_state", c.pull_state},
+                              {"flush_grad", c.flush_grad},
+                              {"flush_value", c.flush_value},
+                              {"hot_sync", c.hot_sync},
+                              {"hot_flush", c.hot_flush},
+                              {"bytes", scheduler::wire_bytes(c, row).total()}}) {
+            head[k] = v;
+          }
+          return head;
+        };
         auto& tables = j["tables"] = nlohmann::ordered_json::array();
         for (std::size_t ti = 0; ti < r.per_table.size(); ++ti) {
-          const auto& c = r.per_table[ti];
-          tables.push_back({{"name", ds.manifest().tables[ti].name},
-                            {"pulls", c.pulls},
-                            {"pushes", c.pushes()},
-                            {"push_grad", c.push_grad},
-                            {"push_value", c.push_value},
-                            {"push_evict", c.push_evict},
-                            {"transmissions", c.transmissions()},
-                            {"hits", c.hits},
-                            {"pull_state", c.pull_state},
-                            {"flush_grad", c.flush_grad},
-                            {"flush_value", c.flush_value},
-                            {"bytes", scheduler::wire_bytes(c, row).total()}});
+          tables.push_back(counts({{"name", ds.manifest().tables[ti].name}}, r.per_table[ti]));
         }
         // Per PS shard (the shard of each row's key): the rows and bytes it serves, and
         // the busiest shard over the mean.
         auto& shards = j["shards"] = nlohmann::ordered_json::array();
-        for (std::size_t s = 0; s < r.per_shard.size(); ++s) {
-          const auto& c = r.per_shard[s];
-          shards.push_back({{"shard", s},
-                            {"pulls", c.pulls},
-                            {"pushes", c.pushes()},
-                            {"push_grad", c.push_grad},
-                            {"push_value", c.push_value},
-                            {"push_evict", c.push_evict},
-                            {"transmissions", c.transmissions()},
-                            {"pull_state", c.pull_state},
-                            {"flush_grad", c.flush_grad},
-                            {"flush_value", c.flush_value},
-                            {"bytes", scheduler::wire_bytes(c, row).total()}});
-        }
+        for (std::size_t s = 0; s < r.per_shard.size(); ++s) shards.push_back(counts({{"shard", s}}, r.per_shard[s]));
         j["shard_balance"] = {
             {"pulls", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; })},
             {"pushes", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
@@ -275,7 +273,11 @@ int main(int argc, char** argv) {
               scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
               scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
         }
-        if (t.hot_sync > 0) std::cout << fmt::format("{:<10}hot rows all-reduced among workers: {}\n", "", t.hot_sync);
+        if (t.hot_sync > 0) {
+          std::cout << fmt::format(
+              "{:<10}replicated rows all-reduced among workers (summed over workers): {}; written back at flushes: {}\n", "", t.hot_sync,
+              t.hot_flush);
+        }
       }
     }
     return 0;

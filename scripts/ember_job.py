@@ -55,7 +55,7 @@ def settings_of_worker_args(worker_args):
 def summarize(out, job, who="ember-job", quiet=False):
     """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds the settings
     it records: policy, transport, workers, ps, lookahead, eviction, prefetch,
-    overlap_allreduce, refine_allocation, metrics_endpoints, and checkpoint_dir (for the
+    overlap_allreduce, refine_allocation, metrics_endpoints, placement, and checkpoint_dir (for the
     message of a job stopped at a checkpoint). Exits 1 when a worker wrote no summary."""
     out = Path(out)
     workers, policy = job["workers"], job["policy"]
@@ -103,6 +103,11 @@ def summarize(out, job, who="ember-job", quiet=False):
         "transmissions": tot["pulls"] + tot["push_grad"] + tot["push_value"] + tot["push_evict"],
         "hit_rate": tot["hits"] / max(1, tot["hits"] + tot["pulls"]),
         "pull_state": sum(s["pull_state"] for s in summaries),
+        # Replicated rows (a placement's tables, fae's hot rows): all-reduced, written back.
+        "hot_sync": sum(s.get("hot_sync", 0) for s in summaries),
+        "hot_flush": sum(s.get("hot_flush", 0) for s in summaries),
+        "allreduce_bytes": sum(s.get("allreduce_bytes", 0) for s in summaries),
+        "placement": job.get("placement", ""),
         "prefetched": sum(s.get("prefetched", 0) for s in summaries),
         "bytes": bytes_kind, "framed_bytes": framed,
         "lookahead": job["lookahead"], "eviction": job["eviction"],

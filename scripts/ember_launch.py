@@ -210,6 +210,7 @@ class Job:
             cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
                            "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
                            "--lookahead", str(a.lookahead), "--eviction", a.eviction,
+                           *(["--placement", a.placement] if a.placement else []),
                            *(["--prefetch"] if a.prefetch else []), *(["--refine-allocation"] if a.refine_allocation else []), *(["--overlap-allreduce"] if a.overlap_allreduce else []),
                            "--metrics", str(self.out / f"w{w}.jsonl")] + common + metrics_port(a.ps + w) + worker_extra + self.worker_args
             if w == 0 and a.dump_dir:
@@ -274,12 +275,12 @@ class Job:
         job = {"policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
                "lookahead": a.lookahead, "eviction": a.eviction, "prefetch": a.prefetch,
                "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation,
-               "metrics_endpoints": self.metrics_endpoints, "checkpoint_dir": a.checkpoint_dir}
+               "metrics_endpoints": self.metrics_endpoints, "checkpoint_dir": a.checkpoint_dir, "placement": a.placement}
         return summarize(self.out, job, who="ember-launch")
 
 
 # Launcher settings that are paths: in a --config file, relative to the file's directory.
-PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir")
+PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir", "placement")
 # Tables of a --config file: flags for every ember-ps, every ember-worker.
 ARG_TABLES = ("ember-ps", "ember-worker")
 
@@ -383,6 +384,8 @@ def main():
                    help="laia, herald: refine LAIA's allocation by swaps that move fewer rows")
     p.add_argument("--overlap-allreduce", action=argparse.BooleanOptionalAction, default=False,
                    help="sum the dense gradients while the PS exchange runs")
+    p.add_argument("--placement", default="", help="plan file (ember-plan --plan-out) every worker executes: per table cache, "
+                   "replicated or uncached, and the cache rows (docs/planner.md)")
     p.add_argument("--out", default="", help="directory for logs, metrics and summary.json (required)")
     p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
     p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad'); {shard} becomes the shard's index")

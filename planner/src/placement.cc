@@ -12,25 +12,6 @@
 
 namespace ember::planner {
 
-const char* treatment_name(Treatment t) {
-  switch (t) {
-    case Treatment::kCache:
-      return "cache";
-    case Treatment::kReplicated:
-      return "replicated";
-    case Treatment::kUncached:
-      return "uncached";
-  }
-  return "?";
-}
-
-Treatment parse_treatment(const std::string& s) {
-  for (Treatment t : {Treatment::kCache, Treatment::kReplicated, Treatment::kUncached}) {
-    if (s == treatment_name(t)) return t;
-  }
-  throw ConfigError("unknown treatment '" + s + "' (cache, replicated, uncached)");
-}
-
 std::vector<TableShape> table_shapes(const Frequencies& f, const Topology& topo) {
   const double n = static_cast<double>(f.samples);
   const double b = topo.batch_per_worker, g = static_cast<double>(topo.workers) * topo.batch_per_worker;
@@ -103,35 +84,37 @@ const CostEstimate* Placement::model_at(std::uint32_t cache_rows) {
 PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
   PlanCost pc;
   const double W = in_.workers, S = in_.shards;
-  double rep = 0, staging = 0, nonrep_rows = 0;
+  // As the worker allocates: the replicated tables whole, b staging slots per uncached
+  // table, and the cache the cached tables share (at least a micro-batch's rows of each).
+  double rep = 0, need = 0, cached_rows = 0, staging = 0;
   bool any_cache = false;
   for (std::size_t t = 0; t < plan.size(); ++t) {
     if (plan[t] == Treatment::kReplicated) {
       rep += replicated_bytes(t);
+    } else if (plan[t] == Treatment::kUncached) {
+      staging += in_.batch_per_worker;
     } else {
-      staging += static_cast<double>(std::min<std::uint64_t>(in_.tables[t].rows, in_.batch_per_worker));
-      nonrep_rows += static_cast<double>(in_.tables[t].rows);
-      any_cache = any_cache || plan[t] == Treatment::kCache;
+      need += static_cast<double>(std::min<std::uint64_t>(in_.tables[t].rows, in_.batch_per_worker));
+      cached_rows += static_cast<double>(in_.tables[t].rows);
+      any_cache = true;
     }
   }
-  const double left = static_cast<double>(in_.memory) - rep;
+  const double left = static_cast<double>(in_.memory) - rep - staging * slot_bytes();
   const double slots = left > 0 ? std::floor(left / slot_bytes()) : 0.0;
-  pc.cache_rows = static_cast<std::uint32_t>(std::min({slots, nonrep_rows, 4e9}));
-  pc.memory = static_cast<std::uint64_t>(std::ceil(rep + pc.cache_rows * slot_bytes()));
-  pc.feasible = left >= 0 && static_cast<double>(pc.cache_rows) >= staging;
+  pc.cache_rows = static_cast<std::uint32_t>(std::min({slots, cached_rows, 4e9}));
+  pc.memory = static_cast<std::uint64_t>(std::ceil(rep + (pc.cache_rows + staging) * slot_bytes()));
+  pc.feasible = left >= 0 && static_cast<double>(pc.cache_rows) >= need;
   pc.tables.resize(plan.size());
-  if (!pc.feasible) {
-    pc.worker_link = pc.ps_link = pc.total = std::numeric_limits<double>::infinity();
+  auto infeasible = [&pc] {
+    pc.feasible = false;
+    pc.worker_link = pc.ps_link = pc.total = pc.worker_s = pc.ps_s = std::numeric_limits<double>::infinity();
     return pc;
-  }
+  };
+  if (!pc.feasible) return infeasible();
   const CostEstimate* est = nullptr;
   if (any_cache) {
     est = model_at(pc.cache_rows);
-    if (est == nullptr) {
-      pc.feasible = false;
-      pc.worker_link = pc.ps_link = pc.total = std::numeric_limits<double>::infinity();
-      return pc;
-    }
+    if (est == nullptr) return infeasible();
     pc.modelled_cache = est->cache_rows;
   }
   const auto& f = in_.row;
@@ -158,11 +141,11 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
         break;
       }
       case Treatment::kReplicated: {
-        // Ring all-reduce of the global batch's distinct rows (key + gradient), or of the
-        // whole table dense, whichever is fewer bytes: 2 (W - 1) / W of it per worker link.
-        const double sparse = sh.distinct_global * (8 + 4.0 * f.dim), dense = static_cast<double>(sh.rows) * 4.0 * f.dim;
-        o.rows = sparse <= dense ? sh.distinct_global : static_cast<double>(sh.rows);
-        o.worker_link = std::min(sparse, dense) * 2 * (W - 1) / W;
+        // Ring all-reduce of the gradients of the global batch's distinct rows, E(n) of
+        // them: every worker knows which from the shared plan, so no keys travel, and it
+        // is never more than the whole table dense. 2 (W - 1) / W of it per worker link.
+        o.rows = sh.distinct_global;
+        o.worker_link = sh.distinct_global * 4.0 * f.dim * 2 * (W - 1) / W;
         o.bytes = o.worker_link * W;
         o.ps_link = 0;
         o.memory = replicated_bytes(t);
@@ -173,13 +156,15 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
     pc.ps_link += o.ps_link;
     pc.total += o.bytes;
   }
+  pc.worker_s = pc.worker_link * 8 / (in_.worker_mbit * 1e6);
+  pc.ps_s = pc.ps_link * 8 / (in_.ps_mbit * 1e6);
   return pc;
 }
 
 bool better(const PlanCost& a, const PlanCost& b) {
   if (a.feasible != b.feasible) return a.feasible;
   if (!a.feasible) return false;
-  const double x = a.busiest(), y = b.busiest();
+  const double x = a.busiest_s(), y = b.busiest_s();
   if (x < y * (1 - 1e-12)) return true;
   if (y < x * (1 - 1e-12)) return false;
   return a.total < b.total * (1 - 1e-12);
@@ -286,60 +271,6 @@ std::vector<Treatment> Placement::search(const std::vector<Treatment>& seed, std
   auto x = improve(states.front().first);
   auto y = improve(seed);
   return better(y.second, x.second) ? y.first : x.first;
-}
-
-void write_plan(const std::filesystem::path& path, const PlanFile& plan) {
-  nlohmann::ordered_json j;
-  j["format"] = kPlanFormat;
-  j["cache_rows"] = plan.cache_rows;
-  auto& arr = j["tables"] = nlohmann::ordered_json::array();
-  for (std::size_t t = 0; t < plan.names.size(); ++t) {
-    arr.push_back({{"name", plan.names[t]}, {"rows", plan.rows[t]}, {"treatment", treatment_name(plan.treatments[t])}});
-  }
-  std::ofstream out(path);
-  if (!out) throw IoError("cannot write " + path.string());
-  out << j.dump(1) << "\n";
-  if (!out) throw IoError("cannot write " + path.string());
-}
-
-PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds) {
-  std::ifstream in(path);
-  if (!in) throw IoError("cannot read plan " + path.string());
-  const std::string p = "plan " + path.string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(p + " is not JSON: " + std::string(e.what()));
-  }
-  PlanFile plan;
-  try {
-    if (j.at("format").get<int>() != kPlanFormat) {
-      throw ConfigError(p + " has format " + j.at("format").dump() + ", this ember reads " + std::to_string(kPlanFormat));
-    }
-    plan.cache_rows = j.at("cache_rows").get<std::uint32_t>();
-    for (const auto& t : j.at("tables")) {
-      plan.names.push_back(t.at("name").get<std::string>());
-      plan.rows.push_back(t.at("rows").get<std::uint64_t>());
-      plan.treatments.push_back(parse_treatment(t.at("treatment").get<std::string>()));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw ConfigError(p + ": " + std::string(e.what()));
-  }
-  const auto& tables = ds.manifest().tables;
-  for (std::size_t t = 0; t < std::max(tables.size(), plan.names.size()); ++t) {
-    const std::string at = " (table " + std::to_string(t + 1) + ")";
-    if (t >= plan.names.size()) throw ConfigError(p + " lacks the dataset's table " + tables[t].name + at);
-    if (t >= tables.size()) throw ConfigError(p + " has table " + plan.names[t] + at + " that the dataset does not have");
-    if (plan.names[t] != tables[t].name) {
-      throw ConfigError(p + " names table " + plan.names[t] + at + " where the dataset has " + tables[t].name);
-    }
-    if (plan.rows[t] != tables[t].rows) {
-      throw ConfigError(p + ": table " + plan.names[t] + " has " + std::to_string(plan.rows[t]) + " rows, the dataset's " +
-                        std::to_string(tables[t].rows));
-    }
-  }
-  return plan;
 }
 
 std::uint64_t parse_bytes(const std::string& s) {

@@ -21,18 +21,26 @@
 namespace {
 using namespace ember;
 
-nlohmann::ordered_json cost_json(const planner::PlanCost& c, double mbit) {
-  return {{"busiest_bytes", c.busiest()}, {"worker_link_bytes", c.worker_link},        {"ps_link_bytes", c.ps_link},
-          {"total_bytes", c.total},       {"seconds", c.busiest() * 8 / (mbit * 1e6)}, {"memory", c.memory},
-          {"cache_rows", c.cache_rows},   {"modelled_cache_rows", c.modelled_cache}};
+nlohmann::ordered_json cost_json(const planner::PlanCost& c) {
+  return {{"busiest_link", c.worker_busiest() ? "worker" : "ps"},
+          {"busiest_bytes", c.busiest()},
+          {"worker_link_bytes", c.worker_link},
+          {"ps_link_bytes", c.ps_link},
+          {"total_bytes", c.total},
+          {"seconds", c.busiest_s()},
+          {"worker_link_seconds", c.worker_s},
+          {"ps_link_seconds", c.ps_s},
+          {"memory", c.memory},
+          {"cache_rows", c.cache_rows},
+          {"modelled_cache_rows", c.modelled_cache}};
 }
 
-std::string summary(const std::string& label, const planner::PlanCost& c, double mbit) {
+std::string summary(const std::string& label, const planner::PlanCost& c) {
   return fmt::format(
-      "{:<28} busiest link {:>10.1f} KB ({}), {:>8.3f} ms at {} Mbit/s; worker link {:.1f} KB, PS link {:.1f} KB; "
+      "{:<28} busiest link {:>10.1f} KB ({}), {:>8.3f} ms; worker link {:.1f} KB ({:.3f} ms), PS link {:.1f} KB ({:.3f} ms); "
       "memory {:.1f} MB (cache {} rows, modelled at {})\n",
-      label, c.busiest() / 1e3, c.worker_link >= c.ps_link ? "worker" : "PS", c.busiest() * 8 / (mbit * 1e6) * 1e3, mbit,
-      c.worker_link / 1e3, c.ps_link / 1e3, static_cast<double>(c.memory) / (1 << 20), c.cache_rows, c.modelled_cache);
+      label, c.busiest() / 1e3, c.worker_busiest() ? "worker" : "PS", c.busiest_s() * 1e3, c.worker_link / 1e3, c.worker_s * 1e3,
+      c.ps_link / 1e3, c.ps_s * 1e3, static_cast<double>(c.memory) / (1 << 20), c.cache_rows, c.modelled_cache);
 }
 
 void print_plan(const std::string& label, const planner::Placement& pl, const planner::PlanCost& c) {
@@ -48,8 +56,8 @@ void print_plan(const std::string& label, const planner::Placement& pl, const pl
 }
 
 int plan_placement(const data::Dataset& ds, const planner::Topology& topo, scheduler::RowFormat row, const std::string& policy,
-                   bool analytic, const std::string& order, std::uint64_t sample, std::uint64_t seed, std::uint64_t memory, double mbit,
-                   const std::string& plan_out, bool json) {
+                   bool analytic, const std::string& order, std::uint64_t sample, std::uint64_t seed, std::uint64_t memory, double ps_mbit,
+                   double worker_mbit, const std::string& plan_out, const std::string& greedy_out, bool json) {
   const planner::Frequencies f = planner::load_frequencies(ds);
   planner::PlacementInput in;
   in.tables = planner::table_shapes(f, topo);
@@ -58,6 +66,8 @@ int plan_placement(const data::Dataset& ds, const planner::Topology& topo, sched
   in.shards = topo.shards;
   in.row = row;
   in.memory = memory;
+  in.ps_mbit = ps_mbit;
+  in.worker_mbit = worker_mbit;
   double model_seconds = 0;
   in.cache_model = [&](double ratio) {
     planner::Topology t = topo;
@@ -88,30 +98,34 @@ int plan_placement(const data::Dataset& ds, const planner::Topology& topo, sched
   for (const std::string key : {"size", "lookups", "size_x_lookups"}) {
     auto plan = pl.greedy(pl.order_by(key));
     planner::PlanCost c = pl.evaluate(plan);
-    greedy_json[key] = cost_json(c, mbit);
+    greedy_json[key] = cost_json(c);
     greedies.emplace_back(key, c);
     if (best_greedy.empty() || planner::better(c, best_greedy_cost)) best_greedy = plan, best_greedy_cost = c, best_order = key;
   }
   const auto searched = pl.search(best_greedy);
   const planner::PlanCost searched_cost = pl.evaluate(searched);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!plan_out.empty()) {
+  auto write = [&](const std::string& path, const std::vector<planner::Treatment>& plan, const planner::PlanCost& cost) {
+    if (path.empty()) return;
     planner::PlanFile pf;
     for (const auto& t : pl.input().tables) pf.names.push_back(t.name), pf.rows.push_back(t.rows);
-    pf.treatments = searched;
-    pf.cache_rows = searched_cost.cache_rows;
-    planner::write_plan(plan_out, pf);
-  }
+    pf.treatments = plan;
+    pf.cache_rows = cost.cache_rows;
+    planner::write_plan(path, pf);
+  };
+  write(plan_out, searched, searched_cost);
+  write(greedy_out, best_greedy, best_greedy_cost);
   const std::string model = analytic ? "vanilla (analytic, " + order + " order)" : policy + " (SAMPLED by the simulator)";
   if (json) {
     nlohmann::ordered_json j = {{"policy", model},
                                 {"memory", memory},
                                 {"min_memory", least},
-                                {"link_mbit", mbit},
-                                {"all_cache", cost_json(all_cost, mbit)},
+                                {"ps_link_mbit", ps_mbit},
+                                {"worker_link_mbit", worker_mbit},
+                                {"all_cache", cost_json(all_cost)},
                                 {"greedy", greedy_json},
                                 {"best_greedy", best_order},
-                                {"searched", cost_json(searched_cost, mbit)},
+                                {"searched", cost_json(searched_cost)},
                                 {"model_runs", pl.model_runs()},
                                 {"model_seconds", model_seconds},
                                 {"search_seconds", seconds}};
@@ -125,14 +139,16 @@ int plan_placement(const data::Dataset& ds, const planner::Topology& topo, sched
     return 0;
   }
   std::cout << fmt::format(
-      "PREDICTED by the model (not executed: the worker has no treatments yet); PS + cache from {}; {} workers x {} samples, {} PS "
+      "PREDICTED by the model (execute the plan with --placement on ember-worker, ember-sim or the launcher); PS + cache from {}; {} "
+      "workers x {} samples, {} PS "
       "shard(s); memory {} bytes per worker (least feasible {}); {} cache model runs ({:.2f} s), search {:.2f} s\n",
       model, topo.workers, topo.batch_per_worker, topo.shards, memory, least, pl.model_runs(), model_seconds, seconds);
   print_plan("best greedy (by " + best_order + "):", pl, best_greedy_cost);
   print_plan("searched (beam + local moves):", pl, searched_cost);
-  std::cout << summary("all on PS + cache:", all_cost, mbit);
-  for (const auto& [key, c] : greedies) std::cout << summary("greedy by " + key + ":", c, mbit);
-  std::cout << summary("searched:", searched_cost, mbit);
+  std::cout << fmt::format("links: {} Mbit/s per PS shard, {} Mbit/s per worker\n", ps_mbit, worker_mbit);
+  std::cout << summary("all on PS + cache:", all_cost);
+  for (const auto& [key, c] : greedies) std::cout << summary("greedy by " + key + ":", c);
+  std::cout << summary("searched:", searched_cost);
   return 0;
 }
 }  // namespace
@@ -167,13 +183,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
   app.add_flag("--json", json, "one JSON object");
-  std::string memory_arg, plan_out;
-  double link_mbit = 1000;
+  std::string memory_arg, plan_out, greedy_out;
+  double link_mbit = 1000, worker_link_mbit = 0;
   app.add_option("--memory", memory_arg,
                  "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
                  "plus one shared LRU of the rest");
-  app.add_option("--link-mbit", link_mbit, "with --memory: each link's rate in Mbit/s, for the predicted time")->capture_default_str();
-  app.add_option("--plan-out", plan_out, "with --memory: write the searched plan as JSON here");
+  app.add_option("--link-mbit", link_mbit, "with --memory: each link's rate in Mbit/s (the PS shards', and the workers' unless given)")
+      ->capture_default_str();
+  app.add_option("--worker-link-mbit", worker_link_mbit,
+                 "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's");
+  app.add_option("--plan-out", plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)");
+  app.add_option("--greedy-out", greedy_out, "with --memory: write the best greedy plan as JSON here");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -185,11 +205,12 @@ int main(int argc, char** argv) {
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     data::Dataset ds = data::Dataset::open(data_dir, {false});
     const bool analytic = scheduler::parse_policy(policy).name() == "vanilla";
-    if (!plan_out.empty() && memory_arg.empty()) throw ConfigError("--plan-out needs --memory");
+    if ((!plan_out.empty() || !greedy_out.empty()) && memory_arg.empty()) throw ConfigError("--plan-out and --greedy-out need --memory");
     if (!memory_arg.empty()) {
       if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
-      return plan_placement(ds, topo, row, policy, analytic, order, sample, seed, planner::parse_bytes(memory_arg), link_mbit, plan_out,
-                            json);
+      if (worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
+      return plan_placement(ds, topo, row, policy, analytic, order, sample, seed, planner::parse_bytes(memory_arg), link_mbit,
+                            worker_link_mbit > 0 ? worker_link_mbit : link_mbit, plan_out, greedy_out, json);
     }
     planner::CostEstimate est;
     std::uint64_t samples = ds.split(data::Split::kTrain).rows();

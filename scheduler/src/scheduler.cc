@@ -55,11 +55,12 @@ struct Scheduler::Scratch {
   std::vector<std::uint16_t> scores;           // sample * W + w
   std::vector<std::uint32_t> worker_of;
   std::vector<TrafficCounts> per_worker;
-  std::vector<std::uint32_t> hot_keys;  // distinct replicated hot rows of the batch (d of index)
-  std::vector<std::uint8_t> owner_d;    // d -> latest holder before the iteration
-  std::vector<std::uint8_t> partial_d;  // d -> had partial holders before the iteration
-  std::vector<std::uint8_t> hot_d;      // d -> replicated hot row
-  std::vector<std::uint8_t> cold_d;     // d -> no earlier iteration used the row
+  std::vector<std::uint32_t> hot_keys;   // distinct replicated hot rows of the batch (d of index)
+  std::vector<std::uint8_t> owner_d;     // d -> latest holder before the iteration
+  std::vector<std::uint8_t> partial_d;   // d -> had partial holders before the iteration
+  std::vector<std::uint8_t> hot_d;       // d -> replicated hot row
+  std::vector<std::uint8_t> cold_d;      // d -> no earlier iteration used the row
+  std::vector<std::uint8_t> uncached_d;  // d -> of an uncached table (staged, not cached)
 };
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -83,10 +84,23 @@ Scheduler::Scheduler(SchedulerConfig config)
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
   std::uint32_t capacity = c.cache_rows;
+  if (c.policy.replicates_hot_rows() && c.hot.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
+  if (!c.hot.empty() && c.hot.size() != c.num_keys) throw ConfigError("the replicated rows must be given for every key");
+  if (!c.uncached.empty() && c.uncached.size() != c.num_keys) throw ConfigError("the uncached rows must be given for every key");
+  if (!c.treatments.empty() && c.treatments.size() != tables_) throw ConfigError("a placement must give every table a treatment");
+  if (c.policy.sync() == Sync::kBoundedStaleness && (!c.treatments.empty() || !c.uncached.empty())) {
+    throw ConfigError("a placement does not apply to " + c.policy.name() + ": its copies are kept by version, not by treatment");
+  }
   if (c.policy.replicates_hot_rows()) {
-    if (c.hot.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
-    std::uint64_t hot = static_cast<std::uint64_t>(std::count(c.hot.begin(), c.hot.end(), 1));
-    // Hot rows are replicated on every worker and take their share of the cache.
+    // fae's hot rows are replicated on every worker and take their share of the cache (a
+    // replicated table's rows do not: the plan gives them memory of their own).
+    std::uint64_t hot = 0;
+    for (std::uint32_t t = 0; t < tables_; ++t) {
+      if (!c.treatments.empty() && c.treatments[t] == Treatment::kReplicated) continue;
+      const Key end = t + 1 < tables_ ? c.table_offsets[t + 1] : c.num_keys;
+      hot += static_cast<std::uint64_t>(
+          std::count(c.hot.begin() + static_cast<std::ptrdiff_t>(c.table_offsets[t]), c.hot.begin() + static_cast<std::ptrdiff_t>(end), 1));
+    }
     if (hot >= capacity)
       throw ConfigError("fae: the hot set (" + std::to_string(hot) + " rows) fills the whole cache of " + std::to_string(capacity) +
                         " rows");
@@ -105,6 +119,7 @@ Scheduler::Scheduler(SchedulerConfig config)
   doi_.assign(tables_, 0.0);
   if (c.budget_ms > 0) access_.assign(c.num_keys, 0);
   seen_.assign((c.num_keys + 7) / 8, 0);
+  if (c.replicates()) replica_trained_.assign(c.num_keys, 0);
   if (c.prefetch) pushed_.assign((c.num_keys + 7) / 8, 0);
 }
 
@@ -124,6 +139,8 @@ Scheduler::Scheduler(const Scheduler& o)
       table_cost_ms_(o.table_cost_ms_),
       pushed_(o.pushed_),
       pushed_keys_(o.pushed_keys_),
+      replica_trained_(o.replica_trained_),
+      replica_trained_keys_(o.replica_trained_keys_),
       planned_(o.planned_),
       window_(o.window_ ? std::make_unique<Window>(*o.window_) : nullptr),
       scratch_(std::make_unique<Scratch>()) {
@@ -132,7 +149,7 @@ Scheduler::Scheduler(const Scheduler& o)
 
 std::size_t Scheduler::memory_bytes() const {
   std::size_t b = loc_.memory_bytes() + access_.capacity() * sizeof(std::uint32_t) + ps_version_.capacity() * sizeof(std::uint32_t) +
-                  seen_.capacity() + pushed_.capacity();
+                  seen_.capacity() + pushed_.capacity() + replica_trained_.capacity();
   for (const auto& l : lru_) b += l->memory_bytes();
   for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
   if (window_) b += window_->memory_bytes();
@@ -151,7 +168,7 @@ void Scheduler::look_ahead(const GlobalBatch& batch) {
   }
   // A row the window did not need before and a coming batch needs now: its cached copies
   // (the latest holder's, or the partial holders') leave the LRU order, kept by next use.
-  const bool replicate_hot = config_.policy.replicates_hot_rows();
+  const bool replicate_hot = config_.replicates();
   window_->add(batch, [&](Key k, std::uint32_t next_use) {
     if (replicate_hot && config_.hot[k]) return;
     auto keep = [&](std::uint32_t w) {
@@ -195,13 +212,15 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
   const std::uint32_t n = batch.samples, T = batch.tables;
   if (T != tables_)
     throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables_));
-  const bool replicate_hot = config_.policy.replicates_hot_rows();
+  const bool replicate_hot = config_.replicates();
+  const bool uncached = !config_.uncached.empty();
   s.index.clear();
   // Sized by the last batch's distinct rows: a small table stays in L2 (it grows when
   // needed).
   s.index.reserve(2 * s.keys.size() + 1024);
   s.keys.clear();
   s.hot_d.clear();
+  s.uncached_d.clear();
   s.dpos.resize(static_cast<std::size_t>(n) * T);
   for (std::size_t j = 0; j < s.dpos.size(); ++j) {
     const Key k = batch.keys[j];
@@ -211,6 +230,7 @@ void Scheduler::index_batch(const GlobalBatch& batch) {
     if (fresh) {
       s.keys.push_back(k);
       s.hot_d.push_back(replicate_hot && config_.hot[k]);
+      s.uncached_d.push_back(uncached && config_.uncached[k]);
       loc_.prefetch(k);
     }
     s.dpos[j] = *d;
@@ -499,7 +519,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   const Policy& policy = config_.policy;
   const bool on_demand = policy.sync() == Sync::kOnDemand;
   const bool bounded_staleness = policy.sync() == Sync::kBoundedStaleness;
-  const bool replicate_hot = policy.replicates_hot_rows();
+  const bool replicate_hot = config_.replicates();
   if (n != W * B) {
     throw ConfigError("global batch of " + std::to_string(n) + " samples; expected workers x batch-per-worker = " + std::to_string(W * B));
   }
@@ -536,18 +556,20 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   for (std::uint32_t w = 0; w < W; ++w) {
     auto& kw = s.kw[w];
     kw.clear();
+    std::size_t staged = 0;
     for (std::uint32_t i : plans[w].samples) {
       for (std::uint32_t t = 0; t < T; ++t) {
         std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
         if (s.stamp[d] == w + 1 || (replicate_hot && s.hot_d[d])) continue;
         s.stamp[d] = w + 1;
         kw.push_back(d);
+        staged += s.uncached_d[d];
       }
     }
-    if (kw.size() > lru_[w]->capacity()) {
-      throw ConfigError("the cache of " + std::to_string(lru_[w]->capacity()) + " rows cannot hold the " + std::to_string(kw.size()) +
-                        " distinct rows of worker " + std::to_string(w) + "'s micro-batch (iteration " + std::to_string(iteration_) +
-                        "); raise --cache-ratio or lower --batch-per-worker");
+    if (kw.size() - staged > lru_[w]->capacity()) {
+      throw ConfigError("the cache of " + std::to_string(lru_[w]->capacity()) + " rows cannot hold the " +
+                        std::to_string(kw.size() - staged) + " distinct rows of worker " + std::to_string(w) +
+                        "'s micro-batch (iteration " + std::to_string(iteration_) + "); raise --cache-ratio or lower --batch-per-worker");
     }
   }
   s.per_worker.assign(W, TrafficCounts{});
@@ -601,6 +623,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     TrafficCounts& c = s.per_worker[w];
     const auto& kw = s.kw[w];
     plan.rows.resize(kw.size());
+    std::uint32_t next_staging = config_.cache_rows;  // uncached rows' slots, past the cache's
     // Index entries 16 rows ahead; for hits, their list nodes 8 ahead (found early and
     // kept in plan.rows until used).
     constexpr std::size_t kFar = 16, kNear = 8;
@@ -618,14 +641,16 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       const std::uint32_t d = kw[j];
       const Key k = s.keys[d];
       std::uint32_t slot = kNoSlot;
-      if (bounded_staleness) {
+      if (s.uncached_d[d]) {
+        // Never cached: no hit, and the LRU never sees it.
+      } else if (bounded_staleness) {
         std::uint32_t cs = lru.find(k);
         if (cs != kNoSlot && ps_version_[k] - copy_version_[w][cs] <= S) slot = cs;
       } else if (s.owner_d[d] == w) {
         // Latest at w before the iteration, and w needs it now: still there.
         slot = plan.rows[j].slot;
       }
-      plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d]))};
+      plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d])), s.uncached_d[d] != 0};
       if (slot != kNoSlot) {
         // By next use, this iteration's rows are held (never evicted) until all are in.
         if (by_next_use) {
@@ -642,7 +667,9 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       const Key k = row.key;
       PullEntry pull{k, kNoSlot, 0, EvictKind::kNone};
       std::uint32_t stale = bounded_staleness ? lru.find(k) : kNoSlot;
-      if (stale != kNoSlot) {
+      if (row.uncached) {
+        pull.slot = next_staging++;
+      } else if (stale != kNoSlot) {
         // A copy too many versions behind is refreshed in place.
         lru.touch(stale);
         pull.slot = stale;
@@ -674,7 +701,8 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
         loc_.add_holder(k, w);
       }
       row.slot = pull.slot;
-      pull.with_state = bounded_staleness || !row.shared();
+      // An uncached row's gradient always goes to the PS, which applies the optimizer.
+      pull.with_state = bounded_staleness || (!row.shared() && !row.uncached);
       pull.prefetch = prefetch && !was_pushed(k);
       plan.pulls.push_back(pull);
       ++c.pulls;
@@ -694,7 +722,9 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
           lru.release(row.slot, window_->next_use(row.key));
         }
       }
-      for (const PullEntry& p : plan.pulls) lru.release(p.slot, window_->next_use(p.key));
+      for (const PullEntry& p : plan.pulls) {
+        if (p.slot < config_.cache_rows) lru.release(p.slot, window_->next_use(p.key));  // staged rows are not the LRU's
+      }
     }
     for (std::size_t j = 0; j < kw.size(); ++j) s.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
   };
@@ -728,10 +758,24 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
     }
     const Key k = s.keys[d];
     const std::uint64_t U = s.umask[d];
-    if (replicate_hot && s.hot_d[d]) continue;
+    if (replicate_hot && s.hot_d[d]) {
+      if (!replica_trained_[k]) replica_trained_keys_.push_back(k);
+      replica_trained_[k] = 1;
+      continue;
+    }
+    auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
+    if (s.uncached_d[d]) {
+      // Every trainer pushes its gradient (the PS applies the sum) and drops the copy.
+      for_each_bit(U, [&](std::uint32_t w) {
+        plans[w].end_pushes.push_back({k, slot_of(w)});
+        plans[w].drops.push_back({k, slot_of(w)});
+        ++s.per_worker[w].push_grad;
+      });
+      if (config_.prefetch) note_pushed(k);
+      continue;
+    }
     const std::uint32_t w0 = static_cast<std::uint32_t>(std::countr_zero(U));
     const bool sole = std::popcount(U) == 1;
-    auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
     if (bounded_staleness) {
       ++ps_version_[k];
       for_each_bit(U, [&](std::uint32_t w) {
@@ -785,7 +829,12 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   }
   for (std::uint32_t d = 0; d < D; ++d) seen_[s.keys[d] >> 3] |= static_cast<std::uint8_t>(1u << (s.keys[d] & 7));
   for (const auto& c : s.per_worker) st.traffic += c;
-  st.traffic.hot_sync = s.hot_keys.size();
+  // Every worker all-reduces the batch's replicated rows.
+  for (std::uint32_t w = 0; w < W; ++w) {
+    plans[w].replicated.resize(s.hot_keys.size());
+    for (std::size_t j = 0; j < s.hot_keys.size(); ++j) plans[w].replicated[j] = s.keys[s.hot_keys[j]];
+  }
+  st.traffic.hot_sync = static_cast<std::uint64_t>(W) * s.hot_keys.size();
   ++iteration_;
   planned_ = true;
   return st;
@@ -824,6 +873,14 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
       for (const KeySlot& v : plan.push_values) note_pushed(v.key);
       for (const KeySlot& g : plan.push_grads) note_pushed(g.key);
     }
+  }
+  // Worker 0 writes the replicated rows trained since the last flush back to the PS (the
+  // replicas agree). Nobody pulls them before the next flush, so prefetch is unaffected.
+  if (!replica_trained_keys_.empty()) {
+    plans[0].replica_flush = replica_trained_keys_;
+    c.hot_flush = replica_trained_keys_.size();
+    for (Key k : replica_trained_keys_) replica_trained_[k] = 0;
+    replica_trained_keys_.clear();
   }
   return c;
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ember/common/error.h"
+#include "ember/common/types.h"
 #include "ember/scheduler/hot_rows.h"
 
 namespace ember::scheduler {
@@ -70,7 +71,39 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   }
   check_lookahead(c);
   if (c.policy.replicates_hot_rows()) c.hot = profile_hot_rows(ds, o, c.policy.hot_fraction());
+  if (!o.placement.empty()) apply_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
   return c;
+}
+
+void apply_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c) {
+  if (c.policy.sync() == Sync::kBoundedStaleness) {
+    throw ConfigError(what + " does not apply to " + c.policy.name() + ": its copies are kept by version, not by treatment");
+  }
+  if (plan.treatments.size() != c.table_offsets.size()) {
+    throw ConfigError(what + " has " + std::to_string(plan.treatments.size()) + " tables, the job " +
+                      std::to_string(c.table_offsets.size()));
+  }
+  c.treatments = plan.treatments;
+  if (plan.cache_rows > 0) c.cache_rows = plan.cache_rows;
+  for (std::size_t t = 0; t < c.treatments.size(); ++t) {
+    const Key begin = c.table_offsets[t], end = t + 1 < c.table_offsets.size() ? c.table_offsets[t + 1] : c.num_keys;
+    if (c.treatments[t] == Treatment::kReplicated) {
+      if (c.hot.empty()) c.hot.assign(c.num_keys, 0);
+      std::fill(c.hot.begin() + static_cast<std::ptrdiff_t>(begin), c.hot.begin() + static_cast<std::ptrdiff_t>(end), 1);
+    } else if (c.treatments[t] == Treatment::kUncached) {
+      if (c.uncached.empty()) c.uncached.assign(c.num_keys, 0);
+      std::fill(c.uncached.begin() + static_cast<std::ptrdiff_t>(begin), c.uncached.begin() + static_cast<std::ptrdiff_t>(end), 1);
+    }
+  }
+  // fae's hot rows of an uncached table are replicated: the replica wins.
+  if (!c.uncached.empty() && !c.hot.empty()) {
+    for (Key k = 0; k < c.num_keys; ++k) c.uncached[k] &= static_cast<std::uint8_t>(c.hot[k] == 0);
+  }
+}
+
+std::uint32_t SchedulerConfig::staging_rows() const {
+  const auto n = static_cast<std::uint32_t>(std::count(treatments.begin(), treatments.end(), Treatment::kUncached));
+  return n * batch_per_worker;
 }
 
 std::vector<std::uint64_t> key_space(const data::Dataset& ds, const std::vector<std::uint64_t>& table_rows) {

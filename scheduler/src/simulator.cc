@@ -36,6 +36,10 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
     if (e.prefetch) h = mix64(h ^ 0x9f);  // (plans without prefetch hash as before)
   }
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
+  // (plans without replicated rows hash as before)
+  for (const auto* list : {&p.replicated, &p.replica_flush}) {
+    if (!list->empty()) h = hash_vec(*list, mix64(h + list->size()));
+  }
   return h;
 }
 
@@ -57,8 +61,10 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
     if (flush) {
       for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
       for (const KeySlot& ks : p.push_values) ++of(ks.key).flush_value;
+      for (Key k : p.replica_flush) ++of(k).hot_flush;
       continue;
     }
+    for (Key k : p.replicated) ++of(k).hot_sync;
     for (const KeySlot& ks : p.push_grads) ++of(ks.key).push_grad;
     for (const KeySlot& ks : p.end_pushes) ++of(ks.key).push_grad;
     for (const KeySlot& ks : p.push_values) ++of(ks.key).push_value;
@@ -136,6 +142,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
       }
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;
+      st.traffic.hot_flush += f.hot_flush;
     }
     if (counted) {
       r.traffic += st.traffic;

@@ -12,6 +12,8 @@ void StepPlan::clear() {
   rows.clear();
   end_pushes.clear();
   drops.clear();
+  replicated.clear();
+  replica_flush.clear();
 }
 
 TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
@@ -27,6 +29,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   evict_partial += o.evict_partial;
   flush_grad += o.flush_grad;
   flush_value += o.flush_value;
+  hot_flush += o.hot_flush;
   return *this;
 }
 
@@ -40,7 +43,7 @@ WireBytes wire_bytes(const TrafficCounts& c, RowFormat f) {
   b.push_grad = grad_bytes(c.push_grad, f);
   b.push_value = value_bytes(c.push_value, f);
   b.push_evict = value_bytes(c.push_evict - c.evict_partial, f) + grad_bytes(c.evict_partial, f);
-  b.flush = value_bytes(c.flush_value, f) + grad_bytes(c.flush_grad, f);
+  b.flush = value_bytes(c.flush_value + c.hot_flush, f) + grad_bytes(c.flush_grad, f);
   return b;
 }
 

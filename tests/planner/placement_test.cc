@@ -56,22 +56,25 @@ TEST(Placement, TreatmentsMemoryAndLinks) {
   EXPECT_DOUBLE_EQ(pl.replicated_bytes(0), 1000 * 128);
   EXPECT_EQ(pl.min_memory(), (64 + 10) * 128u);  // b rows of big, all 10 of tiny
 
-  // big replicated, tiny uncached: the cache is what is left, capped at tiny's rows.
+  // big replicated, tiny uncached: no cache, b staging slots for tiny.
   PlanCost c = pl.evaluate({Treatment::kReplicated, Treatment::kUncached});
   ASSERT_TRUE(c.feasible);
   EXPECT_EQ(model_calls, 0);  // no cached table: no cache model
-  EXPECT_EQ(c.cache_rows, 10u);
-  EXPECT_EQ(c.memory, 1000u * 128 + 10 * 128);
+  EXPECT_EQ(c.cache_rows, 0u);
+  EXPECT_EQ(c.memory, 1000u * 128 + 64 * 128);
   EXPECT_DOUBLE_EQ(c.tables[0].memory, 1000 * 128);
-  // Replicated: sparse 300 x (64 + 8) = 21600 < dense 1000 x 64, x 2 (W-1)/W = 1.5.
-  EXPECT_DOUBLE_EQ(c.tables[0].worker_link, 21600 * 1.5);
+  // Replicated: the gradients of E(n) = 300 rows (no keys: 300 x 64 = 19200 bytes), x 2 (W-1)/W = 1.5.
+  EXPECT_DOUBLE_EQ(c.tables[0].worker_link, 19200 * 1.5);
   EXPECT_DOUBLE_EQ(c.tables[0].ps_link, 0);
   // Uncached: W E(b) pulls (8 + 64 bytes) and gradients (16 + 64), spread over 2 shards.
   EXPECT_DOUBLE_EQ(c.tables[1].bytes, 4 * 8.0 * (72 + 80));
   EXPECT_DOUBLE_EQ(c.tables[1].worker_link, 8.0 * (72 + 80));
   EXPECT_DOUBLE_EQ(c.tables[1].ps_link, 4 * 8.0 * (72 + 80) / 2);
-  EXPECT_DOUBLE_EQ(c.worker_link, 21600 * 1.5 + 8.0 * 152);
+  EXPECT_DOUBLE_EQ(c.worker_link, 19200 * 1.5 + 8.0 * 152);
   EXPECT_DOUBLE_EQ(c.ps_link, 4 * 8.0 * 152 / 2);
+  // At 1000 Mbit/s each, the worker link is the busiest; a worker link 100x faster leaves the PS's.
+  EXPECT_TRUE(c.worker_busiest());
+  EXPECT_DOUBLE_EQ(c.busiest_s(), c.worker_link * 8 / 1e9);
 
   // Both cached: the whole budget is cache (capped at all rows), the model's bytes / W, / S.
   c = pl.evaluate({Treatment::kCache, Treatment::kCache});
@@ -81,7 +84,13 @@ TEST(Placement, TreatmentsMemoryAndLinks) {
   EXPECT_DOUBLE_EQ(c.worker_link, 2 * 10000.0 / 4);
   EXPECT_DOUBLE_EQ(c.ps_link, 2 * 10000.0 / 2);
 
-  // Replicating tiny too leaves 64 slots: big's b = 64 rows of staging still fit; one byte
+  in.worker_mbit = 100000;
+  const PlanCost fast = Placement(in).evaluate({Treatment::kReplicated, Treatment::kUncached});
+  EXPECT_FALSE(fast.worker_busiest());
+  EXPECT_DOUBLE_EQ(fast.busiest_s(), fast.ps_link * 8 / 1e9);
+  in.worker_mbit = 1000;
+
+  // Replicating tiny leaves 64 slots: big's b = 64 rows of staging still fit; one byte
   // less budget and they do not.
   in.memory = 10 * 128 + 64 * 128;
   Placement tight(in);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 
 #include "../data/test_util.h"
@@ -25,6 +26,7 @@
 #include "ember/ps/ps_service.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/placement.h"
 #include "ember/worker/trainer.h"
 
 namespace ember::worker {
@@ -53,6 +55,7 @@ struct JobOptions {
   std::string eviction = "auto";
   bool prefetch = false, overlap_allreduce = false, refine_allocation = false;
   std::uint64_t eval_every = 0;                   // flushes (ember-sim replays them)
+  std::string placement;                          // a plan file (--placement)
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
@@ -148,6 +151,7 @@ class Training : public test::TempDirTest {
     if (o.refine_allocation) a.push_back("--refine-allocation");
     if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
     if (o.overlap_allreduce) a.push_back("--overlap-allreduce");
+    if (!o.placement.empty()) a.insert(a.end(), {"--placement", o.placement});
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -231,7 +235,7 @@ class Training : public test::TempDirTest {
       for (std::string line; std::getline(in, line);) {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
-        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "pull_state", "prefetched",
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
                               "flush_grad", "flush_value"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
@@ -366,11 +370,13 @@ class Training : public test::TempDirTest {
         " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio + " --iterations " +
         std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) +
         " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
-        (o.refine_allocation ? " --refine-allocation" : "") + " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
+        (o.refine_allocation ? " --refine-allocation" : "") + (o.placement.empty() ? "" : " --placement " + o.placement) +
+        " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
     EXPECT_EQ(test::run_command(cmd, out), 0) << out;
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
-    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value"}) {
+    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value",
+                          "hot_sync", "hot_flush"}) {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
@@ -493,11 +499,55 @@ TEST_F(Training, FaeTrainsTheSameModelWithTheSimulatorsCounts) {
   JobResult f = run_job_like_one_process(data, o, "fae", "fae:0.02 + adagrad");
   ASSERT_FALSE(f.wire.empty());
   EXPECT_GT(f.wire["hot_sync"], 0u) << "no hot row was trained";
-  for (const auto& [k, n] : simulate(data, o)) {
-    // The hot rows' final write-back is fae's own (not the scheduler's flush).
-    if (k != "flush_value" && k != "bytes.flush" && k != "bytes.total") {
-      EXPECT_EQ(f.wire[k], n) << "fae: " << k << " on the wire vs ember-sim";
+  EXPECT_GT(f.wire["hot_flush"], 0u) << "the trained hot rows go back to the PS at the end";
+  for (const auto& [k, n] : simulate(data, o)) EXPECT_EQ(f.wire[k], n) << "fae: " << k << " on the wire vs ember-sim";
+}
+
+// A placement executed (ember-plan's plan file): the two smallest tables and the largest
+// replicated (all-reduced with the dense gradients, never on the PS), two mid-size tables
+// uncached (pulled, end-pushed and dropped every iteration), the rest cached, under
+// herald, 2 shards, SGD and Adagrad (with the lookahead mechanisms and evaluations'
+// flushes). The same model as one process; every kind of row on the wire, the
+// all-reduced rows and the replicas' write-backs included, as ember-sim predicts.
+TEST_F(Training, PlacementTrainsTheBspModelWithTheSimulatorsCounts) {
+  const fs::path data = dataset();
+  const data::Dataset ds = data::Dataset::open(data);
+  const auto& tables = ds.manifest().tables;
+  std::vector<std::size_t> by_rows(tables.size());
+  std::iota(by_rows.begin(), by_rows.end(), std::size_t{0});
+  std::stable_sort(by_rows.begin(), by_rows.end(), [&](std::size_t a, std::size_t b) { return tables[a].rows < tables[b].rows; });
+  scheduler::PlanFile plan;
+  std::uint64_t total = 0;
+  for (const auto& t : tables) {
+    plan.names.push_back(t.name);
+    plan.rows.push_back(t.rows);
+    total += t.rows;
+  }
+  plan.treatments.assign(tables.size(), scheduler::Treatment::kCache);
+  for (std::size_t i : {by_rows[0], by_rows[1], by_rows.back()}) plan.treatments[i] = scheduler::Treatment::kReplicated;
+  for (std::size_t i : {by_rows[by_rows.size() / 2], by_rows[by_rows.size() - 2]}) plan.treatments[i] = scheduler::Treatment::kUncached;
+  plan.cache_rows = static_cast<std::uint32_t>(total / 8);
+  const fs::path plan_file = dir_ / "plan.json";
+  scheduler::write_plan(plan_file, plan);
+  for (const char* optimizer : {"sgd", "adagrad"}) {
+    JobOptions o;
+    o.policy = "herald";
+    o.optimizer = optimizer;
+    o.model = "wide-deep";
+    o.placement = plan_file.string();
+    o.eval_every = 4;
+    if (o.optimizer == "adagrad") {
+      o.lookahead = 2;
+      o.prefetch = true;
+      o.overlap_allreduce = true;
     }
+    const std::string what = std::string("herald + placement, ") + optimizer;
+    JobResult job = run_job_like_one_process(data, o, std::string("placement-") + optimizer, what);
+    auto sim = simulate(data, o);
+    EXPECT_GT(sim["hot_sync"], 0u) << what;
+    EXPECT_GT(sim["hot_flush"], 0u) << what;
+    EXPECT_GT(sim["push_grad"], 0u) << what;
+    for (const auto& [k, n] : sim) EXPECT_EQ(job.wire[k], n) << what << ": " << k << " on the wire vs ember-sim";
   }
 }
 

@@ -25,6 +25,7 @@ void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of,
   hot_h_.clear();
   cold_pos_.clear();
   hot_pos_.clear();
+  replicated_ = p.replicated;
   slots_.reserve(cells);
   for (std::size_t i = 0; i < cells; ++i) {
     if (const std::uint32_t* h = hot_.find(s.keys[i])) {
@@ -62,7 +63,7 @@ void ComputeStep::start_allreduce() {
   std::vector<torch::Tensor> parts;
   for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
   parts.push_back(loss_.detach().reshape(1));
-  if (!hot_.empty()) hot_.append_to(parts, device_);
+  if (!hot_.empty()) hot_.append_to(parts, device_, replicated_);
   // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
   // host (with NCCL it stays on the device). One flat tensor, whether or not the sum
   // overlaps anything: the same sums, so the same model.
@@ -72,6 +73,7 @@ void ComputeStep::start_allreduce() {
 
 double ComputeStep::finish_allreduce(WireCounts& wire) {
   std::exchange(reduced_, nullptr)();
+  wire.allreduce_bytes += static_cast<std::uint64_t>(flat_[0].numel()) * 4;
   std::int64_t off = 0;
   for (auto& param : model_.parameters()) {
     const std::int64_t k = param.numel();

@@ -50,6 +50,7 @@ class ComputeStep {
   // This iteration's: the cache slots of the cold rows and the replica rows of the hot
   // ones, their positions in the batch, the rows' gradients, the loss.
   std::vector<std::uint32_t> slots_, hot_h_;
+  std::vector<Key> replicated_;  // the global batch's replicated rows (the plan's)
   std::vector<std::int64_t> cold_pos_, hot_pos_;
   torch::Tensor cold_idx_, hot_idx_, emb_grad_, loss_;
   // The all-reduce in flight: its flat tensor and what completes it.

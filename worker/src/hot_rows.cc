@@ -2,9 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "ember/common/error.h"
+
 namespace ember::worker {
+namespace {
+// Rows per request when loading or writing back a replica: a large replicated table
+// would otherwise make one reply larger than an RDMA slot.
+constexpr std::size_t kRowsPerRequest = 16384;
+}  // namespace
 
 void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank) {
   for (Key k = 0; k < hot.size(); ++k) {
@@ -13,11 +21,18 @@ void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, W
       keys_.push_back(k);
     }
   }
-  client.pull(keys_, rows_, true, 0);
+  const std::size_t per = dim_ + state_;
+  rows_.resize(keys_.size() * per);
+  std::vector<float> part;
+  for (std::size_t i = 0; i < keys_.size(); i += kRowsPerRequest) {
+    const std::size_t n = std::min(kRowsPerRequest, keys_.size() - i);
+    client.pull(std::vector<Key>(keys_.begin() + static_cast<std::ptrdiff_t>(i), keys_.begin() + static_cast<std::ptrdiff_t>(i + n)), part,
+                true, 0);
+    std::copy(part.begin(), part.end(), rows_.begin() + static_cast<std::ptrdiff_t>(i * per));
+  }
   wire.hot_load += keys_.size();
   grad_ = torch::zeros({static_cast<std::int64_t>(keys_.size()), static_cast<std::int64_t>(dim_)});
-  touched_ = torch::zeros({static_cast<std::int64_t>(keys_.size())});
-  spdlog::info("worker {}: fae: {} hot rows replicated ({:.1f} MB)", rank, keys_.size(), rows_.size() * 4 / 1e6);
+  spdlog::info("worker {}: {} rows replicated ({:.1f} MB)", rank, keys_.size(), rows_.size() * 4 / 1e6);
 }
 
 torch::Tensor HotRows::values(const std::vector<std::uint32_t>& h) const {
@@ -29,40 +44,53 @@ torch::Tensor HotRows::values(const std::vector<std::uint32_t>& h) const {
 }
 
 void HotRows::add_grads(const std::vector<std::uint32_t>& h, const torch::Tensor& g) {
-  auto index = torch::tensor(std::vector<std::int64_t>(h.begin(), h.end()));
-  grad_.index_add_(0, index, g);
-  touched_.index_fill_(0, index, 1.0f);
+  grad_.index_add_(0, torch::tensor(std::vector<std::int64_t>(h.begin(), h.end())), g);
 }
 
-void HotRows::append_to(std::vector<torch::Tensor>& parts, torch::Device device) const {
-  parts.push_back(grad_.reshape(-1).to(device));
-  parts.push_back(touched_.to(device));
+void HotRows::append_to(std::vector<torch::Tensor>& parts, torch::Device device, const std::vector<Key>& keys) {
+  std::vector<std::int64_t> h(keys.size());
+  for (std::size_t j = 0; j < keys.size(); ++j) {
+    const std::uint32_t* i = find(keys[j]);
+    if (i == nullptr) throw Error("the plan lists row " + std::to_string(keys[j]) + " as replicated; this worker holds no replica of it");
+    h[j] = *i;
+  }
+  reducing_ = torch::tensor(h, torch::kInt64);
+  parts.push_back(grad_.index_select(0, reducing_).reshape(-1).to(device));
 }
 
 std::uint64_t HotRows::apply(const torch::Tensor& reduced, std::int64_t offset, const ps::OptimizerConfig& optimizer) {
-  const auto H = static_cast<std::int64_t>(keys_.size());
-  auto sums = reduced.narrow(0, offset, H * dim_).to(torch::kCPU).contiguous();
-  auto touched = reduced.narrow(0, offset + H * dim_, H).to(torch::kCPU).contiguous();
+  const std::int64_t n = reducing_.numel();
+  auto sums = reduced.narrow(0, offset, n * dim_).to(torch::kCPU).contiguous();
   const float* g = sums.data_ptr<float>();
-  const float* tc = touched.data_ptr<float>();
+  const std::int64_t* h = reducing_.data_ptr<std::int64_t>();
   const std::uint32_t per = dim_ + state_;
-  std::uint64_t trained = 0;
-  for (std::int64_t h = 0; h < H; ++h) {
-    if (tc[h] == 0) continue;
-    float* row = &rows_[static_cast<std::size_t>(h) * per];
-    ps::apply(optimizer, optimizer.lr, dim_, row, row + dim_, g + h * dim_);
-    ++trained;
+  for (std::int64_t j = 0; j < n; ++j) {
+    float* row = &rows_[static_cast<std::size_t>(h[j]) * per];
+    ps::apply(optimizer, optimizer.lr, dim_, row, row + dim_, g + j * dim_);
   }
-  grad_.zero_();
-  touched_.zero_();
-  return trained;
+  grad_.index_fill_(0, reducing_, 0.0f);
+  reducing_ = torch::Tensor();
+  return static_cast<std::uint64_t>(n);
 }
 
-void HotRows::push(ps::PsClient& client, WireCounts& wire) const {
-  if (keys_.empty()) return;
-  client.push_value(keys_, rows_);
-  wire.flush_value += keys_.size();
-  wire.bytes_out += keys_.size() * 8 + rows_.size() * 4;
+void HotRows::push(ps::PsClient& client, const std::vector<Key>& keys, WireCounts& wire) const {
+  const std::size_t per = dim_ + state_;
+  std::vector<float> part;
+  for (std::size_t i = 0; i < keys.size(); i += kRowsPerRequest) {
+    const std::size_t n = std::min(kRowsPerRequest, keys.size() - i);
+    std::vector<Key> chunk(keys.begin() + static_cast<std::ptrdiff_t>(i), keys.begin() + static_cast<std::ptrdiff_t>(i + n));
+    part.resize(n * per);
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::uint32_t* h = find(chunk[j]);
+      if (h == nullptr) throw Error("a flush lists row " + std::to_string(chunk[j]) + " as replicated; this worker holds no replica of it");
+      std::memcpy(&part[j * per], &rows_[*h * per], per * sizeof(float));
+    }
+    client.push_value(chunk, part);
+  }
+  const scheduler::RowFormat row{dim_, state_};
+  wire.hot_flush += keys.size();
+  wire.bytes.flush += scheduler::value_bytes(keys.size(), row);
+  wire.bytes_out += scheduler::value_bytes(keys.size(), row);
 }
 
 }  // namespace ember::worker

@@ -1,7 +1,10 @@
-// fae:F's hot rows: the hottest rows, replicated on every worker (value and optimizer
-// state, in key order). Their gradients are summed over the workers with the dense ones,
-// and every replica applies the PS's optimizer code to the hot rows any worker trained,
-// so the replicas stay identical; one copy goes back to the PS at every flush.
+// Replicated rows: fae:F's hottest rows and a placement's replicated tables, held whole
+// on every worker (value and optimizer state, in key order). Each iteration the rows the
+// global batch trains (StepPlan::replicated: every worker knows them from the same plan)
+// have their gradients summed over the workers with the dense ones, only those rows, and
+// every replica applies the PS's optimizer code to them, so the replicas stay identical.
+// A flush writes the rows trained since the last one back to the PS (worker 0's plan
+// lists them: StepPlan::replica_flush).
 #pragma once
 
 #include <torch/torch.h>
@@ -23,28 +26,29 @@ class HotRows {
   // Pulls the rows marked in `hot` (indexed by key) from the PS.
   void load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank);
   bool empty() const { return keys_.empty(); }
-  // The replica's index of `key`, or null when it is not hot.
+  // The replica's index of `key`, or null when it is not replicated.
   const std::uint32_t* find(Key key) const { return keys_.empty() ? nullptr : index_.find(key); }
   // The values of replica rows `h` as a [h.size(), dim] host tensor.
   torch::Tensor values(const std::vector<std::uint32_t>& h) const;
   // This worker's gradients `g` ([h.size(), dim], host) of replica rows `h`, for the
   // next all-reduce.
   void add_grads(const std::vector<std::uint32_t>& h, const torch::Tensor& g);
-  // Appends the summed gradients and the rows' trained marks to the all-reduce's parts.
-  void append_to(std::vector<torch::Tensor>& parts, torch::Device device) const;
+  // Appends this worker's gradients of the global batch's replicated rows `keys` (zero
+  // where it trained none) to the all-reduce's parts: keys.size() x dim floats.
+  void append_to(std::vector<torch::Tensor>& parts, torch::Device device, const std::vector<Key>& keys);
   // After the all-reduce: `reduced` holds, from `offset`, what append_to added, summed
-  // over the workers. Applies the optimizer to every row some worker trained; returns
-  // how many.
+  // over the workers. Applies the optimizer to those rows; returns how many.
   std::uint64_t apply(const torch::Tensor& reduced, std::int64_t offset, const ps::OptimizerConfig& optimizer);
-  // Writes the replica back to the PS (one worker does, the replicas agree).
-  void push(ps::PsClient& client, WireCounts& wire) const;
+  // Writes the replica rows `keys` (a flush's replica_flush) back to the PS.
+  void push(ps::PsClient& client, const std::vector<Key>& keys, WireCounts& wire) const;
 
  private:
   std::uint32_t dim_, state_;
   std::vector<Key> keys_;
   U64Map<std::uint32_t> index_;
-  std::vector<float> rows_;       // value then state, per row
-  torch::Tensor grad_, touched_;  // host, [H, dim] and [H]
+  std::vector<float> rows_;  // value then state, per row
+  torch::Tensor grad_;       // host, [H, dim]
+  torch::Tensor reducing_;   // the replica rows of the all-reduce in flight (int64)
 };
 
 }  // namespace ember::worker

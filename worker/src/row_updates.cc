@@ -8,7 +8,9 @@ void update_rows(const scheduler::StepPlan& p, std::uint64_t t, bool on_demand, 
                  PsExchange& exchange) {
   std::vector<std::uint32_t> sole, pushed;
   for (const auto& r : p.rows) {
-    if (r.trainers == 1) {
+    if (r.uncached) {
+      pushed.push_back(r.slot);  // its gradient went out with the end pushes; dropped below
+    } else if (r.trainers == 1) {
       sole.push_back(r.slot);
       cache.set_row_state(r.slot, on_demand ? cache::RowState::kLatestDirty : cache::RowState::kLatestClean);
     } else if (on_demand) {

@@ -2,8 +2,8 @@
 // (docs/design.md): a row this worker trained alone gets the sparse optimizer here, with
 // the PS's own code (latest-dirty under on-demand policies, latest-clean under full-set
 // ones, whose end push already told the PS); a row several workers trained keeps its
-// gradient as a partial (on-demand) or had it pushed (full-set: zeroed here); the plan's
-// drops leave the cache.
+// gradient as a partial (on-demand) or had it pushed (full-set: zeroed here), as had an
+// uncached row; the plan's drops (uncached rows among them) leave the cache.
 #pragma once
 
 #include <cstdint>

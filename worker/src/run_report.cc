@@ -65,7 +65,8 @@ struct RunReport::Live {
                                                                         {"push_evict", "out", wire.push_evict},
                                                                         {"flush_grad", "out", wire.flush_grad},
                                                                         {"flush_value", "out", wire.flush_value},
-                                                                        {"hot_sync", "allreduce", wire.hot_sync}};
+                                                                        {"hot_sync", "allreduce", wire.hot_sync},
+                                                                        {"hot_flush", "out", wire.hot_flush}};
     for (const auto& [kind, dir, n] : rows)
       out.counter("ember_worker_rows_total", rows_help, {{"rank", rank}, {"kind", kind}, {"direction", dir}}, d(n));
     out.counter("ember_worker_rows_prefetched_total", "Rows pulled during the iteration before (part of kind=pull)", r, d(wire.prefetched));
@@ -206,6 +207,8 @@ void RunReport::summary(const TrainSummary& sum) {
              {"flush_value", w.flush_value},
              {"hot_load", w.hot_load},
              {"hot_sync", w.hot_sync},
+             {"hot_flush", w.hot_flush},
+             {"allreduce_bytes", w.allreduce_bytes},
              {"bytes_out", w.bytes_out},
              {"bytes_in", w.bytes_in},
              {"pull_state", w.pull_state},

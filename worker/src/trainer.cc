@@ -48,6 +48,7 @@ scheduler::SchedulerConfig scheduler_config(const data::Dataset& ds, const Train
   o.eviction = c.eviction;
   o.prefetch = c.prefetch;
   o.refine_allocation = c.refine_allocation;
+  o.placement = c.placement;
   return scheduler::make_scheduler_config(ds, o);
 }
 
@@ -155,12 +156,15 @@ scheduler::SchedulerConfig Worker::set_up() {
     return lookup(ps::shards_whole_key(i)).has_value() && ps::dense_states_ok(lookup, i, c_.workers);
   });
   if (c_.resume) dense_checkpoints_->load(first_, *model_, *optimizer_, device_);
-  cache_ = make_row_cache(c_.cache_backend, device_, sc.cache_rows, dim, job_.state_floats());
-  spdlog::info("worker {}: model {}, policy {}, cache {} rows ({:.1f} MB, {} backend on {})", rank, c_.model.kind, c_.policy, sc.cache_rows,
-               cache_->memory_bytes() / 1e6, cache_->backend(), device_.str());
+  // Uncached rows are staged in slots past the cache's, for one iteration.
+  const std::uint32_t slots = sc.cache_rows + sc.staging_rows();
+  cache_ = make_row_cache(c_.cache_backend, device_, slots, dim, job_.state_floats());
+  spdlog::info("worker {}: model {}, policy {}, cache {} rows + {} staging ({:.1f} MB, {} backend on {}){}", rank, c_.model.kind, c_.policy,
+               sc.cache_rows, sc.staging_rows(), cache_->memory_bytes() / 1e6, cache_->backend(), device_.str(),
+               c_.placement.empty() ? "" : ", placement " + c_.placement);
   hot_.emplace(dim, job_.state_floats());
   if (!sc.hot.empty()) hot_->load(job_.ps(), sc.hot, wire_, rank);
-  exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), sc.cache_rows);
+  exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), slots);
   compute_.emplace(*model_, *optimizer_, *collective_, *hot_, device_, c_, dim, ps.optimizer);
   sc.first_iteration = first_;
   return sc;
@@ -213,7 +217,7 @@ void Worker::flush(const Step& s) {
   const std::uint64_t t = s.iteration;
   finish_allreduce();  // the hot rows and the dense model are evaluated and saved
   exchange_->sync_pushes(s.flush_plan, true);
-  if (job_.rank() == 0) hot_->push(job_.ps(), wire_);  // the replicas agree: one copy goes back to the PS
+  hot_->push(job_.ps(), s.flush_plan.replica_flush, wire_);  // worker 0's plan lists them: the replicas agree
   // The last flush commits the iteration after, flagged: shards with a checkpoint
   // directory write the finished model, from which a longer run can resume.
   exchange_->barrier(barrier_after_flush(t));

@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   app.add_option("--cross-layers", c.model.cross_layers, "dcn cross layers")->capture_default_str();
   app.add_option("--batch-per-worker", c.batch_per_worker, "samples per worker per iteration")->capture_default_str();
   app.add_option("--cache-ratio", c.cache_ratio, "embedding cache rows per worker, as a fraction of all rows")->capture_default_str();
+  app.add_option("--placement", c.placement,
+                 "plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the cache rows (replace --cache-ratio)");
   app.add_option("--iterations", c.iterations, "global batches to train")->capture_default_str();
   app.add_option("--seed", c.seed, "data order, allocation ties, dense initialization")->capture_default_str();
   app.add_flag("--shuffle", c.shuffle, "global batches from a seeded permutation of the training split");

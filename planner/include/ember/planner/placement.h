@@ -2,7 +2,7 @@
 // replicated, PS without cache), its predicted bytes per iteration on each link and its
 // memory per worker, the greedy baselines of NeuroShard/AutoShard and a search that
 // minimizes the busiest link's bytes under a memory budget, and the plan file
-// (docs/planner.md). Model predictions only: the worker does not execute treatments yet.
+// (docs/planner.md). The worker and ember-sim execute a plan (--placement plan.json).
 #pragma once
 
 #include <cstdint>
@@ -14,13 +14,19 @@
 
 #include "ember/data/dataset.h"
 #include "ember/planner/cost_model.h"
+#include "ember/scheduler/placement.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {
 
-enum class Treatment : std::uint8_t { kCache, kReplicated, kUncached };
-const char* treatment_name(Treatment t);  // "cache", "replicated", "uncached"
-Treatment parse_treatment(const std::string& s);
+// The treatments and the plan file are the scheduler's (it executes them).
+using scheduler::kPlanFormat;
+using scheduler::parse_treatment;
+using scheduler::PlanFile;
+using scheduler::read_plan;
+using scheduler::Treatment;
+using scheduler::treatment_name;
+using scheduler::write_plan;
 
 // What the placement needs of one table, independent of the cache: its vocabulary and
 // SCARS's E(b) for one worker's micro-batch and E(n) for the global batch (n = W b), from
@@ -38,6 +44,9 @@ struct PlacementInput {
   std::uint32_t workers = 8, batch_per_worker = 128, shards = 1;
   scheduler::RowFormat row;
   std::uint64_t memory = 0;  // bytes per worker
+  // Link rates, Mbit/s: each worker's (its PS traffic and the all-reduce) and each PS
+  // shard's. The busiest link is the one whose bytes take longest.
+  double worker_mbit = 1000, ps_mbit = 1000;
   // The PS + cache model (vanilla analytic, or a simulator sample) of every table with a
   // cache of `cache_ratio` of all rows per worker; called for a few sizes only (memoized).
   std::function<CostEstimate(double cache_ratio)> cache_model;
@@ -59,8 +68,11 @@ struct PlanCost {
   std::uint32_t cache_rows = 0;      // the shared LRU: the budget left over a slot's bytes
   std::uint32_t modelled_cache = 0;  // the cache size the PS + cache model was taken at (<= cache_rows)
   double worker_link = 0, ps_link = 0;
-  double busiest() const { return worker_link > ps_link ? worker_link : ps_link; }
-  double total = 0;  // all links' bytes (ties)
+  double worker_s = 0, ps_s = 0;  // those bytes over the links' rates
+  bool worker_busiest() const { return worker_s >= ps_s; }
+  double busiest_s() const { return worker_busiest() ? worker_s : ps_s; }
+  double busiest() const { return worker_busiest() ? worker_link : ps_link; }  // its bytes
+  double total = 0;                                                            // all links' bytes (ties)
 };
 
 class Placement {
@@ -92,20 +104,7 @@ class Placement {
   std::vector<std::pair<std::uint64_t, std::optional<CostEstimate>>> cache_;
 };
 
-bool better(const PlanCost& a, const PlanCost& b);  // feasible, lower busiest, lower total
-
-// The plan file: format version, the dataset's tables and rows, per table the treatment,
-// the cache rows per worker.
-inline constexpr int kPlanFormat = 1;
-struct PlanFile {
-  std::vector<std::string> names;
-  std::vector<std::uint64_t> rows;
-  std::vector<Treatment> treatments;
-  std::uint32_t cache_rows = 0;
-};
-void write_plan(const std::filesystem::path& path, const PlanFile& plan);
-// Throws ConfigError naming the first table that differs from the dataset's (one line).
-PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds);
+bool better(const PlanCost& a, const PlanCost& b);  // feasible, busiest link sooner done, fewer bytes in all
 
 // "64M", "512K", "2G" (binary: K = 1024), or plain bytes. Throws ConfigError.
 std::uint64_t parse_bytes(const std::string& s);

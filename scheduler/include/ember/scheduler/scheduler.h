@@ -68,7 +68,8 @@ class Scheduler {
   // Brings the PS up to date without a batch (before evaluation, a checkpoint, or the
   // end of training): every dirty row is pushed as a value (the copy stays, clean) and
   // every partial gradient is pushed (the copy leaves). Fills push_values / push_grads
-  // of each worker's plan (other lists empty), in slot order; returns the traffic.
+  // of each worker's plan (other lists empty), in slot order, and worker 0's
+  // replica_flush; returns the traffic (push_grad, push_value, hot_flush).
   // Not for bounded-staleness sync (het): its copies carry no un-pushed updates.
   TrafficCounts flush(std::vector<StepPlan>& plans);
 
@@ -124,6 +125,9 @@ class Scheduler {
   bool was_pushed(Key k) const { return (pushed_[k >> 3] >> (k & 7) & 1) != 0; }
   std::vector<std::uint8_t> pushed_;
   std::vector<Key> pushed_keys_;
+  // Replicated rows trained since the last flush (byte per key), and their keys.
+  std::vector<std::uint8_t> replica_trained_;
+  std::vector<Key> replica_trained_keys_;
   bool planned_ = false;            // an iteration was planned before (the first has nothing to prefetch)
   std::unique_ptr<Window> window_;  // lookahead only
   GlobalBatch lookahead_batch_;     // look_ahead_through's, reused

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ember/data/dataset.h"
+#include "ember/scheduler/placement.h"
 #include "ember/scheduler/policy.h"
 
 namespace ember::scheduler {
@@ -42,9 +43,13 @@ struct SchedulerConfig {
   // LAIA's allocation refined by swaps of samples between workers, each lowering the
   // rows the batch moves (docs/scheduler.md "Refined allocation"). LAIA policies only.
   bool refine_allocation = false;
-  // Whether each key is hot (replicated on every worker); size num_keys. Required by a
-  // policy that replicates hot rows (fae).
+  // Whether each key is replicated on every worker (fae's hot rows, a placement's
+  // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> hot;
+  // A placement's treatment per table (empty: every table cached), and whether each key
+  // is of an uncached table (size num_keys, or empty: none).
+  std::vector<Treatment> treatments;
+  std::vector<std::uint8_t> uncached;
   // The first iteration scheduled (a job resumed from a checkpoint starts later; sample
   // draws and plans are numbered from it).
   std::uint64_t first_iteration = 0;
@@ -55,6 +60,11 @@ struct SchedulerConfig {
   // Mark the pulls whose PS copy is final before the previous iteration computes
   // (PullEntry::prefetch). Needs no window: the loader plans t+1 while t trains.
   bool prefetch = false;
+
+  bool replicates() const { return !hot.empty(); }
+  // Staging slots per worker for uncached rows (at most one per sample and uncached
+  // table), numbered from cache_rows: the worker's row store holds cache_rows + these.
+  std::uint32_t staging_rows() const;
 };
 
 // What the user chooses (ember-sim's and ember-worker's flags).
@@ -82,16 +92,24 @@ struct SchedulerOptions {
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
   bool prefetch = false;  // SchedulerConfig::prefetch
+  // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
+  // worker, which replace cache_ratio's. Empty: every table cached, as before.
+  std::string placement;
 };
 
 // The configuration for a job on `ds` with options `o`, hot rows included (profiled
 // over the job's batches when the policy replicates them). Throws ConfigError for an
 // unknown policy, a cache ratio outside (0, 1], table_rows of the wrong size, a global
 // batch larger than the training split (when profiling), or a simulator-only policy
-// with for_training, and lookahead settings that cannot apply (a window reaching past
+// with for_training, a placement that does not fit the dataset or applies to a
+// policy of bounded staleness (het), and lookahead settings that cannot apply (a window reaching past
 // o.iterations, belady in training, check_lookahead's). Belady's window is the whole
 // run (o.iterations). The Scheduler's constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
+
+// Applies `plan` (read_plan's) to `c`: treatments, replicated and uncached keys, the cache
+// rows. ConfigError, naming `what`, for het:S or a plan of another number of tables.
+void apply_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c);
 
 // ConfigError for an eviction by next use without a window, or any lookahead (window,
 // eviction by next use, prefetch) with bounded-staleness sync (het:S). make_scheduler_config and the Scheduler call it.

@@ -46,8 +46,8 @@ struct SimResult {
   std::uint64_t plan_digest = 0;             // with SimOptions::digest
   std::vector<TrafficCounts> per_iteration;  // counted iterations only
   // The same counts per table (the table of each row's key), summed over the counted
-  // iterations; they add up to `traffic` kind by kind, except hot_sync and cold_pulls
-  // (not split: zero here).
+  // iterations; they add up to `traffic` kind by kind, except cold_pulls (not split:
+  // zero here).
   std::vector<TrafficCounts> per_table;
   // The same per PS shard (the shard of each row's key, SimOptions::shard_of): the rows
   // and bytes each shard serves; empty without SimOptions::shards.

@@ -13,6 +13,11 @@
 //              applied locally (it becomes dirty)
 //   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
 //              copies leave their slots without traffic)
+// A placement (placement.h) adds two kinds of rows: `replicated` lists the rows of
+// replicated tables the global batch touches (the same list in every worker's plan: their
+// gradients are all-reduced, no row is pulled or pushed); an uncached row is pulled into
+// a staging slot (at or past the cache's rows), its gradient is an end push whatever
+// its trainers, and its copy is dropped.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +57,7 @@ struct RowRef {
   Key key;
   std::uint32_t slot;
   std::uint32_t trainers;  // workers training this row in this iteration (1: only this one)
+  bool uncached = false;   // of an uncached table: staged for this iteration only
 
   // Trained by other workers too: the gradient is partial (on-demand sync) or pushed.
   bool shared() const { return trainers > 1; }
@@ -67,6 +73,12 @@ struct StepPlan {
   std::vector<RowRef> rows;  // distinct rows of the micro-batch, first-appearance order
   std::vector<KeySlot> end_pushes;
   std::vector<KeySlot> drops;
+  // Replicated rows the global batch trains (first-appearance order, every worker's plan
+  // alike): their gradients are summed over the workers with the dense ones.
+  std::vector<Key> replicated;
+  // A flush's, worker 0's only: replicated rows trained since the last flush, whose
+  // replica values (and state) go back to the PS.
+  std::vector<Key> replica_flush;
 
   void clear();
 };
@@ -78,7 +90,9 @@ struct TrafficCounts {
   std::uint64_t push_value = 0;  // values: dirty rows another worker needs (1b)
   std::uint64_t push_evict = 0;  // dirty or partial rows leaving a full cache
   std::uint64_t hits = 0;        // micro-batch rows already cached as latest
-  std::uint64_t hot_sync = 0;    // fae: hot rows all-reduced among workers (not PS traffic)
+  // Replicated rows (fae's hot rows, replicated tables) all-reduced among the workers,
+  // summed over the workers as the other kinds are (not PS traffic).
+  std::uint64_t hot_sync = 0;
   std::uint64_t cold_pulls = 0;  // pulls of rows no earlier iteration used: no policy avoids them
   // Subsets, for bytes: pulls that carry the row's optimizer state (the puller applies
   // the optimizer to the row itself: its sole trainer; every pull of het), and
@@ -91,6 +105,8 @@ struct TrafficCounts {
   // Rows pushed by flushes (before an evaluation or a checkpoint, and at the end):
   // counted apart, as the job counts them.
   std::uint64_t flush_grad = 0, flush_value = 0;
+  // Replicated rows written back to the PS by a flush (their replica values and state).
+  std::uint64_t hot_flush = 0;
 
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
   std::uint64_t transmissions() const { return pulls + pushes(); }
@@ -107,7 +123,7 @@ struct RowFormat {
 // trainer count and iteration (8 bytes), and floats (4 bytes); message headers excluded.
 // A pull sends its key and receives the value, with the state only where counted in
 // pull_state; a gradient carries no state; a value (write-back, dirty eviction, flush)
-// carries its state.
+// carries its state. A replica's write-back (hot_flush) counts as a flush of values.
 struct WireBytes {
   std::uint64_t pull = 0, push_grad = 0, push_value = 0, push_evict = 0, flush = 0;
   std::uint64_t total() const { return pull + push_grad + push_value + push_evict + flush; }

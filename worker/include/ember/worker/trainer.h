@@ -67,6 +67,9 @@ struct TrainConfig {
   // laia, herald: LAIA's allocation refined by swaps that move fewer rows in the batch
   // (docs/scheduler.md "Refined allocation").
   bool refine_allocation = false;
+  // A plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the
+  // cache rows per worker (replacing cache_ratio's). Empty: every table cached.
+  std::string placement;
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
@@ -105,10 +108,15 @@ struct TrainConfig {
 struct WireCounts {
   std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
   std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes
-  std::uint64_t hot_load = 0, hot_sync = 0;       // fae: hot rows loaded at start; hot rows all-reduced
-  std::uint64_t pull_state = 0;                   // pulls that carried the row's optimizer state
-  std::uint64_t prefetched = 0;                   // pulls made during the iteration before
-  std::uint64_t bytes_out = 0, bytes_in = 0;      // payload, by direction
+  // Replicated rows (fae's hot rows, a placement's replicated tables): loaded at the start,
+  // all-reduced (the global batch's, every iteration), written back at flushes (worker 0).
+  std::uint64_t hot_load = 0, hot_sync = 0, hot_flush = 0;
+  // Payload this worker put into the dense all-reduces: dense gradients, the loss and the
+  // replicated rows' gradients (4 bytes a float; a ring moves about twice that per link).
+  std::uint64_t allreduce_bytes = 0;
+  std::uint64_t pull_state = 0;               // pulls that carried the row's optimizer state
+  std::uint64_t prefetched = 0;               // pulls made during the iteration before
+  std::uint64_t bytes_out = 0, bytes_in = 0;  // payload, by direction
   // Payload per kind (scheduler::WireBytes: keys, trainer counts, floats; what ember-sim
   // predicts from the same counts). Hot rows (fae) are not in it.
   scheduler::WireBytes bytes;

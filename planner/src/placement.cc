@@ -145,6 +145,7 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
         // them: every worker knows which from the shared plan, so no keys travel, and it
         // is never more than the whole table dense. 2 (W - 1) / W of it per worker link.
         o.rows = sh.distinct_global;
+        pc.allreduce_rows += sh.distinct_global * 4.0 * f.dim;
         o.worker_link = sh.distinct_global * 4.0 * f.dim * 2 * (W - 1) / W;
         o.bytes = o.worker_link * W;
         o.ps_link = 0;
@@ -271,6 +272,30 @@ std::vector<Treatment> Placement::search(const std::vector<Treatment>& seed, std
   auto x = improve(states.front().first);
   auto y = improve(seed);
   return better(y.second, x.second) ? y.first : x.first;
+}
+
+Calibration read_calibration(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError("cannot read calibration " + path.string());
+  const std::string p = "calibration " + path.string();
+  Calibration c;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    c.cpu_s = j.at("cpu_s").get<double>();
+    c.cpu_s_per_ps_byte = j.at("cpu_s_per_ps_byte").get<double>();
+    c.allreduce_s = j.at("allreduce_s").get<double>();
+    c.allreduce_s_per_byte = j.at("allreduce_s_per_byte").get<double>();
+    c.dense_allreduce_bytes = j.at("dense_allreduce_bytes").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(p + ": " + std::string(e.what()));
+  }
+  return c;
+}
+
+double iteration_seconds(const PlanCost& c, const Calibration& cal) {
+  if (!c.feasible) return std::numeric_limits<double>::infinity();
+  return cal.cpu_s + cal.cpu_s_per_ps_byte * c.ps_link + cal.allreduce_s +
+         cal.allreduce_s_per_byte * (cal.dense_allreduce_bytes + c.allreduce_rows) + c.busiest_s();
 }
 
 std::uint64_t parse_bytes(const std::string& s) {

@@ -21,8 +21,13 @@
 namespace {
 using namespace ember;
 
+// The calibrated iteration time (ember-plan --calibration), if one was given.
+const planner::Calibration* calibration = nullptr;
+
 nlohmann::ordered_json cost_json(const planner::PlanCost& c) {
   return {{"busiest_link", c.worker_busiest() ? "worker" : "ps"},
+          {"iteration_s", calibration ? nlohmann::ordered_json(planner::iteration_seconds(c, *calibration)) : nlohmann::ordered_json()},
+          {"allreduce_rows_bytes", c.allreduce_rows},
           {"busiest_bytes", c.busiest()},
           {"worker_link_bytes", c.worker_link},
           {"ps_link_bytes", c.ps_link},
@@ -36,10 +41,11 @@ nlohmann::ordered_json cost_json(const planner::PlanCost& c) {
 }
 
 std::string summary(const std::string& label, const planner::PlanCost& c) {
+  const std::string it = calibration ? fmt::format("iteration {:.1f} ms; ", planner::iteration_seconds(c, *calibration) * 1e3) : "";
   return fmt::format(
-      "{:<28} busiest link {:>10.1f} KB ({}), {:>8.3f} ms; worker link {:.1f} KB ({:.3f} ms), PS link {:.1f} KB ({:.3f} ms); "
+      "{:<28} {}busiest link {:>10.1f} KB ({}), {:>8.3f} ms; worker link {:.1f} KB ({:.3f} ms), PS link {:.1f} KB ({:.3f} ms); "
       "memory {:.1f} MB (cache {} rows, modelled at {})\n",
-      label, c.busiest() / 1e3, c.worker_busiest() ? "worker" : "PS", c.busiest_s() * 1e3, c.worker_link / 1e3, c.worker_s * 1e3,
+      label, it, c.busiest() / 1e3, c.worker_busiest() ? "worker" : "PS", c.busiest_s() * 1e3, c.worker_link / 1e3, c.worker_s * 1e3,
       c.ps_link / 1e3, c.ps_s * 1e3, static_cast<double>(c.memory) / (1 << 20), c.cache_rows, c.modelled_cache);
 }
 
@@ -183,7 +189,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
   app.add_flag("--json", json, "one JSON object");
-  std::string memory_arg, plan_out, greedy_out;
+  std::string memory_arg, plan_out, greedy_out, calibration_file;
   double link_mbit = 1000, worker_link_mbit = 0;
   app.add_option("--memory", memory_arg,
                  "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
@@ -194,6 +200,8 @@ int main(int argc, char** argv) {
                  "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's");
   app.add_option("--plan-out", plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)");
   app.add_option("--greedy-out", greedy_out, "with --memory: write the best greedy plan as JSON here");
+  app.add_option("--calibration", calibration_file,
+                 "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -209,6 +217,11 @@ int main(int argc, char** argv) {
     if (!memory_arg.empty()) {
       if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
       if (worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
+      static planner::Calibration cal;
+      if (!calibration_file.empty()) {
+        cal = planner::read_calibration(calibration_file);
+        calibration = &cal;
+      }
       return plan_placement(ds, topo, row, policy, analytic, order, sample, seed, planner::parse_bytes(memory_arg), link_mbit,
                             worker_link_mbit > 0 ? worker_link_mbit : link_mbit, plan_out, greedy_out, json);
     }

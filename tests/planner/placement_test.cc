@@ -189,6 +189,26 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
   std::ofstream(dir_ / "bad.json") << j.dump();
   EXPECT_THROW(read_plan(dir_ / "bad.json", ds), ConfigError);
 
+  // Executed: ember-sim --placement counts the plan's replicated rows, and refuses a plan
+  // of another dataset in one line, naming the table.
+  ASSERT_EQ(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
+                                                                   "20 --policies herald --placement {} --json -q",
+                                                                   ds_dir.string(), plan),
+                              out),
+            0)
+      << out;
+  const auto sim = nlohmann::json::parse(out.substr(0, out.find('\n')));
+  const bool replicates = std::find(pf.treatments.begin(), pf.treatments.end(), Treatment::kReplicated) != pf.treatments.end();
+  EXPECT_EQ(sim.at("hot_sync").get<std::uint64_t>() > 0, replicates) << out;
+  EXPECT_EQ(sim.at("cache_rows").get<std::uint32_t>(), pf.cache_rows);
+  EXPECT_NE(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
+                                                                   "20 --policies herald --placement {} -q",
+                                                                   ds_dir.string(), (dir_ / "bad.json").string()),
+                              out),
+            0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_NE(out.find("table C3 has 1 rows"), std::string::npos) << out;  // the first mismatch
+
   // A budget below the smallest feasible plan: refused in one line, naming by how much.
   EXPECT_NE(test::run_command(test::bin("ember-plan") + fmt::format(" --data {} --memory 1K", ds_dir.string()), out), 0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;

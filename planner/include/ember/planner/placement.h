@@ -73,6 +73,7 @@ struct PlanCost {
   double busiest_s() const { return worker_busiest() ? worker_s : ps_s; }
   double busiest() const { return worker_busiest() ? worker_link : ps_link; }  // its bytes
   double total = 0;                                                            // all links' bytes (ties)
+  double allreduce_rows = 0;  // replicated rows' gradients each worker all-reduces, in bytes (no ring factor)
 };
 
 class Placement {
@@ -108,5 +109,20 @@ bool better(const PlanCost& a, const PlanCost& b);  // feasible, busiest link so
 
 // "64M", "512K", "2G" (binary: K = 1024), or plain bytes. Throws ConfigError.
 std::uint64_t parse_bytes(const std::string& s);
+
+// The iteration's time on one machine, calibrated from two short runs over loopback
+// (scripts/bench_placement.py --calibrate writes the file): the CPU's part, fixed plus per
+// byte the busiest PS link carries (rows framed, sent, applied), and the all-reduce's,
+// fixed plus per byte each worker puts in (the dense gradients' bytes included).
+struct Calibration {
+  double cpu_s = 0, cpu_s_per_ps_byte = 0;
+  double allreduce_s = 0, allreduce_s_per_byte = 0;
+  double dense_allreduce_bytes = 0;  // the dense gradients and the loss, per worker
+};
+// Throws ConfigError naming the file and the first missing or bad field.
+Calibration read_calibration(const std::filesystem::path& path);
+// Predicted seconds per iteration of plan `c`: the CPU's and the all-reduce's parts plus
+// the busiest link's bytes over its rate.
+double iteration_seconds(const PlanCost& c, const Calibration& cal);
 
 }  // namespace ember::planner

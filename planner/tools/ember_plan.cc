@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
@@ -49,112 +50,182 @@ std::string summary(const std::string& label, const planner::PlanCost& c) {
       c.ps_link / 1e3, c.ps_s * 1e3, static_cast<double>(c.memory) / (1 << 20), c.cache_rows, c.modelled_cache);
 }
 
-void print_plan(const std::string& label, const planner::Placement& pl, const planner::PlanCost& c) {
+void print_plan(const std::string& label, const std::vector<planner::TableShape>& tables, const planner::PlanCost& c) {
   std::cout << label << "\n";
   std::cout << fmt::format("{:<8}{:>10}{:>12}{:>12}{:>12}{:>12}{:>12}\n", "table", "rows", "treatment", "rows/it", "KB/it", "worker KB",
                            "PS KB");
   for (std::size_t t = 0; t < c.tables.size(); ++t) {
     const auto& o = c.tables[t];
-    std::cout << fmt::format("{:<8}{:>10}{:>12}{:>12.1f}{:>12.1f}{:>12.2f}{:>12.2f}\n", pl.input().tables[t].name,
-                             pl.input().tables[t].rows, planner::treatment_name(o.treatment), o.rows, o.bytes / 1e3, o.worker_link / 1e3,
-                             o.ps_link / 1e3);
+    std::cout << fmt::format("{:<8}{:>10}{:>12}{:>12.1f}{:>12.1f}{:>12.2f}{:>12.2f}\n", tables[t].name, tables[t].rows,
+                             planner::treatment_name(o.treatment), o.rows, o.bytes / 1e3, o.worker_link / 1e3, o.ps_link / 1e3);
   }
 }
 
-int plan_placement(const data::Dataset& ds, const planner::Topology& topo, scheduler::RowFormat row, const std::string& policy,
-                   bool analytic, const std::string& order, std::uint64_t sample, std::uint64_t seed, std::uint64_t memory, double ps_mbit,
-                   double worker_mbit, const std::string& plan_out, const std::string& greedy_out, bool json) {
-  const planner::Frequencies f = planner::load_frequencies(ds);
+// What a placement is planned with, besides the topology.
+struct PlanOptions {
+  scheduler::RowFormat row;
+  std::string policy, order;
+  bool analytic = true;
+  std::uint64_t sample = 20, seed = 1, memory = 0;
+  double ps_mbit = 1000, worker_mbit = 1000;
+};
+
+// The plans for one topology: all on PS + cache, the greedy baselines, the search.
+struct Planned {
+  std::vector<planner::TableShape> tables;
+  std::uint64_t least = 0;  // the smallest feasible memory
+  planner::PlanCost all_cost, best_greedy_cost, searched_cost;
+  std::vector<planner::Treatment> best_greedy, searched;
+  std::string best_order;
+  std::vector<std::pair<std::string, planner::PlanCost>> greedies;
+  std::size_t model_runs = 0;
+  double model_seconds = 0, search_seconds = 0;
+};
+
+Planned search_plans(const data::Dataset& ds, const planner::Frequencies& f, const planner::Topology& topo, const PlanOptions& o) {
+  Planned r;
   planner::PlacementInput in;
   in.tables = planner::table_shapes(f, topo);
   in.workers = topo.workers;
   in.batch_per_worker = topo.batch_per_worker;
   in.shards = topo.shards;
-  in.row = row;
-  in.memory = memory;
-  in.ps_mbit = ps_mbit;
-  in.worker_mbit = worker_mbit;
-  double model_seconds = 0;
+  in.row = o.row;
+  in.memory = o.memory;
+  in.ps_mbit = o.ps_mbit;
+  in.worker_mbit = o.worker_mbit;
   in.cache_model = [&](double ratio) {
     planner::Topology t = topo;
     t.cache_ratio = ratio;
     const auto start = std::chrono::steady_clock::now();
-    planner::CostEstimate e = !analytic         ? planner::sampled_cost(ds, t, row, policy, sample, order == "shuffled", seed)
-                              : order == "file" ? planner::vanilla_cost_in_order(ds, t, row)
-                                                : planner::vanilla_cost(f, t, row);
-    model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    planner::CostEstimate e = !o.analytic         ? planner::sampled_cost(ds, t, o.row, o.policy, o.sample, o.order == "shuffled", o.seed)
+                              : o.order == "file" ? planner::vanilla_cost_in_order(ds, t, o.row)
+                                                  : planner::vanilla_cost(f, t, o.row);
+    r.model_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return e;
   };
   planner::Placement pl(std::move(in));
-  const std::uint64_t least = pl.min_memory();
-  if (memory < least) {
+  r.tables = pl.input().tables;
+  r.least = pl.min_memory();
+  if (o.memory < r.least) {
     throw ConfigError(
         fmt::format("--memory {} is below the smallest feasible plan ({} bytes per worker: b rows of every table, or the "
                     "table if smaller) by {} bytes",
-                    memory, least, least - memory));
+                    o.memory, r.least, r.least - o.memory));
   }
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<planner::Treatment> all(pl.input().tables.size(), planner::Treatment::kCache);
-  const planner::PlanCost all_cost = pl.evaluate(all);
-  std::vector<planner::Treatment> best_greedy;
-  planner::PlanCost best_greedy_cost;
-  std::string best_order;
-  nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
-  std::vector<std::pair<std::string, planner::PlanCost>> greedies;
+  r.all_cost = pl.evaluate(std::vector<planner::Treatment>(r.tables.size(), planner::Treatment::kCache));
   for (const std::string key : {"size", "lookups", "size_x_lookups"}) {
     auto plan = pl.greedy(pl.order_by(key));
     planner::PlanCost c = pl.evaluate(plan);
-    greedy_json[key] = cost_json(c);
-    greedies.emplace_back(key, c);
-    if (best_greedy.empty() || planner::better(c, best_greedy_cost)) best_greedy = plan, best_greedy_cost = c, best_order = key;
+    r.greedies.emplace_back(key, c);
+    if (r.best_greedy.empty() || planner::better(c, r.best_greedy_cost)) r.best_greedy = plan, r.best_greedy_cost = c, r.best_order = key;
   }
-  const auto searched = pl.search(best_greedy);
-  const planner::PlanCost searched_cost = pl.evaluate(searched);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.searched = pl.search(r.best_greedy);
+  r.searched_cost = pl.evaluate(r.searched);
+  r.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.model_runs = pl.model_runs();
+  return r;
+}
+
+// A plan's cost per sample, what batch sizes are compared by: the calibrated iteration
+// time if there is one (made at one batch size: a guide only at others), else the busiest
+// link's.
+double per_sample_seconds(const planner::PlanCost& c, const planner::Topology& topo) {
+  const double t = calibration ? planner::iteration_seconds(c, *calibration) : c.busiest_s();
+  return t / (static_cast<double>(topo.workers) * topo.batch_per_worker);
+}
+
+int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOptions& o, const std::vector<std::uint32_t>& batch_choices,
+                   const std::string& plan_out, const std::string& greedy_out, bool json) {
+  const planner::Frequencies f = planner::load_frequencies(ds);
+  // SCARS's trade-off: a larger micro-batch needs more staging and leaves less cache,
+  // and shares more rows within the batch. Each batch size gets its searched plan; the
+  // cheapest per sample is the one planned below.
+  nlohmann::ordered_json trade = nlohmann::ordered_json::array();
+  if (!batch_choices.empty()) {
+    double best = std::numeric_limits<double>::infinity();
+    std::uint32_t best_b = 0;
+    std::string table = fmt::format("{:>10}{:>14}{:>12}{:>16}{:>14}{:>16}\n", "batch", "least memory", "cache rows", "busiest KB/it",
+                                    "busiest link", "us per sample");
+    for (std::uint32_t b : batch_choices) {
+      planner::Topology t = topo;
+      t.batch_per_worker = b;
+      try {
+        const Planned p = search_plans(ds, f, t, o);
+        if (!p.searched_cost.feasible) {
+          throw ConfigError(
+              "the model refused every cache size (a cache below a micro-batch's rows, or a split shorter than "
+              "--warmup + --iterations, or + --sample, global batches)");
+        }
+        const double per = per_sample_seconds(p.searched_cost, t);
+        table += fmt::format("{:>10}{:>14}{:>12}{:>16.1f}{:>14}{:>16.3f}\n", b, p.least, p.searched_cost.cache_rows,
+                             p.searched_cost.busiest() / 1e3, p.searched_cost.worker_busiest() ? "worker" : "PS", per * 1e6);
+        trade.push_back(
+            {{"batch_per_worker", b}, {"least_memory", p.least}, {"searched", cost_json(p.searched_cost)}, {"per_sample_s", per}});
+        if (per < best) best = per, best_b = b;
+      } catch (const ConfigError& e) {
+        table += fmt::format("{:>10}  not feasible: {}\n", b, e.what());
+        trade.push_back({{"batch_per_worker", b}, {"infeasible", e.what()}});
+      }
+    }
+    if (best_b == 0) throw ConfigError("--batch-choices: no batch size has a feasible plan under --memory " + std::to_string(o.memory));
+    if (!json) {
+      std::cout << "batch size against cache (the searched plan per batch size; "
+                << (calibration ? "calibrated iteration time" : "busiest link") << " per sample):\n"
+                << table << fmt::format("planned below: --batch-per-worker {}\n\n", best_b);
+    }
+    topo.batch_per_worker = best_b;
+  }
+  const Planned p = search_plans(ds, f, topo, o);
   auto write = [&](const std::string& path, const std::vector<planner::Treatment>& plan, const planner::PlanCost& cost) {
     if (path.empty()) return;
     planner::PlanFile pf;
-    for (const auto& t : pl.input().tables) pf.names.push_back(t.name), pf.rows.push_back(t.rows);
+    for (const auto& t : p.tables) pf.names.push_back(t.name), pf.rows.push_back(t.rows);
     pf.treatments = plan;
     pf.cache_rows = cost.cache_rows;
+    pf.batch_per_worker = topo.batch_per_worker;
     planner::write_plan(path, pf);
   };
-  write(plan_out, searched, searched_cost);
-  write(greedy_out, best_greedy, best_greedy_cost);
-  const std::string model = analytic ? "vanilla (analytic, " + order + " order)" : policy + " (SAMPLED by the simulator)";
+  write(plan_out, p.searched, p.searched_cost);
+  write(greedy_out, p.best_greedy, p.best_greedy_cost);
+  const std::string model = o.analytic ? "vanilla (analytic, " + o.order + " order)" : o.policy + " (SAMPLED by the simulator)";
   if (json) {
+    nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
+    for (const auto& [key, c] : p.greedies) greedy_json[key] = cost_json(c);
     nlohmann::ordered_json j = {{"policy", model},
-                                {"memory", memory},
-                                {"min_memory", least},
-                                {"ps_link_mbit", ps_mbit},
-                                {"worker_link_mbit", worker_mbit},
-                                {"all_cache", cost_json(all_cost)},
+                                {"batch_per_worker", topo.batch_per_worker},
+                                {"memory", o.memory},
+                                {"min_memory", p.least},
+                                {"ps_link_mbit", o.ps_mbit},
+                                {"worker_link_mbit", o.worker_mbit},
+                                {"all_cache", cost_json(p.all_cost)},
                                 {"greedy", greedy_json},
-                                {"best_greedy", best_order},
-                                {"searched", cost_json(searched_cost)},
-                                {"model_runs", pl.model_runs()},
-                                {"model_seconds", model_seconds},
-                                {"search_seconds", seconds}};
+                                {"best_greedy", p.best_order},
+                                {"searched", cost_json(p.searched_cost)},
+                                {"model_runs", p.model_runs},
+                                {"model_seconds", p.model_seconds},
+                                {"search_seconds", p.search_seconds}};
+    if (!trade.empty()) j["batch_choices"] = trade;
     auto& arr = j["plan"] = nlohmann::ordered_json::array();
-    for (std::size_t t = 0; t < searched.size(); ++t) {
-      arr.push_back({{"name", pl.input().tables[t].name},
-                     {"greedy", planner::treatment_name(best_greedy[t])},
-                     {"searched", planner::treatment_name(searched[t])}});
+    for (std::size_t t = 0; t < p.searched.size(); ++t) {
+      arr.push_back({{"name", p.tables[t].name},
+                     {"greedy", planner::treatment_name(p.best_greedy[t])},
+                     {"searched", planner::treatment_name(p.searched[t])}});
     }
     std::cout << j.dump() << "\n";
     return 0;
   }
   std::cout << fmt::format(
       "PREDICTED by the model (execute the plan with --placement on ember-worker, ember-sim or the launcher); PS + cache from {}; {} "
-      "workers x {} samples, {} PS "
-      "shard(s); memory {} bytes per worker (least feasible {}); {} cache model runs ({:.2f} s), search {:.2f} s\n",
-      model, topo.workers, topo.batch_per_worker, topo.shards, memory, least, pl.model_runs(), model_seconds, seconds);
-  print_plan("best greedy (by " + best_order + "):", pl, best_greedy_cost);
-  print_plan("searched (beam + local moves):", pl, searched_cost);
-  std::cout << fmt::format("links: {} Mbit/s per PS shard, {} Mbit/s per worker\n", ps_mbit, worker_mbit);
-  std::cout << summary("all on PS + cache:", all_cost);
-  for (const auto& [key, c] : greedies) std::cout << summary("greedy by " + key + ":", c);
-  std::cout << summary("searched:", searched_cost);
+      "workers x {} samples, {} PS shard(s); memory {} bytes per worker (least feasible {}); {} cache model runs ({:.2f} s), search "
+      "{:.2f} s\n",
+      model, topo.workers, topo.batch_per_worker, topo.shards, o.memory, p.least, p.model_runs, p.model_seconds, p.search_seconds);
+  print_plan("best greedy (by " + p.best_order + "):", p.tables, p.best_greedy_cost);
+  print_plan("searched (beam + local moves):", p.tables, p.searched_cost);
+  std::cout << fmt::format("links: {} Mbit/s per PS shard, {} Mbit/s per worker\n", o.ps_mbit, o.worker_mbit);
+  std::cout << summary("all on PS + cache:", p.all_cost);
+  for (const auto& [key, c] : p.greedies) std::cout << summary("greedy by " + key + ":", c);
+  std::cout << summary("searched:", p.searched_cost);
   return 0;
 }
 }  // namespace
@@ -190,6 +261,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
   app.add_flag("--json", json, "one JSON object");
   std::string memory_arg, plan_out, greedy_out, calibration_file;
+  std::vector<std::uint32_t> batch_choices;
   double link_mbit = 1000, worker_link_mbit = 0;
   app.add_option("--memory", memory_arg,
                  "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
@@ -200,6 +272,10 @@ int main(int argc, char** argv) {
                  "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's");
   app.add_option("--plan-out", plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)");
   app.add_option("--greedy-out", greedy_out, "with --memory: write the best greedy plan as JSON here");
+  app.add_option("--batch-choices", batch_choices,
+                 "with --memory: plan each of these samples per worker (comma-separated) and keep the cheapest per sample "
+                 "(the cache against the batch size)")
+      ->delimiter(',');
   app.add_option("--calibration", calibration_file,
                  "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)");
   try {
@@ -213,7 +289,9 @@ int main(int argc, char** argv) {
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     data::Dataset ds = data::Dataset::open(data_dir, {false});
     const bool analytic = scheduler::parse_policy(policy).name() == "vanilla";
-    if ((!plan_out.empty() || !greedy_out.empty()) && memory_arg.empty()) throw ConfigError("--plan-out and --greedy-out need --memory");
+    if ((!plan_out.empty() || !greedy_out.empty() || !batch_choices.empty()) && memory_arg.empty()) {
+      throw ConfigError("--plan-out, --greedy-out and --batch-choices need --memory");
+    }
     if (!memory_arg.empty()) {
       if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
       if (worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
@@ -222,8 +300,20 @@ int main(int argc, char** argv) {
         cal = planner::read_calibration(calibration_file);
         calibration = &cal;
       }
-      return plan_placement(ds, topo, row, policy, analytic, order, sample, seed, planner::parse_bytes(memory_arg), link_mbit,
-                            worker_link_mbit > 0 ? worker_link_mbit : link_mbit, plan_out, greedy_out, json);
+      PlanOptions o;
+      o.row = row;
+      o.policy = policy;
+      o.order = order;
+      o.analytic = analytic;
+      o.sample = sample;
+      o.seed = seed;
+      o.memory = planner::parse_bytes(memory_arg);
+      o.ps_mbit = link_mbit;
+      o.worker_mbit = worker_link_mbit > 0 ? worker_link_mbit : link_mbit;
+      for (std::uint32_t b : batch_choices) {
+        if (b == 0) throw ConfigError("--batch-choices: every batch size must be at least 1");
+      }
+      return plan_placement(ds, topo, o, batch_choices, plan_out, greedy_out, json);
     }
     planner::CostEstimate est;
     std::uint64_t samples = ds.split(data::Split::kTrain).rows();

@@ -32,6 +32,7 @@ void write_plan(const std::filesystem::path& path, const PlanFile& plan) {
   nlohmann::ordered_json j;
   j["format"] = kPlanFormat;
   j["cache_rows"] = plan.cache_rows;
+  if (plan.batch_per_worker > 0) j["batch_per_worker"] = plan.batch_per_worker;
   auto& arr = j["tables"] = nlohmann::ordered_json::array();
   for (std::size_t t = 0; t < plan.names.size(); ++t) {
     arr.push_back({{"name", plan.names[t]}, {"rows", plan.rows[t]}, {"treatment", treatment_name(plan.treatments[t])}});
@@ -55,6 +56,7 @@ PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds) {
       throw ConfigError(p + " has format " + j.at("format").dump() + ", this ember reads " + std::to_string(kPlanFormat));
     }
     plan.cache_rows = j.at("cache_rows").get<std::uint32_t>();
+    plan.batch_per_worker = j.value("batch_per_worker", std::uint32_t{0});
     for (const auto& t : j.at("tables")) {
       plan.names.push_back(t.at("name").get<std::string>());
       plan.rows.push_back(t.at("rows").get<std::uint64_t>());

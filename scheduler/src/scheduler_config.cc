@@ -79,6 +79,10 @@ void apply_placement(const PlanFile& plan, const std::string& what, SchedulerCon
   if (c.policy.sync() == Sync::kBoundedStaleness) {
     throw ConfigError(what + " does not apply to " + c.policy.name() + ": its copies are kept by version, not by treatment");
   }
+  if (plan.batch_per_worker > 0 && plan.batch_per_worker != c.batch_per_worker) {
+    throw ConfigError(what + " was made for --batch-per-worker " + std::to_string(plan.batch_per_worker) + "; the job runs " +
+                      std::to_string(c.batch_per_worker) + " (its staging and cache depend on it: plan again)");
+  }
   if (plan.treatments.size() != c.table_offsets.size()) {
     throw ConfigError(what + " has " + std::to_string(plan.treatments.size()) + " tables, the job " +
                       std::to_string(c.table_offsets.size()));

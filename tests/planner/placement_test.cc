@@ -201,6 +201,14 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
   const bool replicates = std::find(pf.treatments.begin(), pf.treatments.end(), Treatment::kReplicated) != pf.treatments.end();
   EXPECT_EQ(sim.at("hot_sync").get<std::uint64_t>() > 0, replicates) << out;
   EXPECT_EQ(sim.at("cache_rows").get<std::uint32_t>(), pf.cache_rows);
+  EXPECT_EQ(pf.batch_per_worker, 64u);
+  // A plan is made for a batch size: another job's is refused, naming both.
+  EXPECT_NE(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 32 --warmup 5 --iterations "
+                                                                   "20 --policies herald --placement {} -q",
+                                                                   ds_dir.string(), plan),
+                              out),
+            0);
+  EXPECT_NE(out.find("made for --batch-per-worker 64; the job runs 32"), std::string::npos) << out;
   EXPECT_NE(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
                                                                    "20 --policies herald --placement {} -q",
                                                                    ds_dir.string(), (dir_ / "bad.json").string()),
@@ -208,6 +216,27 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
             0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_NE(out.find("table C3 has 1 rows"), std::string::npos) << out;  // the first mismatch
+
+  // The batch size against the cache: each choice planned, the cheapest per sample written.
+  ASSERT_EQ(test::run_command(
+                test::bin("ember-plan") + fmt::format(" --data {} --workers 4 --warmup 5 --iterations 30 --memory 120K --link-mbit 100 "
+                                                      "--batch-choices 16,32,64 --plan-out {} --json",
+                                                      ds_dir.string(), plan),
+                out),
+            0)
+      << out;
+  const auto trade = nlohmann::json::parse(out.substr(0, out.find('\n')));
+  ASSERT_EQ(trade.at("batch_choices").size(), 3u) << out;
+  double best = 1e300;
+  std::uint32_t best_b = 0;
+  for (const auto& c : trade.at("batch_choices")) {
+    if (c.contains("per_sample_s") && c.at("per_sample_s").get<double>() < best) {
+      best = c.at("per_sample_s").get<double>();
+      best_b = c.at("batch_per_worker").get<std::uint32_t>();
+    }
+  }
+  EXPECT_EQ(trade.at("batch_per_worker").get<std::uint32_t>(), best_b) << out;
+  EXPECT_EQ(read_plan(plan, ds).batch_per_worker, best_b);
 
   // A budget below the smallest feasible plan: refused in one line, naming by how much.
   EXPECT_NE(test::run_command(test::bin("ember-plan") + fmt::format(" --data {} --memory 1K", ds_dir.string()), out), 0);

@@ -769,7 +769,9 @@ TEST(Scheduler, PlacementReplicatesStagesAndCaches) {
       for (std::uint32_t w = 0; w < 4; ++w) {
         const cache::LruIndex& lru = s.cache_of(w);
         for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
-          if (lru.occupied(slot)) ASSERT_GE(lru.key_at(slot), 44u) << policy << ": only the cached table enters the LRU";
+          if (lru.occupied(slot)) {
+            ASSERT_GE(lru.key_at(slot), 44u) << policy << ": only the cached table enters the LRU";
+          }
         }
       }
       if (it % 10 == 9) {

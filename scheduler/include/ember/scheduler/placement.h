@@ -23,13 +23,15 @@ const char* treatment_name(Treatment t);  // "cache", "replicated", "uncached"
 Treatment parse_treatment(const std::string& s);
 
 // The plan file: format version, the dataset's tables and rows, per table the treatment,
-// the cache rows per worker (the LRU the cached tables share).
+// the cache rows per worker (the LRU the cached tables share), and the samples per worker
+// the plan was made for (its staging and cache depend on them; 0: not said).
 inline constexpr int kPlanFormat = 1;
 struct PlanFile {
   std::vector<std::string> names;
   std::vector<std::uint64_t> rows;
   std::vector<Treatment> treatments;
   std::uint32_t cache_rows = 0;
+  std::uint32_t batch_per_worker = 0;
 };
 // Written whole or not at all (a temporary file, then renamed). Throws IoError.
 void write_plan(const std::filesystem::path& path, const PlanFile& plan);

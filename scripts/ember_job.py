@@ -47,9 +47,10 @@ def settings_of_worker_args(worker_args):
     p.add_argument("--prefetch", action="store_true")
     p.add_argument("--overlap-allreduce", action="store_true")
     p.add_argument("--refine-allocation", action="store_true")
+    p.add_argument("--placement", default="")
     a, _ = p.parse_known_args(worker_args)
     return {"lookahead": a.lookahead, "eviction": a.eviction, "prefetch": a.prefetch,
-            "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation}
+            "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation, "placement": a.placement}
 
 
 def summarize(out, job, who="ember-job", quiet=False):

@@ -9,9 +9,9 @@
 
 namespace ember::worker {
 namespace {
-// Rows per request when loading or writing back a replica: a large replicated table
-// would otherwise make one reply larger than an RDMA slot.
-constexpr std::size_t kRowsPerRequest = 16384;
+// Rows per request when loading or writing back a replica (1 MiB of floats): a large
+// replicated table would otherwise make one reply larger than an RDMA slot (4 MiB).
+std::size_t rows_per_request(std::size_t floats_per_row) { return std::max<std::size_t>(1, (std::size_t{1} << 18) / floats_per_row); }
 }  // namespace
 
 void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank) {
@@ -24,8 +24,9 @@ void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, W
   const std::size_t per = dim_ + state_;
   rows_.resize(keys_.size() * per);
   std::vector<float> part;
-  for (std::size_t i = 0; i < keys_.size(); i += kRowsPerRequest) {
-    const std::size_t n = std::min(kRowsPerRequest, keys_.size() - i);
+  const std::size_t chunk = rows_per_request(per);
+  for (std::size_t i = 0; i < keys_.size(); i += chunk) {
+    const std::size_t n = std::min(chunk, keys_.size() - i);
     client.pull(std::vector<Key>(keys_.begin() + static_cast<std::ptrdiff_t>(i), keys_.begin() + static_cast<std::ptrdiff_t>(i + n)), part,
                 true, 0);
     std::copy(part.begin(), part.end(), rows_.begin() + static_cast<std::ptrdiff_t>(i * per));
@@ -76,8 +77,9 @@ std::uint64_t HotRows::apply(const torch::Tensor& reduced, std::int64_t offset, 
 void HotRows::push(ps::PsClient& client, const std::vector<Key>& keys, WireCounts& wire) const {
   const std::size_t per = dim_ + state_;
   std::vector<float> part;
-  for (std::size_t i = 0; i < keys.size(); i += kRowsPerRequest) {
-    const std::size_t n = std::min(kRowsPerRequest, keys.size() - i);
+  const std::size_t chunk = rows_per_request(per);
+  for (std::size_t i = 0; i < keys.size(); i += chunk) {
+    const std::size_t n = std::min(chunk, keys.size() - i);
     std::vector<Key> chunk(keys.begin() + static_cast<std::ptrdiff_t>(i), keys.begin() + static_cast<std::ptrdiff_t>(i + n));
     part.resize(n * per);
     for (std::size_t j = 0; j < n; ++j) {

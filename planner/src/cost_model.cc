@@ -296,7 +296,7 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
 }
 
 CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row, const std::string& policy,
-                          std::uint64_t sample_iterations, bool shuffle, std::uint64_t seed) {
+                          std::uint64_t sample_iterations, bool shuffle, std::uint64_t seed, const scheduler::PlanFile* plan) {
   check(topo);
   if (sample_iterations < 1) throw ConfigError("--sample must be at least 1");
   scheduler::SimOptions o;
@@ -306,6 +306,7 @@ CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, schedul
   o.scheduler.cache_ratio = topo.cache_ratio;
   o.scheduler.shuffle = shuffle;
   o.scheduler.seed = seed;
+  if (plan != nullptr) o.scheduler.placement_plan = *plan;
   o.warmup = topo.warmup;
   o.iterations = sample_iterations;
   const std::uint32_t S = topo.shards;

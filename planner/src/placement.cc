@@ -162,6 +162,89 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
   return pc;
 }
 
+PlanCost Placement::with_cache_cost(PlanCost c, const CostEstimate& est) const {
+  if (!c.feasible) return c;
+  const double W = in_.workers, S = in_.shards;
+  c.worker_link = c.ps_link = c.total = 0;
+  for (std::size_t t = 0; t < c.tables.size(); ++t) {
+    TableOutcome& o = c.tables[t];
+    if (o.treatment == Treatment::kCache) {
+      const TableCost& tc = est.tables[t];
+      o.rows = tc.pulls + tc.pushes();
+      o.bytes = tc.bytes;
+      o.worker_link = tc.bytes / W;
+      o.ps_link = tc.bytes / S;
+    }
+    c.worker_link += o.worker_link;
+    c.ps_link += o.ps_link;
+    c.total += o.bytes;
+  }
+  c.worker_s = c.worker_link * 8 / (in_.worker_mbit * 1e6);
+  c.ps_s = c.ps_link * 8 / (in_.ps_mbit * 1e6);
+  c.modelled_cache = c.cache_rows;
+  return c;
+}
+
+ShareChoice choose_shares(const Placement& pl, const std::vector<Treatment>& plan, const PlanCost& c,
+                          const std::function<CostEstimate(const std::vector<std::uint32_t>& shares)>& model) {
+  const PlacementInput& in = pl.input();
+  std::vector<std::size_t> cached;
+  for (std::size_t t = 0; t < plan.size(); ++t) {
+    if (plan[t] == Treatment::kCache) cached.push_back(t);
+  }
+  ShareChoice best;
+  best.cost = pl.with_cache_cost(c, model({}));
+  best.tried.emplace_back(best.label, best.cost);
+  const double bar = 0.99 * best.cost.busiest_s();
+  if (cached.size() < 2 || !c.feasible) return best;
+  const double C = c.cache_rows;
+  auto least = [&](std::size_t t) { return static_cast<double>(std::min<std::uint64_t>(in.tables[t].rows, in.batch_per_worker)); };
+  auto try_shares = [&](const std::string& label, std::vector<std::uint32_t> shares) {
+    // Each share, and the pool, must hold a micro-batch's rows of its tables (the pool a row
+    // at least).
+    double sum = 0, pool_need = 1;
+    for (std::size_t t : cached) {
+      if (shares[t] > 0 && shares[t] < least(t)) return;
+      if (shares[t] == 0) pool_need += least(t);
+      sum += shares[t];
+    }
+    if (C - sum < pool_need) return;
+    PlanCost pc;
+    try {
+      pc = pl.with_cache_cost(c, model(shares));
+    } catch (const ConfigError&) {
+      return;  // the simulator refused it
+    }
+    best.tried.emplace_back(label, pc);
+    if (pc.busiest_s() <= bar && better(pc, best.cost)) {
+      best.cost = pc;
+      best.shares = std::move(shares);
+      best.label = label;
+    }
+  };
+  // Every cached table a share of (C - 1) rows by a weight (the pool keeps one row).
+  auto by_weight = [&](const std::string& label, const std::function<double(std::size_t)>& weight) {
+    double total = 0;
+    for (std::size_t t : cached) total += weight(t);
+    std::vector<std::uint32_t> shares(plan.size(), 0);
+    for (std::size_t t : cached) shares[t] = static_cast<std::uint32_t>(std::floor((C - 1) * weight(t) / total));
+    try_shares(label, std::move(shares));
+  };
+  auto rows = [&](std::size_t t) { return static_cast<double>(in.tables[t].rows); };
+  auto touched = [&](std::size_t t) { return in.workers * in.tables[t].distinct_per_worker; };
+  by_weight("every cached table, by rows", rows);
+  by_weight("every cached table, by rows touched", touched);
+  by_weight("every cached table, by sqrt(rows x touched)", [&](std::size_t t) { return std::sqrt(rows(t) * touched(t)); });
+  std::vector<std::size_t> big = cached;
+  std::stable_sort(big.begin(), big.end(), [&](std::size_t a, std::size_t b) { return in.tables[a].rows > in.tables[b].rows; });
+  for (double cap : {0.1, 0.2, 0.3}) {
+    std::vector<std::uint32_t> shares(plan.size(), 0);
+    for (std::size_t i = 0; i < 2; ++i) shares[big[i]] = static_cast<std::uint32_t>(std::floor(cap * C));
+    try_shares("the two largest cached tables, " + std::to_string(static_cast<int>(cap * 100)) + "% each", std::move(shares));
+  }
+  return best;
+}
+
 bool better(const PlanCost& a, const PlanCost& b) {
   if (a.feasible != b.feasible) return a.feasible;
   if (!a.feasible) return false;

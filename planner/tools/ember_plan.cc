@@ -68,6 +68,7 @@ struct PlanOptions {
   bool analytic = true;
   std::uint64_t sample = 20, seed = 1, memory = 0;
   double ps_mbit = 1000, worker_mbit = 1000;
+  bool shares = true;  // try cache shares for the searched plan's cached tables
 };
 
 // The plans for one topology: all on PS + cache, the greedy baselines, the search.
@@ -80,9 +81,24 @@ struct Planned {
   std::vector<std::pair<std::string, planner::PlanCost>> greedies;
   std::size_t model_runs = 0;
   double model_seconds = 0, search_seconds = 0;
+  // The searched plan's cache shares (choose_shares, from simulator samples of the plan),
+  // when asked for; the label of the one chosen.
+  planner::ShareChoice shares;
+  double shares_seconds = 0;
 };
 
-Planned search_plans(const data::Dataset& ds, const planner::Frequencies& f, const planner::Topology& topo, const PlanOptions& o) {
+scheduler::PlanFile plan_file(const std::vector<planner::TableShape>& tables, const std::vector<planner::Treatment>& plan,
+                              std::uint32_t cache_rows, std::uint32_t batch_per_worker) {
+  scheduler::PlanFile pf;
+  for (const auto& t : tables) pf.names.push_back(t.name), pf.rows.push_back(t.rows);
+  pf.treatments = plan;
+  pf.cache_rows = cache_rows;
+  pf.batch_per_worker = batch_per_worker;
+  return pf;
+}
+
+Planned search_plans(const data::Dataset& ds, const planner::Frequencies& f, const planner::Topology& topo, const PlanOptions& o,
+                     bool with_shares) {
   Planned r;
   planner::PlacementInput in;
   in.tables = planner::table_shapes(f, topo);
@@ -124,6 +140,17 @@ Planned search_plans(const data::Dataset& ds, const planner::Frequencies& f, con
   r.searched_cost = pl.evaluate(r.searched);
   r.search_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.model_runs = pl.model_runs();
+  if (with_shares && r.searched_cost.feasible) {
+    // Shares are costed by executing the plan in simulator samples (the analytic model has
+    // one LRU): every candidate, one LRU included, on that same footing.
+    const auto share_start = std::chrono::steady_clock::now();
+    r.shares = planner::choose_shares(pl, r.searched, r.searched_cost, [&](const std::vector<std::uint32_t>& shares) {
+      scheduler::PlanFile pf = plan_file(r.tables, r.searched, r.searched_cost.cache_rows, topo.batch_per_worker);
+      pf.cache_shares = shares;
+      return planner::sampled_cost(ds, topo, o.row, o.policy, o.sample, o.order == "shuffled", o.seed, &pf);
+    });
+    r.shares_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - share_start).count();
+  }
   return r;
 }
 
@@ -151,7 +178,7 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
       planner::Topology t = topo;
       t.batch_per_worker = b;
       try {
-        const Planned p = search_plans(ds, f, t, o);
+        const Planned p = search_plans(ds, f, t, o, false);
         if (!p.searched_cost.feasible) {
           throw ConfigError(
               "the model refused every cache size (a cache below a micro-batch's rows, or a split shorter than "
@@ -176,18 +203,29 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
     }
     topo.batch_per_worker = best_b;
   }
-  const Planned p = search_plans(ds, f, topo, o);
-  auto write = [&](const std::string& path, const std::vector<planner::Treatment>& plan, const planner::PlanCost& cost) {
-    if (path.empty()) return;
-    planner::PlanFile pf;
-    for (const auto& t : p.tables) pf.names.push_back(t.name), pf.rows.push_back(t.rows);
-    pf.treatments = plan;
-    pf.cache_rows = cost.cache_rows;
-    pf.batch_per_worker = topo.batch_per_worker;
-    planner::write_plan(path, pf);
-  };
-  write(plan_out, p.searched, p.searched_cost);
-  write(greedy_out, p.best_greedy, p.best_greedy_cost);
+  const Planned p = search_plans(ds, f, topo, o, o.shares);
+  if (!plan_out.empty()) {
+    scheduler::PlanFile pf = plan_file(p.tables, p.searched, p.searched_cost.cache_rows, topo.batch_per_worker);
+    pf.cache_shares = p.shares.shares;
+    planner::write_plan(plan_out, pf);
+  }
+  if (!greedy_out.empty()) {
+    planner::write_plan(greedy_out, plan_file(p.tables, p.best_greedy, p.best_greedy_cost.cache_rows, topo.batch_per_worker));
+  }
+  nlohmann::ordered_json shares_json;
+  std::string shares_text;
+  if (!p.shares.tried.empty()) {
+    auto tried = nlohmann::ordered_json::array();
+    shares_text = fmt::format("cache shares for the searched plan ({} simulator samples of it, {:.2f} s; chosen: {}):\n",
+                              p.shares.tried.size(), p.shares_seconds, p.shares.label);
+    for (const auto& [label, cost] : p.shares.tried) {
+      tried.push_back({{"candidate", label}, {"cost", cost_json(cost)}});
+      shares_text += summary("  " + label + ":", cost);
+    }
+    nlohmann::ordered_json per_table = nlohmann::ordered_json::array();
+    for (std::uint32_t s : p.shares.shares) per_table.push_back(s);
+    shares_json = {{"chosen", p.shares.label}, {"cache_shares", per_table}, {"tried", tried}, {"seconds", p.shares_seconds}};
+  }
   const std::string model = o.analytic ? "vanilla (analytic, " + o.order + " order)" : o.policy + " (SAMPLED by the simulator)";
   if (json) {
     nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
@@ -206,6 +244,7 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
                                 {"model_seconds", p.model_seconds},
                                 {"search_seconds", p.search_seconds}};
     if (!trade.empty()) j["batch_choices"] = trade;
+    if (!shares_json.is_null()) j["shares"] = shares_json;
     auto& arr = j["plan"] = nlohmann::ordered_json::array();
     for (std::size_t t = 0; t < p.searched.size(); ++t) {
       arr.push_back({{"name", p.tables[t].name},
@@ -226,6 +265,7 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   std::cout << summary("all on PS + cache:", p.all_cost);
   for (const auto& [key, c] : p.greedies) std::cout << summary("greedy by " + key + ":", c);
   std::cout << summary("searched:", p.searched_cost);
+  std::cout << shares_text;
   return 0;
 }
 }  // namespace
@@ -276,6 +316,10 @@ int main(int argc, char** argv) {
                  "with --memory: plan each of these samples per worker (comma-separated) and keep the cheapest per sample "
                  "(the cache against the batch size)")
       ->delimiter(',');
+  bool no_shares = false;
+  app.add_flag("--no-shares", no_shares,
+               "with --memory: keep one LRU for the cached tables (by default cache shares are tried, each costed by a simulator "
+               "sample of the searched plan)");
   app.add_option("--calibration", calibration_file,
                  "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)");
   try {
@@ -310,6 +354,7 @@ int main(int argc, char** argv) {
       o.memory = planner::parse_bytes(memory_arg);
       o.ps_mbit = link_mbit;
       o.worker_mbit = worker_link_mbit > 0 ? worker_link_mbit : link_mbit;
+      o.shares = !no_shares;
       for (std::uint32_t b : batch_choices) {
         if (b == 0) throw ConfigError("--batch-choices: every batch size must be at least 1");
       }

@@ -36,6 +36,7 @@ void write_plan(const std::filesystem::path& path, const PlanFile& plan) {
   auto& arr = j["tables"] = nlohmann::ordered_json::array();
   for (std::size_t t = 0; t < plan.names.size(); ++t) {
     arr.push_back({{"name", plan.names[t]}, {"rows", plan.rows[t]}, {"treatment", treatment_name(plan.treatments[t])}});
+    if (t < plan.cache_shares.size() && plan.cache_shares[t] > 0) arr.back()["cache_share"] = plan.cache_shares[t];
   }
   write_file_atomic(path, j.dump(1) + "\n");
 }
@@ -61,6 +62,7 @@ PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds) {
       plan.names.push_back(t.at("name").get<std::string>());
       plan.rows.push_back(t.at("rows").get<std::uint64_t>());
       plan.treatments.push_back(parse_treatment(t.at("treatment").get<std::string>()));
+      plan.cache_shares.push_back(t.value("cache_share", std::uint32_t{0}));
     }
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(p + ": " + std::string(e.what()));
@@ -80,6 +82,18 @@ PlanFile read_plan(const std::filesystem::path& path, const data::Dataset& ds) {
   }
   const bool cached = std::find(plan.treatments.begin(), plan.treatments.end(), Treatment::kCache) != plan.treatments.end();
   if (cached && plan.cache_rows == 0) throw ConfigError(p + ": cache_rows is 0, and tables are to be cached");
+  std::uint64_t shared = 0;
+  for (std::size_t t = 0; t < plan.cache_shares.size(); ++t) {
+    if (plan.cache_shares[t] > 0 && plan.treatments[t] != Treatment::kCache) {
+      throw ConfigError(p + ": table " + plan.names[t] + " has a cache share but is " + treatment_name(plan.treatments[t]));
+    }
+    shared += plan.cache_shares[t];
+  }
+  if (shared > 0 && shared >= plan.cache_rows) {
+    throw ConfigError(p + ": the tables' cache shares (" + std::to_string(shared) + " rows) leave no pool in cache_rows " +
+                      std::to_string(plan.cache_rows));
+  }
+  if (shared == 0) plan.cache_shares.clear();
   return plan;
 }
 

@@ -107,7 +107,31 @@ Scheduler::Scheduler(SchedulerConfig config)
     capacity -= static_cast<std::uint32_t>(hot);
   }
   const bool by_next_use = c.eviction != Eviction::kLru;
-  for (std::uint32_t w = 0; w < c.workers; ++w) lru_.push_back(std::make_unique<cache::LruIndex>(capacity, by_next_use));
+  std::vector<std::uint32_t> groups{capacity};
+  if (!c.cache_shares.empty()) {
+    // Group 0 is the pool; each table with a share gets the next group and its rows.
+    if (c.cache_shares.size() != tables_) throw ConfigError("cache shares must be given for every table");
+    group_of_key_.assign(c.num_keys, 0);
+    std::uint64_t shared = 0;
+    for (std::uint32_t t = 0; t < tables_; ++t) {
+      if (c.cache_shares[t] == 0) continue;
+      if (!c.treatments.empty() && c.treatments[t] != Treatment::kCache) throw ConfigError("a cache share for a table that is not cached");
+      if (groups.size() == 255) throw ConfigError("cache shares for more than 254 tables");
+      const Key end = t + 1 < tables_ ? c.table_offsets[t + 1] : c.num_keys;
+      std::fill(group_of_key_.begin() + static_cast<std::ptrdiff_t>(c.table_offsets[t]),
+                group_of_key_.begin() + static_cast<std::ptrdiff_t>(end), static_cast<std::uint8_t>(groups.size()));
+      groups.push_back(c.cache_shares[t]);
+      shared += c.cache_shares[t];
+    }
+    if (shared >= capacity) {
+      throw ConfigError("the tables' cache shares (" + std::to_string(shared) + " rows) leave no pool in the cache of " +
+                        std::to_string(capacity) + " rows");
+    }
+    groups[0] = capacity - static_cast<std::uint32_t>(shared);
+  }
+  for (std::uint32_t w = 0; w < c.workers; ++w) {
+    lru_.push_back(std::make_unique<WorkerCache>(groups, by_next_use, group_of_key_.empty() ? nullptr : &group_of_key_));
+  }
   if (c.lookahead > 0) window_ = std::make_unique<Window>(c.num_keys, c.first_iteration);
   if (c.policy.sync() == Sync::kBoundedStaleness) {
     ps_version_.assign(c.num_keys, 0);
@@ -129,6 +153,7 @@ Scheduler::Scheduler(const Scheduler& o)
     : config_(o.config_),
       tables_(o.tables_),
       iteration_(o.iteration_),
+      group_of_key_(o.group_of_key_),
       loc_(o.loc_),
       ps_version_(o.ps_version_),
       copy_version_(o.copy_version_),
@@ -144,7 +169,10 @@ Scheduler::Scheduler(const Scheduler& o)
       planned_(o.planned_),
       window_(o.window_ ? std::make_unique<Window>(*o.window_) : nullptr),
       scratch_(std::make_unique<Scratch>()) {
-  for (const auto& l : o.lru_) lru_.push_back(std::make_unique<cache::LruIndex>(*l));
+  for (const auto& l : o.lru_) {
+    lru_.push_back(std::make_unique<WorkerCache>(*l));
+    lru_.back()->bind(&group_of_key_);
+  }
 }
 
 std::size_t Scheduler::memory_bytes() const {
@@ -512,6 +540,24 @@ void Scheduler::profile(const GlobalBatch& batch, double scoring_ms) {
   scored_tables_ = order;
 }
 
+void Scheduler::check_groups(std::uint32_t w, const std::vector<std::uint32_t>& kw) const {
+  // Each LRU of a worker holds its micro-batch's rows of that group's tables.
+  const Scratch& s = *scratch_;
+  const WorkerCache& lru = *lru_[w];
+  std::vector<std::uint32_t> need(lru.groups(), 0);
+  for (std::uint32_t d : kw) {
+    if (!s.uncached_d[d]) ++need[lru.group(s.keys[d])];
+  }
+  for (std::uint32_t g = 0; g < need.size(); ++g) {
+    if (need[g] > lru.group_capacity(g)) {
+      throw ConfigError(std::string(g == 0 ? "the cache's pool" : "cache share " + std::to_string(g)) + " (" +
+                        std::to_string(lru.group_capacity(g)) + " rows) cannot hold the " + std::to_string(need[g]) +
+                        " distinct rows of its tables in worker " + std::to_string(w) + "'s micro-batch (iteration " +
+                        std::to_string(iteration_) + "); give it more rows");
+    }
+  }
+}
+
 IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans) {
   IterationStats st;
   Scratch& s = *scratch_;
@@ -566,6 +612,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
         staged += s.uncached_d[d];
       }
     }
+    if (lru_[w]->groups() > 1) check_groups(w, kw);
     if (kw.size() - staged > lru_[w]->capacity()) {
       throw ConfigError("the cache of " + std::to_string(lru_[w]->capacity()) + " rows cannot hold the " +
                         std::to_string(kw.size() - staged) + " distinct rows of worker " + std::to_string(w) +
@@ -618,7 +665,7 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
   const std::uint32_t S = policy.staleness();
   const bool prefetch = config_.prefetch && planned_;
   auto pull_worker = [&](std::uint32_t w) {
-    cache::LruIndex& lru = *lru_[w];
+    WorkerCache& lru = *lru_[w];
     StepPlan& plan = plans[w];
     TrafficCounts& c = s.per_worker[w];
     const auto& kw = s.kw[w];
@@ -674,9 +721,9 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
         lru.touch(stale);
         pull.slot = stale;
       } else {
-        if (lru.full()) {
+        if (lru.full(k)) {
           Key e;
-          lru.evict(e);
+          lru.evict(k, e);
           pull.evicted = e;
           if (bounded_staleness) {
             pull.kind = EvictKind::kClean;  // gradients were pushed when computed
@@ -849,7 +896,7 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     plan.clear();
     plan.iteration = iteration_;
     plan.worker = w;
-    cache::LruIndex& lru = *lru_[w];
+    WorkerCache& lru = *lru_[w];
     for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
       if (!lru.occupied(slot)) continue;
       const Key k = lru.key_at(slot);

@@ -71,7 +71,11 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   }
   check_lookahead(c);
   if (c.policy.replicates_hot_rows()) c.hot = profile_hot_rows(ds, o, c.policy.hot_fraction());
-  if (!o.placement.empty()) apply_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
+  if (!o.placement.empty()) {
+    apply_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
+  } else if (!o.placement_plan.treatments.empty()) {
+    apply_placement(o.placement_plan, "the plan", c);
+  }
   return c;
 }
 
@@ -88,6 +92,7 @@ void apply_placement(const PlanFile& plan, const std::string& what, SchedulerCon
                       std::to_string(c.table_offsets.size()));
   }
   c.treatments = plan.treatments;
+  c.cache_shares = plan.cache_shares;
   if (plan.cache_rows > 0) c.cache_rows = plan.cache_rows;
   for (std::size_t t = 0; t < c.treatments.size(); ++t) {
     const Key begin = c.table_offsets[t], end = t + 1 < c.table_offsets.size() ? c.table_offsets[t + 1] : c.num_keys;

@@ -102,6 +102,64 @@ TEST(Placement, TreatmentsMemoryAndLinks) {
   EXPECT_FALSE(tighter.evaluate({Treatment::kCache, Treatment::kCache}).feasible);
 }
 
+// Cache shares are chosen only when a split takes at least 1% off one LRU's busiest link
+// (the model below: every split 0.5% cheaper, then one split 40% cheaper), and every
+// candidate leaves each share and the pool a micro-batch's rows.
+TEST(Placement, SharesChosenOnlyWhenTheyPay) {
+  PlacementInput in;
+  in.tables = {{"big", 1000, 50.0, 300.0}, {"mid", 500, 40.0, 200.0}, {"tiny", 10, 8.0, 10.0}};
+  in.workers = 4;
+  in.batch_per_worker = 64;
+  in.row = {16, 0};
+  in.memory = 1510 * 64;
+  auto estimate = [](double bytes) {
+    CostEstimate e;
+    for (const char* n : {"big", "mid", "tiny"}) {
+      TableCost tc;
+      tc.name = n;
+      tc.bytes = bytes;
+      e.tables.push_back(tc);
+    }
+    return e;
+  };
+  in.cache_model = [&](double) { return estimate(10000); };
+  Placement pl(in);
+  const std::vector<Treatment> plan(3, Treatment::kCache);
+  const PlanCost c = pl.evaluate(plan);
+  ASSERT_TRUE(c.feasible);
+  ASSERT_EQ(c.cache_rows, 1510u);
+  std::vector<std::vector<std::uint32_t>> asked;
+  auto check = [&](const std::vector<std::uint32_t>& shares) {
+    asked.push_back(shares);
+    double pool = c.cache_rows;
+    for (std::size_t t = 0; t < shares.size(); ++t) {
+      if (shares[t] > 0) {
+        EXPECT_GE(shares[t], std::min<std::uint64_t>(64, in.tables[t].rows));
+      }
+      pool -= shares[t];
+    }
+    EXPECT_GE(pool, 1);
+  };
+  const ShareChoice slight = choose_shares(pl, plan, c, [&](const std::vector<std::uint32_t>& shares) {
+    check(shares);
+    return estimate(shares.empty() ? 10000 : 9950);
+  });
+  EXPECT_EQ(slight.label, "one LRU");
+  EXPECT_TRUE(slight.shares.empty());
+  EXPECT_GT(slight.tried.size(), 2u);
+  EXPECT_TRUE(asked.front().empty()) << "one LRU first";
+  const ShareChoice capped = choose_shares(pl, plan, c, [&](const std::vector<std::uint32_t>& shares) {
+    check(shares);
+    const bool big_capped = !shares.empty() && shares[0] > 0 && shares[2] == 0 && shares[0] <= 0.21 * 1510 && shares[0] >= 0.19 * 1510;
+    return estimate(big_capped ? 6000 : 10000);
+  });
+  EXPECT_EQ(capped.label, "the two largest cached tables, 20% each");
+  ASSERT_EQ(capped.shares.size(), 3u);
+  EXPECT_EQ(capped.shares[0], 302u);
+  EXPECT_EQ(capped.shares[1], 302u);
+  EXPECT_DOUBLE_EQ(capped.cost.ps_link, 3 * 6000.0);
+}
+
 TEST(Placement, ParseBytes) {
   EXPECT_EQ(parse_bytes("64M"), 64u << 20);
   EXPECT_EQ(parse_bytes("512k"), 512u << 10);
@@ -202,6 +260,22 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
   EXPECT_EQ(sim.at("hot_sync").get<std::uint64_t>() > 0, replicates) << out;
   EXPECT_EQ(sim.at("cache_rows").get<std::uint32_t>(), pf.cache_rows);
   EXPECT_EQ(pf.batch_per_worker, 64u);
+  // Cache shares round-trip through the plan file; one on a replicated table is refused.
+  PlanFile shared = pf;
+  shared.cache_shares.assign(shared.names.size(), 0);
+  const auto cached_table = static_cast<std::size_t>(std::find(shared.treatments.begin(), shared.treatments.end(), Treatment::kCache) -
+                                                     shared.treatments.begin());
+  ASSERT_LT(cached_table, shared.names.size());
+  shared.cache_shares[cached_table] = 64;
+  write_plan(dir_ / "shared.json", shared);
+  EXPECT_EQ(read_plan(dir_ / "shared.json", ds).cache_shares, shared.cache_shares);
+  if (replicates) {
+    const auto rep = static_cast<std::size_t>(std::find(shared.treatments.begin(), shared.treatments.end(), Treatment::kReplicated) -
+                                              shared.treatments.begin());
+    shared.cache_shares[rep] = 64;
+    write_plan(dir_ / "shared.json", shared);
+    EXPECT_THROW(read_plan(dir_ / "shared.json", ds), ConfigError);
+  }
   // A plan is made for a batch size: another job's is refused, naming both.
   EXPECT_NE(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 32 --warmup 5 --iterations "
                                                                    "20 --policies herald --placement {} -q",

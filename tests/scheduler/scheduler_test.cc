@@ -767,7 +767,7 @@ TEST(Scheduler, PlacementReplicatesStagesAndCaches) {
       }
       EXPECT_EQ(staged_pulls, staged_pushes) << policy << ": each staged row's gradient goes back";
       for (std::uint32_t w = 0; w < 4; ++w) {
-        const cache::LruIndex& lru = s.cache_of(w);
+        const auto& lru = s.cache_of(w);
         for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
           if (lru.occupied(slot)) {
             ASSERT_GE(lru.key_at(slot), 44u) << policy << ": only the cached table enters the LRU";
@@ -798,6 +798,76 @@ TEST(Scheduler, PlacementRefusesHetAndPartialPlacements) {
   EXPECT_THROW(Scheduler{c}, ConfigError);
   c = config("herald", 4, 6, 100, wl);
   c.uncached.assign(10, 0);  // not every key
+  EXPECT_THROW(Scheduler{c}, ConfigError);
+}
+
+}  // namespace
+}  // namespace ember::scheduler
+
+namespace ember::scheduler {
+namespace {
+
+// Cache shares: the long-tail table gets an LRU of its own (slots 70..99), the others
+// share the pool (slots 0..69). Every row stays in its group's slots, a pull evicts only
+// from its own group, each group stays within its rows, and a group too small for a
+// micro-batch's rows is a ConfigError naming it. With lookahead eviction too.
+TEST(Scheduler, CacheSharesKeepEachTableInItsOwnLru) {
+  for (const char* policy : {"vanilla", "herald"}) {
+    for (bool lookahead : {false, true}) {
+      Workload wl;
+      SchedulerConfig c = config(policy, 4, 6, 100, wl);
+      c.treatments = {Treatment::kCache, Treatment::kCache, Treatment::kCache};
+      c.cache_shares = {0, 0, 30};
+      if (lookahead) {
+        c.lookahead = 2;
+        c.eviction = Eviction::kLookahead;
+      }
+      Scheduler s(c);
+      ASSERT_EQ(s.cache_of(0).groups(), 2u);
+      EXPECT_EQ(s.cache_of(0).group_capacity(0), 70u);
+      EXPECT_EQ(s.cache_of(0).group_capacity(1), 30u);
+      Workload ahead = wl;
+      std::vector<StepPlan> plans;
+      std::uint64_t evictions = 0;
+      for (std::uint64_t it = 0; it < 60; ++it) {
+        const GlobalBatch b = wl.next(24, it);
+        s.look_ahead_through(it, 1000, [&](GlobalBatch& next) { next = ahead.next(24, s.shown_until()); });
+        s.schedule(b, plans);
+        for (const StepPlan& p : plans) {
+          for (const PullEntry& e : p.pulls) {
+            EXPECT_EQ(e.slot >= 70, e.key >= 44) << policy << ": a row in its group's slots";
+            if (e.kind != EvictKind::kNone) {
+              ++evictions;
+              EXPECT_EQ(e.evicted >= 44, e.key >= 44) << policy << ": a pull evicts from its own group";
+            }
+          }
+          for (const RowRef& r : p.rows) EXPECT_EQ(r.slot >= 70, r.key >= 44) << policy;
+        }
+        for (std::uint32_t w = 0; w < 4; ++w) {
+          const WorkerCache& lru = s.cache_of(w);
+          for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
+            if (lru.occupied(slot)) {
+              ASSERT_EQ(slot >= 70, lru.key_at(slot) >= 44) << policy << " slot " << slot;
+            }
+          }
+        }
+      }
+      EXPECT_GT(evictions, 0u) << policy << ": the long tail's share must be small enough to evict";
+    }
+  }
+  Workload wl;
+  SchedulerConfig c = config("herald", 4, 6, 100, wl);
+  c.treatments = {Treatment::kCache, Treatment::kCache, Treatment::kCache};
+  c.cache_shares = {0, 0, 3};  // below a micro-batch's 6 rows of the long tail
+  Scheduler s(c);
+  std::vector<StepPlan> plans;
+  try {
+    for (std::uint64_t it = 0; it < 10; ++it) s.schedule(wl.next(24, it), plans);
+    FAIL() << "a share smaller than a micro-batch's rows was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("cache share 1 (3 rows)"), std::string::npos) << e.what();
+  }
+  c.cache_shares = {0, 0, 100};  // no pool left
   EXPECT_THROW(Scheduler{c}, ConfigError);
 }
 

@@ -505,7 +505,8 @@ TEST_F(Training, FaeTrainsTheSameModelWithTheSimulatorsCounts) {
 
 // A placement executed (ember-plan's plan file): the two smallest tables and the largest
 // replicated (all-reduced with the dense gradients, never on the PS), two mid-size tables
-// uncached (pulled, end-pushed and dropped every iteration), the rest cached, under
+// uncached (pulled, end-pushed and dropped every iteration), the rest cached (one of them
+// in a cache share of its own), under
 // herald, 2 shards, SGD and Adagrad (with the lookahead mechanisms and evaluations'
 // flushes). The same model as one process; every kind of row on the wire, the
 // all-reduced rows and the replicas' write-backs included, as ember-sim predicts.
@@ -527,6 +528,9 @@ TEST_F(Training, PlacementTrainsTheBspModelWithTheSimulatorsCounts) {
   for (std::size_t i : {by_rows[0], by_rows[1], by_rows.back()}) plan.treatments[i] = scheduler::Treatment::kReplicated;
   for (std::size_t i : {by_rows[by_rows.size() / 2], by_rows[by_rows.size() - 2]}) plan.treatments[i] = scheduler::Treatment::kUncached;
   plan.cache_rows = static_cast<std::uint32_t>(total / 8);
+  // A large cached table with a cache share of its own (an LRU of total / 40 rows).
+  plan.cache_shares.assign(tables.size(), 0);
+  plan.cache_shares[by_rows[by_rows.size() - 3]] = static_cast<std::uint32_t>(total / 40);
   const fs::path plan_file = dir_ / "plan.json";
   scheduler::write_plan(plan_file, plan);
   for (const char* optimizer : {"sgd", "adagrad"}) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ember/data/dataset.h"
+#include "ember/scheduler/placement.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {
@@ -100,7 +101,10 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
 // iterations topo.warmup .. topo.warmup + sample_iterations - 1; topo.iterations is not
 // used. `shuffle` and `seed` as ember-sim's. Throws ConfigError for an unknown policy or
 // a split too short for the sample.
+// With `plan` (treatments, cache rows, shares): the sample executes it (its cache rows
+// replace topo.cache_ratio's), as a job with --placement would.
 CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row, const std::string& policy,
-                          std::uint64_t sample_iterations, bool shuffle = false, std::uint64_t seed = 1);
+                          std::uint64_t sample_iterations, bool shuffle = false, std::uint64_t seed = 1,
+                          const scheduler::PlanFile* plan = nullptr);
 
 }  // namespace ember::planner

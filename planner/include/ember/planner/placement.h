@@ -86,6 +86,8 @@ class Placement {
   double replicated_bytes(std::size_t table) const;
   std::uint64_t min_memory() const;
   PlanCost evaluate(const std::vector<Treatment>& plan);
+  // `c` (evaluate's) with its cached tables' bytes taken from `est` instead.
+  PlanCost with_cache_cost(PlanCost c, const CostEstimate& est) const;
   // NeuroShard/AutoShard greedy: tables in `order`, each given the treatment that lowers
   // the busiest link (then the total) while the budget allows, starting from all cached.
   std::vector<Treatment> greedy(const std::vector<std::size_t>& order);
@@ -104,6 +106,23 @@ class Placement {
   PlacementInput in_;
   std::vector<std::pair<std::uint64_t, std::optional<CostEstimate>>> cache_;
 };
+
+// Cache shares for the cached tables of `plan` (costed `c`, one LRU): the candidates are
+// one LRU and a few splits of the cache (every cached table a share by its rows, by its
+// rows touched per iteration, by their geometric mean; the two largest cached tables
+// capped at 10%, 20% or 30% of the cache each, the rest sharing the pool), each share at
+// least a micro-batch's rows of its table. `model(shares)` gives the cached tables' cost
+// with those shares (empty: one LRU), all on the same footing (a simulator sample of the
+// plan); a split must take at least 1% off one LRU's busiest link to be chosen (less is
+// the sample's noise), then the cheapest wins.
+struct ShareChoice {
+  std::vector<std::uint32_t> shares;  // per table; empty: one LRU
+  std::string label = "one LRU";
+  PlanCost cost;
+  std::vector<std::pair<std::string, PlanCost>> tried;  // every candidate, one LRU first
+};
+ShareChoice choose_shares(const Placement& pl, const std::vector<Treatment>& plan, const PlanCost& c,
+                          const std::function<CostEstimate(const std::vector<std::uint32_t>& shares)>& model);
 
 bool better(const PlanCost& a, const PlanCost& b);  // feasible, busiest link sooner done, fewer bytes in all
 

@@ -32,6 +32,9 @@ struct PlanFile {
   std::vector<Treatment> treatments;
   std::uint32_t cache_rows = 0;
   std::uint32_t batch_per_worker = 0;
+  // Per table, rows of the cache it holds alone (a cached table's LRU of its own), or 0:
+  // it shares the rest of cache_rows (the pool) with the other cached tables. Empty: all share.
+  std::vector<std::uint32_t> cache_shares;
 };
 // Written whole or not at all (a temporary file, then renamed). Throws IoError.
 void write_plan(const std::filesystem::path& path, const PlanFile& plan);

@@ -20,6 +20,7 @@
 #include "ember/scheduler/policy.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "ember/scheduler/step_plan.h"
+#include "ember/scheduler/worker_cache.h"
 
 namespace ember::scheduler {
 
@@ -75,7 +76,7 @@ class Scheduler {
 
   const SchedulerConfig& config() const { return config_; }
   std::uint64_t iteration() const { return iteration_; }
-  const cache::LruIndex& cache_of(WorkerId w) const { return *lru_[w]; }
+  const WorkerCache& cache_of(WorkerId w) const { return *lru_[w]; }
   const cache::LocationMap& locations() const { return loc_; }
   // The DoI of each table as last profiled (adaptive LAIA), and the tables scored.
   const std::vector<double>& table_doi() const { return doi_; }
@@ -97,11 +98,15 @@ class Scheduler {
   void allocate_random(std::uint32_t n, std::vector<std::uint32_t>& worker_of);
   void allocate_brute(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of);
   void profile(const GlobalBatch& batch, double scoring_ms);
+  // ConfigError when a cache group of worker w cannot hold its rows of the micro-batch
+  // (kw: the worker's distinct rows).
+  void check_groups(std::uint32_t w, const std::vector<std::uint32_t>& kw) const;
 
   SchedulerConfig config_;
   std::uint32_t tables_ = 0;
   std::uint64_t iteration_ = 0;
-  std::vector<std::unique_ptr<cache::LruIndex>> lru_;
+  std::vector<std::uint8_t> group_of_key_;  // cache shares: each key's group in WorkerCache
+  std::vector<std::unique_ptr<WorkerCache>> lru_;
   cache::LocationMap loc_;
   // Bounded-staleness sync (het): the PS's version of each row, and each cached copy's
   // version (per slot).

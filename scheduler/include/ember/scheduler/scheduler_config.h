@@ -50,6 +50,9 @@ struct SchedulerConfig {
   // is of an uncached table (size num_keys, or empty: none).
   std::vector<Treatment> treatments;
   std::vector<std::uint8_t> uncached;
+  // A placement's cache shares per table (rows of an LRU of its own; 0: the pool the
+  // other cached tables share); empty: one LRU (WorkerCache).
+  std::vector<std::uint32_t> cache_shares;
   // The first iteration scheduled (a job resumed from a checkpoint starts later; sample
   // draws and plans are numbered from it).
   std::uint64_t first_iteration = 0;
@@ -95,6 +98,9 @@ struct SchedulerOptions {
   // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
   // worker, which replace cache_ratio's. Empty: every table cached, as before.
   std::string placement;
+  // The same, in memory (the planner's samples): applied when it has treatments and
+  // `placement` is empty.
+  PlanFile placement_plan;
 };
 
 // The configuration for a job on `ds` with options `o`, hot rows included (profiled

@@ -31,12 +31,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_e2e import ROOT, TbfLink, sh  # noqa: E402
+from bench_e2e import ROOT, TbfLink, launch, sh  # noqa: E402
 
 CONFIGS = ("all-PS", "greedy", "searched")
 
@@ -87,14 +86,10 @@ def calibrate(a):
 
 
 def run(a, config, repeat, launcher):
-    out = Path(a.work) / f"{config}-{repeat}"
-    sh([sys.executable, str(ROOT / "scripts" / "ember_launch.py"), "--dataset", a.dataset, "--ps", "1", "--workers", str(a.workers),
-        "--policy", "herald", "--bin", a.bin, "--out", str(out), "-q", "--timeout", "1800",
-        "--placement", str(Path(a.work) / f"{config}.json"),
-        "--ps-args", f"--dim {a.dim} --optimizer sgd --lr 0.05"] + list(launcher) +
-       ["--", "--batch-per-worker", str(a.batch_per_worker), "--iterations", str(a.iterations), "--progress-every", "0",
-        "--model", "dlrm", "--bottom-mlp", "64-32", "--top-mlp", "64-32", "--dense-lr", "0.05", "--seed", "1"])
-    s = json.loads((out / "summary.json").read_text())
+    s = launch(a, "herald", a.workers, f"{config}-{repeat}",
+               ["--batch-per-worker", str(a.batch_per_worker), "--iterations", str(a.iterations), "--progress-every", "0",
+                "--model", "dlrm", "--bottom-mlp", "64-32", "--top-mlp", "64-32", "--dense-lr", "0.05", "--seed", "1"],
+               list(launcher) + ["--placement", str(Path(a.work) / f"{config}.json")])
     it = s["iterations"]
     b = s["bytes"]
     return {"samples_s": s["samples_s"],

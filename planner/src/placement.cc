@@ -124,14 +124,9 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
     const TableShape& sh = in_.tables[t];
     o.treatment = plan[t];
     switch (plan[t]) {
-      case Treatment::kCache: {
-        const TableCost& tc = est->tables[t];
-        o.rows = tc.pulls + tc.pushes();
-        o.bytes = tc.bytes;
-        o.worker_link = tc.bytes / W;
-        o.ps_link = tc.bytes / S;
+      case Treatment::kCache:
+        cached_outcome(o, est->tables[t]);
         break;
-      }
       case Treatment::kUncached: {
         // Every worker pulls its E(b) rows and pushes their gradients; nothing stays.
         o.rows = 2 * W * sh.distinct_per_worker;
@@ -153,34 +148,37 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
         break;
       }
     }
-    pc.worker_link += o.worker_link;
-    pc.ps_link += o.ps_link;
-    pc.total += o.bytes;
   }
-  pc.worker_s = pc.worker_link * 8 / (in_.worker_mbit * 1e6);
-  pc.ps_s = pc.ps_link * 8 / (in_.ps_mbit * 1e6);
+  add_up(pc);
   return pc;
 }
 
-PlanCost Placement::with_cache_cost(PlanCost c, const CostEstimate& est) const {
-  if (!c.feasible) return c;
-  const double W = in_.workers, S = in_.shards;
+void Placement::cached_outcome(TableOutcome& o, const TableCost& tc) const {
+  // The table's bytes from the PS + cache model, spread evenly over the W worker links
+  // and the S shard links.
+  o.rows = tc.pulls + tc.pushes();
+  o.bytes = tc.bytes;
+  o.worker_link = tc.bytes / in_.workers;
+  o.ps_link = tc.bytes / in_.shards;
+}
+
+void Placement::add_up(PlanCost& c) const {
   c.worker_link = c.ps_link = c.total = 0;
-  for (std::size_t t = 0; t < c.tables.size(); ++t) {
-    TableOutcome& o = c.tables[t];
-    if (o.treatment == Treatment::kCache) {
-      const TableCost& tc = est.tables[t];
-      o.rows = tc.pulls + tc.pushes();
-      o.bytes = tc.bytes;
-      o.worker_link = tc.bytes / W;
-      o.ps_link = tc.bytes / S;
-    }
+  for (const TableOutcome& o : c.tables) {
     c.worker_link += o.worker_link;
     c.ps_link += o.ps_link;
     c.total += o.bytes;
   }
   c.worker_s = c.worker_link * 8 / (in_.worker_mbit * 1e6);
   c.ps_s = c.ps_link * 8 / (in_.ps_mbit * 1e6);
+}
+
+PlanCost Placement::with_cache_cost(PlanCost c, const CostEstimate& est) const {
+  if (!c.feasible) return c;
+  for (std::size_t t = 0; t < c.tables.size(); ++t) {
+    if (c.tables[t].treatment == Treatment::kCache) cached_outcome(c.tables[t], est.tables[t]);
+  }
+  add_up(c);
   c.modelled_cache = c.cache_rows;
   return c;
 }

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "ember/common/error.h"
 #include "ember/common/main.h"
@@ -22,12 +23,16 @@
 namespace {
 using namespace ember;
 
-// The calibrated iteration time (ember-plan --calibration), if one was given.
-const planner::Calibration* calibration = nullptr;
+// Seconds per iteration of `c` under `calibration` (ember-plan --calibration), if given.
+std::optional<double> iteration_s(const planner::PlanCost& c, const std::optional<planner::Calibration>& calibration) {
+  if (!calibration) return std::nullopt;
+  return planner::iteration_seconds(c, *calibration);
+}
 
-nlohmann::ordered_json cost_json(const planner::PlanCost& c) {
+nlohmann::ordered_json cost_json(const planner::PlanCost& c, const std::optional<planner::Calibration>& calibration) {
+  const std::optional<double> it = iteration_s(c, calibration);
   return {{"busiest_link", c.worker_busiest() ? "worker" : "ps"},
-          {"iteration_s", calibration ? nlohmann::ordered_json(planner::iteration_seconds(c, *calibration)) : nlohmann::ordered_json()},
+          {"iteration_s", it ? nlohmann::ordered_json(*it) : nlohmann::ordered_json()},
           {"allreduce_rows_bytes", c.allreduce_rows},
           {"busiest_bytes", c.busiest()},
           {"worker_link_bytes", c.worker_link},
@@ -41,8 +46,9 @@ nlohmann::ordered_json cost_json(const planner::PlanCost& c) {
           {"modelled_cache_rows", c.modelled_cache}};
 }
 
-std::string summary(const std::string& label, const planner::PlanCost& c) {
-  const std::string it = calibration ? fmt::format("iteration {:.1f} ms; ", planner::iteration_seconds(c, *calibration) * 1e3) : "";
+std::string summary(const std::string& label, const planner::PlanCost& c, const std::optional<planner::Calibration>& calibration) {
+  const std::optional<double> s = iteration_s(c, calibration);
+  const std::string it = s ? fmt::format("iteration {:.1f} ms; ", *s * 1e3) : "";
   return fmt::format(
       "{:<28} {}busiest link {:>10.1f} KB ({}), {:>8.3f} ms; worker link {:.1f} KB ({:.3f} ms), PS link {:.1f} KB ({:.3f} ms); "
       "memory {:.1f} MB (cache {} rows, modelled at {})\n",
@@ -68,7 +74,8 @@ struct PlanOptions {
   bool analytic = true;
   std::uint64_t sample = 20, seed = 1, memory = 0;
   double ps_mbit = 1000, worker_mbit = 1000;
-  bool shares = true;  // try cache shares for the searched plan's cached tables
+  bool shares = true;                               // try cache shares for the searched plan's cached tables
+  std::optional<planner::Calibration> calibration;  // --calibration: iteration times
 };
 
 // The plans for one topology: all on PS + cache, the greedy baselines, the search.
@@ -157,8 +164,8 @@ Planned search_plans(const data::Dataset& ds, const planner::Frequencies& f, con
 // A plan's cost per sample, what batch sizes are compared by: the calibrated iteration
 // time if there is one (made at one batch size: a guide only at others), else the busiest
 // link's.
-double per_sample_seconds(const planner::PlanCost& c, const planner::Topology& topo) {
-  const double t = calibration ? planner::iteration_seconds(c, *calibration) : c.busiest_s();
+double per_sample_seconds(const planner::PlanCost& c, const planner::Topology& topo, const PlanOptions& o) {
+  const double t = iteration_s(c, o.calibration).value_or(c.busiest_s());
   return t / (static_cast<double>(topo.workers) * topo.batch_per_worker);
 }
 
@@ -184,11 +191,13 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
               "the model refused every cache size (a cache below a micro-batch's rows, or a split shorter than "
               "--warmup + --iterations, or + --sample, global batches)");
         }
-        const double per = per_sample_seconds(p.searched_cost, t);
+        const double per = per_sample_seconds(p.searched_cost, t, o);
         table += fmt::format("{:>10}{:>14}{:>12}{:>16.1f}{:>14}{:>16.3f}\n", b, p.least, p.searched_cost.cache_rows,
                              p.searched_cost.busiest() / 1e3, p.searched_cost.worker_busiest() ? "worker" : "PS", per * 1e6);
-        trade.push_back(
-            {{"batch_per_worker", b}, {"least_memory", p.least}, {"searched", cost_json(p.searched_cost)}, {"per_sample_s", per}});
+        trade.push_back({{"batch_per_worker", b},
+                         {"least_memory", p.least},
+                         {"searched", cost_json(p.searched_cost, o.calibration)},
+                         {"per_sample_s", per}});
         if (per < best) best = per, best_b = b;
       } catch (const ConfigError& e) {
         table += fmt::format("{:>10}  not feasible: {}\n", b, e.what());
@@ -198,7 +207,7 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
     if (best_b == 0) throw ConfigError("--batch-choices: no batch size has a feasible plan under --memory " + std::to_string(o.memory));
     if (!json) {
       std::cout << "batch size against cache (the searched plan per batch size; "
-                << (calibration ? "calibrated iteration time" : "busiest link") << " per sample):\n"
+                << (o.calibration ? "calibrated iteration time" : "busiest link") << " per sample):\n"
                 << table << fmt::format("planned below: --batch-per-worker {}\n\n", best_b);
     }
     topo.batch_per_worker = best_b;
@@ -219,8 +228,8 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
     shares_text = fmt::format("cache shares for the searched plan ({} simulator samples of it, {:.2f} s; chosen: {}):\n",
                               p.shares.tried.size(), p.shares_seconds, p.shares.label);
     for (const auto& [label, cost] : p.shares.tried) {
-      tried.push_back({{"candidate", label}, {"cost", cost_json(cost)}});
-      shares_text += summary("  " + label + ":", cost);
+      tried.push_back({{"candidate", label}, {"cost", cost_json(cost, o.calibration)}});
+      shares_text += summary("  " + label + ":", cost, o.calibration);
     }
     nlohmann::ordered_json per_table = nlohmann::ordered_json::array();
     for (std::uint32_t s : p.shares.shares) per_table.push_back(s);
@@ -229,17 +238,17 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   const std::string model = o.analytic ? "vanilla (analytic, " + o.order + " order)" : o.policy + " (SAMPLED by the simulator)";
   if (json) {
     nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
-    for (const auto& [key, c] : p.greedies) greedy_json[key] = cost_json(c);
+    for (const auto& [key, c] : p.greedies) greedy_json[key] = cost_json(c, o.calibration);
     nlohmann::ordered_json j = {{"policy", model},
                                 {"batch_per_worker", topo.batch_per_worker},
                                 {"memory", o.memory},
                                 {"min_memory", p.least},
                                 {"ps_link_mbit", o.ps_mbit},
                                 {"worker_link_mbit", o.worker_mbit},
-                                {"all_cache", cost_json(p.all_cost)},
+                                {"all_cache", cost_json(p.all_cost, o.calibration)},
                                 {"greedy", greedy_json},
                                 {"best_greedy", p.best_order},
-                                {"searched", cost_json(p.searched_cost)},
+                                {"searched", cost_json(p.searched_cost, o.calibration)},
                                 {"model_runs", p.model_runs},
                                 {"model_seconds", p.model_seconds},
                                 {"search_seconds", p.search_seconds}};
@@ -262,9 +271,9 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   print_plan("best greedy (by " + p.best_order + "):", p.tables, p.best_greedy_cost);
   print_plan("searched (beam + local moves):", p.tables, p.searched_cost);
   std::cout << fmt::format("links: {} Mbit/s per PS shard, {} Mbit/s per worker\n", o.ps_mbit, o.worker_mbit);
-  std::cout << summary("all on PS + cache:", p.all_cost);
-  for (const auto& [key, c] : p.greedies) std::cout << summary("greedy by " + key + ":", c);
-  std::cout << summary("searched:", p.searched_cost);
+  std::cout << summary("all on PS + cache:", p.all_cost, o.calibration);
+  for (const auto& [key, c] : p.greedies) std::cout << summary("greedy by " + key + ":", c, o.calibration);
+  std::cout << summary("searched:", p.searched_cost, o.calibration);
   std::cout << shares_text;
   return 0;
 }
@@ -339,12 +348,8 @@ int main(int argc, char** argv) {
     if (!memory_arg.empty()) {
       if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
       if (worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
-      static planner::Calibration cal;
-      if (!calibration_file.empty()) {
-        cal = planner::read_calibration(calibration_file);
-        calibration = &cal;
-      }
       PlanOptions o;
+      if (!calibration_file.empty()) o.calibration = planner::read_calibration(calibration_file);
       o.row = row;
       o.policy = policy;
       o.order = order;

@@ -97,9 +97,7 @@ Scheduler::Scheduler(SchedulerConfig config)
     std::uint64_t hot = 0;
     for (std::uint32_t t = 0; t < tables_; ++t) {
       if (!c.treatments.empty() && c.treatments[t] == Treatment::kReplicated) continue;
-      const Key end = t + 1 < tables_ ? c.table_offsets[t + 1] : c.num_keys;
-      hot += static_cast<std::uint64_t>(
-          std::count(c.hot.begin() + static_cast<std::ptrdiff_t>(c.table_offsets[t]), c.hot.begin() + static_cast<std::ptrdiff_t>(end), 1));
+      hot += static_cast<std::uint64_t>(std::ranges::count(c.in_table(c.hot, t), 1));
     }
     if (hot >= capacity)
       throw ConfigError("fae: the hot set (" + std::to_string(hot) + " rows) fills the whole cache of " + std::to_string(capacity) +
@@ -117,9 +115,7 @@ Scheduler::Scheduler(SchedulerConfig config)
       if (c.cache_shares[t] == 0) continue;
       if (!c.treatments.empty() && c.treatments[t] != Treatment::kCache) throw ConfigError("a cache share for a table that is not cached");
       if (groups.size() == 255) throw ConfigError("cache shares for more than 254 tables");
-      const Key end = t + 1 < tables_ ? c.table_offsets[t + 1] : c.num_keys;
-      std::fill(group_of_key_.begin() + static_cast<std::ptrdiff_t>(c.table_offsets[t]),
-                group_of_key_.begin() + static_cast<std::ptrdiff_t>(end), static_cast<std::uint8_t>(groups.size()));
+      std::ranges::fill(c.in_table(group_of_key_, t), static_cast<std::uint8_t>(groups.size()));
       groups.push_back(c.cache_shares[t]);
       shared += c.cache_shares[t];
     }

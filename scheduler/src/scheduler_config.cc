@@ -95,13 +95,12 @@ void apply_placement(const PlanFile& plan, const std::string& what, SchedulerCon
   c.cache_shares = plan.cache_shares;
   if (plan.cache_rows > 0) c.cache_rows = plan.cache_rows;
   for (std::size_t t = 0; t < c.treatments.size(); ++t) {
-    const Key begin = c.table_offsets[t], end = t + 1 < c.table_offsets.size() ? c.table_offsets[t + 1] : c.num_keys;
     if (c.treatments[t] == Treatment::kReplicated) {
       if (c.hot.empty()) c.hot.assign(c.num_keys, 0);
-      std::fill(c.hot.begin() + static_cast<std::ptrdiff_t>(begin), c.hot.begin() + static_cast<std::ptrdiff_t>(end), 1);
+      std::ranges::fill(c.in_table(c.hot, t), 1);
     } else if (c.treatments[t] == Treatment::kUncached) {
       if (c.uncached.empty()) c.uncached.assign(c.num_keys, 0);
-      std::fill(c.uncached.begin() + static_cast<std::ptrdiff_t>(begin), c.uncached.begin() + static_cast<std::ptrdiff_t>(end), 1);
+      std::ranges::fill(c.in_table(c.uncached, t), 1);
     }
   }
   // fae's hot rows of an uncached table are replicated: the replica wins.

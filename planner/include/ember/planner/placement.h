@@ -100,6 +100,10 @@ class Placement {
   std::size_t model_runs() const { return cache_.size(); }
 
  private:
+  // A cached table's outcome from the PS + cache model's cost of it.
+  void cached_outcome(TableOutcome& o, const TableCost& tc) const;
+  // The plan's link and total bytes from its tables', and the links' times.
+  void add_up(PlanCost& c) const;
   // nullptr where the model refuses the size (a sample's cache below a micro-batch's rows).
   const CostEstimate* model_at(std::uint32_t cache_rows);
   std::uint64_t total_rows_ = 0;

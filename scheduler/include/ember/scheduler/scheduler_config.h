@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "ember/common/types.h"
 #include "ember/data/dataset.h"
 #include "ember/scheduler/placement.h"
 #include "ember/scheduler/policy.h"
@@ -65,6 +67,15 @@ struct SchedulerConfig {
   bool prefetch = false;
 
   bool replicates() const { return !hot.empty(); }
+  // Table t's entries of a per-key vector (hot, uncached, a group per key).
+  std::span<std::uint8_t> in_table(std::vector<std::uint8_t>& per_key, std::size_t t) const {
+    const Key end = t + 1 < table_offsets.size() ? table_offsets[t + 1] : num_keys;
+    return std::span<std::uint8_t>(per_key).subspan(table_offsets[t], end - table_offsets[t]);
+  }
+  std::span<const std::uint8_t> in_table(const std::vector<std::uint8_t>& per_key, std::size_t t) const {
+    const Key end = t + 1 < table_offsets.size() ? table_offsets[t + 1] : num_keys;
+    return std::span<const std::uint8_t>(per_key).subspan(table_offsets[t], end - table_offsets[t]);
+  }
   // Staging slots per worker for uncached rows (at most one per sample and uncached
   // table), numbered from cache_rows: the worker's row store holds cache_rows + these.
   std::uint32_t staging_rows() const;

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <string>
 #include <utility>
 
 #include "ember/common/error.h"
@@ -58,18 +60,29 @@ void MappedFile::reset() {
 }
 
 MappedOutput::MappedOutput(const std::filesystem::path& path, std::size_t size) : path_(path), size_(size) {
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError(errno_message("create " + path.string()));
-  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+  // A store through the mapping into a page the file system has no room for is SIGBUS,
+  // not an error: reserve every block now (ftruncate alone leaves a sparse file), so a
+  // full disk is ENOSPC here. Where the file system cannot reserve, fall back to a
+  // sparse file.
+  int rc = size > 0 ? ::posix_fallocate(fd_, 0, static_cast<off_t>(size)) : 0;
+  if (rc == EOPNOTSUPP || rc == EINVAL) rc = ::ftruncate(fd_, static_cast<off_t>(size)) == 0 ? 0 : errno;
+  if (rc != 0) {
+    errno = rc;
+    std::string what = errno_message("allocate " + path.string() + " (" + std::to_string(size) + " bytes)");
     ::close(fd_);
-    throw IoError(errno_message("resize " + path.string()));
+    ::unlink(path.c_str());
+    throw IoError(what);
   }
   if (size > 0) {
     addr_ = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
     if (addr_ == MAP_FAILED) {
       addr_ = nullptr;
+      std::string what = errno_message("mmap " + path.string());
       ::close(fd_);
-      throw IoError(errno_message("mmap " + path.string()));
+      ::unlink(path.c_str());
+      throw IoError(what);
     }
   }
 }
@@ -96,10 +109,9 @@ void MappedOutput::close() {
 }
 
 MappedOutput::~MappedOutput() {
-  try {
-    close();
-  } catch (...) {
-  }
+  // Not closed: abandoned (an error is on its way), so nothing is synced.
+  if (addr_ != nullptr) ::munmap(addr_, size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace ember

@@ -92,7 +92,9 @@ struct InputFile {
   std::unique_ptr<LineParser> parser;
 };
 
-// Output shard being written in place through a shared mapping.
+// Output shard being written in place through a shared mapping. MappedOutput reserves
+// its blocks when plan_outputs creates it: a full disk is an IoError naming the shard
+// before pass 2, not a SIGBUS during it.
 struct ShardOut {
   std::filesystem::path path;
   ShardLayout layout;

@@ -4,12 +4,15 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -133,6 +136,22 @@ std::string Process::log_tail(std::size_t lines) const {
   std::ostringstream out;
   for (std::size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out << all[i] << "\n";
   return out.str();
+}
+
+TmpfsMount::TmpfsMount(const fs::path& dir, std::uint64_t bytes) : dir_(dir) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  // size=0 would mean no limit.
+  const std::string opts = "size=" + std::to_string(bytes > 0 ? bytes : 1) + ",mode=0755";
+  if (::mount("tmpfs", dir_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) == 0) {
+    mounted_ = true;
+  } else {
+    error_ = "mount -t tmpfs " + dir_.string() + ": " + std::strerror(errno);
+  }
+}
+
+TmpfsMount::~TmpfsMount() {
+  if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
 }
 
 std::string wait_for_file(const fs::path& file, std::chrono::milliseconds timeout) {

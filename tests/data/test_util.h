@@ -59,6 +59,25 @@ class Process {
   std::filesystem::path log_;
 };
 
+// A tmpfs of `bytes` (whole pages) mounted on `dir` (created) while this lives: a small
+// disk to fill. Unmounted (lazily, MNT_DETACH) when destroyed. Where mounting is not
+// permitted (not root), ok() is false and error() says why: the caller skips.
+class TmpfsMount {
+ public:
+  TmpfsMount(const std::filesystem::path& dir, std::uint64_t bytes);
+  ~TmpfsMount();
+  TmpfsMount(const TmpfsMount&) = delete;
+  TmpfsMount& operator=(const TmpfsMount&) = delete;
+
+  bool ok() const { return mounted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::filesystem::path dir_;
+  bool mounted_ = false;
+  std::string error_;
+};
+
 // Waits until `file` exists and is non-empty; returns its first line ("" on timeout).
 std::string wait_for_file(const std::filesystem::path& file, std::chrono::milliseconds timeout);
 

@@ -32,9 +32,13 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-// A new file of a fixed size mapped read-write; written in place, then synced.
+// A new file of a fixed size mapped read-write; written in place, then synced. Its blocks
+// are reserved when it is created (posix_fallocate): a full disk is an IoError there,
+// never a SIGBUS on a later store.
 class MappedOutput {
  public:
+  // Throws IoError naming `path` ("allocate PATH (N bytes): No space left on device"),
+  // leaving no file behind.
   MappedOutput(const std::filesystem::path& path, std::size_t size);
   ~MappedOutput();
   MappedOutput(const MappedOutput&) = delete;
@@ -42,8 +46,8 @@ class MappedOutput {
 
   char* data() { return static_cast<char*>(addr_); }
   std::size_t size() const { return size_; }
-  // msync + fsync + unmap; throws IoError on failure. Called by the destructor if not
-  // called before (errors are then swallowed).
+  // msync + fsync + unmap; throws IoError on failure. Destroyed without close(), the
+  // mapping is dropped unsynced (the caller is failing and removes the file).
   void close();
 
  private:

@@ -5,34 +5,80 @@ starts from.
 
   python3 scripts/ember_job.py summarize OUT --ps S --workers W --policy P [--transport T]
       [--checkpoint-dir DIR] [--metrics-endpoints HOST:PORT,...] [-q] [-- WORKER_ARGS]
-  python3 scripts/ember_job.py resume-point CKPT
+  python3 scripts/ember_job.py resume-point CKPT [--bin BIN]
 
 `summarize` reads the workers' metrics (OUT/wN.jsonl, ember-worker --metrics) and the
 shards' totals (OUT/psN.json, ember-ps --summary-file), writes OUT/summary.json (fields:
 docs/training.md#metrics) and prints the job's totals and the workers' time per phase.
 The worker arguments after `--` give the settings the summary records (--lookahead,
 --eviction, --prefetch, --overlap-allreduce, --refine-allocation). `resume-point` prints
-the newest whole checkpoint under CKPT/ps that has the workers' dense state.
+the newest whole checkpoint under CKPT/ps that verifies (its shard files' checksums, by
+BIN/ember-ps --verify-checkpoint) and has an intact copy of the workers' dense state.
 """
 import argparse
 import json
+import os
+import subprocess
 import sys
+import zipfile
+import zlib
 from pathlib import Path
 
 
-def resume_point(ckpt, who="ember-job"):
-    """The newest checkpoint under CKPT/ps that is whole (its manifest) and has the workers'
-    dense state (CKPT/dense/worker-*-iter-N.pt); an exit checkpoint of a job stopped
-    mid-run has none."""
+def dense_corrupt(f):
+    """Why the dense checkpoint file f (a zip archive, as LibTorch writes it) is corrupt:
+    a record whose bytes fail its CRC-32, or an archive that cannot be read; None when it
+    is intact (what ember-worker --resume checks before loading it)."""
+    try:
+        with zipfile.ZipFile(f) as z:
+            bad = z.testzip()
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+        return f"{f}: not a readable dense checkpoint ({e})"
+    return f"{f}: checksum mismatch (corrupt dense checkpoint: record {bad})" if bad else None
+
+
+def shards_corrupt(d, ember_ps):
+    """Why checkpoint directory d's shard files do not verify (`ember-ps --verify-checkpoint`
+    reads each in full and checks its checksum); None when they do."""
+    try:
+        r = subprocess.run([str(ember_ps), "--verify-checkpoint", str(d), "--log-level", "error"],
+                           capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{ember_ps} --verify-checkpoint {d}: {e}"
+    if r.returncode == 0:
+        return None
+    why = r.stderr.strip().splitlines()
+    return why[-1].removeprefix("ember-ps: error: ") if why else f"ember-ps --verify-checkpoint exited {r.returncode}"
+
+
+def resume_point(ckpt, who="ember-job", ember_ps=None):
+    """The newest checkpoint under CKPT/ps that is whole (its manifest), whose shard files
+    verify (their checksums, with `ember_ps`: the ember-ps binary; None: not checked) and
+    that has the workers' dense state (CKPT/dense/worker-*-iter-N.pt), one file of it at
+    least intact: a worker whose own file is corrupt or missing loads another's, the
+    replicas being identical. An exit checkpoint of a job stopped mid-run has none. Newer
+    checkpoints passed over are named with why, on one line; none left: exit 1 naming
+    each."""
     ckpt = Path(ckpt)
     passed = []
     for d in sorted((ckpt / "ps").glob("iter-*"), reverse=True):
         if not (d / "manifest.json").exists():
             passed.append(f"{d.name} (not whole)")
             continue
-        if not list((ckpt / "dense").glob(f"worker-*-{d.name}.pt")):
+        dense = sorted((ckpt / "dense").glob(f"worker-*-{d.name}.pt"))
+        if not dense:
             passed.append(f"{d.name} (no dense state in {ckpt / 'dense'})")
             continue
+        why = shards_corrupt(d, ember_ps) if ember_ps else None
+        if why:
+            passed.append(f"{d.name} ({why})")
+            continue
+        corrupt = [w for w in map(dense_corrupt, dense) if w]
+        if len(corrupt) == len(dense):
+            passed.append(f"{d.name} ({'; '.join(corrupt)})")
+            continue
+        for w in corrupt:
+            print(f"{who}: --resume from {d}: {w}; that worker loads another's intact file", file=sys.stderr)
         if passed:
             print(f"{who}: --resume from {d}, passing over " + ", ".join(passed), file=sys.stderr)
         return d
@@ -182,9 +228,12 @@ def main():
     s.add_argument("-q", "--quiet", action="store_true", help="write summary.json, print nothing")
     r = sub.add_parser("resume-point", help="print the newest whole checkpoint under CKPT/ps with the workers' dense state")
     r.add_argument("ckpt", help="a launcher's checkpoint directory (CKPT/ps, CKPT/dense)")
+    r.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(Path(__file__).resolve().parent.parent / "build" / "bin")),
+                   help="where ember-ps is (it verifies the shard files' checksums; without it they are not checked)")
     a = p.parse_args(argv)
     if a.cmd == "resume-point":
-        print(resume_point(a.ckpt))
+        ember_ps = Path(a.bin) / "ember-ps"
+        print(resume_point(a.ckpt, ember_ps=ember_ps if os.access(ember_ps, os.X_OK) else None))
         return
     if a.ps < 1 or a.workers < 1:
         p.error("--ps and --workers must be at least 1")

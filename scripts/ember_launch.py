@@ -181,7 +181,7 @@ class Job:
             # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
             ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"] + ps_extra
             if a.resume:
-                ps_extra = ["--restore", str(resume_point(ckpt, who="ember-launch"))] + ps_extra
+                ps_extra = ["--restore", str(resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps"))] + ps_extra
             worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
         # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS

@@ -10,6 +10,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
 
 namespace ember::ps {
@@ -50,6 +51,19 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
     if (buf.size() < sizeof h + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
     std::memcpy(&h, buf.data(), sizeof h);
   }
+  return h;
+}
+
+// The header of a checkpoint file held whole in `buf`, after checking that its size fits
+// its rows and that its checksum holds.
+CheckpointHeader read_whole(const std::string& name, const std::string& buf, std::size_t record) {
+  const CheckpointHeader h = read_header(name, buf);
+  if (buf.size() != header_bytes(h.version) + h.rows * record + sizeof(std::uint64_t)) {
+    throw DataError(name + ": size does not match its " + std::to_string(h.rows) + " rows (truncated or corrupt)");
+  }
+  std::uint64_t sum;
+  std::memcpy(&sum, buf.data() + buf.size() - sizeof sum, sizeof sum);
+  if (sum != checksum64(buf.data(), buf.size() - sizeof sum)) throw DataError(name + ": checksum mismatch (corrupt checkpoint)");
   return h;
 }
 
@@ -124,14 +138,8 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
   for (const auto& f : files) {
     const std::string buf = read_file(f);
     const std::string name = f.string();
-    const CheckpointHeader h = read_header(name, buf);
+    const CheckpointHeader h = read_whole(name, buf, record);
     const std::size_t hb = header_bytes(h.version);
-    if (buf.size() != hb + h.rows * record + sizeof(std::uint64_t)) {
-      throw DataError(name + ": size does not match its " + std::to_string(h.rows) + " rows (truncated or corrupt)");
-    }
-    std::uint64_t sum;
-    std::memcpy(&sum, buf.data() + buf.size() - sizeof sum, sizeof sum);
-    if (sum != checksum64(buf.data(), buf.size() - sizeof sum)) throw DataError(name + ": checksum mismatch (corrupt checkpoint)");
     if (h.dim != config_.dim || h.state != state_ || h.optimizer != static_cast<std::uint32_t>(config_.optimizer.kind) ||
         h.num_keys != config_.num_keys) {
       throw DataError(name + ": written for dim " + std::to_string(h.dim) + ", optimizer " +
@@ -149,6 +157,15 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
     }
   }
   return iteration;
+}
+
+void verify_checkpoint_file(const std::filesystem::path& file) {
+  // The record size follows from the header (dim and optimizer state floats), so the file
+  // is checked without a store of its geometry.
+  const std::string buf = read_file(file);
+  const CheckpointHeader h = read_header(file.string(), buf);
+  const std::size_t record = sizeof(Key) + (static_cast<std::size_t>(h.dim) + h.state) * sizeof(float);
+  read_whole(file.string(), buf, record);
 }
 
 ShardStore::CheckpointInfo ShardStore::checkpoint_info(const std::filesystem::path& file) {

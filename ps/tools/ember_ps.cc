@@ -143,6 +143,10 @@ int main(int argc, char** argv) {
   app.add_option("--restore", restore_dir,
                  "resume from a checkpoint (written by any number of shards): its directory, or a --checkpoint-dir (then its newest whole "
                  "checkpoint)");
+  std::string verify_dir;
+  app.add_option("--verify-checkpoint", verify_dir,
+                 "check a checkpoint's files in full (checksums), or pick a --checkpoint-dir's newest whole checkpoint that verifies, "
+                 "as --restore would; print its directory and exit (3, naming each file and why, when none verifies)");
   app.add_option("--checkpoint-dir", checkpoint_dir,
                  "where checkpoints go; SIGUSR1 asks for one at an iteration boundary a few iterations on (the workers flush for it)");
   app.add_flag("--checkpoint-on-exit", checkpoint_on_exit,
@@ -185,6 +189,15 @@ int main(int argc, char** argv) {
   if (const int status = parse_command_line(app, argc, argv, "ember-ps"); status >= 0) return status;
   return guarded_main("ember-ps", [&] {
     setup_logging(log_level);
+    if (!verify_dir.empty()) {  // no shard: only the files
+      const ps::RestorePlan plan = ps::plan_restore(verify_dir);
+      for (const std::string& why : plan.skipped) spdlog::warn("--verify-checkpoint: passing over {}", why);
+      if (!plan.verified) {
+        for (const fs::path& f : plan.files) ps::verify_checkpoint_file(f);
+      }
+      std::printf("%s\n", plan.dir.string().c_str());
+      return 0;
+    }
     if (token.empty() && token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
     if (!token_file.empty()) token = read_secret_file(token_file, "--token-file");
     if (!dataset.empty()) sc.num_keys = rows_of_dataset(dataset);

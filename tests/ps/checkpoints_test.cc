@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "../data/test_util.h"
@@ -153,6 +155,104 @@ TEST_F(CheckpointDirs, ATruncatedFileIsPassedOverFromTheRootAndRefusedByName) {
   fs::create_directories(dir_ / "empty");
   EXPECT_THROW(plan_restore(dir_ / "empty"), DataError);
   EXPECT_THROW(plan_restore(dir_ / "missing"), DataError);
+}
+
+// Flips `n` bytes in the middle of `file`, keeping its size: the manifest's size check
+// passes, the checksum does not.
+void flip_bytes(const fs::path& file, std::size_t n = 8) {
+  std::string bytes = read_file(file);
+  for (std::size_t i = 0; i < n; ++i) bytes[bytes.size() / 2 + i] = static_cast<char>(~bytes[bytes.size() / 2 + i]);
+  write_file_atomic(file, bytes);
+}
+
+// A newest checkpoint whose shard file has flipped bytes (same size) is passed over from
+// the root for the newest one that verifies, naming the file and "checksum mismatch";
+// named directly it is refused; with nothing that verifies, every checkpoint is named.
+TEST_F(CheckpointDirs, ACorruptNewestCheckpointIsPassedOverFromTheRoot) {
+  for (std::int64_t it : {9, 19}) {
+    checkpoint(0, it);
+    checkpoint(1, it);
+  }
+  const fs::path victim = at(19) / "shard-1-of-2.ckpt";
+  const auto size = fs::file_size(victim);
+  flip_bytes(victim);
+  ASSERT_EQ(fs::file_size(victim), size);
+  for (const std::optional<RestoringShard> own : {std::optional<RestoringShard>{}, std::optional<RestoringShard>{RestoringShard{0, 2}}}) {
+    const RestorePlan plan = plan_restore(root(), own);
+    EXPECT_EQ(plan.dir, at(9));
+    EXPECT_TRUE(plan.verified);
+    ASSERT_EQ(plan.skipped.size(), 1u);
+    EXPECT_NE(plan.skipped[0].find(at(19).string() + ": " + victim.string() + ": checksum mismatch (corrupt checkpoint)"),
+              std::string::npos)
+        << plan.skipped[0];
+    ShardStore restored(config(0, 2));
+    EXPECT_EQ(restored.load(plan.files, plan.own_file_only), 9);
+  }
+  EXPECT_THROW(verify_checkpoint_file(victim), DataError);
+  EXPECT_NO_THROW(verify_checkpoint_file(at(19) / "shard-0-of-2.ckpt"));
+  // Named directly, that checkpoint is what is loaded, and the load refuses it.
+  const RestorePlan named = plan_restore(at(19));
+  EXPECT_EQ(named.dir, at(19));
+  EXPECT_FALSE(named.verified);
+  try {
+    ShardStore(config(0, 2)).load(named.files);
+    ADD_FAILURE();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(victim.string() + ": checksum mismatch"), std::string::npos) << e.what();
+  }
+  // Every checkpoint corrupt: refused, naming each file and why.
+  flip_bytes(at(9) / "shard-0-of-2.ckpt");
+  try {
+    plan_restore(root());
+    ADD_FAILURE();
+  } catch (const DataError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no whole checkpoint that verifies"), std::string::npos) << what;
+    EXPECT_NE(what.find(victim.string() + ": checksum mismatch"), std::string::npos) << what;
+    EXPECT_NE(what.find((at(9) / "shard-0-of-2.ckpt").string() + ": checksum mismatch"), std::string::npos) << what;
+  }
+}
+
+// The same through the daemon: `ember-ps --restore ROOT` restores iteration 9, logging
+// the one line that passes over 19; `ember-ps --verify-checkpoint` (what the launcher's
+// --resume asks) prints the directory that verifies, and refuses one named that does not.
+TEST_F(CheckpointDirs, TheDaemonRestoresTheNewestCheckpointThatVerifies) {
+  for (std::int64_t it : {9, 19}) {
+    checkpoint(0, it);
+    checkpoint(1, it);
+  }
+  const fs::path victim = at(19) / "shard-0-of-2.ckpt";
+  flip_bytes(victim);
+  std::string out;
+  EXPECT_EQ(test::run_command(test::bin("ember-ps") + " --verify-checkpoint " + root().string() + " 2>&1", out), 0) << out;
+  EXPECT_NE(out.find("--verify-checkpoint: passing over " + at(19).string() + ": " + victim.string() + ": checksum mismatch"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(at(9).string() + "\n"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(test::bin("ember-ps") + " --verify-checkpoint " + at(9).string() + " 2>/dev/null", out), 0);
+  EXPECT_EQ(out, at(9).string() + "\n");
+  EXPECT_EQ(test::run_command(test::bin("ember-ps") + " --verify-checkpoint " + at(19).string() + " 2>&1", out), 3) << out;
+  EXPECT_NE(out.find("ember-ps: error: " + victim.string() + ": checksum mismatch (corrupt checkpoint)"), std::string::npos) << out;
+
+  const fs::path port_file = dir_ / "port";
+  test::Process ps({test::bin("ember-ps"), "--shard", "0", "--shards", "2", "--num-keys", "400", "--dim", "4", "--optimizer", "adagrad",
+                    "--token", "t", "--listen", "127.0.0.1:0", "--port-file", port_file.string(), "--stats-interval", "0", "--restore",
+                    root().string()},
+                   dir_ / "ps.log");
+  ASSERT_FALSE(test::wait_for_file(port_file, std::chrono::seconds(20)).empty()) << ps.log_tail(20);
+  ps.signal(SIGTERM);
+  EXPECT_EQ(ps.wait(std::chrono::seconds(10)), 0);
+  const std::string log = read_file(dir_ / "ps.log");
+  EXPECT_NE(log.find("--restore: passing over " + at(19).string() + ": " + victim.string() + ": checksum mismatch (corrupt checkpoint)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("checkpoint file(s) in " + at(9).string() + " (listed by its manifest), iteration 9"), std::string::npos) << log;
+  // Named directly: refused (exit 3, a DataError), naming the file.
+  const int rc = test::run_command("timeout 20 " + test::bin("ember-ps") + " --num-keys 400 --dim 4 --optimizer adagrad --shards 2 " +
+                                       "--token t --stats-interval 0 --restore " + at(19).string() + " 2>&1",
+                                   out);
+  EXPECT_EQ(rc, 3) << out;
+  EXPECT_NE(out.find(victim.string() + ": checksum mismatch (corrupt checkpoint)"), std::string::npos) << out;
 }
 
 // A directory of *.ckpt files (the flat layout of earlier versions) is one checkpoint.

@@ -908,6 +908,121 @@ TEST_F(Training, LauncherNamesTheFailedWorkerAndItsDeathEndsTheJob) {
   }
 }
 
+// ember_launch.py --resume with a corrupt newest checkpoint (bytes flipped mid-file, the
+// size unchanged, so the manifest's size check passes). A job of 19 iterations
+// checkpoints at 9 and at its end (19); then, each on a copy of its checkpoints:
+//   - a shard file of 19 corrupt: the launcher passes over 19 (one line naming the file
+//     and "checksum mismatch") and the job goes on from 9;
+//   - one worker's dense file of 19 corrupt: 19 stands (the replicas are identical), and
+//     that worker loads worker 0's file of 19, logging the one it passed over;
+//   - every dense file of 19 corrupt: the launcher passes over 19 for 9;
+//   - every checkpoint corrupt: refused (exit 1), naming each.
+TEST_F(Training, ResumePassesOverACorruptNewestCheckpoint) {
+  const fs::path data = dataset(4000);
+  auto launch = [&](const std::string& name, const fs::path& ckpt, bool resume, int iterations) {
+    std::vector<std::string> args = {"/usr/bin/env", "python3", std::string(EMBER_SOURCE_DIR) + "/scripts/ember_launch.py",
+                                     "--dataset", data.string(), "--ps", "2", "--workers", "2", "--policy", "herald", "--out",
+                                     (dir_ / name).string(), "--bin", EMBER_BIN_DIR, "--checkpoint-dir", ckpt.string(),
+                                     "--checkpoint-every", "10", "--heartbeat-timeout-ms", "5000", "--timeout", "120", "-q"};
+    if (resume) args.push_back("--resume");
+    for (const std::string a : {"--", "--iterations", "", "--batch-per-worker", "32", "--model", "dlrm", "--bottom-mlp", "16",
+                                "--top-mlp", "16", "--eval-every", "0", "--eval-samples", "256"})
+      args.push_back(a.empty() ? std::to_string(iterations) : a);
+    test::Process p(args, dir_ / (name + ".log"));
+    const int rc = p.wait(150s);
+    return std::pair{rc, read_file(dir_ / (name + ".log"))};
+  };
+  // The iterations worker 0 trained in job `name`.
+  auto trained = [&](const std::string& name) {
+    std::vector<std::uint64_t> its;
+    std::ifstream in(dir_ / name / "w0.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto j = json::parse(line);
+      if (j.contains("iteration") && !j.contains("eval") && !j.contains("summary")) its.push_back(j.at("iteration"));
+    }
+    return its;
+  };
+  auto flip = [](const fs::path& file) {
+    std::string bytes = read_file(file);
+    for (std::size_t i = 0; i < 8; ++i) bytes[bytes.size() / 2 + i] = static_cast<char>(~bytes[bytes.size() / 2 + i]);
+    write_file_atomic(file, bytes);
+  };
+  const fs::path ckpt = dir_ / "ckpt";
+  {
+    const auto [rc, log] = launch("first", ckpt, false, 19);
+    ASSERT_EQ(rc, 0) << log;
+  }
+  for (const char* it : {"iter-000000009", "iter-000000019"}) ASSERT_TRUE(fs::exists(ckpt / "ps" / it / "manifest.json")) << it;
+  for (const char* f : {"worker-0-iter-000000019.pt", "worker-1-iter-000000019.pt", "worker-0-iter-000000009.pt"})
+    ASSERT_TRUE(fs::exists(ckpt / "dense" / f)) << f;
+  auto copy_of = [&](const std::string& name) {
+    const fs::path c = dir_ / name;
+    fs::copy(ckpt, c, fs::copy_options::recursive);
+    return c;
+  };
+  auto iters_from = [](std::uint64_t first, std::uint64_t end) {
+    std::vector<std::uint64_t> v;
+    for (std::uint64_t i = first; i < end; ++i) v.push_back(i);
+    return v;
+  };
+
+  {  // A shard file of 19.
+    const fs::path c = copy_of("ckpt-shard");
+    const fs::path victim = c / "ps" / "iter-000000019" / "shard-1-of-2.ckpt";
+    flip(victim);
+    const auto [rc, log] = launch("shard", c, true, 21);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find("ember-launch: --resume from " + (c / "ps" / "iter-000000009").string() + ", passing over iter-000000019 (" +
+                       victim.string() + ": checksum mismatch (corrupt checkpoint))"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(trained("shard"), iters_from(9, 21));
+  }
+  {  // Worker 1's dense file of 19: it loads worker 0's.
+    const fs::path c = copy_of("ckpt-dense1");
+    const fs::path victim = c / "dense" / "worker-1-iter-000000019.pt";
+    flip(victim);
+    const auto [rc, log] = launch("dense1", c, true, 21);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find("ember-launch: --resume from " + (c / "ps" / "iter-000000019").string() + ": " + victim.string() +
+                       ": checksum mismatch (corrupt dense checkpoint"),
+              std::string::npos)
+        << log;
+    const std::string w1 = read_file(dir_ / "dense1" / "worker1.log");
+    EXPECT_NE(w1.find("worker 1: --resume: passing over " + victim.string() + ": checksum mismatch (corrupt dense checkpoint"),
+              std::string::npos)
+        << w1;
+    EXPECT_NE(w1.find("dense model and optimizer from " + (c / "dense" / "worker-0-iter-000000019.pt").string() +
+                      " (its own file is corrupt)"),
+              std::string::npos)
+        << w1;
+    EXPECT_EQ(trained("dense1"), iters_from(19, 21));
+  }
+  {  // Every dense file of 19: back to 9.
+    const fs::path c = copy_of("ckpt-dense");
+    for (int w = 0; w < 2; ++w) flip(c / "dense" / ("worker-" + std::to_string(w) + "-iter-000000019.pt"));
+    const auto [rc, log] = launch("dense", c, true, 21);
+    ASSERT_EQ(rc, 0) << log;
+    EXPECT_NE(log.find("ember-launch: --resume from " + (c / "ps" / "iter-000000009").string() + ", passing over iter-000000019 (" +
+                       (c / "dense" / "worker-0-iter-000000019.pt").string() + ": checksum mismatch (corrupt dense checkpoint"),
+              std::string::npos)
+        << log;
+    EXPECT_EQ(trained("dense"), iters_from(9, 21));
+  }
+  {  // Everything: refused, naming each.
+    const fs::path c = copy_of("ckpt-all");
+    for (const char* it : {"iter-000000009", "iter-000000019"}) flip(c / "ps" / it / "shard-0-of-2.ckpt");
+    const auto [rc, log] = launch("all", c, true, 21);
+    EXPECT_EQ(rc, 1) << log;
+    for (const char* it : {"iter-000000009", "iter-000000019"}) {
+      EXPECT_NE(log.find(std::string(it) + " (" + (c / "ps" / it / "shard-0-of-2.ckpt").string() + ": checksum mismatch (corrupt checkpoint))"),
+                std::string::npos)
+          << log;
+    }
+    EXPECT_NE(log.find("ember-launch: --resume: no checkpoint in " + (c / "ps").string() + " to resume from"), std::string::npos) << log;
+  }
+}
+
 TEST_F(Training, RealCriteoAndAvazuSamplesTrainEndToEnd) {
   for (auto [file, format] : {std::pair{"train.tiny.csv", "criteo-csv"}, std::pair{"tr.rx.csv", "avazu"}}) {
     fs::path sample = test::real_sample(file);

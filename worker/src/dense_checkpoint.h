@@ -33,8 +33,10 @@ class DenseCheckpoints {
   // A failure to write is logged, not thrown: training goes on and the earlier
   // checkpoints are intact, as on the PS. Returns whether the file was written.
   bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const;
-  // Throws ConfigError naming what is missing or does not match this job, DataError for
-  // an unreadable file.
+  // Loads this worker's file of `iteration`, or another worker's when its own is missing
+  // or corrupt (verify_dense_file; each passed over is logged). Throws ConfigError naming
+  // what is missing or does not match this job, DataError when every file of the
+  // iteration there is corrupt (naming each).
   void load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
 
  private:
@@ -49,6 +51,11 @@ class DenseCheckpoints {
   std::uint64_t ps_seed_;
   std::function<bool(std::uint64_t)> whole_for_job_;
 };
+
+// Checks every record of a dense checkpoint file (a zip archive) against its CRC-32;
+// DataError naming the file ("FILE: checksum mismatch (corrupt dense checkpoint: record
+// R)") for flipped bytes, or for a file whose archive cannot be read.
+void verify_dense_file(const std::filesystem::path& file);
 
 // A dense checkpoint file as ember-export reads it: its meta (iteration, num_keys,
 // dim, ...), the model's configuration and the PS's seed, and the model's weights.

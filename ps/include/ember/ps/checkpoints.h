@@ -105,13 +105,22 @@ std::filesystem::path checkpoint_dir(const std::filesystem::path& root, std::int
 // checkpoint (ShardStore::check_checkpoint_set); returns whether it did.
 bool write_manifest_if_whole(const std::filesystem::path& dir);
 
+// Reads one checkpoint file in full and checks it as ShardStore::load does: an Ember
+// checkpoint whose size fits its rows and whose checksum holds. DataError naming the file
+// otherwise ("FILE: checksum mismatch (corrupt checkpoint)" for flipped bytes).
+// (shard_store_io.cc, beside the format.)
+void verify_checkpoint_file(const std::filesystem::path& file);
+
 // What `--restore DIR` loads. DIR may be one checkpoint (its manifest's files, checked
 // against the sizes it lists; or, without a manifest, its *.ckpt files, as in the flat
-// layout of earlier versions) or a root of checkpoints: then the newest one that is whole
-// and whose files have their listed sizes; those passed over are named in `skipped`, with
-// why. Throws DataError when there is nothing to load, or when DIR holds both *.ckpt
-// files and checkpoint directories (which is meant?). ShardStore::load checks the files
-// in full (checksums, one checkpoint, every shard).
+// layout of earlier versions) or a root of checkpoints: then the newest one that is whole,
+// whose files have their listed sizes and whose files to load verify
+// (verify_checkpoint_file: a corrupt newest checkpoint is passed over for an older
+// one); those passed over are named in `skipped`, with why. Throws DataError when there
+// is nothing to load (naming every checkpoint and why), or when DIR holds both *.ckpt
+// files and checkpoint directories (which is meant?). One checkpoint named is taken as
+// it is: ShardStore::load checks its files in full (checksums, one checkpoint, every
+// shard) and refuses a corrupt one.
 //
 // Given the restoring shard (`own`), a whole checkpoint of the same shard count whose
 // other files are not there (written on other hosts) restores from this shard's own
@@ -124,6 +133,7 @@ struct RestorePlan {
   bool manifest = false;             // whether a manifest listed them
   bool own_file_only = false;        // files is this shard's own file (see above)
   std::vector<std::string> skipped;  // "DIR: why" of newer checkpoints passed over
+  bool verified = false;             // whether `files` were read in full and verified (a root's pick)
 };
 struct RestoringShard {
   std::uint32_t shard = 0, shards = 1;

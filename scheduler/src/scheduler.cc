@@ -636,21 +636,26 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
       const Key k = s.keys[d];
       const std::uint64_t U = s.umask[d];
       if (s.partial_d[d]) {
+        // A flushed aggregate is at the PS already: the copies just leave.
+        const bool flushed = loc_.flushed(k);
         std::uint64_t P = loc_.partial(k);
         for_each_bit(P, [&](std::uint32_t w) {
           std::uint32_t slot = lru_[w]->erase(k);
+          if (flushed) return;
           plans[w].push_grads.push_back({k, slot});
           ++s.per_worker[w].push_grad;
         });
         loc_.set_partial(k, 0);
-        if (config_.prefetch) note_pushed(k);
+        if (config_.prefetch && !flushed) note_pushed(k);
       }
       std::uint8_t o = s.owner_d[d];
       if (o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0 && loc_.dirty(k)) {
-        plans[o].push_values.push_back({k, lru_[o]->find(k)});
-        ++s.per_worker[o].push_value;
+        if (!loc_.flushed(k)) {
+          plans[o].push_values.push_back({k, lru_[o]->find(k)});
+          ++s.per_worker[o].push_value;
+          if (config_.prefetch) note_pushed(k);
+        }
         loc_.set_clean(k);
-        if (config_.prefetch) note_pushed(k);
       }
     }
   }
@@ -725,10 +730,10 @@ IterationStats Scheduler::apply(const GlobalBatch& batch, const std::vector<std:
             pull.kind = EvictKind::kClean;  // gradients were pushed when computed
             loc_.remove_holder(e, w);
           } else if (loc_.owner(e) == w) {
-            pull.kind = loc_.dirty(e) ? EvictKind::kDirty : EvictKind::kClean;
+            pull.kind = loc_.dirty(e) && !loc_.flushed(e) ? EvictKind::kDirty : EvictKind::kClean;
             loc_.clear_owner(e);
           } else if (loc_.partial(e) & bit(w)) {
-            pull.kind = EvictKind::kPartial;
+            pull.kind = loc_.flushed(e) ? EvictKind::kClean : EvictKind::kPartial;  // flushed: the PS has it
             loc_.clear_partial_bit(e, w);
           } else {
             throw Error("scheduler invariant broken: worker " + std::to_string(w) + " caches row " + std::to_string(e) +
@@ -896,10 +901,10 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
       if (!lru.occupied(slot)) continue;
       const Key k = lru.key_at(slot);
+      if (loc_.flushed(k)) continue;
       if (loc_.owner(k) == w) {
         if (loc_.dirty(k)) {
           plan.push_values.push_back({k, slot});
-          loc_.set_clean(k);
           ++c.push_value;
         }
       } else if (loc_.partial(k) & bit(w)) {
@@ -907,15 +912,15 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
         ++c.push_grad;
       }
     }
-    // Partial copies leave after the scan (erasing frees slots the scan must not revisit).
-    for (const KeySlot& g : plan.push_grads) {
-      lru.erase(g.key);
-      loc_.clear_partial_bit(g.key, w);
-    }
     if (config_.prefetch) {
       for (const KeySlot& v : plan.push_values) note_pushed(v.key);
       for (const KeySlot& g : plan.push_grads) note_pushed(g.key);
     }
+  }
+  // Marked once every worker has listed its part (a row's partials are on several).
+  for (const StepPlan& plan : plans) {
+    for (const KeySlot& v : plan.push_values) loc_.set_flushed(v.key, true);
+    for (const KeySlot& g : plan.push_grads) loc_.set_flushed(g.key, true);
   }
   // Worker 0 writes the replicated rows trained since the last flush back to the PS (the
   // replicas agree). Nobody pulls them before the next flush, so prefetch is unaffected.
@@ -926,6 +931,15 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     replica_trained_keys_.clear();
   }
   return c;
+}
+
+std::vector<KeySlot> Scheduler::latest_rows(WorkerId w) const {
+  std::vector<KeySlot> rows;
+  const WorkerCache& lru = *lru_[w];
+  for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
+    if (lru.occupied(slot) && loc_.owner(lru.key_at(slot)) == w) rows.push_back({lru.key_at(slot), slot});
+  }
+  return rows;
 }
 
 }  // namespace ember::scheduler

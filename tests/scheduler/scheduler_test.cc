@@ -400,8 +400,9 @@ TEST(Scheduler, PartialGradientsArePushedWhenTheRowIsNextNeeded) {
   EXPECT_TRUE(s.locations().dirty(0));
 }
 
-// flush() leaves the PS with every update: dirty rows pushed as values (copies stay,
-// clean), partial gradients pushed (copies leave); a second flush pushes nothing.
+// flush() leaves the PS with every update: dirty rows pushed as values, partial
+// gradients pushed; the copies and their states stay, marked flushed, and the pushes the
+// contract would make of them later are skipped. A second flush pushes nothing.
 TEST(Scheduler, FlushPushesDirtyValuesAndPartialGradients) {
   Workload wl;
   std::vector<StepPlan> plans;
@@ -416,11 +417,93 @@ TEST(Scheduler, FlushPushesDirtyValuesAndPartialGradients) {
   EXPECT_EQ(c.push_value, 7u);  // every other row, by its sole trainer
   ASSERT_EQ(plans[0].push_grads.size(), 1u);
   EXPECT_EQ(plans[0].push_grads[0].key, 0u);
-  EXPECT_EQ(s.locations().partial(0), 0u);
-  EXPECT_FALSE(s.cache_of(0).contains(0));
+  EXPECT_EQ(s.locations().partial(0), 3u) << "the partial copies stay (flushes change no state)";
+  EXPECT_TRUE(s.locations().flushed(0));
+  EXPECT_TRUE(s.cache_of(0).contains(0));
   EXPECT_TRUE(s.cache_of(2).contains(102));
-  EXPECT_FALSE(s.locations().dirty(102));
+  EXPECT_TRUE(s.locations().dirty(102));
+  EXPECT_TRUE(s.locations().flushed(102));
   EXPECT_EQ(s.flush(plans).transmissions(), 0u);
+  // Row 0 needed by worker 2, row 102 by worker 0: the contract's pushes of them (the
+  // partials' gradients, 102's value) are skipped; the copies go as they would have.
+  b.keys = {102, 13, 103, 14, 15, 104, 0, 16, 105};
+  const TrafficCounts next = s.schedule_with(b, {0, 1, 2}, plans).traffic;
+  EXPECT_EQ(next.push_grad, 0u);
+  EXPECT_EQ(next.push_value, 0u);
+  EXPECT_TRUE(plans[0].push_grads.empty());
+  EXPECT_TRUE(plans[2].push_values.empty());
+  EXPECT_FALSE(s.cache_of(0).contains(0));
+  EXPECT_EQ(s.locations().owner(102), 0u);
+  EXPECT_FALSE(s.locations().flushed(102)) << "trained again: dirty for real";
+}
+
+// Flushes (evaluations, checkpoints) change no allocation, slot, hit or eviction: a
+// scheduler that flushes every few iterations plans exactly what one that never flushes
+// does, except for the pushes the flushes made early. A scheduler replayed from
+// iteration 0 and flushed, as a resumed worker's loader does, holds the same rows in
+// the same slots as the one that ran. So a job resumed from a checkpoint meets the same
+// rows on the same workers as the uninterrupted job, and its floating-point sums add up
+// in the same order (Adagrad magnifies any other order).
+TEST(Scheduler, FlushesChangeNoPlanAndAReplayRebuildsTheCaches) {
+  for (const char* policy : {"vanilla", "laia", "plan", "herald"}) {
+    for (const std::uint32_t L : {0u, 3u}) {
+      Workload wl;
+      SchedulerConfig cfg = config(policy, 4, 8, 30, wl);
+      cfg.lookahead = L;
+      cfg.eviction = L > 0 ? Eviction::kLookahead : Eviction::kLru;
+      cfg.refine_allocation = std::string(policy) == "herald";
+      Scheduler flushing(cfg), plain(cfg);
+      std::vector<GlobalBatch> batches;
+      for (std::uint32_t it = 0; it < 80 + L; ++it) batches.push_back(wl.next(32, it));
+      std::vector<StepPlan> a, b, f;
+      std::uint64_t flushed = 0, skipped = 0;
+      auto transmissions = [](const TrafficCounts& c) { return c.push_grad + c.push_value + c.push_evict; };
+      for (std::uint32_t it = 0; it < 80; ++it) {
+        for (Scheduler* s : {&flushing, &plain}) {
+          s->look_ahead_through(it, 80, [&, s](GlobalBatch& next) { next = batches[s->shown_until()]; });
+        }
+        const TrafficCounts ca = flushing.schedule(batches[it], a).traffic;
+        const TrafficCounts cb = plain.schedule(batches[it], b).traffic;
+        ASSERT_EQ(ca.pulls, cb.pulls) << policy << " L=" << L << " iteration " << it;
+        ASSERT_EQ(ca.hits, cb.hits) << policy << " iteration " << it;
+        skipped += transmissions(cb) - transmissions(ca);
+        for (std::uint32_t w = 0; w < 4; ++w) {
+          ASSERT_EQ(a[w].samples, b[w].samples) << policy << " L=" << L << " iteration " << it << " worker " << w;
+          ASSERT_EQ(a[w].pulls.size(), b[w].pulls.size());
+          for (std::size_t j = 0; j < a[w].pulls.size(); ++j) {
+            ASSERT_EQ(a[w].pulls[j].key, b[w].pulls[j].key);
+            ASSERT_EQ(a[w].pulls[j].slot, b[w].pulls[j].slot);
+            ASSERT_EQ(a[w].pulls[j].evicted, b[w].pulls[j].evicted);
+          }
+        }
+        if (it % 7 == 6) flushed += flushing.flush(f).transmissions();
+        if (it == 40 || it == 61) {
+          // A replay of 0 .. it, flushed: the same rows in the same slots.
+          Scheduler replay(cfg);
+          std::vector<StepPlan> r;
+          for (std::uint32_t t = 0; t <= it; ++t) {
+            replay.look_ahead_through(t, 80, [&](GlobalBatch& next) { next = batches[replay.shown_until()]; });
+            replay.schedule(batches[t], r);
+          }
+          replay.flush(r);
+          for (std::uint32_t w = 0; w < 4; ++w) {
+            const auto want = plain.latest_rows(w);
+            const auto got = replay.latest_rows(w);
+            ASSERT_EQ(got.size(), want.size()) << policy << " iteration " << it;
+            for (std::size_t j = 0; j < got.size(); ++j) {
+              ASSERT_EQ(got[j].key, want[j].key);
+              ASSERT_EQ(got[j].slot, want[j].slot);
+            }
+          }
+        }
+      }
+      if (std::string(policy) == "plan" || std::string(policy) == "herald") {  // full-set sync leaves nothing to flush
+        EXPECT_GT(flushed, 0u) << policy;
+        EXPECT_GT(skipped, 0u) << policy << ": flushed rows are not pushed again";
+        EXPECT_LE(skipped, flushed) << policy;
+      }
+    }
+  }
 }
 
 // Algorithm 2 is minimal: every value pushed is needed by another worker in the same

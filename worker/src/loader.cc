@@ -1,9 +1,25 @@
 #include "loader.h"
 
+#include <spdlog/spdlog.h>
+
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 
 namespace ember::worker {
+
+namespace {
+
+bool replays(const scheduler::SchedulerConfig& sc) {
+  return sc.first_iteration > 0 && sc.policy.sync() != scheduler::Sync::kBoundedStaleness;
+}
+
+// A replayed scheduler starts where the checkpoint's job started: at iteration 0.
+scheduler::SchedulerConfig from_start(scheduler::SchedulerConfig sc) {
+  if (replays(sc)) sc.first_iteration = 0;
+  return sc;
+}
+
+}  // namespace
 
 bool AskedCheckpoints::add(std::uint64_t at) {
   std::lock_guard lock(mutex_);
@@ -17,7 +33,11 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
                ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
-    : ds_(ds), sched_(std::move(sc)), c_(c), rank_(rank), schedule_(schedule), asked_(asked), stop_at_(stop_at) {
+    : ds_(ds),
+      first_(sc.first_iteration),
+      replay_(replays(sc)),
+      sched_(from_start(std::move(sc))),
+      c_(c), rank_(rank), schedule_(schedule), asked_(asked), stop_at_(stop_at) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -68,18 +88,38 @@ void Loader::run() {
       }
     };
     Stream main{reader}, ahead{reader};
-    const std::uint64_t first = sched_.config().first_iteration, L = sched_.config().lookahead;
-    for (std::uint64_t t = 0; t < first; ++t) main.next(b);  // the batches trained before the checkpoint
-    if (L > 0) {
-      for (std::uint64_t t = 0; t < first; ++t) ahead.next(b);
-    }
+    const std::uint64_t first = first_, L = sched_.config().lookahead;
     data::Batch nb;
-    const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
-    for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
+    auto look_ahead = [&](std::uint64_t t) {
       sched_.look_ahead_through(t, c_.iterations, [&](scheduler::GlobalBatch& next) {
         ahead.next(nb);
         scheduler::to_global_batch(nb, sched_.config().table_offsets, next);
       });
+    };
+    std::vector<scheduler::KeySlot> restore;
+    if (replay_) {
+      Stopwatch clock;
+      for (std::uint64_t t = 0; t < first && !stop_; ++t) {
+        look_ahead(t);
+        main.next(b);
+        scheduler::to_global_batch(b, sched_.config().table_offsets, g);
+        sched_.schedule(g, plans);
+      }
+      sched_.flush(plans);  // the checkpoint's flush: every row held is on the PS
+      restore = sched_.latest_rows(rank_);
+      if (rank_ == 0) {
+        spdlog::info("resume: replayed the scheduler over iterations 0-{} in {:.1f} s; worker 0 restores {} cached rows", first - 1,
+                     clock.seconds(), restore.size());
+      }
+    } else {
+      for (std::uint64_t t = 0; t < first; ++t) main.next(b);  // the batches trained before the checkpoint
+      if (L > 0) {
+        for (std::uint64_t t = 0; t < first; ++t) ahead.next(b);
+      }
+    }
+    const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
+    for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
+      look_ahead(t);
       main.next(b);
       scheduler::to_global_batch(b, sched_.config().table_offsets, g);
       Handoff h;
@@ -87,6 +127,11 @@ void Loader::run() {
       s.iteration = t;
       s.sched_ms = sched_.schedule(g, plans).sched_ms;
       s.plan = std::move(plans[rank_]);
+      if (t == first && replay_) {
+        // Nothing was pulled ahead for the first step this worker trains.
+        for (auto& p : s.plan.pulls) p.prefetch = false;
+        s.restore = std::move(restore);
+      }
       for (std::uint32_t i : s.plan.samples) {
         s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
                       g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);

@@ -52,12 +52,23 @@ struct Step {
   bool evaluate = false;    // worker 0 evaluates after the flush
   bool checkpoint = false;  // the PS checkpoints at the next commit: dense state saved
   bool last = false;
+  // A resumed job's first step: the rows this worker held as latest at the checkpoint
+  // (in the scheduler's replayed model), to pull with their state into these slots
+  // before the step's own pulls.
+  std::vector<scheduler::KeySlot> restore;
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
 // checkpoints on `schedule` and at I = `asked` (set by the training thread before the
 // loader plans I - 1): the iteration before is flushed. At I = `stop_at` (set as early)
 // the job stops: I - 1 is the last step.
+//
+// A resumed job (first iteration I > 0) replays the scheduler over batches 0 .. I - 1
+// without training them, then flushes as the checkpoint's job did: its model of every
+// cache is then the one an uninterrupted job has at I (flushes change no allocation), so
+// the same samples meet the same rows on the same workers, and floating-point sums add
+// up in the same order. Bounded staleness (het) is not replayed: its copies lag the PS,
+// and a checkpoint holds only the PS's rows.
 class Loader {
  public:
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
@@ -78,6 +89,8 @@ class Loader {
   void run();
 
   const data::Dataset& ds_;
+  std::uint64_t first_;  // the first iteration this job trains
+  bool replay_;          // the scheduler replays 0 .. first_ - 1
   scheduler::Scheduler sched_;
   const TrainConfig& c_;
   std::uint32_t rank_;

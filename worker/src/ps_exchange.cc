@@ -106,6 +106,20 @@ void PsExchange::prefetch(const StepPlan& next, std::uint64_t t) {
   ahead_plain_.start(client_, false, t + 1, ps::PsClient::Pull::kAhead);
 }
 
+void PsExchange::restore(const std::vector<scheduler::KeySlot>& rows, std::uint64_t t) {
+  Pulled r;
+  for (const auto& e : rows) {
+    r.keys.push_back(e.key);
+    r.slots.push_back(e.slot);
+  }
+  r.start(client_, true, t);
+  r.fill(cache_, true);
+  wire_.restored += rows.size();
+  const std::uint64_t bytes = scheduler::pull_bytes(rows.size(), row_, true);
+  wire_.bytes_out += rows.size() * 8;
+  wire_.bytes_in += bytes - rows.size() * 8;
+}
+
 void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
   if (!p.pulls.empty()) {
     // Evicted rows' data is copied out first: the pull overwrites their slots.

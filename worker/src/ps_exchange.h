@@ -45,6 +45,9 @@ class PsExchange {
   void barrier(std::uint64_t generation);
   // commit(iteration) on every shard, with `flags` (ps_service.h).
   CommitNews commit(std::uint64_t iteration, std::uint32_t flags);
+  // A resumed job's cached rows (Step::restore), with their state, after the first
+  // iteration's commit and before its pulls.
+  void restore(const std::vector<scheduler::KeySlot>& rows, std::uint64_t t);
   // Evictions and pulls of iteration t.
   void pull(const scheduler::StepPlan& p, std::uint64_t t);
   // After iteration t's pulls: starts the pulls `next` (t + 1's plan) marks prefetch,

@@ -60,6 +60,7 @@ struct RunReport::Live {
     const char* rows_help = "Embedding rows moved, by kind and direction (in: from the PS, out: to it, allreduce: among workers)";
     const std::tuple<const char*, const char*, std::uint64_t> rows[] = {{"pull", "in", wire.pulls},
                                                                         {"hot_load", "in", wire.hot_load},
+                                                                        {"restored", "in", wire.restored},
                                                                         {"push_grad", "out", wire.push_grad},
                                                                         {"push_value", "out", wire.push_value},
                                                                         {"push_evict", "out", wire.push_evict},
@@ -206,6 +207,7 @@ void RunReport::summary(const TrainSummary& sum) {
              {"flush_grad", w.flush_grad},
              {"flush_value", w.flush_value},
              {"hot_load", w.hot_load},
+             {"restored", w.restored},
              {"hot_sync", w.hot_sync},
              {"hot_flush", w.hot_flush},
              {"allreduce_bytes", w.allreduce_bytes},

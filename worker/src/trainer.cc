@@ -188,6 +188,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   exchange_->barrier(barrier_before_commit(t));
   requests_->heard(exchange_->commit(t, requests_->commit_flags(std::exchange(checkpoint_commit_, false))));
   lap(phases_.commit);
+  if (!s.restore.empty()) exchange_->restore(s.restore, t);
   exchange_->pull(p, t);
   if (c_.prefetch && !s.last) {
     // t + 1's plan is ready (the loader plans ahead): its rows whose PS copy is final

@@ -67,12 +67,18 @@ class Scheduler {
   IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
 
   // Brings the PS up to date without a batch (before evaluation, a checkpoint, or the
-  // end of training): every dirty row is pushed as a value (the copy stays, clean) and
-  // every partial gradient is pushed (the copy leaves). Fills push_values / push_grads
-  // of each worker's plan (other lists empty), in slot order, and worker 0's
+  // end of training): every dirty row is pushed as a value and every partial gradient is
+  // pushed. The copies and their states stay as they are, marked flushed
+  // (LocationMap::flushed): later pushes of them are skipped, so a flush changes no
+  // allocation, eviction or hit, only which pushes happen when. Fills push_values /
+  // push_grads of each worker's plan (other lists empty), in slot order, and worker 0's
   // replica_flush; returns the traffic (push_grad, push_value, hot_flush).
   // Not for bounded-staleness sync (het): its copies carry no un-pushed updates.
   TrafficCounts flush(std::vector<StepPlan>& plans);
+
+  // The rows worker w holds as latest (clean or dirty, flushed or not), by slot: what a
+  // resumed worker pulls from the PS, after a flush, to hold what the scheduler models.
+  std::vector<KeySlot> latest_rows(WorkerId w) const;
 
   const SchedulerConfig& config() const { return config_; }
   std::uint64_t iteration() const { return iteration_; }

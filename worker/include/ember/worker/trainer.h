@@ -111,6 +111,8 @@ struct WireCounts {
   // Replicated rows (fae's hot rows, a placement's replicated tables): loaded at the start,
   // all-reduced (the global batch's, every iteration), written back at flushes (worker 0).
   std::uint64_t hot_load = 0, hot_sync = 0, hot_flush = 0;
+  // A resumed job's cached rows, pulled once before its first iteration (Step::restore).
+  std::uint64_t restored = 0;
   // Payload this worker put into the dense all-reduces: dense gradients, the loss and the
   // replicated rows' gradients (4 bytes a float; a ring moves about twice that per link).
   std::uint64_t allreduce_bytes = 0;

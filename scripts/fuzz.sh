@@ -15,7 +15,9 @@ mkdir -p "$build/corpus-message" "$build/corpus-control"
 # Seeds for the control decoder: one valid message of each kind, so the fuzzer starts
 # from the accepted shapes.
 i=0
-for seed in '{"op":"join","token":"t","role":"worker","rank":-1,"data":""}' '{"op":"hb"}' \
+h16=00112233445566778899aabbccddeeff
+for seed in "{\"op\":\"hello\",\"nonce\":\"$h16\"}" "{\"op\":\"challenge\",\"nonce\":\"$h16\",\"proof\":\"$h16$h16\"}" \
+  "{\"op\":\"join\",\"proof\":\"$h16$h16\",\"role\":\"worker\",\"rank\":-1,\"data\":\"\"}" '{"op":"hb"}' \
   '{"op":"barrier","group":1,"gen":7}' '{"op":"publish","key":"k","value":"v"}' '{"op":"lookup","key":"k"}' \
   '{"op":"add","id":3,"key":"k","delta":-2}' '{"op":"leave"}' '{"op":"abort","why":"x"}' \
   '{"op":"welcome","rank":0,"ps":1,"workers":1,"peers":[{"role":"ps","rank":0,"data":"h:1"},{"role":"worker","rank":0,"data":""}]}' \

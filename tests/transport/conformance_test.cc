@@ -305,31 +305,32 @@ TEST_F(RdmaFake, RoguePeersAreDroppedWhileOthersKeepWorking) {
     auto ep = fabric.resolve("127.0.0.1", server.port(), milliseconds(1000));
     std::vector<std::uint8_t> buf(1 << 16);
     auto mr = ep->register_memory(buf.data(), buf.size());
-    // Valid connect data (the layout of rdma.cc's ConnInfo) with the right token.
-    std::vector<std::uint8_t> info(40, 0);
+    // Valid connect data (the layout of rdma.cc's ConnInfo: a nonce, no token); the
+    // garbage then comes where the hello should.
+    std::vector<std::uint8_t> info(48, 0);
     std::uint32_t magic = 0x43424d45;
-    std::uint16_t version = 1, depth = 4;
-    std::uint64_t token = token_hash(kToken), addr = reinterpret_cast<std::uintptr_t>(buf.data());
+    std::uint16_t version = 2, depth = 4;
+    std::uint64_t addr = reinterpret_cast<std::uintptr_t>(buf.data());
     std::uint32_t slots = 2, slot_bytes = 4096, recv_bytes = 256;
     std::memcpy(&info[0], &magic, 4);
     std::memcpy(&info[4], &version, 2);
     std::memcpy(&info[6], &depth, 2);
-    std::memcpy(&info[8], &token, 8);
-    std::memcpy(&info[16], &addr, 8);
-    std::memcpy(&info[24], &mr.rkey, 4);
-    std::memcpy(&info[28], &slots, 4);
-    std::memcpy(&info[32], &slot_bytes, 4);
-    std::memcpy(&info[36], &recv_bytes, 4);
+    std::memset(&info[8], 0x17, 16);
+    std::memcpy(&info[24], &addr, 8);
+    std::memcpy(&info[32], &mr.rkey, 4);
+    std::memcpy(&info[36], &slots, 4);
+    std::memcpy(&info[40], &slot_bytes, 4);
+    std::memcpy(&info[44], &recv_bytes, 4);
     auto reply = ep->connect(info, milliseconds(2000));
-    ASSERT_GE(reply.size(), 40u);
+    ASSERT_GE(reply.size(), 48u);
     std::memcpy(buf.data(), bytes.data(), bytes.size());
     verbs::SendRequest w;
     w.sges[0] = {buf.data(), static_cast<std::uint32_t>(bytes.size()), mr.lkey};
     if (as_write) {
       std::uint64_t ring;
       std::uint32_t rkey;
-      std::memcpy(&ring, &reply[16], 8);
-      std::memcpy(&rkey, &reply[24], 4);
+      std::memcpy(&ring, &reply[24], 8);
+      std::memcpy(&rkey, &reply[32], 4);
       w.opcode = verbs::Opcode::kWriteWithImm;
       w.remote_addr = ring;
       w.rkey = rkey;

@@ -13,6 +13,7 @@
 
 #include "../data/test_util.h"
 #include "ember/common/error.h"
+#include "ember/transport/auth.h"
 
 namespace ember::transport {
 namespace {
@@ -36,6 +37,45 @@ MemberOptions member(const Coordinator& c, Role role, int rank = -1, std::string
   o.data_address = std::move(data);
   o.timeouts = fast();
   return o;
+}
+
+// The string value of `key` in a flat JSON object (test frames only).
+std::string json_string(const std::string& frame, const std::string& key) {
+  const std::string k = "\"" + key + "\":\"";
+  const auto at = frame.find(k);
+  if (at == std::string::npos) return "";
+  const auto end = frame.find('"', at + k.size());
+  return frame.substr(at + k.size(), end - at - k.size());
+}
+
+// The next frame on `socket` that is not a heartbeat (ack), waiting up to 3 s.
+std::string next_frame(zmq::socket_t& socket, std::string* identity = nullptr) {
+  socket.set(zmq::sockopt::rcvtimeo, 3000);
+  while (true) {
+    zmq::message_t m;
+    if (!socket.recv(m)) return "";
+    if (identity && socket.get(zmq::sockopt::type) == ZMQ_ROUTER) {
+      *identity = m.to_string();
+      if (!socket.recv(m)) return "";
+    }
+    std::string text = m.to_string();
+    if (text.find("\"hb") == std::string::npos) return text;
+  }
+}
+
+// A raw DEALER's join as ControlMember does it: hello, the challenge, the join with its
+// proof of `token`. Returns the join frame sent.
+std::string raw_join(zmq::socket_t& d, const std::string& token, const std::string& role, int rank, const std::string& data = "") {
+  const auth::Nonce mine = auth::random_nonce();
+  d.send(zmq::buffer("{\"op\":\"hello\",\"nonce\":\"" + auth::to_hex(mine) + "\"}"));
+  const std::string challenge = next_frame(d);
+  auth::Nonce theirs{};
+  EXPECT_TRUE(auth::from_hex(json_string(challenge, "nonce"), theirs)) << challenge;
+  const auth::Digest proof = auth::proof(token, auth::kJoinMember, theirs, mine, role + "\n" + std::to_string(rank) + "\n" + data);
+  const std::string join = "{\"op\":\"join\",\"proof\":\"" + auth::to_hex(proof) + "\",\"role\":\"" + role +
+                           "\",\"rank\":" + std::to_string(rank) + ",\"data\":\"" + data + "\"}";
+  d.send(zmq::buffer(join));
+  return join;
 }
 
 // Joins W workers concurrently (each constructor blocks until the job forms).
@@ -153,7 +193,7 @@ TEST(Control, SilentMemberIsReportedDeadToEveryone) {
   raw.set(zmq::sockopt::linger, 0);
   raw.connect(c.endpoint());
   raw.send(zmq::str_buffer("{not json"));
-  raw.send(zmq::str_buffer(R"({"op":"join","token":"job-secret","role":"worker","rank":1,"data":""})"));
+  raw_join(raw, kToken, "worker", 1);
   auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0, "127.0.0.1:9")); });
   auto w0 = std::make_unique<ControlMember>(member(c, Role::kWorker, 0));
   auto p = ps.get();
@@ -290,6 +330,70 @@ TEST(Control, HostileBytesNeitherCrashNorStopTheCoordinator) {
   w.leave();
   EXPECT_TRUE(p->wait_shutdown(std::chrono::milliseconds(3000)));
   EXPECT_TRUE(c.finished());
+}
+
+// What a listener on the job's network sees of a join carries no token: a ROUTER socket
+// standing in for the coordinator records a member's frames. Replayed to the real
+// coordinator (which draws a new nonce), the recorded join is refused as a wrong token.
+TEST(Control, TheTokenNeverCrossesTheWireAndARecordedJoinIsRefused) {
+  zmq::context_t ctx;
+  zmq::socket_t fake(ctx, zmq::socket_type::router);
+  fake.set(zmq::sockopt::linger, 0);
+  fake.bind("tcp://127.0.0.1:*");
+  const std::string fake_endpoint = fake.get(zmq::sockopt::last_endpoint);
+  std::vector<std::string> frames;
+  // The stand-in does not know the token: its challenge's proof is zeros, and once the
+  // member's join is in it welcomes the member, which must refuse it.
+  std::thread standin([&] {
+    std::string id;
+    frames.push_back(next_frame(fake, &id));  // hello
+    const std::string challenge = "{\"op\":\"challenge\",\"nonce\":\"" + auth::to_hex(auth::random_nonce()) + "\",\"proof\":\"" +
+                                  std::string(64, '0') + "\"}";
+    fake.send(zmq::buffer(id), zmq::send_flags::sndmore);
+    fake.send(zmq::buffer(challenge));
+    frames.push_back(next_frame(fake, &id));  // join
+    fake.send(zmq::buffer(id), zmq::send_flags::sndmore);
+    fake.send(zmq::str_buffer(R"({"op":"welcome","rank":0,"ps":1,"workers":1,"peers":[{"role":"ps","rank":0,"data":"x"},{"role":"worker","rank":0,"data":""}]})"));
+  });
+  MemberOptions o;
+  o.coordinator = fake_endpoint;
+  o.token = kToken;
+  o.role = Role::kWorker;
+  o.timeouts = fast();
+  o.timeouts.join_timeout = std::chrono::milliseconds(3000);
+  try {
+    ControlMember m(o);
+    ADD_FAILURE() << "joined a coordinator that does not know the token";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not prove it knows the job token"), std::string::npos) << e.what();
+  }
+  standin.join();
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_NE(frames[0].find("\"op\":\"hello\""), std::string::npos) << frames[0];
+  EXPECT_NE(frames[1].find("\"op\":\"join\""), std::string::npos) << frames[1];
+  for (const std::string& f : frames) EXPECT_EQ(f.find(kToken), std::string::npos) << "the token crossed the wire: " << f;
+
+  // Replayed at the real coordinator: the same hello gets a new challenge, which the
+  // recorded join does not answer; a join with no challenge before is refused too.
+  Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 1}, fast());
+  zmq::socket_t replay(ctx, zmq::socket_type::dealer);
+  replay.set(zmq::sockopt::linger, 0);
+  replay.connect(c.endpoint());
+  replay.send(zmq::buffer(frames[0]));
+  EXPECT_NE(next_frame(replay).find("\"op\":\"challenge\""), std::string::npos);
+  replay.send(zmq::buffer(frames[1]));
+  EXPECT_NE(next_frame(replay).find("wrong job token"), std::string::npos);
+  replay.send(zmq::buffer(frames[1]));
+  EXPECT_NE(next_frame(replay).find("without a challenge"), std::string::npos);
+  EXPECT_EQ(c.refused(), 2u);
+  // A raw member that answers its challenge with the token joins.
+  zmq::socket_t good(ctx, zmq::socket_type::dealer);
+  good.set(zmq::sockopt::linger, 0);
+  good.connect(c.endpoint());
+  raw_join(good, kToken, "worker", 0);
+  ControlMember ps(member(c, Role::kPs, 0));
+  EXPECT_NE(next_frame(good).find("\"op\":\"welcome\""), std::string::npos);
+  EXPECT_EQ(c.refused(), 2u);
 }
 
 TEST(Control, UnreachableCoordinatorTimesOut) {

@@ -5,6 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -14,6 +19,7 @@
 #include "../data/test_util.h"
 #include "echo_handler.h"
 #include "ember/common/error.h"
+#include "ember/transport/auth.h"
 
 namespace ember::transport {
 namespace {
@@ -28,12 +34,46 @@ std::unique_ptr<TcpServer> echo_server() {
   return std::make_unique<TcpServer>(o, test::echo);
 }
 
-// Opens a raw socket, sends `bytes`, and reports whether the server then closed it.
-bool raw_peer_gets_closed(std::uint16_t port, const std::vector<std::uint8_t>& bytes, bool close_early = false) {
+bool read_all(int fd, void* p, std::size_t n) { return ::recv(fd, p, n, MSG_WAITALL) == static_cast<ssize_t>(n); }
+
+// The client's side of the hello on a raw socket, as TcpClient does it: reads the
+// server's challenge, answers with a proof of `token`, reads the reply. True when the
+// server answered with a hello reply proving the token. `sent`: the hello's bytes.
+bool raw_hello(int fd, const std::string& token, std::vector<std::uint8_t>* sent = nullptr) {
+  std::uint8_t challenge[kHeaderBytes + 16];
+  if (!read_all(fd, challenge, sizeof challenge)) return false;
+  const MessageHeader ch = decode_header(challenge, 16);
+  if (ch.type != MessageType::kHello || ch.key_count != kChallengeKeys) return false;
+  auth::Nonce server_nonce, client_nonce = auth::random_nonce();
+  std::memcpy(server_nonce.data(), challenge + kHeaderBytes, 16);
+  const auth::Digest proof = auth::proof(token, auth::kTcpClient, server_nonce, client_nonce);
+  MessageHeader h;
+  h.type = MessageType::kHello;
+  h.key_count = kClientHelloKeys;
+  std::vector<std::uint8_t> b(kHeaderBytes + 8 * kClientHelloKeys);
+  encode_header(h, b.data());
+  std::memcpy(b.data() + kHeaderBytes, client_nonce.data(), 16);
+  std::memcpy(b.data() + kHeaderBytes + 16, proof.data(), 32);
+  if (sent) *sent = b;
+  if (::write(fd, b.data(), b.size()) != static_cast<ssize_t>(b.size())) return false;
+  std::uint8_t reply[kHeaderBytes + 32];
+  if (!read_all(fd, reply, sizeof reply)) return false;
+  const MessageHeader r = decode_header(reply, 32);
+  const auth::Digest expected = auth::proof(token, auth::kTcpServer, server_nonce, client_nonce);
+  return r.type == MessageType::kHelloReply && r.key_count == kProofKeys && std::equal(expected.begin(), expected.end(), reply + kHeaderBytes);
+}
+
+// Opens a raw socket, says hello first if `hello_first`, sends `bytes`, and reports
+// whether the server then closed it.
+bool raw_peer_gets_closed(std::uint16_t port, const std::vector<std::uint8_t>& bytes, bool close_early = false, bool hello_first = false) {
   const int fd = ember::test::connect_loopback(port);
   if (fd < 0) return false;
   timeval tv{3, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (hello_first && !raw_hello(fd, kToken)) {
+    ::close(fd);
+    return false;
+  }
   ssize_t w = ::write(fd, bytes.data(), bytes.size());
   (void)w;
   if (close_early) {
@@ -55,17 +95,6 @@ bool raw_peer_gets_closed(std::uint16_t port, const std::vector<std::uint8_t>& b
   }
   ::close(fd);
   return closed;
-}
-
-std::vector<std::uint8_t> hello_bytes() {
-  MessageHeader h;
-  h.type = MessageType::kHello;
-  h.key_count = 1;
-  std::vector<std::uint8_t> b(kHeaderBytes + 8);
-  encode_header(h, b.data());
-  Key t = token_hash(kToken);
-  std::memcpy(b.data() + kHeaderBytes, &t, 8);
-  return b;
 }
 
 // A server answering with test::echo through 32 KiB socket buffers (autotuning off): far
@@ -260,25 +289,21 @@ TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {
   }
   // Oversized payload announced by a well-formed header.
   {
-    auto b = hello_bytes();
     MessageHeader h;
     h.type = MessageType::kPushGrad;
     h.value_count = 1u << 24;  // 64 MiB > the 1 MiB limit
     std::vector<std::uint8_t> big(kHeaderBytes);
     encode_header(h, big.data());
-    b.insert(b.end(), big.begin(), big.end());
-    EXPECT_TRUE(raw_peer_gets_closed(port, b));
+    EXPECT_TRUE(raw_peer_gets_closed(port, big, false, true));
   }
   // A truncated message: the header promises 400 bytes, 10 arrive, the peer leaves.
   {
-    auto b = hello_bytes();
     MessageHeader h;
     h.type = MessageType::kPushGrad;
     h.value_count = 100;
     std::vector<std::uint8_t> t(kHeaderBytes + 10);
     encode_header(h, t.data());
-    b.insert(b.end(), t.begin(), t.end());
-    raw_peer_gets_closed(port, b, true);
+    raw_peer_gets_closed(port, t, true, true);
   }
   Key k = 3;
   OutMessage m;
@@ -288,6 +313,142 @@ TEST(Tcp, BadPeersAreDroppedWhileOthersKeepWorking) {
   EXPECT_EQ(good.call(m).keys[0], 3u);
   for (int i = 0; i < 100 && server->connections_dropped() < 5; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(server->connections_dropped(), 5u);
+}
+
+// Forwards one connection between a client and `server_port`, recording what crosses
+// the wire each way, until either side closes.
+struct Tap {
+  int listener = -1;
+  std::uint16_t port = 0;
+  std::vector<std::uint8_t> to_server, to_client;
+  std::thread thread;
+
+  explicit Tap(std::uint16_t server_port) {
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (::bind(listener, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(listener, 1) != 0) return;
+    ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread = std::thread([this, server_port] {
+      const int c = ::accept(listener, nullptr, nullptr);
+      const int s = ember::test::connect_loopback(server_port);
+      pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+      char buf[65536];
+      while (c >= 0 && s >= 0 && ::poll(p, 2, 5000) > 0) {
+        const bool from_client = p[0].revents != 0;
+        const int in = from_client ? c : s, out = from_client ? s : c;
+        const ssize_t n = ::read(in, buf, sizeof buf);
+        if (n <= 0) break;
+        (from_client ? to_server : to_client).insert((from_client ? to_server : to_client).end(), buf, buf + n);
+        if (::write(out, buf, static_cast<std::size_t>(n)) != n) break;
+      }
+      if (c >= 0) ::close(c);
+      if (s >= 0) ::close(s);
+    });
+  }
+  ~Tap() {
+    if (thread.joinable()) thread.join();
+    ::close(listener);
+  }
+};
+
+bool contains(const std::vector<std::uint8_t>& bytes, const std::string& s) {
+  return std::search(bytes.begin(), bytes.end(), s.begin(), s.end()) != bytes.end();
+}
+
+// What a listener on the job's network sees of a connection carries no token: the hello
+// proves it over a fresh nonce. A recorded hello, sent again, answers no new challenge.
+TEST(Tcp, TheTokenNeverCrossesTheWireAndARecordedHelloIsRefused) {
+  auto server = echo_server();
+  std::vector<std::uint8_t> to_server, to_client;
+  {
+    Tap tap(server->port());
+    ASSERT_NE(tap.port, 0);
+    {
+      TcpClient c("127.0.0.1", tap.port, kToken);
+      Key k = 11;
+      OutMessage m;
+      m.header.type = MessageType::kPull;
+      m.keys = &k;
+      m.key_count = 1;
+      EXPECT_EQ(c.call(m).keys[0], 11u);
+    }
+    tap.thread.join();
+    to_server = tap.to_server;
+    to_client = tap.to_client;
+  }
+  ASSERT_GE(to_client.size(), kHeaderBytes + 16 + kHeaderBytes + 32u);  // the challenge and the hello reply
+  ASSERT_GE(to_server.size(), kHeaderBytes + 48u);                      // the hello
+  EXPECT_FALSE(contains(to_server, kToken)) << "the token crossed the wire";
+  EXPECT_FALSE(contains(to_client, kToken)) << "the token crossed the wire";
+  // The recorded hello, replayed on a new connection (a new challenge): refused.
+  const std::vector<std::uint8_t> recorded(to_server.begin(), to_server.begin() + kHeaderBytes + 48);
+  const std::uint64_t dropped = server->connections_dropped();
+  EXPECT_TRUE(raw_peer_gets_closed(server->port(), recorded));
+  for (int i = 0; i < 100 && server->connections_dropped() == dropped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server->connections_dropped(), dropped + 1);
+  // Each connection's challenge is fresh.
+  const int a = ember::test::connect_loopback(server->port()), b = ember::test::connect_loopback(server->port());
+  std::uint8_t ca[kHeaderBytes + 16], cb[kHeaderBytes + 16];
+  ASSERT_TRUE(read_all(a, ca, sizeof ca));
+  ASSERT_TRUE(read_all(b, cb, sizeof cb));
+  EXPECT_FALSE(std::equal(ca + kHeaderBytes, ca + sizeof ca, cb + kHeaderBytes));
+  ::close(a);
+  ::close(b);
+  // The raw hello with the token works; with another token the server closes.
+  const int good = ember::test::connect_loopback(server->port());
+  EXPECT_TRUE(raw_hello(good, kToken));
+  ::close(good);
+  const int bad = ember::test::connect_loopback(server->port());
+  EXPECT_FALSE(raw_hello(bad, "not-the-token"));
+  ::close(bad);
+}
+
+// A server that does not know the token (an impostor taking any hello) is refused by
+// the client.
+TEST(Tcp, ClientRefusesAServerThatDoesNotProveTheToken) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), len), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread impostor([listener] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    std::uint8_t out[kHeaderBytes + 32] = {};
+    MessageHeader h;
+    h.type = MessageType::kHello;
+    h.key_count = kChallengeKeys;
+    encode_header(h, out);  // a challenge of zeros
+    (void)!::write(fd, out, kHeaderBytes + 16);
+    std::uint8_t hello[kHeaderBytes + 48];
+    if (read_all(fd, hello, sizeof hello)) {
+      h = decode_header(hello, 48);
+      MessageHeader r;
+      r.type = MessageType::kHelloReply;
+      r.request_id = h.request_id;
+      r.key_count = kProofKeys;
+      std::memset(out, 0, sizeof out);
+      encode_header(r, out);  // a "proof" of zeros
+      (void)!::write(fd, out, sizeof out);
+    }
+    char c;
+    (void)!::read(fd, &c, 1);
+    ::close(fd);
+  });
+  try {
+    TcpClient c("127.0.0.1", ntohs(a.sin_port), kToken, std::chrono::milliseconds(2000));
+    ADD_FAILURE() << "connected to a server that does not know the token";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not prove it knows the job token"), std::string::npos) << e.what();
+  }
+  impostor.join();
+  ::close(listener);
 }
 
 TEST(Tcp, CallsTimeOutAndUnreachableServersFailClearly) {

@@ -4,11 +4,8 @@
 #include <cstring>
 
 #include "ember/common/error.h"
-#include "ember/common/hash.h"
 
 namespace ember::transport {
-
-std::uint64_t token_hash(const std::string& token) { return hash_bytes(token, 0x70ce1); }
 
 void make_error_reply(const std::string& why, OutMessage& reply, std::vector<Key>& storage) {
   storage.assign((why.size() + 7) / 8, 0);

@@ -16,6 +16,7 @@
 #include "ember/common/error.h"
 #include "ember/common/log.h"
 #include "ember/common/process.h"
+#include "ember/transport/auth.h"
 
 namespace ember::transport {
 
@@ -76,6 +77,15 @@ struct Coordinator::Impl {
   std::map<int, std::map<std::uint64_t, std::set<std::string>>> barriers;  // group -> gen -> arrived
   std::map<std::string, std::string> board;
   std::multimap<std::string, std::string> waiting_lookups;  // key -> identity
+  // Challenges sent and not yet answered by a join, by ZeroMQ identity: each is good for
+  // one join. At most kMaxChallenges (anyone may ask): the oldest goes first.
+  struct Challenged {
+    auth::Nonce coordinator, member;
+    std::uint64_t seq = 0;
+  };
+  static constexpr std::size_t kMaxChallenges = 1024;
+  std::map<std::string, Challenged> challenges;
+  std::uint64_t challenge_seq = 0;
 
   void send_to(const std::string& identity, const codec::FromCoordinator& m) {
     const std::string text = codec::encode(m);
@@ -154,8 +164,26 @@ struct Coordinator::Impl {
     send_to(id, codec::Refusal{why});
   }
 
+  // A fresh nonce for this join attempt, with this coordinator's proof over both nonces.
+  void challenge(const std::string& id, const codec::Hello& hello) {
+    if (challenges.size() >= kMaxChallenges && !challenges.count(id)) {
+      auto oldest = std::min_element(challenges.begin(), challenges.end(),
+                                     [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; });
+      challenges.erase(oldest);
+    }
+    Challenged& c = challenges[id];
+    c.coordinator = auth::random_nonce();
+    c.member = hello.nonce;
+    c.seq = challenge_seq++;
+    send_to(id, codec::Challenge{c.coordinator, auth::proof(token, auth::kJoinCoordinator, c.coordinator, c.member)});
+  }
+
   void handle(const std::string& id, const codec::ToCoordinator& msg, const std::string& peer) {
     if (auto* join_msg = std::get_if<codec::Join>(&msg)) return join(id, *join_msg, peer);
+    if (auto* hello = std::get_if<codec::Hello>(&msg)) {
+      if (members.count(id)) return stray_log.warn("control: dropped a hello from " + peer + " (joined already)");
+      return challenge(id, *hello);
+    }
     auto it = members.find(id);
     if (it == members.end()) {                                    // not joined: only join is allowed
       if (std::holds_alternative<codec::Heartbeat>(msg)) return;  // a refused member's last heartbeat
@@ -218,7 +246,15 @@ struct Coordinator::Impl {
   }
 
   void join(const std::string& id, const codec::Join& msg, const std::string& peer) {
-    if (msg.token != token) return refuse(id, peer, "wrong job token");
+    // The proof answers this identity's last challenge, once: a recorded join answers no
+    // other (nor the same one again).
+    auto c = challenges.find(id);
+    if (c == challenges.end()) return refuse(id, peer, "a join without a challenge (say hello first)");
+    const Challenged challenged = c->second;
+    challenges.erase(c);
+    const auth::Digest proven =
+        auth::proof(token, auth::kJoinMember, challenged.coordinator, challenged.member, codec::join_identity(msg.role, msg.rank, msg.data));
+    if (!auth::equal(msg.proof, proven)) return refuse(id, peer, "wrong job token");
     if (formed) return refuse(id, peer, "the job is already formed");
     Member m;
     m.role = msg.role;
@@ -375,6 +411,10 @@ struct ControlMember::Impl {
   std::condition_variable cv;
   bool welcomed = false;
   std::optional<std::string> refused;
+  bool impostor = false;  // the coordinator did not prove it knows the token
+  const auth::Nonce nonce = auth::random_nonce();  // this member's, for the join
+  bool joined = false;                              // the join went out (after the challenge)
+  bool coordinator_proven = false;
   std::uint32_t rank = 0;
   JobShape shape;
   std::vector<Peer> peers;
@@ -445,7 +485,24 @@ struct ControlMember::Impl {
       return;
     }
     std::lock_guard lock(mutex);
-    if (auto* w = std::get_if<codec::Welcome>(&msg)) {
+    if (auto* c = std::get_if<codec::Challenge>(&msg)) {
+      if (joined || welcomed) return;  // one join per member
+      // Whatever the coordinator's proof, the join goes out: a member with a wrong token
+      // is refused and logged by the coordinator (an impostor learns no token from a proof).
+      coordinator_proven = auth::equal(c->proof, auth::proof(options.token, auth::kJoinCoordinator, c->nonce, nonce));
+      const auto& o = options;
+      const auth::Digest proof =
+          auth::proof(o.token, auth::kJoinMember, c->nonce, nonce, codec::join_identity(o.role, o.rank, o.data_address));
+      send_frame(dealer, codec::encode(codec::ToCoordinator{codec::Join{proof, o.role, o.rank, o.data_address}}));
+      joined = true;
+    } else if (auto* w = std::get_if<codec::Welcome>(&msg)) {
+      if (welcomed) return;
+      if (!coordinator_proven) {
+        impostor = true;
+        refused = "it did not prove it knows the job token";
+        cv.notify_all();
+        return;
+      }
       rank = w->rank;
       shape = w->shape;
       peers = w->peers;
@@ -494,7 +551,9 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
   } catch (const zmq::error_t& e) {
     throw ConfigError("control: bad coordinator address '" + o.coordinator + "': " + e.what());
   }
-  send_frame(impl_->dealer, codec::encode(codec::ToCoordinator{codec::Join{o.token, o.role, o.rank, o.data_address}}));
+  // Joining: hello (this member's nonce), the coordinator's challenge, then the join
+  // with the proof (handle()); the token itself is never sent.
+  send_frame(impl_->dealer, codec::encode(codec::ToCoordinator{codec::Hello{impl_->nonce}}));
   impl_->thread = std::thread([this] {
     name_this_thread("control");
     impl_->loop();
@@ -502,7 +561,8 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
   std::unique_lock lock(impl_->mutex);
   const bool done = impl_->cv.wait_for(lock, o.timeouts.join_timeout, [&] { return impl_->welcomed || impl_->refused.has_value(); });
   if (impl_->refused || !done) {
-    const std::string why = impl_->refused ? "control: coordinator " + o.coordinator + " refused the join: " + *impl_->refused
+    const std::string why = impl_->impostor  ? "control: coordinator " + o.coordinator + ": " + *impl_->refused
+                            : impl_->refused ? "control: coordinator " + o.coordinator + " refused the join: " + *impl_->refused
                                            : fmt::format("control: the job did not form within {} ms (coordinator {})",
                                                          o.timeouts.join_timeout.count(), o.coordinator);
     lock.unlock();

@@ -90,16 +90,31 @@ Role role(const json& j, const char* name) {
   throw ProtocolError("unknown role '" + s.substr(0, 32) + "'");
 }
 
+// A nonce or a digest: exactly 2 x its size lowercase hex digits.
+template <std::size_t N>
+std::array<std::uint8_t, N> hex_field(const json& j, const char* name) {
+  std::array<std::uint8_t, N> out{};
+  const std::string s = str(j, name);
+  if (!auth::from_hex(s, out)) throw ProtocolError(std::string("'") + name + "' must be " + std::to_string(2 * N) + " lowercase hex digits");
+  return out;
+}
+
 constexpr std::uint32_t kMaxMembers = 1u << 20;
 
 int group(const json& j) { return integer<int>(j, "group", 0, 1); }
 
 }  // namespace
 
+std::string join_identity(Role role, int rank, const std::string& data) {
+  return std::string(role_name(role)) + "\n" + std::to_string(rank) + "\n" + data;
+}
+
 ToCoordinator decode_to_coordinator(std::string_view frame) {
   const json j = parse_object(frame, kMaxToCoordinator);
   const std::string op = str(j, "op");
-  if (op == "join") return Join{str(j, "token"), role(j, "role"), integer<int>(j, "rank", -1, kMaxMembers), str(j, "data", false)};
+  if (op == "hello") return Hello{hex_field<16>(j, "nonce")};
+  if (op == "join")
+    return Join{hex_field<32>(j, "proof"), role(j, "role"), integer<int>(j, "rank", -1, kMaxMembers), str(j, "data", false)};
   if (op == "hb") return Heartbeat{};
   if (op == "barrier") return BarrierEnter{group(j), integer<std::uint64_t>(j, "gen", 0, std::numeric_limits<std::uint64_t>::max())};
   if (op == "publish") return Publish{str(j, "key"), str(j, "value")};
@@ -116,6 +131,7 @@ ToCoordinator decode_to_coordinator(std::string_view frame) {
 FromCoordinator decode_from_coordinator(std::string_view frame) {
   const json j = parse_object(frame, kMaxFromCoordinator);
   const std::string op = str(j, "op");
+  if (op == "challenge") return Challenge{hex_field<16>(j, "nonce"), hex_field<32>(j, "proof")};
   if (op == "welcome") {
     Welcome w;
     w.rank = integer<std::uint32_t>(j, "rank", 0, kMaxMembers);
@@ -158,8 +174,12 @@ Overload(F...) -> Overload<F...>;  // clang before 17 deduces no aggregate's arg
 std::string encode(const ToCoordinator& m) {
   json j =
       std::visit(Overload{
+                     [](const Hello& x) {
+                       return json{{"op", "hello"}, {"nonce", auth::to_hex(x.nonce)}};
+                     },
                      [](const Join& x) {
-                       return json{{"op", "join"}, {"token", x.token}, {"role", role_name(x.role)}, {"rank", x.rank}, {"data", x.data}};
+                       return json{
+                           {"op", "join"}, {"proof", auth::to_hex(x.proof)}, {"role", role_name(x.role)}, {"rank", x.rank}, {"data", x.data}};
                      },
                      [](const Heartbeat&) {
                        return json{{"op", "hb"}};
@@ -191,6 +211,9 @@ std::string encode(const ToCoordinator& m) {
 std::string encode(const FromCoordinator& m) {
   json j =
       std::visit(Overload{
+                     [](const Challenge& x) {
+                       return json{{"op", "challenge"}, {"nonce", auth::to_hex(x.nonce)}, {"proof", auth::to_hex(x.proof)}};
+                     },
                      [](const Welcome& x) {
                        json peers = json::array();
                        for (const Peer& p : x.peers)

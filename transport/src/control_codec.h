@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "ember/transport/auth.h"
 #include "ember/transport/control.h"
 
 namespace ember::transport::control_codec {
@@ -24,13 +25,21 @@ inline constexpr std::int64_t kMaxFromCoordinator = 16 << 20;
 // Longest string field (token, key, value, address, reason).
 inline constexpr std::size_t kMaxField = 256 << 10;
 
-// Member -> coordinator.
+// Member -> coordinator. Joining takes two messages: a Hello with the member's nonce,
+// answered by a Challenge with the coordinator's, then the Join with the member's proof
+// of the token over both nonces and its identity (auth.h; the token never crosses the
+// wire). Nonces and proofs travel as lowercase hex of exactly their size.
+struct Hello {
+  auth::Nonce nonce{};
+};
 struct Join {
-  std::string token;
+  auth::Digest proof{};  // auth::proof(token, kJoinMember, coordinator's nonce, member's, join_identity(...))
   Role role = Role::kWorker;
   int rank = -1;
   std::string data;
 };
+// What a member's join proof covers besides the nonces: its role, rank and data address.
+std::string join_identity(Role role, int rank, const std::string& data);
 struct Heartbeat {};
 struct BarrierEnter {
   int group = 0;
@@ -51,9 +60,13 @@ struct Leave {};
 struct Abort {  // the member fails, and says why
   std::string why;
 };
-using ToCoordinator = std::variant<Join, Heartbeat, BarrierEnter, Publish, Lookup, Add, Leave, Abort>;
+using ToCoordinator = std::variant<Hello, Join, Heartbeat, BarrierEnter, Publish, Lookup, Add, Leave, Abort>;
 
 // Coordinator -> member.
+struct Challenge {
+  auth::Nonce nonce{};   // the coordinator's, fresh for this join attempt
+  auth::Digest proof{};  // auth::proof(token, kJoinCoordinator, nonce, the member's nonce)
+};
 struct Welcome {
   std::uint32_t rank = 0;
   JobShape shape;
@@ -79,7 +92,7 @@ struct Dead {
   std::string why;     // "no heartbeat for 5000 ms"
 };
 struct Shutdown {};
-using FromCoordinator = std::variant<Welcome, Refusal, HeartbeatAck, Release, Value, Added, Dead, Shutdown>;
+using FromCoordinator = std::variant<Challenge, Welcome, Refusal, HeartbeatAck, Release, Value, Added, Dead, Shutdown>;
 
 // Throw ProtocolError saying what is wrong (and which field).
 ToCoordinator decode_to_coordinator(std::string_view frame);

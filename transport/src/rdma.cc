@@ -16,7 +16,9 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/log.h"
 #include "ember/common/process.h"
+#include "ember/transport/auth.h"
 #include "rdma_connection.h"
 
 namespace ember::transport {
@@ -92,8 +94,9 @@ struct RdmaServer::Impl {
   RdmaServerOptions opt;
   RequestHandler handler;
   std::unique_ptr<verbs::Listener> listener;
-  std::uint64_t token = 0;
   std::atomic<bool> stop{false}, draining{false};
+  std::atomic<std::uint32_t> authenticating{0};  // accepted, hello not checked yet
+  LogLimiter unauthenticated_log;                 // anyone can cause these
   std::atomic<std::uint64_t> dropped{0}, served{0}, sent_in_place{0};
   std::atomic<std::uint32_t> open{0};  // sessions serving
   std::thread acceptor;
@@ -115,17 +118,13 @@ struct RdmaServer::Impl {
       if (!req) continue;
       reap();
       std::shared_ptr<Conn> conn;
+      auth::Nonce nonce;
       try {
         ConnInfo info = decode_info(req->private_data, req->endpoint->peer());
-        if (info.token != token) {
-          spdlog::warn("rdma server: refusing {}: wrong job token", req->endpoint->peer());
-          ++dropped;
-          req->endpoint->reject("wrong job token");
-          continue;
-        }
+        nonce = auth::random_nonce();
         conn = std::make_shared<Conn>(std::move(req->endpoint), opt.rdma, /*requester=*/false);
         conn->set_peer(info);
-        conn->endpoint().accept(encode_info(conn->local_info(token)));
+        conn->endpoint().accept(encode_info(conn->local_info(nonce)));
       } catch (const std::exception& e) {
         spdlog::warn("rdma server: refusing a connection: {}", e.what());
         ++dropped;
@@ -135,13 +134,74 @@ struct RdmaServer::Impl {
       sessions.emplace_back();
       Session& s = sessions.back();
       ++open;
-      s.thread = std::thread([this, conn, &s] {
+      ++authenticating;
+      s.thread = std::thread([this, conn, nonce, &s] {
         name_this_thread("rdma-conn");
-        serve(*conn);
+        const bool ok = authenticate(*conn, nonce);
+        --authenticating;
+        if (ok) serve(*conn);
         --open;
         s.done = true;
       });
+      // Unauthenticated connections hold pools: at most so many at a time; further
+      // connection requests wait in the listener meanwhile.
+      while (authenticating.load() >= kRdmaMaxAuthenticating && !stop.load() && !draining.load())
+        std::this_thread::sleep_for(milliseconds(5));
     }
+  }
+
+  // The connection's first message must be a hello proving the token over both nonces
+  // (auth.h), sent (not written into the ring), within hello_timeout; nothing else is
+  // read before. Answers it with this server's proof; false if the peer was dropped.
+  bool authenticate(Conn& conn, const auth::Nonce& nonce) {
+    const auto deadline = Clock::now() + opt.hello_timeout;
+    try {
+      std::optional<Frame> f;
+      while (!f) {
+        if (stop.load() || draining.load()) return false;
+        if (Clock::now() >= deadline) {
+          ++dropped;
+          unauthenticated_log.warn("rdma server: dropping peer " + conn.peer() + ": no hello within " +
+                                   std::to_string(opt.hello_timeout.count()) + " ms");
+          return false;
+        }
+        f = conn.next(std::min(deadline, Clock::now() + milliseconds(50)));
+      }
+      if (f->slot >= 0) throw ProtocolError("refused before its hello: a write into the ring");
+      Message m = view(*f, 8ull * kProofKeys, conn.peer());
+      if (m.header.type != MessageType::kHello || m.header.key_count != kProofKeys || m.header.value_count != 0)
+        throw ProtocolError("refused: the first message must be a hello proving this job's token");
+      auth::Digest claimed;
+      std::memcpy(claimed.data(), m.keys, claimed.size());
+      const auth::Nonce& client_nonce = conn.peer_info().nonce;
+      OutMessage reply;
+      std::vector<Key> error_storage;
+      Key proof_keys[kProofKeys];
+      const bool ok = auth::equal(claimed, auth::proof(opt.token, auth::kRdmaClient, nonce, client_nonce));
+      if (!ok) {
+        spdlog::warn("rdma server: refusing {}: wrong job token", conn.peer());
+        ++dropped;
+        make_error_reply("wrong job token", reply, error_storage);
+      } else {
+        const auth::Digest mine = auth::proof(opt.token, auth::kRdmaServer, nonce, client_nonce);
+        std::memcpy(proof_keys, mine.data(), mine.size());
+        reply.header.type = MessageType::kHelloReply;
+        reply.keys = proof_keys;
+        reply.key_count = kProofKeys;
+      }
+      reply.header.request_id = m.header.request_id;
+      conn.send_message(reply, kNoSlot, f->reply_slot, Clock::now() + opt.rdma.timeout);
+      conn.release(*f);
+      return ok;
+    } catch (const PeerClosed& e) {
+      spdlog::debug("rdma server: {}", e.what());
+    } catch (const std::exception& e) {
+      if (!stop.load()) {
+        ++dropped;
+        unauthenticated_log.warn("rdma server: dropping peer " + conn.peer() + ": " + e.what());
+      }
+    }
+    return false;
   }
 
   void reap() {
@@ -205,7 +265,6 @@ RdmaServer::RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, Request
   impl_->opt = std::move(options);
   impl_->opt.rdma = checked(impl_->opt.rdma);
   impl_->handler = std::move(handler);
-  impl_->token = token_hash(impl_->opt.token);
   impl_->listener = fabric.listen(impl_->opt.address, impl_->opt.port);
   impl_->acceptor = std::thread([this] {
     name_this_thread("rdma-accept");
@@ -257,8 +316,24 @@ RdmaClient::RdmaClient(verbs::Fabric& fabric, const std::string& host, std::uint
   impl_->peer = host + ":" + std::to_string(port);
   auto ep = fabric.resolve(host, port, impl_->opt.timeout);
   impl_->conn = std::make_unique<Conn>(std::move(ep), impl_->opt, /*requester=*/true);
-  auto reply = impl_->conn->endpoint().connect(encode_info(impl_->conn->local_info(token_hash(token))), impl_->opt.timeout);
+  const auth::Nonce client_nonce = auth::random_nonce();
+  auto reply = impl_->conn->endpoint().connect(encode_info(impl_->conn->local_info(client_nonce)), impl_->opt.timeout);
   impl_->conn->set_peer(decode_info(reply, impl_->peer));
+  // The hello: this side's proof over both nonces; the reply carries the server's.
+  const auth::Nonce& server_nonce = impl_->conn->peer_info().nonce;
+  const auth::Digest mine = auth::proof(token, auth::kRdmaClient, server_nonce, client_nonce);
+  Key keys[kProofKeys];
+  std::memcpy(keys, mine.data(), mine.size());
+  OutMessage hello;
+  hello.header.type = MessageType::kHello;
+  hello.keys = keys;
+  hello.key_count = kProofKeys;
+  Message r = call(hello);  // a refusal (kError "wrong job token") throws ProtocolError
+  auth::Digest theirs{};
+  if (r.header.type == MessageType::kHelloReply && r.header.key_count == kProofKeys) std::memcpy(theirs.data(), r.keys, theirs.size());
+  if (r.header.type != MessageType::kHelloReply || r.header.key_count != kProofKeys ||
+      !auth::equal(theirs, auth::proof(token, auth::kRdmaServer, server_nonce, client_nonce)))
+    throw ProtocolError("PS " + impl_->peer + ": the server does not prove it knows the job token");
 }
 
 RdmaClient::RdmaClient(std::shared_ptr<verbs::Fabric> fabric, const std::string& host, std::uint16_t port, const std::string& token,

@@ -81,10 +81,10 @@ Conn::~Conn() {
   std::free(pool_);
 }
 
-ConnInfo Conn::local_info(std::uint64_t token) const {
+ConnInfo Conn::local_info(const auth::Nonce& nonce) const {
   ConnInfo c;
   c.recv_depth = static_cast<std::uint16_t>(opt_.recv_depth);
-  c.token = token;
+  c.nonce = nonce;
   c.ring_addr = reinterpret_cast<std::uintptr_t>(pool_ + ring_off_);
   c.ring_rkey = mr_.rkey;
   c.slots = opt_.slots;

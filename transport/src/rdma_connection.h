@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ember/common/error.h"
+#include "ember/transport/auth.h"
 #include "ember/transport/channel.h"
 #include "ember/transport/rdma.h"
 #include "ember/transport/verbs.h"
@@ -26,7 +27,7 @@ static_assert(std::endian::native == std::endian::little, "the RDMA frame and co
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint32_t kConnectMagic = 0x43424d45;  // "EMBC"
-constexpr std::uint16_t kConnectVersion = 1;
+constexpr std::uint16_t kConnectVersion = 2;  // 2: a nonce instead of the token's hash
 constexpr std::uint16_t kNoSlot = 0xffff;
 constexpr std::size_t kAlign = 64;  // pool pieces (RECV buffers, slots) are multiples of it
 
@@ -37,14 +38,14 @@ struct ConnInfo {
   std::uint32_t magic = kConnectMagic;
   std::uint16_t version = kConnectVersion;
   std::uint16_t recv_depth = 0;
-  std::uint64_t token = 0;
+  auth::Nonce nonce{};  // this side's, for the proofs of the hello (auth.h)
   std::uint64_t ring_addr = 0;
   std::uint32_t ring_rkey = 0;
   std::uint32_t slots = 0;
   std::uint32_t slot_bytes = 0;
   std::uint32_t recv_bytes = 0;
 };
-static_assert(sizeof(ConnInfo) == 40);
+static_assert(sizeof(ConnInfo) == 48);
 
 // The connection ended because the peer went away: not an error of the peer's making.
 class PeerClosed : public IoError {
@@ -81,9 +82,10 @@ class Conn {
   const std::string& peer() const { return peer_name_; }
 
   // What this side tells the peer when connecting.
-  ConnInfo local_info(std::uint64_t token) const;
+  ConnInfo local_info(const auth::Nonce& nonce) const;
   // What the peer told (its pool and credits).
   void set_peer(const ConnInfo& p);
+  const ConnInfo& peer_info() const { return peer_; }
 
   // Whether a message of `bytes` (header + payload) can be sent; ProtocolError if not.
   void check_fits(std::uint64_t bytes) const;

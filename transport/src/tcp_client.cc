@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "ember/common/error.h"
+#include "ember/transport/auth.h"
 #include "ember/transport/tcp.h"
 #include "tcp_socket.h"
 
@@ -136,13 +137,31 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
       ::setsockopt(impl_->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) != 0) {
     throw IoError("PS " + impl_->peer + ": socket options: " + std::strerror(errno));
   }
-  Key h = token_hash(token);
+  // The server's challenge: a hello carrying its nonce (nothing larger is read).
+  impl_->iov.clear();
+  impl_->add(impl_->header, kHeaderBytes);
+  impl_->transfer(false, "receive the challenge");
+  const MessageHeader ch = decode_header(impl_->header, 8 * kChallengeKeys);
+  if (ch.type != MessageType::kHello || ch.key_count != kChallengeKeys || ch.value_count != 0)
+    throw ProtocolError("PS " + impl_->peer + ": no challenge (got a " + type_name(ch.type) + ")");
+  auth::Nonce server_nonce;
+  impl_->read(server_nonce.data(), server_nonce.size(), "receive the challenge");
+  // The answer: this side's nonce and the proof over both; the token stays here.
+  const auth::Nonce client_nonce = auth::random_nonce();
+  const auth::Digest mine = auth::proof(token, auth::kTcpClient, server_nonce, client_nonce);
+  Key keys[kClientHelloKeys];
+  std::memcpy(keys, client_nonce.data(), client_nonce.size());
+  std::memcpy(keys + 2, mine.data(), mine.size());
   OutMessage hello;
   hello.header.type = MessageType::kHello;
-  hello.keys = &h;
-  hello.key_count = 1;
+  hello.keys = keys;
+  hello.key_count = kClientHelloKeys;
   Message r = call(hello);
   if (r.header.type != MessageType::kHelloReply) throw ProtocolError("PS " + impl_->peer + ": unexpected reply to hello");
+  auth::Digest theirs{};
+  if (r.header.key_count == kProofKeys) std::memcpy(theirs.data(), r.keys, theirs.size());
+  if (r.header.key_count != kProofKeys || !auth::equal(theirs, auth::proof(token, auth::kTcpServer, server_nonce, client_nonce)))
+    throw ProtocolError("PS " + impl_->peer + ": the server does not prove it knows the job token");
 }
 
 TcpClient::~TcpClient() = default;

@@ -18,6 +18,7 @@
 #include "ember/common/error.h"
 #include "ember/common/log.h"
 #include "ember/common/process.h"
+#include "ember/transport/auth.h"
 #include "ember/transport/tcp.h"
 #include "tcp_socket.h"
 
@@ -83,7 +84,6 @@ struct TcpServer::Impl {
   std::atomic<std::uint64_t> dropped{0}, served{0};
   std::atomic<int> in_flight{0};
   std::atomic<bool> draining{false}, stopping{false}, warned_buffers{false};
-  std::uint64_t token = 0;
   // Peers can trigger these at will: at most a line per 10 s each.
   LogLimiter refused_log, unauthenticated_log, accept_log;
   std::unique_ptr<asio::steady_timer> accept_timer, sweep_timer;
@@ -126,6 +126,9 @@ struct TcpServer::Impl {
     std::size_t in_first = 0, out_first = 0;
     std::vector<Key> error_storage;
     OutMessage reply;
+    // The challenge: this connection's nonce, sent before anything is read.
+    const auth::Nonce nonce = auth::random_nonce();
+    Key proof_keys[kProofKeys];  // the hello reply's payload: the server's proof
     bool authenticated = false;
     bool reading = false;  // a read is under way (from a header's wait to its payload's end)
     bool writing = false;  // the queue's front is being answered
@@ -176,6 +179,21 @@ struct TcpServer::Impl {
       socket.close(ec);
     }
 
+    // Sends the challenge (a hello carrying this connection's nonce), then reads. Into
+    // the empty send buffer of a new socket its 64 bytes go at once.
+    void start() {
+      std::uint8_t challenge[kHeaderBytes + 8 * kChallengeKeys];
+      MessageHeader h;
+      h.type = MessageType::kHello;
+      h.key_count = kChallengeKeys;
+      encode_header(h, challenge);
+      std::memcpy(challenge + kHeaderBytes, nonce.data(), nonce.size());
+      const ssize_t n = ::send(socket.native_handle(), challenge, sizeof challenge, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n != static_cast<ssize_t>(sizeof challenge))
+        return drop(std::string("sending the challenge: ") + (n < 0 ? std::strerror(errno) : "short write"));
+      read_header();
+    }
+
     // Starts reading the next request unless one is being read, the read-ahead is full,
     // or the server is draining (then the connection closes once its replies are out).
     void read_header() {
@@ -203,14 +221,15 @@ struct TcpServer::Impl {
       ++open_requests;
       ++server->in_flight;
       try {
-        // Before the hello is checked, nothing but a hello's 8 bytes is read.
-        incoming.header = decode_header(in_header, authenticated ? server->opt.max_payload_bytes : 8);
+        // Before the hello is checked, nothing but a hello's 48 bytes is read.
+        incoming.header = decode_header(in_header, authenticated ? server->opt.max_payload_bytes : 8 * kClientHelloKeys);
       } catch (const ProtocolError& e) {
         drop(authenticated ? e.what() : std::string("refused before its hello: ") + e.what());
         return;
       }
-      if (!authenticated && (incoming.header.type != MessageType::kHello || incoming.header.key_count != 1)) {
-        drop("refused: the first message must be a hello with this job's token");
+      if (!authenticated && (incoming.header.type != MessageType::kHello || incoming.header.key_count != kClientHelloKeys ||
+                             incoming.header.value_count != 0)) {
+        drop("refused: the first message must be a hello proving this job's token");
         return;
       }
       in_payload = true;
@@ -294,12 +313,23 @@ struct TcpServer::Impl {
       };
       reply = OutMessage{};
       if (!authenticated) {
-        if (header.type != MessageType::kHello || header.key_count != 1 || m.keys[0] != server->token) {
-          drop("refused: the first message must be a hello with this job's token");
+        // keys: the client's nonce (2), then its proof of the token over both nonces (4).
+        auth::Nonce client_nonce;
+        auth::Digest claimed;
+        std::memcpy(client_nonce.data(), m.keys, client_nonce.size());
+        std::memcpy(claimed.data(), m.keys + 2, claimed.size());
+        const std::string& token = server->opt.token;
+        if (!auth::equal(claimed, auth::proof(token, auth::kTcpClient, nonce, client_nonce))) {
+          drop("refused: wrong job token (its hello's proof does not match)");
           return false;
         }
         authenticated = true;
+        // The server proves it knows the token too (the client refuses an impostor).
+        const auth::Digest mine = auth::proof(token, auth::kTcpServer, nonce, client_nonce);
+        std::memcpy(proof_keys, mine.data(), mine.size());
         reply.header.type = MessageType::kHelloReply;
+        reply.keys = proof_keys;
+        reply.key_count = kProofKeys;
       } else if (header.type == MessageType::kHello) {
         drop("a second hello on one connection");
         return false;
@@ -401,14 +431,21 @@ struct TcpServer::Impl {
         if (std::string capped = tune(s.native_handle(), opt.socket_buffer_bytes); !capped.empty() && !warned_buffers.exchange(true)) {
           spdlog::warn("tcp server: {}", capped);  // once: every connection gets the same
         }
-        auto session = std::make_shared<Session>(this, std::move(s), std::move(peer));
+        std::shared_ptr<Session> session;
+        try {
+          session = std::make_shared<Session>(this, std::move(s), std::move(peer));  // draws its nonce
+        } catch (const std::exception& e) {
+          accept_log.warn(std::string("tcp server: a new connection: ") + e.what());
+          accept();
+          return;
+        }
         {
           std::lock_guard<std::mutex> lock(sessions_mu);
           std::erase_if(sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
           sessions.push_back(session);
         }
         // The session's handlers run on the context its socket belongs to.
-        asio::post(session->socket.get_executor(), [session] { session->read_header(); });
+        asio::post(session->socket.get_executor(), [session] { session->start(); });
       }
       accept();
     });
@@ -435,7 +472,6 @@ struct TcpServer::Impl {
 TcpServer::TcpServer(TcpServerOptions options, RequestHandler handler) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
   impl_->handler = std::move(handler);
-  impl_->token = token_hash(impl_->opt.token);
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(impl_->opt.address, ec);
   if (ec) throw ConfigError("listen address '" + impl_->opt.address + "': " + ec.message());

@@ -49,6 +49,7 @@ std::unique_ptr<Server> Transport::make_server(RequestHandler handler) const {
   ro.address = options_.address;
   ro.port = options_.port;
   ro.token = options_.token;
+  ro.hello_timeout = options_.hello_timeout;
   ro.rdma = rdma_options(options_);
   ro.rdma.send_regions = options_.send_regions;
   return std::make_unique<RdmaServer>(fabric_, std::move(ro), std::move(handler));

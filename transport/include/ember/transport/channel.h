@@ -69,10 +69,6 @@ struct OutMessage {
   std::uint32_t segment_count = 0;
 };
 
-// Hash of a job token as carried at connection time (the token itself never crosses
-// the wire).
-std::uint64_t token_hash(const std::string& token);
-
 // Per-connection storage a handler may point its reply into.
 struct Scratch {
   std::vector<float> values;

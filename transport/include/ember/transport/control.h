@@ -13,7 +13,9 @@
 //   - a member that fails on its own says so (abort) and is reported with its reason;
 //   - clean shutdown: when every worker has left, the PS members are told to stop (never
 //     after a failure: then every member hears that the job failed, and who failed).
-// A join without the right token is refused with an error reply and logged.
+// A join without the right token is refused with an error reply and logged. The token
+// never crosses the wire: a member proves it knows it (HMAC-SHA256 over a nonce the
+// coordinator draws for that join attempt, auth.h), and the coordinator proves it too.
 //
 // Messages are single JSON frames: control traffic is a few small messages per
 // iteration, so readability wins over bytes. Every frame from a peer is decoded with its

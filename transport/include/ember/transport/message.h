@@ -28,10 +28,15 @@ namespace ember::transport {
 
 inline constexpr std::size_t kHeaderBytes = 48;
 inline constexpr std::uint32_t kMagic = 0x52424d45;  // "EMBR" little-endian
-inline constexpr std::uint16_t kVersion = 1;
+// 2: the hello proves knowledge of the job token (auth.h) instead of carrying its hash.
+inline constexpr std::uint16_t kVersion = 2;
 
 enum class MessageType : std::uint16_t {
-  kHello = 1,  // connect: keys[0] = hash of the job token
+  // Connecting (TCP): the server speaks first, a kHello whose 2 keys are its nonce; the
+  // client answers with a kHello of 6 keys: its nonce (2), then its proof (4, auth.h);
+  // the kHelloReply carries the server's proof (4 keys). RDMA exchanges the nonces in its
+  // connect data and sends the proofs the same way (4 keys each).
+  kHello = 1,
   kHelloReply = 2,
   kPull = 3,       // keys -> rows
   kPullReply = 4,  // values = rows (dim floats each), in key order
@@ -41,6 +46,11 @@ enum class MessageType : std::uint16_t {
   kAck = 8,        // reply to push and commit
   kError = 9,      // reply: the request was refused (reason in the payload as bytes)
 };
+
+// Keys of the hellos (TCP: the challenge, the client's hello; both: a proof).
+inline constexpr std::uint32_t kChallengeKeys = 2;
+inline constexpr std::uint32_t kClientHelloKeys = 6;
+inline constexpr std::uint32_t kProofKeys = 4;
 
 // Whether `t` is a type this version knows.
 bool known_type(std::uint16_t t);

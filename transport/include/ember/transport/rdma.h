@@ -24,7 +24,13 @@
 //
 // Failures: a completion error or a malformed frame fails that connection (the client's
 // pending requests throw IoError naming the peer); the server logs, drops it, and keeps
-// serving every other connection. The job token is checked when the connection is made.
+// serving every other connection.
+//
+// Authentication: the connect data carries each side's nonce (never the token); the
+// client's first message must be a kHello proving it knows the job token over both
+// nonces (auth.h), answered by a kHelloReply carrying the server's own proof. Before that
+// nothing but the hello is read; a connection has hello_timeout to send it, and at most
+// kRdmaMaxAuthenticating connections wait for theirs at a time (more wait to be accepted).
 #pragma once
 
 #include <chrono>
@@ -77,11 +83,15 @@ struct RdmaOptions {
   std::shared_ptr<const SendRegions> send_regions;
 };
 
+// Connections accepted and not yet authenticated, at most (each holds its pool).
+inline constexpr std::uint32_t kRdmaMaxAuthenticating = 16;
+
 struct RdmaServerOptions {
   std::string address = "127.0.0.1";
   std::uint16_t port = 0;  // 0: any free port
-  std::string token;       // checked at every connection request
+  std::string token;       // proven by every connection's hello
   RdmaOptions rdma;
+  std::chrono::milliseconds hello_timeout{10000};  // from accepting a connection to its hello
 };
 
 class RdmaServer final : public Server {

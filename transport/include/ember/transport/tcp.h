@@ -1,7 +1,9 @@
 // TCP data plane (Boost.Asio): framed messages (message.h) between workers and PS shards.
 //
-// Server: an acceptor and a pool of I/O threads; each connection must start with a
-// kHello carrying the job token's hash, then sends requests that the handler answers in
+// Server: an acceptor and a pool of I/O threads; on each connection the server sends a
+// challenge (a fresh nonce), the client must answer with a kHello proving it knows the job
+// token (auth.h; the token never crosses the wire), and the server proves it knows it
+// too in its reply. Then the client sends requests that the handler answers in
 // order (a client may pipeline several). Each connection is full duplex: requests are
 // read ahead while a reply is still going out (up to max_payload_bytes of them), so a
 // client may send large requests before reading a large reply. A peer that sends a
@@ -28,7 +30,7 @@ struct TcpServerOptions {
   std::string address = "127.0.0.1";
   std::uint16_t port = 0;  // 0: any free port (see TcpServer::port())
   int io_threads = 2;
-  std::string token;                             // required in every connection's kHello
+  std::string token;                             // proven in every connection's kHello
   std::uint64_t max_payload_bytes = 256u << 20;  // per request; also a connection's read-ahead
   // Send and receive buffer of every connection; 0 leaves them to the kernel's
   // autotuning (which grows them up to net.ipv4.tcp_wmem/tcp_rmem's maximum). A fixed
@@ -66,8 +68,9 @@ class TcpServer final : public Server {
 
 class TcpClient final : public Client {
  public:
-  // Connects and authenticates; throws IoError (unreachable, timeout) or ProtocolError
-  // (refused).
+  // Connects and authenticates; throws IoError (unreachable, timeout, refused: the
+  // server closes the connection) or ProtocolError (a server that does not prove it
+  // knows the token, or speaks another protocol version).
   // `socket_buffer_bytes`: as TcpServerOptions'.
   TcpClient(const std::string& host, std::uint16_t port, const std::string& token,
             std::chrono::milliseconds timeout = std::chrono::milliseconds(10000), std::uint32_t socket_buffer_bytes = 0);

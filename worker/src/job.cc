@@ -7,6 +7,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/process.h"
+#include "job_options.h"
 
 namespace ember::worker {
 
@@ -38,9 +39,12 @@ void Job::join(const data::Dataset& ds) {
   mo.timeouts.heartbeat_timeout = c_.heartbeat_timeout;
   mo.timeouts.heartbeat_interval = std::max(std::chrono::milliseconds(20), c_.heartbeat_timeout / 10);
   mo.timeouts.join_timeout = c_.join_timeout;
+  // Before joining, so that worker 0 publishes them the moment the job forms.
+  const OptionValues options = agreed_options(c_, dataset_identity(ds.manifest()));
   spdlog::info("joining the job at {}", c_.coordinator);
   control_ = std::make_unique<transport::ControlMember>(mo);
   rank_ = control_->rank();
+  if (rank_ == 0) control_->publish(kWorkerOptionsKey, options_to_json(options));
   watchdog_ = std::thread([this] {
     name_this_thread("watchdog");
     std::optional<std::string> why;
@@ -67,12 +71,31 @@ void Job::join(const data::Dataset& ds) {
     throw ConfigError("--transport " + c_.transport + " but the PS shards serve " + ps_.transport +
                       " (start both with the same --transport)");
   }
+  if (rank_ != 0) check_options(options);
   state_ = ps::state_floats(ps_.optimizer.kind, ps_.dim);
   std::vector<ps::ShardAddress> shards;
   for (const auto& p : control_->peers_of(transport::Role::kPs)) shards.push_back(ps::parse_address(p.data_address));
   client_ = std::make_unique<ps::PsClient>(shards, ps_.dim, state_, data_plane_.make_connector(), c_.ps_connections);
   spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(),
                ps_.num_keys, ps_.dim, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);
+}
+
+void Job::check_options(const std::vector<std::pair<std::string, std::string>>& mine) {
+  // Worker 0 published them as the job formed: they are here in a moment, unless it is
+  // an ember-worker of a build that publishes none (or it failed: the lookup says so).
+  const std::chrono::milliseconds wait = std::max(std::chrono::milliseconds(10000), c_.heartbeat_timeout);
+  std::string text;
+  try {
+    text = control_->lookup(kWorkerOptionsKey, wait);
+  } catch (const IoError&) {
+    throw ConfigError("worker 0 published no options to compare within " + std::to_string(wait.count()) +
+                      " ms (an ember-worker of an older build?): start every worker of a job with the same ember-worker");
+  }
+  const std::string differ = compare_options(mine, options_from_json(text));
+  if (!differ.empty()) {
+    throw ConfigError(differ + " (the job's values are worker 0's: start every worker of a job with the same options)");
+  }
+  spdlog::info("worker {}: the {} options the workers must agree on agree with worker 0's", rank_, mine.size());
 }
 
 Job::~Job() {

@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "ember/data/dataset.h"
 #include "ember/ps/job_config.h"
@@ -37,8 +39,10 @@ class Job {
   ~Job();
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
-  // Joins the control plane, checks what the PS serves against `ds`, connects to every
-  // shard. Throws ConfigError for a job that does not fit this worker.
+  // Joins the control plane, checks what the PS serves against `ds` and this worker's
+  // options against worker 0's (job_options.h: worker 0 publishes them as the job forms,
+  // the others refuse at once on a difference), connects to every shard. Throws
+  // ConfigError for a job that does not fit this worker.
   //
   // From then on a watchdog ends the process (exit 6, JobFailed's code) a few seconds
   // after the control plane reports the job failed, if the training thread has not
@@ -64,6 +68,10 @@ class Job {
   std::uint32_t state_floats() const { return state_; }
 
  private:
+  // Not worker 0: ConfigError naming every option on which `mine` (job_options.h's
+  // OptionValues) differs from worker 0's, by flag, with both values.
+  void check_options(const std::vector<std::pair<std::string, std::string>>& mine);
+
   const TrainConfig& c_;
   transport::Transport data_plane_;
   std::unique_ptr<transport::ControlMember> control_;

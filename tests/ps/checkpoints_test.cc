@@ -235,8 +235,26 @@ TEST_F(CheckpointDirs, TheDaemonRestoresTheNewestCheckpointThatVerifies) {
   EXPECT_NE(out.find("ember-ps: error: " + victim.string() + ": checksum mismatch (corrupt checkpoint)"), std::string::npos) << out;
 
   const fs::path port_file = dir_ / "port";
-  test::Process ps({test::bin("ember-ps"), "--shard", "0", "--shards", "2", "--num-keys", "400", "--dim", "4", "--optimizer", "adagrad",
-                    "--token", "t", "--listen", "127.0.0.1:0", "--port-file", port_file.string(), "--stats-interval", "0", "--restore",
+  test::Process ps({test::bin("ember-ps"),
+                    "--shard",
+                    "0",
+                    "--shards",
+                    "2",
+                    "--num-keys",
+                    "400",
+                    "--dim",
+                    "4",
+                    "--optimizer",
+                    "adagrad",
+                    "--token",
+                    "t",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--port-file",
+                    port_file.string(),
+                    "--stats-interval",
+                    "0",
+                    "--restore",
                     root().string()},
                    dir_ / "ps.log");
   ASSERT_FALSE(test::wait_for_file(port_file, std::chrono::seconds(20)).empty()) << ps.log_tail(20);

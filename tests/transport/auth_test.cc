@@ -70,8 +70,8 @@ TEST(Auth, HexIsStrict) {
   std::array<std::uint8_t, 4> out{};
   EXPECT_TRUE(from_hex("007fffa5", out));
   EXPECT_EQ(std::vector<std::uint8_t>(out.begin(), out.end()), b);
-  EXPECT_FALSE(from_hex("007FFFA5", out));   // uppercase
-  EXPECT_FALSE(from_hex("007fffa", out));    // short
+  EXPECT_FALSE(from_hex("007FFFA5", out));    // uppercase
+  EXPECT_FALSE(from_hex("007fffa", out));     // short
   EXPECT_FALSE(from_hex("007fffa5aa", out));  // long
   EXPECT_FALSE(from_hex("007fffg5", out));
   std::uint8_t x[3] = {1, 2, 3}, y[3] = {1, 2, 3};

@@ -347,13 +347,14 @@ TEST(Control, TheTokenNeverCrossesTheWireAndARecordedJoinIsRefused) {
   std::thread standin([&] {
     std::string id;
     frames.push_back(next_frame(fake, &id));  // hello
-    const std::string challenge = "{\"op\":\"challenge\",\"nonce\":\"" + auth::to_hex(auth::random_nonce()) + "\",\"proof\":\"" +
-                                  std::string(64, '0') + "\"}";
+    const std::string challenge =
+        "{\"op\":\"challenge\",\"nonce\":\"" + auth::to_hex(auth::random_nonce()) + "\",\"proof\":\"" + std::string(64, '0') + "\"}";
     fake.send(zmq::buffer(id), zmq::send_flags::sndmore);
     fake.send(zmq::buffer(challenge));
     frames.push_back(next_frame(fake, &id));  // join
     fake.send(zmq::buffer(id), zmq::send_flags::sndmore);
-    fake.send(zmq::str_buffer(R"({"op":"welcome","rank":0,"ps":1,"workers":1,"peers":[{"role":"ps","rank":0,"data":"x"},{"role":"worker","rank":0,"data":""}]})"));
+    fake.send(zmq::str_buffer(
+        R"({"op":"welcome","rank":0,"ps":1,"workers":1,"peers":[{"role":"ps","rank":0,"data":"x"},{"role":"worker","rank":0,"data":""}]})"));
   });
   MemberOptions o;
   o.coordinator = fake_endpoint;

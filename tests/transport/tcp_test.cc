@@ -1,13 +1,12 @@
 // The TCP data plane over loopback: round trips, pipelining, and peers that misbehave.
 #include "ember/transport/tcp.h"
 
-#include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -60,7 +59,8 @@ bool raw_hello(int fd, const std::string& token, std::vector<std::uint8_t>* sent
   if (!read_all(fd, reply, sizeof reply)) return false;
   const MessageHeader r = decode_header(reply, 32);
   const auth::Digest expected = auth::proof(token, auth::kTcpServer, server_nonce, client_nonce);
-  return r.type == MessageType::kHelloReply && r.key_count == kProofKeys && std::equal(expected.begin(), expected.end(), reply + kHeaderBytes);
+  return r.type == MessageType::kHelloReply && r.key_count == kProofKeys &&
+         std::equal(expected.begin(), expected.end(), reply + kHeaderBytes);
 }
 
 // Opens a raw socket, says hello first if `hello_first`, sends `bytes`, and reports

@@ -167,8 +167,8 @@ struct Coordinator::Impl {
   // A fresh nonce for this join attempt, with this coordinator's proof over both nonces.
   void challenge(const std::string& id, const codec::Hello& hello) {
     if (challenges.size() >= kMaxChallenges && !challenges.count(id)) {
-      auto oldest = std::min_element(challenges.begin(), challenges.end(),
-                                     [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; });
+      auto oldest =
+          std::min_element(challenges.begin(), challenges.end(), [](const auto& a, const auto& b) { return a.second.seq < b.second.seq; });
       challenges.erase(oldest);
     }
     Challenged& c = challenges[id];
@@ -252,8 +252,8 @@ struct Coordinator::Impl {
     if (c == challenges.end()) return refuse(id, peer, "a join without a challenge (say hello first)");
     const Challenged challenged = c->second;
     challenges.erase(c);
-    const auth::Digest proven =
-        auth::proof(token, auth::kJoinMember, challenged.coordinator, challenged.member, codec::join_identity(msg.role, msg.rank, msg.data));
+    const auth::Digest proven = auth::proof(token, auth::kJoinMember, challenged.coordinator, challenged.member,
+                                            codec::join_identity(msg.role, msg.rank, msg.data));
     if (!auth::equal(msg.proof, proven)) return refuse(id, peer, "wrong job token");
     if (formed) return refuse(id, peer, "the job is already formed");
     Member m;
@@ -411,9 +411,9 @@ struct ControlMember::Impl {
   std::condition_variable cv;
   bool welcomed = false;
   std::optional<std::string> refused;
-  bool impostor = false;  // the coordinator did not prove it knows the token
+  bool impostor = false;                           // the coordinator did not prove it knows the token
   const auth::Nonce nonce = auth::random_nonce();  // this member's, for the join
-  bool joined = false;                              // the join went out (after the challenge)
+  bool joined = false;                             // the join went out (after the challenge)
   bool coordinator_proven = false;
   std::uint32_t rank = 0;
   JobShape shape;
@@ -563,8 +563,8 @@ ControlMember::ControlMember(MemberOptions options) : impl_(std::make_unique<Imp
   if (impl_->refused || !done) {
     const std::string why = impl_->impostor  ? "control: coordinator " + o.coordinator + ": " + *impl_->refused
                             : impl_->refused ? "control: coordinator " + o.coordinator + " refused the join: " + *impl_->refused
-                                           : fmt::format("control: the job did not form within {} ms (coordinator {})",
-                                                         o.timeouts.join_timeout.count(), o.coordinator);
+                                             : fmt::format("control: the job did not form within {} ms (coordinator {})",
+                                                           o.timeouts.join_timeout.count(), o.coordinator);
     lock.unlock();
     impl_->left = true;  // nothing to leave
     impl_->stop = true;

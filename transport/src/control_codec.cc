@@ -95,7 +95,8 @@ template <std::size_t N>
 std::array<std::uint8_t, N> hex_field(const json& j, const char* name) {
   std::array<std::uint8_t, N> out{};
   const std::string s = str(j, name);
-  if (!auth::from_hex(s, out)) throw ProtocolError(std::string("'") + name + "' must be " + std::to_string(2 * N) + " lowercase hex digits");
+  if (!auth::from_hex(s, out))
+    throw ProtocolError(std::string("'") + name + "' must be " + std::to_string(2 * N) + " lowercase hex digits");
   return out;
 }
 
@@ -172,38 +173,37 @@ Overload(F...) -> Overload<F...>;  // clang before 17 deduces no aggregate's arg
 }  // namespace
 
 std::string encode(const ToCoordinator& m) {
-  json j =
-      std::visit(Overload{
-                     [](const Hello& x) {
-                       return json{{"op", "hello"}, {"nonce", auth::to_hex(x.nonce)}};
-                     },
-                     [](const Join& x) {
-                       return json{
-                           {"op", "join"}, {"proof", auth::to_hex(x.proof)}, {"role", role_name(x.role)}, {"rank", x.rank}, {"data", x.data}};
-                     },
-                     [](const Heartbeat&) {
-                       return json{{"op", "hb"}};
-                     },
-                     [](const BarrierEnter& x) {
-                       return json{{"op", "barrier"}, {"group", x.group}, {"gen", x.gen}};
-                     },
-                     [](const Publish& x) {
-                       return json{{"op", "publish"}, {"key", x.key}, {"value", x.value}};
-                     },
-                     [](const Lookup& x) {
-                       return json{{"op", "lookup"}, {"key", x.key}};
-                     },
-                     [](const Add& x) {
-                       return json{{"op", "add"}, {"id", x.id}, {"key", x.key}, {"delta", x.delta}};
-                     },
-                     [](const Leave&) {
-                       return json{{"op", "leave"}};
-                     },
-                     [](const Abort& x) {
-                       return json{{"op", "abort"}, {"why", x.why}};
-                     },
-                 },
-                 m);
+  json j = std::visit(
+      Overload{
+          [](const Hello& x) {
+            return json{{"op", "hello"}, {"nonce", auth::to_hex(x.nonce)}};
+          },
+          [](const Join& x) {
+            return json{{"op", "join"}, {"proof", auth::to_hex(x.proof)}, {"role", role_name(x.role)}, {"rank", x.rank}, {"data", x.data}};
+          },
+          [](const Heartbeat&) {
+            return json{{"op", "hb"}};
+          },
+          [](const BarrierEnter& x) {
+            return json{{"op", "barrier"}, {"group", x.group}, {"gen", x.gen}};
+          },
+          [](const Publish& x) {
+            return json{{"op", "publish"}, {"key", x.key}, {"value", x.value}};
+          },
+          [](const Lookup& x) {
+            return json{{"op", "lookup"}, {"key", x.key}};
+          },
+          [](const Add& x) {
+            return json{{"op", "add"}, {"id", x.id}, {"key", x.key}, {"delta", x.delta}};
+          },
+          [](const Leave&) {
+            return json{{"op", "leave"}};
+          },
+          [](const Abort& x) {
+            return json{{"op", "abort"}, {"why", x.why}};
+          },
+      },
+      m);
   // Replace, not throw, on invalid UTF-8 (a reason may quote a peer's bytes).
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

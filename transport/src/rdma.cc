@@ -96,7 +96,7 @@ struct RdmaServer::Impl {
   std::unique_ptr<verbs::Listener> listener;
   std::atomic<bool> stop{false}, draining{false};
   std::atomic<std::uint32_t> authenticating{0};  // accepted, hello not checked yet
-  LogLimiter unauthenticated_log;                 // anyone can cause these
+  LogLimiter unauthenticated_log;                // anyone can cause these
   std::atomic<std::uint64_t> dropped{0}, served{0}, sent_in_place{0};
   std::atomic<std::uint32_t> open{0};  // sessions serving
   std::thread acceptor;

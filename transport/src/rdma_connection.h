@@ -27,7 +27,7 @@ static_assert(std::endian::native == std::endian::little, "the RDMA frame and co
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint32_t kConnectMagic = 0x43424d45;  // "EMBC"
-constexpr std::uint16_t kConnectVersion = 2;  // 2: a nonce instead of the token's hash
+constexpr std::uint16_t kConnectVersion = 2;         // 2: a nonce instead of the token's hash
 constexpr std::uint16_t kNoSlot = 0xffff;
 constexpr std::size_t kAlign = 64;  // pool pieces (RECV buffers, slots) are multiples of it
 

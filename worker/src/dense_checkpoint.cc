@@ -44,7 +44,8 @@ std::uint32_t crc32_of(const char* data, std::size_t n) {
 
 // Little-endian fields of a zip archive; DataError past its end.
 std::uint64_t field(const std::string& b, std::uint64_t at, int bytes, const std::string& name) {
-  if (at > b.size() || static_cast<std::uint64_t>(bytes) > b.size() - at) throw DataError(name + ": not a readable dense checkpoint (a zip record past its end)");
+  if (at > b.size() || static_cast<std::uint64_t>(bytes) > b.size() - at)
+    throw DataError(name + ": not a readable dense checkpoint (a zip record past its end)");
   std::uint64_t v = 0;
   for (int i = bytes - 1; i >= 0; --i) v = v << 8 | static_cast<unsigned char>(b[at + i]);
   return v;

@@ -37,7 +37,11 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       first_(sc.first_iteration),
       replay_(replays(sc)),
       sched_(from_start(std::move(sc))),
-      c_(c), rank_(rank), schedule_(schedule), asked_(asked), stop_at_(stop_at) {
+      c_(c),
+      rank_(rank),
+      schedule_(schedule),
+      asked_(asked),
+      stop_at_(stop_at) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");

@@ -1,0 +1,442 @@
+// The fixture of the multi-process training tests: a small Criteo-like dataset, and
+// jobs of real ember-ps shards and ember-worker processes on loopback (ZeroMQ control
+// plane, TCP rows, Gloo all-reduce, LibTorch), with their summed wire counts, their
+// model dumps and one-process reference training to compare against.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <thread>
+
+#include "../data/test_util.h"
+#include "ember/common/fs.h"
+#include "ember/ps/checkpoints.h"
+#include "ember/ps/shard_store.h"
+#include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/placement.h"
+#include "ember/worker/trainer.h"
+
+namespace ember::worker::test_jobs {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kWorkers = 4, kBatch = 32, kDim = 8, kIterations = 10;
+constexpr std::uint64_t kSeed = 3;
+const std::string kToken = "train-token";
+
+struct JobOptions {
+  std::string policy = "herald";
+  std::string optimizer = "sgd";
+  std::uint32_t shards = 2;
+  std::uint32_t workers = kWorkers, batch = kBatch;
+  std::uint64_t iterations = kIterations;
+  std::string cache_ratio = "0.15";
+  std::string model = "dlrm";
+  std::string cache_backend = "auto";
+  std::string device = "cpu";
+  std::string dense_optimizer = "sgd";
+  std::uint32_t lookahead = 0;
+  std::string eviction = "auto";
+  bool prefetch = false, overlap_allreduce = false, refine_allocation = false;
+  std::uint64_t eval_every = 0;                   // flushes (ember-sim replays them)
+  std::string placement;                          // a plan file (--placement)
+  std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
+};
+
+struct JobResult {
+  ModelDump dump;
+  std::map<std::string, std::uint64_t> wire;  // summed over workers
+  double auc = -1;
+};
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
+  return m;
+}
+
+inline std::uint64_t transmissions(const std::map<std::string, std::uint64_t>& w) {
+  return w.at("pulls") + w.at("push_grad") + w.at("push_value") + w.at("push_evict");
+}
+
+inline void expect_same_model(const ReferenceResult& ref, const JobResult& job, const std::string& what) {
+  ASSERT_FALSE(job.dump.dense.empty()) << what << ": no model dump";
+  EXPECT_EQ(job.dump.dense.size(), ref.dense.size()) << what;
+  EXPECT_EQ(job.dump.rows.size(), ref.rows.size()) << what;
+  EXPECT_LT(max_abs_diff(ref.dense, job.dump.dense), 2e-5) << what << ": dense weights differ from one-process training";
+  EXPECT_LT(max_abs_diff(ref.rows, job.dump.rows), 2e-5) << what << ": embedding rows differ from one-process training";
+}
+
+// The rows of a PS checkpoint: every shard's file of iteration `it` under `root`,
+// loaded into one store (rows never trained are initialized from the seed, as anywhere).
+inline std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it, const ps::OptimizerConfig& sparse,
+                                          std::uint64_t num_keys) {
+  const ps::RestorePlan plan = ps::plan_restore(ps::checkpoint_dir(root, static_cast<std::int64_t>(it)));
+  ps::StoreConfig sc;
+  sc.num_keys = num_keys;
+  sc.dim = kDim;
+  sc.seed = kSeed;
+  sc.optimizer = sparse;
+  ps::ShardStore store(sc);
+  EXPECT_EQ(store.load(plan.files), static_cast<std::int64_t>(it)) << plan.dir;
+  std::vector<float> rows(num_keys * kDim);
+  for (Key k = 0; k < num_keys; ++k) std::memcpy(&rows[k * kDim], store.row(k), kDim * sizeof(float));
+  return rows;
+}
+
+class JobTest : public test::TempDirTest {
+ protected:
+  fs::path dataset(std::uint64_t rows = 8000) {
+    fs::path tsv = dir_ / "data.tsv", out = dir_ / "data";
+    std::string log;
+    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) +
+                            " --scale 0.0005 --seed 7 --force -o " + tsv.string() + " && " + test::bin("ember-data") +
+                            " prep --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
+    EXPECT_EQ(test::run_command(cmd, log), 0) << log;
+    return out;
+  }
+
+  TrainConfig reference_config(const fs::path& data, const JobOptions& o) {
+    TrainConfig c;
+    c.dataset = data.string();
+    c.workers = o.workers;
+    c.batch_per_worker = o.batch;
+    c.iterations = o.iterations;
+    c.seed = kSeed;
+    c.model.kind = o.model;
+    c.model.bottom = {16};
+    c.model.top = {16};
+    c.model.deep = {16};
+    c.dense_lr = 0.05f;
+    c.dense_optimizer = o.dense_optimizer;
+    return c;
+  }
+
+  std::vector<std::string> worker_args(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name,
+                                       int rank) {
+    fs::path metrics = dir_ / (name + "-w" + std::to_string(rank) + ".jsonl");
+    std::vector<std::string> a = {test::bin("ember-worker"),
+                                  "--dataset",
+                                  data.string(),
+                                  "--coordinator",
+                                  coord,
+                                  "--token",
+                                  kToken,
+                                  "--workers",
+                                  std::to_string(o.workers),
+                                  "--rank",
+                                  std::to_string(rank),
+                                  "--policy",
+                                  o.policy,
+                                  "--model",
+                                  o.model,
+                                  "--bottom-mlp",
+                                  "16",
+                                  "--top-mlp",
+                                  "16",
+                                  "--deep-mlp",
+                                  "16",
+                                  "--batch-per-worker",
+                                  std::to_string(o.batch),
+                                  "--cache-ratio",
+                                  o.cache_ratio,
+                                  "--iterations",
+                                  std::to_string(o.iterations),
+                                  "--seed",
+                                  std::to_string(kSeed),
+                                  "--dense-lr",
+                                  "0.05",
+                                  "--metrics",
+                                  metrics.string(),
+                                  "--heartbeat-timeout-ms",
+                                  "3000",
+                                  "--log-level",
+                                  "warn",
+                                  "--cache-backend",
+                                  o.cache_backend,
+                                  "--device",
+                                  o.device,
+                                  "--dense-optimizer",
+                                  o.dense_optimizer,
+                                  "--lookahead",
+                                  std::to_string(o.lookahead),
+                                  "--eviction",
+                                  o.eviction};
+    if (o.prefetch) a.push_back("--prefetch");
+    if (o.refine_allocation) a.push_back("--refine-allocation");
+    if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
+    if (o.overlap_allreduce) a.push_back("--overlap-allreduce");
+    if (!o.placement.empty()) a.insert(a.end(), {"--placement", o.placement});
+    a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
+    if (rank == 0) {
+      a.push_back("--dump-dir");
+      a.push_back((dir_ / (name + "-model")).string());
+    }
+    return a;
+  }
+
+  // Starts the shards; returns the coordinator endpoint.
+  std::string start_ps(const fs::path& data, const JobOptions& o, const std::string& name,
+                       std::vector<std::unique_ptr<test::Process>>& ps) {
+    fs::path coord_file = dir_ / (name + ".coord");
+    std::string coord;
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      std::vector<std::string> a = {test::bin("ember-ps"),
+                                    "--dataset",
+                                    data.string(),
+                                    "--shard",
+                                    std::to_string(s),
+                                    "--shards",
+                                    std::to_string(o.shards),
+                                    "--dim",
+                                    std::to_string(kDim),
+                                    "--optimizer",
+                                    o.optimizer,
+                                    "--lr",
+                                    "0.05",
+                                    "--seed",
+                                    std::to_string(kSeed),
+                                    "--token",
+                                    kToken,
+                                    "--workers",
+                                    std::to_string(o.workers),
+                                    "--coordinator",
+                                    s == 0 ? "tcp://127.0.0.1:0" : coord,
+                                    "--coordinator-file",
+                                    coord_file.string(),
+                                    "--stats-interval",
+                                    "0",
+                                    "--heartbeat-timeout-ms",
+                                    "3000",
+                                    "--log-level",
+                                    "warn"};
+      a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());
+      ps.push_back(std::make_unique<test::Process>(a, dir_ / (name + "-ps" + std::to_string(s) + ".log")));
+      if (s == 0) {
+        coord = test::wait_for_file(coord_file, 20s);
+        if (coord.empty()) ADD_FAILURE() << "ember-ps 0 did not start:\n" << ps[0]->log_tail(20);
+      }
+    }
+    return coord;
+  }
+
+  using Processes = std::vector<std::unique_ptr<test::Process>>;
+  // Starts job `name`'s o.workers workers against `coord`, each logging to NAME-wW.log.
+  Processes start_workers(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name) {
+    Processes workers;
+    for (std::uint32_t w = 0; w < o.workers; ++w)
+      workers.push_back(std::make_unique<test::Process>(worker_args(data, o, coord, name, static_cast<int>(w)),
+                                                        dir_ / (name + "-w" + std::to_string(w) + ".log")));
+    return workers;
+  }
+  // `during` runs once the workers are started (given the shards and the workers).
+  JobResult run_job(const fs::path& data, const JobOptions& o, const std::string& name,
+                    const std::function<void(Processes& ps, Processes& workers)>& during = nullptr) {
+    Processes ps;
+    const std::string coord = start_ps(data, o, name, ps);
+    JobResult r;
+    if (coord.empty()) return r;
+    Processes workers = start_workers(data, o, coord, name);
+    if (during) during(ps, workers);
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      int rc = workers[w]->wait(240s);
+      EXPECT_EQ(rc, 0) << name << " worker " << w << " failed:\n" << workers[w]->log_tail(20);
+    }
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      EXPECT_EQ(ps[s]->wait(30s), 0) << name << " ps " << s << ":\n" << ps[s]->log_tail(20);
+    }
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      std::ifstream in(dir_ / (name + "-w" + std::to_string(w) + ".jsonl"));
+      for (std::string line; std::getline(in, line);) {
+        auto j = json::parse(line);
+        if (!j.value("summary", false)) continue;
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
+                              "flush_grad", "flush_value"})
+          r.wire[k] += j.value(k, std::uint64_t{0});
+        for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
+        if (w == 0) r.auc = j.at("auc");
+        // Where the time went: every phase measured, within the training loop's wall time.
+        double phases = 0;
+        for (const char* k : {"sync", "commit", "pull", "compute", "allreduce", "push", "update"}) {
+          const double x = j.at("phase_s").at(k);
+          EXPECT_GE(x, 0) << name << " worker " << w << " phase " << k;
+          phases += x;
+        }
+        EXPECT_GT(j.at("phase_s").at("compute").get<double>(), 0) << name;
+        EXPECT_GT(j.at("phase_s").at("commit").get<double>(), 0) << name;  // one barrier + commit per iteration
+        EXPECT_LE(phases, j.at("seconds").get<double>() * 1.0001) << name;
+      }
+    }
+    if (fs::exists(dir_ / (name + "-model") / "model.json")) r.dump = read_dump((dir_ / (name + "-model")).string());
+    return r;
+  }
+
+  // A placement (ember-plan's plan file) with every treatment: the two smallest tables and
+  // the largest replicated, two mid-size tables uncached, the rest cached, one of them in
+  // a cache share of its own.
+  fs::path mixed_placement(const fs::path& data) {
+    const data::Dataset ds = data::Dataset::open(data);
+    const auto& tables = ds.manifest().tables;
+    std::vector<std::size_t> by_rows(tables.size());
+    std::iota(by_rows.begin(), by_rows.end(), std::size_t{0});
+    std::stable_sort(by_rows.begin(), by_rows.end(), [&](std::size_t a, std::size_t b) { return tables[a].rows < tables[b].rows; });
+    scheduler::PlanFile plan;
+    std::uint64_t total = 0;
+    for (const auto& t : tables) {
+      plan.names.push_back(t.name);
+      plan.rows.push_back(t.rows);
+      total += t.rows;
+    }
+    plan.treatments.assign(tables.size(), scheduler::Treatment::kCache);
+    for (std::size_t i : {by_rows[0], by_rows[1], by_rows.back()}) plan.treatments[i] = scheduler::Treatment::kReplicated;
+    for (std::size_t i : {by_rows[by_rows.size() / 2], by_rows[by_rows.size() - 2]}) plan.treatments[i] = scheduler::Treatment::kUncached;
+    plan.cache_rows = static_cast<std::uint32_t>(total / 8);
+    // A large cached table with a cache share of its own (an LRU of total / 40 rows).
+    plan.cache_shares.assign(tables.size(), 0);
+    plan.cache_shares[by_rows[by_rows.size() - 3]] = static_cast<std::uint32_t>(total / 40);
+    const fs::path plan_file = dir_ / "plan.json";
+    scheduler::write_plan(plan_file, plan);
+    return plan_file;
+  }
+
+  // Runs `o` as a job and trains the same batches in one process (sparse optimizer
+  // o.optimizer with the PS's learning rate); expects the same model; returns the job.
+  JobResult run_job_like_one_process(const fs::path& data, const JobOptions& o, const std::string& name, const std::string& what) {
+    ps::OptimizerConfig sparse;
+    sparse.kind = ps::parse_optimizer(o.optimizer);
+    sparse.lr = 0.05f;
+    const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
+    JobResult job = run_job(data, o, name);
+    expect_same_model(ref, job, what);
+    return job;
+  }
+
+  // A herald job (wide-deep: dlrm's first Adagrad steps magnify float rounding past 2e-5,
+  // with or without checkpoints) whose shards checkpoint into dir_/ckpt (and take
+  // `ps_extra`) and whose workers save their dense state into dir_/dense.
+  JobOptions checkpointing_job(const std::vector<std::string>& ps_extra) {
+    JobOptions o;
+    o.policy = "herald";
+    o.model = "wide-deep";
+    o.ps_args = {"--checkpoint-dir", (dir_ / "ckpt").string()};
+    o.ps_args.insert(o.ps_args.end(), ps_extra.begin(), ps_extra.end());
+    o.worker_args = {"--checkpoint-dir", (dir_ / "dense").string()};
+    return o;
+  }
+
+  // Expects the checkpoint of iteration `it` to hold one-process training of `it`
+  // iterations, and every worker's dense state of it to be written; returns its rows.
+  std::vector<float> expect_checkpoint_of(const fs::path& data, const JobOptions& o, std::uint64_t it) {
+    ps::OptimizerConfig sparse;
+    sparse.kind = ps::parse_optimizer(o.optimizer);
+    sparse.lr = 0.05f;
+    JobOptions part = o;
+    part.iterations = it;
+    const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
+    std::vector<float> rows = checkpoint_rows(dir_ / "ckpt", it, sparse, ref.rows.size() / kDim);
+    EXPECT_LT(max_abs_diff(ref.rows, rows), 2e-5) << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      const fs::path file = dense_checkpoint_file(dir_ / "dense", w, it);
+      EXPECT_TRUE(fs::exists(file)) << file;
+    }
+    return rows;
+  }
+
+  // The iteration a stopped job stopped at, from worker 0's `metrics`; expects it before
+  // o.iterations, with iterations 0 .. it - 1 trained and no more (0 if not stopped).
+  static std::uint64_t expect_stopped(const fs::path& metrics, const JobOptions& o) {
+    std::uint64_t stopped = 0, trained = 0;
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);) {
+      auto j = json::parse(line);
+      if (j.value("summary", false)) stopped = j.at("stopped_at");
+      if (j.contains("iteration") && !j.contains("eval")) ++trained;
+    }
+    EXPECT_GT(stopped, 0u) << "the job was not stopped";
+    EXPECT_LT(stopped, o.iterations);
+    EXPECT_EQ(trained, stopped) << "iterations 0 .. stopped - 1 trained, no more";
+    return stopped;
+  }
+
+  // A stopped job's checkpoint (checkpointing_job's): the iteration worker 0's `metrics`
+  // say it stopped at (expect_stopped), and the one checkpoint directory, which must be
+  // that iteration's, whole (a manifest: every shard wrote it) and hold one-process
+  // training of that many iterations. An empty `dir` when a fatal check failed.
+  struct StoppedAt {
+    std::uint64_t iteration = 0;
+    fs::path dir;
+  };
+  // Runs job `name` of `o`, calls `signal` once worker 0 has trained 2 iterations, and
+  // expects the job stopped at a checkpoint (expect_stopped_at_a_checkpoint).
+  StoppedAt run_and_stop(const fs::path& data, const JobOptions& o, const std::string& name,
+                         const std::function<void(Processes& ps, Processes& workers)>& signal) {
+    const fs::path metrics = dir_ / (name + "-w0.jsonl");
+    run_job(data, o, name, [&](Processes& ps, Processes& workers) {
+      wait_for_lines(metrics, 2);
+      signal(ps, workers);
+    });
+    return expect_stopped_at_a_checkpoint(data, o, metrics);
+  }
+  StoppedAt expect_stopped_at_a_checkpoint(const fs::path& data, const JobOptions& o, const fs::path& metrics) {
+    StoppedAt s;
+    s.iteration = expect_stopped(metrics, o);
+    const fs::path ckpt = dir_ / "ckpt";
+    std::vector<fs::path> dirs;
+    for (const auto& e : fs::directory_iterator(ckpt)) dirs.push_back(e.path());
+    EXPECT_EQ(dirs.size(), 1u) << "the stop's checkpoint alone (kept as the exit checkpoint)";
+    if (dirs.size() != 1) return s;
+    EXPECT_EQ(dirs[0], ps::checkpoint_dir(ckpt, static_cast<std::int64_t>(s.iteration)));
+    EXPECT_TRUE(fs::exists(dirs[0] / "manifest.json")) << dirs[0] << ": every shard wrote it";
+    if (!fs::exists(dirs[0] / "manifest.json")) return s;
+    expect_checkpoint_of(data, o, s.iteration);
+    s.dir = dirs[0];
+    return s;
+  }
+
+  // Waits (60 s at most) until `file` has `n` lines: a worker's metrics, n iterations in.
+  static void wait_for_lines(const fs::path& file, int n) {
+    for (auto until = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(20ms)) {
+      std::ifstream in(file);
+      int lines = 0;
+      for (std::string line; std::getline(in, line);) ++lines;
+      if (lines >= n) return;
+    }
+  }
+
+  // ember-sim's prediction for the same data, seed, policy and lookahead (no warm-up;
+  // the job's final flush): rows per kind, pulls with state, flushed rows, and payload
+  // bytes per kind.
+  std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
+    std::string out;
+    const std::string cmd =
+        test::bin("ember-sim") + " --data " + data.string() + " --policies " + o.policy + " --workers " + std::to_string(o.workers) +
+        " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio + " --iterations " +
+        std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) +
+        " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
+        (o.refine_allocation ? " --refine-allocation" : "") + (o.placement.empty() ? "" : " --placement " + o.placement) +
+        " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
+    EXPECT_EQ(test::run_command(cmd, out), 0) << out;
+    auto j = json::parse(out.substr(0, out.find('\n')));
+    std::map<std::string, std::uint64_t> m;
+    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value",
+                          "hot_sync", "hot_flush"}) {
+      m[k] = j.at(k);
+    }
+    for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
+    return m;
+  }
+};
+
+}  // namespace ember::worker::test_jobs

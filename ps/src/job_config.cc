@@ -51,6 +51,20 @@ std::string checkpoint_record_key(std::int64_t iteration, std::uint32_t shard) {
   return "checkpoint/" + std::to_string(iteration) + "/" + std::to_string(shard);
 }
 std::string shards_whole_key(std::int64_t iteration) { return "whole/" + std::to_string(iteration); }
+std::string restored_key(std::uint32_t shard) { return "restored/" + std::to_string(shard); }
+
+std::optional<std::string> restored_disagree(const std::function<std::string(const std::string&)>& lookup, std::uint32_t shards) {
+  auto said = [](const std::string& it) { return it == "-1" ? std::string("nothing") : "iteration " + it; };
+  const std::string first = lookup(restored_key(0));
+  std::string why;
+  for (std::uint32_t s = 1; s < shards; ++s) {
+    const std::string it = lookup(restored_key(s));
+    if (it != first) why += (why.empty() ? "" : ", ") + ("shard " + std::to_string(s) + " restored " + said(it));
+  }
+  if (why.empty()) return std::nullopt;
+  return "the shards restored different checkpoints: shard 0 restored " + said(first) + ", " + why +
+         " (restore every shard from the same checkpoint: ember_launch.py --resume picks one that verifies for all)";
+}
 std::string dense_state_key(std::int64_t iteration, std::uint32_t worker) {
   return "dense/" + std::to_string(iteration) + "/" + std::to_string(worker);
 }

@@ -337,7 +337,13 @@ int main(int argc, char** argv) {
       mo.timeouts = ct;
       spdlog::info("joining the job at {}", endpoint);
       member = std::make_unique<transport::ControlMember>(mo);
+      member->publish(ps::restored_key(sc.shard), std::to_string(std::max<std::int64_t>(service.restored_iteration(), -1)));
       if (sc.shard == 0) {
+        const auto lookup = [&member](const std::string& key) { return member->lookup(key, std::chrono::seconds(30)); };
+        if (auto why = ps::restored_disagree(lookup, sc.shards)) {
+          member->abort(*why);
+          throw ConfigError(*why);
+        }
         ps::JobConfig job;
         job.num_keys = sc.num_keys;
         job.dim = sc.dim;

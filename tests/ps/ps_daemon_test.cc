@@ -301,6 +301,48 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
   EXPECT_EQ(after, before);
 }
 
+// Shards that restored different checkpoints (each chose from its own directory) would
+// serve rows of different iterations: shard 0 fails the job as it forms, naming both.
+TEST_F(PsDaemon, ShardsRestoredFromDifferentCheckpointsFailTheJobNamingThem) {
+  fs::path roots[2];
+  {
+    TwoHostJob job(dir_, "--checkpoint-every 5 --keep-checkpoints 2");
+    for (std::int64_t it : {4, 9}) job.worker->publish(dense_state_key(it, 0), "none");
+    PsClient w({job.d0->address(), job.d1->address()}, kToken, kDim, 0);
+    train_alone(w, 3, 10);
+    roots[0] = job.roots[0];
+    roots[1] = job.roots[1];
+    for (int i = 0; i < 100 && !(fs::exists(checkpoint_dir(roots[0], 9) / "manifest.json") &&
+                                 fs::exists(checkpoint_dir(roots[1], 9) / "manifest.json"));
+         ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    job.worker->leave();
+    EXPECT_EQ(job.d1->stop(), 0);
+    EXPECT_EQ(job.d0->stop(), 0);
+  }
+  ASSERT_TRUE(fs::exists(checkpoint_dir(roots[1], 4) / "manifest.json"));
+  const fs::path coordinator_file = dir_ / "coordinator-again";
+  Daemon d0(dir_, 0, 2, "sgd",
+            "--workers 1 --heartbeat-timeout-ms 5000 --coordinator tcp://127.0.0.1:0 --coordinator-file " + coordinator_file.string() +
+                " --restore " + checkpoint_dir(roots[0], 9).string());
+  const std::string endpoint = test::wait_for_file(coordinator_file, std::chrono::seconds(10));
+  ASSERT_FALSE(endpoint.empty());
+  Daemon d1(dir_, 1, 2, "sgd",
+            "--workers 1 --heartbeat-timeout-ms 5000 --coordinator " + endpoint + " --restore " + checkpoint_dir(roots[1], 4).string());
+  transport::MemberOptions mo;
+  mo.coordinator = endpoint;
+  mo.token = kToken;
+  mo.role = transport::Role::kWorker;
+  transport::ControlMember worker(mo);
+  EXPECT_NE(d0.wait(std::chrono::seconds(20)), 0);
+  EXPECT_NE(d1.wait(std::chrono::seconds(20)), 0);
+  const std::string want = "the shards restored different checkpoints: shard 0 restored iteration 9, shard 1 restored iteration 4";
+  EXPECT_NE(d0.log_tail(5).find(want), std::string::npos) << d0.log_tail(5);
+  for (int i = 0; i < 100 && !worker.failure(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(worker.failure().has_value());
+  EXPECT_NE(worker.failure()->find(want), std::string::npos) << *worker.failure();
+}
+
 // Shards stopped far apart (one stopped by hand later, or still writing a large
 // checkpoint): the shard that hosts the coordinator waits on while the other is in the
 // job, so both hosts get the exit checkpoint's manifest. Before, it gave up after 5 s,

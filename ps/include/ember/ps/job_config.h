@@ -35,6 +35,13 @@ inline constexpr const char* kJobConfigKey = "ps_config";
 std::string checkpoint_record_key(std::int64_t iteration, std::uint32_t shard);
 std::string shards_whole_key(std::int64_t iteration);
 std::string dense_state_key(std::int64_t iteration, std::uint32_t worker);
+// Each shard's restored iteration (-1: none), posted at join: shards restored from
+// different checkpoints (each choosing from its own directory, one host's file corrupt)
+// would serve rows of different iterations, so shard 0 compares them.
+std::string restored_key(std::uint32_t shard);
+// Why shards 0 .. shards - 1 cannot serve one job, by their posted iterations (`lookup`
+// waits for each), or nothing when they restored the same one.
+std::optional<std::string> restored_disagree(const std::function<std::string(const std::string&)>& lookup, std::uint32_t shards);
 // Whether every one of `workers` reported a dense state of `iteration` that a resume
 // can use ("written" or "none"), by `lookup` (which must not wait: unknown is false).
 bool dense_states_ok(const std::function<std::optional<std::string>(const std::string&)>& lookup, std::int64_t iteration,

@@ -1,32 +1,19 @@
 #include "control_store.h"
 
 #include "ember/common/error.h"
+#include "ember/transport/auth.h"
 
 namespace ember::worker {
 
 namespace {
 
-// The board holds JSON strings: values (binary for Gloo) travel as hex.
-std::string to_hex(const std::vector<std::uint8_t>& bytes) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * bytes.size());
-  for (std::uint8_t b : bytes) {
-    out.push_back(digits[b >> 4]);
-    out.push_back(digits[b & 15]);
-  }
-  return out;
-}
-
+// The board holds JSON strings: values (binary for Gloo) travel as hex (the transport's
+// helpers, as the join's proofs do).
 std::vector<std::uint8_t> from_hex(const std::string& text, const std::string& key) {
-  auto nibble = [&](char ch) -> std::uint8_t {
-    if (ch >= '0' && ch <= '9') return static_cast<std::uint8_t>(ch - '0');
-    if (ch >= 'a' && ch <= 'f') return static_cast<std::uint8_t>(ch - 'a' + 10);
-    throw ProtocolError("c10d store: the board's value of '" + key + "' is not hex");
-  };
-  if (text.size() % 2 != 0) throw ProtocolError("c10d store: the board's value of '" + key + "' has an odd length");
   std::vector<std::uint8_t> out(text.size() / 2);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::uint8_t>(nibble(text[2 * i]) << 4 | nibble(text[2 * i + 1]));
+  if (!transport::auth::from_hex(text, out)) {
+    throw ProtocolError("c10d store: the board's value of '" + key + "' is not lowercase hex of even length");
+  }
   return out;
 }
 
@@ -36,7 +23,7 @@ ControlStore::ControlStore(transport::ControlMember& control, std::string prefix
     : c10d::Store(timeout), control_(control), prefix_(std::move(prefix)) {}
 
 void ControlStore::set(const std::string& key, const std::vector<std::uint8_t>& value) {
-  control_.publish(board_key(key), "x" + to_hex(value));
+  control_.publish(board_key(key), "x" + transport::auth::to_hex(value));
 }
 
 std::vector<std::uint8_t> ControlStore::get(const std::string& key) {

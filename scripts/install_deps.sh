@@ -18,10 +18,11 @@ PACKAGES=(
   python3-matplotlib
 )
 # With --ops (the test command): what the operations tests run for real, a Prometheus
-# server, a one-node Slurm cluster (scripts/slurm_local.sh) and PyTorch loading an
-# ember-export. Without them those tests skip, saying why.
+# server, a one-node Slurm cluster (scripts/slurm_local.sh), the sshd of each host of
+# scripts/cluster_local.sh and PyTorch loading an ember-export. Without them those tests
+# skip, saying why.
 if [ "${1:-}" = "--ops" ]; then
-  PACKAGES+=(prometheus slurm-wlm munge python3-torch)
+  PACKAGES+=(prometheus slurm-wlm munge openssh-server python3-torch)
 elif [ $# -gt 0 ]; then
   echo "install_deps: unknown argument '$1' (--ops or none)" >&2
   exit 2

@@ -3,9 +3,10 @@
 //
 // For each global batch it (1) allocates samples to workers (random, or LAIA: favour the
 // worker holding the most of a sample's rows as latest, micro-batches of equal size),
-// (2) plans synchronization (full-set, or on demand: Algorithm 2, only rows another
-// worker needs), (3) advances its model of every worker's LRU cache exactly as the
-// workers will, and (4) returns one StepPlan per worker plus the traffic it implies.
+// (2) plans synchronization (full-set, on demand: Algorithm 2, only rows another worker
+// needs, or bounded staleness), (3) advances its model of every worker's LRU cache
+// exactly as the workers will, and (4) returns one StepPlan per worker plus the traffic
+// it implies. The parts live in scheduler/src/ (docs/scheduler.md "Code").
 #pragma once
 
 #include <algorithm>
@@ -24,8 +25,6 @@
 
 namespace ember::scheduler {
 
-class Window;
-
 struct IterationStats {
   TrafficCounts traffic;
   double sched_ms = 0;            // allocation + plan + cache-state update
@@ -37,6 +36,7 @@ class Scheduler {
  public:
   explicit Scheduler(SchedulerConfig config);
   ~Scheduler();
+  // A complete, independent copy (brute force tries allocations on copies).
   Scheduler(const Scheduler&);
   Scheduler& operator=(const Scheduler&) = delete;
 
@@ -81,68 +81,33 @@ class Scheduler {
   std::vector<KeySlot> latest_rows(WorkerId w) const;
 
   const SchedulerConfig& config() const { return config_; }
-  std::uint64_t iteration() const { return iteration_; }
-  const WorkerCache& cache_of(WorkerId w) const { return *lru_[w]; }
-  const cache::LocationMap& locations() const { return loc_; }
+  std::uint64_t iteration() const;
+  const WorkerCache& cache_of(WorkerId w) const;
+  const cache::LocationMap& locations() const;
   // The DoI of each table as last profiled (adaptive LAIA), and the tables scored.
-  const std::vector<double>& table_doi() const { return doi_; }
-  const std::vector<std::uint32_t>& scored_tables() const { return scored_tables_; }
+  const std::vector<double>& table_doi() const;
+  const std::vector<std::uint32_t>& scored_tables() const;
   // Bytes of scheduler state (caches' indexes, location map, profiler).
   std::size_t memory_bytes() const;
 
  private:
+  // State and Scratch are defined in scheduler/src/scheduler_state.h. State is a value
+  // type copied by its default copy; it is held by pointer to keep this header small, so
+  // the copy constructor copies it by hand (and gives the copy working memory of its own).
+  struct State;
   struct Scratch;
-  // Distinct rows of the batch, where each sample's rows are, and each row's latest
-  // holder before the iteration (one location read per distinct row).
-  void index_batch(const GlobalBatch& batch);
-  IterationStats apply(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
   void allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
-  void allocate_laia(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of, IterationStats& st);
-  // Swaps samples between workers (within a partition) while a swap lowers the rows the
-  // batch moves (config.refine_allocation).
-  void refine_allocation(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of);
-  void allocate_random(std::uint32_t n, std::vector<std::uint32_t>& worker_of);
-  void allocate_brute(const GlobalBatch& batch, std::vector<std::uint32_t>& worker_of);
-  void profile(const GlobalBatch& batch, double scoring_ms);
-  // ConfigError when a cache group of worker w cannot hold its rows of the micro-batch
-  // (kw: the worker's distinct rows).
-  void check_groups(std::uint32_t w, const std::vector<std::uint32_t>& kw) const;
+  // Builds the iteration's plans for an allocation: the three phases of the policy's
+  // sync mode (sync, pull, train), every cache and row state moved on.
+  IterationStats plan_iteration(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
+  // The end of an iteration: the batch's rows seen, the traffic summed, every worker's
+  // replicated rows listed.
+  IterationStats finish_iteration(std::vector<StepPlan>& plans);
 
   SchedulerConfig config_;
-  std::uint32_t tables_ = 0;
-  std::uint64_t iteration_ = 0;
-  std::vector<std::uint8_t> group_of_key_;  // cache shares: each key's group in WorkerCache
-  std::vector<std::unique_ptr<WorkerCache>> lru_;
-  cache::LocationMap loc_;
-  // Bounded-staleness sync (het): the PS's version of each row, and each cached copy's
-  // version (per slot).
-  std::vector<std::uint32_t> ps_version_;
-  std::vector<std::vector<std::uint32_t>> copy_version_;
-  // Adaptive LAIA profiler: accesses per key, per-table DoI, tables to score.
-  std::vector<std::uint32_t> access_;
-  std::vector<std::uint8_t> seen_;  // bit per key: used by an earlier iteration
-  std::vector<double> doi_;
-  std::vector<std::uint32_t> scored_tables_;
-  double table_cost_ms_ = 0;  // EMA of scoring time per table per batch
-  // Prefetch: bit per key, set for the rows pushed to the PS since the last iteration's
-  // pulls (its evictions and end pushes, a flush's pushes, the next sync pushes); those
-  // keys listed, to clear the bits.
-  void note_pushed(Key k) {
-    std::uint8_t& b = pushed_[k >> 3];
-    const auto m = static_cast<std::uint8_t>(1u << (k & 7));
-    if ((b & m) == 0) pushed_keys_.push_back(k);
-    b |= m;
-  }
-  bool was_pushed(Key k) const { return (pushed_[k >> 3] >> (k & 7) & 1) != 0; }
-  std::vector<std::uint8_t> pushed_;
-  std::vector<Key> pushed_keys_;
-  // Replicated rows trained since the last flush (byte per key), and their keys.
-  std::vector<std::uint8_t> replica_trained_;
-  std::vector<Key> replica_trained_keys_;
-  bool planned_ = false;            // an iteration was planned before (the first has nothing to prefetch)
-  std::unique_ptr<Window> window_;  // lookahead only
-  GlobalBatch lookahead_batch_;     // look_ahead_through's, reused
+  std::unique_ptr<State> state_;
   std::unique_ptr<Scratch> scratch_;
+  GlobalBatch lookahead_batch_;  // look_ahead_through's, reused
 };
 
 }  // namespace ember::scheduler

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "ember/cache/lru_index.h"
@@ -19,44 +20,41 @@ class WorkerCache {
  public:
   static constexpr std::uint32_t kNone = cache::LruIndex::kNone;
 
-  // capacities[g]: group g's rows; group_of_key[k]: key k's group (null: one group).
-  WorkerCache(const std::vector<std::uint32_t>& capacities, bool by_next_use, const std::vector<std::uint8_t>* group_of_key)
-      : group_of_key_(capacities.size() > 1 ? group_of_key : nullptr) {
+  // capacities[g]: group g's rows; group_of_key[k]: key k's group (null: one group). The
+  // map is never changed once made: copies of the cache share it, so the default copy
+  // is a full, independent copy of the cache.
+  WorkerCache(const std::vector<std::uint32_t>& capacities, bool by_next_use, std::shared_ptr<const std::vector<std::uint8_t>> group_of_key)
+      : group_of_key_(capacities.size() > 1 ? std::move(group_of_key) : nullptr) {
+    groups_.reserve(capacities.size());
     std::uint32_t off = 0;
     for (std::uint32_t c : capacities) {
-      groups_.push_back(std::make_unique<cache::LruIndex>(c, by_next_use));
+      groups_.emplace_back(c, by_next_use);
       offset_.push_back(off);
       off += c;
     }
     total_ = off;
   }
-  WorkerCache(const WorkerCache& o) : group_of_key_(o.group_of_key_), offset_(o.offset_), total_(o.total_) {
-    for (const auto& g : o.groups_) groups_.push_back(std::make_unique<cache::LruIndex>(*g));
-  }
-  WorkerCache& operator=(const WorkerCache&) = delete;
-  // A copy's groups by key live in its owner (a copied Scheduler's): point there.
-  void bind(const std::vector<std::uint8_t>* group_of_key) { group_of_key_ = groups_.size() > 1 ? group_of_key : nullptr; }
 
   std::uint32_t capacity() const { return total_; }
   std::uint32_t size() const {
     std::uint32_t n = 0;
-    for (const auto& g : groups_) n += g->size();
+    for (const auto& g : groups_) n += g.size();
     return n;
   }
   std::uint32_t groups() const { return static_cast<std::uint32_t>(groups_.size()); }
-  std::uint32_t group_capacity(std::uint32_t g) const { return groups_[g]->capacity(); }
+  std::uint32_t group_capacity(std::uint32_t g) const { return groups_[g].capacity(); }
   std::uint32_t group(Key k) const { return group_of_key_ == nullptr ? 0 : (*group_of_key_)[k]; }
 
   // By key: the key's group.
-  std::uint32_t find(Key k) const { return global(group(k), groups_[group(k)]->find(k)); }
-  bool contains(Key k) const { return groups_[group(k)]->contains(k); }
-  void prefetch(Key k) const { groups_[group(k)]->prefetch(k); }
-  std::uint32_t erase(Key k) { return global(group(k), groups_[group(k)]->erase(k)); }
+  std::uint32_t find(Key k) const { return global(group(k), groups_[group(k)].find(k)); }
+  bool contains(Key k) const { return groups_[group(k)].contains(k); }
+  void prefetch(Key k) const { groups_[group(k)].prefetch(k); }
+  std::uint32_t erase(Key k) { return global(group(k), groups_[group(k)].erase(k)); }
   // Whether k's group is full; evicts from it (its LRU row; by next use as LruIndex).
-  bool full(Key k) const { return groups_[group(k)]->full(); }
-  std::uint32_t evict(Key k, Key& evicted) { return global(group(k), groups_[group(k)]->evict(evicted)); }
-  std::uint32_t insert(Key k) { return global(group(k), groups_[group(k)]->insert(k)); }
-  std::uint32_t insert_held(Key k) { return global(group(k), groups_[group(k)]->insert_held(k)); }
+  bool full(Key k) const { return groups_[group(k)].full(); }
+  std::uint32_t evict(Key k, Key& evicted) { return global(group(k), groups_[group(k)].evict(evicted)); }
+  std::uint32_t insert(Key k) { return global(group(k), groups_[group(k)].insert(k)); }
+  std::uint32_t insert_held(Key k) { return global(group(k), groups_[group(k)].insert_held(k)); }
 
   // By slot: the group whose range holds it.
   void touch(std::uint32_t slot) {
@@ -73,22 +71,22 @@ class WorkerCache {
   }
   void prefetch_slot(std::uint32_t slot) const {
     const std::uint32_t g = group_of_slot(slot);
-    groups_[g]->prefetch_slot(slot - offset_[g]);
+    groups_[g].prefetch_slot(slot - offset_[g]);
   }
   bool occupied(std::uint32_t slot) const {
     const std::uint32_t g = group_of_slot(slot);
-    return groups_[g]->occupied(slot - offset_[g]);
+    return groups_[g].occupied(slot - offset_[g]);
   }
   Key key_at(std::uint32_t slot) const {
     const std::uint32_t g = group_of_slot(slot);
-    return groups_[g]->key_at(slot - offset_[g]);
+    return groups_[g].key_at(slot - offset_[g]);
   }
 
   // Group 0's keys in LRU order (tests: with one group, the whole cache's).
-  std::vector<Key> keys_lru_order() const { return groups_[0]->keys_lru_order(); }
+  std::vector<Key> keys_lru_order() const { return groups_[0].keys_lru_order(); }
   std::size_t memory_bytes() const {
     std::size_t b = 0;
-    for (const auto& g : groups_) b += g->memory_bytes();
+    for (const auto& g : groups_) b += g.memory_bytes();
     return b;
   }
 
@@ -102,11 +100,11 @@ class WorkerCache {
   template <typename F>
   void at(std::uint32_t slot, F&& f) {
     const std::uint32_t g = group_of_slot(slot);
-    f(*groups_[g], slot - offset_[g]);
+    f(groups_[g], slot - offset_[g]);
   }
 
-  const std::vector<std::uint8_t>* group_of_key_;
-  std::vector<std::unique_ptr<cache::LruIndex>> groups_;
+  std::shared_ptr<const std::vector<std::uint8_t>> group_of_key_;
+  std::vector<cache::LruIndex> groups_;
   std::vector<std::uint32_t> offset_;
   std::uint32_t total_ = 0;
 };

@@ -1,0 +1,120 @@
+#include "batch_rows.h"
+
+#include <string>
+
+#include "bits.h"
+#include "ember/common/error.h"
+
+namespace ember::scheduler {
+namespace {
+
+constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
+
+// ConfigError when a cache group of worker w cannot hold its rows of the micro-batch
+// (kw: the worker's distinct rows).
+void check_groups(const BatchRows& s, const WorkerCache& lru, std::uint32_t w, std::uint64_t iteration,
+                  const std::vector<std::uint32_t>& kw) {
+  // Each LRU of a worker holds its micro-batch's rows of that group's tables.
+  std::vector<std::uint32_t> need(lru.groups(), 0);
+  for (std::uint32_t d : kw) {
+    if (!s.uncached_d[d]) ++need[lru.group(s.keys[d])];
+  }
+  for (std::uint32_t g = 0; g < need.size(); ++g) {
+    if (need[g] > lru.group_capacity(g)) {
+      throw ConfigError(std::string(g == 0 ? "the cache's pool" : "cache share " + std::to_string(g)) + " (" +
+                        std::to_string(lru.group_capacity(g)) + " rows) cannot hold the " + std::to_string(need[g]) +
+                        " distinct rows of its tables in worker " + std::to_string(w) + "'s micro-batch (iteration " +
+                        std::to_string(iteration) + "); give it more rows");
+    }
+  }
+}
+
+}  // namespace
+
+void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBatch& batch, const cache::LocationMap& loc,
+                 const KeyBits& seen, BatchRows& s) {
+  const std::uint32_t n = batch.samples, T = batch.tables;
+  if (T != tables)
+    throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables));
+  const bool replicate_hot = c.replicates();
+  const bool uncached = !c.uncached.empty();
+  s.index.clear();
+  // Sized by the last batch's distinct rows: a small table stays in L2 (it grows when
+  // needed).
+  s.index.reserve(2 * s.keys.size() + 1024);
+  s.keys.clear();
+  s.hot_d.clear();
+  s.uncached_d.clear();
+  s.dpos.resize(static_cast<std::size_t>(n) * T);
+  for (std::size_t j = 0; j < s.dpos.size(); ++j) {
+    const Key k = batch.keys[j];
+    if (k >= c.num_keys)
+      throw ConfigError("key " + std::to_string(k) + " is outside the " + std::to_string(c.num_keys) + " rows of the tables");
+    auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
+    if (fresh) {
+      s.keys.push_back(k);
+      s.hot_d.push_back(replicate_hot && c.hot[k]);
+      s.uncached_d.push_back(uncached && c.uncached[k]);
+      loc.prefetch(k);
+    }
+    s.dpos[j] = *d;
+  }
+  const std::size_t D = s.keys.size();
+  s.owner_d.resize(D);
+  s.partial_d.resize(D);
+  s.cold_d.resize(D);
+  for (std::size_t d = 0; d < D; ++d) {
+    const Key k = s.keys[d];
+    s.owner_d[d] = loc.owner(k);
+    s.partial_d[d] = loc.has_partial(k);
+    s.cold_d[d] = !seen.test(k);
+  }
+}
+
+void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch,
+                    const std::vector<std::uint32_t>& worker_of, const std::vector<StepPlan>& plans, const std::vector<WorkerCache>& lru,
+                    BatchRows& s) {
+  const std::uint32_t W = c.workers, n = batch.samples, T = batch.tables;
+  const bool replicate_hot = c.replicates();
+  // Who trains each distinct row: U(k).
+  const std::uint32_t D = s.size();
+  s.umask.assign(D, 0);
+  s.hot_keys.clear();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::uint64_t wb = bit(worker_of[i]);
+    const std::uint32_t* d = &s.dpos[static_cast<std::size_t>(i) * T];
+    for (std::uint32_t t = 0; t < T; ++t) s.umask[d[t]] |= wb;
+  }
+  if (replicate_hot) {
+    for (std::uint32_t d = 0; d < D; ++d) {
+      if (s.hot_d[d]) s.hot_keys.push_back(d);
+    }
+  }
+  // Each worker's distinct rows in micro-batch order.
+  s.kw.resize(W);
+  s.stamp.assign(D, 0);
+  for (std::uint32_t w = 0; w < W; ++w) {
+    auto& kw = s.kw[w];
+    kw.clear();
+    std::size_t staged = 0;
+    for (std::uint32_t i : plans[w].samples) {
+      for (std::uint32_t t = 0; t < T; ++t) {
+        std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
+        if (s.stamp[d] == w + 1 || (replicate_hot && s.hot_d[d])) continue;
+        s.stamp[d] = w + 1;
+        kw.push_back(d);
+        staged += s.uncached_d[d];
+      }
+    }
+    if (lru[w].groups() > 1) check_groups(s, lru[w], w, iteration, kw);
+    if (kw.size() - staged > lru[w].capacity()) {
+      throw ConfigError("the cache of " + std::to_string(lru[w].capacity()) + " rows cannot hold the " +
+                        std::to_string(kw.size() - staged) + " distinct rows of worker " + std::to_string(w) +
+                        "'s micro-batch (iteration " + std::to_string(iteration) + "); raise --cache-ratio or lower --batch-per-worker");
+    }
+  }
+  s.per_worker.assign(W, TrafficCounts{});
+  s.dslot.assign(static_cast<std::size_t>(D) * W, kNoSlot);
+}
+
+}  // namespace ember::scheduler

@@ -1,0 +1,133 @@
+// Sync modes: the three phases of an iteration (docs/design.md "Row states and
+// transmission accounting": 1 sync, 2 pull, 3 train), written once per mode of
+// synchronization, each mode in a file of its own:
+//
+//   sync_full_set.cc    every trained row's gradient pushed at the end of its iteration
+//   sync_on_demand.cc   only what another worker needs (Herald's Algorithm 2)
+//   sync_bounded.cc     HET's bounded staleness: a copy serves while at most S versions behind
+//
+// A mode is a copyable value (its own state inside) with
+//
+//   void sync(Iteration&)                   step 1, the pushes before the pulls
+//   void pull(Iteration&, std::uint32_t w)  step 2 for worker w (workers run in parallel)
+//   void train(Iteration&)                  step 3, the rows' states after training
+//   std::size_t memory_bytes() const        its state's bytes
+//
+// The Scheduler runs the phases in that order (Scheduler::plan_iteration) on the mode its
+// policy names (Policy::sync, make_sync_mode). A new mode is a class here, its file, and
+// an entry of SyncModes and make_sync_mode.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "batch_rows.h"
+#include "bits.h"
+#include "ember/cache/location_map.h"
+#include "ember/scheduler/scheduler_config.h"
+#include "ember/scheduler/step_plan.h"
+#include "ember/scheduler/worker_cache.h"
+#include "row_marks.h"
+#include "window.h"
+
+namespace ember::scheduler {
+
+// What the phases of one iteration read and change, each part by name.
+struct Iteration {
+  const SchedulerConfig& config;
+  BatchRows& rows;                // the batch: its distinct rows, trainers, slots; counts per worker
+  std::vector<WorkerCache>& lru;  // every worker's cache, as the scheduler models it
+  cache::LocationMap& loc;        // every row's state (latest holder, partial holders)
+  PushMarks& pushed;              // prefetch: rows pushed since the last pulls (config.prefetch)
+  std::vector<StepPlan>& plans;   // one per worker, filled by the phases
+  const Window* window;           // lookahead: each row's next use (null without)
+  bool mark_prefetch;             // mark the pulls one iteration early (an iteration was planned before)
+};
+
+template <typename M>
+concept SyncMode = std::copyable<M> && requires(M m, const M cm, Iteration& it, std::uint32_t w) {
+  m.sync(it);
+  m.pull(it, w);
+  m.train(it);
+  { cm.memory_bytes() } -> std::convertible_to<std::size_t>;
+};
+
+// Full-set sync (vanilla, laia, fae): no sync phase; at the end of the iteration every
+// trainer pushes every row it trained; a sole trainer keeps a latest-clean copy.
+class FullSetSync {
+ public:
+  void sync(Iteration&) {}
+  void pull(Iteration& it, std::uint32_t w);
+  void train(Iteration& it);
+  std::size_t memory_bytes() const { return 0; }
+};
+
+// On-demand sync (plan, herald, brute): partial gradients and dirty values are pushed
+// only when another worker needs the row; a sole trainer keeps a latest-dirty copy,
+// several trainers partial gradients.
+class OnDemandSync {
+ public:
+  void sync(Iteration& it);
+  void pull(Iteration& it, std::uint32_t w);
+  void train(Iteration& it);
+  std::size_t memory_bytes() const { return 0; }
+};
+
+// Bounded staleness (het:S): every gradient pushed at the end of its iteration; a cached
+// copy serves while at most S versions behind the PS's row. No lookahead, prefetch or
+// placement applies (check_lookahead and the Scheduler refuse them).
+class BoundedSync {
+ public:
+  BoundedSync(const SchedulerConfig& c, std::uint32_t capacity);
+  void sync(Iteration&) {}
+  void pull(Iteration& it, std::uint32_t w);
+  void train(Iteration& it);
+  std::size_t memory_bytes() const;
+
+ private:
+  std::uint32_t staleness_;
+  std::vector<std::uint32_t> ps_version_;                 // key -> the PS's version of the row
+  std::vector<std::vector<std::uint32_t>> copy_version_;  // worker, slot -> the cached copy's version
+};
+
+using SyncModes = std::variant<FullSetSync, OnDemandSync, BoundedSync>;
+
+// The mode of c.policy.sync(); capacity: the rows of a worker's cache.
+SyncModes make_sync_mode(const SchedulerConfig& c, std::uint32_t capacity);
+
+// Shared by the modes that keep a latest copy (full-set, on demand).
+
+// Step 2 for worker w: hits refreshed first, then misses pulled in order of first
+// appearance, each evicting (dirty rows leave as values, partial ones as gradients).
+void pull_latest(Iteration& it, std::uint32_t w);
+
+// Step 3 of row d of an uncached table: every trainer pushes its gradient and drops the
+// staged copy.
+inline void train_uncached(Iteration& it, std::uint32_t d) {
+  BatchRows& s = it.rows;
+  const std::uint32_t W = it.config.workers;
+  const Key k = s.keys[d];
+  for_each_bit(s.umask[d], [&](std::uint32_t w) {
+    const std::uint32_t slot = s.dslot[static_cast<std::size_t>(d) * W + w];
+    it.plans[w].end_pushes.push_back({k, slot});
+    it.plans[w].drops.push_back({k, slot});
+    ++s.per_worker[w].push_grad;
+  });
+  if (it.config.prefetch) it.pushed.note(k);
+}
+
+// Step 3: the holder of row d's latest copy before the iteration, if it did not train the
+// row, now has a stale copy and drops it (unless it evicted it meanwhile: erase then
+// finds nothing).
+inline void drop_stale_latest(Iteration& it, std::uint32_t d) {
+  const std::uint8_t o = it.rows.owner_d[d];
+  if (o != cache::LocationMap::kNoOwner && (it.rows.umask[d] & bit(o)) == 0) {
+    const Key k = it.rows.keys[d];
+    const std::uint32_t slot = it.lru[o].erase(k);
+    if (slot != cache::LruIndex::kNone) it.plans[o].drops.push_back({k, slot});
+  }
+}
+
+}  // namespace ember::scheduler

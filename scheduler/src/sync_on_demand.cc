@@ -1,0 +1,87 @@
+// On-demand sync (plan, herald, brute; Herald's Algorithm 2): before the pulls, the
+// partial holders of a row someone trains push their gradients and a dirty owner pushes
+// its value if another worker trains the row; the pull of the latest-copy modes; after
+// training, a sole trainer holds the latest (dirty) copy and several trainers a partial
+// gradient each, pushed only when the row is next needed (or evicted, or flushed).
+#include <bit>
+
+#include "sync_mode.h"
+
+namespace ember::scheduler {
+
+void OnDemandSync::sync(Iteration& it) {
+  BatchRows& s = it.rows;
+  cache::LocationMap& loc = it.loc;
+  const bool prefetch = it.config.prefetch;
+  const std::uint32_t D = s.size();
+  // Two-stage prefetch: the partial mask 16 rows ahead, the holders' index entries 8
+  // ahead; these rows miss the cache otherwise.
+  constexpr std::uint32_t kFar = 16, kNear = 8;
+  for (std::uint32_t d = 0; d < D; ++d) {
+    if (d + kFar < D && s.partial_d[d + kFar]) loc.prefetch_partial(s.keys[d + kFar]);
+    if (d + kNear < D) {
+      const Key kn = s.keys[d + kNear];
+      if (s.partial_d[d + kNear]) for_each_bit(loc.partial(kn), [&](std::uint32_t w) { it.lru[w].prefetch(kn); });
+      // An owner that may have to push its value to another trainer.
+      const std::uint8_t on = s.owner_d[d + kNear];
+      if (on != cache::LocationMap::kNoOwner && (s.umask[d + kNear] & ~bit(on)) != 0) it.lru[on].prefetch(kn);
+    }
+    const Key k = s.keys[d];
+    const std::uint64_t U = s.umask[d];
+    if (s.partial_d[d]) {
+      // A flushed aggregate is at the PS already: the copies just leave.
+      const bool flushed = loc.flushed(k);
+      std::uint64_t P = loc.partial(k);
+      for_each_bit(P, [&](std::uint32_t w) {
+        std::uint32_t slot = it.lru[w].erase(k);
+        if (flushed) return;
+        it.plans[w].push_grads.push_back({k, slot});
+        ++s.per_worker[w].push_grad;
+      });
+      loc.set_partial(k, 0);
+      if (prefetch && !flushed) it.pushed.note(k);
+    }
+    std::uint8_t o = s.owner_d[d];
+    if (o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0 && loc.dirty(k)) {
+      if (!loc.flushed(k)) {
+        it.plans[o].push_values.push_back({k, it.lru[o].find(k)});
+        ++s.per_worker[o].push_value;
+        if (prefetch) it.pushed.note(k);
+      }
+      loc.set_clean(k);
+    }
+  }
+}
+
+void OnDemandSync::pull(Iteration& it, std::uint32_t w) { pull_latest(it, w); }
+
+void OnDemandSync::train(Iteration& it) {
+  BatchRows& s = it.rows;
+  cache::LocationMap& loc = it.loc;
+  const std::uint32_t D = s.size();
+  for (std::uint32_t d = 0; d < D; ++d) {
+    if (d + 8 < D) {
+      const std::uint64_t Un = s.umask[d + 8];
+      if (std::popcount(Un) > 1) loc.prefetch_partial(s.keys[d + 8]);
+      // The holder of a copy the next rows' trainers make stale: its index entry.
+      const std::uint8_t on = s.owner_d[d + 8];
+      if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) it.lru[on].prefetch(s.keys[d + 8]);
+    }
+    if (s.hot_d[d]) continue;  // replicated: all-reduced among the workers
+    if (s.uncached_d[d]) {
+      train_uncached(it, d);
+      continue;
+    }
+    const Key k = s.keys[d];
+    const std::uint64_t U = s.umask[d];
+    drop_stale_latest(it, d);
+    if (std::popcount(U) == 1) {
+      loc.set_owner(k, static_cast<std::uint32_t>(std::countr_zero(U)), true);
+    } else {
+      loc.clear_owner(k);
+      loc.set_partial(k, U);
+    }
+  }
+}
+
+}  // namespace ember::scheduler

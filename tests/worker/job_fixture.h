@@ -49,8 +49,10 @@ struct JobOptions {
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
   bool prefetch = false, overlap_allreduce = false, refine_allocation = false;
-  std::uint64_t eval_every = 0;                   // flushes (ember-sim replays them)
-  std::string placement;                          // a plan file (--placement)
+  std::uint64_t eval_every = 0;        // flushes (ember-sim replays them)
+  std::string placement;               // a plan file (--placement)
+  std::uint32_t workers_per_host = 0;  // > 0: workers grouped into virtual hosts (--host vhostK)
+  std::string allreduce = "flat";
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
@@ -179,6 +181,9 @@ class JobTest : public test::TempDirTest {
     if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
     if (o.overlap_allreduce) a.push_back("--overlap-allreduce");
     if (!o.placement.empty()) a.insert(a.end(), {"--placement", o.placement});
+    if (o.workers_per_host > 0)
+      a.insert(a.end(), {"--host", "vhost" + std::to_string(static_cast<std::uint32_t>(rank) / o.workers_per_host)});
+    if (o.allreduce != "flat") a.insert(a.end(), {"--allreduce", o.allreduce});
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -191,6 +196,7 @@ class JobTest : public test::TempDirTest {
   std::string start_ps(const fs::path& data, const JobOptions& o, const std::string& name,
                        std::vector<std::unique_ptr<test::Process>>& ps) {
     fs::path coord_file = dir_ / (name + ".coord");
+    fs::remove(coord_file);  // a job of the same name ran before: never read its endpoint
     std::string coord;
     for (std::uint32_t s = 0; s < o.shards; ++s) {
       std::vector<std::string> a = {test::bin("ember-ps"),
@@ -263,7 +269,7 @@ class JobTest : public test::TempDirTest {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
         for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
-                              "flush_grad", "flush_value"})
+                              "flush_grad", "flush_value", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
         if (w == 0) r.auc = j.at("auc");

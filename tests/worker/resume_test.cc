@@ -101,18 +101,18 @@ TEST_F(Resume, FromAPeriodicCheckpointEveryPolicyEndsWithTheUninterruptedModel) 
   {
     const JobOptions o = two_workers("herald", "adagrad");
     const JobResult plain = run_job(data, o, "plain");
-    const JobOptions c = checkpointed(o, "herald-adagrad", {"--checkpoint-every", "10"});
-    const JobResult whole = run_job(data, c, "herald-adagrad");
+    const JobOptions c = checkpointed(o, "issue", {"--checkpoint-every", "10"});
+    const JobResult whole = run_job(data, c, "issue");
     expect_same(plain, whole, "herald + adagrad, checkpointing against never");
-    const fs::path at19 = ckpt("herald-adagrad") / "iter-000000019";
-    EXPECT_GT(max_abs_diff(checkpoint_rows(ckpt("herald-adagrad"), 19, ps::OptimizerConfig{ps::OptimizerKind::kAdagrad, 0.05f},
+    const fs::path at19 = ckpt("issue") / "iter-000000019";
+    EXPECT_GT(max_abs_diff(checkpoint_rows(ckpt("issue"), 19, ps::OptimizerConfig{ps::OptimizerKind::kAdagrad, 0.05f},
                                            whole.dump.rows.size() / kDim),
                            whole.dump.rows),
               1e-3)
         << "iterations 19-29 changed little: the resume below would prove nothing";
-    const JobResult resumed = run_job(data, resumed_from(c, at19), "herald-adagrad-resumed");
+    const JobResult resumed = run_job(data, resumed_from(c, at19), "issue-resumed");
     expect_same(plain, resumed, "herald + adagrad, resumed from iteration 19");
-    std::ifstream in(dir_ / "herald-adagrad-resumed-w0.jsonl");
+    std::ifstream in(dir_ / "issue-resumed-w0.jsonl");
     std::uint64_t restored = 0;
     for (std::string line; std::getline(in, line);) {
       auto j = json::parse(line);

@@ -170,6 +170,28 @@ TEST_F(Training, PlacementTrainsTheBspModelWithTheSimulatorsCounts) {
 }
 
 // On a GPU machine (a CUDA build of LibTorch), the same with the cache in GPU memory.
+// The hierarchical all-reduce (a reduce within each host, a ring over the hosts' leaders,
+// a broadcast back) sums the same gradients in another order: the same model as one
+// process, with only the leaders' ring crossing hosts. 4 workers on 2 virtual hosts.
+TEST_F(Training, HierarchicalAllReduceTrainsTheSameModel) {
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "herald";
+  o.model = "wide-deep";
+  o.workers_per_host = 2;
+  const JobResult flat = run_job_like_one_process(data, o, "flat", "flat all-reduce over 2 hosts");
+  o.allreduce = "hierarchical";
+  o.overlap_allreduce = true;
+  const JobResult hier = run_job_like_one_process(data, o, "hierarchical", "hierarchical all-reduce over 2 hosts");
+  EXPECT_EQ(hier.wire.at("allreduce_bytes"), flat.wire.at("allreduce_bytes"));
+  // Flat: ranks 1 and 3 send 2(W-1)/W = 1.5x the payload to the other host; hierarchical:
+  // the 2 leaders 2(H-1)/H = 1x.
+  const double per_worker = static_cast<double>(flat.wire.at("allreduce_bytes")) / kWorkers;
+  EXPECT_NEAR(static_cast<double>(flat.wire.at("allreduce_cross_host_bytes")), 3.0 * per_worker, 8);
+  EXPECT_NEAR(static_cast<double>(hier.wire.at("allreduce_cross_host_bytes")), 2.0 * per_worker, 8);
+  EXPECT_EQ(hier.wire.at("hosts"), 2u * kWorkers) << "every worker counts 2 hosts";
+}
+
 TEST_F(Training, CudaWorkersTrainTheSameModel) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
   const fs::path data = dataset();

@@ -1,6 +1,7 @@
 #include "job.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <optional>
@@ -12,6 +13,12 @@
 namespace ember::worker {
 
 namespace {
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+  return name;
+}
 
 transport::TransportOptions data_plane_options(const TrainConfig& c) {
   transport::TransportOptions o;
@@ -44,6 +51,7 @@ void Job::join(const data::Dataset& ds) {
   spdlog::info("joining the job at {}", c_.coordinator);
   control_ = std::make_unique<transport::ControlMember>(mo);
   rank_ = control_->rank();
+  control_->publish(worker_host_key(rank_), c_.host.empty() ? this_host_name() : c_.host);
   if (rank_ == 0) control_->publish(kWorkerOptionsKey, options_to_json(options));
   watchdog_ = std::thread([this] {
     name_this_thread("watchdog");
@@ -72,6 +80,8 @@ void Job::join(const data::Dataset& ds) {
                       " (start both with the same --transport)");
   }
   if (rank_ != 0) check_options(options);
+  hosts_ = host_map(c_.workers, [this](const std::string& key) { return control_->lookup(key, c_.join_timeout); });
+  if (rank_ == 0) spdlog::info("{}; dense all-reduce {}", hosts_.describe(), c_.allreduce);
   state_ = ps::state_floats(ps_.optimizer.kind, ps_.dim);
   std::vector<ps::ShardAddress> shards;
   for (const auto& p : control_->peers_of(transport::Role::kPs)) shards.push_back(ps::parse_address(p.data_address));

@@ -20,6 +20,7 @@
 #include "ember/transport/control.h"
 #include "ember/transport/transport.h"
 #include "ember/worker/trainer.h"
+#include "hosts.h"
 
 namespace ember::worker {
 
@@ -66,6 +67,8 @@ class Job {
   std::uint32_t rank() const { return rank_; }
   std::uint32_t dim() const { return ps_.dim; }
   std::uint32_t state_floats() const { return state_; }
+  // Which workers share a host (every worker stated its own at the join).
+  const HostMap& hosts() const { return hosts_; }
 
  private:
   // Not worker 0: ConfigError naming every option on which `mine` (job_options.h's
@@ -77,6 +80,7 @@ class Job {
   std::unique_ptr<transport::ControlMember> control_;
   std::unique_ptr<ps::PsClient> client_;
   ps::JobConfig ps_;
+  HostMap hosts_;
   std::uint32_t rank_ = 0, state_ = 0;
   std::atomic<bool> watchdog_stop_{false};
   std::thread watchdog_;

@@ -211,6 +211,8 @@ void RunReport::summary(const TrainSummary& sum) {
              {"hot_sync", w.hot_sync},
              {"hot_flush", w.hot_flush},
              {"allreduce_bytes", w.allreduce_bytes},
+             {"hosts", sum.hosts},
+             {"allreduce_cross_host_bytes", sum.allreduce_cross_host_bytes},
              {"bytes_out", w.bytes_out},
              {"bytes_in", w.bytes_in},
              {"pull_state", w.pull_state},

@@ -141,7 +141,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   if (!c_.checkpoint_dir.empty() && !ps.checkpoints && !c_.resume) {
     spdlog::warn("--checkpoint-dir {}: the PS shards have no --checkpoint-dir, so no dense state is written", c_.checkpoint_dir);
   }
-  collective_.emplace(c_, job_.control(), rank, device_);
+  collective_.emplace(c_, job_.control(), rank, device_, job_.hosts());
   c_.model.num_dense = static_cast<std::uint32_t>(ds_->num_dense());
   c_.model.num_tables = static_cast<std::uint32_t>(ds_->num_tables());
   c_.model.dim = dim;
@@ -298,6 +298,8 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
   // Everyone waits for worker 0's evaluation and dump before leaving.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_leaving(end));
   sum.wire = wire_;
+  sum.hosts = job_.hosts().hosts();
+  sum.allreduce_cross_host_bytes = allreduce_cross_host_bytes(job_.hosts(), rank, c_.allreduce == "hierarchical", wire_.allreduce_bytes);
   sum.phases = phases_;
   sum.final_loss = last_loss_;
   sum.auc = auc_;

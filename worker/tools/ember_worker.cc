@@ -91,6 +91,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --gloo-host address)");
   app.add_option("--gloo-host", c.gloo_host, "address the dense all-reduce (Gloo) binds on")->capture_default_str();
+  app.add_option("--host", c.host, "the host this worker runs on, as the job names it (default: this machine's host name)");
+  app.add_option("--allreduce", c.allreduce,
+                 "dense all-reduce: flat (one ring over every worker) or hierarchical (within each host, across the hosts' "
+                 "leaders, back within the host)")
+      ->check(CLI::IsMember({"flat", "hierarchical"}))
+      ->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
   app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();
   app.add_option("--heartbeat-timeout-ms", heartbeat_ms, "silence after which a peer is reported dead")->capture_default_str();

@@ -99,6 +99,8 @@ struct TrainConfig {
   std::uint32_t ps_connections = 1;          // data connections per PS shard
   std::uint32_t socket_buffer_kib = 0;       // TCP send/receive buffers (0: kernel autotuning)
   std::string gloo_host = "127.0.0.1";       // interface the dense collective binds on
+  std::string host;                          // this worker's host (empty: the machine's name), hosts.h
+  std::string allreduce = "flat";            // flat (one ring) or hierarchical (host, leaders, host)
   std::chrono::milliseconds timeout{30000};  // PS requests
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds join_timeout{120000};
@@ -151,6 +153,10 @@ struct TrainSummary {
   // The job was stopped early (a PS shard or a worker got SIGTERM): the iteration it
   // stopped at, checkpointed, from which --resume goes on; 0 when it ran to --iterations.
   std::uint64_t stopped_at = 0;
+  // The job's hosts, and the all-reduce payload this worker sent to another host (by the
+  // algorithm: hosts.h).
+  std::uint32_t hosts = 1;
+  std::uint64_t allreduce_cross_host_bytes = 0;
 };
 
 // Where worker `rank` writes its dense state of `iteration` under `dir`

@@ -8,10 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../tools/ps_metrics.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/ps/job_config.h"
-#include "../tools/ps_metrics.h"
 
 namespace ember::ps {
 namespace {
@@ -120,7 +120,8 @@ void PsDaemon::report_memory() const {
   spdlog::info("shard {}/{}: {} rows x {} bytes = {:.2f} GB when every row is allocated; {:.2f} GB available", sc.shard, sc.shards, rows,
                rows ? ShardStore::bytes_when_full(sc) / rows : 0, need / 1e9, have / 1e9);
   if (have > 0 && need > have) {
-    const std::string msg = fmt::format("the tables need {:.2f} GB on shard {} and {:.2f} GB are available", need / 1e9, sc.shard, have / 1e9);
+    const std::string msg =
+        fmt::format("the tables need {:.2f} GB on shard {} and {:.2f} GB are available", need / 1e9, sc.shard, have / 1e9);
     if (sc.allocate_up_front) throw ConfigError(msg + ": add shards (--shards) or use --allocate lazy");
     spdlog::warn("{}: fine while the rows touched fit (--allocate lazy)", msg);
   }
@@ -304,8 +305,8 @@ void PsDaemon::write_stats() {
   const std::uint64_t req = server_->requests_served(), rows = service_->rows_served();
   const double rps = static_cast<double>(req - loop_.last_requests) / secs, rowps = static_cast<double>(rows - loop_.last_rows) / secs;
   ShardStore& store = service_->store();
-  spdlog::info("stats: {:.0f} requests/s, {:.0f} rows/s, {:.1f} MB/s of rows, {} rows initialized, {} pending, {} peers dropped", rps, rowps,
-               rowps * c_.store.dim * 4 / 1e6, store.initialized_rows(), store.pending(), server_->connections_dropped());
+  spdlog::info("stats: {:.0f} requests/s, {:.0f} rows/s, {:.1f} MB/s of rows, {} rows initialized, {} pending, {} peers dropped", rps,
+               rowps, rowps * c_.store.dim * 4 / 1e6, store.initialized_rows(), store.pending(), server_->connections_dropped());
   if (!c_.stats_file.empty()) {
     nlohmann::json j = {{"shard", c_.store.shard},
                         {"requests_s", rps},

@@ -27,7 +27,7 @@ namespace ember::ps {
 struct DaemonConfig {
   StoreConfig store;
   std::string optimizer_name = "sgd";  // for the log; store.optimizer.kind holds it
-  ShardAddress listen;  // default 127.0.0.1, any free port
+  ShardAddress listen;                 // default 127.0.0.1, any free port
   std::string token, port_file, restore_dir, checkpoint_dir, stats_file;
   int io_threads = 2;
   std::string apply_commits = "auto";

@@ -88,8 +88,8 @@ void PsService::serve_pull(const transport::Message& req, transport::OutMessage&
   std::span<const Key> keys(req.keys, h.key_count);
   if ((h.flags & kPrefetch) != 0) {
     if (h.iteration == 0 || static_cast<std::int64_t>(h.iteration) > committed + 1) {
-      throw ProtocolError("prefetch for iteration " + std::to_string(h.iteration) + " before the commit of the one before (last committed " +
-                          std::to_string(committed) + ")");
+      throw ProtocolError("prefetch for iteration " + std::to_string(h.iteration) +
+                          " before the commit of the one before (last committed " + std::to_string(committed) + ")");
     }
     store_.lend_ahead(keys, h.iteration);
   } else if (h.iteration > 0 && static_cast<std::int64_t>(h.iteration) > committed) {

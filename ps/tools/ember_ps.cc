@@ -157,7 +157,8 @@ void resolve(Flags& f) {
   c.optimizer_name = f.optimizer;
   c.listen = ps::parse_address(f.listen);
   if (!c.coordinator.empty() && c.workers == 0) throw ConfigError("--coordinator needs --workers (the job's worker count)");
-  if (sc.shard >= sc.shards) throw ConfigError("--shard " + std::to_string(sc.shard) + " is not below --shards " + std::to_string(sc.shards));
+  if (sc.shard >= sc.shards)
+    throw ConfigError("--shard " + std::to_string(sc.shard) + " is not below --shards " + std::to_string(sc.shards));
   if (f.allocate != "lazy" && f.allocate != "upfront") throw ConfigError("--allocate '" + f.allocate + "': choose lazy or upfront");
   sc.allocate_up_front = f.allocate == "upfront";
 }

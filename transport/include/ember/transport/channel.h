@@ -96,8 +96,8 @@ struct ServerHandler {
   ServerHandler(RequestHandler h, std::function<void()> after) : handle(std::move(h)), after_reply(std::move(after)) {}
   // Any request handler alone (a lambda, a function, a RequestHandler).
   template <class F>
-    requires std::is_invocable_v<F&, const Message&, OutMessage&, Scratch&>
-  ServerHandler(F h) : handle(std::move(h)) {}  // NOLINT(google-explicit-constructor): a handler is a server's handler
+  requires std::is_invocable_v<F&, const Message&, OutMessage&, Scratch&> ServerHandler(F h)
+      : handle(std::move(h)) {}  // NOLINT(google-explicit-constructor): a handler is a server's handler
 };
 
 // kError replies carry their reason as bytes packed into keys (flags = length).

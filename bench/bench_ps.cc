@@ -330,13 +330,15 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     to.socket_buffer_bytes = o.socket_buffer_kib << 10;
     const transport::Transport data_plane(std::move(to));
     const bool ack_only = o.serve == "ack";
-    const auto server = data_plane.make_server([&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) {
-      if (ack_only && (r.header.type == transport::MessageType::kPushGrad || r.header.type == transport::MessageType::kCommit)) {
-        m.header.type = transport::MessageType::kAck;  // the payload read in, never looked at
-        return;
-      }
-      service.handle(r, m, s);
-    });
+    const auto server = data_plane.make_server(transport::ServerHandler(
+        [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) {
+          if (ack_only && (r.header.type == transport::MessageType::kPushGrad || r.header.type == transport::MessageType::kCommit)) {
+            m.header.type = transport::MessageType::kAck;  // the payload read in, never looked at
+            return;
+          }
+          service.handle(r, m, s);
+        },
+        [&] { service.after_reply(); }));
     {
       // Initialize every row first: the timed runs measure serving, not first touches.
       std::vector<float> tmp(dim);

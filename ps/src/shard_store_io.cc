@@ -89,8 +89,8 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   // had its commit acknowledged reads on). Those are left out; they hold their initial
   // values, which a restore gives them again from (seed, key).
   std::vector<std::uint64_t> listed;
-  for (std::uint64_t local = 0; local < local_rows_; ++local) {
-    if (initialized_[local].load(std::memory_order_acquire) >= kIdle) listed.push_back(local);
+  for (std::uint64_t local = 0; local < local_rows(); ++local) {
+    if (arena_.state(local).load(std::memory_order_acquire) >= kIdle) listed.push_back(local);
   }
   const std::uint64_t rows = listed.size();
   std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');

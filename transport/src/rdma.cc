@@ -92,7 +92,7 @@ std::size_t SendRegions::size() const {
 struct RdmaServer::Impl {
   std::shared_ptr<verbs::Fabric> fabric;  // held when the server keeps it alive: goes last
   RdmaServerOptions opt;
-  RequestHandler handler;
+  ServerHandler handler;
   std::unique_ptr<verbs::Listener> listener;
   std::atomic<bool> stop{false}, draining{false};
   std::atomic<std::uint32_t> authenticating{0};  // accepted, hello not checked yet
@@ -225,7 +225,7 @@ struct RdmaServer::Impl {
         Message m = view(*f, opt.rdma.slot_bytes, conn.peer());
         OutMessage reply;
         try {
-          handler(m, reply, scratch);
+          handler.handle(m, reply, scratch);
           ++served;
         } catch (const ProtocolError& e) {
           make_error_reply(e.what(), reply, error_storage);
@@ -240,14 +240,15 @@ struct RdmaServer::Impl {
           make_error_reply(e.what(), reply, error_storage);
           reply.header.request_id = m.header.request_id;
         }
-        // The handler's work for after its reply (a commit's apply) runs once the reply
-        // is posted; first if the send might wait for credits (a reader on another
-        // thread may be waiting for that work).
-        std::function<void()> after = take_after_reply(scratch);
-        if (after && !conn.can_send_now(reply)) std::exchange(after, nullptr)();
+        // The handler's own work for after its reply runs once the reply is posted;
+        // first if the send might wait for credits (a reader on another thread may be
+        // waiting for that work).
+        const std::function<void()>& after = handler.after_reply;
+        const bool after_first = after && !conn.can_send_now(reply);
+        if (after_first) after();
         conn.send_message(reply, kNoSlot, f->reply_slot, deadline);
         sent_in_place += conn.take_in_place_bytes();
-        if (after) after();
+        if (after && !after_first) after();
         conn.release(*f);
       }
     } catch (const PeerClosed& e) {
@@ -261,7 +262,7 @@ struct RdmaServer::Impl {
   }
 };
 
-RdmaServer::RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, RequestHandler handler) : impl_(std::make_unique<Impl>()) {
+RdmaServer::RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, ServerHandler handler) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
   impl_->opt.rdma = checked(impl_->opt.rdma);
   impl_->handler = std::move(handler);
@@ -272,7 +273,7 @@ RdmaServer::RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, Request
   });
 }
 
-RdmaServer::RdmaServer(std::shared_ptr<verbs::Fabric> fabric, RdmaServerOptions options, RequestHandler handler)
+RdmaServer::RdmaServer(std::shared_ptr<verbs::Fabric> fabric, RdmaServerOptions options, ServerHandler handler)
     : RdmaServer(*fabric, std::move(options), std::move(handler)) {
   impl_->fabric = std::move(fabric);
 }

@@ -72,7 +72,7 @@ std::shared_ptr<const void> lend(PayloadBuffer& b, const std::shared_ptr<Returne
 
 struct TcpServer::Impl {
   TcpServerOptions opt;
-  RequestHandler handler;
+  ServerHandler handler;
   std::atomic<std::uint32_t> open_sessions{0};  // before ios: sessions outlive them
   // One io_context per I/O thread, each connection on one of them: a request is read,
   // handled and answered on one thread, with no hand-offs between threads.
@@ -291,15 +291,13 @@ struct TcpServer::Impl {
     // when the queue is empty or a reply waits for the socket (write_reply resumes).
     void answer_next() {
       while (!closed && !writing && !queue.empty()) {
-        const bool started = start_reply(queue.front());
-        // The handler's work for after its reply (a commit's apply): run once the reply
-        // is with the kernel or waits for the socket, never later (a reader on another
-        // thread may be waiting for it). A failed request's leaves unrun.
-        std::function<void()> after = take_after_reply(scratch);
-        if (!started) return;  // dropped
+        if (!start_reply(queue.front())) return;  // dropped
         writing = true;
         write_reply();
-        if (after) after();
+        // The handler's own work for after its reply: run once the reply is with the
+        // kernel or waits for the socket, never later (a reader on another thread may be
+        // waiting for it).
+        if (server->handler.after_reply) server->handler.after_reply();
       }
     }
 
@@ -335,7 +333,7 @@ struct TcpServer::Impl {
         return false;
       } else {
         try {
-          server->handler(m, reply, scratch);
+          server->handler.handle(m, reply, scratch);
           ++server->served;
         } catch (const ProtocolError& e) {
           make_error_reply(e.what(), reply, error_storage);
@@ -469,7 +467,7 @@ struct TcpServer::Impl {
   }
 };
 
-TcpServer::TcpServer(TcpServerOptions options, RequestHandler handler) : impl_(std::make_unique<Impl>()) {
+TcpServer::TcpServer(TcpServerOptions options, ServerHandler handler) : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
   impl_->handler = std::move(handler);
   boost::system::error_code ec;

@@ -33,7 +33,7 @@ RdmaOptions rdma_options(const TransportOptions& o) {
 
 }  // namespace
 
-std::unique_ptr<Server> Transport::make_server(RequestHandler handler) const {
+std::unique_ptr<Server> Transport::make_server(ServerHandler handler) const {
   if (options_.kind == TransportKind::kTcp) {
     TcpServerOptions to;
     to.address = options_.address;

@@ -3,16 +3,17 @@
 // keys, wrong sizes) get an error reply, never a crash.
 //
 // A commit is acknowledged before its rows are applied: each handler thread then applies
-// the rows it received once its next ack is sent, through Scratch::after_reply, or the
-// store's applier does (CommitApply); requests that read them apply or wait for them.
-// Checkpoints: at each commit the CheckpointSchedule names (ember-ps --checkpoint-every)
-// the first commit's rows go to the applier and the shard checkpoints once (at the
-// iteration boundary, once they are applied, before that commit is acknowledged); so does
-// a commit flagged kCommitCheckpoint (workers that flushed the rows they own for it), and
-// the first commit of an iteration asked for on command (request_checkpoint). While such a
-// checkpoint is ahead, commit acks name it (CommitAck::checkpoint_at), so the workers
-// learn it in time to flush for it, and say whether the job is to stop after it
-// (request_stop, or a commit flagged kCommitStop).
+// the rows it received once its next ack is sent (after_reply(), which handler() hands
+// the transport with handle()), or the store's applier does (CommitApply); requests that
+// read them apply or wait for them.
+// Checkpoints (CheckpointCoordinator, checkpoint_coordinator.h): at each commit the
+// CheckpointSchedule names (ember-ps --checkpoint-every) the first commit's rows go to the
+// applier and the shard checkpoints once (at the iteration boundary, once they are
+// applied, before that commit is acknowledged); so does a commit flagged kCommitCheckpoint
+// (workers that flushed the rows they own for it), and the first commit of an iteration
+// asked for on command (request_checkpoint). While such a checkpoint is ahead, commit acks
+// name it (CommitAck::checkpoint_at), so the workers learn it in time to flush for it, and
+// say whether the job is to stop after it (request_stop, or a commit flagged kCommitStop).
 #pragma once
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/ps/checkpoint_coordinator.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/job_config.h"
 #include "ember/ps/protocol.h"
@@ -70,58 +72,62 @@ struct ServedCounts {
 
 class PsService {
  public:
-  explicit PsService(StoreConfig config) : store_(std::move(config)) {}
+  explicit PsService(StoreConfig config) : store_(std::move(config)), checkpoints_(store_) {}
 
   void apply_commits_on(CommitApply where) { commit_apply_ = where; }
 
   // Checkpoint into `dir` (a directory per checkpoint, a manifest once whole, older ones
   // pruned: checkpoints.h) at every commit the schedule names (none with every = 0), and
   // at those asked for by a commit's flag or request_checkpoint.
-  void checkpoint_every(std::uint64_t every, CheckpointDir dir) {
-    schedule_ = CheckpointSchedule(every);
-    checkpoints_.emplace(std::move(dir));
-  }
+  void checkpoint_every(std::uint64_t every, CheckpointDir dir) { checkpoints_.checkpoint_every(every, std::move(dir)); }
 
   // Asks for a checkpoint at the first commit of the iteration kCheckpointLead after the
   // last committed one (or the one already asked for and still ahead: the workers may
   // be flushing for it); returns that iteration, or -1 without a checkpoint directory.
-  std::int64_t request_checkpoint();
+  std::int64_t request_checkpoint() { return checkpoints_.request_checkpoint(); }
   // The same, and the job stops there: the workers flush, commit that iteration (which
   // every shard checkpoints), save their dense state and finish, as at the end of their
   // --iterations. Returns -1 without a checkpoint directory, and -2 while a checkpoint
   // asked for without stopping is still ahead (the workers may have planned past the
   // point where they could stop at it: ask again once it is written).
-  std::int64_t request_stop();
+  std::int64_t request_stop() { return checkpoints_.request_stop(); }
   // The iteration the job stops at (-1: none asked).
-  std::int64_t stop_at() const { return stop_at_.load(); }
+  std::int64_t stop_at() const { return checkpoints_.stop_at(); }
 
   // The rows were restored from the checkpoint of `iteration`: the workers resuming from
   // it commit that iteration again, which must not write over that checkpoint (nor, at
   // exit, an unfinished iteration's rows over it).
-  void restored_from(std::int64_t iteration) {
-    restored_ = iteration;
-    written_ = iteration;
-  }
+  void restored_from(std::int64_t iteration) { checkpoints_.restored_from(iteration); }
 
   // Shards that may not share the checkpoints' filesystem learn from each other when a
   // checkpoint is whole (checkpoints.h). Set before serving; none: files alone.
-  void checkpoint_peers(std::optional<CheckpointPeers> peers) {
-    std::lock_guard<std::mutex> lock(commit_mutex_);
-    if (checkpoints_) checkpoints_->set_peers(std::move(peers));
-  }
+  void checkpoint_peers(std::optional<CheckpointPeers> peers) { checkpoints_.set_peers(std::move(peers)); }
   // Writes the manifests of checkpoints the other shards have completed since this one
   // wrote its file, and prunes; cheap when none waits (the daemon calls it on its clock).
-  void settle_checkpoints();
+  void settle_checkpoints() { checkpoints_.settle(); }
 
   // A transport::RequestHandler.
   // Called by several handler threads at once: the store has no global lock (see
   // shard_store.h), and commits take their rows out of the push path without one;
   // checkpoints and the committed iteration are serialized.
   void handle(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
+  // The handler's work after each reply, on the thread that sent it: the rows a commit
+  // parked with this thread are applied there (CommitApply::kHandler), while the client
+  // no longer waits. One atomic load when there are none.
+  void after_reply() {
+    if (store_.deferred_here()) store_.apply_deferred_here();
+  }
+  // handle() and after_reply() together, for a transport's server.
+  transport::ServerHandler handler() {
+    return transport::ServerHandler(
+        [this](const transport::Message& r, transport::OutMessage& o, transport::Scratch& s) { handle(r, o, s); },
+        [this] { after_reply(); });
+  }
 
   ShardStore& store() { return store_; }
+  CheckpointCoordinator& checkpoints() { return checkpoints_; }
   // Held while checkpointing; the daemon takes it for its final checkpoint.
-  std::mutex& commit_mutex() { return commit_mutex_; }
+  std::mutex& commit_mutex() { return checkpoints_.mutex(); }
   // Rows served, all kinds together.
   std::uint64_t rows_served() const {
     std::uint64_t n = 0;
@@ -131,45 +137,30 @@ class PsService {
   const ServedCounts& served() const { return served_; }
   // Periodic checkpoints written and failed, and the last iteration one was due at
   // (-1: none yet).
-  std::uint64_t checkpoints_written() const { return checkpoints_written_.load(); }
-  std::uint64_t checkpoint_failures() const { return checkpoint_failures_.load(); }
-  std::int64_t last_checkpoint_iteration() const { return checkpointed_.load(); }
+  std::uint64_t checkpoints_written() const { return checkpoints_.written(); }
+  std::uint64_t checkpoint_failures() const { return checkpoints_.failures(); }
+  std::int64_t last_checkpoint_iteration() const { return checkpoints_.last_due(); }
   // The iteration restored from (restored_from; -1: a checkpoint of no iteration, -2: none).
-  std::int64_t restored_iteration() const { return restored_.load(); }
+  std::int64_t restored_iteration() const { return checkpoints_.restored_iteration(); }
   // The last iteration whose checkpoint this shard wrote or restored (-1: none).
-  std::int64_t last_written_checkpoint() const { return written_.load(); }
+  std::int64_t last_written_checkpoint() const { return checkpoints_.last_written(); }
   // The highest iteration committed (-1: none).
-  std::int64_t committed_iteration() const { return committed_.load(); }
+  std::int64_t committed_iteration() const { return checkpoints_.committed_iteration(); }
 
  private:
-  // handle() but for the apply of parked rows after the reply.
+  // handle() but for the counting: decodes the request and calls the store.
   void serve(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
-  // The periodic checkpoint due after committing `iteration` (commit_mutex_ held).
-  void write_checkpoint(std::uint64_t iteration);
-  // The checkpoint asked for on command, while it is still ahead of every commit and
-  // checkpoint (-1: none); commit_mutex_ held.
-  std::int64_t asked_ahead() const;
-  // request_checkpoint() and request_stop() with commit_mutex_ held.
-  std::int64_t request_checkpoint_locked();
-  std::int64_t request_stop_locked();
+  void serve_pull(const transport::Message& request, transport::OutMessage& reply, transport::Scratch& scratch);
+  void serve_push_grad(const transport::Message& request, transport::OutMessage& reply);
+  void serve_push_value(const transport::Message& request, transport::OutMessage& reply);
+  void serve_commit(const transport::Message& request, transport::OutMessage& reply);
+  // Counts an answered request in served_.
+  void count(const transport::MessageHeader& request, const transport::OutMessage& reply);
 
   ShardStore store_;
-  std::mutex commit_mutex_;
+  CheckpointCoordinator checkpoints_;  // uses store_
   ServedCounts served_;
-  std::atomic<std::int64_t> committed_{-1};     // highest iteration committed
-  std::atomic<std::int64_t> checkpointed_{-1};  // highest iteration whose checkpoint was due
-  std::atomic<std::int64_t> requested_{-1};     // iteration of a checkpoint asked for (-1: none)
-  std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written (or restored)
-  std::atomic<std::int64_t> stop_at_{-1};       // the requested checkpoint is the job's last (-1: none)
-  std::atomic<std::int64_t> restored_{-2};      // iteration restored from (-2: none)
-  std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0};
-  // The checkpoint directory waits for the workers' word to prune (settle_checkpoints).
-  std::atomic<bool> prune_pending_{false};
-  static constexpr std::int64_t kNone = -2;     // (-1 is iter-initial)
-  std::atomic<std::int64_t> unsettled_{kNone};  // the newest checkpoint written, not yet whole
   CommitApply commit_apply_ = CommitApply::kHandler;
-  CheckpointSchedule schedule_;
-  std::optional<CheckpointDir> checkpoints_;
 };
 
 }  // namespace ember::ps

@@ -51,6 +51,8 @@
 #include "ember/common/flat_map.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
+#include "ember/ps/row_arena.h"
+#include "ember/ps/row_lending.h"
 #include "ember/ps/sparse_optimizer.h"
 
 namespace ember::ps {
@@ -97,7 +99,7 @@ class ShardStore {
 
   const StoreConfig& config() const { return config_; }
   std::uint32_t row_floats() const { return config_.dim + state_; }  // value + state
-  bool owns(Key key) const { return shards_div_.remainder(key) == config_.shard; }
+  bool owns(Key key) const { return arena_.owns(key); }
 
   // Copies each row's value (dim floats) into out[i * dim]. Throws ProtocolError for a
   // key this shard does not own or beyond the tables.
@@ -170,10 +172,10 @@ class ShardStore {
 
   // Direct access for tests and the daemon's stats.
   const float* row(Key key);
-  std::uint64_t initialized_rows() const { return initialized_count_.load(); }
+  std::uint64_t initialized_rows() const { return arena_.initialized(); }
   // Rows this shard owns, and the bytes they take once all are allocated (values and
   // optimizer state, plus one byte of row state each).
-  std::uint64_t local_rows() const { return local_rows_; }
+  std::uint64_t local_rows() const { return arena_.local_rows(); }
   std::uint64_t bytes_when_full() const { return bytes_when_full(config_); }
   // The same from a configuration alone (before deciding to build a store).
   static std::uint64_t local_rows(const StoreConfig& c);
@@ -184,41 +186,26 @@ class ShardStore {
   ShardStore(ShardStore&&) noexcept;
 
  private:
-  // A row's state byte: its initialization, then whether a gradient aggregation of it
-  // waits (partial, or complete until the next commit). A push claims an idle row by
-  // compare-and-swap (of two claims one wins); commit sets it idle again once applied.
-  enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
+  // The store's jobs, each in a class or a file of its own: rows (RowArena), lending for
+  // prefetch (RowLending), stripe aggregation (store_stripes.h, push_grad below), the
+  // apply queue (apply_queue.h, shard_store_apply.cc), checkpoint I/O (shard_store_io.cc).
+  static constexpr auto kIdle = RowArena::kIdle;
+  static constexpr auto kAggregating = RowArena::kAggregating;
+  static StoreConfig checked(StoreConfig config);
 
-  // The row of `key`, initialized on first use. Inline for the common case (a row in
-  // place), out of line for a first touch.
-  float* row_ptr(Key key) {
-    const std::uint64_t local = local_of(key);
-    float* chunk = chunks_[local / kChunkRows].load(std::memory_order_acquire);
-    if (chunk != nullptr && initialized_[local].load(std::memory_order_acquire) >= kIdle)
-      return chunk + (local % kChunkRows) * row_floats();
-    return first_touch(key);
-  }
-  std::size_t chunk_bytes() const { return kChunkRows * row_floats() * sizeof(float); }
-  // Where the row at a local index lives; its chunk must exist (the row was touched).
-  float* row_address(std::uint64_t local) const {
-    return chunks_[local / kChunkRows].load(std::memory_order_acquire) + (local % kChunkRows) * row_floats();
-  }
-  float* first_touch(Key key);
-  // Throws ProtocolError naming the key unless this shard holds it.
-  void check_key(Key key) const {
-    if (key >= config_.num_keys || !owns(key)) [[unlikely]]
-      refuse_key(key);
-  }
-  [[noreturn]] void refuse_key(Key key) const;
-  // Index of the key among this shard's rows.
-  std::uint64_t local_of(Key key) const { return shards_div_.quotient(key); }
+  float* row_ptr(Key key) { return arena_.row(key); }
+  float* row_address(std::uint64_t local) const { return arena_.row_address(local); }
+  void check_key(Key key) const { arena_.check_key(key); }
+  std::uint64_t local_of(Key key) const { return arena_.local_of(key); }
+  bool claim(std::uint64_t local) { return arena_.claim(local); }
+  bool aggregating(std::uint64_t local) const { return arena_.state(local).load(std::memory_order_acquire) == kAggregating; }
 
   // Returns once the row's update is applied, if one is in flight (its state says
   // aggregating and a commit took rows): applies parked rows meanwhile, or waits for the
   // apply in progress. Returns at once in the common case.
   void wait_applied(std::uint64_t local) {
-    if (initialized_[local].load(std::memory_order_acquire) == kAggregating) [[unlikely]]
-      help_until_applied(&initialized_[local]);
+    if (aggregating(local)) [[unlikely]]
+      help_until_applied(&arena_.state(local));
   }
   // The row of `key` once no update of it is being applied.
   float* read_row(Key key) {
@@ -237,12 +224,6 @@ class ShardStore {
   bool help_apply();
   // The stripe whose ready list a thread appends to, and whose parked rows it applies.
   static std::size_t home_stripe();
-  // Compare-and-swap idle to aggregating; false if the row was not idle.
-  bool claim(std::uint64_t local) {
-    std::uint8_t idle = kIdle;
-    return initialized_[local].compare_exchange_strong(idle, kAggregating, std::memory_order_acq_rel);
-  }
-
   struct Pending {
     std::uint64_t iteration;
     std::uint32_t expected;
@@ -281,31 +262,28 @@ class ShardStore {
   std::size_t stripe_index(Key key) const;
   // Takes one batch parked in `st` (false if none).
   bool take_parked(Stripe& st, Batch& b);
+  // push_grad's fast path: claims every row when all have one trainer and are idle (true;
+  // ProtocolError for a row pushed twice), else undoes its claims (false).
+  bool claim_single_trainer_rows(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers);
+  // Appends claimed complete rows to this thread's ready list.
+  void append_ready(std::uint64_t iteration, std::span<const Key> keys, const float* grads, std::shared_ptr<const void> owner);
+  // push_grad's general path: validates in full, then adds each contribution under its
+  // stripe's lock, one pass per stripe.
+  struct PushPlan;
+  void push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads);
+  // ProtocolError for a bad key or trainer count, or a key twice; returns whether a row
+  // already has an aggregation.
+  bool validate_push(std::span<const Key> keys, std::span<const std::uint32_t> trainers);
+  void group_by_stripe(std::span<const Key> keys, PushPlan& plan) const;
+  void check_partial(const Stripe& st, Key k, std::uint64_t iteration) const;
+  void add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, const float* g, PushPlan& plan);
+  void flush_done(PushPlan& plan);
   struct Applier;
 
   StoreConfig config_;
-  FastDiv shards_div_;  // by config_.shards: every key of every request is divided
-  std::uint32_t state_ = 0;
-  std::uint64_t local_rows_ = 0;
-  // Rows in chunks allocated on first use (lazily): a shard of a 33M-row model touched
-  // by a short run holds only what it touched.
-  static constexpr std::uint64_t kChunkRows = 1 << 16;
-  std::unique_ptr<std::atomic<float*>[]> chunks_;
-  std::uint64_t chunk_count_ = 0;
-  // Per row: a RowState (huge pages: looked up at random, as the rows are).
-  std::vector<std::atomic<std::uint8_t>, HugePageAllocator<std::atomic<std::uint8_t>>> initialized_;
-  std::atomic<std::uint64_t> initialized_count_{0};
-  // Rows lent ahead (lend_ahead): a flag per local row, allocated at the first prefetch
-  // (`lending_` then says to check pushes), and the flagged rows with their iteration.
-  void check_not_lent(std::span<const Key> keys, const char* what) const {
-    if (lending_.load(std::memory_order_acquire)) [[unlikely]]
-      check_not_lent_slow(keys, what);
-  }
-  void check_not_lent_slow(std::span<const Key> keys, const char* what) const;
-  std::mutex lent_mu_;
-  std::unique_ptr<std::atomic<std::uint8_t>[]> lent_;
-  std::atomic<bool> lending_{false};
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> lent_rows_;  // (local row, iteration)
+  std::uint32_t state_ = 0;  // optimizer state floats per row
+  RowArena arena_;
+  RowLending lending_;
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<std::size_t> next_rotation_{0};  // where push_grad starts among the stripes

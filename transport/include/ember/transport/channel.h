@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ember/common/types.h"
@@ -74,23 +75,30 @@ struct Scratch {
   std::vector<float> values;
   std::vector<Segment> segments;
   std::vector<const float*> rows;
-  // Work the handler leaves for after its reply: the transport runs it on the handler's
-  // thread once the reply is handed to the kernel or fabric (or could not be without
-  // waiting), before doing anything else; dropped unrun if the connection fails first.
-  std::function<void()> after_reply;
 };
-
-// Takes a handler's after_reply out of `scratch` (null if none), for the transport to run.
-inline std::function<void()> take_after_reply(Scratch& scratch) {
-  std::function<void()> f = std::move(scratch.after_reply);
-  scratch.after_reply = nullptr;
-  return f;
-}
 
 // Answers one request: fills `reply` (its segments must stay valid until the handler is
 // called again on this connection; `scratch` is per connection for that).
 // Throwing ProtocolError sends kError and keeps the connection; other exceptions drop it.
 using RequestHandler = std::function<void(const Message& request, OutMessage& reply, Scratch& scratch)>;
+
+// What a server answers with: the handler, and optionally the handler's own work for
+// after each reply, which the server calls on the thread that handled the request once
+// that reply is handed to the kernel or fabric (or could not be without waiting), before
+// doing anything else; not for a request whose connection failed first. What that work
+// is, is the handler's business (a PS shard applies the rows a commit left with that
+// thread: ps_service.h).
+struct ServerHandler {
+  RequestHandler handle;
+  std::function<void()> after_reply;  // may be empty
+
+  ServerHandler() = default;
+  ServerHandler(RequestHandler h, std::function<void()> after) : handle(std::move(h)), after_reply(std::move(after)) {}
+  // Any request handler alone (a lambda, a function, a RequestHandler).
+  template <class F>
+  requires std::is_invocable_v<F&, const Message&, OutMessage&, Scratch&> ServerHandler(F h)
+      : handle(std::move(h)) {}  // NOLINT(google-explicit-constructor): a handler is a server's handler
+};
 
 // kError replies carry their reason as bytes packed into keys (flags = length).
 void make_error_reply(const std::string& why, OutMessage& reply, std::vector<Key>& storage);

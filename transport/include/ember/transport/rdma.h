@@ -98,9 +98,9 @@ class RdmaServer final : public Server {
  public:
   // Listens on `fabric` (which must outlive the server) and serves each connection on
   // its own thread.
-  RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, RequestHandler handler);
+  RdmaServer(verbs::Fabric& fabric, RdmaServerOptions options, ServerHandler handler);
   // The same on a fabric the server keeps alive while it lives.
-  RdmaServer(std::shared_ptr<verbs::Fabric> fabric, RdmaServerOptions options, RequestHandler handler);
+  RdmaServer(std::shared_ptr<verbs::Fabric> fabric, RdmaServerOptions options, ServerHandler handler);
   ~RdmaServer() override;  // stops listening, disconnects, joins threads
   RdmaServer(const RdmaServer&) = delete;
   RdmaServer& operator=(const RdmaServer&) = delete;

@@ -50,7 +50,7 @@ struct TcpServerOptions {
 
 class TcpServer final : public Server {
  public:
-  TcpServer(TcpServerOptions options, RequestHandler handler);
+  TcpServer(TcpServerOptions options, ServerHandler handler);
   ~TcpServer();  // stops accepting, closes connections, joins threads
   TcpServer(const TcpServer&) = delete;
   TcpServer& operator=(const TcpServer&) = delete;

@@ -70,7 +70,7 @@ class Transport {
   const std::shared_ptr<verbs::Fabric>& fabric() const { return fabric_; }
 
   // A server listening at options().address and port, answering with `handler`.
-  std::unique_ptr<Server> make_server(RequestHandler handler) const;
+  std::unique_ptr<Server> make_server(ServerHandler handler) const;
   // A connection to host:port, authenticated with the token; throws IoError
   // (unreachable, timeout) or ProtocolError (refused), as TcpClient and RdmaClient do.
   std::unique_ptr<Client> connect(const std::string& host, std::uint16_t port) const;

@@ -14,6 +14,7 @@
 #include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
 #include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "naive_scheduler.h"
 
@@ -21,9 +22,7 @@ namespace ember::bench {
 namespace fs = std::filesystem;
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
-  app.add_option("--workers", o.workers, "workers")->capture_default_str();
-  app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker")->capture_default_str();
-  app.add_option("--cache-ratio", o.cache_ratio, "cache share of all rows per worker")->capture_default_str();
+  scheduler::add_scheduler_options(app, o.shape, scheduler::FlagsFor::kShape);
   app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
   app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
@@ -42,7 +41,7 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
       fs::remove_all(d, ec);
     }
   } cleanup{dir};
-  const std::uint64_t n = static_cast<std::uint64_t>(o.workers) * o.batch_per_worker;
+  const std::uint64_t n = static_cast<std::uint64_t>(o.shape.workers) * o.shape.batch_per_worker;
   const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations) + o.lookahead;
   data::GenOptions g;
   g.rows = batches * n;
@@ -57,10 +56,7 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   fs::remove(g.output);
   data::Dataset ds = data::Dataset::open(p.output, {false});
 
-  scheduler::SchedulerOptions so;
-  so.workers = o.workers;
-  so.batch_per_worker = o.batch_per_worker;
-  so.cache_ratio = o.cache_ratio;
+  scheduler::SchedulerOptions so = o.shape;
   so.policy = "herald";
   so.seed = 1;
   // Key space of the full tables (the file holds a sample of them), as in Herald.
@@ -109,7 +105,7 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   const double ml = o.lookahead > 0 ? time_scheduler(1, o.lookahead, bytes_l, tl, 0) : 0.0;
 
   // The straightforward version on the same batches; its decisions must match.
-  NaiveHeraldScheduler naive(o.workers, o.batch_per_worker, c.cache_rows, c.seed);
+  NaiveHeraldScheduler naive(o.shape.workers, o.shape.batch_per_worker, c.cache_rows, c.seed);
   std::vector<double> base;
   scheduler::TrafficCounts tb;
   for (std::uint64_t i = 0; i < o.warmup + o.baseline_iterations; ++i) {
@@ -126,12 +122,12 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   if (!agree) {
     throw Error(fmt::format("the straightforward scheduler disagrees: {} vs {} transmissions", tb.transmissions(), t1.transmissions()));
   }
-  const double slots = static_cast<double>(c.cache_rows) * o.workers;
+  const double slots = static_cast<double>(c.cache_rows) * o.shape.workers;
   out.text(fmt::format(
       "herald, {} workers x {} samples, {} tables, {} key rows, cache {} rows per worker; median over {} batches after {} warm-up\n"
       "{:<44}{:>12}\n{:<44}{:>12.3f}\n{:<44}{:>12.3f}\n{:<44}{:>12.3f}\n{:<44}{:>12.1f}\n{:<44}{:>12.1f}\n{:<44}{:>12.0f}\n{:<44}{:>12}\n",
-      o.workers, o.batch_per_worker, c.table_offsets.size(), c.num_keys, c.cache_rows, o.iterations, o.warmup, "figure", "value",
-      "median ms per batch, 1 thread", m1, "median ms per batch, 2 threads", m2,
+      o.shape.workers, o.shape.batch_per_worker, c.table_offsets.size(), c.num_keys, c.cache_rows, o.iterations, o.warmup, "figure",
+      "value", "median ms per batch, 1 thread", m1, "median ms per batch, 2 threads", m2,
       fmt::format("straightforward Algorithm 1, median ms ({} it.)", o.baseline_iterations), mb, "speedup vs straightforward (1 thread)",
       mb / m1, "scheduler bytes per cache slot", static_cast<double>(bytes) / slots, "scheduler MB", static_cast<double>(bytes) / 1e6,
       "decisions agree with the straightforward version", agree ? "yes" : "no"));
@@ -144,8 +140,8 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   }
   out.text("targets: <= 2 ms per batch on one core, >= 10x the straightforward version\n");
   out.row({{"bench", "sched"},
-           {"workers", o.workers},
-           {"batch_per_worker", o.batch_per_worker},
+           {"workers", o.shape.workers},
+           {"batch_per_worker", o.shape.batch_per_worker},
            {"tables", c.table_offsets.size()},
            {"key_rows", c.num_keys},
            {"cache_rows", c.cache_rows},

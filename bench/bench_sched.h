@@ -3,12 +3,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 
+#include "ember/scheduler/scheduler_config.h"
+
 namespace ember::bench {
 
 struct SchedBenchOptions {
-  std::uint32_t workers = 8;
-  std::uint32_t batch_per_worker = 128;
-  double cache_ratio = 0.1;
+  // The job's shape (workers, batch_per_worker, cache_ratio: --workers, ...); the
+  // benchmark schedules herald with seed 1.
+  scheduler::SchedulerOptions shape;
   double scale = 1.0;  // Criteo Kaggle cardinalities x scale
   std::uint64_t warmup = 100;
   std::uint64_t iterations = 200;

@@ -17,6 +17,7 @@
 #include "ember/data/synthetic.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/simulator.h"
 
 namespace {
@@ -71,28 +72,10 @@ int main(int argc, char** argv) {
   app.add_option("--session", gen.session, "synthetic: probability a row reuses the previous row's entity")->capture_default_str();
   app.add_option("--drift", gen.drift, "synthetic: popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   app.add_option("--entities", gen.entities, "synthetic: latent entities (0 = 1e6 x scale)")->capture_default_str();
-  app.add_option("--workers", o.scheduler.workers, "workers")->capture_default_str();
-  app.add_option("--batch-per-worker", o.scheduler.batch_per_worker, "samples per worker per iteration")->capture_default_str();
-  app.add_option("--cache-ratio", o.scheduler.cache_ratio, "cache rows per worker as a share of all rows")->capture_default_str();
+  scheduler::add_scheduler_options(app, o.scheduler, scheduler::FlagsFor::kSimulation);
   app.add_option("--policies", policies, "comma-separated: vanilla, laia, plan, herald, het:S, fae:F, brute")->capture_default_str();
   app.add_option("--iterations", o.iterations, "counted iterations")->capture_default_str();
   app.add_option("--warmup", o.warmup, "iterations run first and not counted")->capture_default_str();
-  app.add_option("--seed", o.scheduler.seed, "scheduler (and synthetic data) seed")->capture_default_str();
-  app.add_flag("--shuffle", o.scheduler.shuffle, "global batches from a seeded permutation instead of dataset order");
-  app.add_option("--threads", o.scheduler.threads, "scheduler threads")->capture_default_str();
-  app.add_option("--budget-ms", o.scheduler.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")
-      ->capture_default_str();
-  app.add_option("--partitions", o.scheduler.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
-  app.add_flag("--refine-allocation", o.scheduler.refine_allocation,
-               "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch");
-  app.add_option("--lookahead", o.scheduler.lookahead, "batches the scheduler sees beyond the one it schedules (0 = none)")
-      ->capture_default_str();
-  app.add_option("--eviction", o.scheduler.eviction, "auto, lru, lookahead or belady (auto: lookahead when --lookahead > 0)")
-      ->capture_default_str();
-  app.add_flag("--prefetch", o.scheduler.prefetch,
-               "mark the pulls a worker may make during the previous iteration (counted as prefetched)");
-  app.add_option("--placement", o.scheduler.placement,
-                 "plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the cache rows (replace --cache-ratio)");
   app.add_option("--eval-every", o.eval_every, "the job's evaluations: flush after every N iterations (0 = at the end only)")
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")

@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
-"""What Ember's launchers share (ember_launch.py imports it; ember.sbatch runs it): the
-job's summary.json merged from its output directory, and the checkpoint a resumed job
-starts from.
+"""What Ember's launchers share (ember_launch.py imports it; ember.sbatch and
+launch_hosts.sh run it): the job's summary.json merged from its output directory, the
+checkpoint a resumed job starts from, the job token, and the worker settings the
+launchers take and record.
 
   python3 scripts/ember_job.py summarize OUT --ps S --workers W --policy P [--transport T]
       [--checkpoint-dir DIR] [--metrics-endpoints HOST:PORT,...] [-q] [-- WORKER_ARGS]
   python3 scripts/ember_job.py resume-point CKPT [--bin BIN]
+  python3 scripts/ember_job.py token OUT
 
 `summarize` reads the workers' metrics (OUT/wN.jsonl, ember-worker --metrics) and the
 shards' totals (OUT/psN.json, ember-ps --summary-file), writes OUT/summary.json (fields:
 docs/training.md#metrics) and prints the job's totals and the workers' time per phase.
 The worker arguments after `--` give the settings the summary records (--lookahead,
---eviction, --prefetch, --overlap-allreduce, --refine-allocation). `resume-point` prints
+--eviction, --prefetch, --overlap-allreduce, --refine-allocation, --placement; --policy
+is summarize's own). `token` writes a new job token to OUT/token (mode 600), as every
+launcher does. `resume-point` prints
 the newest whole checkpoint under CKPT/ps that verifies (its shard files' checksums, by
 BIN/ember-ps --verify-checkpoint) and has an intact copy of the workers' dense state.
 """
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import zipfile
@@ -85,18 +90,40 @@ def resume_point(ckpt, who="ember-job", ember_ps=None):
     sys.exit(f"{who}: --resume: no checkpoint in {ckpt / 'ps'} to resume from" + (": " + ", ".join(passed) if passed else ""))
 
 
+# The ember-worker flags the launchers take as settings of their own (ember_launch.py's
+# flags and --config keys, ember.sbatch's POLICY) and summary.json records: (flag, type,
+# the worker's default). They are passed to every worker as they are; ember-worker
+# checks them (`ember-worker --help` says what each does).
+WORKER_SETTINGS = (("policy", str, "herald"), ("lookahead", int, 0), ("eviction", str, "auto"), ("prefetch", bool, False),
+                   ("refine-allocation", bool, False), ("overlap-allreduce", bool, False), ("placement", str, ""))
+
+
 def settings_of_worker_args(worker_args):
-    """The summary's worker settings from ember-worker arguments (defaults as the worker's)."""
+    """The summary's worker settings from ember-worker arguments (the last of a flag wins,
+    as in ember-worker; defaults as the worker's), by summary key (refine_allocation)."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    p.add_argument("--lookahead", type=int, default=0)
-    p.add_argument("--eviction", default="auto")
-    p.add_argument("--prefetch", action="store_true")
-    p.add_argument("--overlap-allreduce", action="store_true")
-    p.add_argument("--refine-allocation", action="store_true")
-    p.add_argument("--placement", default="")
+    for flag, kind, default in WORKER_SETTINGS:
+        if kind is bool:
+            p.add_argument(f"--{flag}", action="store_true")
+        else:
+            p.add_argument(f"--{flag}", type=kind, default=default)
     a, _ = p.parse_known_args(worker_args)
-    return {"lookahead": a.lookahead, "eviction": a.eviction, "prefetch": a.prefetch,
-            "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation, "placement": a.placement}
+    return {flag.replace("-", "_"): getattr(a, flag.replace("-", "_")) for flag, _, _ in WORKER_SETTINGS}
+
+
+def write_token(out):
+    """A new job token in OUT/token: created 0600 (never readable by others, not even
+    briefly), then renamed in place. Every launcher writes it so (ember.sbatch and
+    launch_hosts.sh through `ember_job.py token OUT`)."""
+    out = Path(out)
+    token_file = out / "token"
+    tmp = out / f".token.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older tmp of this name keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(16) + "\n")
+    os.replace(tmp, token_file)
+    return token_file
 
 
 def summarize(out, job, who="ember-job", quiet=False):
@@ -226,11 +253,16 @@ def main():
     s.add_argument("--checkpoint-dir", default="", help="where the job's checkpoints went (named when it stopped at one)")
     s.add_argument("--metrics-endpoints", default="", help="comma-separated HOST:PORT of the Prometheus endpoints")
     s.add_argument("-q", "--quiet", action="store_true", help="write summary.json, print nothing")
+    t = sub.add_parser("token", help="write a new job token to OUT/token (mode 600)")
+    t.add_argument("out", help="the job's output directory")
     r = sub.add_parser("resume-point", help="print the newest whole checkpoint under CKPT/ps with the workers' dense state")
     r.add_argument("ckpt", help="a launcher's checkpoint directory (CKPT/ps, CKPT/dense)")
     r.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(Path(__file__).resolve().parent.parent / "build" / "bin")),
                    help="where ember-ps is (it verifies the shard files' checksums; without it they are not checked)")
     a = p.parse_args(argv)
+    if a.cmd == "token":
+        write_token(a.out)
+        return
     if a.cmd == "resume-point":
         ember_ps = Path(a.bin) / "ember-ps"
         print(resume_point(a.ckpt, ember_ps=ember_ps if os.access(ember_ps, os.X_OK) else None))
@@ -239,10 +271,10 @@ def main():
         p.error("--ps and --workers must be at least 1")
     if not Path(a.out).is_dir():
         p.error(f"{a.out}: no such directory")
-    job = {"policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
-           "checkpoint_dir": a.checkpoint_dir,
+    # The workers got --policy P before the worker arguments (which may override it).
+    job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "checkpoint_dir": a.checkpoint_dir,
            "metrics_endpoints": [e for e in a.metrics_endpoints.split(",") if e],
-           **settings_of_worker_args(worker_args)}
+           **settings_of_worker_args(["--policy", a.policy, *worker_args])}
     summarize(a.out, job, quiet=a.quiet)
 
 

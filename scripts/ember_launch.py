@@ -13,6 +13,10 @@ its job gets SIGTERM (Linux's parent-death signal).
       -- --model dlrm --iterations 200
 
 Arguments after `--` go to every ember-worker. --ps-args adds arguments for every ember-ps.
+The ember-worker flags the launcher also takes (--policy, --lookahead, --eviction,
+--prefetch, --refine-allocation, --overlap-allreduce, --placement: ember_job.py's
+WORKER_SETTINGS) go to every worker unchecked: ember-worker refuses bad values (exit 2),
+and the launcher then stops the job showing the worker's own error.
 
 Checkpoints and resuming a job (the shards' rows under DIR/ps, the workers' dense models
 under DIR/dense):
@@ -37,7 +41,6 @@ import difflib
 import json
 import re
 import os
-import secrets
 import shlex
 import signal
 import subprocess
@@ -46,7 +49,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from ember_job import resume_point, split_worker_args, summarize
+from ember_job import WORKER_SETTINGS, resume_point, settings_of_worker_args, split_worker_args, summarize, write_token
 
 
 PR_SET_PDEATHSIG = 1
@@ -83,6 +86,17 @@ class Job:
         self.bin = Path(args.bin)
         self.procs = []  # (name, Popen, log path)
         self.stopping = 0  # the signal that asked the job to stop at a checkpoint (0: none)
+        # The worker settings given (flags or --config keys), as ember-worker arguments
+        # before the [ember-worker] table's and those after `--`; what the workers then
+        # run with (the last of a flag wins), for the summary and the progress lines.
+        self.setting_args = []
+        for flag, kind, _ in WORKER_SETTINGS:
+            v = getattr(args, flag.replace("-", "_"))
+            if kind is bool:
+                self.setting_args += [f"--{flag}"] if v else []
+            elif v is not None:
+                self.setting_args += [f"--{flag}", str(v)]
+        self.settings = settings_of_worker_args(self.setting_args + worker_args)
 
     def start(self, name, cmd):
         log = self.out / f"{name}.log"
@@ -140,12 +154,14 @@ class Job:
             time.sleep(0.05)
 
     def process_failed(self, name, rc, log):
-        """A process exited with status rc != 0. A signal's victim (rc < 0) is the one that
-        failed; for an exit, the control plane says which member failed first (a survivor
+        """A process exited with status rc != 0. A signal's victim (rc < 0) and a process
+        that refused its settings (rc 2, ConfigError) are the ones that failed; for an exit, the control plane says which member failed first (a survivor
         exits too, after its all-reduce or a PS request breaks), so wait for its word, up to
         the heartbeat timeout and the workers' grace."""
         if rc < 0:
             self.fail(name, f"was killed by signal {-rc}", log)
+        if rc == 2:  # a ConfigError: it refused its own settings (the launcher passes them on unchecked)
+            self.fail(name, "refused its settings (exit 2)", log)
         word = self.control_plane_word(self.a.heartbeat_timeout_ms / 1000 + 5)
         if word:
             failed = member_process(word.get("member", ""))
@@ -159,14 +175,7 @@ class Job:
         self.out.mkdir(parents=True, exist_ok=True)
         for old in [*self.out.glob("*.jsonl"), *self.out.glob("ps*.json")]:
             old.unlink()
-        token_file = self.out / "token"
-        # Created 0600 (never readable by others, not even briefly), then renamed in place.
-        tmp = self.out / f".token.tmp-{os.getpid()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)  # an older tmp of this name keeps its mode through O_CREAT
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(16) + "\n")
-        os.replace(tmp, token_file)
+        token_file = write_token(self.out)
         coord_file = self.out / "coordinator"
         if coord_file.exists():
             coord_file.unlink()
@@ -208,10 +217,7 @@ class Job:
         coord = self.wait_coordinator(coord_file)
         for w in range(a.workers):
             cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
-                           "--rank", str(w), "--policy", a.policy, "--transport", a.transport,
-                           "--lookahead", str(a.lookahead), "--eviction", a.eviction,
-                           *(["--placement", a.placement] if a.placement else []),
-                           *(["--prefetch"] if a.prefetch else []), *(["--refine-allocation"] if a.refine_allocation else []), *(["--overlap-allreduce"] if a.overlap_allreduce else []),
+                           "--rank", str(w), "--transport", a.transport, *self.setting_args,
                            "--metrics", str(self.out / f"w{w}.jsonl")] + common + metrics_port(a.ps + w) + worker_extra + self.worker_args
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
@@ -245,7 +251,7 @@ class Job:
                     if line.startswith("$ "):  # the command line the launcher wrote
                         continue
                     if not self.a.quiet and ("iteration" in line or "eval" in line or "error" in line):
-                        print(f"[{self.a.policy}] {line.split('] ', 2)[-1]}", flush=True)
+                        print(f"[{self.settings['policy']}] {line.split('] ', 2)[-1]}", flush=True)
             workers_done = True
             for name, p, log in self.procs:
                 rc = p.poll()
@@ -272,10 +278,8 @@ class Job:
 
     def summarize(self):
         a = self.a
-        job = {"policy": a.policy, "transport": a.transport, "workers": a.workers, "ps": a.ps,
-               "lookahead": a.lookahead, "eviction": a.eviction, "prefetch": a.prefetch,
-               "overlap_allreduce": a.overlap_allreduce, "refine_allocation": a.refine_allocation,
-               "metrics_endpoints": self.metrics_endpoints, "checkpoint_dir": a.checkpoint_dir, "placement": a.placement}
+        job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "metrics_endpoints": self.metrics_endpoints,
+               "checkpoint_dir": a.checkpoint_dir, **self.settings}
         return summarize(self.out, job, who="ember-launch")
 
 
@@ -374,18 +378,16 @@ def main():
     p.add_argument("--dataset", default="", help="ember-data dataset directory (required)")
     p.add_argument("--ps", type=int, default=1, help="PS shards")
     p.add_argument("--workers", type=int, default=4, help="workers")
-    p.add_argument("--policy", default="herald", help="vanilla, laia, plan, herald, het:S")
     p.add_argument("--transport", default="tcp", help="tcp or rdma")
-    p.add_argument("--lookahead", type=int, default=0, help="batches the scheduler sees beyond the one it plans (0 = none)")
-    p.add_argument("--eviction", default="auto", help="auto, lru or lookahead (auto: lookahead when --lookahead > 0)")
-    p.add_argument("--prefetch", action=argparse.BooleanOptionalAction, default=False,
-                   help="pull the next iteration's rows whose PS copy is final while this one computes")
-    p.add_argument("--refine-allocation", action=argparse.BooleanOptionalAction, default=False,
-                   help="laia, herald: refine LAIA's allocation by swaps that move fewer rows")
-    p.add_argument("--overlap-allreduce", action=argparse.BooleanOptionalAction, default=False,
-                   help="sum the dense gradients while the PS exchange runs")
-    p.add_argument("--placement", default="", help="plan file (ember-plan --plan-out) every worker executes: per table cache, "
-                   "replicated or uncached, and the cache rows (docs/planner.md)")
+    # ember-worker's own flags, passed to every worker as given (left out: the worker's
+    # default); the workers check them.
+    for flag, kind, _ in WORKER_SETTINGS:
+        if kind is bool:
+            p.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=False,
+                           help=f"ember-worker --{flag} for every worker (ember-worker --help)")
+        else:
+            p.add_argument(f"--{flag}", type=kind, default=None,
+                           help=f"ember-worker --{flag} for every worker (ember-worker --help; default: the worker's)")
     p.add_argument("--out", default="", help="directory for logs, metrics and summary.json (required)")
     p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
     p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad'); {shard} becomes the shard's index")
@@ -419,19 +421,6 @@ def main():
         p.error(f"--metrics-port {a.metrics_port}: ports BASE..BASE+{a.ps + a.workers - 1} must lie in 1..65535 (0: off)")
     if a.ps < 1 or a.workers < 1:
         p.error("--ps and --workers must be at least 1")
-    if a.lookahead < 0:
-        p.error("--lookahead must be at least 0")
-    if a.eviction not in ("auto", "lru", "lookahead"):
-        p.error(f"--eviction {a.eviction}: training runs auto, lru or lookahead" +
-                (" (belady needs the whole future: ember-sim only)" if a.eviction == "belady" else ""))
-    if a.eviction == "lookahead" and a.lookahead == 0:
-        p.error("--eviction lookahead needs --lookahead L >= 1")
-    if (a.lookahead > 0 or a.eviction == "lookahead") and a.policy.startswith("het"):
-        p.error(f"--lookahead does not apply to {a.policy}: its stale copies are kept by version, not by next use")
-    if a.refine_allocation and a.policy not in ("laia", "herald"):
-        p.error(f"--refine-allocation refines LAIA's allocation (laia, herald), not {a.policy}'s")
-    if a.prefetch and a.policy.startswith("het"):
-        p.error(f"--prefetch does not apply to {a.policy}: its pulls refresh stale copies by version")
     if (a.checkpoint_every > 0 or a.resume) and not a.checkpoint_dir:
         p.error("--checkpoint-every and --resume need --checkpoint-dir")
     if a.resume and not (Path(a.checkpoint_dir) / "ps").is_dir():

@@ -36,7 +36,7 @@ done
 mapfile -t hosts < <(grep -v '^\s*#' "$hostfile" | awk 'NF{print $1}')
 [ ${#hosts[@]} -gt 0 ] || { echo "launch_hosts: $hostfile lists no hosts" >&2; exit 2; }
 mkdir -p "$out"
-umask 077; head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$out/token"; echo >> "$out/token"; umask 022
+python3 "$root/scripts/ember_job.py" token "$out"  # mode 600, as every launcher writes it
 coord="tcp://${hosts[0]}:$port"
 pids=() names=()
 run() {  # name host command...

@@ -50,7 +50,7 @@ TEST(WorkerOptionsCompare, PerWorkerSettingsMayDiffer) {
   c.dataset = "/elsewhere/data";  // the path: the identity is the same
   c.device = "cuda:1";
   c.cache_backend = "tensor";
-  c.sched_threads = 4;
+  c.threads = 4;  // --sched-threads
   c.torch_threads = 8;
   c.overlap_allreduce = true;
   c.eval_samples = 100;
@@ -123,7 +123,9 @@ TEST(WorkerOptionsCompare, NamesEachOptionByItsFlagWithBothValues) {
 }
 
 TEST(WorkerOptionsCompare, EveryFlagIsEmberWorkersAndAppearsOnce) {
-  const std::string source = read_file(fs::path(EMBER_SOURCE_DIR) / "worker/tools/ember_worker.cc");
+  // ember-worker's own flags, and the scheduler's it declares through add_scheduler_options.
+  const std::string source = read_file(fs::path(EMBER_SOURCE_DIR) / "worker/tools/ember_worker.cc") +
+                             read_file(fs::path(EMBER_SOURCE_DIR) / "scheduler/src/scheduler_cli.cc");
   const OptionValues v = agreed_options(base_config(), kDataset);
   EXPECT_GE(v.size(), 20u);
   for (std::size_t i = 0; i < v.size(); ++i) {

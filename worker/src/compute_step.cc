@@ -5,7 +5,7 @@
 namespace ember::worker {
 
 ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
-                         const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse)
+                         const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire)
     : model_(model),
       optimizer_(optimizer),
       collective_(collective),
@@ -15,7 +15,9 @@ ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Co
       num_dense_(c.model.num_dense),
       global_n_(c.workers * c.batch_per_worker),
       dim_(dim),
-      sparse_(sparse) {}
+      sparse_(sparse),
+      overlap_(c.overlap_allreduce),
+      wire_(wire) {}
 
 void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache) {
   const scheduler::StepPlan& p = s.plan;
@@ -58,7 +60,7 @@ void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of,
   emb_grad_ = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
 }
 
-void ComputeStep::start_allreduce() {
+void ComputeStep::allreduce(RowCache& cache, bool flush) {
   if (!hot_pos_.empty()) hot_.add_grads(hot_h_, emb_grad_.index_select(0, hot_idx_).to(torch::kCPU));
   std::vector<torch::Tensor> parts;
   for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
@@ -69,25 +71,7 @@ void ComputeStep::start_allreduce() {
   // overlaps anything: the same sums, so the same model.
   flat_.assign(1, collective_.on_device() ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU));
   reduced_ = collective_.start_allreduce(flat_);
-}
-
-double ComputeStep::finish_allreduce(WireCounts& wire) {
-  std::exchange(reduced_, nullptr)();
-  wire.allreduce_bytes += static_cast<std::uint64_t>(flat_[0].numel()) * 4;
-  std::int64_t off = 0;
-  for (auto& param : model_.parameters()) {
-    const std::int64_t k = param.numel();
-    param.mutable_grad().copy_(flat_[0].narrow(0, off, k).view_as(param));  // copy_ moves it back to the device
-    off += k;
-  }
-  const double loss = flat_[0][off].item<double>();
-  if (!hot_.empty()) wire.hot_sync += hot_.apply(flat_[0], off + 1, sparse_);
-  flat_.clear();
-  optimizer_.step();
-  return loss;
-}
-
-void ComputeStep::update_rows(RowCache& cache) {
+  // The row gradients into the cache while the sum runs (they do not wait for it).
   if (hot_pos_.empty()) {
     cache.scatter_add_grad(slots_, emb_grad_);
   } else if (!cold_pos_.empty()) {
@@ -96,6 +80,23 @@ void ComputeStep::update_rows(RowCache& cache) {
   // The step's graph and row gradients are not needed past here (the loss is in flat_).
   loss_ = torch::Tensor();
   emb_grad_ = torch::Tensor();
+  if (!overlap_ || flush) wait_allreduce();
+}
+
+void ComputeStep::wait_allreduce() {
+  if (!reduced_) return;
+  std::exchange(reduced_, nullptr)();
+  wire_.allreduce_bytes += static_cast<std::uint64_t>(flat_[0].numel()) * 4;
+  std::int64_t off = 0;
+  for (auto& param : model_.parameters()) {
+    const std::int64_t k = param.numel();
+    param.mutable_grad().copy_(flat_[0].narrow(0, off, k).view_as(param));  // copy_ moves it back to the device
+    off += k;
+  }
+  loss_mean_ = flat_[0][off].item<double>();
+  if (!hot_.empty()) wire_.hot_sync += hot_.apply(flat_[0], off + 1, sparse_);
+  flat_.clear();
+  optimizer_.step();
 }
 
 }  // namespace ember::worker

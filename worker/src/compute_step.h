@@ -23,21 +23,24 @@ namespace ember::worker {
 
 class ComputeStep {
  public:
+  // `wire`: where the all-reduces' bytes and the replicated rows' updates are counted.
   ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
-              const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse);
+              const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire);
 
-  // Gather, forward, backward of step `s` (row_of: index_rows of its plan).
+  // Gather, forward, backward of step `s` (row_of: index_rows of its plan). The dense
+  // model must be stepped first (wait_allreduce).
   void forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache);
   // Starts summing the dense gradients, the loss and the hot rows' gradients over the
-  // workers (c10d's threads carry it on meanwhile).
-  void start_allreduce();
-  // Waits for that sum, then updates the hot rows and takes the dense optimizer's step;
-  // returns the global batch's mean loss.
-  double finish_allreduce(WireCounts& wire);
-  // Whether an all-reduce is started and not finished.
-  bool allreduce_pending() const { return static_cast<bool>(reduced_); }
-  // The row gradients into the cache (they do not wait for the all-reduce).
-  void update_rows(RowCache& cache);
+  // workers (c10d's threads carry it on meanwhile) and adds the row gradients into the
+  // cache's slots. Waits for the sum here unless it may overlap the next PS exchange
+  // (--overlap-allreduce, and no flush follows, whose evaluation and dense state need
+  // the stepped model).
+  void allreduce(RowCache& cache, bool flush);
+  // Completes the all-reduce in flight, if any (the one place one is finished): waits
+  // for the sum, updates the hot rows and takes the dense optimizer's step.
+  void wait_allreduce();
+  // The global batch's mean loss of the last all-reduce completed.
+  double loss() const { return loss_mean_; }
 
  private:
   CtrModel& model_;
@@ -47,6 +50,9 @@ class ComputeStep {
   torch::Device device_;
   std::uint32_t num_tables_, num_dense_, global_n_, dim_;
   ps::OptimizerConfig sparse_;
+  bool overlap_;
+  WireCounts& wire_;
+  double loss_mean_ = 0;
   // This iteration's: the cache slots of the cold rows and the replica rows of the hot
   // ones, their positions in the batch, the rows' gradients, the loss.
   std::vector<std::uint32_t> slots_, hot_h_;

@@ -236,6 +236,43 @@ void write_bytes(const fs::path& file, const std::vector<char>& bytes, std::uint
   total += bytes.size();
 }
 
+// The export's manifest.json: the model, the files and how to read them, and where it
+// came from (`vocab_bytes`: the vocabulary file's size, when the dataset has one).
+json export_manifest(const Source& s, const ExportReport& r, const data::Manifest& dm, json tables, std::size_t vocab_bytes,
+                     const fs::path& dataset) {
+  const ModelConfig& c = s.config;
+  json m;
+  m["format"] = "ember-export";
+  m["format_version"] = kExportFormatVersion;
+  m["model"] = json::parse(model_config_json(c));
+  m["dim"] = c.dim;
+  m["dense_model"] = {{"file", "dense.pt"},
+                      {"forward", "forward(dense [B, num_dense] float32, emb [B, num_tables, dim] float32) -> logits [B]"},
+                      {"probability", "probability(dense, emb) -> sigmoid(forward(dense, emb))"},
+                      {"emb", "emb[:, t] = tables[t][row of the sample's value of table t]"}};
+  m["tables"] = tables;
+  m["dense_names"] = dm.dense_names;
+  m["dense_transform"] = "log1p(max(x, 0)); missing = 0";
+  m["source_format"] = dm.source_format;
+  m["reserved_rows"] = {{"missing", data::kMissingRow}, {"oov", data::kOovRow}};
+  m["min_count"] = dm.min_count;
+  if (dm.vocabulary) {
+    char sum[17];
+    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(dm.vocabulary->checksum));
+    m["vocabulary"] = {{"file", data::kVocabularyFile},
+                       {"bytes", vocab_bytes},
+                       {"checksum", sum},
+                       {"keys", "criteo: the hexadecimal value as an integer; avazu: XXH3-64 of the field's bytes"}};
+  } else {
+    m["vocabulary"] = nullptr;
+  }
+  m["iterations"] = s.iterations;
+  m["rows_initial"] = r.rows - std::min(r.rows, r.rows_stored);
+  m["source"] = s.origin;
+  m["dataset"] = dataset.string();
+  return m;
+}
+
 }  // namespace
 
 torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
@@ -309,37 +346,11 @@ ExportReport export_model(const ExportOptions& o) {
     write_bytes(out / file, torch::pickle_save(table), r.bytes);
     tables.push_back({{"name", dm.tables[t].name}, {"rows", dm.tables[t].rows}, {"file", file}});
   }
-  json m;
-  m["format"] = "ember-export";
-  m["format_version"] = kExportFormatVersion;
-  m["model"] = json::parse(model_config_json(c));
-  m["dim"] = c.dim;
-  m["dense_model"] = {{"file", "dense.pt"},
-                      {"forward", "forward(dense [B, num_dense] float32, emb [B, num_tables, dim] float32) -> logits [B]"},
-                      {"probability", "probability(dense, emb) -> sigmoid(forward(dense, emb))"},
-                      {"emb", "emb[:, t] = tables[t][row of the sample's value of table t]"}};
-  m["tables"] = tables;
-  m["dense_names"] = dm.dense_names;
-  m["dense_transform"] = "log1p(max(x, 0)); missing = 0";
-  m["source_format"] = dm.source_format;
-  m["reserved_rows"] = {{"missing", data::kMissingRow}, {"oov", data::kOovRow}};
-  m["min_count"] = dm.min_count;
   if (dm.vocabulary) {
     write_file_atomic(out / data::kVocabularyFile, vocab_bytes);
     r.bytes += vocab_bytes.size();
-    char sum[17];
-    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(dm.vocabulary->checksum));
-    m["vocabulary"] = {{"file", data::kVocabularyFile},
-                       {"bytes", vocab_bytes.size()},
-                       {"checksum", sum},
-                       {"keys", "criteo: the hexadecimal value as an integer; avazu: XXH3-64 of the field's bytes"}};
-  } else {
-    m["vocabulary"] = nullptr;
   }
-  m["iterations"] = s.iterations;
-  m["rows_initial"] = r.rows - std::min(r.rows, r.rows_stored);
-  m["source"] = s.origin;
-  m["dataset"] = o.dataset.string();
+  const json m = export_manifest(s, r, dm, std::move(tables), vocab_bytes.size(), o.dataset);
   const std::string text = m.dump(2) + "\n";
   write_file_atomic(out / "manifest.json", text);
   r.bytes += text.size();

@@ -62,7 +62,7 @@ std::string placement_identity(const std::string& path) {
 //     resume          where the job starts (the PS's restored iteration, or 0)
 //   checked elsewhere: workers (the job's shape), transport (the PS's; join checks both)
 //   may differ per worker (not compared):
-//     sched_threads   the plans do not depend on it (scheduler_test:
+//     threads (--sched-threads)  the plans do not depend on it (scheduler_test:
 //                     SameInputsGiveIdenticalPlansWithAnyThreadCount)
 //     torch_threads, device, cache_backend  where and how fast this worker computes;
 //                     the dense gradients are summed before any replica steps

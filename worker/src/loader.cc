@@ -65,6 +65,38 @@ Step Loader::next() {
   return std::move(h.step);
 }
 
+Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
+                       std::vector<scheduler::KeySlot>& restore) {
+  const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
+  Step s;
+  s.iteration = t;
+  s.sched_ms = sched_.schedule(g, plans).sched_ms;
+  s.plan = std::move(plans[rank_]);
+  if (t == first_ && replay_) {
+    // Nothing was pulled ahead for the first step this worker trains.
+    for (auto& p : s.plan.pulls) p.prefetch = false;
+    s.restore = std::move(restore);
+  }
+  for (std::uint32_t i : s.plan.samples) {
+    s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
+                  g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
+    const float* d = b.dense(i);
+    s.dense.insert(s.dense.end(), d, d + D);
+    s.labels.push_back(static_cast<float>(b.label(i)));
+  }
+  // A stopped job skips the final evaluation (it takes long, and the stop may have a
+  // deadline); the resumed job evaluates at its end.
+  s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
+  s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
+  s.checkpoint = !s.last && (schedule_.flush_after(t) || asked_.contains(t + 1));
+  s.flush = s.evaluate || s.checkpoint || s.last;
+  if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
+    sched_.flush(plans);
+    s.flush_plan = std::move(plans[rank_]);
+  }
+  return s;
+}
+
 void Loader::run() {
   try {
     data::BatchOptions bo;
@@ -121,39 +153,13 @@ void Loader::run() {
         for (std::uint64_t t = 0; t < first; ++t) ahead.next(b);
       }
     }
-    const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
     for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
       look_ahead(t);
       main.next(b);
       scheduler::to_global_batch(b, sched_.config().table_offsets, g);
       Handoff h;
-      Step& s = h.step;
-      s.iteration = t;
-      s.sched_ms = sched_.schedule(g, plans).sched_ms;
-      s.plan = std::move(plans[rank_]);
-      if (t == first && replay_) {
-        // Nothing was pulled ahead for the first step this worker trains.
-        for (auto& p : s.plan.pulls) p.prefetch = false;
-        s.restore = std::move(restore);
-      }
-      for (std::uint32_t i : s.plan.samples) {
-        s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
-                      g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
-        const float* d = b.dense(i);
-        s.dense.insert(s.dense.end(), d, d + D);
-        s.labels.push_back(static_cast<float>(b.label(i)));
-      }
-      // A stopped job skips the final evaluation (it takes long, and the stop may have a
-      // deadline); the resumed job evaluates at its end.
-      s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
-      s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
-      s.checkpoint = !s.last && (schedule_.flush_after(t) || asked_.contains(t + 1));
-      s.flush = s.evaluate || s.checkpoint || s.last;
-      if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
-        sched_.flush(plans);
-        s.flush_plan = std::move(plans[rank_]);
-      }
-      const bool last = s.last;
+      h.step = make_step(t, b, g, plans, restore);
+      const bool last = h.step.last;
       queue_.push(std::move(h));
       if (last) return;
     }

@@ -87,6 +87,11 @@ class Loader {
     std::exception_ptr error;
   };
   void run();
+  // Step t, global batch g (read into b): this worker's plan (scheduling g), its
+  // samples' features and what follows the step; a resumed job's first step takes
+  // `restore`.
+  Step make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
+                 std::vector<scheduler::KeySlot>& restore);
 
   const data::Dataset& ds_;
   std::uint64_t first_;  // the first iteration this job trains

@@ -14,6 +14,10 @@ namespace ember::worker {
 
 using json = nlohmann::json;
 
+// The summary's counts (WireCounts' own; the payload and framed bytes are written apart).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WireCounts, pulls, push_grad, push_value, push_evict, hits, flush_grad, flush_value, hot_load, hot_sync,
+                                   hot_flush, restored, allreduce_bytes, pull_state, prefetched, bytes_out, bytes_in)
+
 namespace {
 
 // The phases' times since `since`, scaled (1: seconds, 1e3: milliseconds).
@@ -190,52 +194,37 @@ void RunReport::summary(const TrainSummary& sum) {
     live_->wire = w;
     live_->phases = sum.phases;
   }
-  write(json{{"summary", true},
-             {"rank", sum.rank},
-             {"iterations", sum.iterations},
-             {"stopped_at", sum.stopped_at},
-             {"seconds", sum.seconds},
-             {"samples_s", sum.samples_per_s},
-             {"loss", sum.final_loss},
-             {"auc", sum.auc},
-             {"logloss", sum.logloss},
-             {"pulls", w.pulls},
-             {"push_grad", w.push_grad},
-             {"push_value", w.push_value},
-             {"push_evict", w.push_evict},
-             {"hits", w.hits},
-             {"flush_grad", w.flush_grad},
-             {"flush_value", w.flush_value},
-             {"hot_load", w.hot_load},
-             {"restored", w.restored},
-             {"hot_sync", w.hot_sync},
-             {"hot_flush", w.hot_flush},
-             {"allreduce_bytes", w.allreduce_bytes},
-             {"hosts", sum.hosts},
-             {"allreduce_cross_host_bytes", sum.allreduce_cross_host_bytes},
-             {"bytes_out", w.bytes_out},
-             {"bytes_in", w.bytes_in},
-             {"pull_state", w.pull_state},
-             {"prefetched", w.prefetched},
-             {"bytes",
-              {{"pull", w.bytes.pull},
-               {"push_grad", w.bytes.push_grad},
-               {"push_value", w.bytes.push_value},
-               {"push_evict", w.bytes.push_evict},
-               {"flush", w.bytes.flush},
-               {"total", w.bytes.total()}}},
-             {"framed_bytes",
-              {{"pull_out", w.framed.pull.out},
-               {"pull_in", w.framed.pull.in},
-               {"push_grad_out", w.framed.push_grad.out},
-               {"push_grad_in", w.framed.push_grad.in},
-               {"push_value_out", w.framed.push_value.out},
-               {"push_value_in", w.framed.push_value.in},
-               {"commit_out", w.framed.commit.out},
-               {"commit_in", w.framed.commit.in},
-               {"total", w.framed.out() + w.framed.in()}}},
-             {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}}
-            .dump());
+  json j = w;  // the counts, by name
+  j.update(json{{"summary", true},
+                {"rank", sum.rank},
+                {"iterations", sum.iterations},
+                {"stopped_at", sum.stopped_at},
+                {"seconds", sum.seconds},
+                {"samples_s", sum.samples_per_s},
+                {"loss", sum.final_loss},
+                {"auc", sum.auc},
+                {"logloss", sum.logloss},
+                {"hosts", sum.hosts},
+                {"allreduce_cross_host_bytes", sum.allreduce_cross_host_bytes},
+                {"bytes",
+                 {{"pull", w.bytes.pull},
+                  {"push_grad", w.bytes.push_grad},
+                  {"push_value", w.bytes.push_value},
+                  {"push_evict", w.bytes.push_evict},
+                  {"flush", w.bytes.flush},
+                  {"total", w.bytes.total()}}},
+                {"framed_bytes",
+                 {{"pull_out", w.framed.pull.out},
+                  {"pull_in", w.framed.pull.in},
+                  {"push_grad_out", w.framed.push_grad.out},
+                  {"push_grad_in", w.framed.push_grad.in},
+                  {"push_value_out", w.framed.push_value.out},
+                  {"push_value_in", w.framed.push_value.in},
+                  {"commit_out", w.framed.commit.out},
+                  {"commit_in", w.framed.commit.in},
+                  {"total", w.framed.out() + w.framed.in()}}},
+                {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});
+  write(j.dump());
   const PhaseTimes& f = sum.phases;
   const double all = std::max(1e-9, f.total());
   auto pct = [all](double x) { return 100 * x / all; };

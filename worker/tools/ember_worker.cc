@@ -13,8 +13,60 @@
 #include "ember/common/signals.h"
 #include "ember/monitor/exporter.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/scheduler_cli.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
+
+namespace {
+
+using namespace ember;
+
+// SIGTERM/SIGINT while training, with checkpoints: the job stops at a checkpoint a few
+// iterations on, as on a PS shard's SIGTERM (a cluster manager that signals every process
+// stops the job there too); a second signal, or one at another time, ends the process at
+// once. Before any thread starts: they all inherit the blocked signals.
+SignalThread stop_signals(worker::StopRequest& stop) {
+  return SignalThread({SIGTERM, SIGINT}, [&stop](int sig) {
+    if (stop.possible.load() && stop.signal.exchange(sig) == 0) {
+      spdlog::warn("signal {}: the job stops at a checkpoint a few iterations on (a second signal stops this worker now)", sig);
+      return;
+    }
+    spdlog::warn("signal {}: stopping now{}", sig,
+                 stop.signal.load() != 0
+                     ? ""
+                     : " (a stop at a checkpoint needs --checkpoint-dir here and on the PS shards, and training under way)");
+    die_by_signal(sig);
+  });
+}
+
+// --reference: the whole global batch in this process; one JSON line.
+int run_reference(const worker::TrainConfig& c, const std::string& optimizer, float lr, std::uint32_t dim) {
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::parse_optimizer(optimizer);
+  sparse.lr = lr;
+  auto r = worker::train_reference(c, sparse, dim);
+  const double samples = static_cast<double>(c.workers) * c.batch_per_worker * static_cast<double>(c.iterations);
+  std::printf("{\"reference\":true,\"iterations\":%llu,\"seconds\":%.4f,\"samples_s\":%.1f,\"loss\":%.6f}\n",
+              static_cast<unsigned long long>(c.iterations), r.seconds, samples / r.seconds, r.losses.empty() ? 0.0 : r.losses.back());
+  return 0;
+}
+
+// One worker of a job, its metrics served on metrics_port (0: none).
+int train(worker::TrainConfig& c, std::uint16_t metrics_port, const std::string& metrics_address) {
+  std::unique_ptr<monitor::Exporter> exporter;
+  if (metrics_port != 0) {
+    exporter = std::make_unique<monitor::Exporter>(metrics_address.empty() ? c.gloo_host : metrics_address, metrics_port);
+    c.exporter = exporter.get();
+    spdlog::info("metrics at {}", exporter->url());
+  }
+  worker::TrainSummary s = worker::run_worker(c);
+  spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}",
+               s.rank, s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,
+               s.wire.push_evict, s.auc >= 0 ? fmt::format(", AUC {:.4f}, logloss {:.4f}", s.auc, s.logloss) : std::string());
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ember;
@@ -40,7 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--token", c.token, "job token");
   app.add_option("--token-file", token_file, "read the job token from this file");
   app.add_option("--rank", c.rank, "this worker's rank (default: assigned at join)");
-  app.add_option("--workers", c.workers, "workers in the job")->capture_default_str();
+  scheduler::add_scheduler_options(app, c, scheduler::FlagsFor::kTraining);
   app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S, fae:F (hottest fraction F replicated on every worker)")
       ->capture_default_str();
   app.add_option("--device", c.device, "cpu, cuda or cuda:N (the embedding cache then lives in GPU memory)")->capture_default_str();
@@ -57,25 +109,13 @@ int main(int argc, char** argv) {
   app.add_option("--top-mlp", top, "dlrm top MLP (then 1)")->capture_default_str();
   app.add_option("--deep-mlp", deep, "wide-deep / deepfm / dcn deep MLP")->capture_default_str();
   app.add_option("--cross-layers", c.model.cross_layers, "dcn cross layers")->capture_default_str();
-  app.add_option("--batch-per-worker", c.batch_per_worker, "samples per worker per iteration")->capture_default_str();
-  app.add_option("--cache-ratio", c.cache_ratio, "embedding cache rows per worker, as a fraction of all rows")->capture_default_str();
-  app.add_option("--placement", c.placement,
-                 "plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the cache rows (replace --cache-ratio)");
   app.add_option("--iterations", c.iterations, "global batches to train")->capture_default_str();
-  app.add_option("--seed", c.seed, "data order, allocation ties, dense initialization")->capture_default_str();
-  app.add_flag("--shuffle", c.shuffle, "global batches from a seeded permutation of the training split");
   app.add_option("--dense-optimizer", c.dense_optimizer, "sgd or adagrad")->capture_default_str();
   app.add_option("--dense-lr", c.dense_lr, "dense learning rate")->capture_default_str();
   app.add_option("--eval-every", c.eval_every, "evaluate every N iterations (0: only at the end)")->capture_default_str();
-  app.add_option("--lookahead", c.lookahead, "batches the scheduler sees beyond the one it plans (0 = none)")->capture_default_str();
-  app.add_option("--eviction", c.eviction, "auto, lru or lookahead (auto: lookahead when --lookahead > 0)")->capture_default_str();
-  app.add_flag("--prefetch", c.prefetch, "pull the next iteration's rows whose PS copy is final while this one computes");
-  app.add_flag("--refine-allocation", c.refine_allocation,
-               "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch");
   app.add_flag("--overlap-allreduce", c.overlap_allreduce,
                "sum the dense gradients over the workers while the PS exchange runs (waited for before the next forward pass)");
   app.add_option("--eval-samples", c.eval_samples, "validation samples per evaluation (0: all)")->capture_default_str();
-  app.add_option("--sched-threads", c.sched_threads, "scheduler threads")->capture_default_str();
   app.add_option("--torch-threads", c.torch_threads, "LibTorch intra-op threads")->capture_default_str();
   app.add_option("--progress-every", c.progress_every, "iterations between progress lines (worker 0)")->capture_default_str();
   app.add_option("--metrics", c.metrics_file, "JSON lines: one per iteration, evaluation and the summary");
@@ -104,23 +144,9 @@ int main(int argc, char** argv) {
   if (const int status = parse_command_line(app, argc, argv, "ember-worker"); status >= 0) return status;
   return guarded_main("ember-worker", [&] {
     setup_logging(log_level);
-    // SIGTERM/SIGINT while training, with checkpoints: the job stops at a checkpoint a
-    // few iterations on, as on a PS shard's SIGTERM (a cluster manager that signals every
-    // process stops the job there too); a second signal, or one at another time, ends the
-    // process at once. Before any thread starts: they all inherit the blocked signals.
     worker::StopRequest stop;
     c.stop = &stop;
-    SignalThread signals({SIGTERM, SIGINT}, [&stop](int sig) {
-      if (stop.possible.load() && stop.signal.exchange(sig) == 0) {
-        spdlog::warn("signal {}: the job stops at a checkpoint a few iterations on (a second signal stops this worker now)", sig);
-        return;
-      }
-      spdlog::warn("signal {}: stopping now{}", sig,
-                   stop.signal.load() != 0
-                       ? ""
-                       : " (a stop at a checkpoint needs --checkpoint-dir here and on the PS shards, and training under way)");
-      die_by_signal(sig);
-    });
+    const SignalThread signals = stop_signals(stop);
     if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
     c.model.bottom = worker::parse_layers(bottom, "--bottom-mlp");
     c.model.top = worker::parse_layers(top, "--top-mlp");
@@ -129,26 +155,7 @@ int main(int argc, char** argv) {
     c.heartbeat_timeout = std::chrono::milliseconds(heartbeat_ms);
     c.join_timeout = std::chrono::milliseconds(join_timeout_ms);
     spdlog::info("{}", worker::describe(worker::select_device(false)));
-    if (reference) {
-      ps::OptimizerConfig sparse;
-      sparse.kind = ps::parse_optimizer(ref_optimizer);
-      sparse.lr = ref_lr;
-      auto r = worker::train_reference(c, sparse, ref_dim);
-      const double samples = static_cast<double>(c.workers) * c.batch_per_worker * static_cast<double>(c.iterations);
-      std::printf("{\"reference\":true,\"iterations\":%llu,\"seconds\":%.4f,\"samples_s\":%.1f,\"loss\":%.6f}\n",
-                  static_cast<unsigned long long>(c.iterations), r.seconds, samples / r.seconds, r.losses.empty() ? 0.0 : r.losses.back());
-      return 0;
-    }
-    std::unique_ptr<monitor::Exporter> exporter;
-    if (metrics_port != 0) {
-      exporter = std::make_unique<monitor::Exporter>(metrics_address.empty() ? c.gloo_host : metrics_address, metrics_port);
-      c.exporter = exporter.get();
-      spdlog::info("metrics at {}", exporter->url());
-    }
-    worker::TrainSummary s = worker::run_worker(c);
-    spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}",
-                 s.rank, s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,
-                 s.wire.push_evict, s.auc >= 0 ? fmt::format(", AUC {:.4f}, logloss {:.4f}", s.auc, s.logloss) : std::string());
-    return 0;
+    if (reference) return run_reference(c, ref_optimizer, ref_lr, ref_dim);
+    return train(c, metrics_port, metrics_address);
   });
 }

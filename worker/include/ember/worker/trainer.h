@@ -2,12 +2,13 @@
 // and leaves. One iteration t, read in order (worker/src/):
 //   loader.h          the scheduler's plan for t, made ahead in a thread of its own
 //   ps_exchange.h     sync pushes, the workers' barrier, commit(t), evictions and pulls
-//   compute_step.h    gather, forward/backward, dense all-reduce, dense optimizer
+//   compute_step.h    gather, forward/backward; dense all-reduce, dense optimizer
+//                     (row gradients into the cache meanwhile)
 //   ps_exchange.h     full-set policies' end pushes
 //   row_updates.h     local optimizer for rows trained here alone, partials kept, drops
 // and around them: job.h (join, PS connections), collective.h (c10d), trainer.cc (the
-// loop, flushes for evaluations and checkpoints), checkpoint_requests.h (checkpoints and
-// stops asked for while the job runs), dense_checkpoint.h, evaluation.h, run_report.h.
+// loop, flushes for evaluations and checkpoints), checkpoint_life.h (resumes, checkpoints
+// and stops), dense_checkpoint.h, evaluation.h, run_report.h.
 // The row-state contract the plans follow is in docs/design.md.
 #pragma once
 
@@ -21,6 +22,7 @@
 
 #include "ember/ps/ps_client.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/scheduler_config.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/model.h"
 
@@ -40,40 +42,29 @@ struct StopRequest {
   std::atomic<bool> possible{false};
 };
 
-struct TrainConfig {
-  std::string dataset;  // ember-data directory (train split; val for evaluation)
-  ModelConfig model;    // num_dense / num_tables / dim are filled from the job
-  std::string policy = "herald";
-  std::uint32_t workers = 4;  // checked against the job's shape
-  std::uint32_t batch_per_worker = 128;
-  double cache_ratio = 0.1;
-  std::uint64_t iterations = 100;
-  std::uint64_t seed = 1;               // data order, allocation ties, dense initialization
-  bool shuffle = false;                 // global batches from a seeded permutation
+// The scheduler's options (workers, batch_per_worker, cache_ratio, policy, seed, shuffle,
+// iterations, threads, lookahead, eviction, prefetch, refine_allocation, placement:
+// scheduler_config.h) are the job's: make_scheduler_config reads them from here as they
+// are, with a training job's defaults (4 workers of herald for 100 iterations).
+struct TrainConfig : scheduler::SchedulerOptions {
+  TrainConfig() {
+    workers = 4;  // checked against the job's shape
+    policy = "herald";
+    iterations = 100;
+    for_training = true;
+  }
+  std::string dataset;                  // ember-data directory (train split; val for evaluation)
+  ModelConfig model;                    // num_dense / num_tables / dim are filled from the job
   std::string dense_optimizer = "sgd";  // sgd or adagrad
   float dense_lr = 0.01f;
   std::uint64_t eval_every = 0;  // 0: only at the end
-  // Lookahead (docs/scheduler.md): batches the scheduler sees beyond the one it plans, and
-  // the eviction they drive ("auto": lookahead when lookahead > 0, else lru).
-  std::uint32_t lookahead = 0;
-  std::string eviction = "auto";
-  // Pull the rows whose PS copy is already final for the next iteration while this one
-  // computes (the plan marks them: PullEntry::prefetch).
-  bool prefetch = false;
   // Sum the dense gradients over the workers while the PS exchange runs: the all-reduce
   // of iteration t starts after its backward pass and is waited for before t+1's forward
   // pass (the same model; an iteration's progress line then shows the loss before it).
   bool overlap_allreduce = false;
-  // laia, herald: LAIA's allocation refined by swaps that move fewer rows in the batch
-  // (docs/scheduler.md "Refined allocation").
-  bool refine_allocation = false;
-  // A plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the
-  // cache rows per worker (replacing cache_ratio's). Empty: every table cached.
-  std::string placement;
   std::uint64_t eval_samples = 0;      // 0: the whole validation split
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
-  int sched_threads = 1;
   int torch_threads = 1;
   std::uint64_t progress_every = 10;
   std::string metrics_file;  // JSON lines (one per iteration, evaluation, summary)
@@ -134,8 +125,9 @@ struct WireCounts {
 // (sync pushes before the barrier; the barrier and the commit, which includes waiting
 // for slower workers; write-backs, evictions and pulls; the full-set pushes after
 // training), the model (gather, forward, backward), the dense all-reduce and optimizer
-// step, and the local updates (gradient scatter, cached rows' updates). Excludes waiting for
-// the loader and the evaluation flushes.
+// step (with the row gradients scattered into the cache while the sum runs), and the
+// local updates of the cached rows. Excludes waiting for the loader and the evaluation
+// flushes.
 struct PhaseTimes {
   double sync = 0, commit = 0, pull = 0, compute = 0, allreduce = 0, push = 0, update = 0;
   double total() const { return sync + commit + pull + compute + allreduce + push + update; }

@@ -107,7 +107,7 @@ struct SchedulerOptions {
   std::string eviction = "auto";
   bool prefetch = false;  // SchedulerConfig::prefetch
   // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
-  // worker, which replace cache_ratio's. Empty: every table cached, as before.
+  // worker, which replace cache_ratio's. Empty: every table cached.
   std::string placement;
   // The same, in memory (the planner's samples): applied when it has treatments and
   // `placement` is empty.

@@ -17,7 +17,7 @@
 #include "ember/common/error.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/process.h"
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 
 namespace ember::ps {
 namespace {

@@ -7,7 +7,7 @@
 #include "ember/common/fs.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/worker/model.h"
 #include "ember/worker/trainer.h"

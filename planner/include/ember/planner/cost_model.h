@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ember/data/dataset.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {

@@ -10,7 +10,7 @@
 
 #include "ember/common/types.h"
 #include "ember/data/dataset.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/scheduler/policy.h"
 
 namespace ember::scheduler {

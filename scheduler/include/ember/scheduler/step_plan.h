@@ -13,7 +13,7 @@
 //              applied locally (it becomes dirty)
 //   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
 //              copies leave their slots without traffic)
-// A placement (placement.h) adds two kinds of rows: `replicated` lists the rows of
+// A placement (plan_file.h) adds two kinds of rows: `replicated` lists the rows of
 // replicated tables the global batch touches (the same list in every worker's plan: their
 // gradients are all-reduced, no row is pulled or pushed); an uncached row is pulled into
 // a staging slot (at or past the cache's rows), its gradient is an end push whatever

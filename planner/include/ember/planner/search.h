@@ -14,7 +14,7 @@
 
 #include "ember/data/dataset.h"
 #include "ember/planner/cost_model.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {

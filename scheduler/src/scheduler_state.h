@@ -33,7 +33,7 @@ struct Scheduler::State {
   DoiProfiler doi;               // adaptive LAIA: the tables to score
   KeyBits seen;                  // rows used by an earlier iteration (cold pulls)
   PushMarks pushed;              // prefetch only
-  ReplicaLog replicas;           // replicated rows trained since the last flush
+  ReplicatedLog replicated_trained;  // replicated rows trained since the last flush
 };
 
 // Working memory for one batch, reused; a copy starts with its own.

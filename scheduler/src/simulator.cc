@@ -37,7 +37,7 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
   }
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
   // (plans without replicated rows hash as before)
-  for (const auto* list : {&p.replicated, &p.replica_flush}) {
+  for (const auto* list : {&p.replicated, &p.replicated_flush}) {
     if (!list->empty()) h = hash_vec(*list, mix64(h + list->size()));
   }
   return h;
@@ -61,7 +61,7 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
     if (flush) {
       for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
       for (const KeySlot& ks : p.push_values) ++of(ks.key).flush_value;
-      for (Key k : p.replica_flush) ++of(k).hot_flush;
+      for (Key k : p.replicated_flush) ++of(k).hot_flush;
       continue;
     }
     for (Key k : p.replicated) ++of(k).hot_sync;

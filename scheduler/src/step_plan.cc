@@ -13,7 +13,7 @@ void StepPlan::clear() {
   end_pushes.clear();
   drops.clear();
   replicated.clear();
-  replica_flush.clear();
+  replicated_flush.clear();
 }
 
 TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {

@@ -72,14 +72,14 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   check_lookahead(c);
   if (c.policy.replicates_frequent_rows()) c.replicated = profile_replicated_rows(ds, o, c.policy.replicated_fraction());
   if (!o.placement.empty()) {
-    apply_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
+    configure_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
   } else if (!o.placement_plan.treatments.empty()) {
-    apply_placement(o.placement_plan, "the plan", c);
+    configure_placement(o.placement_plan, "the plan", c);
   }
   return c;
 }
 
-void apply_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c) {
+void configure_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c) {
   if (c.policy.sync() == Sync::kBoundedStaleness) {
     throw ConfigError(what + " does not apply to " + c.policy.name() + ": its copies are kept by version, not by treatment");
   }

@@ -109,7 +109,7 @@ struct SchedulerOptions {
   // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
   // worker, which replace cache_ratio's. Empty: every table cached.
   std::string placement;
-  // The same, in memory (the planner's samples): applied when it has treatments and
+  // The same, in memory (the planner's samples): used when it has treatments and
   // `placement` is empty.
   PlanFile placement_plan;
 };
@@ -124,9 +124,9 @@ struct SchedulerOptions {
 // run (o.iterations). The Scheduler's constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
 
-// Applies `plan` (read_plan's) to `c`: treatments, replicated and uncached keys, the cache
-// rows. ConfigError, naming `what`, for het:S or a plan of another number of tables.
-void apply_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c);
+// Configures `c` for `plan` (read_plan's): treatments, replicated and uncached keys, the
+// cache rows. ConfigError, naming `what`, for het:S or a plan of another number of tables.
+void configure_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c);
 
 // ConfigError for an eviction by next use without a window, or any lookahead (window,
 // eviction by next use, prefetch) with bounded-staleness sync (het:S). make_scheduler_config and the Scheduler call it.

@@ -38,7 +38,8 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
-  if (c.policy.replicates_frequent_rows() && c.replicated.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
+  if (c.policy.replicates_frequent_rows() && c.replicated.size() != c.num_keys)
+    throw ConfigError("fae: the hot-row profile must cover every key");
   if (!c.replicated.empty() && c.replicated.size() != c.num_keys) throw ConfigError("the replicated rows must be given for every key");
   if (!c.uncached.empty() && c.uncached.size() != c.num_keys) throw ConfigError("the uncached rows must be given for every key");
   if (!c.treatments.empty() && c.treatments.size() != tables) throw ConfigError("a placement must give every table a treatment");
@@ -59,7 +60,8 @@ std::uint32_t cache_capacity(const SchedulerConfig& c, std::uint32_t tables) {
     replicated += static_cast<std::uint64_t>(std::ranges::count(c.in_table(c.replicated, t), 1));
   }
   if (replicated >= capacity)
-    throw ConfigError("fae: the hot set (" + std::to_string(replicated) + " rows) fills the whole cache of " + std::to_string(capacity) + " rows");
+    throw ConfigError("fae: the hot set (" + std::to_string(replicated) + " rows) fills the whole cache of " + std::to_string(capacity) +
+                      " rows");
   return capacity - static_cast<std::uint32_t>(replicated);
 }
 
@@ -162,7 +164,8 @@ const std::vector<std::uint32_t>& Scheduler::scored_tables() const { return stat
 
 std::size_t Scheduler::memory_bytes() const {
   const State& s = *state_;
-  std::size_t b = s.loc.memory_bytes() + s.doi.memory_bytes() + s.seen.memory_bytes() + s.pushed.memory_bytes() + s.replicated_trained.memory_bytes();
+  std::size_t b =
+      s.loc.memory_bytes() + s.doi.memory_bytes() + s.seen.memory_bytes() + s.pushed.memory_bytes() + s.replicated_trained.memory_bytes();
   b += std::visit([](const auto& mode) { return mode.memory_bytes(); }, s.sync);
   for (const WorkerCache& l : s.lru) b += l.memory_bytes();
   if (s.window) b += s.window->memory_bytes();

@@ -16,8 +16,8 @@
 #include "ember/common/flat_map.h"
 #include "ember/worker/model.h"
 #include "ember/worker/row_cache.h"
-#include "replicas.h"
 #include "loader.h"
+#include "replicas.h"
 
 namespace ember::worker {
 

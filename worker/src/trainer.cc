@@ -22,10 +22,10 @@
 #include "ember/worker/device.h"
 #include "ember/worker/row_cache.h"
 #include "evaluation.h"
-#include "replicas.h"
 #include "job.h"
 #include "loader.h"
 #include "ps_exchange.h"
+#include "replicas.h"
 #include "row_updates.h"
 #include "run_report.h"
 

@@ -32,7 +32,7 @@ struct PolicyTraits {
   Allocation allocation;
   Sync sync;
   bool replicates_frequent_rows;  // the hottest rows live on every worker, off the PS (FAE)
-  bool simulator_only;       // too slow to train with; ember-sim only
+  bool simulator_only;            // too slow to train with; ember-sim only
 };
 
 // Every policy, in the order messages list them.
@@ -47,8 +47,8 @@ class Policy {
   Sync sync() const { return traits_->sync; }
   bool replicates_frequent_rows() const { return traits_->replicates_frequent_rows; }
   bool simulator_only() const { return traits_->simulator_only; }
-  std::uint32_t staleness() const { return staleness_; }  // het:S
-  double replicated_fraction() const { return replicated_fraction_; }   // fae:F
+  std::uint32_t staleness() const { return staleness_; }               // het:S
+  double replicated_fraction() const { return replicated_fraction_; }  // fae:F
 
  private:
   friend Policy parse_policy(const std::string& text);

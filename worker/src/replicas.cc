@@ -14,9 +14,9 @@ namespace {
 std::size_t rows_per_request(std::size_t floats_per_row) { return std::max<std::size_t>(1, (std::size_t{1} << 18) / floats_per_row); }
 }  // namespace
 
-void Replicas::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank) {
-  for (Key k = 0; k < hot.size(); ++k) {
-    if (hot[k]) {
+void Replicas::load(ps::PsClient& client, const std::vector<std::uint8_t>& replicated, WireCounts& wire, std::uint32_t rank) {
+  for (Key k = 0; k < replicated.size(); ++k) {
+    if (replicated[k]) {
       index_.try_emplace(k, static_cast<std::uint32_t>(keys_.size()));
       keys_.push_back(k);
     }

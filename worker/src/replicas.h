@@ -23,8 +23,8 @@ class Replicas {
  public:
   Replicas(std::uint32_t dim, std::uint32_t state_floats) : dim_(dim), state_(state_floats) {}
 
-  // Pulls the rows marked in `hot` (indexed by key) from the PS.
-  void load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank);
+  // Pulls the rows marked in `replicated` (indexed by key) from the PS.
+  void load(ps::PsClient& client, const std::vector<std::uint8_t>& replicated, WireCounts& wire, std::uint32_t rank);
   bool empty() const { return keys_.empty(); }
   // The replica's index of `key`, or null when it is not replicated.
   const std::uint32_t* find(Key key) const { return keys_.empty() ? nullptr : index_.find(key); }

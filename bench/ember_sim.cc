@@ -152,6 +152,8 @@ int main(int argc, char** argv) {
       double red_push = vanilla ? reduction(vanilla->traffic.pushes(), t.pushes()) : 0;
       double red_all = vanilla ? reduction(vanilla->traffic.transmissions(), t.transmissions()) : 0;
       if (json) {
+        // The field names are an interface (scripts and tests read them): hot_sync and
+        // hot_flush keep their names although the code calls these rows replicated.
         nlohmann::ordered_json j = {{"policy", r.policy},
                                     {"pulls", t.pulls},
                                     {"pushes", t.pushes()},

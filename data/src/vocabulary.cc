@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 
+#include "ember/common/binary_header.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
@@ -13,11 +15,10 @@
 namespace ember::data {
 namespace {
 
-constexpr char kVocabMagic[8] = {'E', 'M', 'B', 'R', 'V', 'O', 'C', 'B'};
-constexpr std::uint32_t kVocabVersion = 1;
+constexpr BinaryFormat kVocabFormat{{'E', 'M', 'B', 'R', 'V', 'O', 'C', 'B'}, "vocabulary", 1, 1};
 
 struct FileHeader {
-  char magic[8];
+  char magic[8];  // binary_header.h's
   std::uint32_t version;
   std::uint32_t tables;
 };
@@ -27,6 +28,7 @@ struct TableHeader {
   std::uint32_t reserved;
 };
 static_assert(sizeof(FileHeader) == 16 && sizeof(TableHeader) == 16);
+static_assert(offsetof(FileHeader, tables) == kBinaryHeaderBytes);
 
 std::uint64_t pad8(std::uint64_t n) { return (n + 7) / 8 * 8; }
 
@@ -58,10 +60,9 @@ Vocabulary Vocabulary::read(const std::filesystem::path& file, const std::vector
   const std::string buf = read_file(file);
   auto fail = [&](const std::string& why) -> DataError { return DataError(name + ": " + why); };
   if (buf.size() < sizeof(FileHeader) + sizeof(std::uint64_t)) throw fail("truncated vocabulary");
+  read_binary_header(kVocabFormat, name, buf);
   FileHeader h;
   std::memcpy(&h, buf.data(), sizeof h);
-  if (std::memcmp(h.magic, kVocabMagic, sizeof h.magic) != 0) throw fail("not an Ember vocabulary");
-  if (h.version != kVocabVersion) throw fail("vocabulary version " + std::to_string(h.version) + " is not supported");
   std::uint64_t sum;
   std::memcpy(&sum, buf.data() + buf.size() - sizeof sum, sizeof sum);
   if (sum != checksum64(buf.data(), buf.size() - sizeof sum)) throw fail("checksum mismatch (corrupt or truncated vocabulary)");
@@ -129,8 +130,7 @@ VocabularyWriter::VocabularyWriter(const std::filesystem::path& file, std::uint3
   state_ = XXH3_createState();
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
   FileHeader h{};
-  std::memcpy(h.magic, kVocabMagic, sizeof h.magic);
-  h.version = kVocabVersion;
+  write_binary_header(kVocabFormat, &h);
   h.tables = tables;
   put(&h, sizeof h);
 }

@@ -15,7 +15,7 @@
 #include "ember/common/main.h"
 #include "ember/data/dataset.h"
 #include "ember/planner/cost_model.h"
-#include "ember/planner/placement.h"
+#include "ember/planner/search.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/policy.h"
 #include "ember/scheduler/simulator.h"

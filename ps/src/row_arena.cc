@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "ember/common/error.h"
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 #include "ember/ps/shard_store.h"
 
 namespace ember::ps {

@@ -2,11 +2,13 @@
 // geometry, the optimizer and the iteration, then every initialized row of the shard as
 // its key and its value and optimizer state, then a checksum of everything before it.
 // The store's serving side is shard_store.cc.
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <shared_mutex>
 #include <string>
 
+#include "ember/common/binary_header.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
@@ -16,12 +18,11 @@
 namespace ember::ps {
 namespace {
 
-constexpr char kCheckpointMagic[8] = {'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'};
 // Version 2 carries the iteration; version 1 files (48-byte header, no iteration) still load.
-constexpr std::uint32_t kCheckpointVersion = 2;
+constexpr BinaryFormat kCheckpointFormat{{'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'}, "checkpoint", 2, 1};
 
 struct CheckpointHeader {
-  char magic[8];
+  char magic[8];  // binary_header.h's
   std::uint32_t version;
   std::uint32_t dim;
   std::uint32_t state;
@@ -32,7 +33,7 @@ struct CheckpointHeader {
   std::uint64_t rows;
   std::int64_t iteration;  // last iteration committed into the rows (-1: none, or a version 1 file)
 };
-static_assert(sizeof(CheckpointHeader) == 56);
+static_assert(sizeof(CheckpointHeader) == 56 && offsetof(CheckpointHeader, dim) == kBinaryHeaderBytes);
 constexpr std::size_t kHeaderV1Bytes = 48;
 
 std::size_t header_bytes(std::uint32_t version) { return version == 1 ? kHeaderV1Bytes : sizeof(CheckpointHeader); }
@@ -41,11 +42,8 @@ std::size_t header_bytes(std::uint32_t version) { return version == 1 ? kHeaderV
 CheckpointHeader read_header(const std::string& name, const std::string& buf) {
   CheckpointHeader h{};
   if (buf.size() < kHeaderV1Bytes + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
+  read_binary_header(kCheckpointFormat, name, buf);
   std::memcpy(&h, buf.data(), kHeaderV1Bytes);
-  if (std::memcmp(h.magic, kCheckpointMagic, sizeof h.magic) != 0) throw DataError(name + ": not an Ember checkpoint");
-  if (h.version != 1 && h.version != kCheckpointVersion) {
-    throw DataError(name + ": checkpoint version " + std::to_string(h.version) + " is not supported");
-  }
   h.iteration = -1;
   if (h.version != 1) {
     if (buf.size() < sizeof h + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
@@ -95,8 +93,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   const std::uint64_t rows = listed.size();
   std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');
   CheckpointHeader h{};
-  std::memcpy(h.magic, kCheckpointMagic, sizeof h.magic);
-  h.version = kCheckpointVersion;
+  write_binary_header(kCheckpointFormat, &h);
   h.dim = config_.dim;
   h.state = state_;
   h.optimizer = static_cast<std::uint32_t>(config_.optimizer.kind);

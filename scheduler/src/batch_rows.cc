@@ -36,14 +36,14 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
   const std::uint32_t n = batch.samples, T = batch.tables;
   if (T != tables)
     throw ConfigError("batch has " + std::to_string(T) + " tables; the scheduler was configured with " + std::to_string(tables));
-  const bool replicate_hot = c.replicates();
+  const bool replicates = c.replicates();
   const bool uncached = !c.uncached.empty();
   s.index.clear();
   // Sized by the last batch's distinct rows: a small table stays in L2 (it grows when
   // needed).
   s.index.reserve(2 * s.keys.size() + 1024);
   s.keys.clear();
-  s.hot_d.clear();
+  s.replicated_d.clear();
   s.uncached_d.clear();
   s.dpos.resize(static_cast<std::size_t>(n) * T);
   for (std::size_t j = 0; j < s.dpos.size(); ++j) {
@@ -53,7 +53,7 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
     auto [d, fresh] = s.index.try_emplace(k, static_cast<std::uint32_t>(s.keys.size()));
     if (fresh) {
       s.keys.push_back(k);
-      s.hot_d.push_back(replicate_hot && c.hot[k]);
+      s.replicated_d.push_back(replicates && c.replicated[k]);
       s.uncached_d.push_back(uncached && c.uncached[k]);
       loc.prefetch(k);
     }
@@ -75,19 +75,19 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
                     const std::vector<std::uint32_t>& worker_of, const std::vector<StepPlan>& plans, const std::vector<WorkerCache>& lru,
                     BatchRows& s) {
   const std::uint32_t W = c.workers, n = batch.samples, T = batch.tables;
-  const bool replicate_hot = c.replicates();
+  const bool replicates = c.replicates();
   // Who trains each distinct row: U(k).
   const std::uint32_t D = s.size();
   s.umask.assign(D, 0);
-  s.hot_keys.clear();
+  s.replicated_rows.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint64_t wb = bit(worker_of[i]);
     const std::uint32_t* d = &s.dpos[static_cast<std::size_t>(i) * T];
     for (std::uint32_t t = 0; t < T; ++t) s.umask[d[t]] |= wb;
   }
-  if (replicate_hot) {
+  if (replicates) {
     for (std::uint32_t d = 0; d < D; ++d) {
-      if (s.hot_d[d]) s.hot_keys.push_back(d);
+      if (s.replicated_d[d]) s.replicated_rows.push_back(d);
     }
   }
   // Each worker's distinct rows in micro-batch order.
@@ -100,7 +100,7 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
     for (std::uint32_t i : plans[w].samples) {
       for (std::uint32_t t = 0; t < T; ++t) {
         std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
-        if (s.stamp[d] == w + 1 || (replicate_hot && s.hot_d[d])) continue;
+        if (s.stamp[d] == w + 1 || (replicates && s.replicated_d[d])) continue;
         s.stamp[d] = w + 1;
         kw.push_back(d);
         staged += s.uncached_d[d];

@@ -20,17 +20,17 @@ namespace ember::scheduler {
 
 struct BatchRows {
   // Filled by index_batch.
-  U64Map<std::uint32_t> index;           // key -> d (distinct rows of the batch)
-  std::vector<Key> keys;                 // d -> key
-  std::vector<std::uint32_t> dpos;       // (sample, table) -> d
-  std::vector<std::uint8_t> owner_d;     // d -> latest holder before the iteration
-  std::vector<std::uint8_t> partial_d;   // d -> had partial holders before the iteration
-  std::vector<std::uint8_t> hot_d;       // d -> replicated hot row
-  std::vector<std::uint8_t> cold_d;      // d -> no earlier iteration used the row
-  std::vector<std::uint8_t> uncached_d;  // d -> of an uncached table (staged, not cached)
+  U64Map<std::uint32_t> index;             // key -> d (distinct rows of the batch)
+  std::vector<Key> keys;                   // d -> key
+  std::vector<std::uint32_t> dpos;         // (sample, table) -> d
+  std::vector<std::uint8_t> owner_d;       // d -> latest holder before the iteration
+  std::vector<std::uint8_t> partial_d;     // d -> had partial holders before the iteration
+  std::vector<std::uint8_t> replicated_d;  // d -> replicated row
+  std::vector<std::uint8_t> cold_d;        // d -> no earlier iteration used the row
+  std::vector<std::uint8_t> uncached_d;    // d -> of an uncached table (staged, not cached)
   // Filled by index_trainers, once the allocation is known.
   std::vector<std::uint64_t> umask;            // d -> workers training it (U(k))
-  std::vector<std::uint32_t> hot_keys;         // distinct replicated hot rows of the batch (d)
+  std::vector<std::uint32_t> replicated_rows;  // distinct replicated rows of the batch (d)
   std::vector<std::uint32_t> stamp;            // d -> last worker + 1 that listed it
   std::vector<std::vector<std::uint32_t>> kw;  // worker -> its distinct d, first-appearance order
   // Filled by the pull phase.

@@ -21,13 +21,13 @@ constexpr std::array<PolicyTraits, 7> kPolicies{{
 }};
 
 bool takes_staleness(const PolicyTraits& t) { return t.sync == Sync::kBoundedStaleness; }
-bool takes_hot_fraction(const PolicyTraits& t) { return t.replicates_hot_rows; }
+bool takes_replicated_fraction(const PolicyTraits& t) { return t.replicates_frequent_rows; }
 
 // The policy as messages write it: "het:S", "fae:F", "vanilla".
 std::string usage(const PolicyTraits& t) {
   std::string u(t.name);
   if (takes_staleness(t)) u += ":S";
-  if (takes_hot_fraction(t)) u += ":F";
+  if (takes_replicated_fraction(t)) u += ":F";
   return u;
 }
 
@@ -58,12 +58,12 @@ Policy parse_policy(const std::string& text) {
     long s = std::strtol(arg.c_str(), &end, 10);
     if (arg.empty() || *end != '\0' || s < 0) throw ConfigError("policy '" + text + "': het:S needs a staleness S >= 0");
     p.staleness_ = static_cast<std::uint32_t>(s);
-  } else if (takes_hot_fraction(*traits)) {
+  } else if (takes_replicated_fraction(*traits)) {
     char* end = nullptr;
     double f = std::strtod(arg.c_str(), &end);
     if (arg.empty() || *end != '\0' || !(f >= 0 && f < 1))
       throw ConfigError("policy '" + text + "': fae:F needs a hot fraction F in [0, 1)");
-    p.hot_fraction_ = f;
+    p.replicated_fraction_ = f;
   } else if (colon != std::string::npos) {
     throw ConfigError("policy '" + text + "' takes no argument");
   }

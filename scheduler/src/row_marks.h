@@ -66,10 +66,10 @@ class PushMarks {
 
 // The replicated rows trained since the last flush (a byte per key), and their keys in
 // the order first trained.
-class ReplicaLog {
+class ReplicatedLog {
  public:
-  ReplicaLog() = default;
-  explicit ReplicaLog(std::uint64_t num_keys) : trained_(num_keys, 0) {}
+  ReplicatedLog() = default;
+  explicit ReplicatedLog(std::uint64_t num_keys) : trained_(num_keys, 0) {}
 
   void note(Key k) {
     if (!trained_[k]) keys_.push_back(k);

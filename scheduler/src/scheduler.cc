@@ -38,8 +38,9 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
-  if (c.policy.replicates_hot_rows() && c.hot.size() != c.num_keys) throw ConfigError("fae: the hot-row profile must cover every key");
-  if (!c.hot.empty() && c.hot.size() != c.num_keys) throw ConfigError("the replicated rows must be given for every key");
+  if (c.policy.replicates_frequent_rows() && c.replicated.size() != c.num_keys)
+    throw ConfigError("fae: the hot-row profile must cover every key");
+  if (!c.replicated.empty() && c.replicated.size() != c.num_keys) throw ConfigError("the replicated rows must be given for every key");
   if (!c.uncached.empty() && c.uncached.size() != c.num_keys) throw ConfigError("the uncached rows must be given for every key");
   if (!c.treatments.empty() && c.treatments.size() != tables) throw ConfigError("a placement must give every table a treatment");
   if (c.policy.sync() == Sync::kBoundedStaleness && (!c.treatments.empty() || !c.uncached.empty())) {
@@ -52,15 +53,16 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
 // of their own).
 std::uint32_t cache_capacity(const SchedulerConfig& c, std::uint32_t tables) {
   std::uint32_t capacity = c.cache_rows;
-  if (!c.policy.replicates_hot_rows()) return capacity;
-  std::uint64_t hot = 0;
+  if (!c.policy.replicates_frequent_rows()) return capacity;
+  std::uint64_t replicated = 0;
   for (std::uint32_t t = 0; t < tables; ++t) {
     if (!c.treatments.empty() && c.treatments[t] == Treatment::kReplicated) continue;
-    hot += static_cast<std::uint64_t>(std::ranges::count(c.in_table(c.hot, t), 1));
+    replicated += static_cast<std::uint64_t>(std::ranges::count(c.in_table(c.replicated, t), 1));
   }
-  if (hot >= capacity)
-    throw ConfigError("fae: the hot set (" + std::to_string(hot) + " rows) fills the whole cache of " + std::to_string(capacity) + " rows");
-  return capacity - static_cast<std::uint32_t>(hot);
+  if (replicated >= capacity)
+    throw ConfigError("fae: the hot set (" + std::to_string(replicated) + " rows) fills the whole cache of " + std::to_string(capacity) +
+                      " rows");
+  return capacity - static_cast<std::uint32_t>(replicated);
 }
 
 // The LRU groups of a worker's cache (WorkerCache): one of `capacity` rows, or with cache
@@ -142,7 +144,7 @@ Scheduler::State::State(const SchedulerConfig& c)
   sync = make_sync_mode(c, capacity);
   doi = DoiProfiler(c, tables);
   seen = KeyBits(c.num_keys);
-  if (c.replicates()) replicas = ReplicaLog(c.num_keys);
+  if (c.replicates()) replicated_trained = ReplicatedLog(c.num_keys);
   if (c.prefetch) pushed = PushMarks(c.num_keys);
 }
 
@@ -162,7 +164,8 @@ const std::vector<std::uint32_t>& Scheduler::scored_tables() const { return stat
 
 std::size_t Scheduler::memory_bytes() const {
   const State& s = *state_;
-  std::size_t b = s.loc.memory_bytes() + s.doi.memory_bytes() + s.seen.memory_bytes() + s.pushed.memory_bytes() + s.replicas.memory_bytes();
+  std::size_t b =
+      s.loc.memory_bytes() + s.doi.memory_bytes() + s.seen.memory_bytes() + s.pushed.memory_bytes() + s.replicated_trained.memory_bytes();
   b += std::visit([](const auto& mode) { return mode.memory_bytes(); }, s.sync);
   for (const WorkerCache& l : s.lru) b += l.memory_bytes();
   if (s.window) b += s.window->memory_bytes();
@@ -182,9 +185,9 @@ void Scheduler::look_ahead(const GlobalBatch& batch) {
   }
   // A row the window did not need before and a coming batch needs now: its cached copies
   // (the latest holder's, or the partial holders') leave the LRU order, kept by next use.
-  const bool replicate_hot = config_.replicates();
+  const bool replicates = config_.replicates();
   s.window->add(batch, [&](Key k, std::uint32_t next_use) {
-    if (replicate_hot && config_.hot[k]) return;
+    if (replicates && config_.replicated[k]) return;
     auto keep = [&](std::uint32_t w) {
       std::uint32_t slot = s.lru[w].find(k);
       if (slot != kNoSlot) s.lru[w].keep_until(slot, next_use);
@@ -273,12 +276,12 @@ IterationStats Scheduler::finish_iteration(std::vector<StepPlan>& plans) {
   for (Key k : rows.keys) s.seen.set(k);
   for (const auto& c : rows.per_worker) st.traffic += c;
   // Every worker all-reduces the batch's replicated rows; a flush writes them back.
-  for (std::uint32_t d : rows.hot_keys) s.replicas.note(rows.keys[d]);
+  for (std::uint32_t d : rows.replicated_rows) s.replicated_trained.note(rows.keys[d]);
   for (StepPlan& plan : plans) {
-    plan.replicated.resize(rows.hot_keys.size());
-    for (std::size_t j = 0; j < rows.hot_keys.size(); ++j) plan.replicated[j] = rows.keys[rows.hot_keys[j]];
+    plan.replicated.resize(rows.replicated_rows.size());
+    for (std::size_t j = 0; j < rows.replicated_rows.size(); ++j) plan.replicated[j] = rows.keys[rows.replicated_rows[j]];
   }
-  st.traffic.hot_sync = static_cast<std::uint64_t>(config_.workers) * rows.hot_keys.size();
+  st.traffic.hot_sync = static_cast<std::uint64_t>(config_.workers) * rows.replicated_rows.size();
   ++s.iteration;
   s.planned = true;
   return st;
@@ -321,10 +324,10 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
   }
   // Worker 0 writes the replicated rows trained since the last flush back to the PS (the
   // replicas agree). Nobody pulls them before the next flush, so prefetch is unaffected.
-  if (!s.replicas.keys().empty()) {
-    plans[0].replica_flush = s.replicas.keys();
-    c.hot_flush = s.replicas.keys().size();
-    s.replicas.clear();
+  if (!s.replicated_trained.keys().empty()) {
+    plans[0].replicated_flush = s.replicated_trained.keys();
+    c.hot_flush = s.replicated_trained.keys().size();
+    s.replicated_trained.clear();
   }
   return c;
 }

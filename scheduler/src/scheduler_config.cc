@@ -5,7 +5,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/types.h"
-#include "ember/scheduler/hot_rows.h"
+#include "ember/scheduler/fae_profile.h"
 
 namespace ember::scheduler {
 
@@ -70,16 +70,16 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
                       " iterations");
   }
   check_lookahead(c);
-  if (c.policy.replicates_hot_rows()) c.hot = profile_hot_rows(ds, o, c.policy.hot_fraction());
+  if (c.policy.replicates_frequent_rows()) c.replicated = profile_replicated_rows(ds, o, c.policy.replicated_fraction());
   if (!o.placement.empty()) {
-    apply_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
+    configure_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);
   } else if (!o.placement_plan.treatments.empty()) {
-    apply_placement(o.placement_plan, "the plan", c);
+    configure_placement(o.placement_plan, "the plan", c);
   }
   return c;
 }
 
-void apply_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c) {
+void configure_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c) {
   if (c.policy.sync() == Sync::kBoundedStaleness) {
     throw ConfigError(what + " does not apply to " + c.policy.name() + ": its copies are kept by version, not by treatment");
   }
@@ -96,16 +96,16 @@ void apply_placement(const PlanFile& plan, const std::string& what, SchedulerCon
   if (plan.cache_rows > 0) c.cache_rows = plan.cache_rows;
   for (std::size_t t = 0; t < c.treatments.size(); ++t) {
     if (c.treatments[t] == Treatment::kReplicated) {
-      if (c.hot.empty()) c.hot.assign(c.num_keys, 0);
-      std::ranges::fill(c.in_table(c.hot, t), 1);
+      if (c.replicated.empty()) c.replicated.assign(c.num_keys, 0);
+      std::ranges::fill(c.in_table(c.replicated, t), 1);
     } else if (c.treatments[t] == Treatment::kUncached) {
       if (c.uncached.empty()) c.uncached.assign(c.num_keys, 0);
       std::ranges::fill(c.in_table(c.uncached, t), 1);
     }
   }
-  // fae's hot rows of an uncached table are replicated: the replica wins.
-  if (!c.uncached.empty() && !c.hot.empty()) {
-    for (Key k = 0; k < c.num_keys; ++k) c.uncached[k] &= static_cast<std::uint8_t>(c.hot[k] == 0);
+  // fae's replicated rows of an uncached table stay replicated.
+  if (!c.uncached.empty() && !c.replicated.empty()) {
+    for (Key k = 0; k < c.num_keys; ++k) c.uncached[k] &= static_cast<std::uint8_t>(c.replicated[k] == 0);
   }
 }
 

@@ -25,15 +25,15 @@ struct Scheduler::State {
 
   std::uint32_t tables = 0;
   std::uint64_t iteration = 0;
-  bool planned = false;          // an iteration was planned before (the first has nothing to prefetch)
-  cache::LocationMap loc;        // every row's state
-  std::vector<WorkerCache> lru;  // every worker's cache
-  std::optional<Window> window;  // lookahead only
-  SyncModes sync;                // the policy's sync mode, with its own state (het: versions)
-  DoiProfiler doi;               // adaptive LAIA: the tables to score
-  KeyBits seen;                  // rows used by an earlier iteration (cold pulls)
-  PushMarks pushed;              // prefetch only
-  ReplicaLog replicas;           // replicated rows trained since the last flush
+  bool planned = false;              // an iteration was planned before (the first has nothing to prefetch)
+  cache::LocationMap loc;            // every row's state
+  std::vector<WorkerCache> lru;      // every worker's cache
+  std::optional<Window> window;      // lookahead only
+  SyncModes sync;                    // the policy's sync mode, with its own state (het: versions)
+  DoiProfiler doi;                   // adaptive LAIA: the tables to score
+  KeyBits seen;                      // rows used by an earlier iteration (cold pulls)
+  PushMarks pushed;                  // prefetch only
+  ReplicatedLog replicated_trained;  // replicated rows trained since the last flush
 };
 
 // Working memory for one batch, reused; a copy starts with its own.

@@ -6,6 +6,7 @@
 #include "ember/common/checkpoint_schedule.h"
 #include "ember/common/error.h"
 #include "ember/common/hash.h"
+#include "ember/scheduler/batch_stream.h"
 
 namespace ember::scheduler {
 namespace {
@@ -37,7 +38,7 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
   }
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
   // (plans without replicated rows hash as before)
-  for (const auto* list : {&p.replicated, &p.replica_flush}) {
+  for (const auto* list : {&p.replicated, &p.replicated_flush}) {
     if (!list->empty()) h = hash_vec(*list, mix64(h + list->size()));
   }
   return h;
@@ -61,7 +62,7 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
     if (flush) {
       for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
       for (const KeySlot& ks : p.push_values) ++of(ks.key).flush_value;
-      for (Key k : p.replica_flush) ++of(k).hot_flush;
+      for (Key k : p.replicated_flush) ++of(k).hot_flush;
       continue;
     }
     for (Key k : p.replicated) ++of(k).hot_sync;
@@ -91,7 +92,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   SchedulerOptions job = o.scheduler;
   job.iterations = total;
   SchedulerConfig c = make_scheduler_config(ds, job);
-  data::BatchReader reader = global_batch_reader(ds, job);
+  const data::BatchReader reader = global_batch_reader(ds, job);
   if (reader.batches_per_epoch() < total) {
     throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
                       " global batches; --warmup + --iterations = " + std::to_string(total));
@@ -107,22 +108,16 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   data::Batch b;
   GlobalBatch g;
   const auto& offsets = sched.config().table_offsets;
-  // The lookahead reads the same batches ahead, with a reader of its own.
-  data::BatchReader ahead = global_batch_reader(ds, job);
-  data::Batch nb;
-  const CheckpointSchedule checkpoints(o.checkpoint_every);
+  BatchStream batches(reader, offsets, sched.config().lookahead);
+  const FlushSchedule flush_schedule{total, o.eval_every, CheckpointSchedule(o.checkpoint_every)};
   double tables_sum = 0, scoring_sum = 0;
   r.per_table.assign(offsets.size(), TrafficCounts{});
   if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
   r.per_shard.assign(o.shards, TrafficCounts{});
   const std::function<std::size_t(Key)> shard_of = [&](Key k) -> std::size_t { return o.shard_of(k); };
   for (std::uint64_t it = 0; it < total; ++it) {
-    if (!reader.next(b)) break;
-    to_global_batch(b, offsets, g);
-    sched.look_ahead_through(it, total, [&](GlobalBatch& next) {
-      if (!ahead.next(nb)) throw Error("ember-sim: the lookahead reader ran out of batches");
-      to_global_batch(nb, offsets, next);
-    });
+    batches.next(b, g);
+    batches.look_ahead(sched, it, total);
     IterationStats st = sched.schedule(g, plans);
     const bool counted = it >= o.warmup;
     if (counted) {
@@ -133,8 +128,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
     }
     // The flushes a job makes after this iteration (worker/src/loader.cc).
-    const bool last = it + 1 == total;
-    if (flushes && (last || (o.eval_every > 0 && (it + 1) % o.eval_every == 0) || checkpoints.flush_after(it))) {
+    if (flushes && flush_schedule.flushes_after(it)) {
       TrafficCounts f = sched.flush(plans);
       if (counted) {
         count_per_table(plans, offsets, true, r.per_table);

@@ -13,7 +13,7 @@ void StepPlan::clear() {
   end_pushes.clear();
   drops.clear();
   replicated.clear();
-  replica_flush.clear();
+  replicated_flush.clear();
 }
 
 TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
@@ -47,25 +47,28 @@ WireBytes wire_bytes(const TrafficCounts& c, RowFormat f) {
   return b;
 }
 
-void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>& offsets, GlobalBatch& out) {
-  const auto n = static_cast<std::uint32_t>(batch.size());
+void global_keys(const data::Batch& batch, std::size_t n, const std::vector<std::uint64_t>& offsets, std::vector<Key>& out) {
   const auto nt = static_cast<std::uint32_t>(offsets.size());
-  out.index = batch.index();
-  out.samples = n;
-  out.tables = nt;
-  out.keys.resize(static_cast<std::size_t>(n) * nt);
+  out.resize(n * nt);
   if (const data::Shard* sh = batch.contiguous_shard()) {
     // Zero-copy columns: read table by table.
     const std::uint64_t r0 = batch.first_row();
     for (std::uint32_t t = 0; t < nt; ++t) {
       const std::uint64_t off = offsets[t];
-      for (std::uint32_t i = 0; i < n; ++i) out.keys[static_cast<std::size_t>(i) * nt + t] = off + sh->id(static_cast<int>(t), r0 + i);
+      for (std::size_t i = 0; i < n; ++i) out[i * nt + t] = off + sh->id(static_cast<int>(t), r0 + i);
     }
     return;
   }
-  for (std::uint32_t i = 0; i < n; ++i) {
-    for (std::uint32_t t = 0; t < nt; ++t) out.keys[static_cast<std::size_t>(i) * nt + t] = offsets[t] + batch.id(static_cast<int>(t), i);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::uint32_t t = 0; t < nt; ++t) out[i * nt + t] = offsets[t] + batch.id(static_cast<int>(t), i);
   }
+}
+
+void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>& offsets, GlobalBatch& out) {
+  out.index = batch.index();
+  out.samples = static_cast<std::uint32_t>(batch.size());
+  out.tables = static_cast<std::uint32_t>(offsets.size());
+  global_keys(batch, batch.size(), offsets, out.keys);
 }
 
 }  // namespace ember::scheduler

@@ -87,7 +87,7 @@ void BoundedSync::train(Iteration& it) {
   cache::LocationMap& loc = it.loc;
   const std::uint32_t W = it.config.workers, D = s.size(), S = staleness_;
   for (std::uint32_t d = 0; d < D; ++d) {
-    if (s.hot_d[d]) continue;  // replicated: all-reduced among the workers
+    if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers
     const Key k = s.keys[d];
     const std::uint64_t U = s.umask[d];
     auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };

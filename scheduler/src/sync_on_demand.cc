@@ -67,7 +67,7 @@ void OnDemandSync::train(Iteration& it) {
       const std::uint8_t on = s.owner_d[d + 8];
       if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) it.lru[on].prefetch(s.keys[d + 8]);
     }
-    if (s.hot_d[d]) continue;  // replicated: all-reduced among the workers
+    if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers
     if (s.uncached_d[d]) {
       train_uncached(it, d);
       continue;

@@ -16,7 +16,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 
 namespace ember::ps {
 namespace {

@@ -69,7 +69,7 @@ TEST(Policy, TraitsOfEveryPolicy) {
     const char* text;
     Allocation allocation;
     Sync sync;
-    bool replicates_hot_rows, simulator_only;
+    bool replicates_frequent_rows, simulator_only;
   };
   for (const Want& w :
        {Want{"vanilla", Allocation::kRandom, Sync::kFullSet, false, false}, Want{"laia", Allocation::kLaia, Sync::kFullSet, false, false},
@@ -81,12 +81,12 @@ TEST(Policy, TraitsOfEveryPolicy) {
     EXPECT_EQ(p.name(), w.text);
     EXPECT_EQ(p.allocation(), w.allocation) << w.text;
     EXPECT_EQ(p.sync(), w.sync) << w.text;
-    EXPECT_EQ(p.replicates_hot_rows(), w.replicates_hot_rows) << w.text;
+    EXPECT_EQ(p.replicates_frequent_rows(), w.replicates_frequent_rows) << w.text;
     EXPECT_EQ(p.simulator_only(), w.simulator_only) << w.text;
   }
   EXPECT_EQ(parse_policy("het:2").staleness(), 2u);
   EXPECT_EQ(parse_policy("het:0").staleness(), 0u);
-  EXPECT_EQ(parse_policy("fae:0.25").hot_fraction(), 0.25);
+  EXPECT_EQ(parse_policy("fae:0.25").replicated_fraction(), 0.25);
   EXPECT_EQ(policy_table().size(), 7u);
   Policy none;
   EXPECT_EQ(none.name(), "vanilla");
@@ -257,10 +257,10 @@ TEST(Scheduler, PrefetchMarksExactlyTheRowsNoPushChangesBeforeTheirPull) {
       Workload a, b;
       const std::uint32_t W = 4, B = 6, cache = 40;
       SchedulerConfig on = config(policy, W, B, cache, a), off = config(policy, W, B, cache, b);
-      if (parse_policy(policy).replicates_hot_rows()) {
-        on.hot.assign(a.num_keys, 0);
-        for (Key k = 0; k < 4; ++k) on.hot[k] = 1;  // the tiny table
-        off.hot = on.hot;
+      if (parse_policy(policy).replicates_frequent_rows()) {
+        on.replicated.assign(a.num_keys, 0);
+        for (Key k = 0; k < 4; ++k) on.replicated[k] = 1;  // the tiny table
+        off.replicated = on.replicated;
       }
       on.prefetch = true;
       on.lookahead = off.lookahead = L;
@@ -761,8 +761,8 @@ INSTANTIATE_TEST_SUITE_P(Refined, PartitionedAllocation, ::testing::Bool());
 TEST(Scheduler, FaeKeepsHotRowsOffThePs) {
   Workload wl;
   SchedulerConfig c = config("fae:0.01", 4, 6, 100, wl);
-  c.hot.assign(wl.num_keys, 0);
-  for (Key k = 0; k < 4; ++k) c.hot[k] = 1;  // the tiny table is hot
+  c.replicated.assign(wl.num_keys, 0);
+  for (Key k = 0; k < 4; ++k) c.replicated[k] = 1;  // the tiny table is hot
   Scheduler s(c);
   std::vector<StepPlan> plans;
   for (int it = 0; it < 50; ++it) {
@@ -792,9 +792,9 @@ TEST(Scheduler, PlacementReplicatesStagesAndCaches) {
     Workload wl;
     SchedulerConfig c = config(policy, 4, 6, 100, wl);
     c.treatments = {Treatment::kReplicated, Treatment::kUncached, Treatment::kCache};
-    c.hot.assign(wl.num_keys, 0);
+    c.replicated.assign(wl.num_keys, 0);
     c.uncached.assign(wl.num_keys, 0);
-    for (Key k = 0; k < 4; ++k) c.hot[k] = 1;
+    for (Key k = 0; k < 4; ++k) c.replicated[k] = 1;
     for (Key k = 4; k < 44; ++k) c.uncached[k] = 1;
     c.prefetch = true;
     c.lookahead = 2;
@@ -859,10 +859,10 @@ TEST(Scheduler, PlacementReplicatesStagesAndCaches) {
       }
       if (it % 10 == 9) {
         const TrafficCounts f = s.flush(flushed);
-        std::set<Key> written(flushed[0].replica_flush.begin(), flushed[0].replica_flush.end());
+        std::set<Key> written(flushed[0].replicated_flush.begin(), flushed[0].replicated_flush.end());
         EXPECT_EQ(written, trained_replicated) << policy << ": the replicated rows trained since the last flush go back";
         EXPECT_EQ(f.hot_flush, written.size());
-        for (std::uint32_t w = 1; w < 4; ++w) EXPECT_TRUE(flushed[w].replica_flush.empty());
+        for (std::uint32_t w = 1; w < 4; ++w) EXPECT_TRUE(flushed[w].replicated_flush.empty());
         trained_replicated.clear();
         EXPECT_EQ(s.flush(flushed).hot_flush, 0u) << policy << ": nothing trained since";
       }

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "ember/common/error.h"
-#include "ember/scheduler/hot_rows.h"
+#include "ember/scheduler/fae_profile.h"
 #include "synthetic_dataset.h"
 #include "test_util.h"
 
@@ -101,7 +101,7 @@ TEST_F(Simulator, SchedulerConfigFromOptions) {
   EXPECT_EQ(c.threads, 2);
   EXPECT_EQ(c.budget_ms, 0.5);
   EXPECT_EQ(c.partitions, 4u);
-  EXPECT_TRUE(c.hot.empty());
+  EXPECT_TRUE(c.replicated.empty());
   EXPECT_EQ(c.first_iteration, 0u);
 
   // A key space larger than the rows the file saw.
@@ -119,8 +119,8 @@ TEST_F(Simulator, SchedulerConfigFromOptions) {
   // of the key space asks (every one of them accessed).
   o.policy = "fae:0.01";
   SchedulerConfig f = make_scheduler_config(ds, o);
-  ASSERT_EQ(f.hot.size(), f.num_keys);
-  EXPECT_EQ(f.hot, profile_hot_rows(ds, o, 0.01));
+  ASSERT_EQ(f.replicated.size(), f.num_keys);
+  EXPECT_EQ(f.replicated, profile_replicated_rows(ds, o, 0.01));
   std::vector<std::uint64_t> count(f.num_keys, 0);
   data::BatchReader reader = global_batch_reader(ds, o);
   data::Batch b;
@@ -131,7 +131,7 @@ TEST_F(Simulator, SchedulerConfigFromOptions) {
   }
   std::uint64_t coldest_hot = UINT64_MAX, hottest_cold = 0;
   for (Key k = 0; k < f.num_keys; ++k) {
-    if (f.hot[k])
+    if (f.replicated[k])
       coldest_hot = std::min(coldest_hot, count[k]);
     else
       hottest_cold = std::max(hottest_cold, count[k]);
@@ -140,7 +140,7 @@ TEST_F(Simulator, SchedulerConfigFromOptions) {
   EXPECT_GE(coldest_hot, hottest_cold);
   const auto accessed = static_cast<std::uint64_t>(std::count_if(count.begin(), count.end(), [](std::uint64_t n) { return n > 0; }));
   const auto wanted = static_cast<std::uint64_t>(std::floor(0.01 * static_cast<double>(f.num_keys)));
-  EXPECT_EQ(static_cast<std::uint64_t>(std::count(f.hot.begin(), f.hot.end(), 1)), std::min(wanted, accessed));
+  EXPECT_EQ(static_cast<std::uint64_t>(std::count(f.replicated.begin(), f.replicated.end(), 1)), std::min(wanted, accessed));
 
   o.policy = "fastest";
   EXPECT_THROW(make_scheduler_config(ds, o), ConfigError);

@@ -22,7 +22,7 @@
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/worker/trainer.h"
 
 namespace ember::worker::test_jobs {

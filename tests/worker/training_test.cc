@@ -22,11 +22,11 @@
 #include "../data/test_util.h"
 #include "ember/common/fs.h"
 #include "ember/ps/checkpoints.h"
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 #include "ember/ps/ps_service.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/worker/trainer.h"
 #include "job_fixture.h"
 

@@ -4,7 +4,7 @@
 
 namespace ember::worker {
 
-ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
+ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& hot, torch::Device device,
                          const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire)
     : model_(model),
       optimizer_(optimizer),

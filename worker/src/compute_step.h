@@ -16,15 +16,15 @@
 #include "ember/common/flat_map.h"
 #include "ember/worker/model.h"
 #include "ember/worker/row_cache.h"
-#include "hot_rows.h"
 #include "loader.h"
+#include "replicas.h"
 
 namespace ember::worker {
 
 class ComputeStep {
  public:
   // `wire`: where the all-reduces' bytes and the replicated rows' updates are counted.
-  ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, HotRows& hot, torch::Device device,
+  ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& hot, torch::Device device,
               const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire);
 
   // Gather, forward, backward of step `s` (row_of: index_rows of its plan). The dense
@@ -46,7 +46,7 @@ class ComputeStep {
   CtrModel& model_;
   torch::optim::Optimizer& optimizer_;
   Collective& collective_;
-  HotRows& hot_;
+  Replicas& hot_;
   torch::Device device_;
   std::uint32_t num_tables_, num_dense_, global_n_, dim_;
   ps::OptimizerConfig sparse_;

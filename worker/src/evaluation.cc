@@ -7,6 +7,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/scheduler/global_batch.h"
 #include "ember/worker/metrics.h"
 
 namespace ember::worker {
@@ -37,10 +38,9 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
     std::size_t n = b.size();
     if (c.eval_samples > 0) n = std::min<std::size_t>(n, c.eval_samples - probs.size());
     if (n == 0) break;
-    keys.resize(n * T);
+    scheduler::global_keys(b, n, offsets, keys);
     dense.resize(n * D);
     for (std::size_t i = 0; i < n; ++i) {
-      for (std::uint32_t t = 0; t < T; ++t) keys[i * T + t] = offsets[t] + b.id(static_cast<int>(t), i);
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels.push_back(b.label(i));
     }

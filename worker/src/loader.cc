@@ -39,7 +39,7 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       sched_(from_start(std::move(sc))),
       c_(c),
       rank_(rank),
-      schedule_(schedule),
+      flushes_{c.iterations, c.eval_every, schedule},
       asked_(asked),
       stop_at_(stop_at) {
   queue_.set_capacity(2);
@@ -86,9 +86,9 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   }
   // A stopped job skips the final evaluation (it takes long, and the stop may have a
   // deadline); the resumed job evaluates at its end.
-  s.last = t + 1 == c_.iterations || stop_at_.load() == t + 1;
-  s.evaluate = t + 1 == c_.iterations || (c_.eval_every > 0 && (t + 1) % c_.eval_every == 0);
-  s.checkpoint = !s.last && (schedule_.flush_after(t) || asked_.contains(t + 1));
+  s.last = flushes_.last(t) || stop_at_.load() == t + 1;
+  s.evaluate = flushes_.evaluates_after(t);
+  s.checkpoint = !s.last && (flushes_.checkpoints_after(t) || asked_.contains(t + 1));
   s.flush = s.evaluate || s.checkpoint || s.last;
   if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
     sched_.flush(plans);
@@ -111,34 +111,14 @@ void Loader::run() {
     data::Batch b;
     scheduler::GlobalBatch g;
     std::vector<scheduler::StepPlan> plans;
-    // The batches in the job's order, across epochs; the lookahead reads them with a
-    // reader of its own, up to `lookahead` batches ahead (never past the job's end).
-    struct Stream {
-      data::BatchReader reader;
-      std::uint64_t epoch = 0;
-      void next(data::Batch& out) {
-        if (!reader.next(out)) {
-          reader.start_epoch(++epoch);
-          reader.next(out);
-        }
-      }
-    };
-    Stream main{reader}, ahead{reader};
-    const std::uint64_t first = first_, L = sched_.config().lookahead;
-    data::Batch nb;
-    auto look_ahead = [&](std::uint64_t t) {
-      sched_.look_ahead_through(t, c_.iterations, [&](scheduler::GlobalBatch& next) {
-        ahead.next(nb);
-        scheduler::to_global_batch(nb, sched_.config().table_offsets, next);
-      });
-    };
+    scheduler::BatchStream batches(reader, sched_.config().table_offsets, sched_.config().lookahead);
+    const std::uint64_t first = first_;
     std::vector<scheduler::KeySlot> restore;
     if (replay_) {
       Stopwatch clock;
       for (std::uint64_t t = 0; t < first && !stop_; ++t) {
-        look_ahead(t);
-        main.next(b);
-        scheduler::to_global_batch(b, sched_.config().table_offsets, g);
+        batches.look_ahead(sched_, t, c_.iterations);
+        batches.next(b, g);
         sched_.schedule(g, plans);
       }
       sched_.flush(plans);  // the checkpoint's flush: every row held is on the PS
@@ -148,15 +128,11 @@ void Loader::run() {
                      clock.seconds(), restore.size());
       }
     } else {
-      for (std::uint64_t t = 0; t < first; ++t) main.next(b);  // the batches trained before the checkpoint
-      if (L > 0) {
-        for (std::uint64_t t = 0; t < first; ++t) ahead.next(b);
-      }
+      batches.skip(first);  // the batches trained before the checkpoint
     }
     for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
-      look_ahead(t);
-      main.next(b);
-      scheduler::to_global_batch(b, sched_.config().table_offsets, g);
+      batches.look_ahead(sched_, t, c_.iterations);
+      batches.next(b, g);
       Handoff h;
       h.step = make_step(t, b, g, plans, restore);
       const bool last = h.step.last;

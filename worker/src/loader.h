@@ -18,6 +18,7 @@
 
 #include "ember/data/dataset.h"
 #include "ember/ps/job_config.h"
+#include "ember/scheduler/batch_stream.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/trainer.h"
@@ -99,7 +100,7 @@ class Loader {
   scheduler::Scheduler sched_;
   const TrainConfig& c_;
   std::uint32_t rank_;
-  ps::CheckpointSchedule schedule_;
+  scheduler::FlushSchedule flushes_;  // the job's; asked_ and stop_at_ add to it
   const AskedCheckpoints& asked_;
   const std::atomic<std::uint64_t>& stop_at_;
   tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most

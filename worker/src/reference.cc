@@ -7,8 +7,9 @@
 #include "ember/common/fs.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/global_batch.h"
 #include "ember/worker/model.h"
 #include "ember/worker/trainer.h"
 
@@ -61,8 +62,8 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
       reader.start_epoch(++epoch);
       reader.next(b);
     }
+    scheduler::global_keys(b, bo.batch_size, offsets, keys);
     for (std::size_t i = 0; i < bo.batch_size; ++i) {
-      for (std::uint32_t tb = 0; tb < T; ++tb) keys[i * T + tb] = offsets[tb] + b.id(static_cast<int>(tb), i);
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels[i] = static_cast<float>(b.label(i));
     }

@@ -61,6 +61,7 @@ struct RunReport::Live {
       out.counter("ember_worker_phase_seconds_total", "Wall time per phase of the iteration (docs/training.md#phases)",
                   {{"rank", rank}, {"phase", phase}}, s);
     // Rows by kind and direction: in from the PS, out to it, or summed over the workers.
+    // The kinds are an interface (dashboards, scripts): hot_* name the replicated rows.
     const char* rows_help = "Embedding rows moved, by kind and direction (in: from the PS, out: to it, allreduce: among workers)";
     const std::tuple<const char*, const char*, std::uint64_t> rows[] = {{"pull", "in", wire.pulls},
                                                                         {"hot_load", "in", wire.hot_load},

@@ -21,10 +21,10 @@
 #include "ember/worker/device.h"
 #include "ember/worker/row_cache.h"
 #include "evaluation.h"
-#include "hot_rows.h"
 #include "job.h"
 #include "loader.h"
 #include "ps_exchange.h"
+#include "replicas.h"
 #include "row_updates.h"
 #include "run_report.h"
 
@@ -63,7 +63,7 @@ class Worker {
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<RowCache> cache_;
-  std::optional<HotRows> hot_;
+  std::optional<Replicas> hot_;
   std::optional<PsExchange> exchange_;
   std::optional<ComputeStep> compute_;
   bool on_demand_ = false;
@@ -108,7 +108,7 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
                sc.cache_rows, sc.staging_rows(), cache_->memory_bytes() / 1e6, cache_->backend(), device_.str(),
                c_.placement.empty() ? "" : ", placement " + c_.placement);
   hot_.emplace(dim, job_.state_floats());
-  if (!sc.hot.empty()) hot_->load(job_.ps(), sc.hot, wire_, rank);
+  if (!sc.replicated.empty()) hot_->load(job_.ps(), sc.replicated, wire_, rank);
   exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), slots);
   compute_.emplace(*model_, *optimizer_, *collective_, *hot_, device_, c_, dim, ps.optimizer, wire_);
 }
@@ -161,7 +161,7 @@ void Worker::flush(const Step& s) {
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
   exchange_->sync_pushes(s.flush_plan, true);
-  hot_->push(job_.ps(), s.flush_plan.replica_flush, wire_);  // worker 0's plan lists them: the replicas agree
+  hot_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
   exchange_->barrier(barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
   if (job_.rank() == 0 && s.evaluate) {

@@ -1,7 +1,7 @@
-// The planner's cost model (issue 29, first slice): per table, the rows one iteration
-// moves between the workers and the PS, predicted analytically from a dataset's per-row
-// frequencies and the topology, split over the PS shards that serve them. `vanilla` is
-// analytic; other policies come from a short simulator sample (docs/planner.md).
+// The planner's cost model: per table, the rows one iteration moves between the workers
+// and the PS, predicted analytically from a dataset's per-row frequencies and the
+// topology, split over the PS shards that serve them. `vanilla` is analytic; other
+// policies come from a short simulator sample (docs/planner.md).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ember/data/dataset.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {

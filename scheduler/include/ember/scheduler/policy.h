@@ -31,8 +31,8 @@ struct PolicyTraits {
   std::string_view name;  // as written before any ':' argument
   Allocation allocation;
   Sync sync;
-  bool replicates_hot_rows;  // the hottest rows live on every worker, off the PS (FAE)
-  bool simulator_only;       // too slow to train with; ember-sim only
+  bool replicates_frequent_rows;  // the hottest rows live on every worker, off the PS (FAE)
+  bool simulator_only;            // too slow to train with; ember-sim only
 };
 
 // Every policy, in the order messages list them.
@@ -45,17 +45,17 @@ class Policy {
   const std::string& name() const { return name_; }  // as written, e.g. "het:2"
   Allocation allocation() const { return traits_->allocation; }
   Sync sync() const { return traits_->sync; }
-  bool replicates_hot_rows() const { return traits_->replicates_hot_rows; }
+  bool replicates_frequent_rows() const { return traits_->replicates_frequent_rows; }
   bool simulator_only() const { return traits_->simulator_only; }
-  std::uint32_t staleness() const { return staleness_; }  // het:S
-  double hot_fraction() const { return hot_fraction_; }   // fae:F
+  std::uint32_t staleness() const { return staleness_; }               // het:S
+  double replicated_fraction() const { return replicated_fraction_; }  // fae:F
 
  private:
   friend Policy parse_policy(const std::string& text);
 
   const PolicyTraits* traits_;  // an entry of policy_table()
   std::uint32_t staleness_ = 0;
-  double hot_fraction_ = 0;
+  double replicated_fraction_ = 0;
   std::string name_;
 };
 

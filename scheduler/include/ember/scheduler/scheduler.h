@@ -72,7 +72,7 @@ class Scheduler {
   // (LocationMap::flushed): later pushes of them are skipped, so a flush changes no
   // allocation, eviction or hit, only which pushes happen when. Fills push_values /
   // push_grads of each worker's plan (other lists empty), in slot order, and worker 0's
-  // replica_flush; returns the traffic (push_grad, push_value, hot_flush).
+  // replicated_flush; returns the traffic (push_grad, push_value, hot_flush).
   // Not for bounded-staleness sync (het): its copies carry no un-pushed updates.
   TrafficCounts flush(std::vector<StepPlan>& plans);
 

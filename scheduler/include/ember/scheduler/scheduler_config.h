@@ -10,7 +10,7 @@
 
 #include "ember/common/types.h"
 #include "ember/data/dataset.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/scheduler/policy.h"
 
 namespace ember::scheduler {
@@ -47,7 +47,7 @@ struct SchedulerConfig {
   bool refine_allocation = false;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
-  std::vector<std::uint8_t> hot;
+  std::vector<std::uint8_t> replicated;
   // A placement's treatment per table (empty: every table cached), and whether each key
   // is of an uncached table (size num_keys, or empty: none).
   std::vector<Treatment> treatments;
@@ -66,8 +66,8 @@ struct SchedulerConfig {
   // (PullEntry::prefetch). Needs no window: the loader plans t+1 while t trains.
   bool prefetch = false;
 
-  bool replicates() const { return !hot.empty(); }
-  // Table t's entries of a per-key vector (hot, uncached, a group per key).
+  bool replicates() const { return !replicated.empty(); }
+  // Table t's entries of a per-key vector (replicated, uncached, a group per key).
   std::span<std::uint8_t> in_table(std::vector<std::uint8_t>& per_key, std::size_t t) const {
     const Key end = t + 1 < table_offsets.size() ? table_offsets[t + 1] : num_keys;
     return std::span<std::uint8_t>(per_key).subspan(table_offsets[t], end - table_offsets[t]);
@@ -90,7 +90,7 @@ struct SchedulerOptions {
   std::uint64_t seed = 1;          // the scheduler's random draws; the batch order when shuffled
   bool shuffle = false;            // global batches from a seeded permutation
   // Global batches the job schedules, from the start of the training split: fae
-  // profiles its hot rows over them.
+  // profiles its replicated rows over them.
   std::uint64_t iterations = 0;
   int threads = 1;
   double budget_ms = 0;            // adaptive LAIA (SchedulerConfig::budget_ms)
@@ -107,14 +107,14 @@ struct SchedulerOptions {
   std::string eviction = "auto";
   bool prefetch = false;  // SchedulerConfig::prefetch
   // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
-  // worker, which replace cache_ratio's. Empty: every table cached, as before.
+  // worker, which replace cache_ratio's. Empty: every table cached.
   std::string placement;
-  // The same, in memory (the planner's samples): applied when it has treatments and
+  // The same, in memory (the planner's samples): used when it has treatments and
   // `placement` is empty.
   PlanFile placement_plan;
 };
 
-// The configuration for a job on `ds` with options `o`, hot rows included (profiled
+// The configuration for a job on `ds` with options `o`, replicated rows included (profiled
 // over the job's batches when the policy replicates them). Throws ConfigError for an
 // unknown policy, a cache ratio outside (0, 1], table_rows of the wrong size, a global
 // batch larger than the training split (when profiling), or a simulator-only policy
@@ -124,9 +124,9 @@ struct SchedulerOptions {
 // run (o.iterations). The Scheduler's constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
 
-// Applies `plan` (read_plan's) to `c`: treatments, replicated and uncached keys, the cache
-// rows. ConfigError, naming `what`, for het:S or a plan of another number of tables.
-void apply_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c);
+// Configures `c` for `plan` (read_plan's): treatments, replicated and uncached keys, the
+// cache rows. ConfigError, naming `what`, for het:S or a plan of another number of tables.
+void configure_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c);
 
 // ConfigError for an eviction by next use without a window, or any lookahead (window,
 // eviction by next use, prefetch) with bounded-staleness sync (het:S). make_scheduler_config and the Scheduler call it.

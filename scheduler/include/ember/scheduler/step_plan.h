@@ -13,7 +13,7 @@
 //              applied locally (it becomes dirty)
 //   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
 //              copies leave their slots without traffic)
-// A placement (placement.h) adds two kinds of rows: `replicated` lists the rows of
+// A placement (plan_file.h) adds two kinds of rows: `replicated` lists the rows of
 // replicated tables the global batch touches (the same list in every worker's plan: their
 // gradients are all-reduced, no row is pulled or pushed); an uncached row is pulled into
 // a staging slot (at or past the cache's rows), its gradient is an end push whatever
@@ -78,7 +78,7 @@ struct StepPlan {
   std::vector<Key> replicated;
   // A flush's, worker 0's only: replicated rows trained since the last flush, whose
   // replica values (and state) go back to the PS.
-  std::vector<Key> replica_flush;
+  std::vector<Key> replicated_flush;
 
   void clear();
 };
@@ -91,7 +91,9 @@ struct TrafficCounts {
   std::uint64_t push_evict = 0;  // dirty or partial rows leaving a full cache
   std::uint64_t hits = 0;        // micro-batch rows already cached as latest
   // Replicated rows (fae's hot rows, replicated tables) all-reduced among the workers,
-  // summed over the workers as the other kinds are (not PS traffic).
+  // summed over the workers as the other kinds are (not PS traffic). Named hot_sync, as
+  // is hot_flush below, after the output fields they fill (ember-sim's JSON, the
+  // worker's metrics): an interface, kept although the code calls these rows replicated.
   std::uint64_t hot_sync = 0;
   std::uint64_t cold_pulls = 0;  // pulls of rows no earlier iteration used: no policy avoids them
   // Subsets, for bytes: pulls that carry the row's optimizer state (the puller applies

@@ -1,5 +1,5 @@
 // One worker's cache as the scheduler models it: one LRU (the default), or several when a
-// placement gives tables cache shares of their own (placement.h): group 0, the pool the
+// placement gives tables cache shares of their own (plan_file.h): group 0, the pool the
 // other cached tables share, then one LRU per table with a share, each over its own range
 // of slots (group g's slots follow group g - 1's). Operations on a key go to its group's
 // LRU; operations on a slot to the group whose range holds it. Slots are the worker's

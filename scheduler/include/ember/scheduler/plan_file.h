@@ -1,6 +1,6 @@
 // A placement: per embedding table, how the system serves it (docs/planner.md). Written
 // by `ember-plan --plan-out`, read by ember-worker, ember-sim and the launcher
-// (--placement plan.json); no placement = every table on the PS + cache, as before.
+// (--placement plan.json); no placement = every table on the PS + cache.
 //   cache       rows on the PS, cached by the workers under the policy (the default);
 //   replicated  every worker holds the whole table and its optimizer state; the rows a
 //               global batch touches are all-reduced with the dense gradients (fae's

@@ -1,8 +1,8 @@
-// The planner's placement (issue 29, third slice): per table a treatment (PS + cache,
-// replicated, PS without cache), its predicted bytes per iteration on each link and its
-// memory per worker, the greedy baselines of NeuroShard/AutoShard and a search that
-// minimizes the busiest link's bytes under a memory budget, and the plan file
-// (docs/planner.md). The worker and ember-sim execute a plan (--placement plan.json).
+// The planner's placement: per table a treatment (PS + cache, replicated, PS without
+// cache), its predicted bytes per iteration on each link and its memory per worker, the
+// greedy baselines of NeuroShard/AutoShard and a search that minimizes the busiest
+// link's bytes under a memory budget, and the plan file (docs/planner.md). The worker
+// and ember-sim execute a plan (--placement plan.json).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #include "ember/data/dataset.h"
 #include "ember/planner/cost_model.h"
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {

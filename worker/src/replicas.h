@@ -4,7 +4,7 @@
 // have their gradients summed over the workers with the dense ones, only those rows, and
 // every replica applies the PS's optimizer code to them, so the replicas stay identical.
 // A flush writes the rows trained since the last one back to the PS (worker 0's plan
-// lists them: StepPlan::replica_flush).
+// lists them: StepPlan::replicated_flush).
 #pragma once
 
 #include <torch/torch.h>
@@ -19,12 +19,12 @@
 
 namespace ember::worker {
 
-class HotRows {
+class Replicas {
  public:
-  HotRows(std::uint32_t dim, std::uint32_t state_floats) : dim_(dim), state_(state_floats) {}
+  Replicas(std::uint32_t dim, std::uint32_t state_floats) : dim_(dim), state_(state_floats) {}
 
-  // Pulls the rows marked in `hot` (indexed by key) from the PS.
-  void load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank);
+  // Pulls the rows marked in `replicated` (indexed by key) from the PS.
+  void load(ps::PsClient& client, const std::vector<std::uint8_t>& replicated, WireCounts& wire, std::uint32_t rank);
   bool empty() const { return keys_.empty(); }
   // The replica's index of `key`, or null when it is not replicated.
   const std::uint32_t* find(Key key) const { return keys_.empty() ? nullptr : index_.find(key); }
@@ -39,7 +39,7 @@ class HotRows {
   // After the all-reduce: `reduced` holds, from `offset`, what append_to added, summed
   // over the workers. Applies the optimizer to those rows; returns how many.
   std::uint64_t apply(const torch::Tensor& reduced, std::int64_t offset, const ps::OptimizerConfig& optimizer);
-  // Writes the replica rows `keys` (a flush's replica_flush) back to the PS.
+  // Writes the replica rows `keys` (a flush's replicated_flush) back to the PS.
   void push(ps::PsClient& client, const std::vector<Key>& keys, WireCounts& wire) const;
 
  private:

@@ -1,4 +1,4 @@
-#include "ember/scheduler/placement.h"
+#include "ember/scheduler/plan_file.h"
 
 #include <algorithm>
 #include <fstream>

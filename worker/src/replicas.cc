@@ -1,4 +1,4 @@
-#include "hot_rows.h"
+#include "replicas.h"
 
 #include <spdlog/spdlog.h>
 
@@ -14,9 +14,9 @@ namespace {
 std::size_t rows_per_request(std::size_t floats_per_row) { return std::max<std::size_t>(1, (std::size_t{1} << 18) / floats_per_row); }
 }  // namespace
 
-void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, WireCounts& wire, std::uint32_t rank) {
-  for (Key k = 0; k < hot.size(); ++k) {
-    if (hot[k]) {
+void Replicas::load(ps::PsClient& client, const std::vector<std::uint8_t>& replicated, WireCounts& wire, std::uint32_t rank) {
+  for (Key k = 0; k < replicated.size(); ++k) {
+    if (replicated[k]) {
       index_.try_emplace(k, static_cast<std::uint32_t>(keys_.size()));
       keys_.push_back(k);
     }
@@ -36,7 +36,7 @@ void HotRows::load(ps::PsClient& client, const std::vector<std::uint8_t>& hot, W
   spdlog::info("worker {}: {} rows replicated ({:.1f} MB)", rank, keys_.size(), rows_.size() * 4 / 1e6);
 }
 
-torch::Tensor HotRows::values(const std::vector<std::uint32_t>& h) const {
+torch::Tensor Replicas::values(const std::vector<std::uint32_t>& h) const {
   auto out = torch::empty({static_cast<std::int64_t>(h.size()), static_cast<std::int64_t>(dim_)});
   for (std::size_t j = 0; j < h.size(); ++j) {
     std::memcpy(out.data_ptr<float>() + j * dim_, &rows_[static_cast<std::size_t>(h[j]) * (dim_ + state_)], dim_ * sizeof(float));
@@ -44,11 +44,11 @@ torch::Tensor HotRows::values(const std::vector<std::uint32_t>& h) const {
   return out;
 }
 
-void HotRows::add_grads(const std::vector<std::uint32_t>& h, const torch::Tensor& g) {
+void Replicas::add_grads(const std::vector<std::uint32_t>& h, const torch::Tensor& g) {
   grad_.index_add_(0, torch::tensor(std::vector<std::int64_t>(h.begin(), h.end())), g);
 }
 
-void HotRows::append_to(std::vector<torch::Tensor>& parts, torch::Device device, const std::vector<Key>& keys) {
+void Replicas::append_to(std::vector<torch::Tensor>& parts, torch::Device device, const std::vector<Key>& keys) {
   std::vector<std::int64_t> h(keys.size());
   for (std::size_t j = 0; j < keys.size(); ++j) {
     const std::uint32_t* i = find(keys[j]);
@@ -59,7 +59,7 @@ void HotRows::append_to(std::vector<torch::Tensor>& parts, torch::Device device,
   parts.push_back(grad_.index_select(0, reducing_).reshape(-1).to(device));
 }
 
-std::uint64_t HotRows::apply(const torch::Tensor& reduced, std::int64_t offset, const ps::OptimizerConfig& optimizer) {
+std::uint64_t Replicas::apply(const torch::Tensor& reduced, std::int64_t offset, const ps::OptimizerConfig& optimizer) {
   const std::int64_t n = reducing_.numel();
   auto sums = reduced.narrow(0, offset, n * dim_).to(torch::kCPU).contiguous();
   const float* g = sums.data_ptr<float>();
@@ -74,7 +74,7 @@ std::uint64_t HotRows::apply(const torch::Tensor& reduced, std::int64_t offset, 
   return static_cast<std::uint64_t>(n);
 }
 
-void HotRows::push(ps::PsClient& client, const std::vector<Key>& keys, WireCounts& wire) const {
+void Replicas::push(ps::PsClient& client, const std::vector<Key>& keys, WireCounts& wire) const {
   const std::size_t per = dim_ + state_;
   std::vector<float> part;
   const std::size_t chunk = rows_per_request(per);

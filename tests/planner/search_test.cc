@@ -1,6 +1,6 @@
 // The planner's placement (docs/planner.md): the treatments' memory and link accounting,
 // the searched plan never worse than the best greedy on the model, and the refusals.
-#include "ember/planner/placement.h"
+#include "ember/planner/search.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

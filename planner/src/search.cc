@@ -1,4 +1,4 @@
-#include "ember/planner/placement.h"
+#include "ember/planner/search.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "ember/scheduler/hot_rows.h"
+#include "ember/scheduler/fae_profile.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 namespace ember::scheduler {
 
-std::vector<std::uint8_t> profile_hot_rows(const data::Dataset& ds, const SchedulerOptions& o, double fraction) {
+std::vector<std::uint8_t> profile_replicated_rows(const data::Dataset& ds, const SchedulerOptions& o, double fraction) {
   auto offsets = key_space(ds, o.table_rows);
   const std::uint64_t num_keys = offsets.back();
   offsets.pop_back();
@@ -20,14 +20,14 @@ std::vector<std::uint8_t> profile_hot_rows(const data::Dataset& ds, const Schedu
     to_global_batch(b, offsets, g);
     for (Key k : g.keys) ++count[k];
   }
-  const auto hot_rows = static_cast<std::uint64_t>(std::floor(fraction * static_cast<double>(num_keys)));
+  const auto replicated_rows = static_cast<std::uint64_t>(std::floor(fraction * static_cast<double>(num_keys)));
   std::vector<std::uint64_t> order(num_keys);
   std::iota(order.begin(), order.end(), std::uint64_t{0});
-  // Stable: among rows accessed equally often, the lower key is hot first.
+  // Stable: among rows accessed equally often, the lower key is replicated first.
   std::stable_sort(order.begin(), order.end(), [&](std::uint64_t a, std::uint64_t b) { return count[a] > count[b]; });
-  std::vector<std::uint8_t> hot(num_keys, 0);
-  for (std::uint64_t i = 0; i < hot_rows && count[order[i]] > 0; ++i) hot[order[i]] = 1;
-  return hot;
+  std::vector<std::uint8_t> replicated(num_keys, 0);
+  for (std::uint64_t i = 0; i < replicated_rows && count[order[i]] > 0; ++i) replicated[order[i]] = 1;
+  return replicated;
 }
 
 }  // namespace ember::scheduler

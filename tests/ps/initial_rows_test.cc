@@ -1,4 +1,4 @@
-#include "ember/ps/placement.h"
+#include "ember/ps/initial_rows.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,64 @@
+// A job's global batches as every worker's loader and ember-sim read them, and the
+// iterations after which a job flushes: one rule for both, so that the simulator plans
+// exactly what the workers train.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ember/common/checkpoint_schedule.h"
+#include "ember/data/dataset.h"
+#include "ember/scheduler/global_batch.h"
+#include "ember/scheduler/scheduler.h"
+
+namespace ember::scheduler {
+
+// The job's batches in order: `reader`'s global batches epoch after epoch (when an epoch
+// ends the next starts, reshuffled when the reader shuffles), each as a dataset batch
+// and as its global keys. The scheduler's lookahead window reads the same batches ahead
+// with a reader of its own (a copy of `reader`), never past the job's end.
+class BatchStream {
+ public:
+  // `reader` has read nothing yet and holds at least one batch per epoch; `lookahead`
+  // is the scheduler's window (SchedulerConfig::lookahead; 0: none).
+  BatchStream(const data::BatchReader& reader, std::vector<std::uint64_t> table_offsets, std::uint32_t lookahead);
+
+  // The job's next batch: `b` (dense features and labels) and its global keys `g`.
+  void next(data::Batch& b, GlobalBatch& g);
+  // Before `s` schedules iteration t of a job of `end` iterations: shows its window the
+  // batches it lacks (Scheduler::look_ahead_through), read by the lookahead's reader.
+  void look_ahead(Scheduler& s, std::uint64_t t, std::uint64_t end);
+  // Passes over the first `n` batches without scheduling them (those a resumed job
+  // trained before its checkpoint, when it does not replay them): the lookahead's
+  // reader too when there is a window.
+  void skip(std::uint64_t n);
+
+ private:
+  struct Epochs {
+    data::BatchReader reader;
+    std::uint64_t epoch = 0;
+    void next(data::Batch& out);
+  };
+  Epochs main_, ahead_;
+  std::vector<std::uint64_t> offsets_;
+  std::uint32_t lookahead_;
+  data::Batch ahead_batch_;  // the lookahead's, reused
+};
+
+// After which iterations a job flushes (brings the PS up to date: Scheduler::flush):
+// before each evaluation (every `eval_every` iterations and after the last), before
+// each periodic checkpoint (`checkpoints`), and at the job's end. A worker also flushes
+// before a checkpoint asked for on command and when the job stops early
+// (worker/src/loader.cc); bounded staleness (het) never flushes.
+struct FlushSchedule {
+  std::uint64_t end = 0;         // the job's iterations
+  std::uint64_t eval_every = 0;  // 0: evaluation after the last iteration only
+  CheckpointSchedule checkpoints;
+
+  bool last(std::uint64_t t) const { return t + 1 == end; }
+  bool evaluates_after(std::uint64_t t) const { return last(t) || (eval_every > 0 && (t + 1) % eval_every == 0); }
+  bool checkpoints_after(std::uint64_t t) const { return checkpoints.flush_after(t); }
+  bool flushes_after(std::uint64_t t) const { return evaluates_after(t) || checkpoints_after(t); }
+};
+
+}  // namespace ember::scheduler

@@ -18,6 +18,7 @@
 // an entry of SyncModes and make_sync_mode.
 #pragma once
 
+#include <bit>
 #include <concepts>
 #include <cstdint>
 #include <variant>
@@ -127,6 +128,32 @@ inline void drop_stale_latest(Iteration& it, std::uint32_t d) {
     const Key k = it.rows.keys[d];
     const std::uint32_t slot = it.lru[o].erase(k);
     if (slot != cache::LruIndex::kNone) it.plans[o].drops.push_back({k, slot});
+  }
+}
+
+// Step 3's walk over the batch's rows for the latest-copy modes: index entries 8 rows
+// ahead (and, with `partials`, the partial masks of rows several workers train),
+// replicated rows skipped, uncached ones trained (train_uncached), a stale latest copy
+// dropped; then f(d) for every cached row d.
+template <typename F>
+void train_cached_rows(Iteration& it, bool partials, F&& f) {
+  const BatchRows& s = it.rows;
+  const std::uint32_t D = s.size();
+  for (std::uint32_t d = 0; d < D; ++d) {
+    if (d + 8 < D) {
+      const std::uint64_t Un = s.umask[d + 8];
+      if (partials && std::popcount(Un) > 1) it.loc.prefetch_partial(s.keys[d + 8]);
+      // The holder of a copy the next rows' trainers make stale: its index entry.
+      const std::uint8_t on = s.owner_d[d + 8];
+      if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) it.lru[on].prefetch(s.keys[d + 8]);
+    }
+    if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers
+    if (s.uncached_d[d]) {
+      train_uncached(it, d);
+      continue;
+    }
+    drop_stale_latest(it, d);
+    f(d);
   }
 }
 

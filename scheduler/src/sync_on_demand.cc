@@ -56,32 +56,18 @@ void OnDemandSync::sync(Iteration& it) {
 void OnDemandSync::pull(Iteration& it, std::uint32_t w) { pull_latest(it, w); }
 
 void OnDemandSync::train(Iteration& it) {
-  BatchRows& s = it.rows;
+  const BatchRows& s = it.rows;
   cache::LocationMap& loc = it.loc;
-  const std::uint32_t D = s.size();
-  for (std::uint32_t d = 0; d < D; ++d) {
-    if (d + 8 < D) {
-      const std::uint64_t Un = s.umask[d + 8];
-      if (std::popcount(Un) > 1) loc.prefetch_partial(s.keys[d + 8]);
-      // The holder of a copy the next rows' trainers make stale: its index entry.
-      const std::uint8_t on = s.owner_d[d + 8];
-      if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) it.lru[on].prefetch(s.keys[d + 8]);
-    }
-    if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers
-    if (s.uncached_d[d]) {
-      train_uncached(it, d);
-      continue;
-    }
+  train_cached_rows(it, true, [&](std::uint32_t d) {
     const Key k = s.keys[d];
     const std::uint64_t U = s.umask[d];
-    drop_stale_latest(it, d);
     if (std::popcount(U) == 1) {
       loc.set_owner(k, static_cast<std::uint32_t>(std::countr_zero(U)), true);
     } else {
       loc.clear_owner(k);
       loc.set_partial(k, U);
     }
-  }
+  });
 }
 
 }  // namespace ember::scheduler

@@ -26,6 +26,8 @@
 # in the hosts' own mount namespaces: the machine's files are not written. It creates the
 # munge key /etc/munge/munge.key when missing, as slurm_local.sh does, and leaves it.
 set -euo pipefail
+# shellcheck source=munge_key.sh
+. "$(dirname "${BASH_SOURCE[0]}")/munge_key.sh"
 
 prog=cluster_local
 die() { echo "$prog: $*" >&2; exit 1; }
@@ -393,16 +395,7 @@ EOF
 
   # munge: the system key (created when missing), our own socket.
   key=/etc/munge/munge.key
-  if [ ! -s "$key" ]; then
-    mkdir -p /etc/munge
-    (umask 077; head -c 1024 /dev/urandom > "$key.tmp") && mv "$key.tmp" "$key"
-    echo "$prog: created $key"
-  fi
-  chown munge:munge /etc/munge "$key"
-  chmod 700 /etc/munge
-  chmod 400 "$key"
-  chown munge:munge "$state/munge"
-  chmod 755 "$state/munge"
+  ensure_munge_key "$prog" "$state/munge"
   socket="$state/munge/munge.socket.2"
   rm -f "$socket" "$socket.lock"
   touch "$state/log/munged.log"; chown munge:munge "$state/log/munged.log"

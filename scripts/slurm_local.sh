@@ -20,6 +20,8 @@
 # without systemd or cgroups (proctrack/linuxproc, task/none). `up` and `down` are
 # idempotent; `up` clears old job state (slurmctld -c): the cluster is a scratch one.
 set -euo pipefail
+# shellcheck source=munge_key.sh
+. "$(dirname "${BASH_SOURCE[0]}")/munge_key.sh"
 
 die() { echo "slurm_local: $*" >&2; exit 1; }
 
@@ -91,16 +93,7 @@ up)
 
   # munge: the system key (created when missing), our own socket.
   key=/etc/munge/munge.key
-  if [ ! -s "$key" ]; then
-    mkdir -p /etc/munge
-    (umask 077; head -c 1024 /dev/urandom > "$key.tmp") && mv "$key.tmp" "$key"
-    echo "slurm_local: created $key"
-  fi
-  chown munge:munge /etc/munge "$key"
-  chmod 700 /etc/munge
-  chmod 400 "$key"
-  chown munge:munge "$dir/munge"
-  chmod 755 "$dir/munge"
+  ensure_munge_key slurm_local "$dir/munge"
   socket="$dir/munge/munge.socket.2"
   if ! alive "$dir/munge/munged.pid"; then
     rm -f "$socket" "$socket.lock"

@@ -306,13 +306,13 @@ TEST_F(PsDaemon, ShardsWithoutASharedDirectoryCompleteCheckpointsThroughTheContr
 TEST_F(PsDaemon, ShardsRestoredFromDifferentCheckpointsFailTheJobNamingThem) {
   fs::path roots[2];
   {
-    TwoHostJob job(dir_, "--checkpoint-every 5 --keep-checkpoints 2");
+    TwoHostJob job(dir_, "--checkpoint-every 5 --keep-checkpoints 0");  // all kept: 4 and 9
     for (std::int64_t it : {4, 9}) job.worker->publish(dense_state_key(it, 0), "none");
     PsClient w({job.d0->address(), job.d1->address()}, kToken, kDim, 0);
     train_alone(w, 3, 10);
     roots[0] = job.roots[0];
     roots[1] = job.roots[1];
-    for (int i = 0; i < 100 && !(fs::exists(checkpoint_dir(roots[0], 9) / "manifest.json") &&
+    for (int i = 0; i < 400 && !(fs::exists(checkpoint_dir(roots[0], 9) / "manifest.json") &&
                                  fs::exists(checkpoint_dir(roots[1], 9) / "manifest.json"));
          ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -202,10 +202,16 @@ TEST_F(HostilePeers, DescriptorLimitNeitherSpinsNorFloodsTheLog) {
   // Measured from the first failed accept on (the shard at its limit, backing off), so
   // that work of its own start on a loaded host is not counted as spinning.
   for (int i = 0; i < 100 && count_lines_with(log(), "accept:") == 0; ++i) std::this_thread::sleep_for(50ms);
-  const double cpu0 = cpu_seconds_of(ps_->pid());
-  std::this_thread::sleep_for(1500ms);
-  const double cpu = cpu_seconds_of(ps_->pid()) - cpu0;
-  EXPECT_LT(cpu, 0.5) << "the shard spun on accept";
+  // A shard that spins uses a core in every window; one busy moment of a loaded host
+  // (the sessions' challenges, a scheduler hiccup) gets a second window.
+  double cpu = 0;
+  for (int window = 0; window < 2; ++window) {
+    const double cpu0 = cpu_seconds_of(ps_->pid());
+    std::this_thread::sleep_for(1500ms);
+    cpu = cpu_seconds_of(ps_->pid()) - cpu0;
+    if (cpu < 0.5) break;
+  }
+  EXPECT_LT(cpu, 0.5) << "the shard spun on accept (two windows of 1.5 s)";
   for (int fd : fds)
     if (fd >= 0) ::close(fd);
   const std::string text = log();

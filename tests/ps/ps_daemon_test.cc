@@ -312,10 +312,15 @@ TEST_F(PsDaemon, ShardsRestoredFromDifferentCheckpointsFailTheJobNamingThem) {
     train_alone(w, 3, 10);
     roots[0] = job.roots[0];
     roots[1] = job.roots[1];
-    for (int i = 0; i < 400 && !(fs::exists(checkpoint_dir(roots[0], 9) / "manifest.json") &&
-                                 fs::exists(checkpoint_dir(roots[1], 9) / "manifest.json"));
-         ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Each shard writes a manifest once it heard of the other's file (the board, 0.1 s).
+    auto whole = [&] {
+      for (const fs::path& r : roots)
+        for (std::int64_t it : {4, 9})
+          if (!fs::exists(checkpoint_dir(r, it) / "manifest.json")) return false;
+      return true;
+    };
+    for (int i = 0; i < 600 && !whole(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(whole()) << "the checkpoints of iterations 4 and 9 were not completed on both hosts in 30 s";
     job.worker->leave();
     EXPECT_EQ(job.d1->stop(), 0);
     EXPECT_EQ(job.d0->stop(), 0);

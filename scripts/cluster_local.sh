@@ -26,8 +26,8 @@
 # in the hosts' own mount namespaces: the machine's files are not written. It creates the
 # munge key /etc/munge/munge.key when missing, as slurm_local.sh does, and leaves it.
 set -euo pipefail
-# shellcheck source=munge_key.sh
-. "$(dirname "${BASH_SOURCE[0]}")/munge_key.sh"
+# shellcheck source=local_slurm.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local_slurm.sh"
 
 prog=cluster_local
 die() { echo "$prog: $*" >&2; exit 1; }
@@ -425,25 +425,8 @@ SlurmdPidFile=$state/slurm/run/slurmd-%n.pid
 SlurmctldLogFile=$state/log/slurmctld.log
 SlurmdLogFile=$state/log/slurmd-%n.log
 PlugStackConfig=$state/slurm/plugstack.conf
-# No systemd, no cgroups: processes are tracked by parentage.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SwitchType=switch/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SlurmdParameters=config_overrides
-ReturnToService=2
-KillWait=30
-InactiveLimit=0
-MinJobAge=4
-SlurmctldTimeout=30
-SlurmdTimeout=60
 EOF
+    slurm_conf_common 30
     for k in $(seq "$hosts"); do
       echo "NodeName=host$k NodeAddr=$(host_ip "$k") NodeHostname=host$k CPUs=$cpus State=UNKNOWN"
     done

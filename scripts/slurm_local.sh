@@ -20,8 +20,8 @@
 # without systemd or cgroups (proctrack/linuxproc, task/none). `up` and `down` are
 # idempotent; `up` clears old job state (slurmctld -c): the cluster is a scratch one.
 set -euo pipefail
-# shellcheck source=munge_key.sh
-. "$(dirname "${BASH_SOURCE[0]}")/munge_key.sh"
+# shellcheck source=local_slurm.sh
+. "$(dirname "${BASH_SOURCE[0]}")/local_slurm.sh"
 
 die() { echo "slurm_local: $*" >&2; exit 1; }
 
@@ -104,7 +104,8 @@ up)
 
   # PlugStackConfig of our own (empty): the system's SPANK plugins stay out of it.
   : > "$dir/plugstack.conf"
-  cat > "$conf.tmp" <<EOF
+  {
+    cat <<EOF
 # Written by scripts/slurm_local.sh: a one-node scratch cluster for Ember.
 ClusterName=ember
 SlurmctldHost=$node
@@ -122,33 +123,13 @@ SlurmdPidFile=$dir/run/slurmd.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
 PlugStackConfig=$dir/plugstack.conf
-# No systemd, no cgroups: processes are tracked by parentage.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SwitchType=switch/none
-MpiDefault=none
-SchedulerType=sched/backfill
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-# The node declares more CPUs than the machine has (2 PS shards + 4 workers).
-SlurmdParameters=config_overrides
-ReturnToService=2
-# A cancelled job's steps get SIGTERM, then SIGKILL after KillWait seconds: time for
-# Ember to stop at a checkpoint (docs/slurm.md).
-KillWait=$kill_wait
-InactiveLimit=0
-# sbatch --wait polls every 2 s while its sleep stays under MinJobAge/2, else every 8 s
-# then every 32 s (a 17 s job waited 42 s with the default 300). Finished jobs leave
-# squeue/scontrol after a few seconds.
-MinJobAge=4
-SlurmctldTimeout=30
-SlurmdTimeout=60
+EOF
+    slurm_conf_common "$kill_wait"
+    cat <<EOF
 NodeName=$node CPUs=$cpus State=UNKNOWN
 PartitionName=ember Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
+  } > "$conf.tmp"
   mv "$conf.tmp" "$conf"
   chmod 644 "$conf"
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by slurm_local.sh and cluster_local.sh, the two scratch Slurm clusters:
 #   ensure_munge_key PROG DIR    the munge key they share, /etc/munge/munge.key, created
 #                                (0400, owner munge) when missing, and a munge directory

@@ -1,5 +1,7 @@
 #include "ember/transport/control.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -25,6 +27,24 @@ using Clock = std::chrono::steady_clock;
 const char* role_name(Role role) { return role == Role::kPs ? "ps" : "worker"; }
 
 namespace {
+
+// tcp://NAME:PORT with NAME's first IPv4 address for NAME; "" when NAME does not
+// resolve or the endpoint is not tcp://.
+std::string resolved_endpoint(const std::string& endpoint) {
+  const std::string scheme = "tcp://";
+  const auto colon = endpoint.rfind(':');
+  if (endpoint.compare(0, scheme.size(), scheme) != 0 || colon == std::string::npos || colon <= scheme.size()) return "";
+  const std::string host = endpoint.substr(scheme.size(), colon - scheme.size());
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return "";
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(res);
+  return scheme + text + endpoint.substr(colon);
+}
 
 namespace codec = control_codec;
 
@@ -354,7 +374,15 @@ Coordinator::Coordinator(const std::string& endpoint, std::string token, JobShap
   try {
     impl_->router.bind(endpoint);
   } catch (const zmq::error_t& e) {
-    throw IoError("control: cannot bind coordinator at " + endpoint + ": " + e.what());
+    // ZeroMQ binds addresses and interfaces, not host names: a launcher's
+    // tcp://host1:29600 binds host1's address, where the members connect by the name.
+    const std::string by_address = resolved_endpoint(endpoint);
+    if (by_address.empty() || by_address == endpoint) throw IoError("control: cannot bind coordinator at " + endpoint + ": " + e.what());
+    try {
+      impl_->router.bind(by_address);
+    } catch (const zmq::error_t& e2) {
+      throw IoError("control: cannot bind coordinator at " + endpoint + " (" + by_address + "): " + e2.what());
+    }
   }
   impl_->bound = impl_->router.get(zmq::sockopt::last_endpoint);
   impl_->thread = std::thread([this] {

@@ -472,7 +472,19 @@ TcpServer::TcpServer(TcpServerOptions options, ServerHandler handler) : impl_(st
   impl_->handler = std::move(handler);
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(impl_->opt.address, ec);
-  if (ec) throw ConfigError("listen address '" + impl_->opt.address + "': " + ec.message());
+  if (ec) {
+    // A host name (a hostfile's entry, `hostname`): its first IPv4 address, as the
+    // clients that connect by that name will reach it.
+    asio::io_context io;
+    tcp::resolver resolver(io);
+    boost::system::error_code rec;
+    auto found = resolver.resolve(tcp::v4(), impl_->opt.address, "", rec);
+    if (rec || found.empty()) {
+      throw ConfigError("listen address '" + impl_->opt.address + "': neither an address nor a host name that resolves (" +
+                        (rec ? rec.message() : std::string("no IPv4 address")) + ")");
+    }
+    addr = found.begin()->endpoint().address();
+  }
   tcp::endpoint ep(addr, impl_->opt.port);
   const int n = std::max(1, impl_->opt.io_threads);
   for (int i = 0; i < n; ++i) {

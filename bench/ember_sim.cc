@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +54,44 @@ fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std:
   return p.output;
 }
 
+// --hosts H, --ps-hosts LIST: link class 0 (within a host) or 1 (across hosts) of a
+// worker's PS traffic for a key, as the workers of such a job count it (ember-worker
+// --host, ember-ps --host).
+std::function<std::size_t(WorkerId, Key)> link_classes(std::uint32_t hosts, std::uint32_t workers, std::uint32_t shards,
+                                                                   const std::string& ps_hosts) {
+  if (hosts > workers) throw ConfigError("--hosts " + std::to_string(hosts) + ": more hosts than --workers " + std::to_string(workers));
+  std::vector<std::string> given;
+  for (std::size_t at = 0;;) {
+    const auto comma = ps_hosts.find(',', at);
+    given.push_back(ps_hosts.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (given.size() != 1 && given.size() != shards) {
+    throw ConfigError("--ps-hosts '" + ps_hosts + "': one host for all shards or one per shard (--ps " + std::to_string(shards) + ")");
+  }
+  std::vector<std::int64_t> host_of_shard;  // -1: a host of its own
+  for (std::uint32_t s = 0; s < shards; ++s) {
+    const std::string& h = given.size() == 1 ? given[0] : given[s];
+    std::int64_t v = -1;
+    if (h != "own") {
+      try {
+        std::size_t used = 0;
+        v = std::stoll(h, &used);
+        if (used != h.size()) v = -2;
+      } catch (const std::exception&) {
+        v = -2;
+      }
+      if (v < 0 || v >= hosts) throw ConfigError("--ps-hosts '" + h + "': a host index 0.." + std::to_string(hosts - 1) + " or 'own'");
+    }
+    host_of_shard.push_back(v);
+  }
+  return [=](WorkerId w, Key k) -> std::size_t {
+    const std::int64_t host = static_cast<std::int64_t>(std::uint64_t{w} * hosts / workers);
+    return host_of_shard[ps::owner_shard(k, shards)] == host ? 0 : 1;
+  };
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,6 +122,14 @@ int main(int argc, char** argv) {
   std::uint32_t dim = 16, ps_shards = 1;
   std::string optimizer = "sgd";
   app.add_option("--ps", ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
+  std::uint32_t hosts = 0;
+  std::string ps_hosts = "own";
+  app.add_option("--hosts", hosts,
+                 "worker hosts, for per-link counts: workers in rank order, as many on each (host h holds ranks h*W/H .. (h+1)*W/H - 1)");
+  app.add_option("--ps-hosts", ps_hosts,
+                 "with --hosts: the host of each PS shard (comma-separated, one for all), a host index 0..H-1 or 'own' (a host "
+                 "without workers: all its traffic crosses hosts)")
+      ->capture_default_str();
   app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
   app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
   app.add_flag("--json", json, "one JSON object per policy per line (with a per-table breakdown)");
@@ -98,6 +145,7 @@ int main(int argc, char** argv) {
     if (ps_shards < 1) throw ConfigError("--ps must be at least 1");
     o.shards = ps_shards;
     o.shard_of = [ps_shards](Key k) { return ps::owner_shard(k, ps_shards); };
+    if (hosts > 0) o.link_of = link_classes(hosts, o.scheduler.workers, ps_shards, ps_hosts);
     auto list = scheduler::parse_policies(policies);
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     SyntheticDataset holder;
@@ -201,6 +249,7 @@ int main(int argc, char** argv) {
                               {"transmissions", c.transmissions()},
                               {"hits", c.hits},
                               {"pull_state", c.pull_state},
+                              {"evict_partial", c.evict_partial},
                               {"flush_grad", c.flush_grad},
                               {"flush_value", c.flush_value},
                               {"hot_sync", c.hot_sync},
@@ -223,6 +272,9 @@ int main(int argc, char** argv) {
             {"pushes", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
             {"transmissions", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
             {"bytes", scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
+        // Per link class (--hosts): the PS rows and payload that stay within a worker's
+        // host and those that cross hosts.
+        if (!r.per_link.empty()) j["links"] = {{"intra_host", counts({}, r.per_link[0])}, {"cross_host", counts({}, r.per_link[1])}};
         if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
         if (vanilla) {
           j["pull_reduction"] = red_pull;
@@ -251,6 +303,14 @@ int main(int argc, char** argv) {
         }
         std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                                  t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
+        if (!r.per_link.empty()) {
+          const auto& [in, across] = std::pair(r.per_link[0], r.per_link[1]);
+          std::cout << fmt::format("{:<10}{} hosts: across hosts {} rows, {:.1f} MB; within hosts {} rows, {:.1f} MB\n", "", hosts,
+                                   across.transmissions() + across.flush_grad + across.flush_value,
+                                   static_cast<double>(scheduler::wire_bytes(across, row).total()) / 1e6,
+                                   in.transmissions() + in.flush_grad + in.flush_value,
+                                   static_cast<double>(scheduler::wire_bytes(in, row).total()) / 1e6);
+        }
         if (r.per_shard.size() > 1) {
           std::cout << fmt::format(
               "{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "", r.per_shard.size(),

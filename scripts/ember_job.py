@@ -126,6 +126,16 @@ def write_token(out):
     return token_file
 
 
+def sum_links(per_worker):
+    """The workers' summary "links" summed field by field (nested dicts of counts)."""
+    def add(a, b):
+        return {k: add(a[k], v) if isinstance(v, dict) else a.get(k, 0) + v for k, v in b.items()} if a else b
+    total = {}
+    for links in per_worker:
+        total = add(total, links)
+    return total
+
+
 def summarize(out, job, who="ember-job", quiet=False):
     """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds the settings
     it records: policy, transport, workers, ps, lookahead, eviction, prefetch,
@@ -184,6 +194,9 @@ def summarize(out, job, who="ember-job", quiet=False):
         "placement": job.get("placement", ""),
         "prefetched": sum(s.get("prefetched", 0) for s in summaries),
         "bytes": bytes_kind, "framed_bytes": framed,
+        # Bytes and rows by link class, summed over the workers (docs/cluster.md).
+        "hosts": w0.get("hosts", 1),
+        "links": sum_links([s["links"] for s in summaries if "links" in s]),
         "lookahead": job["lookahead"], "eviction": job["eviction"],
         "prefetch": job["prefetch"], "overlap_allreduce": job["overlap_allreduce"],
         "refine_allocation": job["refine_allocation"],
@@ -223,6 +236,14 @@ def summarize(out, job, who="ember-job", quiet=False):
           + (f"AUC {result['auc']:.4f}, logloss {result['logloss']:.4f}" if result["auc"] >= 0 else "not evaluated")
           + f" -> {out}/summary.json",
           flush=True)
+    cross = result["links"].get("cross_host")
+    if cross and cross["bytes_out"] + cross["bytes_in"] > 0:
+        # Each byte once: the PS traffic both ways, the all-reduce's as its senders count it.
+        once = lambda l: (l["ps_bytes_out"] + l["ps_bytes_in"], l["peer_bytes_out"])  # noqa: E731
+        (cps, cpeer), (ips, ipeer) = once(cross), once(result["links"]["intra_host"])
+        mb = lambda n: f"{n / 1e6:.1f} MB"  # noqa: E731
+        print(f"[{policy}] across hosts: {mb(cps + cpeer)} (PS {mb(cps)}, all-reduce {mb(cpeer)}); "
+              f"within hosts: {mb(ips + ipeer)}; {result['hosts']} worker host(s)", flush=True)
     ph = result["phase_s"]
     total = max(1e-9, sum(ph.values()))
     ps = ph["sync"] + ph["commit"] + ph["pull"] + ph["push"]

@@ -28,6 +28,7 @@ struct DaemonConfig {
   StoreConfig store;
   std::string optimizer_name = "sgd";  // for the log; store.optimizer.kind holds it
   ShardAddress listen;                 // default 127.0.0.1, any free port
+  std::string host;                    // the shard's host, told to the workers (empty: the machine's name)
   std::string token, port_file, restore_dir, checkpoint_dir, stats_file;
   int io_threads = 2;
   std::string apply_commits = "auto";

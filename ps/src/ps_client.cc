@@ -20,21 +20,45 @@ namespace {
 // Bytes of a message as framed on the wire (message.h): header, keys, values.
 std::uint64_t wire_bytes(const OutMessage& m) { return transport::kHeaderBytes + 8ull * m.key_count + 4ull * m.value_count; }
 
-// The reply `receive` reads, its bytes counted in `wire`; a refusal (or a bad header)
+// The reply `receive` reads, its bytes passed to `count_in`; a refusal (or a bad header)
 // throws ProtocolError once its header was read: that much is counted.
-template <typename Receive>
-transport::Message receive_counted(WireTally::Dir& wire, Receive&& receive) {
+template <typename CountIn, typename Receive>
+transport::Message receive_counted(CountIn&& count_in, Receive&& receive) {
   try {
     transport::Message r = receive();
-    wire.in += transport::kHeaderBytes + r.header.payload_bytes();
+    count_in(transport::kHeaderBytes + r.header.payload_bytes());
     return r;
   } catch (const ProtocolError&) {
-    wire.in += transport::kHeaderBytes;
+    count_in(transport::kHeaderBytes);
     throw;
   }
 }
 
 }  // namespace
+
+WireTally::Dir& WireTally::Dir::operator+=(const Dir& o) {
+  out += o.out;
+  in += o.in;
+  rows += o.rows;
+  return *this;
+}
+
+WireTally& WireTally::operator+=(const WireTally& o) {
+  pull += o.pull;
+  push_grad += o.push_grad;
+  push_value += o.push_value;
+  commit += o.commit;
+  return *this;
+}
+
+void PsClient::count(std::uint32_t lane, const Entry& e, std::uint64_t out, std::uint64_t in, std::uint64_t rows) {
+  for (WireTally* t : {&tally_, &shard_tally_[lane / per_shard_]}) {
+    WireTally::Dir& d = t->*e.kind;
+    d.out += out;
+    d.in += in;
+    d.rows += rows;
+  }
+}
 
 ShardAddress parse_address(const std::string& text) {
   auto colon = text.rfind(':');
@@ -63,6 +87,7 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, s
     for (std::uint32_t c = 0; c < per_shard_; ++c) conns_.push_back(connect(a.host, a.port));
   }
   in_flight_.resize(conns_.size());
+  shard_tally_.resize(addresses_.size());
 }
 
 std::uint32_t PsClient::lane_of(Key key) const {
@@ -191,7 +216,7 @@ void PsClient::send_entry(std::uint32_t lane, const OutMessage& m, Entry e) {
   drain_pulls(lane);
   try {
     conn(lane).send(m);
-    e.wire->out += wire_bytes(m);
+    count(lane, e, wire_bytes(m), 0, e.rows);
   } catch (const IoError&) {
     // A pull is sent again on a new connection when its reply is due (it is idempotent
     // and, being the lane's last request, alone there); anything else fails.
@@ -235,7 +260,8 @@ void PsClient::complete_front(std::uint32_t lane) {
   PsFuture::Op& op = *e.op;
   try {
     if (!e.pull) {
-      const transport::Message r = receive_counted(*e.wire, [&] { return conn(lane).receive(); });
+      const auto in = [&](std::uint64_t n) { count(lane, e, 0, n); };
+      const transport::Message r = receive_counted(in, [&] { return conn(lane).receive(); });
       if (r.header.type == MessageType::kAck) {
         const CommitAck ack = decode_commit_ack(r.header, op.iteration);
         op.result += ack.rows_updated;  // 0 for pushes
@@ -251,16 +277,17 @@ void PsClient::complete_front(std::uint32_t lane) {
       return;
     }
     transport::Message r;
+    const auto in = [&](std::uint64_t n) { count(lane, e, 0, n); };
     try {
       if (e.resend) throw IoError("send failed");
-      r = receive_counted(*e.wire, [&] { return conn(lane).receive_rows(e.dst, e.per); });
+      r = receive_counted(in, [&] { return conn(lane).receive_rows(e.dst, e.per); });
     } catch (const IoError& err) {
       // Alone on its lane (see drain_pulls): the new connection owes nothing else.
       reconnect(lane, err.what());
       const OutMessage m = e.pull_request();
       conns_[lane]->send(m);
-      e.wire->out += wire_bytes(m);  // sent again: counted again
-      r = receive_counted(*e.wire, [&] { return conns_[lane]->receive_rows(e.dst, e.per); });
+      count(lane, e, wire_bytes(m), 0);  // sent again: its bytes counted again
+      r = receive_counted(in, [&] { return conns_[lane]->receive_rows(e.dst, e.per); });
     }
     if (r.header.value_count != e.keys.size() * e.per || r.values != nullptr) {
       throw ProtocolError("PS shard " + std::to_string(lane / per_shard_) + ": pull reply of the wrong size");
@@ -285,7 +312,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.per = per;
     e.flags = (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0);
     e.iteration = iteration;
-    e.wire = &tally_.pull;
+    e.kind = &WireTally::pull;
   }
   if (dedup == Dedup::kYes) {
     op->out = out.data();
@@ -316,6 +343,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
   // One request per lane, all in flight before the first reply is read.
   for (std::uint32_t s = 0; s < S; ++s) {
     if (entries[s].keys.empty()) continue;
+    entries[s].rows = static_cast<std::uint32_t>(entries[s].keys.size());
     const OutMessage m = entries[s].pull_request();  // before the entry moves (it points into its keys)
     send_entry(s, m, std::move(entries[s]));
   }
@@ -346,7 +374,7 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
 }
 
 PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row,
-                               WireTally::Dir& wire) {
+                               WireTally::Dir WireTally::*kind) {
   auto op = std::make_shared<PsFuture::Op>();
   const std::uint32_t S = lanes();
   for (std::uint32_t s = 0; s < S; ++s) {
@@ -361,7 +389,8 @@ PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::u
     m.value_count = static_cast<std::uint32_t>(by_shard_[s].size() / keys_per_row * per);
     Entry e;
     e.op = op;
-    e.wire = &wire;
+    e.kind = kind;
+    e.rows = m.key_count / keys_per_row;
     send_entry(s, m, std::move(e));
   }
   return PsFuture(this, std::move(op));
@@ -376,12 +405,12 @@ PsFuture PsClient::start_push_grad(std::uint64_t iteration, const std::vector<Ke
   } else {
     for (std::size_t i = 0; i < keys.size(); ++i) by_shard_[lane_[i]].push_back(trainers[i]);
   }
-  return send_routed(MessageType::kPushGrad, iteration, dim_, 2, tally_.push_grad);
+  return send_routed(MessageType::kPushGrad, iteration, dim_, 2, &WireTally::push_grad);
 }
 
 PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
   route_rows(keys, rows.data(), dim_ + state_);
-  return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1, tally_.push_value);
+  return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1, &WireTally::push_value);
 }
 
 PsFuture PsClient::start_commit(std::uint64_t iteration, std::uint32_t flags) {
@@ -398,7 +427,7 @@ PsFuture PsClient::start_commit(std::uint64_t iteration, std::uint32_t flags) {
     m.header.flags = flags;
     Entry e;
     e.op = op;
-    e.wire = &tally_.commit;
+    e.kind = &WireTally::commit;
     send_entry(s * per_shard_, m, std::move(e));
   }
   return PsFuture(this, std::move(op));

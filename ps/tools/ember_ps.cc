@@ -55,6 +55,9 @@ void add_store_options(CLI::App& app, Flags& f) {
 void add_serving_options(CLI::App& app, Flags& f) {
   ps::DaemonConfig& c = f.c;
   app.add_option("--listen", f.listen, "host:port (port 0: any free port)")->capture_default_str();
+  app.add_option("--host", c.host,
+                 "the host this shard runs on, as the job's workers name theirs (ember-worker --host; default: this machine's name): "
+                 "its traffic counts as within a host or across hosts");
   app.add_option("--port-file", c.port_file, "write the port listened on to this file (atomically)");
   app.add_option("--token", c.token, "job token required from every peer");
   app.add_option("--token-file", f.token_file, "read the job token from this file");

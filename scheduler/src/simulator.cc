@@ -48,17 +48,17 @@ void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::
                      std::vector<TrafficCounts>& per_table) {
   count_per_group(
       plans, flush,
-      [&](Key k) {
+      [&](WorkerId, Key k) {
         auto it = std::upper_bound(offsets.begin(), offsets.end(), k);
         return static_cast<std::size_t>(it - offsets.begin()) - 1;
       },
       per_table);
 }
 
-void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(Key)>& group_of,
+void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& group_of,
                      std::vector<TrafficCounts>& per_group) {
-  auto of = [&](Key k) -> TrafficCounts& { return per_group[group_of(k)]; };
   for (const StepPlan& p : plans) {
+    auto of = [&](Key k) -> TrafficCounts& { return per_group[group_of(p.worker, k)]; };
     if (flush) {
       for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
       for (const KeySlot& ks : p.push_values) ++of(ks.key).flush_value;
@@ -114,7 +114,8 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   r.per_table.assign(offsets.size(), TrafficCounts{});
   if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
   r.per_shard.assign(o.shards, TrafficCounts{});
-  const std::function<std::size_t(Key)> shard_of = [&](Key k) -> std::size_t { return o.shard_of(k); };
+  const std::function<std::size_t(WorkerId, Key)> shard_of = [&](WorkerId, Key k) -> std::size_t { return o.shard_of(k); };
+  if (o.link_of) r.per_link.assign(2, TrafficCounts{});
   for (std::uint64_t it = 0; it < total; ++it) {
     batches.next(b, g);
     batches.look_ahead(sched, it, total);
@@ -123,6 +124,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     if (counted) {
       count_per_table(plans, offsets, false, r.per_table);
       if (o.shards > 0) count_per_group(plans, false, shard_of, r.per_shard);
+      if (o.link_of) count_per_group(plans, false, o.link_of, r.per_link);
     }
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
@@ -133,6 +135,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
       if (counted) {
         count_per_table(plans, offsets, true, r.per_table);
         if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
+        if (o.link_of) count_per_group(plans, true, o.link_of, r.per_link);
       }
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;

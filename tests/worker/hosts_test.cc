@@ -1,5 +1,6 @@
-// The host map every worker builds from the hosts the workers stated at the join, and the
-// all-reduce bytes each algorithm sends across hosts.
+// The host map every worker builds from the hosts the workers and shards stated at the
+// join, the all-reduce bytes each algorithm sends within and across hosts, and each
+// shard's traffic put on its link.
 #include "hosts.h"
 
 #include <gtest/gtest.h>
@@ -7,28 +8,37 @@
 #include <map>
 
 #include "ember/common/error.h"
+#include "ember/common/host.h"
 
 namespace ember::worker {
 namespace {
 
-HostMap map_of(const std::vector<std::string>& host_of_rank) {
+HostMap map_of(const std::vector<std::string>& host_of_rank, const std::vector<std::string>& host_of_shard = {}) {
   std::map<std::string, std::string> board;
   for (std::uint32_t r = 0; r < host_of_rank.size(); ++r) board[worker_host_key(r)] = host_of_rank[r];
-  return host_map(static_cast<std::uint32_t>(host_of_rank.size()), [&](const std::string& k) { return board.at(k); });
+  for (std::uint32_t s = 0; s < host_of_shard.size(); ++s) board[shard_host_key(s)] = host_of_shard[s];
+  return host_map(static_cast<std::uint32_t>(host_of_rank.size()), static_cast<std::uint32_t>(host_of_shard.size()),
+                  [&](const std::string& k) { return board.at(k); });
 }
 
 TEST(Hosts, NumberedByTheirLowestRankWithLeadersFirst) {
-  const HostMap m = map_of({"b", "b", "a", "b", "a"});
+  const HostMap m = map_of({"b", "b", "a", "b", "a"}, {"c", "a", "c"});
   ASSERT_EQ(m.hosts(), 2u);
   EXPECT_EQ(m.names, (std::vector<std::string>{"b", "a"}));
   EXPECT_EQ(m.host_of, (std::vector<std::uint32_t>{0, 0, 1, 0, 1}));
   EXPECT_EQ(m.workers[1], (std::vector<std::uint32_t>{2, 4}));
+  EXPECT_EQ(m.shard_hosts, (std::vector<std::string>{"c", "a", "c"}));
   EXPECT_TRUE(m.leader(0));
   EXPECT_TRUE(m.leader(2));
   EXPECT_FALSE(m.leader(3));
   EXPECT_EQ(m.local_rank(3), 2u);
-  EXPECT_EQ(m.describe(), "2 hosts: b (workers 0-1, 3), a (workers 2, 4)");
+  EXPECT_EQ(m.describe(), "2 hosts: b (workers 0-1, 3), a (workers 2, 4); PS shards on c, a");
   EXPECT_THROW(map_of({"a", ""}), ConfigError);
+  EXPECT_THROW(map_of({"a"}, {""}), ConfigError);
+}
+
+std::uint64_t cross_out(const HostMap& m, std::uint32_t r, bool hier, std::uint64_t payload) {
+  return allreduce_link_bytes(m, r, hier, payload).cross_out;
 }
 
 // 2 hosts x 4 workers, host-contiguous: the flat ring crosses at 3 -> 4 and 7 -> 0, each
@@ -36,16 +46,42 @@ TEST(Hosts, NumberedByTheirLowestRankWithLeadersFirst) {
 TEST(Hosts, HierarchicalAllReduceCrossesHostsWithTheLeadersAlone) {
   const HostMap m = map_of({"a", "a", "a", "a", "b", "b", "b", "b"});
   const std::uint64_t payload = 8000;
-  std::uint64_t flat = 0, hier = 0;
+  std::uint64_t flat = 0, hier = 0, flat_in = 0, hier_in = 0, hier_intra = 0;
   for (std::uint32_t r = 0; r < 8; ++r) {
-    flat += allreduce_cross_host_bytes(m, r, false, payload);
-    hier += allreduce_cross_host_bytes(m, r, true, payload);
+    flat += cross_out(m, r, false, payload);
+    hier += cross_out(m, r, true, payload);
+    flat_in += allreduce_link_bytes(m, r, false, payload).cross_in;
+    hier_in += allreduce_link_bytes(m, r, true, payload).cross_in;
+    hier_intra += allreduce_link_bytes(m, r, true, payload).intra_out;
   }
   EXPECT_EQ(flat, 2 * 14000u);
   EXPECT_EQ(hier, 2 * 8000u);
+  EXPECT_EQ(flat_in, flat) << "what one host sends the other receives";
+  EXPECT_EQ(hier_in, hier);
+  EXPECT_EQ(hier_intra, 2 * (3 * 8000u + 3 * 8000u)) << "each host: 3 workers send to the leader, which sends 3 back";
   EXPECT_LE(static_cast<double>(hier), 0.6 * static_cast<double>(flat));
   const HostMap one = map_of({"a", "a"});
-  EXPECT_EQ(allreduce_cross_host_bytes(one, 0, false, payload) + allreduce_cross_host_bytes(one, 0, true, payload), 0u);
+  EXPECT_EQ(cross_out(one, 0, false, payload) + cross_out(one, 0, true, payload), 0u);
+  EXPECT_EQ(allreduce_link_bytes(map_of({"a"}), 0, false, payload).intra_out, 0u) << "one worker: no all-reduce";
+}
+
+// A shard's bytes and rows count within the host when the shard's host is the worker's.
+TEST(Hosts, EachShardsTrafficGoesOnItsLink) {
+  const HostMap m = map_of({"a", "b"}, {"a", "c"});
+  std::vector<ps::WireTally> by_shard(2);
+  by_shard[0].pull = {100, 1000, 10};
+  by_shard[1].pull = {200, 2000, 20};
+  by_shard[1].push_grad = {300, 48, 5};
+  const Links w0 = link_traffic(m, 0, by_shard, false, 0);
+  EXPECT_EQ(w0.intra_host.ps.pull.rows, 10u);
+  EXPECT_EQ(w0.cross_host.ps.pull.rows, 20u);
+  EXPECT_EQ(w0.cross_host.ps.out(), 500u);
+  EXPECT_EQ(w0.cross_host.ps.in(), 2048u);
+  const Links w1 = link_traffic(m, 1, by_shard, false, 4000);
+  EXPECT_EQ(w1.intra_host.ps.out() + w1.intra_host.ps.in(), 0u) << "no shard on b";
+  EXPECT_EQ(w1.cross_host.ps.pull.rows, 30u);
+  EXPECT_EQ(w1.cross_host.peer_out, 4000u) << "2 workers on 2 hosts: the ring's 2(W-1)/W = 1x crosses";
+  EXPECT_EQ(w1.cross_host.out(), w1.cross_host.ps.out() + 4000u);
 }
 
 }  // namespace

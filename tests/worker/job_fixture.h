@@ -52,6 +52,7 @@ struct JobOptions {
   std::uint64_t eval_every = 0;        // flushes (ember-sim replays them)
   std::string placement;               // a plan file (--placement)
   std::uint32_t workers_per_host = 0;  // > 0: workers grouped into virtual hosts (--host vhostK)
+  int ps_on_host = -1;                 // >= 0: the shards on virtual host K (ember-ps --host vhostK)
   std::string allreduce = "flat";
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
@@ -228,6 +229,7 @@ class JobTest : public test::TempDirTest {
                                     "3000",
                                     "--log-level",
                                     "warn"};
+      if (o.ps_on_host >= 0) a.insert(a.end(), {"--host", "vhost" + std::to_string(o.ps_on_host)});
       a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());
       ps.push_back(std::make_unique<test::Process>(a, dir_ / (name + "-ps" + std::to_string(s) + ".log")));
       if (s == 0) {
@@ -272,6 +274,13 @@ class JobTest : public test::TempDirTest {
                               "flush_grad", "flush_value", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
+        // By link class: "links.cross_host.pull" (rows), "links.cross_host.ps_bytes_out", ...
+        for (const auto& [link, l] : j.at("links").items()) {
+          for (const auto& [kind, n] : l.at("ps_rows").items()) r.wire["links." + link + "." + kind] += n.get<std::uint64_t>();
+          for (const char* k : {"ps_bytes_out", "ps_bytes_in", "peer_bytes_out", "peer_bytes_in"})
+            r.wire["links." + link + "." + k] += l.at(k).get<std::uint64_t>();
+        }
+        for (const auto& [k, n] : j.at("framed_bytes").items()) r.wire["framed." + k] += n.get<std::uint64_t>();
         if (w == 0) r.auc = j.at("auc");
         // Where the time went: every phase measured, within the training loop's wall time.
         double phases = 0;
@@ -432,7 +441,11 @@ class JobTest : public test::TempDirTest {
         std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) +
         " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
         (o.refine_allocation ? " --refine-allocation" : "") + (o.placement.empty() ? "" : " --placement " + o.placement) +
-        " --eval-every " + std::to_string(o.eval_every) + " --json -q 2>/dev/null";
+        " --eval-every " + std::to_string(o.eval_every) +
+        (o.workers_per_host > 0 ? " --ps " + std::to_string(o.shards) + " --hosts " + std::to_string(o.workers / o.workers_per_host) +
+                                      " --ps-hosts " + (o.ps_on_host >= 0 ? std::to_string(o.ps_on_host) : std::string("own"))
+                                : std::string()) +
+        " --json -q 2>/dev/null";
     EXPECT_EQ(test::run_command(cmd, out), 0) << out;
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
@@ -441,6 +454,17 @@ class JobTest : public test::TempDirTest {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
+    // By link class (with virtual hosts): rows as the transport carries them, a pull
+    // each, a gradient (partial evictions and flushed ones too) or a value each.
+    if (j.contains("links")) {
+      for (const auto& [link, l] : j.at("links").items()) {
+        const std::uint64_t partial = l.at("evict_partial");
+        m["links." + link + ".pull"] = l.at("pulls");
+        m["links." + link + ".push_grad"] = l.at("push_grad").get<std::uint64_t>() + partial + l.at("flush_grad").get<std::uint64_t>();
+        m["links." + link + ".push_value"] = l.at("push_value").get<std::uint64_t>() + l.at("push_evict").get<std::uint64_t>() - partial +
+                                             l.at("flush_value").get<std::uint64_t>() + l.at("hot_flush").get<std::uint64_t>();
+      }
+    }
     return m;
   }
 };

@@ -172,13 +172,16 @@ TEST_F(Training, PlacementTrainsTheBspModelWithTheSimulatorsCounts) {
 // On a GPU machine (a CUDA build of LibTorch), the same with the cache in GPU memory.
 // The hierarchical all-reduce (a reduce within each host, a ring over the hosts' leaders,
 // a broadcast back) sums the same gradients in another order: the same model as one
-// process, with only the leaders' ring crossing hosts. 4 workers on 2 virtual hosts.
+// process, with only the leaders' ring crossing hosts. 4 workers on 2 virtual hosts, the
+// shards on the first: the rows each worker moved within its host and across hosts, as
+// the transport counted them, are ember-sim's link by link.
 TEST_F(Training, HierarchicalAllReduceTrainsTheSameModel) {
   const fs::path data = dataset();
   JobOptions o;
   o.policy = "herald";
   o.model = "wide-deep";
   o.workers_per_host = 2;
+  o.ps_on_host = 0;
   const JobResult flat = run_job_like_one_process(data, o, "flat", "flat all-reduce over 2 hosts");
   o.allreduce = "hierarchical";
   o.overlap_allreduce = true;
@@ -190,6 +193,33 @@ TEST_F(Training, HierarchicalAllReduceTrainsTheSameModel) {
   EXPECT_NEAR(static_cast<double>(flat.wire.at("allreduce_cross_host_bytes")), 3.0 * per_worker, 8);
   EXPECT_NEAR(static_cast<double>(hier.wire.at("allreduce_cross_host_bytes")), 2.0 * per_worker, 8);
   EXPECT_EQ(hier.wire.at("hosts"), 2u * kWorkers) << "every worker counts 2 hosts";
+  EXPECT_EQ(hier.wire.at("links.cross_host.peer_bytes_out"), hier.wire.at("allreduce_cross_host_bytes"));
+
+  auto sim = simulate(data, o);
+  for (const JobResult* job : {&flat, &hier}) {
+    auto& w = job->wire;
+    for (const char* kind : {"push_grad", "push_value", "pull"}) {
+      const std::string cross = std::string("links.cross_host.") + kind, intra = std::string("links.intra_host.") + kind;
+      EXPECT_GT(sim[cross], 0u) << cross;
+      EXPECT_GT(sim[intra], 0u) << intra;
+      EXPECT_EQ(w.at(cross), sim[cross]) << "rows across hosts, vs ember-sim --hosts 2 --ps-hosts 0";
+      // Worker 0's final evaluation pulls from the shards on its host too.
+      if (std::string(kind) == "pull") {
+        EXPECT_GE(w.at(intra), sim[intra]) << intra;
+      } else {
+        EXPECT_EQ(w.at(intra), sim[intra]) << "rows within hosts, vs ember-sim";
+      }
+    }
+    // Every framed byte is on one link or the other.
+    EXPECT_EQ(w.at("links.intra_host.ps_bytes_out") + w.at("links.cross_host.ps_bytes_out") + w.at("links.intra_host.ps_bytes_in") +
+                  w.at("links.cross_host.ps_bytes_in"),
+              w.at("framed.total"));
+    EXPECT_GT(w.at("links.cross_host.ps_bytes_in"), 0u);
+  }
+  // Within a host, the flat ring sends 1.5x the payload from ranks 0 and 2; the
+  // hierarchical reduce and broadcast 1x from every worker.
+  EXPECT_NEAR(static_cast<double>(flat.wire.at("links.intra_host.peer_bytes_out")), 3.0 * per_worker, 8);
+  EXPECT_NEAR(static_cast<double>(hier.wire.at("links.intra_host.peer_bytes_out")), 4.0 * per_worker, 8);
 }
 
 TEST_F(Training, CudaWorkersTrainTheSameModel) {

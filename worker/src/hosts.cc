@@ -4,6 +4,7 @@
 #include <map>
 
 #include "ember/common/error.h"
+#include "ember/common/host.h"
 
 namespace ember::worker {
 
@@ -26,12 +27,16 @@ std::string HostMap::describe() const {
     }
     s += ")";
   }
+  // The shards' hosts, each once, in shard order.
+  std::vector<std::string> shard_on;
+  for (const std::string& h : shard_hosts)
+    if (std::find(shard_on.begin(), shard_on.end(), h) == shard_on.end()) shard_on.push_back(h);
+  for (std::size_t i = 0; i < shard_on.size(); ++i)
+    s += (i ? ", " : (shard_hosts.size() == 1 ? "; PS shard on " : "; PS shards on ")) + shard_on[i];
   return s;
 }
 
-std::string worker_host_key(std::uint32_t rank) { return "host/worker/" + std::to_string(rank); }
-
-HostMap host_map(std::uint32_t workers, const std::function<std::string(const std::string&)>& lookup) {
+HostMap host_map(std::uint32_t workers, std::uint32_t shards, const std::function<std::string(const std::string&)>& lookup) {
   HostMap m;
   std::map<std::string, std::uint32_t> id;
   for (std::uint32_t r = 0; r < workers; ++r) {
@@ -45,14 +50,45 @@ HostMap host_map(std::uint32_t workers, const std::function<std::string(const st
     m.host_of.push_back(it->second);
     m.workers[it->second].push_back(r);
   }
+  for (std::uint32_t sh = 0; sh < shards; ++sh) {
+    m.shard_hosts.push_back(lookup(shard_host_key(sh)));
+    if (m.shard_hosts.back().empty()) throw ConfigError("PS shard " + std::to_string(sh) + " stated no host (--host must not be empty)");
+  }
   return m;
 }
 
-std::uint64_t allreduce_cross_host_bytes(const HostMap& m, std::uint32_t rank, bool hierarchical, std::uint64_t bytes) {
+PeerBytes allreduce_link_bytes(const HostMap& m, std::uint32_t rank, bool hierarchical, std::uint64_t bytes) {
+  PeerBytes p;
   const std::uint64_t W = m.host_of.size(), H = m.hosts();
-  if (hierarchical) return m.leader(rank) && H > 1 ? 2 * (H - 1) * bytes / H : 0;
-  const std::uint32_t next = static_cast<std::uint32_t>((rank + 1) % W);
-  return W > 1 && m.host_of[next] != m.host_of[rank] ? 2 * (W - 1) * bytes / W : 0;
+  if (W < 2) return p;
+  if (hierarchical) {
+    const std::uint64_t local = m.workers[m.host_of[rank]].size();
+    const std::uint64_t within = m.leader(rank) ? (local - 1) * bytes : bytes;
+    if (local > 1) p.intra_out = p.intra_in = within;
+    if (m.leader(rank) && H > 1) p.cross_out = p.cross_in = 2 * (H - 1) * bytes / H;
+    return p;
+  }
+  const std::uint64_t ring = 2 * (W - 1) * bytes / W;
+  const auto next = static_cast<std::uint32_t>((rank + 1) % W), prev = static_cast<std::uint32_t>((rank + W - 1) % W);
+  (m.host_of[next] != m.host_of[rank] ? p.cross_out : p.intra_out) = ring;
+  (m.host_of[prev] != m.host_of[rank] ? p.cross_in : p.intra_in) = ring;
+  return p;
+}
+
+Links link_traffic(const HostMap& m, std::uint32_t rank, const std::vector<ps::WireTally>& by_shard, bool hierarchical,
+                   std::uint64_t allreduce_bytes) {
+  Links l;
+  const std::string& mine = m.names[m.host_of[rank]];
+  for (std::size_t s = 0; s < by_shard.size(); ++s) {
+    const bool local = s < m.shard_hosts.size() && m.shard_hosts[s] == mine;
+    (local ? l.intra_host : l.cross_host).ps += by_shard[s];
+  }
+  const PeerBytes p = allreduce_link_bytes(m, rank, hierarchical, allreduce_bytes);
+  l.intra_host.peer_out = p.intra_out;
+  l.intra_host.peer_in = p.intra_in;
+  l.cross_host.peer_out = p.cross_out;
+  l.cross_host.peer_in = p.cross_in;
+  return l;
 }
 
 }  // namespace ember::worker

@@ -7,18 +7,13 @@
 #include <optional>
 
 #include "ember/common/error.h"
+#include "ember/common/host.h"
 #include "ember/common/process.h"
 #include "job_options.h"
 
 namespace ember::worker {
 
 namespace {
-
-std::string this_host_name() {
-  char name[256] = {};
-  if (gethostname(name, sizeof name - 1) != 0) return "localhost";
-  return name;
-}
 
 transport::TransportOptions data_plane_options(const TrainConfig& c) {
   transport::TransportOptions o;
@@ -80,11 +75,12 @@ void Job::join(const data::Dataset& ds) {
                       " (start both with the same --transport)");
   }
   if (rank_ != 0) check_options(options);
-  hosts_ = host_map(c_.workers, [this](const std::string& key) { return control_->lookup(key, c_.join_timeout); });
-  if (rank_ == 0) spdlog::info("{}; dense all-reduce {}", hosts_.describe(), c_.allreduce);
   state_ = ps::state_floats(ps_.optimizer.kind, ps_.dim);
   std::vector<ps::ShardAddress> shards;
   for (const auto& p : control_->peers_of(transport::Role::kPs)) shards.push_back(ps::parse_address(p.data_address));
+  hosts_ = host_map(c_.workers, static_cast<std::uint32_t>(shards.size()),
+                    [this](const std::string& key) { return control_->lookup(key, c_.join_timeout); });
+  if (rank_ == 0) spdlog::info("{}; dense all-reduce {}", hosts_.describe(), c_.allreduce);
   client_ = std::make_unique<ps::PsClient>(shards, ps_.dim, state_, data_plane_.make_connector(), c_.ps_connections);
   spdlog::info("worker {}/{}: {} PS shard(s), {} rows of dim {}, sparse optimizer {} (lr {})", rank_, c_.workers, shards.size(),
                ps_.num_keys, ps_.dim, ps::optimizer_name(ps_.optimizer.kind), ps_.optimizer.lr);

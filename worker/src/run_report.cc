@@ -31,6 +31,17 @@ json phase_json(const PhaseTimes& now, const PhaseTimes& since, double scale) {
           {"update", (now.update - since.update) * scale}};
 }
 
+// One link class's traffic (summary.json "links", docs/cluster.md#traffic-per-link).
+json link_json(const LinkTraffic& l) {
+  return {{"ps_rows", {{"pull", l.ps.pull.rows}, {"push_grad", l.ps.push_grad.rows}, {"push_value", l.ps.push_value.rows}}},
+          {"ps_bytes_out", l.ps.out()},
+          {"ps_bytes_in", l.ps.in()},
+          {"peer_bytes_out", l.peer_out},
+          {"peer_bytes_in", l.peer_in},
+          {"bytes_out", l.out()},
+          {"bytes_in", l.in()}};
+}
+
 }  // namespace
 
 struct RunReport::Live {
@@ -95,6 +106,21 @@ struct RunReport::Live {
                   {{"rank", rank}, {"kind", kind}}, d(dir->out));
       out.counter("ember_worker_received_bytes_total", "Bytes of PS replies received, framed, by kind of request",
                   {{"rank", rank}, {"kind", kind}}, d(dir->in));
+    }
+    const char* link_bytes_help =
+        "Bytes by link class (intra_host, cross_host) and peer: ps as framed by the transport, worker the all-reduces' payload";
+    const char* link_rows_help = "Rows carried to and from the PS shards by link class (intra_host, cross_host) and kind of request";
+    for (const auto& [link, l] : {std::pair<const char*, const LinkTraffic*>{"intra_host", &wire.links.intra_host},
+                                  std::pair<const char*, const LinkTraffic*>{"cross_host", &wire.links.cross_host}}) {
+      const std::tuple<const char*, const char*, std::uint64_t> bytes[] = {
+          {"ps", "out", l->ps.out()}, {"ps", "in", l->ps.in()}, {"worker", "out", l->peer_out}, {"worker", "in", l->peer_in}};
+      for (const auto& [peer, dir, n] : bytes)
+        out.counter("ember_worker_link_bytes_total", link_bytes_help, {{"rank", rank}, {"link", link}, {"peer", peer}, {"direction", dir}},
+                    d(n));
+      const std::pair<const char*, std::uint64_t> kinds[] = {
+          {"pull", l->ps.pull.rows}, {"push_grad", l->ps.push_grad.rows}, {"push_value", l->ps.push_value.rows}};
+      for (const auto& [kind, n] : kinds)
+        out.counter("ember_worker_link_rows_total", link_rows_help, {{"rank", rank}, {"link", link}, {"kind", kind}}, d(n));
     }
     out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.hits));
     out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r, d(wire.hits + wire.pulls));
@@ -171,10 +197,14 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
   const std::uint64_t iters = t + 1 - window_first_;
   window_first_ = t + 1;
   const auto hits = static_cast<double>(wire.hits - at_window_.hits), pulls = static_cast<double>(wire.pulls - at_window_.pulls);
-  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB", t + 1,
+  // Bytes that left or reached this host (worker 0's): shown where the job spans hosts.
+  const auto across = [](const WireCounts& w) { return w.links.cross_host.out() + w.links.cross_host.in(); };
+  const std::uint64_t cross = across(wire) - across(at_window_);
+  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB{}", t + 1,
                c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
                wire.pulls - at_window_.pulls, wire.pushes() - at_window_.pushes(),
-               static_cast<double>(wire.bytes.total() - at_window_.bytes.total()) / 1e6);
+               static_cast<double>(wire.bytes.total() - at_window_.bytes.total()) / 1e6,
+               cross > 0 ? fmt::format(", {:.2f} MB across hosts", static_cast<double>(cross) / 1e6) : std::string());
   window_.reset();
   at_window_ = wire;
 }
@@ -224,6 +254,7 @@ void RunReport::summary(const TrainSummary& sum) {
                   {"commit_out", w.framed.commit.out},
                   {"commit_in", w.framed.commit.in},
                   {"total", w.framed.out() + w.framed.in()}}},
+                {"links", {{"intra_host", link_json(w.links.intra_host)}, {"cross_host", link_json(w.links.cross_host)}}},
                 {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});
   write(j.dump());
   const PhaseTimes& f = sum.phases;

@@ -52,6 +52,11 @@ class Worker {
   // After iteration s: the flush an evaluation, a checkpoint or the end needs.
   void flush(const Step& s);
   TrainSummary finish(std::uint64_t end, double seconds);
+  // The transport's byte counts into wire_: by kind, and by link (hosts.h).
+  void take_tallies() {
+    wire_.framed = job_.ps().tally();
+    wire_.links = link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), c_.allreduce == "hierarchical", wire_.allreduce_bytes);
+  }
 
   TrainConfig c_;
   Job job_;
@@ -195,7 +200,7 @@ TrainSummary Worker::run() {
     train(s, loader, ahead);
     life_->check_stop(s);
     if (s.flush) flush(s);
-    wire_.framed = job_.ps().tally();
+    take_tallies();
     report_->iteration(s, it_clock.millis(), wait_ms, compute_->loss(), wire_, phases_);
     if (s.last) {
       end = t + 1;
@@ -222,13 +227,13 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
           end, c_.iterations);
     }
   }
-  wire_.framed = job_.ps().tally();
+  take_tallies();
   if (rank == 0 && !c_.dump_dir.empty()) dump_model(c_, job_.ps(), *model_, job_.ps_config().num_keys, job_.dim(), end - 1);
   // Everyone waits for worker 0's evaluation and dump before leaving.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_leaving(end));
   sum.wire = wire_;
   sum.hosts = job_.hosts().hosts();
-  sum.allreduce_cross_host_bytes = allreduce_cross_host_bytes(job_.hosts(), rank, c_.allreduce == "hierarchical", wire_.allreduce_bytes);
+  sum.allreduce_cross_host_bytes = wire_.links.cross_host.peer_out;
   sum.phases = phases_;
   sum.final_loss = compute_->loss();
   sum.auc = auc_;

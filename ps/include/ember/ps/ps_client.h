@@ -84,14 +84,17 @@ class PsFuture {
 // transport took it (a pull sent again on a new connection counts again); `in` each reply
 // read (a refusal as its header alone: the transport does not pass on its reason's
 // length). Not counted: the connections' hellos, framing below the message (TCP/IP,
-// RDMA's frame header), a send or receive that failed midway.
+// RDMA's frame header), a send or receive that failed midway. `rows`: the rows a request
+// carried (a pull's keys, a push's rows), once per request even if it is sent again.
 struct WireTally {
   struct Dir {
-    std::uint64_t out = 0, in = 0;
+    std::uint64_t out = 0, in = 0, rows = 0;
+    Dir& operator+=(const Dir& o);
   };
   Dir pull, push_grad, push_value, commit;
   std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out; }
   std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in; }
+  WireTally& operator+=(const WireTally& o);
 };
 
 class PsClient {
@@ -107,8 +110,10 @@ class PsClient {
   std::uint32_t shards() const { return static_cast<std::uint32_t>(addresses_.size()); }
   // Pulls sent again on a new connection after the first one failed.
   std::uint64_t retries() const { return retries_; }
-  // Bytes sent and received so far, per kind of request (WireTally).
+  // Bytes sent and received so far, per kind of request (WireTally), and the same per
+  // shard (where the shard's host decides the link it crossed).
   const WireTally& tally() const { return tally_; }
+  const std::vector<WireTally>& tally_by_shard() const { return shard_tally_; }
   // Whether pull() looks for repeated keys. kNo is for callers whose keys are distinct
   // (a cache's misses): it spares a hash lookup per key, and is still correct if some
   // key repeats (that row is then sent as often as it is asked for).
@@ -162,7 +167,8 @@ class PsClient {
     std::uint32_t per = 0;    // floats per pulled row
     std::uint32_t flags = 0;  // a pull's header flags and iteration (to send it again)
     std::uint64_t iteration = 0;
-    WireTally::Dir* wire = nullptr;              // where its bytes are counted (in tally_)
+    WireTally::Dir WireTally::*kind = nullptr;  // where its bytes are counted (tally_, shard_tally_)
+    std::uint32_t rows = 0;                     // rows it carries (WireTally::Dir::rows)
     transport::OutMessage pull_request() const;  // a pull's request, from the fields above
   };
   // Reads replies on `lane` up to and including the last entry of `op` (all if null),
@@ -183,7 +189,9 @@ class PsClient {
   // receives the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).
   // Their bytes are counted in `wire`.
   PsFuture send_routed(transport::MessageType type, std::uint64_t iteration, std::uint32_t per, std::uint32_t keys_per_row,
-                       WireTally::Dir& wire);
+                       WireTally::Dir WireTally::*kind);
+  // Counts bytes of `e`'s kind sent and received on `lane`, in the total and its shard's.
+  void count(std::uint32_t lane, const Entry& e, std::uint64_t out, std::uint64_t in, std::uint64_t rows = 0);
   // A lane is one connection: shard s has lanes s * per_shard_ ... + per_shard_ - 1.
   std::uint32_t lanes() const { return static_cast<std::uint32_t>(conns_.size()); }
   std::uint32_t lane_of(Key key) const;
@@ -196,6 +204,7 @@ class PsClient {
   std::uint32_t dim_, state_;
   std::uint64_t retries_ = 0;
   WireTally tally_;
+  std::vector<WireTally> shard_tally_;  // per shard
   std::vector<std::deque<Entry>> in_flight_;  // per lane
   // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
   std::vector<std::vector<Key>> by_shard_;

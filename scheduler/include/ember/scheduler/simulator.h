@@ -31,6 +31,10 @@ struct SimOptions {
   // 0 .. shards - 1 (as the PS places it: ps::owner_shard); none when shards is 0.
   std::uint32_t shards = 0;
   std::function<std::uint32_t(Key key)> shard_of;
+  // Per-link counts (docs/cluster.md#traffic-per-link): `link_of(worker, key)` is 0 when
+  // the PS traffic of `worker` for `key` stays within its host, 1 when it crosses hosts;
+  // none without it.
+  std::function<std::size_t(WorkerId worker, Key key)> link_of;
 };
 
 struct SimResult {
@@ -52,6 +56,9 @@ struct SimResult {
   // The same per PS shard (the shard of each row's key, SimOptions::shard_of): the rows
   // and bytes each shard serves; empty without SimOptions::shards.
   std::vector<TrafficCounts> per_shard;
+  // The same per link class (SimOptions::link_of): [0] within a host, [1] across hosts;
+  // empty without SimOptions::link_of.
+  std::vector<TrafficCounts> per_link;
 
   double hit_rate() const {
     double total = static_cast<double>(traffic.hits + traffic.pulls);
@@ -68,8 +75,9 @@ std::uint64_t plan_hash(const StepPlan& plan, std::uint64_t seed);
 void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::uint64_t>& offsets, bool flush,
                      std::vector<TrafficCounts>& per_table);
 
-// The same per group of keys: `group_of(key)` indexes `per_group` (a table, a PS shard).
-void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(Key)>& group_of,
+// The same per group: `group_of(worker, key)` indexes `per_group` (a table, a PS shard,
+// a link class) for a row of `worker`'s plan.
+void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& group_of,
                      std::vector<TrafficCounts>& per_group);
 
 // Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.

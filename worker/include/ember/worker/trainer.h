@@ -97,6 +97,19 @@ struct TrainConfig : scheduler::SchedulerOptions {
   std::chrono::milliseconds join_timeout{120000};
 };
 
+// A worker's traffic on one class of link (docs/cluster.md#traffic-per-link): with the PS
+// shards, as the transport framed it (ps::WireTally, rows included), and with the other
+// workers in the dense all-reduces (payload, by the algorithm: allreduce_link_bytes).
+struct LinkTraffic {
+  ps::WireTally ps;
+  std::uint64_t peer_out = 0, peer_in = 0;
+  std::uint64_t out() const { return ps.out() + peer_out; }
+  std::uint64_t in() const { return ps.in() + peer_in; }
+};
+struct Links {
+  LinkTraffic intra_host, cross_host;
+};
+
 // Rows and bytes this worker moved (what crossed its sockets), docs/design.md accounting.
 struct WireCounts {
   std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
@@ -118,6 +131,9 @@ struct WireCounts {
   // What the transport carried per kind of request, headers included (PsClient::tally):
   // also the evaluation's pulls, not the final model dump's.
   ps::WireTally framed;
+  // The same framed bytes and rows, and the all-reduces' payload, by where they went:
+  // within this worker's host or across hosts (hosts.h, link_traffic).
+  Links links;
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
 };
 
@@ -146,7 +162,7 @@ struct TrainSummary {
   // stopped at, checkpointed, from which --resume goes on; 0 when it ran to --iterations.
   std::uint64_t stopped_at = 0;
   // The job's hosts, and the all-reduce payload this worker sent to another host (by the
-  // algorithm: hosts.h).
+  // algorithm: hosts.h; wire.links.cross_host.peer_out).
   std::uint32_t hosts = 1;
   std::uint64_t allreduce_cross_host_bytes = 0;
 };

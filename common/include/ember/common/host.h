@@ -1,0 +1,18 @@
+// Hosts: a job member's host name, and the control-plane board keys under which the
+// members state theirs at the join (docs/cluster.md#hosts-known-to-the-job).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ember {
+
+// This machine's name (gethostname: the UTS namespace's); "localhost" if unknown.
+std::string this_host_name();
+
+// The board key under which worker `rank` states its host (ember-worker --host).
+std::string worker_host_key(std::uint32_t rank);
+// The same for PS shard `shard` (ember-ps --host).
+std::string shard_host_key(std::uint32_t shard);
+
+}  // namespace ember

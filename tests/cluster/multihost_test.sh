@@ -1,0 +1,365 @@
+#!/usr/bin/env bash
+# Multi-host runs for real (issue 43 part 5) on a 3-host scripts/cluster_local.sh cluster
+# (unshaped links) of its own:
+#   1. one job (1 PS shard on host1; workers 0-1 on host2, 2-3 on host3; herald; Adagrad;
+#      checkpoints every 10 iterations; a small DLRM, ITERATIONS global batches) run
+#      (a) on this machine over loopback by ember_launch.py: the reference;
+#      (b) across the hosts by launch_hosts.sh over ssh, from here (--ssh-config
+#          STATE/ssh_config) with a hostfile of names (STATE/hostfile's);
+#      (c) by `sbatch --nodes=3 ember.sbatch` on the cluster's Slurm.
+#      (b) and (c) must give (a)'s model (worker 0's --dump-dir: dense.bin and rows.bin
+#      within 1e-5) and (a)'s counts (summary.json: rows pulled, pushed by kind, cache
+#      hits, bytes each way).
+#   2. faults; each must end every Ember process of the job on every host within
+#      BOUND_S of it: the heartbeat timeout (HB_MS), the workers' 3 s grace after the
+#      control plane fails the job (ember-worker: "did not stop within 3000 ms"), and 3 s;
+#      and the control plane's failure file (OUT/failure.json) must name a lost member:
+#      (i)   scancel of a running sbatch job: it stops at a whole checkpoint;
+#      (ii)  host3 killed: kill -9 of the job's ember-* processes in host3's namespace,
+#            under launch_hosts.sh and under sbatch: fails naming worker 2 or 3;
+#      (iii) host3's link down for 30 s (ember-v3, the bridge's end of its veth), under
+#            launch_hosts.sh and under sbatch: fails naming worker 2 or 3, host3's
+#            workers log that they lost the coordinator; the Slurm job ends once the
+#            link is back;
+#      (iv)  host3's link down for 2 s mid-run, under launch_hosts.sh and under sbatch:
+#            the job completes with the reference's model and counts.
+#   Nothing is left: no job process, no Slurm job, and after `down` no namespace or link.
+# Skips (exit 77, the reason printed) when not root, when a package is missing, when
+# namespaces cannot be made, or when a cluster is up already (bridge ember-br0). The
+# cluster goes down on any exit. About 2.5 minutes on the 2-core development host.
+#   tests/cluster/multihost_test.sh BIN_DIR SOURCE_DIR
+set -euo pipefail
+bin="$(cd "${1:?usage: multihost_test.sh BIN_DIR SOURCE_DIR}" && pwd)"
+src="$(cd "${2:?usage: multihost_test.sh BIN_DIR SOURCE_DIR}" && pwd)"
+HB_MS=${HB_MS:-5000}
+BOUND_S=$(( HB_MS / 1000 + 3 + 3 ))
+ITERATIONS=${ITERATIONS:-150}
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+[ "$EUID" -eq 0 ] || skip "needs root (network namespaces, a bridge, sshd, slurmd)"
+PATH="$PATH:/usr/sbin:/sbin"
+for b in ip tc unshare nsenter mountpoint sshd ssh ssh-keygen munged slurmctld slurmd sinfo srun sbatch scancel squeue python3; do
+  command -v "$b" > /dev/null || skip "$b is missing (bash scripts/install_deps.sh --ops)"
+done
+unshare --net --uts true 2> /dev/null || skip "cannot create network and UTS namespaces here"
+ip link show ember-br0 > /dev/null 2>&1 && skip "a cluster is up already (bridge ember-br0): cluster_local.sh down it first"
+for b in ember-ps ember-worker ember-data; do [ -x "$bin/$b" ] || fail "$bin/$b is missing"; done
+
+t_start=$SECONDS
+cl="$src/scripts/cluster_local.sh"
+state="${EMBER_CLUSTER_JOBS_TEST_DIR:-/var/lib/ember-cluster-jobs-test}"
+export SLURM_CONF="$state/slurm.conf"
+work="$(mktemp -d /tmp/ember-multihost-test.XXXXXX)"
+bg_pids=()
+cleanup() {
+  local rc=$? p j
+  ip link set ember-v3 up 2> /dev/null || true
+  for j in "$work"/*.jobid; do [ -s "$j" ] && { scancel "$(cat "$j")" 2> /dev/null || true; }; done
+  for p in "${bg_pids[@]}"; do kill "$p" 2> /dev/null || true; done
+  bash "$cl" down --state "$state" > /dev/null 2>&1 || true
+  # Processes of the test's jobs outside the hosts (the reference's, a launcher's ssh).
+  for p in $(pgrep -f "$work/" || true); do kill -KILL "$p" 2> /dev/null || true; done
+  if [ $rc -eq 0 ]; then rm -rf "$work"; else echo "(kept $work; cluster logs in $state/log)" >&2; fi
+}
+trap cleanup EXIT
+now() { date +%s.%N; }
+since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
+
+# The ember-ps and ember-worker processes of a job (their command line names TAG, a path
+# of the job's), wherever they run: "host3:PID:ember-worker" lines (root: this namespace).
+job_procs() {
+  python3 - "$1" <<'EOF'
+import os, sys
+tag = sys.argv[1]
+ns = {}
+for k in range(1, 4):
+    try:
+        ns[os.stat(f"/run/netns/ember-host{k}").st_ino] = f"host{k}"
+    except OSError:
+        pass
+for p in os.listdir("/proc"):
+    if not p.isdigit():
+        continue
+    try:
+        comm = open(f"/proc/{p}/comm").read().strip()
+        if comm not in ("ember-ps", "ember-worker"):
+            continue
+        if tag not in open(f"/proc/{p}/cmdline").read().replace("\0", " "):
+            continue
+        if open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            continue
+        where = ns.get(os.stat(f"/proc/{p}/ns/net").st_ino, "root")
+    except OSError:
+        continue
+    print(f"{where}:{p}:{comm}")
+EOF
+}
+# Waits until the job of TAG has no process left; prints the seconds since T0, or fails
+# naming what is left BOUND_S after T0.
+wait_gone() {  # TAG T0 WHAT
+  local tag="$1" t0="$2" what="$3" left
+  while :; do
+    left="$(job_procs "$tag")"
+    [ -z "$left" ] && { since "$t0"; return 0; }
+    python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) - float(sys.argv[1]) > $BOUND_S else 1)" "$t0" "$(now)" &&
+      fail "$what: $(echo "$left" | wc -l) Ember process(es) still running $BOUND_S s after the fault: $(echo "$left" | paste -sd' ')"
+    sleep 0.1
+  done
+}
+# Iterations worker 0 of the job writing OUT has logged (its metrics).
+iterations_of() { local n; n="$(grep -cs '"iteration"' "$1/w0.jsonl")" || true; echo "${n:-0}"; }
+# Waits until worker 0 of the job writing OUT has logged N iterations (its metrics).
+wait_iterations() {  # OUT N WHAT
+  for _ in $(seq 1200); do
+    [ "$(iterations_of "$1")" -ge "$2" ] && return 0
+    sleep 0.05
+  done
+  fail "$3: worker 0 did not reach iteration $2 within 60 s"
+}
+# The member OUT/failure.json names ("worker 2"), checked to be one of host3's workers.
+lost_member() {  # OUT WHAT
+  [ -s "$1/failure.json" ] || fail "$2: no failure file ($1/failure.json)"
+  python3 - "$1/failure.json" "$2" <<'EOF' || exit 1
+import json, sys
+f = json.load(open(sys.argv[1]))
+if f.get("member") not in ("worker 2", "worker 3"):
+    print(f"FAIL: {sys.argv[2]}: the control plane names {f.get('member')!r} ({f.get('cause')}), not worker 2 or 3 (host3's)", file=sys.stderr)
+    sys.exit(1)
+print(f"{f['member']}: {f['cause']}")
+EOF
+}
+wait_job_gone() {  # JOBID WHAT SECONDS
+  for _ in $(seq $(( $3 * 10 ))); do
+    [ -z "$(squeue -h -j "$1" 2> /dev/null)" ] && return 0
+    sleep 0.1
+  done
+  fail "$2: Slurm job $1 still in the queue $3 s on: $(squeue -h -j "$1" -o '%i %T %R' 2> /dev/null)"
+}
+
+echo "== up: 3 hosts, unshaped"
+timeout 90 bash "$cl" up --state "$state" --hosts 3 || fail "cluster_local.sh up failed"
+# The job's hostfile, by name: shard 0 on the first host, two workers on each other one.
+mapfile -t names < <(grep -v '^\s*#' "$state/hostfile")
+[ "${#names[@]}" -eq 3 ] || fail "$state/hostfile lists ${#names[@]} hosts, not 3"
+printf '%s\n' "${names[0]}" "${names[1]}" "${names[1]}" "${names[2]}" "${names[2]}" > "$work/hosts"
+
+echo "== data"
+"$bin/ember-data" gen --like criteo --rows 20000 --scale 0.002 --seed 3 --force -o "$work/c.tsv" > /dev/null
+"$bin/ember-data" prep --format criteo --val-fraction 0.1 --force -o "$work/data" "$work/c.tsv" > /dev/null
+ps_args="--dim 8 --optimizer adagrad --lr 0.05"
+wargs=(--model dlrm --bottom-mlp 32-16 --top-mlp 32-16 --batch-per-worker 64 --eval-every 0)
+
+# (b): launch_hosts.sh from this namespace. NAME ITERATIONS; output in $work/NAME.
+ssh_job() {
+  local d="$work/$1"
+  timeout 180 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts" --bin "$bin" \
+    --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" \
+    --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS --checkpoint-dir $d/ckpt/ps --checkpoint-every 10" \
+    -- "${wargs[@]}" --iterations "$2" --heartbeat-timeout-ms "$HB_MS" --checkpoint-dir "$d/ckpt/dense" --dump-dir "$d/dump" \
+    > "$work/$1.launcher" 2>&1
+}
+# (c): ember.sbatch. NAME ITERATIONS [sbatch options]; the job id in $work/NAME.jobid.
+slurm_job() {
+  local d="$work/$1" name="$1" iters="$2"; shift 2
+  (cd "$work" && EMBER_ROOT="$src" EMBER_BIN="$bin" EMBER_OUT="$d/run" EMBER_DUMP_DIR="$d/dump" EMBER_CHECKPOINT_DIR="$d/ckpt" \
+    EMBER_CHECKPOINT_EVERY=10 EMBER_HEARTBEAT_TIMEOUT_MS="$HB_MS" EMBER_PS_ARGS="$ps_args" \
+    sbatch --parsable --nodes=3 -o "$work/$name.out" "$@" "$src/scripts/ember.sbatch" "$work/data" herald 1 4 \
+    -- "${wargs[@]}" --iterations "$iters" > "$work/$name.jobid")
+}
+
+echo "== (a) the reference: ember_launch.py on this machine, $ITERATIONS iterations"
+t0=$SECONDS
+timeout 180 python3 "$src/scripts/ember_launch.py" --bin "$bin" --dataset "$work/data" --ps 1 --workers 4 --policy herald -q \
+  --out "$work/a/run" --dump-dir "$work/a/dump" --ps-args "$ps_args" --checkpoint-dir "$work/a/ckpt" --checkpoint-every 10 \
+  --heartbeat-timeout-ms "$HB_MS" --timeout 150 -- "${wargs[@]}" --iterations "$ITERATIONS" || fail "(a) ember_launch.py failed"
+a_s=$((SECONDS - t0))
+
+# The model of run $1 against the reference's: max abs difference, and the counts.
+same_as_reference() {  # NAME WHAT
+  python3 - "$work/a" "$work/$1" "$2" <<'EOF' || exit 1
+import json, sys
+from array import array
+from pathlib import Path
+ref, run, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+def bad(msg):
+    print(f"FAIL: {what}: {msg}", file=sys.stderr)
+    sys.exit(1)
+worst = 0.0
+for name in ("dense.bin", "rows.bin"):
+    try:
+        a, b = (Path(d, "dump", name).read_bytes() for d in (ref, run))
+    except OSError as e:
+        bad(f"no model: {e}")
+    if len(a) != len(b):
+        bad(f"{name}: {len(b)} bytes against the reference's {len(a)}")
+    if a != b:
+        # float32 arrays (docs/training.md, --dump-dir); rows.bin's keys compare as floats too
+        fa, fb = array("f", a[:len(a) // 4 * 4]), array("f", b[:len(b) // 4 * 4])
+        d = max(abs(x - y) for x, y in zip(fa, fb))
+        if not d <= 1e-5:
+            bad(f"{name}: max abs difference {d} from the reference's (more than 1e-5)")
+        worst = max(worst, d)
+keys = ("iterations", "pulls", "pushes", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")
+sa, sb = (json.loads(Path(d, "run", "summary.json").read_text()) for d in (ref, run))
+diff = [f"{k} {sb.get(k)} (reference {sa[k]})" for k in keys if sb.get(k) != sa[k]]
+if diff:
+    bad("counts differ: " + ", ".join(diff))
+print(f"model: max abs difference {worst:g} ({'byte-equal' if worst == 0 else 'within 1e-5'}); rows pulled {sb['pulls']}, "
+      f"pushed {sb['pushes']}, hits {sb['hits']} as the reference")
+EOF
+}
+
+echo "== (b) launch_hosts.sh over ssh, hostfile of names ($(paste -sd' ' "$work/hosts"))"
+t0=$SECONDS
+ssh_job b "$ITERATIONS" || { cat "$work/b.launcher" >&2; fail "(b) launch_hosts.sh failed"; }
+b_s=$((SECONDS - t0))
+cat "$work/b.launcher"
+grep -q "2 hosts: ${names[1]} (workers 0-1), ${names[2]} (workers 2-3)" "$work/b/run/worker0.log" ||
+  fail "(b) worker 0 does not place workers 0-1 on ${names[1]} and 2-3 on ${names[2]}: $(grep -m1 'hosts:' "$work/b/run/worker0.log")"
+grep -q "joining the job at tcp://10.77.0.11:" "$work/b/run/worker3.log" || fail "(b) worker 3 did not join at host1's address"
+b_model="$(same_as_reference b "(b) launch_hosts.sh")"
+echo "(b) $b_model"
+
+echo "== (c) sbatch --nodes=3 ember.sbatch"
+t0=$SECONDS
+slurm_job c "$ITERATIONS" --wait || { cat "$work"/c.out >&2; fail "(c) the sbatch job failed"; }
+c_s=$((SECONDS - t0))
+cat "$work/c.out"
+grep -q "4 worker(s) on host2 host3" "$work/c.out" || fail "(c) the workers did not run on host2 and host3"
+c_model="$(same_as_reference c "(c) ember.sbatch")"
+echo "(c) $c_model"
+
+echo "== (i) scancel of a running sbatch job (bound $BOUND_S s)"
+slurm_job i 100000
+job="$(cat "$work/i.jobid")"
+wait_iterations "$work/i/run" 20 "(i)"
+n="$(job_procs "$work/i/" | wc -l)"
+[ "$n" -eq 5 ] || fail "(i) the job has $n Ember processes, not 5: $(job_procs "$work/i/" | paste -sd' ')"
+t0=$(now)
+scancel "$job"
+i_end="$(wait_gone "$work/i/" "$t0" "(i) scancel")"
+wait_job_gone "$job" "(i) scancel" 30
+cat "$work/i.out"
+grep -q "CANCELLED" "$work/i.out" || fail "(i) Slurm's output does not say the job was cancelled"
+i_at="$(python3 - "$work/i" <<'EOF'
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+at = json.loads((d / "run" / "summary.json").read_text())["stopped_at"]
+assert at > 0, "summary.json has no stopped_at"
+assert (d / "ckpt" / "ps" / f"iter-{at:09d}" / "manifest.json").exists(), f"checkpoint {at} is not whole"
+dense = list((d / "ckpt" / "dense").glob(f"worker-*-iter-{at:09d}.pt"))
+assert len(dense) == 4, f"dense state of {len(dense)} workers at iteration {at}"
+print(at)
+EOF
+)" || fail "(i) the job did not stop at a whole checkpoint"
+echo "(i) scancel: every Ember process gone after $i_end s; stopped at iteration $i_at, a whole checkpoint"
+
+# Fault on host3 during job NAME (ssh or slurm): kill | down SECONDS.
+host3_job_procs() {  # TAG: the job's ember-* processes in host3's network namespace
+  local p
+  for p in $(ip netns pids ember-host3); do
+    case "$(cat "/proc/$p/comm" 2> /dev/null)" in ember-*) ;; *) continue ;; esac
+    tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -qF "$1" && echo "$p"
+  done
+}
+start_job() {  # KIND NAME ITERATIONS: in the background; the launcher's pid or the job id
+  if [ "$1" = ssh ]; then
+    ssh_job "$2" "$3" &
+    echo $! > "$work/$2.pid"
+    bg_pids+=("$(cat "$work/$2.pid")")
+  else
+    slurm_job "$2" "$3"
+  fi
+}
+# Waits for the launcher of a failed job; checks that it says the control plane's word.
+job_failed() {  # KIND NAME WHAT
+  local rc=0
+  if [ "$1" = ssh ]; then
+    wait "$(cat "$work/$2.pid")" || rc=$?
+    [ "$rc" -eq 1 ] || { cat "$work/$2.launcher" >&2; fail "$3: launch_hosts.sh exited $rc, not 1"; }
+    grep -q "the job failed; by the control plane: .*worker [23]" "$work/$2.launcher" ||
+      { cat "$work/$2.launcher" >&2; fail "$3: launch_hosts.sh does not name the lost member"; }
+  else
+    wait_job_gone "$(cat "$work/$2.jobid")" "$3" 60
+    grep -q "the job failed; by the control plane: .*worker [23]" "$work/$2.out" ||
+      { cat "$work/$2.out" >&2; fail "$3: ember.sbatch does not name the lost member"; }
+  fi
+}
+
+declare -A ends=()
+for kind in ssh slurm; do
+  name="ii-$kind"
+  echo "== (ii) host3 killed under $kind (kill -9 of the job's ember-* processes there; bound $BOUND_S s)"
+  start_job "$kind" "$name" 100000
+  wait_iterations "$work/$name/run" 20 "(ii) $kind"
+  victims="$(host3_job_procs "$work/$name/")"
+  [ "$(echo "$victims" | wc -w)" -eq 2 ] || fail "(ii) $kind: host3 runs $(echo "$victims" | wc -w) of the job's processes, not 2"
+  t0=$(now)
+  # shellcheck disable=SC2086  # one pid a word
+  kill -KILL $victims
+  ends[ii-$kind]="$(wait_gone "$work/$name/" "$t0" "(ii) $kind")"
+  job_failed "$kind" "$name" "(ii) $kind"
+  member="$(lost_member "$work/$name/run" "(ii) $kind")"
+  echo "(ii) $kind: every Ember process gone after ${ends[ii-$kind]} s; the control plane: $member"
+done
+
+for kind in ssh slurm; do
+  name="iii-$kind"
+  echo "== (iii) host3's link down for 30 s under $kind (bound $BOUND_S s)"
+  start_job "$kind" "$name" 100000
+  wait_iterations "$work/$name/run" 20 "(iii) $kind"
+  t0=$(now)
+  ip link set ember-v3 down
+  ends[iii-$kind]="$(wait_gone "$work/$name/" "$t0" "(iii) $kind")"
+  member="$(lost_member "$work/$name/run" "(iii) $kind")"
+  for w in 2 3; do
+    grep -q "lost the coordinator" "$work/$name/run/worker$w.log" ||
+      fail "(iii) $kind: worker $w (on host3) does not log that it lost the coordinator: $(tail -n 2 "$work/$name/run/worker$w.log")"
+  done
+  echo "(iii) $kind: every Ember process gone after ${ends[iii-$kind]} s; the control plane: $member; host3's workers: lost the coordinator"
+  sleep "$(python3 -c "import sys; print(max(0.0, 30 - (float(sys.argv[2]) - float(sys.argv[1]))))" "$t0" "$(now)")"
+  ip link set ember-v3 up
+  job_failed "$kind" "$name" "(iii) $kind"
+done
+
+for kind in ssh slurm; do
+  name="iv-$kind"
+  echo "== (iv) host3's link down for 2 s mid-run under $kind: nothing changes"
+  t0s=$SECONDS
+  start_job "$kind" "$name" "$ITERATIONS"
+  wait_iterations "$work/$name/run" 20 "(iv) $kind"
+  ip link set ember-v3 down
+  at="$(iterations_of "$work/$name/run")"
+  sleep 2
+  ip link set ember-v3 up
+  [ "$at" -lt "$ITERATIONS" ] || fail "(iv) $kind: the job had finished ($at iterations) before the link went down"
+  if [ "$kind" = ssh ]; then
+    wait "$(cat "$work/$name.pid")" || { cat "$work/$name.launcher" >&2; fail "(iv) ssh: the job failed"; }
+  else
+    wait_job_gone "$(cat "$work/$name.jobid")" "(iv) slurm" 120
+    if [ ! -s "$work/$name/run/summary.json" ] || grep -q "the job failed" "$work/$name.out"; then
+      cat "$work/$name.out" >&2
+      fail "(iv) slurm: the job failed"
+    fi
+  fi
+  ends[iv-$kind]=$((SECONDS - t0s))
+  model="$(same_as_reference "$name" "(iv) $kind")"
+  echo "(iv) $kind: link down at iteration $at, the job completed in ${ends[iv-$kind]} s; $model"
+done
+
+echo "== nothing left"
+left="$(job_procs "$work/")"
+[ -z "$left" ] || fail "Ember processes of the test still running: $(echo "$left" | paste -sd' ')"
+[ -z "$(squeue -h 2> /dev/null)" ] || fail "Slurm jobs left: $(squeue -h -o '%i %T' | paste -sd,)"
+bash "$cl" down --state "$state" > /dev/null || fail "cluster_local.sh down failed"
+[ -z "$(ip netns list | grep ember-host || true)" ] || fail "namespaces left: $(ip netns list | grep ember-host)"
+[ -z "$(ip -o link show | grep -E 'ember-(br0|v[0-9])' || true)" ] || fail "links left after down"
+[ -z "$(pgrep -f "$work/" || true)" ] || fail "processes of the test left after down: $(pgrep -af "$work/")"
+echo "down: no namespace, link or process left"
+
+pulled="$(python3 -c "import json, sys; s = json.load(open(sys.argv[1])); print(s['pulls'], s['pushes'])" "$work/a/run/summary.json")"
+echo "PASS: (b) ssh ${b_s} s and (c) sbatch ${c_s} s = (a) loopback ${a_s} s (model and counts: rows pulled/pushed ${pulled/ //}); ends after" \
+  "scancel ${i_end} s (checkpoint ${i_at}), host3 killed ${ends[ii-ssh]}/${ends[ii-slurm]} s, link down 30 s" \
+  "${ends[iii-ssh]}/${ends[iii-slurm]} s (ssh/slurm; bound ${BOUND_S} s, heartbeat ${HB_MS} ms); link down 2 s: same model," \
+  "${ends[iv-ssh]}/${ends[iv-slurm]} s; in $((SECONDS - t_start)) s"

@@ -58,7 +58,7 @@ fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std:
 // worker's PS traffic for a key, as the workers of such a job count it (ember-worker
 // --host, ember-ps --host).
 std::function<std::size_t(WorkerId, Key)> link_classes(std::uint32_t hosts, std::uint32_t workers, std::uint32_t shards,
-                                                                   const std::string& ps_hosts) {
+                                                       const std::string& ps_hosts) {
   if (hosts > workers) throw ConfigError("--hosts " + std::to_string(hosts) + ": more hosts than --workers " + std::to_string(workers));
   std::vector<std::string> given;
   for (std::size_t at = 0;;) {

@@ -209,6 +209,8 @@ class Job:
             # "{shard}" in --ps-args becomes the shard's index (a directory per shard, as
             # on hosts that share no filesystem).
             shard_extra = [x.replace("{shard}", str(s)) for x in ps_extra]
+            if a.hosts:
+                shard_extra = ["--host", "vhost0"] + shard_extra
             cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
                            "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
                            "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file),
@@ -219,6 +221,8 @@ class Job:
             cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
                            "--rank", str(w), "--transport", a.transport, *self.setting_args,
                            "--metrics", str(self.out / f"w{w}.jsonl")] + common + metrics_port(a.ps + w) + worker_extra + self.worker_args
+            if a.hosts:  # ranks in order, as evenly as they go: host h holds ranks h*W/N .. (h+1)*W/N - 1
+                cmd[len(wk_ns) + 1:len(wk_ns) + 1] = ["--host", f"vhost{1 + w * a.hosts // a.workers}"]
             if w == 0 and a.dump_dir:
                 cmd += ["--dump-dir", a.dump_dir]
             self.start(f"worker{w}", cmd)
@@ -396,6 +400,10 @@ def main():
                    help="Prometheus metrics: shard s serves on BASE+s, worker r on BASE+PS+r (ember-ps/ember-worker --metrics-port; 0 = off)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds before the whole job is stopped")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=10000)
+    p.add_argument("--hosts", type=int, default=0,
+                   help="group the processes as virtual hosts on this machine: the shards on vhost0, the workers in rank order "
+                        "on vhost1..vhostN (ember-ps/ember-worker --host), so that the job reports traffic within and across hosts "
+                        "and --allreduce hierarchical has hosts (0: every process states this machine's name)")
     p.add_argument("--ps-address", default="127.0.0.1", help="address the PS shards listen on (and the coordinator binds)")
     p.add_argument("--ps-netns", default="", help="run the PS shards in this network namespace (ip netns exec; root)")
     p.add_argument("--worker-netns", default="", help="run the workers in this network namespace (ip netns exec; root)")
@@ -421,6 +429,8 @@ def main():
         p.error(f"--metrics-port {a.metrics_port}: ports BASE..BASE+{a.ps + a.workers - 1} must lie in 1..65535 (0: off)")
     if a.ps < 1 or a.workers < 1:
         p.error("--ps and --workers must be at least 1")
+    if not 0 <= a.hosts <= a.workers:
+        p.error(f"--hosts {a.hosts}: between 0 and --workers ({a.workers}) virtual worker hosts")
     if (a.checkpoint_every > 0 or a.resume) and not a.checkpoint_dir:
         p.error("--checkpoint-every and --resume need --checkpoint-dir")
     if a.resume and not (Path(a.checkpoint_dir) / "ps").is_dir():

@@ -204,7 +204,7 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
                c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
                wire.pulls - at_window_.pulls, wire.pushes() - at_window_.pushes(),
                static_cast<double>(wire.bytes.total() - at_window_.bytes.total()) / 1e6,
-               cross > 0 ? fmt::format(", {:.2f} MB across hosts", static_cast<double>(cross) / 1e6) : std::string());
+               cross > 0 ? fmt::format(" | worker 0 across hosts {:.2f} MB", static_cast<double>(cross) / 1e6) : std::string());
   window_.reset();
   at_window_ = wire;
 }

@@ -55,7 +55,8 @@ class Worker {
   // The transport's byte counts into wire_: by kind, and by link (hosts.h).
   void take_tallies() {
     wire_.framed = job_.ps().tally();
-    wire_.links = link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), c_.allreduce == "hierarchical", wire_.allreduce_bytes);
+    wire_.links =
+        link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), c_.allreduce == "hierarchical", wire_.allreduce_bytes);
   }
 
   TrainConfig c_;

@@ -167,8 +167,8 @@ class PsClient {
     std::uint32_t per = 0;    // floats per pulled row
     std::uint32_t flags = 0;  // a pull's header flags and iteration (to send it again)
     std::uint64_t iteration = 0;
-    WireTally::Dir WireTally::*kind = nullptr;  // where its bytes are counted (tally_, shard_tally_)
-    std::uint32_t rows = 0;                     // rows it carries (WireTally::Dir::rows)
+    WireTally::Dir WireTally::*kind = nullptr;   // where its bytes are counted (tally_, shard_tally_)
+    std::uint32_t rows = 0;                      // rows it carries (WireTally::Dir::rows)
     transport::OutMessage pull_request() const;  // a pull's request, from the fields above
   };
   // Reads replies on `lane` up to and including the last entry of `op` (all if null),
@@ -204,7 +204,7 @@ class PsClient {
   std::uint32_t dim_, state_;
   std::uint64_t retries_ = 0;
   WireTally tally_;
-  std::vector<WireTally> shard_tally_;  // per shard
+  std::vector<WireTally> shard_tally_;        // per shard
   std::vector<std::deque<Entry>> in_flight_;  // per lane
   // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
   std::vector<std::vector<Key>> by_shard_;

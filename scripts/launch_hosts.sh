@@ -26,9 +26,9 @@
 # shards' totals (psN.json) and summary.json (scripts/ember_job.py, as ember_launch.py
 # writes it). When a process fails, the launcher names the member that failed first by
 # the control plane's word (OUT/failure.json, written by shard 0), not by which process
-# ended first, prints its last log lines, closes the other processes' ssh sessions (each
-# remote process gets SIGHUP) and exits 1. Processes on a host that cannot be reached
-# stop by themselves: the control plane's heartbeats fail the job.
+# ended first, prints its last log lines and exits 1, closing the ssh sessions still open
+# 4 s after that word (their remote processes get SIGHUP). Processes on a host that
+# cannot be reached stop by themselves: the control plane's heartbeats fail the job.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 die() { echo "launch_hosts: $*" >&2; exit 2; }
@@ -145,6 +145,13 @@ if [ -n "$failed" ]; then
   for _ in $(seq $(( (hb_ms / 1000 + 5) * 10 ))); do
     [ -s "$out/failure.json" ] && break
     kill -0 "${pids[0]}" 2> /dev/null || break
+    sleep 0.1
+  done
+  # The others stop by themselves on that word (a worker blocked in the all-reduce after
+  # its 3 s grace): they get that long, and 1 s, to log why before their sessions close.
+  for _ in $(seq 40); do
+    mapfile -t live < <(for p in "${live[@]}"; do kill -0 "$p" 2> /dev/null && echo "$p"; done)
+    [ ${#live[@]} -gt 0 ] || break
     sleep 0.1
   done
   log="$out/$failed.log"

@@ -23,7 +23,7 @@ TEST(CudaEmbeddingCache, GatherAndScatterMatchTheHostCache) {
   for (std::uint32_t s = 0; s < cap; ++s) {
     all[s] = s;
     for (std::uint32_t j = 0; j < dim; ++j) rows[static_cast<std::size_t>(s) * dim + j] = u(rng);
-    host.fill(s, s, &rows[static_cast<std::size_t>(s) * dim], nullptr, RowState::kLatestClean);
+    host.fill(s, s, &rows[static_cast<std::size_t>(s) * dim], nullptr);
   }
   dev.write_rows(all.data(), cap, rows.data());
   std::vector<std::uint32_t> slots(n);

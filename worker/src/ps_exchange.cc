@@ -48,10 +48,7 @@ void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
   (flush ? wire_.bytes.flush : wire_.bytes.push_grad) += scheduler::grad_bytes(p.push_grads.size(), row_);
   (flush ? wire_.bytes.flush : wire_.bytes.push_value) += scheduler::value_bytes(p.push_values.size(), row_);
   GradsByIteration grads;
-  for (const auto& g : p.push_grads) {
-    take_grad(g.slot, grads);
-    cache_.drop(g.slot);
-  }
+  for (const auto& g : p.push_grads) take_grad(g.slot, grads);
   // The gradients and the write-backs in flight together.
   std::vector<ps::PsFuture> sent;
   push_partials(grads, sent);
@@ -63,7 +60,6 @@ void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
     for (const auto& v : p.push_values) {
       keys.push_back(v.key);
       slots.push_back(v.slot);
-      cache_.set_row_state(v.slot, cache::RowState::kLatestClean);
     }
     cache_.read_rows(slots, rows);
     sent.push_back(client_.start_push_value(keys, rows));

@@ -20,14 +20,12 @@ class HostRowCache final : public RowCache {
   HostRowCache(std::uint32_t capacity, std::uint32_t dim, std::uint32_t state_dim) : c_(capacity, dim, state_dim) {}
 
   Key key(std::uint32_t slot) const override { return c_.key(slot); }
-  void set_row_state(std::uint32_t slot, cache::RowState s) override { c_.set_row_state(slot, s); }
-  void drop(std::uint32_t slot) override { c_.drop(slot); }
 
   void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows, bool with_state) override {
     const std::size_t per = c_.dim() + (with_state ? c_.state_dim() : 0);
     for (std::size_t i = 0; i < slots.size(); ++i) {
       const float* r = rows + i * per;
-      c_.fill(slots[i], keys[i], r, with_state ? r + c_.dim() : nullptr, cache::RowState::kLatestClean);
+      c_.fill(slots[i], keys[i], r, with_state ? r + c_.dim() : nullptr);
     }
   }
   void read_rows(std::span<const std::uint32_t> slots, std::vector<float>& out) override {
@@ -70,7 +68,7 @@ class HostRowCache final : public RowCache {
 class TensorRowCache final : public RowCache {
  public:
   TensorRowCache(torch::Device device, std::uint32_t capacity, std::uint32_t dim, std::uint32_t state_dim)
-      : device_(device), dim_(dim), state_dim_(state_dim), keys_(capacity, 0), states_(capacity, cache::RowState::kEmpty) {
+      : device_(device), dim_(dim), state_dim_(state_dim), keys_(capacity, 0) {
     auto o = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     values_ = torch::zeros({capacity, dim}, o);
     opt_state_ = torch::zeros({capacity, std::max<std::uint32_t>(state_dim, 1)}, o);
@@ -78,8 +76,6 @@ class TensorRowCache final : public RowCache {
   }
 
   Key key(std::uint32_t slot) const override { return keys_[slot]; }
-  void set_row_state(std::uint32_t slot, cache::RowState s) override { states_[slot] = s; }
-  void drop(std::uint32_t slot) override { states_[slot] = cache::RowState::kEmpty; }
 
   void fill(std::span<const std::uint32_t> slots, std::span<const Key> keys, const float* rows, bool with_state) override {
     if (slots.empty()) return;
@@ -92,10 +88,7 @@ class TensorRowCache final : public RowCache {
     if (state_dim_ > 0 && with_state) opt_state_.index_copy_(0, idx, dev.narrow(1, dim_, state_dim_));
     if (state_dim_ > 0 && !with_state) opt_state_.index_fill_(0, idx, 0.0f);
     grads_.index_fill_(0, idx, 0.0f);
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      keys_[slots[i]] = keys[i];
-      states_[slots[i]] = cache::RowState::kLatestClean;
-    }
+    for (std::size_t i = 0; i < slots.size(); ++i) keys_[slots[i]] = keys[i];
   }
   void read_rows(std::span<const std::uint32_t> slots, std::vector<float>& out) override {
     if (slots.empty()) return;
@@ -168,7 +161,6 @@ class TensorRowCache final : public RowCache {
   std::int64_t dim_, state_dim_;
   torch::Tensor values_, opt_state_, grads_;
   std::vector<Key> keys_;
-  std::vector<cache::RowState> states_;
 };
 
 }  // namespace

@@ -12,17 +12,14 @@ void update_rows(const scheduler::StepPlan& p, std::uint64_t t, bool on_demand, 
       pushed.push_back(r.slot);  // its gradient went out with the end pushes; dropped below
     } else if (r.trainers == 1) {
       sole.push_back(r.slot);
-      cache.set_row_state(r.slot, on_demand ? cache::RowState::kLatestDirty : cache::RowState::kLatestClean);
     } else if (on_demand) {
       exchange.keep_partial(r.slot, t, r.trainers);
-      cache.set_row_state(r.slot, cache::RowState::kPartial);
     } else {
       pushed.push_back(r.slot);  // its gradient went out with the end pushes
     }
   }
   cache.apply(sole, optimizer, optimizer.lr);
   cache.zero_grad(pushed);
-  for (const auto& d : p.drops) cache.drop(d.slot);
 }
 
 }  // namespace ember::worker

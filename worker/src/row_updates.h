@@ -3,7 +3,8 @@
 // the PS's own code (latest-dirty under on-demand policies, latest-clean under full-set
 // ones, whose end push already told the PS); a row several workers trained keeps its
 // gradient as a partial (on-demand) or had it pushed (full-set: zeroed here), as had an
-// uncached row; the plan's drops (uncached rows among them) leave the cache.
+// uncached row. (The plan's drops leave the scheduler's model of the cache; a dropped slot
+// is simply filled again when the plan reuses it.)
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 // EmbeddingCache: the rows a worker caches, slot by slot: value, optimizer state, and a
-// gradient accumulator, plus each slot's row state. Slots are assigned by the
-// scheduler's LruIndex model (StepPlan), so this class makes no caching decisions.
+// gradient accumulator. Slots are assigned by the scheduler's LruIndex model (StepPlan),
+// and each row's state (latest, dirty, partial) lives in the scheduler's location map,
+// so this class makes no caching decisions and keeps no states.
 //
 // Host memory here; with CUDA (EMBER_HAVE_CUDA) CudaEmbeddingCache keeps the same layout
 // in device memory with gather / scatter kernels (embedding_cache_cuda.cu).
@@ -13,13 +14,6 @@
 #include "ember/common/types.h"
 
 namespace ember::cache {
-
-enum class RowState : std::uint8_t {
-  kEmpty = 0,
-  kLatestClean,  // same as the PS
-  kLatestDirty,  // only this worker has the newest value
-  kPartial,      // holds an un-aggregated gradient; the value is not the latest
-};
 
 class EmbeddingCache {
  public:
@@ -34,13 +28,10 @@ class EmbeddingCache {
   float* state(std::uint32_t slot) { return &states_[static_cast<std::size_t>(slot) * state_dim_]; }
   float* grad(std::uint32_t slot) { return &grads_[static_cast<std::size_t>(slot) * dim_]; }
   Key key(std::uint32_t slot) const { return keys_[slot]; }
-  RowState row_state(std::uint32_t slot) const { return states_of_[slot]; }
 
   // Puts a row (pulled from the PS) into `slot`: value, optimizer state, zero gradient.
   // `state` null: the state is zeroed (a row whose optimizer runs on the PS).
-  void fill(std::uint32_t slot, Key key, const float* value, const float* state, RowState s);
-  void set_row_state(std::uint32_t slot, RowState s) { states_of_[slot] = s; }
-  void drop(std::uint32_t slot);
+  void fill(std::uint32_t slot, Key key, const float* value, const float* state);
 
   // out[i] = value(slots[i]) for i < n: the batch's embedding rows.
   void gather(const std::uint32_t* slots, std::size_t n, float* out) const;
@@ -55,7 +46,6 @@ class EmbeddingCache {
   // Gathered and scattered at random slots: on huge pages where the host allows.
   std::vector<float, HugePageAllocator<float>> values_, states_, grads_;
   std::vector<Key, HugePageAllocator<Key>> keys_;
-  std::vector<RowState, HugePageAllocator<RowState>> states_of_;
 };
 
 }  // namespace ember::cache

@@ -29,8 +29,6 @@ class RowCache {
   virtual ~RowCache() = default;
 
   virtual Key key(std::uint32_t slot) const = 0;
-  virtual void set_row_state(std::uint32_t slot, cache::RowState s) = 0;
-  virtual void drop(std::uint32_t slot) = 0;
 
   // Pulled rows into their slots, gradients zeroed: value then state (dim + state floats
   // each), or `with_state` false: the value only (dim floats each), the state zeroed (a

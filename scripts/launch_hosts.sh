@@ -14,7 +14,8 @@
 # Data-plane ports are chosen by each PS and exchanged over the control plane; the dense
 # all-reduce (Gloo) store is hosted by worker 0 on a free port, also exchanged there.
 # Each shard listens, and each worker binds Gloo, on its hostfile entry (a name is
-# resolved on that host); each worker states the entry as its host (ember-worker --host).
+# resolved on that host); each process states the entry as its host (ember-ps and
+# ember-worker --host), which decides what counts as traffic within a host.
 #
 # --ssh-config FILE runs every ssh with -F FILE (for example a cluster_local.sh
 # cluster's STATE/ssh_config, to launch from outside the cluster). --ps-args: extra
@@ -106,7 +107,7 @@ for ((s = 0; s < ps; s++)); do
   if [ "$s" -eq 0 ]; then
     extra=(--coordinator-file "$out/coordinator" --failure-file "$out/failure.json" "${extra[@]}")
   fi
-  run "ps$s" "$h" "$bin/ember-ps" --dataset "$dataset" --shard "$s" --shards "$ps" --workers "$workers" --listen "$h:0" \
+  run "ps$s" "$h" "$bin/ember-ps" --dataset "$dataset" --shard "$s" --shards "$ps" --workers "$workers" --listen "$h:0" --host "$h" \
     --coordinator "$coord" --transport "$transport" --token-file "$out/token" --stats-interval 30 \
     --summary-file "$out/ps$s.json" "${extra[@]}"
   if [ "$s" -eq 0 ]; then

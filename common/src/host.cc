@@ -12,5 +12,7 @@ std::string this_host_name() {
 
 std::string worker_host_key(std::uint32_t rank) { return "host/worker/" + std::to_string(rank); }
 std::string shard_host_key(std::uint32_t shard) { return "host/shard/" + std::to_string(shard); }
+std::string worker_machine_key(std::uint32_t rank) { return "machine/worker/" + std::to_string(rank); }
+std::string shard_machine_key(std::uint32_t shard) { return "machine/shard/" + std::to_string(shard); }
 
 }  // namespace ember

@@ -193,6 +193,7 @@ void PsDaemon::join_job() {
   spdlog::info("joining the job at {}", endpoint);
   member_ = std::make_unique<transport::ControlMember>(mo);
   member_->publish(shard_host_key(c_.store.shard), c_.host.empty() ? this_host_name() : c_.host);
+  member_->publish(shard_machine_key(c_.store.shard), this_host_name());
   member_->publish(restored_key(c_.store.shard), std::to_string(std::max<std::int64_t>(service_->restored_iteration(), -1)));
   if (c_.store.shard == 0) publish_job_config();
   spdlog::info("job formed: {} shards, {} workers", c_.store.shards, c_.workers);

@@ -13,10 +13,20 @@
 namespace ember::worker {
 namespace {
 
-HostMap map_of(const std::vector<std::string>& host_of_rank, const std::vector<std::string>& host_of_shard = {}) {
+// Each member on the machine of its host's name, unless `machine` says otherwise (key:
+// "w1", "s0").
+HostMap map_of(const std::vector<std::string>& host_of_rank, const std::vector<std::string>& host_of_shard = {},
+               const std::map<std::string, std::string>& machine = {}) {
   std::map<std::string, std::string> board;
-  for (std::uint32_t r = 0; r < host_of_rank.size(); ++r) board[worker_host_key(r)] = host_of_rank[r];
-  for (std::uint32_t s = 0; s < host_of_shard.size(); ++s) board[shard_host_key(s)] = host_of_shard[s];
+  const auto on = [&](const std::string& who, const std::string& host) { return machine.count(who) ? machine.at(who) : host; };
+  for (std::uint32_t r = 0; r < host_of_rank.size(); ++r) {
+    board[worker_host_key(r)] = host_of_rank[r];
+    board[worker_machine_key(r)] = on("w" + std::to_string(r), host_of_rank[r]);
+  }
+  for (std::uint32_t s = 0; s < host_of_shard.size(); ++s) {
+    board[shard_host_key(s)] = host_of_shard[s];
+    board[shard_machine_key(s)] = on("s" + std::to_string(s), host_of_shard[s]);
+  }
   return host_map(static_cast<std::uint32_t>(host_of_rank.size()), static_cast<std::uint32_t>(host_of_shard.size()),
                   [&](const std::string& k) { return board.at(k); });
 }
@@ -35,6 +45,21 @@ TEST(Hosts, NumberedByTheirLowestRankWithLeadersFirst) {
   EXPECT_EQ(m.describe(), "2 hosts: b (workers 0-1, 3), a (workers 2, 4); PS shards on c, a");
   EXPECT_THROW(map_of({"a", ""}), ConfigError);
   EXPECT_THROW(map_of({"a"}, {""}), ConfigError);
+}
+
+// Virtual hosts on one machine are fine; one host's name on two machines is refused,
+// naming both members and machines.
+TEST(Hosts, OneHostsNameOnTwoMachinesIsRefused) {
+  EXPECT_NO_THROW(map_of({"v1", "v1", "v2"}, {"v0"}, {{"w0", "vm"}, {"w1", "vm"}, {"w2", "vm"}, {"s0", "vm"}}));
+  try {
+    map_of({"a", "a", "b"}, {}, {{"w1", "x"}});
+    ADD_FAILURE() << "no refusal";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "the host map disagrees: worker 1 states host 'a' from machine 'x', worker 0 from machine 'a' (give each machine's "
+                 "members its own --host)");
+  }
+  EXPECT_THROW(map_of({"a", "b"}, {"b"}, {{"s0", "c"}}), ConfigError) << "a shard on another machine than its host's workers";
 }
 
 std::uint64_t cross_out(const HostMap& m, std::uint32_t r, bool hier, std::uint64_t payload) {

@@ -69,6 +69,7 @@ struct Coordinator::Impl {
     Role role;
     int rank;  // -1 until assigned
     std::string data;
+    std::string peer;  // the address it joined from (ZeroMQ's Peer-Address)
     Clock::time_point last_seen;
     bool left = false;
     bool dead = false;
@@ -173,7 +174,9 @@ struct Coordinator::Impl {
       const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen);
       if (silent > timeouts.heartbeat_timeout) {
         m.dead = true;
-        fail(name_of(m), fmt::format("no heartbeat for {} ms ({})", silent.count(), m.data.empty() ? "no data address" : m.data));
+        // Where it was: the address it joined from (a worker's host), and a shard's data plane.
+        fail(name_of(m), fmt::format("no heartbeat for {} ms (joined from {}{})", silent.count(), m.peer.empty() ? "?" : m.peer,
+                                     m.data.empty() ? "" : ", data plane " + m.data));
       }
     }
   }
@@ -280,6 +283,7 @@ struct Coordinator::Impl {
     m.role = msg.role;
     m.rank = msg.rank;
     m.data = msg.data;
+    m.peer = peer;
     const std::uint32_t expected = m.role == Role::kPs ? shape.ps : shape.workers;
     std::uint32_t have = 0;
     for (auto& [oid, o] : members) {

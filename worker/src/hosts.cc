@@ -39,9 +39,21 @@ std::string HostMap::describe() const {
 HostMap host_map(std::uint32_t workers, std::uint32_t shards, const std::function<std::string(const std::string&)>& lookup) {
   HostMap m;
   std::map<std::string, std::uint32_t> id;
+  // A stated host is one machine: the first member to state it names the machine, and
+  // one that states it from another machine is refused (a hostfile or launcher that put
+  // one host's name on two machines would count traffic between them as within a host).
+  std::map<std::string, std::pair<std::string, std::string>> machine_of;  // host -> (machine, who)
+  const auto same_machine = [&](const std::string& host, const std::string& who, const std::string& machine) {
+    auto [it, fresh] = machine_of.try_emplace(host, machine, who);
+    if (!fresh && it->second.first != machine) {
+      throw ConfigError("the host map disagrees: " + who + " states host '" + host + "' from machine '" + machine + "', " +
+                        it->second.second + " from machine '" + it->second.first + "' (give each machine's members its own --host)");
+    }
+  };
   for (std::uint32_t r = 0; r < workers; ++r) {
     const std::string name = lookup(worker_host_key(r));
     if (name.empty()) throw ConfigError("worker " + std::to_string(r) + " stated no host (--host must not be empty)");
+    same_machine(name, "worker " + std::to_string(r), lookup(worker_machine_key(r)));
     auto [it, fresh] = id.try_emplace(name, m.hosts());
     if (fresh) {
       m.names.push_back(name);
@@ -53,6 +65,7 @@ HostMap host_map(std::uint32_t workers, std::uint32_t shards, const std::functio
   for (std::uint32_t sh = 0; sh < shards; ++sh) {
     m.shard_hosts.push_back(lookup(shard_host_key(sh)));
     if (m.shard_hosts.back().empty()) throw ConfigError("PS shard " + std::to_string(sh) + " stated no host (--host must not be empty)");
+    same_machine(m.shard_hosts.back(), "PS shard " + std::to_string(sh), lookup(shard_machine_key(sh)));
   }
   return m;
 }

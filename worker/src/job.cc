@@ -47,6 +47,7 @@ void Job::join(const data::Dataset& ds) {
   control_ = std::make_unique<transport::ControlMember>(mo);
   rank_ = control_->rank();
   control_->publish(worker_host_key(rank_), c_.host.empty() ? this_host_name() : c_.host);
+  control_->publish(worker_machine_key(rank_), this_host_name());
   if (rank_ == 0) control_->publish(kWorkerOptionsKey, options_to_json(options));
   watchdog_ = std::thread([this] {
     name_this_thread("watchdog");

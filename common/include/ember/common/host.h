@@ -14,5 +14,9 @@ std::string this_host_name();
 std::string worker_host_key(std::uint32_t rank);
 // The same for PS shard `shard` (ember-ps --host).
 std::string shard_host_key(std::uint32_t shard);
+// Where each states the machine it runs on (this_host_name()): members that state one
+// host must run on one machine.
+std::string worker_machine_key(std::uint32_t rank);
+std::string shard_machine_key(std::uint32_t shard);
 
 }  // namespace ember

@@ -92,16 +92,180 @@ std::function<std::size_t(WorkerId, Key)> link_classes(std::uint32_t hosts, std:
   };
 }
 
-}  // namespace
+// What every policy's report needs.
+struct Output {
+  const scheduler::SimOptions& o;
+  scheduler::RowFormat row;
+  std::string optimizer;
+  const data::Dataset& ds;
+  const scheduler::SimResult* vanilla;  // none without vanilla among the policies
+  std::uint32_t hosts;
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{"ember-sim: count embedding traffic per scheduling policy"};
+double reduction(std::uint64_t v, std::uint64_t x) { return v > 0 ? 1.0 - static_cast<double>(x) / static_cast<double>(v) : 0.0; }
+
+// A group's counts (a table, a PS shard, a link class) in --json, after `head`.
+nlohmann::ordered_json counts(nlohmann::ordered_json head, const scheduler::TrafficCounts& c, scheduler::RowFormat row) {
+  for (auto [k, v] : {std::pair<const char*, std::uint64_t>{"pulls", c.pulls},
+                      {"pushes", c.pushes()},
+                      {"push_grad", c.push_grad},
+                      {"push_value", c.push_value},
+                      {"push_evict", c.push_evict},
+                      {"transmissions", c.transmissions()},
+                      {"hits", c.hits},
+                      {"pull_state", c.pull_state},
+                      {"evict_partial", c.evict_partial},
+                      {"flush_grad", c.flush_grad},
+                      {"flush_value", c.flush_value},
+                      {"hot_sync", c.hot_sync},
+                      {"hot_flush", c.hot_flush},
+                      {"bytes", scheduler::wire_bytes(c, row).total()}}) {
+    head[k] = v;
+  }
+  return head;
+}
+
+// The breakdowns of one policy's counts: per table (the table of each row's key: they
+// add up to the totals), per PS shard (the shard of each row's key: the rows and bytes
+// it serves, and the busiest over the mean), per link class (--hosts: the PS rows and
+// payload within a worker's host and across hosts).
+void add_breakdowns(nlohmann::ordered_json& j, const Output& out, const scheduler::SimResult& r) {
+  const scheduler::RowFormat row = out.row;
+  auto& tables = j["tables"] = nlohmann::ordered_json::array();
+  for (std::size_t ti = 0; ti < r.per_table.size(); ++ti) {
+    tables.push_back(counts({{"name", out.ds.manifest().tables[ti].name}}, r.per_table[ti], row));
+  }
+  auto& shards = j["shards"] = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < r.per_shard.size(); ++s) shards.push_back(counts({{"shard", s}}, r.per_shard[s], row));
+  j["shard_balance"] = {
+      {"pulls", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; })},
+      {"pushes", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
+      {"transmissions", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
+      {"bytes", scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
+  if (!r.per_link.empty()) {
+    j["links"] = {{"intra_host", counts({}, r.per_link[0], row)}, {"cross_host", counts({}, r.per_link[1], row)}};
+  }
+}
+
+// One policy's line of --json: the counts, the bytes, per table, per shard, per link.
+nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult& r) {
+  const scheduler::SimOptions& o = out.o;
+  const scheduler::RowFormat row = out.row;
+  const auto& t = r.traffic;
+  const scheduler::WireBytes bytes = scheduler::wire_bytes(t, row);
+  // The field names are an interface (scripts and tests read them): hot_sync and
+  // hot_flush keep their names although the code calls these rows replicated.
+  nlohmann::ordered_json j = {{"policy", r.policy},
+                              {"pulls", t.pulls},
+                              {"pushes", t.pushes()},
+                              {"push_grad", t.push_grad},
+                              {"push_value", t.push_value},
+                              {"push_evict", t.push_evict},
+                              {"transmissions", t.transmissions()},
+                              {"iterations", r.iterations},
+                              {"sched_ms_per_batch", r.sched_ms_mean},
+                              {"sched_ms_median", r.sched_ms_median},
+                              {"hit_rate", r.hit_rate()},
+                              {"hot_sync", t.hot_sync},
+                              {"cold_pulls", t.cold_pulls},
+                              {"workers", o.scheduler.workers},
+                              {"batch_per_worker", o.scheduler.batch_per_worker},
+                              {"cache_ratio", o.scheduler.cache_ratio},
+                              {"cache_rows", r.cache_rows},
+                              {"laia_tables", r.laia_tables_mean},
+                              {"refine_allocation", o.scheduler.refine_allocation},
+                              {"scoring_ms_per_batch", r.scoring_ms_mean},
+                              {"scheduler_bytes", r.scheduler_bytes},
+                              {"pull_state", t.pull_state},
+                              {"prefetched", t.prefetched},
+                              {"prefetch", o.scheduler.prefetch},
+                              {"flush_grad", t.flush_grad},
+                              {"flush_value", t.flush_value},
+                              {"hot_flush", t.hot_flush},
+                              {"placement", o.scheduler.placement},
+                              {"lookahead", o.scheduler.lookahead},
+                              {"eviction", o.scheduler.eviction},
+                              {"bytes",
+                               {{"pull", bytes.pull},
+                                {"push_grad", bytes.push_grad},
+                                {"push_value", bytes.push_value},
+                                {"push_evict", bytes.push_evict},
+                                {"flush", bytes.flush},
+                                {"total", bytes.total()}}}};
+  add_breakdowns(j, out, r);
+  if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
+  if (const auto* v = out.vanilla) {
+    j["pull_reduction"] = reduction(v->traffic.pulls, t.pulls);
+    j["push_reduction"] = reduction(v->traffic.pushes(), t.pushes());
+    j["reduction_vs_vanilla"] = reduction(v->traffic.transmissions(), t.transmissions());
+    j["bytes_reduction"] = reduction(scheduler::wire_bytes(v->traffic, row).total(), bytes.total());
+  }
+  return j;
+}
+
+// One policy's lines of the table.
+void print_text(const Output& out, const scheduler::SimResult& r) {
+  const scheduler::SimOptions& o = out.o;
+  const scheduler::RowFormat row = out.row;
+  const auto* vanilla = out.vanilla;
+  const auto& t = r.traffic;
+  const scheduler::WireBytes bytes = scheduler::wire_bytes(t, row);
+  const double red_bytes = vanilla ? reduction(scheduler::wire_bytes(vanilla->traffic, row).total(), bytes.total()) : 0;
+  const double red_pull = vanilla ? reduction(vanilla->traffic.pulls, t.pulls) : 0;
+  const double red_push = vanilla ? reduction(vanilla->traffic.pushes(), t.pushes()) : 0;
+  const double red_all = vanilla ? reduction(vanilla->traffic.transmissions(), t.transmissions()) : 0;
+  auto pct = [&](double v) { return vanilla ? fmt::format("{:.1f}", 100 * v) : std::string("-"); };
+  std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8.3f}{:>10.3f}\n", r.policy, t.pulls, t.push_grad,
+                           t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push), pct(red_all),
+                           r.hit_rate(), r.sched_ms_mean);
+  if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
+  std::cout << fmt::format("{:<10}bytes (dim {}, {}): pull {:.1f} MB, push {:.1f} MB, total {:.1f} MB ({} vs vanilla); flushes {:.1f} MB\n",
+                           "", out.row.dim, out.optimizer, static_cast<double>(bytes.pull) / 1e6,
+                           static_cast<double>(bytes.push_grad + bytes.push_value + bytes.push_evict) / 1e6,
+                           static_cast<double>(bytes.total() - bytes.flush) / 1e6, vanilla ? "-" + pct(red_bytes) + "%" : std::string("-"),
+                           static_cast<double>(bytes.flush) / 1e6);
+  if (o.scheduler.budget_ms > 0 && r.laia_tables_mean > 0) {
+    std::cout << fmt::format("{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",
+                             r.laia_tables_mean, r.scoring_ms_mean, o.scheduler.budget_ms,
+                             r.scoring_ms_mean <= o.scheduler.budget_ms ? "met" : "exceeded");
+  }
+  std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
+                           t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
+  if (!r.per_link.empty()) {
+    const auto& [in, across] = std::pair(r.per_link[0], r.per_link[1]);
+    std::cout << fmt::format("{:<10}{} hosts: across hosts {} rows, {:.1f} MB; within hosts {} rows, {:.1f} MB\n", "", out.hosts,
+                             across.transmissions() + across.flush_grad + across.flush_value,
+                             static_cast<double>(scheduler::wire_bytes(across, row).total()) / 1e6,
+                             in.transmissions() + in.flush_grad + in.flush_value,
+                             static_cast<double>(scheduler::wire_bytes(in, row).total()) / 1e6);
+  }
+  if (r.per_shard.size() > 1) {
+    std::cout << fmt::format("{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "", r.per_shard.size(),
+                             scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; }),
+                             scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
+                             scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
+  }
+  if (t.hot_sync > 0) {
+    std::cout << fmt::format("{:<10}replicated rows all-reduced among workers (summed over workers): {}; written back at flushes: {}\n", "",
+                             t.hot_sync, t.hot_flush);
+  }
+}
+
+// ember-sim's command line.
+struct Flags {
   std::string data_dir, synthetic, policies = "vanilla,laia,plan,herald";
   data::GenOptions gen;
   bool json = false, quiet = false;
   scheduler::SimOptions o;
-  auto* data_opt = app.add_option("--data", data_dir, "dataset directory from `ember-data prep`");
-  auto* syn_opt = app.add_option("--synthetic", synthetic, "criteo or avazu: generate a dataset instead");
+  std::uint32_t dim = 16, ps_shards = 1, hosts = 0;
+  std::string optimizer = "sgd", ps_hosts = "own";
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+  scheduler::SimOptions& o = f.o;
+  data::GenOptions& gen = f.gen;
+  auto* data_opt = app.add_option("--data", f.data_dir, "dataset directory from `ember-data prep`");
+  auto* syn_opt = app.add_option("--synthetic", f.synthetic, "criteo or avazu: generate a dataset instead");
   data_opt->excludes(syn_opt);
   gen.rows = 0;
   app.add_option("--scale", gen.scale, "synthetic: table cardinalities relative to the real ones")->capture_default_str();
@@ -112,59 +276,63 @@ int main(int argc, char** argv) {
   app.add_option("--drift", gen.drift, "synthetic: popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   app.add_option("--entities", gen.entities, "synthetic: latent entities (0 = 1e6 x scale)")->capture_default_str();
   scheduler::add_scheduler_options(app, o.scheduler, scheduler::FlagsFor::kSimulation);
-  app.add_option("--policies", policies, "comma-separated: vanilla, laia, plan, herald, het:S, fae:F, brute")->capture_default_str();
+  app.add_option("--policies", f.policies, "comma-separated: vanilla, laia, plan, herald, het:S, fae:F, brute")->capture_default_str();
   app.add_option("--iterations", o.iterations, "counted iterations")->capture_default_str();
   app.add_option("--warmup", o.warmup, "iterations run first and not counted")->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "the job's evaluations: flush after every N iterations (0 = at the end only)")
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
       ->capture_default_str();
-  std::uint32_t dim = 16, ps_shards = 1;
-  std::string optimizer = "sgd";
-  app.add_option("--ps", ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
-  std::uint32_t hosts = 0;
-  std::string ps_hosts = "own";
-  app.add_option("--hosts", hosts,
+  app.add_option("--ps", f.ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
+  app.add_option("--hosts", f.hosts,
                  "worker hosts, for per-link counts: workers in rank order, as many on each (host h holds ranks h*W/H .. (h+1)*W/H - 1)");
-  app.add_option("--ps-hosts", ps_hosts,
+  app.add_option("--ps-hosts", f.ps_hosts,
                  "with --hosts: the host of each PS shard (comma-separated, one for all), a host index 0..H-1 or 'own' (a host "
                  "without workers: all its traffic crosses hosts)")
       ->capture_default_str();
-  app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
-  app.add_flag("--json", json, "one JSON object per policy per line (with a per-table breakdown)");
+  app.add_option("--dim", f.dim, "embedding dimension, for bytes")->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
+  app.add_flag("--json", f.json, "one JSON object per policy per line (with a per-table breakdown)");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
-  app.add_flag("--quiet,-q", quiet, "no progress lines");
+  app.add_flag("--quiet,-q", f.quiet, "no progress lines");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ember-sim: count embedding traffic per scheduling policy"};
+  Flags f;
+  add_flags(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   return guarded_main("ember-sim", [&] {
-    if (data_dir.empty() && synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
-    if (ps_shards < 1) throw ConfigError("--ps must be at least 1");
-    o.shards = ps_shards;
-    o.shard_of = [ps_shards](Key k) { return ps::owner_shard(k, ps_shards); };
-    if (hosts > 0) o.link_of = link_classes(hosts, o.scheduler.workers, ps_shards, ps_hosts);
-    auto list = scheduler::parse_policies(policies);
-    const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
+    if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --data DIR or --f.synthetic criteo|avazu");
+    if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
+    f.o.shards = f.ps_shards;
+    f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
+    if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.scheduler.workers, f.ps_shards, f.ps_hosts);
+    auto list = scheduler::parse_policies(f.policies);
+    const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     SyntheticDataset holder;
-    fs::path dir = data_dir;
-    if (!synthetic.empty()) {
-      std::uint64_t need = (o.warmup + o.iterations) * o.scheduler.workers * o.scheduler.batch_per_worker;
-      if (gen.rows == 0) gen.rows = need;
-      gen.seed = o.scheduler.seed;
-      dir = make_synthetic(holder, gen, synthetic, quiet);
+    fs::path dir = f.data_dir;
+    if (!f.synthetic.empty()) {
+      std::uint64_t need = (f.o.warmup + f.o.iterations) * f.o.scheduler.workers * f.o.scheduler.batch_per_worker;
+      if (f.gen.rows == 0) f.gen.rows = need;
+      f.gen.seed = f.o.scheduler.seed;
+      dir = make_synthetic(holder, f.gen, f.synthetic, f.quiet);
     }
     data::Dataset ds = data::Dataset::open(dir, {false});
-    if (!synthetic.empty()) {
+    if (!f.synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
       // the generator's full tables, as it would be for the real dataset.
-      o.scheduler.table_rows = data::synthetic_table_rows(data::parse_source_format(synthetic), gen.scale);
+      f.o.scheduler.table_rows = data::synthetic_table_rows(data::parse_source_format(f.synthetic), f.gen.scale);
     }
     Stopwatch last;
-    if (!quiet) {
-      o.on_progress = [&](const std::string& p, std::uint64_t done, std::uint64_t total) {
+    if (!f.quiet) {
+      f.o.on_progress = [&](const std::string& p, std::uint64_t done, std::uint64_t total) {
         if (last.seconds() < 2.0 && done != total) return;
         last.reset();
         std::fprintf(stderr, "ember-sim: %s %llu/%llu iterations\n", p.c_str(), static_cast<unsigned long long>(done),
@@ -173,156 +341,31 @@ int main(int argc, char** argv) {
     }
     std::vector<scheduler::SimResult> results;
     for (const auto& p : list) {
-      o.scheduler.policy = p.name();
-      results.push_back(scheduler::simulate(ds, o));
+      f.o.scheduler.policy = p.name();
+      results.push_back(scheduler::simulate(ds, f.o));
     }
     const scheduler::SimResult* vanilla = nullptr;
     for (const auto& r : results) {
       if (r.policy == "vanilla") vanilla = &r;
     }
-    auto reduction = [&](std::uint64_t v, std::uint64_t x) { return v > 0 ? 1.0 - static_cast<double>(x) / static_cast<double>(v) : 0.0; };
-    const auto total_rows = scheduler::key_space(ds, o.scheduler.table_rows).back();
-    if (!json) {
+    const auto total_rows = scheduler::key_space(ds, f.o.scheduler.table_rows).back();
+    if (!f.json) {
       std::cout << fmt::format(
           "{} workers x {} samples, cache {} rows per worker ({} of {} rows), {} tables; {} iterations after {} warm-up; "
           "lookahead {}, eviction {}{}\n",
-          o.scheduler.workers, o.scheduler.batch_per_worker, results.front().cache_rows,
-          o.scheduler.placement.empty() ? fmt::format("{:g}", o.scheduler.cache_ratio) : "placement " + o.scheduler.placement, total_rows,
-          ds.num_tables(), o.iterations, o.warmup, o.scheduler.lookahead, o.scheduler.eviction, o.scheduler.prefetch ? ", prefetch" : "");
+          f.o.scheduler.workers, f.o.scheduler.batch_per_worker, results.front().cache_rows,
+          f.o.scheduler.placement.empty() ? fmt::format("{:g}", f.o.scheduler.cache_ratio) : "placement " + f.o.scheduler.placement,
+          total_rows, ds.num_tables(), f.o.iterations, f.o.warmup, f.o.scheduler.lookahead, f.o.scheduler.eviction,
+          f.o.scheduler.prefetch ? ", prefetch" : "");
       std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
                                "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
     }
+    const Output out{f.o, row, f.optimizer, ds, vanilla, f.hosts};
     for (const auto& r : results) {
-      const auto& t = r.traffic;
-      const scheduler::WireBytes bytes = scheduler::wire_bytes(t, row);
-      const double red_bytes = vanilla ? reduction(scheduler::wire_bytes(vanilla->traffic, row).total(), bytes.total()) : 0;
-      double red_pull = vanilla ? reduction(vanilla->traffic.pulls, t.pulls) : 0;
-      double red_push = vanilla ? reduction(vanilla->traffic.pushes(), t.pushes()) : 0;
-      double red_all = vanilla ? reduction(vanilla->traffic.transmissions(), t.transmissions()) : 0;
-      if (json) {
-        // The field names are an interface (scripts and tests read them): hot_sync and
-        // hot_flush keep their names although the code calls these rows replicated.
-        nlohmann::ordered_json j = {{"policy", r.policy},
-                                    {"pulls", t.pulls},
-                                    {"pushes", t.pushes()},
-                                    {"push_grad", t.push_grad},
-                                    {"push_value", t.push_value},
-                                    {"push_evict", t.push_evict},
-                                    {"transmissions", t.transmissions()},
-                                    {"iterations", r.iterations},
-                                    {"sched_ms_per_batch", r.sched_ms_mean},
-                                    {"sched_ms_median", r.sched_ms_median},
-                                    {"hit_rate", r.hit_rate()},
-                                    {"hot_sync", t.hot_sync},
-                                    {"cold_pulls", t.cold_pulls},
-                                    {"workers", o.scheduler.workers},
-                                    {"batch_per_worker", o.scheduler.batch_per_worker},
-                                    {"cache_ratio", o.scheduler.cache_ratio},
-                                    {"cache_rows", r.cache_rows},
-                                    {"laia_tables", r.laia_tables_mean},
-                                    {"refine_allocation", o.scheduler.refine_allocation},
-                                    {"scoring_ms_per_batch", r.scoring_ms_mean},
-                                    {"scheduler_bytes", r.scheduler_bytes},
-                                    {"pull_state", t.pull_state},
-                                    {"prefetched", t.prefetched},
-                                    {"prefetch", o.scheduler.prefetch},
-                                    {"flush_grad", t.flush_grad},
-                                    {"flush_value", t.flush_value},
-                                    {"hot_flush", t.hot_flush},
-                                    {"placement", o.scheduler.placement},
-                                    {"lookahead", o.scheduler.lookahead},
-                                    {"eviction", o.scheduler.eviction},
-                                    {"bytes",
-                                     {{"pull", bytes.pull},
-                                      {"push_grad", bytes.push_grad},
-                                      {"push_value", bytes.push_value},
-                                      {"push_evict", bytes.push_evict},
-                                      {"flush", bytes.flush},
-                                      {"total", bytes.total()}}}};
-        // Per table (the table of each row's key): the same kinds; they add up to the totals.
-        auto counts = [&](nlohmann::ordered_json head, const scheduler::TrafficCounts& c) {
-          for (auto [k, v] : {std::pair<const char*, std::uint64_t>{"pulls", c.pulls},
-                              {"pushes", c.pushes()},
-                              {"push_grad", c.push_grad},
-                              {"push_value", c.push_value},
-                              {"push_evict", c.push_evict},
-                              {"transmissions", c.transmissions()},
-                              {"hits", c.hits},
-                              {"pull_state", c.pull_state},
-                              {"evict_partial", c.evict_partial},
-                              {"flush_grad", c.flush_grad},
-                              {"flush_value", c.flush_value},
-                              {"hot_sync", c.hot_sync},
-                              {"hot_flush", c.hot_flush},
-                              {"bytes", scheduler::wire_bytes(c, row).total()}}) {
-            head[k] = v;
-          }
-          return head;
-        };
-        auto& tables = j["tables"] = nlohmann::ordered_json::array();
-        for (std::size_t ti = 0; ti < r.per_table.size(); ++ti) {
-          tables.push_back(counts({{"name", ds.manifest().tables[ti].name}}, r.per_table[ti]));
-        }
-        // Per PS shard (the shard of each row's key): the rows and bytes it serves, and
-        // the busiest shard over the mean.
-        auto& shards = j["shards"] = nlohmann::ordered_json::array();
-        for (std::size_t s = 0; s < r.per_shard.size(); ++s) shards.push_back(counts({{"shard", s}}, r.per_shard[s]));
-        j["shard_balance"] = {
-            {"pulls", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; })},
-            {"pushes", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
-            {"transmissions", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
-            {"bytes", scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
-        // Per link class (--hosts): the PS rows and payload that stay within a worker's
-        // host and those that cross hosts.
-        if (!r.per_link.empty()) j["links"] = {{"intra_host", counts({}, r.per_link[0])}, {"cross_host", counts({}, r.per_link[1])}};
-        if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
-        if (vanilla) {
-          j["pull_reduction"] = red_pull;
-          j["push_reduction"] = red_push;
-          j["reduction_vs_vanilla"] = red_all;
-          j["bytes_reduction"] = red_bytes;
-        }
-        std::cout << j.dump() << "\n";
+      if (f.json) {
+        std::cout << policy_json(out, r).dump() << "\n";
       } else {
-        auto pct = [&](double v) { return vanilla ? fmt::format("{:.1f}", 100 * v) : std::string("-"); };
-        std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8.3f}{:>10.3f}\n", r.policy, t.pulls,
-                                 t.push_grad, t.push_value, t.push_evict, t.pushes(), t.transmissions(), pct(red_pull), pct(red_push),
-                                 pct(red_all), r.hit_rate(), r.sched_ms_mean);
-        if (o.digest) std::cout << fmt::format("{:<10}plan digest {:016x}\n", "", r.plan_digest);
-        std::cout << fmt::format(
-            "{:<10}bytes (dim {}, {}): pull {:.1f} MB, push {:.1f} MB, total {:.1f} MB ({} vs vanilla); flushes {:.1f} MB\n", "", dim,
-            optimizer, static_cast<double>(bytes.pull) / 1e6,
-            static_cast<double>(bytes.push_grad + bytes.push_value + bytes.push_evict) / 1e6,
-            static_cast<double>(bytes.total() - bytes.flush) / 1e6, vanilla ? "-" + pct(red_bytes) + "%" : std::string("-"),
-            static_cast<double>(bytes.flush) / 1e6);
-        if (o.scheduler.budget_ms > 0 && r.laia_tables_mean > 0) {
-          std::cout << fmt::format(
-              "{:<10}adaptive LAIA: {:.1f} tables scored on average, scoring {:.3f} ms per batch (budget {:g} ms: {})\n", "",
-              r.laia_tables_mean, r.scoring_ms_mean, o.scheduler.budget_ms,
-              r.scoring_ms_mean <= o.scheduler.budget_ms ? "met" : "exceeded");
-        }
-        std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
-                                 t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
-        if (!r.per_link.empty()) {
-          const auto& [in, across] = std::pair(r.per_link[0], r.per_link[1]);
-          std::cout << fmt::format("{:<10}{} hosts: across hosts {} rows, {:.1f} MB; within hosts {} rows, {:.1f} MB\n", "", hosts,
-                                   across.transmissions() + across.flush_grad + across.flush_value,
-                                   static_cast<double>(scheduler::wire_bytes(across, row).total()) / 1e6,
-                                   in.transmissions() + in.flush_grad + in.flush_value,
-                                   static_cast<double>(scheduler::wire_bytes(in, row).total()) / 1e6);
-        }
-        if (r.per_shard.size() > 1) {
-          std::cout << fmt::format(
-              "{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "", r.per_shard.size(),
-              scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; }),
-              scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
-              scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
-        }
-        if (t.hot_sync > 0) {
-          std::cout << fmt::format(
-              "{:<10}replicated rows all-reduced among workers (summed over workers): {}; written back at flushes: {}\n", "", t.hot_sync,
-              t.hot_flush);
-        }
+        print_text(out, r);
       }
     }
     return 0;

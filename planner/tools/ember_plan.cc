@@ -18,6 +18,7 @@
 #include "ember/planner/search.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/policy.h"
+#include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/simulator.h"
 
 namespace {
@@ -290,9 +291,12 @@ int main(int argc, char** argv) {
   std::string order = "file", policy = "vanilla";
   std::uint64_t sample = 20, seed = 1;
   app.add_option("--data", data_dir, "dataset directory from `ember-data prep` (train split frequencies)")->required();
-  app.add_option("--workers", topo.workers, "workers")->capture_default_str();
-  app.add_option("--batch-per-worker", topo.batch_per_worker, "samples per worker per iteration")->capture_default_str();
-  app.add_option("--cache-ratio", topo.cache_ratio, "cache rows per worker as a share of all rows")->capture_default_str();
+  // The job's shape, by the flags every scheduler program declares (ember-sim's, ember-worker's).
+  scheduler::SchedulerOptions shape;
+  shape.workers = topo.workers;
+  shape.batch_per_worker = topo.batch_per_worker;
+  shape.cache_ratio = topo.cache_ratio;
+  scheduler::add_scheduler_options(app, shape, scheduler::FlagsFor::kShape);
   app.add_option("--warmup", topo.warmup, "iterations before the ones averaged (caches start empty)")->capture_default_str();
   app.add_option("--iterations", topo.iterations, "iterations averaged over")->capture_default_str();
   app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
@@ -337,6 +341,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   return guarded_main("ember-plan", [&] {
+    topo.workers = shape.workers;
+    topo.batch_per_worker = shape.batch_per_worker;
+    topo.cache_ratio = shape.cache_ratio;
     if (dim < 1) throw ConfigError("--dim must be at least 1");
     if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};

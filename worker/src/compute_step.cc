@@ -4,12 +4,12 @@
 
 namespace ember::worker {
 
-ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& hot, torch::Device device,
-                         const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire)
+ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& replicas,
+                         torch::Device device, const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire)
     : model_(model),
       optimizer_(optimizer),
       collective_(collective),
-      hot_(hot),
+      replicas_(replicas),
       device_(device),
       num_tables_(c.model.num_tables),
       num_dense_(c.model.num_dense),
@@ -24,30 +24,30 @@ void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of,
   const auto n = static_cast<std::int64_t>(p.samples.size());
   const std::size_t cells = static_cast<std::size_t>(n) * num_tables_;
   slots_.clear();
-  hot_h_.clear();
-  cold_pos_.clear();
-  hot_pos_.clear();
+  replica_h_.clear();
+  cached_pos_.clear();
+  replica_pos_.clear();
   replicated_ = p.replicated;
   slots_.reserve(cells);
   for (std::size_t i = 0; i < cells; ++i) {
-    if (const std::uint32_t* h = hot_.find(s.keys[i])) {
-      hot_pos_.push_back(static_cast<std::int64_t>(i));
-      hot_h_.push_back(*h);
+    if (const std::uint32_t* h = replicas_.find(s.keys[i])) {
+      replica_pos_.push_back(static_cast<std::int64_t>(i));
+      replica_h_.push_back(*h);
     } else {
-      cold_pos_.push_back(static_cast<std::int64_t>(i));
+      cached_pos_.push_back(static_cast<std::int64_t>(i));
       slots_.push_back(p.rows[*row_of.find(s.keys[i])].slot);
     }
   }
   torch::Tensor emb_flat;
-  if (hot_pos_.empty()) {
+  if (replica_pos_.empty()) {
     emb_flat = cache.gather(slots_);
   } else {
-    // Positions of cold and hot rows in the batch, on the device (used forward and backward).
-    cold_idx_ = torch::tensor(cold_pos_).to(device_);
-    hot_idx_ = torch::tensor(hot_pos_).to(device_);
+    // Positions of the cached and the replicated rows in the batch, on the device (used forward and backward).
+    cached_idx_ = torch::tensor(cached_pos_).to(device_);
+    replica_idx_ = torch::tensor(replica_pos_).to(device_);
     emb_flat = torch::empty({static_cast<std::int64_t>(cells), static_cast<std::int64_t>(dim_)}, torch::TensorOptions().device(device_));
-    if (!cold_pos_.empty()) emb_flat.index_copy_(0, cold_idx_, cache.gather(slots_));
-    emb_flat.index_copy_(0, hot_idx_, hot_.values(hot_h_).to(device_));
+    if (!cached_pos_.empty()) emb_flat.index_copy_(0, cached_idx_, cache.gather(slots_));
+    emb_flat.index_copy_(0, replica_idx_, replicas_.values(replica_h_).to(device_));
   }
   auto emb = emb_flat.view({n, static_cast<std::int64_t>(num_tables_), dim_});
   emb.set_requires_grad(true);
@@ -61,21 +61,21 @@ void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of,
 }
 
 void ComputeStep::allreduce(RowCache& cache, bool flush) {
-  if (!hot_pos_.empty()) hot_.add_grads(hot_h_, emb_grad_.index_select(0, hot_idx_).to(torch::kCPU));
+  if (!replica_pos_.empty()) replicas_.add_grads(replica_h_, emb_grad_.index_select(0, replica_idx_).to(torch::kCPU));
   std::vector<torch::Tensor> parts;
   for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
   parts.push_back(loss_.detach().reshape(1));
-  if (!hot_.empty()) hot_.append_to(parts, device_, replicated_);
+  if (!replicas_.empty()) replicas_.append_to(parts, device_, replicated_);
   // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
   // host (with NCCL it stays on the device). One flat tensor, whether or not the sum
   // overlaps anything: the same sums, so the same model.
   flat_.assign(1, collective_.on_device() ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU));
   reduced_ = collective_.start_allreduce(flat_);
   // The row gradients into the cache while the sum runs (they do not wait for it).
-  if (hot_pos_.empty()) {
+  if (replica_pos_.empty()) {
     cache.scatter_add_grad(slots_, emb_grad_);
-  } else if (!cold_pos_.empty()) {
-    cache.scatter_add_grad(slots_, emb_grad_.index_select(0, cold_idx_));
+  } else if (!cached_pos_.empty()) {
+    cache.scatter_add_grad(slots_, emb_grad_.index_select(0, cached_idx_));
   }
   // The step's graph and row gradients are not needed past here (the loss is in flat_).
   loss_ = torch::Tensor();
@@ -94,7 +94,7 @@ void ComputeStep::wait_allreduce() {
     off += k;
   }
   loss_mean_ = flat_[0][off].item<double>();
-  if (!hot_.empty()) wire_.hot_sync += hot_.apply(flat_[0], off + 1, sparse_);
+  if (!replicas_.empty()) wire_.rows.hot_sync += replicas_.apply(flat_[0], off + 1, sparse_);
   flat_.clear();
   optimizer_.step();
 }

@@ -1,6 +1,6 @@
 // Stage 3, the compute step: the micro-batch's rows gathered from the cache (and fae's
 // replica), forward and backward through the dense model, the dense gradients and the
-// loss summed over the workers (with fae's hot-row gradients), then the dense optimizer
+// loss summed over the workers (with the replicated rows' gradients: fae's hot rows, replicated tables), then the dense optimizer
 // and the row gradients added into the cache's slots. The loss is the micro-batch's sum
 // scaled by the global batch, so the all-reduced gradient is the global batch's mean
 // loss's, whatever the partition: the model BSP training gives.
@@ -24,20 +24,20 @@ namespace ember::worker {
 class ComputeStep {
  public:
   // `wire`: where the all-reduces' bytes and the replicated rows' updates are counted.
-  ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& hot, torch::Device device,
+  ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& replicas, torch::Device device,
               const TrainConfig& c, std::uint32_t dim, const ps::OptimizerConfig& sparse, WireCounts& wire);
 
   // Gather, forward, backward of step `s` (row_of: index_rows of its plan). The dense
   // model must be stepped first (wait_allreduce).
   void forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache);
-  // Starts summing the dense gradients, the loss and the hot rows' gradients over the
+  // Starts summing the dense gradients, the loss and the replicated rows' gradients over the
   // workers (c10d's threads carry it on meanwhile) and adds the row gradients into the
   // cache's slots. Waits for the sum here unless it may overlap the next PS exchange
   // (--overlap-allreduce, and no flush follows, whose evaluation and dense state need
   // the stepped model).
   void allreduce(RowCache& cache, bool flush);
   // Completes the all-reduce in flight, if any (the one place one is finished): waits
-  // for the sum, updates the hot rows and takes the dense optimizer's step.
+  // for the sum, updates the replicated rows and takes the dense optimizer's step.
   void wait_allreduce();
   // The global batch's mean loss of the last all-reduce completed.
   double loss() const { return loss_mean_; }
@@ -46,19 +46,19 @@ class ComputeStep {
   CtrModel& model_;
   torch::optim::Optimizer& optimizer_;
   Collective& collective_;
-  Replicas& hot_;
+  Replicas& replicas_;
   torch::Device device_;
   std::uint32_t num_tables_, num_dense_, global_n_, dim_;
   ps::OptimizerConfig sparse_;
   bool overlap_;
   WireCounts& wire_;
   double loss_mean_ = 0;
-  // This iteration's: the cache slots of the cold rows and the replica rows of the hot
+  // This iteration's: the cache slots of the cached rows and the replica rows of the replicated
   // ones, their positions in the batch, the rows' gradients, the loss.
-  std::vector<std::uint32_t> slots_, hot_h_;
+  std::vector<std::uint32_t> slots_, replica_h_;
   std::vector<Key> replicated_;  // the global batch's replicated rows (the plan's)
-  std::vector<std::int64_t> cold_pos_, hot_pos_;
-  torch::Tensor cold_idx_, hot_idx_, emb_grad_, loss_;
+  std::vector<std::int64_t> cached_pos_, replica_pos_;
+  torch::Tensor cached_idx_, replica_idx_, emb_grad_, loss_;
   // The all-reduce in flight: its flat tensor and what completes it.
   std::vector<torch::Tensor> flat_;
   std::function<void()> reduced_;

@@ -21,7 +21,9 @@ PsExchange::PsExchange(ps::PsClient& client, transport::ControlMember& control, 
       wire_(wire),
       row_{dim, state_floats},
       partial_iter_(cache_rows, 0),
-      partial_trainers_(cache_rows, 0) {}
+      partial_trainers_(cache_rows, 0) {
+  wire_.format = row_;
+}
 
 void PsExchange::keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t trainers) {
   partial_iter_[slot] = t;
@@ -40,13 +42,10 @@ void PsExchange::push_partials(GradsByIteration& by_iter, std::vector<ps::PsFutu
     b.grads.clear();
     cache_.read_grads(b.slots, b.grads);
     sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads));
-    wire_.bytes_out += scheduler::grad_bytes(b.keys.size(), row_);
   }
 }
 
 void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
-  (flush ? wire_.bytes.flush : wire_.bytes.push_grad) += scheduler::grad_bytes(p.push_grads.size(), row_);
-  (flush ? wire_.bytes.flush : wire_.bytes.push_value) += scheduler::value_bytes(p.push_values.size(), row_);
   GradsByIteration grads;
   for (const auto& g : p.push_grads) take_grad(g.slot, grads);
   // The gradients and the write-backs in flight together.
@@ -63,11 +62,10 @@ void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
     }
     cache_.read_rows(slots, rows);
     sent.push_back(client_.start_push_value(keys, rows));
-    wire_.bytes_out += scheduler::value_bytes(keys.size(), row_);
   }
   for (auto& f : sent) f.wait();
-  (flush ? wire_.flush_grad : wire_.push_grad) += p.push_grads.size();
-  (flush ? wire_.flush_value : wire_.push_value) += p.push_values.size();
+  (flush ? wire_.rows.flush_grad : wire_.rows.push_grad) += p.push_grads.size();
+  (flush ? wire_.rows.flush_value : wire_.rows.push_value) += p.push_values.size();
 }
 
 void PsExchange::barrier(std::uint64_t generation) { control_.barrier(transport::BarrierGroup::kWorkers, generation); }
@@ -111,9 +109,6 @@ void PsExchange::restore(const std::vector<scheduler::KeySlot>& rows, std::uint6
   r.start(client_, true, t);
   r.fill(cache_, true);
   wire_.restored += rows.size();
-  const std::uint64_t bytes = scheduler::pull_bytes(rows.size(), row_, true);
-  wire_.bytes_out += rows.size() * 8;
-  wire_.bytes_in += bytes - rows.size() * 8;
 }
 
 void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
@@ -123,7 +118,6 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     std::vector<Key> evicted_keys;
     std::vector<std::uint32_t> evicted_slots;
     std::vector<float> evicted_rows;
-    std::uint64_t evicted_partials = 0;
     // Rows the worker applies the optimizer to itself come with their state; the rest
     // (shared rows: their gradients go to the PS) without it.
     Pulled with_state, without_state;
@@ -140,20 +134,18 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
       if (e.kind == EvictKind::kDirty) {
         evicted_keys.push_back(e.evicted);
         evicted_slots.push_back(e.slot);
-        ++wire_.push_evict;
+        ++wire_.rows.push_evict;
       } else if (e.kind == EvictKind::kPartial) {
         take_grad(e.slot, evicted_grads);
-        ++wire_.push_evict;
-        ++evicted_partials;
+        ++wire_.rows.push_evict;
+        ++wire_.rows.evict_partial;
       }
     }
-    wire_.bytes.push_evict += scheduler::value_bytes(evicted_keys.size(), row_) + scheduler::grad_bytes(evicted_partials, row_);
     // Write-backs, evicted gradients and the pulls in flight together: one round trip.
     std::vector<ps::PsFuture> sent;
     if (!evicted_keys.empty()) {
       cache_.read_rows(evicted_slots, evicted_rows);
       sent.push_back(client_.start_push_value(evicted_keys, evicted_rows));
-      wire_.bytes_out += scheduler::value_bytes(evicted_keys.size(), row_);
     }
     push_partials(evicted_grads, sent);
     // A slot per key: the keys are distinct.
@@ -171,16 +163,12 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
       }
       ahead_state_.fill(cache_, true);
       ahead_plain_.fill(cache_, false);
-      wire_.prefetched += prefetched;
+      wire_.rows.prefetched += prefetched;
     }
-    wire_.pulls += p.pulls.size();
-    wire_.pull_state += state;
-    const std::uint64_t bytes = scheduler::pull_bytes(state, row_, true) + scheduler::pull_bytes(p.pulls.size() - state, row_, false);
-    wire_.bytes.pull += bytes;
-    wire_.bytes_out += p.pulls.size() * 8;
-    wire_.bytes_in += bytes - p.pulls.size() * 8;
+    wire_.rows.pulls += p.pulls.size();
+    wire_.rows.pull_state += state;
   }
-  wire_.hits += p.rows.size() - p.pulls.size();
+  wire_.rows.hits += p.rows.size() - p.pulls.size();
 }
 
 void PsExchange::end_pushes(const StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t) {
@@ -193,9 +181,7 @@ void PsExchange::end_pushes(const StepPlan& p, const U64Map<std::uint32_t>& row_
   }
   cache_.read_grads(b.slots, b.grads);
   client_.push_grad(t, b.keys, b.trainers, b.grads);
-  wire_.push_grad += b.keys.size();
-  wire_.bytes_out += scheduler::grad_bytes(b.keys.size(), row_);
-  wire_.bytes.push_grad += scheduler::grad_bytes(b.keys.size(), row_);
+  wire_.rows.push_grad += b.keys.size();
 }
 
 }  // namespace ember::worker

@@ -89,10 +89,7 @@ void Replicas::push(ps::PsClient& client, const std::vector<Key>& keys, WireCoun
     }
     client.push_value(chunk, part);
   }
-  const scheduler::RowFormat row{dim_, state_};
-  wire.hot_flush += keys.size();
-  wire.bytes.flush += scheduler::value_bytes(keys.size(), row);
-  wire.bytes_out += scheduler::value_bytes(keys.size(), row);
+  wire.rows.hot_flush += keys.size();
 }
 
 }  // namespace ember::worker

@@ -10,15 +10,38 @@
 #include "ember/common/error.h"
 #include "ember/monitor/exporter.h"
 
+namespace ember::scheduler {
+// The summary's rows by kind, by the scheduler's names (ember-sim's; cold_pulls and
+// evict_partial are not the job's to report).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrafficCounts, pulls, push_grad, push_value, push_evict, hits, flush_grad, flush_value, hot_sync,
+                                   hot_flush, pull_state, prefetched)
+}  // namespace ember::scheduler
+
 namespace ember::worker {
 
 using json = nlohmann::json;
 
-// The summary's counts (WireCounts' own; the payload and framed bytes are written apart).
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(WireCounts, pulls, push_grad, push_value, push_evict, hits, flush_grad, flush_value, hot_load, hot_sync,
-                                   hot_flush, restored, allreduce_bytes, pull_state, prefetched, bytes_out, bytes_in)
+std::uint64_t WireCounts::bytes_out() const {
+  const scheduler::WireBytes b = bytes();
+  return 8 * (rows.pulls + restored) + b.push_grad + b.push_value + b.push_evict + b.flush;
+}
+
+std::uint64_t WireCounts::bytes_in() const {
+  return bytes().pull - 8 * rows.pulls + scheduler::pull_bytes(restored, format, true) - 8 * restored;
+}
 
 namespace {
+
+// The summary's counts, by name (the payload and framed bytes are written apart).
+json counts_json(const WireCounts& w) {
+  json j = w.rows;
+  j.update(json{{"hot_load", w.hot_load},
+                {"restored", w.restored},
+                {"allreduce_bytes", w.allreduce_bytes},
+                {"bytes_out", w.bytes_out()},
+                {"bytes_in", w.bytes_in()}});
+  return j;
+}
 
 // The phases' times since `since`, scaled (1: seconds, 1e3: milliseconds).
 json phase_json(const PhaseTimes& now, const PhaseTimes& since, double scale) {
@@ -74,27 +97,29 @@ struct RunReport::Live {
     // Rows by kind and direction: in from the PS, out to it, or summed over the workers.
     // The kinds are an interface (dashboards, scripts): hot_* name the replicated rows.
     const char* rows_help = "Embedding rows moved, by kind and direction (in: from the PS, out: to it, allreduce: among workers)";
-    const std::tuple<const char*, const char*, std::uint64_t> rows[] = {{"pull", "in", wire.pulls},
+    const std::tuple<const char*, const char*, std::uint64_t> rows[] = {{"pull", "in", wire.rows.pulls},
                                                                         {"hot_load", "in", wire.hot_load},
                                                                         {"restored", "in", wire.restored},
-                                                                        {"push_grad", "out", wire.push_grad},
-                                                                        {"push_value", "out", wire.push_value},
-                                                                        {"push_evict", "out", wire.push_evict},
-                                                                        {"flush_grad", "out", wire.flush_grad},
-                                                                        {"flush_value", "out", wire.flush_value},
-                                                                        {"hot_sync", "allreduce", wire.hot_sync},
-                                                                        {"hot_flush", "out", wire.hot_flush}};
+                                                                        {"push_grad", "out", wire.rows.push_grad},
+                                                                        {"push_value", "out", wire.rows.push_value},
+                                                                        {"push_evict", "out", wire.rows.push_evict},
+                                                                        {"flush_grad", "out", wire.rows.flush_grad},
+                                                                        {"flush_value", "out", wire.rows.flush_value},
+                                                                        {"hot_sync", "allreduce", wire.rows.hot_sync},
+                                                                        {"hot_flush", "out", wire.rows.hot_flush}};
     for (const auto& [kind, dir, n] : rows)
       out.counter("ember_worker_rows_total", rows_help, {{"rank", rank}, {"kind", kind}, {"direction", dir}}, d(n));
-    out.counter("ember_worker_rows_prefetched_total", "Rows pulled during the iteration before (part of kind=pull)", r, d(wire.prefetched));
+    out.counter("ember_worker_rows_prefetched_total", "Rows pulled during the iteration before (part of kind=pull)", r,
+                d(wire.rows.prefetched));
     out.counter("ember_worker_rows_pulled_with_state_total", "Rows pulled with their optimizer state (part of kind=pull)", r,
-                d(wire.pull_state));
+                d(wire.rows.pull_state));
     const char* payload_help = "Row payload moved with the PS, by kind (keys, trainer counts, floats; what ember-sim predicts)";
-    const std::pair<const char*, std::uint64_t> payload[] = {{"pull", wire.bytes.pull},
-                                                             {"push_grad", wire.bytes.push_grad},
-                                                             {"push_value", wire.bytes.push_value},
-                                                             {"push_evict", wire.bytes.push_evict},
-                                                             {"flush", wire.bytes.flush}};
+    const scheduler::WireBytes bytes = wire.bytes();
+    const std::pair<const char*, std::uint64_t> payload[] = {{"pull", bytes.pull},
+                                                             {"push_grad", bytes.push_grad},
+                                                             {"push_value", bytes.push_value},
+                                                             {"push_evict", bytes.push_evict},
+                                                             {"flush", bytes.flush}};
     for (const auto& [kind, n] : payload)
       out.counter("ember_worker_payload_bytes_total", payload_help, {{"rank", rank}, {"kind", kind}}, d(n));
     const std::pair<const char*, const ps::WireTally::Dir*> framed[] = {{"pull", &wire.framed.pull},
@@ -122,8 +147,9 @@ struct RunReport::Live {
       for (const auto& [kind, n] : kinds)
         out.counter("ember_worker_link_rows_total", link_rows_help, {{"rank", rank}, {"link", link}, {"kind", kind}}, d(n));
     }
-    out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.hits));
-    out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r, d(wire.hits + wire.pulls));
+    out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.rows.hits));
+    out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r,
+                d(wire.rows.hits + wire.rows.pulls));
     out.gauge("ember_worker_cache_hit_ratio", "Cache hits over lookups in the last iteration", r, last_hit_ratio);
     if (auc) out.gauge("ember_worker_eval_auc", "AUC of the last evaluation on the validation split", r, *auc);
     if (logloss) out.gauge("ember_worker_eval_logloss", "Log loss of the last evaluation on the validation split", r, *logloss);
@@ -171,7 +197,8 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
     live_->samples += s.labels.size();
     live_->loss = loss;
     live_->wait_s += wait_ms / 1e3;
-    const auto hits = static_cast<double>(wire.hits - before_.hits), pulls = static_cast<double>(wire.pulls - before_.pulls);
+    const auto hits = static_cast<double>(wire.rows.hits - before_.rows.hits),
+               pulls = static_cast<double>(wire.rows.pulls - before_.rows.pulls);
     live_->last_hit_ratio = hits + pulls > 0 ? hits / (hits + pulls) : 0.0;
     live_->wire = wire;
     live_->phases = phases;
@@ -183,27 +210,28 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
              {"wait_ms", wait_ms},
              {"sched_ms", s.sched_ms},
              {"samples_s", global_n_ / (ms / 1e3)},
-             {"pulls", wire.pulls - before_.pulls},
-             {"push_grad", wire.push_grad - before_.push_grad},
-             {"push_value", wire.push_value - before_.push_value},
-             {"push_evict", wire.push_evict - before_.push_evict},
-             {"hits", wire.hits - before_.hits},
-             {"bytes_out", wire.bytes_out - before_.bytes_out},
-             {"bytes_in", wire.bytes_in - before_.bytes_in},
+             {"pulls", wire.rows.pulls - before_.rows.pulls},
+             {"push_grad", wire.rows.push_grad - before_.rows.push_grad},
+             {"push_value", wire.rows.push_value - before_.rows.push_value},
+             {"push_evict", wire.rows.push_evict - before_.rows.push_evict},
+             {"hits", wire.rows.hits - before_.rows.hits},
+             {"bytes_out", wire.bytes_out() - before_.bytes_out()},
+             {"bytes_in", wire.bytes_in() - before_.bytes_in()},
              {"phase_ms", phase_json(phases, phases_before_, 1e3)}}
             .dump());
   if (rank_ != 0 || c_.progress_every == 0 || ((t + 1) % c_.progress_every != 0 && !s.last)) return;
   const double secs = window_.seconds();
   const std::uint64_t iters = t + 1 - window_first_;
   window_first_ = t + 1;
-  const auto hits = static_cast<double>(wire.hits - at_window_.hits), pulls = static_cast<double>(wire.pulls - at_window_.pulls);
+  const auto hits = static_cast<double>(wire.rows.hits - at_window_.rows.hits),
+             pulls = static_cast<double>(wire.rows.pulls - at_window_.rows.pulls);
   // Bytes that left or reached this host (worker 0's): shown where the job spans hosts.
   const auto across = [](const WireCounts& w) { return w.links.cross_host.out() + w.links.cross_host.in(); };
   const std::uint64_t cross = across(wire) - across(at_window_);
   spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {:.4f} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB{}", t + 1,
                c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0,
-               wire.pulls - at_window_.pulls, wire.pushes() - at_window_.pushes(),
-               static_cast<double>(wire.bytes.total() - at_window_.bytes.total()) / 1e6,
+               wire.rows.pulls - at_window_.rows.pulls, wire.pushes() - at_window_.pushes(),
+               static_cast<double>(wire.bytes().total() - at_window_.bytes().total()) / 1e6,
                cross > 0 ? fmt::format(" | worker 0 across hosts {:.2f} MB", static_cast<double>(cross) / 1e6) : std::string());
   window_.reset();
   at_window_ = wire;
@@ -225,7 +253,8 @@ void RunReport::summary(const TrainSummary& sum) {
     live_->wire = w;
     live_->phases = sum.phases;
   }
-  json j = w;  // the counts, by name
+  json j = counts_json(w);
+  const scheduler::WireBytes bytes = w.bytes();
   j.update(json{{"summary", true},
                 {"rank", sum.rank},
                 {"iterations", sum.iterations},
@@ -238,12 +267,12 @@ void RunReport::summary(const TrainSummary& sum) {
                 {"hosts", sum.hosts},
                 {"allreduce_cross_host_bytes", sum.allreduce_cross_host_bytes},
                 {"bytes",
-                 {{"pull", w.bytes.pull},
-                  {"push_grad", w.bytes.push_grad},
-                  {"push_value", w.bytes.push_value},
-                  {"push_evict", w.bytes.push_evict},
-                  {"flush", w.bytes.flush},
-                  {"total", w.bytes.total()}}},
+                 {{"pull", bytes.pull},
+                  {"push_grad", bytes.push_grad},
+                  {"push_value", bytes.push_value},
+                  {"push_evict", bytes.push_evict},
+                  {"flush", bytes.flush},
+                  {"total", bytes.total()}}},
                 {"framed_bytes",
                  {{"pull_out", w.framed.pull.out},
                   {"pull_in", w.framed.pull.in},

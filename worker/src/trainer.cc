@@ -69,7 +69,7 @@ class Worker {
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<RowCache> cache_;
-  std::optional<Replicas> hot_;
+  std::optional<Replicas> replicas_;
   std::optional<PsExchange> exchange_;
   std::optional<ComputeStep> compute_;
   bool on_demand_ = false;
@@ -113,10 +113,10 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
   spdlog::info("worker {}: model {}, policy {}, cache {} rows + {} staging ({:.1f} MB, {} backend on {}){}", rank, c_.model.kind, c_.policy,
                sc.cache_rows, sc.staging_rows(), cache_->memory_bytes() / 1e6, cache_->backend(), device_.str(),
                c_.placement.empty() ? "" : ", placement " + c_.placement);
-  hot_.emplace(dim, job_.state_floats());
-  if (!sc.replicated.empty()) hot_->load(job_.ps(), sc.replicated, wire_, rank);
+  replicas_.emplace(dim, job_.state_floats());
+  if (!sc.replicated.empty()) replicas_->load(job_.ps(), sc.replicated, wire_, rank);
   exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), slots);
-  compute_.emplace(*model_, *optimizer_, *collective_, *hot_, device_, c_, dim, ps.optimizer, wire_);
+  compute_.emplace(*model_, *optimizer_, *collective_, *replicas_, device_, c_, dim, ps.optimizer, wire_);
 }
 
 void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
@@ -167,7 +167,7 @@ void Worker::flush(const Step& s) {
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
   exchange_->sync_pushes(s.flush_plan, true);
-  hot_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
+  replicas_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
   exchange_->barrier(barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
   if (job_.rank() == 0 && s.evaluate) {

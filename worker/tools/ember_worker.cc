@@ -61,8 +61,9 @@ int train(worker::TrainConfig& c, std::uint16_t metrics_port, const std::string&
   }
   worker::TrainSummary s = worker::run_worker(c);
   spdlog::info("worker {} done: {} iterations in {:.1f} s, {:.0f} samples/s, rows pulled {}, pushed {} (grad {}, value {}, evict {}){}",
-               s.rank, s.iterations, s.seconds, s.samples_per_s, s.wire.pulls, s.wire.pushes(), s.wire.push_grad, s.wire.push_value,
-               s.wire.push_evict, s.auc >= 0 ? fmt::format(", AUC {:.4f}, logloss {:.4f}", s.auc, s.logloss) : std::string());
+               s.rank, s.iterations, s.seconds, s.samples_per_s, s.wire.rows.pulls, s.wire.pushes(), s.wire.rows.push_grad,
+               s.wire.rows.push_value, s.wire.rows.push_evict,
+               s.auc >= 0 ? fmt::format(", AUC {:.4f}, logloss {:.4f}", s.auc, s.logloss) : std::string());
   return 0;
 }
 

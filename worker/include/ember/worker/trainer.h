@@ -112,29 +112,34 @@ struct Links {
 
 // Rows and bytes this worker moved (what crossed its sockets), docs/design.md accounting.
 struct WireCounts {
-  std::uint64_t pulls = 0, push_grad = 0, push_value = 0, push_evict = 0, hits = 0;
-  std::uint64_t flush_grad = 0, flush_value = 0;  // evaluation / end-of-training flushes
-  // Replicated rows (fae's hot rows, a placement's replicated tables): loaded at the start,
-  // all-reduced (the global batch's, every iteration), written back at flushes (worker 0).
-  std::uint64_t hot_load = 0, hot_sync = 0, hot_flush = 0;
-  // A resumed job's cached rows, pulled once before its first iteration (Step::restore).
-  std::uint64_t restored = 0;
+  // Rows by kind, as the scheduler counts them (what ember-sim predicts): the plans'
+  // pulls (with state, prefetched), pushes by kind, hits, flushed rows (evaluations,
+  // checkpoints, the end) and replicated rows (fae's hot rows, a placement's replicated
+  // tables: all-reduced every iteration, written back at flushes by worker 0). Not
+  // counted: cold_pulls (the simulator's alone).
+  scheduler::TrafficCounts rows;
+  // Replicated rows loaded at the start; a resumed job's cached rows, pulled once before
+  // its first iteration (Step::restore).
+  std::uint64_t hot_load = 0, restored = 0;
   // Payload this worker put into the dense all-reduces: dense gradients, the loss and the
   // replicated rows' gradients (4 bytes a float; a ring moves about twice that per link).
   std::uint64_t allreduce_bytes = 0;
-  std::uint64_t pull_state = 0;               // pulls that carried the row's optimizer state
-  std::uint64_t prefetched = 0;               // pulls made during the iteration before
-  std::uint64_t bytes_out = 0, bytes_in = 0;  // payload, by direction
-  // Payload per kind (scheduler::WireBytes: keys, trainer counts, floats; what ember-sim
-  // predicts from the same counts). Hot rows (fae) are not in it.
-  scheduler::WireBytes bytes;
+  scheduler::RowFormat format;  // the job's rows: the bytes below
   // What the transport carried per kind of request, headers included (PsClient::tally):
   // also the evaluation's pulls, not the final model dump's.
   ps::WireTally framed;
   // The same framed bytes and rows, and the all-reduces' payload, by where they went:
   // within this worker's host or across hosts (hosts.h, link_traffic).
   Links links;
-  std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
+
+  std::uint64_t pushes() const { return rows.pushes(); }
+  // Payload per kind (scheduler::wire_bytes of `rows`: keys, trainer counts, floats;
+  // what ember-sim predicts), replicated rows' write-backs in `flush`.
+  scheduler::WireBytes bytes() const { return scheduler::wire_bytes(rows, format); }
+  // The same payload by direction, the restored rows included: out to the PS (the pulls'
+  // keys, gradients, values), in from it (the pulled rows).
+  std::uint64_t bytes_out() const;
+  std::uint64_t bytes_in() const;
 };
 
 // Where a worker's iterations spent their wall time, in seconds: the PS exchanges

@@ -118,7 +118,14 @@ def main():
     p.add_argument("--state", default="/var/lib/ember-cluster", help="cluster_local.sh --state")
     p.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
     p.add_argument("--down", action="store_true", help="take the cluster down at the end")
+    p.add_argument("--table", nargs="+", metavar="JSON", help="print the table of earlier runs (their cluster.json files) and exit")
     a = p.parse_args()
+    if a.table:
+        results = [r for f in a.table for r in json.loads(Path(f).read_text())]
+        a.iterations, a.batch = results[0]["iterations"], a.batch
+        a.repeats = max(r["repeat"] for r in results) + 1
+        print_table(results, a)
+        return
     a.dataset = str(Path(a.dataset).resolve())
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -127,7 +134,7 @@ def main():
     # shard 0 on the first line and worker w on line 1 + w).
     half = a.workers // 2
     hostfile = work / "hostfile"
-    hostfile.write_text("\n".join(["10.77.0.11"] + ["10.77.0.12"] * half + ["10.77.0.13"] * (a.workers - half)) + "\n")
+    hostfile.write_text("\n".join(["host1"] + ["host2"] * half + ["host3"] * (a.workers - half)) + "\n")
     results = []
     try:
         for mbit in [int(x) for x in a.links.split(",")]:

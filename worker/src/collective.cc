@@ -1,7 +1,11 @@
 #include "collective.h"
 
+#include <condition_variable>
+#include <deque>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef USE_C10D_NCCL
@@ -10,6 +14,7 @@
 
 #include "control_store.h"
 #include "ember/common/error.h"
+#include "ember/common/process.h"
 
 namespace ember::worker {
 
@@ -33,11 +38,62 @@ GlooGroup gloo_group(c10::intrusive_ptr<c10d::Store> store, std::uint32_t rank, 
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(size), opts);
 }
 
+// One thread that runs the hierarchical sums' chains in the order they were started:
+// every rank then issues its collectives in the same order, and no thread is made per sum.
+class ChainThread {
+ public:
+  ChainThread() : thread_([this] { run(); }) {}
+  ~ChainThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_one();
+    thread_.join();
+  }
+  ChainThread(const ChainThread&) = delete;
+  ChainThread& operator=(const ChainThread&) = delete;
+
+  std::future<void> submit(std::function<void()> chain) {
+    std::packaged_task<void()> task(std::move(chain));
+    std::future<void> done = task.get_future();
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+    return done;
+  }
+
+ private:
+  void run() {
+    name_this_thread("allreduce-chain");
+    for (;;) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, nothing left
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();  // an exception goes to the sum's future
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::packaged_task<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest is ready
+};
+
 // Reduce to the host's leader, all-reduce over the leaders, broadcast from the leader:
-// one chain on a thread of its own per sum, so that it overlaps as one all-reduce does.
+// one chain on the chain thread per sum, so that it overlaps as one all-reduce does.
 std::function<std::function<void()>(std::vector<torch::Tensor>&)> hierarchical(GlooGroup host, GlooGroup leaders) {
-  return [host, leaders](std::vector<torch::Tensor>& t) -> std::function<void()> {
-    auto done = std::make_shared<std::future<void>>(std::async(std::launch::async, [host, leaders, &t] {
+  auto chains = std::make_shared<ChainThread>();
+  return [host, leaders, chains](std::vector<torch::Tensor>& t) -> std::function<void()> {
+    auto done = std::make_shared<std::future<void>>(chains->submit([host, leaders, &t] {
       c10d::ReduceOptions to_leader;  // a sum, to local rank 0
       to_leader.rootRank = 0;
       c10d::BroadcastOptions from_leader;

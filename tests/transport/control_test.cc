@@ -279,6 +279,57 @@ TEST(Control, AbortNamesTheMemberAndItsCause) {
   EXPECT_EQ(p->failure().value_or(""), first);
 }
 
+// A member that says it is ending (a signal) is not named while another member, silent
+// since before it, is still to be found lost: srun --kill-on-bad-exit signals a lost
+// host's survivors at once, and the host's member is the cause. Alone, it is named with
+// its reason after the heartbeat timeout and a quarter.
+TEST(Control, AnEndingMemberIsNamedOnlyIfNoOtherWasLostFirst) {
+  for (const bool other_lost : {true, false}) {
+    Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 3}, fast());
+    std::promise<std::pair<std::string, std::string>> reported;
+    c.on_failure([&](const std::string& m, const std::string& cause) { reported.set_value({m, cause}); });
+    // Worker 2: a raw peer that heartbeats by hand, then falls silent (killed).
+    zmq::context_t ctx;
+    zmq::socket_t raw(ctx, zmq::socket_type::dealer);
+    raw.set(zmq::sockopt::linger, 0);
+    raw.connect(c.endpoint());
+    raw_join(raw, kToken, "worker", 2);
+    auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
+    auto w1 = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kWorker, 1)); });
+    auto w0 = std::make_unique<ControlMember>(member(c, Role::kWorker, 0));
+    auto p = ps.get();
+    auto ending = w1.get();
+    if (!other_lost) {
+      std::thread([&raw] {
+        for (int i = 0; i < 40; ++i) {  // alive for 2 s, beyond the timeouts
+          raw.send(zmq::str_buffer("{\"op\":\"hb\"}"));
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }).detach();
+    }
+    // Worker 1 says it is ending and goes; worker 2 is last heard 50 ms later (its host
+    // lost first, its last heartbeat later: without the word, worker 1 is silent longer).
+    const auto t0 = std::chrono::steady_clock::now();
+    ending->ending("stopped by signal 15 (Terminated)");
+    ending.reset();  // silent, neither leaving nor aborting
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (other_lost) raw.send(zmq::str_buffer("{\"op\":\"hb\"}"));
+    auto got = reported.get_future();
+    ASSERT_EQ(got.wait_for(std::chrono::seconds(3)), std::future_status::ready);
+    const auto [who, cause] = got.get();
+    const double after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (other_lost) {
+      EXPECT_EQ(who, "worker 2") << cause;
+      EXPECT_NE(cause.find("no heartbeat"), std::string::npos) << cause;
+    } else {
+      EXPECT_EQ(who, "worker 1");
+      EXPECT_EQ(cause, "stopped by signal 15 (Terminated)");
+      EXPECT_GE(after_s, 0.6 * 1.25 - 0.05) << "named after the heartbeat timeout and a quarter";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100 - static_cast<int>(after_s * 1000)));  // the heartbeat thread ends
+  }
+}
+
 TEST(Control, CountersAddAcrossMembers) {
   Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 2}, fast());
   auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });

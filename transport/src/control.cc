@@ -71,6 +71,7 @@ struct Coordinator::Impl {
     std::string data;
     std::string peer;  // the address it joined from (ZeroMQ's Peer-Address)
     Clock::time_point last_seen;
+    std::optional<std::string> ending;  // it said it is ending, and why (at last_seen)
     bool left = false;
     bool dead = false;
   };
@@ -172,6 +173,15 @@ struct Coordinator::Impl {
     for (auto& [id, m] : members) {
       if (m.dead || m.left) continue;
       const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(now - m.last_seen);
+      // A member that said it is ending is named only once a member lost before it would
+      // have been found (its silence began earlier): a host lost just before is the cause.
+      if (m.ending) {
+        if (silent > timeouts.heartbeat_timeout + timeouts.heartbeat_timeout / 4) {
+          m.dead = true;
+          fail(name_of(m), *m.ending);
+        }
+        continue;
+      }
       if (silent > timeouts.heartbeat_timeout) {
         m.dead = true;
         // Where it was: the address it joined from (a worker's host), and a shard's data plane.
@@ -240,6 +250,10 @@ struct Coordinator::Impl {
       if (m.left || m.dead) return;
       m.dead = true;
       fail(name_of(m), ab->why);
+    } else if (auto* e = std::get_if<codec::Ending>(&msg)) {
+      if (m.left || m.dead) return;
+      spdlog::warn("control: {} is ending: {}", name_of(m), e->why);
+      m.ending = e->why;
     }
   }
 
@@ -695,6 +709,11 @@ void ControlMember::leave() {
 void ControlMember::abort(const std::string& why) {
   if (impl_->left.exchange(true)) return;
   impl_->post(codec::Abort{why});
+}
+
+void ControlMember::ending(const std::string& why) {
+  if (impl_->left.exchange(true)) return;
+  impl_->post(codec::Ending{why});
 }
 
 }  // namespace ember::transport

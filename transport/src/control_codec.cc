@@ -126,6 +126,7 @@ ToCoordinator decode_to_coordinator(std::string_view frame) {
         integer<std::int64_t>(j, "delta", std::numeric_limits<std::int64_t>::min() / 2, std::numeric_limits<std::int64_t>::max() / 2)};
   if (op == "leave") return Leave{};
   if (op == "abort") return Abort{str(j, "why")};
+  if (op == "ending") return Ending{str(j, "why")};
   throw ProtocolError("unknown op '" + op.substr(0, 32) + "'");
 }
 
@@ -201,6 +202,9 @@ std::string encode(const ToCoordinator& m) {
           },
           [](const Abort& x) {
             return json{{"op", "abort"}, {"why", x.why}};
+          },
+          [](const Ending& x) {
+            return json{{"op", "ending"}, {"why", x.why}};
           },
       },
       m);

@@ -60,7 +60,10 @@ struct Leave {};
 struct Abort {  // the member fails, and says why
   std::string why;
 };
-using ToCoordinator = std::variant<Hello, Join, Heartbeat, BarrierEnter, Publish, Lookup, Add, Leave, Abort>;
+struct Ending {  // the member is about to end (a signal), and says why
+  std::string why;
+};
+using ToCoordinator = std::variant<Hello, Join, Heartbeat, BarrierEnter, Publish, Lookup, Add, Leave, Abort, Ending>;
 
 // Coordinator -> member.
 struct Challenge {

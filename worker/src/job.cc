@@ -48,6 +48,7 @@ void Job::join(const data::Dataset& ds) {
   rank_ = control_->rank();
   control_->publish(worker_host_key(rank_), c_.host.empty() ? this_host_name() : c_.host);
   control_->publish(worker_machine_key(rank_), this_host_name());
+  if (c_.stop != nullptr) c_.stop->set_teller([m = control_.get()](const std::string& why) { m->ending(why); });
   if (rank_ == 0) control_->publish(kWorkerOptionsKey, options_to_json(options));
   watchdog_ = std::thread([this] {
     name_this_thread("watchdog");
@@ -106,6 +107,7 @@ void Job::check_options(const std::vector<std::pair<std::string, std::string>>& 
 }
 
 Job::~Job() {
+  if (c_.stop != nullptr) c_.stop->set_teller(nullptr);  // before the member goes
   watchdog_stop_ = true;
   if (watchdog_.joinable()) watchdog_.join();
 }

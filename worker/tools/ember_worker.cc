@@ -2,8 +2,11 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 #include "ember/common/cli.h"
 #include "ember/common/error.h"
@@ -35,6 +38,10 @@ SignalThread stop_signals(worker::StopRequest& stop) {
                  stop.signal.load() != 0
                      ? ""
                      : " (a stop at a checkpoint needs --checkpoint-dir here and on the PS shards, and training under way)");
+    // The control plane hears why (it names this worker only if no other member was
+    // lost first); 0.2 s for the message to leave before the process ends.
+    stop.ending(fmt::format("stopped by signal {} ({})", sig, strsignal(sig)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     die_by_signal(sig);
   });
 }

@@ -135,6 +135,13 @@ class ControlMember {
   // Tells the coordinator this member failed, and why: the job fails naming this member.
   // A member destroyed without leave() or abort() aborts ("exited without leaving").
   void abort(const std::string& why);
+  // Tells the coordinator this member is about to end (a signal that ends the process),
+  // and why. It is named as the job's failure with `why` only if no other member is lost
+  // within the heartbeat timeout: a cluster manager that kills the survivors of a lost
+  // host at once (srun --kill-on-bad-exit) does not get them named instead of the host's.
+  // Returns once the message is on its way (the caller gives it a moment before ending);
+  // the member then neither leaves nor aborts.
+  void ending(const std::string& why);
 
  private:
   struct Impl;

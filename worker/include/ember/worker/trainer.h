@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,27 @@ namespace ember::worker {
 // job at a checkpoint, as a PS shard's SIGTERM does: `signal` is the signal that asked
 // (0: none). run_worker sets `possible` while it can honour one (in the training loop,
 // with checkpoints on the PS shards and a checkpoint_dir here); otherwise the caller ends
-// the process at once.
+// the process at once, after ending(): the job's control plane then hears why this
+// worker went (ControlMember::ending) rather than finding it silent.
 struct StopRequest {
   std::atomic<int> signal{0};
   std::atomic<bool> possible{false};
+
+  // Tells the control plane that this worker is ending, and why, while run_worker has it
+  // joined to a job (a no-op otherwise).
+  void ending(const std::string& why) {
+    std::lock_guard lock(mutex_);
+    if (tell_) tell_(why);
+  }
+  // run_worker's: how to tell it (none: nobody to tell).
+  void set_teller(std::function<void(const std::string&)> tell) {
+    std::lock_guard lock(mutex_);
+    tell_ = std::move(tell);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::function<void(const std::string&)> tell_;
 };
 
 // The scheduler's options (workers, batch_per_worker, cache_ratio, policy, seed, shuffle,

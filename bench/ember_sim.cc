@@ -185,13 +185,7 @@ nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult
                               {"placement", o.scheduler.placement},
                               {"lookahead", o.scheduler.lookahead},
                               {"eviction", o.scheduler.eviction},
-                              {"bytes",
-                               {{"pull", bytes.pull},
-                                {"push_grad", bytes.push_grad},
-                                {"push_value", bytes.push_value},
-                                {"push_evict", bytes.push_evict},
-                                {"flush", bytes.flush},
-                                {"total", bytes.total()}}}};
+                              {"bytes", bytes}};
   add_breakdowns(j, out, r);
   if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
   if (const auto* v = out.vanilla) {

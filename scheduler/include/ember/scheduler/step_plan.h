@@ -131,6 +131,13 @@ struct WireBytes {
   std::uint64_t total() const { return pull + push_grad + push_value + push_evict + flush; }
 };
 WireBytes wire_bytes(const TrafficCounts& c, RowFormat f);
+// As JSON (nlohmann's to_json, for any of its json types): the kinds and their total,
+// as ember-sim's output and the worker's summary write them.
+template <class Json>
+void to_json(Json& j, const WireBytes& b) {
+  j = Json{{"pull", b.pull},   {"push_grad", b.push_grad}, {"push_value", b.push_value}, {"push_evict", b.push_evict},
+           {"flush", b.flush}, {"total", b.total()}};
+}
 // Payload bytes of n keys pulled (with_state or not), of n gradients, of n values.
 std::uint64_t pull_bytes(std::uint64_t n, RowFormat f, bool with_state);
 std::uint64_t grad_bytes(std::uint64_t n, RowFormat f);

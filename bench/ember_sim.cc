@@ -144,6 +144,9 @@ void add_breakdowns(nlohmann::ordered_json& j, const Output& out, const schedule
       {"bytes", scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
   if (!r.per_link.empty()) {
     j["links"] = {{"intra_host", counts({}, r.per_link[0], row)}, {"cross_host", counts({}, r.per_link[1], row)}};
+    // Per-host aggregation, modelled (SimResult::per_link_aggregated).
+    j["links_aggregated"] = {{"intra_host", counts({}, r.per_link_aggregated[0], row)},
+                             {"cross_host", counts({}, r.per_link_aggregated[1], row)}};
   }
 }
 
@@ -225,14 +228,16 @@ void print_text(const Output& out, const scheduler::SimResult& r) {
   }
   std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                            t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
-  if (!r.per_link.empty()) {
-    const auto& [in, across] = std::pair(r.per_link[0], r.per_link[1]);
-    std::cout << fmt::format("{:<10}{} hosts: across hosts {} rows, {:.1f} MB; within hosts {} rows, {:.1f} MB\n", "", out.hosts,
+  const auto links_line = [&](const std::string& what, const std::vector<scheduler::TrafficCounts>& l) {
+    const auto& [in, across] = std::pair(l[0], l[1]);
+    std::cout << fmt::format("{:<10}{}: across hosts {} rows, {:.1f} MB; within hosts {} rows, {:.1f} MB\n", "", what,
                              across.transmissions() + across.flush_grad + across.flush_value,
                              static_cast<double>(scheduler::wire_bytes(across, row).total()) / 1e6,
                              in.transmissions() + in.flush_grad + in.flush_value,
                              static_cast<double>(scheduler::wire_bytes(in, row).total()) / 1e6);
-  }
+  };
+  if (!r.per_link.empty()) links_line(fmt::format("{} hosts", out.hosts), r.per_link);
+  if (!r.per_link_aggregated.empty()) links_line("with per-host aggregation (modelled)", r.per_link_aggregated);
   if (r.per_shard.size() > 1) {
     std::cout << fmt::format("{:<10}{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", "", r.per_shard.size(),
                              scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pulls; }),
@@ -307,7 +312,12 @@ int main(int argc, char** argv) {
     if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
-    if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.scheduler.workers, f.ps_shards, f.ps_hosts);
+    if (f.hosts > 0) {
+      f.o.link_of = link_classes(f.hosts, f.o.scheduler.workers, f.ps_shards, f.ps_hosts);
+      f.o.host_of = [hosts = f.hosts, workers = f.o.scheduler.workers](WorkerId w) {
+        return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers);
+      };
+    }
     auto list = scheduler::parse_policies(f.policies);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     SyntheticDataset holder;

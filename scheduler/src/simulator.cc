@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "ember/common/checkpoint_schedule.h"
 #include "ember/common/error.h"
@@ -87,6 +88,61 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
   }
 }
 
+void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& link_of,
+                               const std::function<std::uint32_t(WorkerId)>& host_of, std::vector<TrafficCounts>& per_link) {
+  // Everything as without aggregation, then the cross-host pulls and gradients of each
+  // host made distinct: the repeats become hand-offs (pulls) or sums (gradients) within
+  // the host.
+  std::vector<TrafficCounts> flat(2);
+  count_per_group(plans, flush, link_of, flat);
+  std::set<std::pair<std::uint32_t, Key>> pulled, pulled_state, prefetched, grads;
+  std::uint64_t pulls = 0, grad_rows = 0, partial = 0;
+  std::set<std::pair<std::uint32_t, Key>> partials;
+  for (const StepPlan& p : plans) {
+    const std::uint32_t h = host_of(p.worker);
+    const auto across = [&](Key k) { return link_of(p.worker, k) == 1; };
+    const auto grad = [&](Key k) {
+      if (!across(k)) return;
+      ++grad_rows;
+      grads.insert({h, k});
+    };
+    if (flush) {
+      for (const KeySlot& ks : p.push_grads) grad(ks.key);
+      continue;
+    }
+    for (const KeySlot& ks : p.push_grads) grad(ks.key);
+    for (const KeySlot& ks : p.end_pushes) grad(ks.key);
+    for (const PullEntry& e : p.pulls) {
+      if (e.kind == EvictKind::kPartial && across(e.evicted)) {
+        ++partial;
+        partials.insert({h, e.evicted});
+      }
+      if (!across(e.key)) continue;
+      ++pulls;
+      pulled.insert({h, e.key});
+      if (e.with_state) pulled_state.insert({h, e.key});
+      if (e.prefetch) prefetched.insert({h, e.key});
+    }
+  }
+  TrafficCounts& in = flat[0];
+  TrafficCounts& out = flat[1];
+  // Pulls: one per host and row; a copy with state where any worker asked for it.
+  const std::uint64_t handed = pulls - pulled.size();
+  out.pulls -= handed;
+  in.pulls += handed;
+  out.pull_state = pulled_state.size();
+  out.prefetched = prefetched.size();
+  // Gradients: sync, end and flush pushes, and partial evictions, one per host and row.
+  const std::uint64_t summed = grad_rows - grads.size(), summed_partial = partial - partials.size();
+  (flush ? out.flush_grad : out.push_grad) -= summed;
+  (flush ? in.flush_grad : in.push_grad) += summed;
+  out.push_evict -= summed_partial;
+  out.evict_partial -= summed_partial;
+  in.push_evict += summed_partial;
+  in.evict_partial += summed_partial;
+  for (std::size_t l = 0; l < 2; ++l) per_link[l] += flat[l];
+}
+
 SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   const std::uint64_t total = o.warmup + o.iterations;
   SchedulerOptions job = o.scheduler;
@@ -116,6 +172,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   r.per_shard.assign(o.shards, TrafficCounts{});
   const std::function<std::size_t(WorkerId, Key)> shard_of = [&](WorkerId, Key k) -> std::size_t { return o.shard_of(k); };
   if (o.link_of) r.per_link.assign(2, TrafficCounts{});
+  if (o.link_of && o.host_of) r.per_link_aggregated.assign(2, TrafficCounts{});
   for (std::uint64_t it = 0; it < total; ++it) {
     batches.next(b, g);
     batches.look_ahead(sched, it, total);
@@ -125,6 +182,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
       count_per_table(plans, offsets, false, r.per_table);
       if (o.shards > 0) count_per_group(plans, false, shard_of, r.per_shard);
       if (o.link_of) count_per_group(plans, false, o.link_of, r.per_link);
+      if (o.link_of && o.host_of) count_per_link_aggregated(plans, false, o.link_of, o.host_of, r.per_link_aggregated);
     }
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
@@ -136,6 +194,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
         count_per_table(plans, offsets, true, r.per_table);
         if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
         if (o.link_of) count_per_group(plans, true, o.link_of, r.per_link);
+        if (o.link_of && o.host_of) count_per_link_aggregated(plans, true, o.link_of, o.host_of, r.per_link_aggregated);
       }
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;

@@ -62,6 +62,45 @@ TEST_F(Simulator, HeraldMovesFewerRowsThanVanillaAndPartsAddUp) {
   EXPECT_LT(het.traffic.pulls, v.traffic.pulls);
 }
 
+// Per-link counts, and per-host aggregation as modelled: 8 workers on 2 hosts with the PS
+// on a host of its own, every row crosses; aggregated, repeats within a host become
+// hand-offs and sums there (rows conserved, fewer across). One worker per host: no
+// repeats within a host, the same counts as without aggregation.
+TEST_F(Simulator, PerHostAggregationMovesRepeatsWithinTheHost) {
+  data::Dataset ds = data::Dataset::open(dataset(40 * 8 * 64, 0.01));
+  for (const char* policy : {"vanilla", "herald"}) {
+    for (const std::uint32_t hosts : {2u, 8u}) {
+      SimOptions o;
+      o.scheduler.workers = 8;
+      o.scheduler.batch_per_worker = 64;
+      o.scheduler.policy = policy;
+      o.iterations = 30;
+      o.warmup = 10;
+      o.link_of = [](WorkerId, Key) -> std::size_t { return 1; };  // the PS on a host of its own
+      o.host_of = [hosts](WorkerId w) { return static_cast<std::uint32_t>(w * hosts / 8); };
+      const SimResult r = simulate(ds, o);
+      const std::string what = std::string(policy) + ", " + std::to_string(hosts) + " hosts";
+      ASSERT_EQ(r.per_link.size(), 2u);
+      ASSERT_EQ(r.per_link_aggregated.size(), 2u);
+      const TrafficCounts &flat = r.per_link[1], &in = r.per_link_aggregated[0], &across = r.per_link_aggregated[1];
+      EXPECT_EQ(flat.pulls, r.traffic.pulls) << what;
+      EXPECT_EQ(r.per_link[0].transmissions(), 0u) << what;
+      EXPECT_EQ(in.pulls + across.pulls, flat.pulls) << what;
+      EXPECT_EQ(in.push_grad + across.push_grad, flat.push_grad) << what;
+      EXPECT_EQ(across.push_value, flat.push_value) << what;
+      EXPECT_EQ(in.flush_grad + across.flush_grad, flat.flush_grad) << what;
+      if (hosts == 8) {
+        EXPECT_EQ(across.transmissions(), flat.transmissions()) << what;
+        EXPECT_EQ(in.transmissions(), 0u) << what;
+      } else {
+        EXPECT_LT(across.pulls, flat.pulls) << what << ": rows 4 workers of a host all pull cross once";
+        EXPECT_GT(in.pulls, 0u) << what;
+        if (std::string(policy) == "vanilla") EXPECT_LT(across.push_grad, flat.push_grad) << what;
+      }
+    }
+  }
+}
+
 TEST_F(Simulator, ImpossibleConfigurations) {
   data::Dataset ds = data::Dataset::open(dataset(2000, 0.01));
   SimOptions o;

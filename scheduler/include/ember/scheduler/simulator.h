@@ -35,6 +35,9 @@ struct SimOptions {
   // the PS traffic of `worker` for `key` stays within its host, 1 when it crosses hosts;
   // none without it.
   std::function<std::size_t(WorkerId worker, Key key)> link_of;
+  // With link_of: `host_of(worker)` numbers the workers' hosts, for the per-link counts
+  // of per-host aggregation (SimResult::per_link_aggregated); none without it.
+  std::function<std::uint32_t(WorkerId worker)> host_of;
 };
 
 struct SimResult {
@@ -59,6 +62,13 @@ struct SimResult {
   // The same per link class (SimOptions::link_of): [0] within a host, [1] across hosts;
   // empty without SimOptions::link_of.
   std::vector<TrafficCounts> per_link;
+  // The same if each host aggregated its workers' row traffic across hosts (issue 40's
+  // first mechanism, modelled here only): a row pulled across hosts by several workers
+  // of one host crosses once (the other copies are handed over within the host), and
+  // gradients of one row pushed across hosts by several workers of one host are summed
+  // there and cross once (the others are sums within the host). Values cross as they
+  // do. Empty without SimOptions::host_of.
+  std::vector<TrafficCounts> per_link_aggregated;
 
   double hit_rate() const {
     double total = static_cast<double>(traffic.hits + traffic.pulls);
@@ -79,6 +89,11 @@ void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::
 // a link class) for a row of `worker`'s plan.
 void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& group_of,
                      std::vector<TrafficCounts>& per_group);
+
+// Adds one iteration's plans to per-link counts with per-host aggregation
+// (SimResult::per_link_aggregated): `link_of` and `host_of` as in SimOptions.
+void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& link_of,
+                               const std::function<std::uint32_t(WorkerId)>& host_of, std::vector<TrafficCounts>& per_link);
 
 // Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.
 SimResult simulate(const data::Dataset& ds, const SimOptions& options);

@@ -1,7 +1,5 @@
 #include "ember/transport/control.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 
 #include "control_codec.h"
 #include "ember/common/error.h"
+#include "ember/common/host.h"
 #include "ember/common/log.h"
 #include "ember/common/process.h"
 #include "ember/transport/auth.h"
@@ -34,16 +33,8 @@ std::string resolved_endpoint(const std::string& endpoint) {
   const std::string scheme = "tcp://";
   const auto colon = endpoint.rfind(':');
   if (endpoint.compare(0, scheme.size(), scheme) != 0 || colon == std::string::npos || colon <= scheme.size()) return "";
-  const std::string host = endpoint.substr(scheme.size(), colon - scheme.size());
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return "";
-  char text[INET_ADDRSTRLEN] = {};
-  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof text);
-  ::freeaddrinfo(res);
-  return scheme + text + endpoint.substr(colon);
+  const auto address = ipv4_address(endpoint.substr(scheme.size(), colon - scheme.size()));
+  return address ? scheme + *address + endpoint.substr(colon) : "";
 }
 
 namespace codec = control_codec;

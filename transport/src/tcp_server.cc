@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/host.h"
 #include "ember/common/log.h"
 #include "ember/common/process.h"
 #include "ember/transport/auth.h"
@@ -473,17 +474,13 @@ TcpServer::TcpServer(TcpServerOptions options, ServerHandler handler) : impl_(st
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(impl_->opt.address, ec);
   if (ec) {
-    // A host name (a hostfile's entry, `hostname`): its first IPv4 address, as the
-    // clients that connect by that name will reach it.
-    asio::io_context io;
-    tcp::resolver resolver(io);
-    boost::system::error_code rec;
-    auto found = resolver.resolve(tcp::v4(), impl_->opt.address, "", rec);
-    if (rec || found.empty()) {
-      throw ConfigError("listen address '" + impl_->opt.address + "': neither an address nor a host name that resolves (" +
-                        (rec ? rec.message() : std::string("no IPv4 address")) + ")");
+    // A host name (a hostfile's entry, `hostname`): its first IPv4 address.
+    std::string why;
+    const auto address = ipv4_address(impl_->opt.address, &why);
+    if (!address) {
+      throw ConfigError("listen address '" + impl_->opt.address + "': neither an address nor a host name that resolves (" + why + ")");
     }
-    addr = found.begin()->endpoint().address();
+    addr = asio::ip::make_address(*address);
   }
   tcp::endpoint ep(addr, impl_->opt.port);
   const int n = std::max(1, impl_->opt.io_threads);

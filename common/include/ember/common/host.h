@@ -3,12 +3,17 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ember {
 
 // This machine's name (gethostname: the UTS namespace's); "localhost" if unknown.
 std::string this_host_name();
+
+// The first IPv4 address of `name` (a host name, or an address) as text, as a client that
+// connects by the name reaches it; none if it does not resolve (`why` says why).
+std::optional<std::string> ipv4_address(const std::string& name, std::string* why = nullptr);
 
 // The board key under which worker `rank` states its host (ember-worker --host).
 std::string worker_host_key(std::uint32_t rank);

@@ -56,10 +56,9 @@ fs::path make_synthetic(SyntheticDataset& holder, data::GenOptions g, const std:
 
 // --hosts H, --ps-hosts LIST: link class 0 (within a host) or 1 (across hosts) of a
 // worker's PS traffic for a key, as the workers of such a job count it (ember-worker
-// --host, ember-ps --host).
-std::function<std::size_t(WorkerId, Key)> link_classes(std::uint32_t hosts, std::uint32_t workers, std::uint32_t shards,
-                                                       const std::string& ps_hosts) {
-  if (hosts > workers) throw ConfigError("--hosts " + std::to_string(hosts) + ": more hosts than --workers " + std::to_string(workers));
+// --host, ember-ps --host); `host_of` numbers the workers' hosts.
+std::function<std::size_t(WorkerId, Key)> link_classes(std::uint32_t hosts, const std::function<std::uint32_t(WorkerId)>& host_of,
+                                                       std::uint32_t shards, const std::string& ps_hosts) {
   std::vector<std::string> given;
   for (std::size_t at = 0;;) {
     const auto comma = ps_hosts.find(',', at);
@@ -86,10 +85,7 @@ std::function<std::size_t(WorkerId, Key)> link_classes(std::uint32_t hosts, std:
     }
     host_of_shard.push_back(v);
   }
-  return [=](WorkerId w, Key k) -> std::size_t {
-    const std::int64_t host = static_cast<std::int64_t>(std::uint64_t{w} * hosts / workers);
-    return host_of_shard[ps::owner_shard(k, shards)] == host ? 0 : 1;
-  };
+  return [=](WorkerId w, Key k) -> std::size_t { return host_of_shard[ps::owner_shard(k, shards)] == host_of(w) ? 0 : 1; };
 }
 
 // What every policy's report needs.
@@ -313,10 +309,12 @@ int main(int argc, char** argv) {
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
     if (f.hosts > 0) {
-      f.o.link_of = link_classes(f.hosts, f.o.scheduler.workers, f.ps_shards, f.ps_hosts);
-      f.o.host_of = [hosts = f.hosts, workers = f.o.scheduler.workers](WorkerId w) {
-        return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers);
-      };
+      const std::uint32_t workers = f.o.scheduler.workers;
+      if (f.hosts > workers)
+        throw ConfigError("--hosts " + std::to_string(f.hosts) + ": more hosts than --workers " + std::to_string(workers));
+      // Workers in rank order, as many on each host.
+      f.o.host_of = [hosts = f.hosts, workers](WorkerId w) { return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers); };
+      f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
     }
     auto list = scheduler::parse_policies(f.policies);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};

@@ -125,15 +125,23 @@ void PsService::serve_push_grad(const transport::Message& req, transport::OutMes
     throw ProtocolError("push-grad: " + std::to_string(h.value_count) + " values for " + std::to_string(n) + " rows of dim " +
                         std::to_string(dim));
   }
-  thread_local std::vector<std::uint32_t> trainers;  // reused: no allocation per request
+  // Each count: the row's trainers in its low 32 bits and, from a host that summed
+  // several of them (per-host aggregation), the share this gradient sums in the high 32
+  // bits (0: one). protocol.h.
+  thread_local std::vector<std::uint32_t> trainers, shares;  // reused: no allocation per request
   trainers.resize(n);
+  shares.clear();
   for (std::uint32_t i = 0; i < n; ++i) {
-    if (req.keys[n + i] > ShardStore::kMaxTrainers)
-      throw ProtocolError("push-grad: trainer count " + std::to_string(req.keys[n + i]) + " is not a worker count");
-    trainers[i] = static_cast<std::uint32_t>(req.keys[n + i]);
+    const auto [count, share] = decode_trainers(req.keys[n + i]);
+    if (count > ShardStore::kMaxTrainers)
+      throw ProtocolError("push-grad: trainer count " + std::to_string(count) + " is not a worker count");
+    trainers[i] = count;
+    if (share > 1 && shares.empty()) shares.assign(n, 1);
+    if (!shares.empty()) shares[i] = std::max<std::uint32_t>(share, 1);
   }
   // The gradients stay in the request's payload where the transport lends it (TCP).
-  store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values, req.lend_payload ? req.lend_payload() : nullptr);
+  store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values, req.lend_payload ? req.lend_payload() : nullptr,
+                   shares);
   reply.header.type = MessageType::kAck;
 }
 

@@ -122,14 +122,16 @@ void ShardStore::lend_ahead(std::span<const Key> keys, std::uint64_t iteration) 
 void ShardStore::end_lending(std::uint64_t iteration) { lending_.end(iteration); }
 
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
-                           std::shared_ptr<const void> grads_owner) {
+                           std::shared_ptr<const void> grads_owner, std::span<const std::uint32_t> shares) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
+  if (!shares.empty() && shares.size() != keys.size()) throw ProtocolError("push-grad: one share per key, or none");
   lending_.check_not_lent(arena_, keys, "push-grad");
-  if (claim_single_trainer_rows(iteration, keys, trainers)) {
+  // Shares (rows summed by a host) take the general path, which validates them.
+  if (shares.empty() && claim_single_trainer_rows(iteration, keys, trainers)) {
     append_ready(iteration, keys, grads, std::move(grads_owner));
     return;
   }
-  push_grad_general(iteration, keys, trainers, grads);
+  push_grad_general(iteration, keys, trainers, grads, shares);
 }
 
 bool ShardStore::claim_single_trainer_rows(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers) {
@@ -194,8 +196,9 @@ struct ShardStore::PushPlan {
 };
 
 void ShardStore::push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
-                                   const float* grads) {
-  const bool some_aggregating = validate_push(keys, trainers);
+                                   const float* grads, std::span<const std::uint32_t> shares) {
+  const bool some_aggregating = validate_push(keys, trainers, shares);
+  const auto share_of = [&](std::size_t i) { return shares.empty() ? 1u : shares[i]; };
   thread_local PushPlan plan;
   group_by_stripe(keys, plan);
   if (some_aggregating) {
@@ -205,7 +208,8 @@ void ShardStore::push_grad_general(std::uint64_t iteration, std::span<const Key>
       tbb::spin_mutex::scoped_lock lock(st.mu);
       for (std::uint32_t j = plan.start[s]; j < plan.start[s + 1]; ++j) {
         const Key k = keys[plan.order[j]];
-        if (arena_.state(local_of(k)).load(std::memory_order_relaxed) == kAggregating) check_partial(st, k, iteration);
+        if (arena_.state(local_of(k)).load(std::memory_order_relaxed) == kAggregating)
+          check_partial(st, k, iteration, share_of(plan.order[j]));
       }
     }
   }
@@ -222,7 +226,7 @@ void ShardStore::push_grad_general(std::uint64_t iteration, std::span<const Key>
       tbb::spin_mutex::scoped_lock lock(st.mu);
       for (std::uint32_t j = plan.start[s]; j < plan.start[s + 1]; ++j) {
         const std::uint32_t i = plan.order[j];
-        add_contribution(st, iteration, keys[i], trainers[i], grads + static_cast<std::size_t>(i) * config_.dim, plan);
+        add_contribution(st, iteration, keys[i], trainers[i], share_of(i), grads + static_cast<std::size_t>(i) * config_.dim, plan);
       }
     }
   } catch (...) {
@@ -232,13 +236,17 @@ void ShardStore::push_grad_general(std::uint64_t iteration, std::span<const Key>
   flush_done(plan);
 }
 
-bool ShardStore::validate_push(std::span<const Key> keys, std::span<const std::uint32_t> trainers) {
+bool ShardStore::validate_push(std::span<const Key> keys, std::span<const std::uint32_t> trainers, std::span<const std::uint32_t> shares) {
   bool some_aggregating = false;  // some row already has an aggregation: checked under its lock
   for (std::size_t i = 0; i < keys.size(); ++i) {
     check_key(keys[i]);
     if (trainers[i] == 0 || trainers[i] > kMaxTrainers) {
       throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " with " + std::to_string(trainers[i]) + " trainers (1 to " +
                           std::to_string(kMaxTrainers) + ")");
+    }
+    if (!shares.empty() && (shares[i] == 0 || shares[i] > trainers[i])) {
+      throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " sums " + std::to_string(shares[i]) + " of its " +
+                          std::to_string(trainers[i]) + " trainers' gradients");
     }
     read_row(keys[i]);
     some_aggregating |= aggregating(local_of(keys[i]));
@@ -265,7 +273,7 @@ void ShardStore::group_by_stripe(std::span<const Key> keys, PushPlan& plan) cons
   }
 }
 
-void ShardStore::check_partial(const Stripe& st, Key k, std::uint64_t iteration) const {
+void ShardStore::check_partial(const Stripe& st, Key k, std::uint64_t iteration, std::uint32_t share) const {
   // A contribution to an existing aggregation must be of its iteration and not one too many.
   const Pending* p = st.partial.find(k);
   if (p == nullptr) throw ProtocolError("push-grad: key " + std::to_string(k) + " has all its contributions (awaiting commit)");
@@ -273,31 +281,38 @@ void ShardStore::check_partial(const Stripe& st, Key k, std::uint64_t iteration)
     throw ProtocolError("push-grad: key " + std::to_string(k) + " from iteration " + std::to_string(iteration) +
                         " while the aggregation of iteration " + std::to_string(p->iteration) + " is incomplete");
   }
+  if (p->received + share > p->expected) {
+    throw ProtocolError("push-grad: key " + std::to_string(k) + " would have gradients of " + std::to_string(p->received + share) +
+                        " of its " + std::to_string(p->expected) + " trainers");
+  }
 }
 
-void ShardStore::add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, const float* g, PushPlan& plan) {
+void ShardStore::add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, std::uint32_t share, const float* g,
+                                  PushPlan& plan) {
   const std::uint32_t dim = config_.dim;
   auto complete = [&](std::uint64_t it, const float* sum) {
     plan.done_rows.push_back({local_of(k), it, nullptr});
     plan.done_grads.insert(plan.done_grads.end(), sum, sum + dim);
   };
   if (claim(local_of(k))) {  // the first contribution
-    if (trainers == 1) return complete(iteration, g);
+    if (share == trainers) return complete(iteration, g);
     const std::uint32_t offset = st.take_blocks(blocks_for(trainers), dim);
     std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
-    st.partial.try_emplace(k, Pending{iteration, trainers, 1, offset});
+    st.partial.try_emplace(k, Pending{iteration, trainers, share, 1, offset});
     return;
   }
-  check_partial(st, k, iteration);  // again: another request may have raced this one
+  check_partial(st, k, iteration, share);  // again: another request may have raced this one
   Pending* p = st.partial.find(k);
   float* __restrict acc = st.partial_grads.data() + p->offset;
   if (blocks_for(p->expected) == 1) {
     for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
   } else {
-    std::memcpy(acc + static_cast<std::size_t>(p->received) * dim, g, dim * sizeof(float));
+    std::memcpy(acc + static_cast<std::size_t>(p->parts) * dim, g, dim * sizeof(float));
   }
-  if (++p->received == p->expected) {
-    if (blocks_for(p->expected) > 1) sum_in_canonical_order(acc, p->expected, dim);
+  ++p->parts;
+  p->received += share;
+  if (p->received == p->expected) {
+    if (blocks_for(p->expected) > 1) sum_in_canonical_order(acc, p->parts, dim);
     complete(p->iteration, acc);  // copied: its blocks may be reused
     st.give_blocks(p->offset, blocks_for(p->expected));
     st.partial.erase(k);

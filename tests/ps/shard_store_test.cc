@@ -162,6 +162,40 @@ TEST(ShardStore, PartialAggregationWaitsForEveryTrainerAndUsesItsIterationsRate)
   EXPECT_EQ(s.pending(), 0u);
 }
 
+// Per-host aggregation: a host pushes one gradient that sums several of a row's
+// trainers, with its share; the row completes once the shares reach its trainers, and
+// the update equals the one from every trainer pushing alone.
+TEST(ShardStore, HostSumsCountAsTheTrainersTheySum) {
+  const std::vector<std::vector<float>> part = {{1, 2, 3, 4}, {0.5f, 0.25f, 1, 2}, {3, 1, 0, 1}, {2, 2, 2, 2}};
+  std::vector<float> host_a(kDim), host_b(kDim);
+  for (std::uint32_t d = 0; d < kDim; ++d) {
+    host_a[d] = part[0][d] + part[1][d] + part[2][d];  // a host of three trainers
+    host_b[d] = part[3][d];                            // one alone on its host
+  }
+  for (auto kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+    ShardStore alone(store_config(kind, 0, 1)), hosts(store_config(kind, 0, 1));
+    Key k = 11;
+    std::uint32_t four = 4, three = 3, one = 1;
+    for (const auto& g : part) alone.push_grad(5, {&k, 1}, {&four, 1}, g.data());
+    hosts.push_grad(5, {&k, 1}, {&four, 1}, host_a.data(), nullptr, {&three, 1});
+    EXPECT_EQ(hosts.commit(), 0u) << "three of four trainers in: not complete";
+    // One too many is refused, and so is a share above the trainers.
+    std::uint32_t two = 2;
+    EXPECT_THROW(hosts.push_grad(5, {&k, 1}, {&four, 1}, host_b.data(), nullptr, {&two, 1}), ProtocolError);
+    Key k2 = 12;
+    std::uint32_t five = 5;
+    EXPECT_THROW(hosts.push_grad(5, {&k2, 1}, {&four, 1}, host_b.data(), nullptr, {&five, 1}), ProtocolError);
+    hosts.push_grad(5, {&k, 1}, {&four, 1}, host_b.data(), nullptr, {&one, 1});
+    EXPECT_EQ(alone.commit(), 1u);
+    EXPECT_EQ(hosts.commit(), 1u);
+    for (std::uint32_t d = 0; d < kDim; ++d) EXPECT_NEAR(hosts.row(k)[d], alone.row(k)[d], 1e-6) << d;
+    // A sum of every trainer completes the row at once.
+    hosts.push_grad(6, {&k, 1}, {&two, 1}, host_b.data(), nullptr, {&two, 1});
+    EXPECT_EQ(hosts.commit(), 1u);
+    EXPECT_EQ(hosts.pending(), 0u);
+  }
+}
+
 // Gradients pushed with an owner (a TCP request's payload, lent by the transport) are
 // applied from where they are: the store holds the owner until the rows are applied, then
 // lets it go. Rows still aggregating copy theirs (the owner is not held).

@@ -109,5 +109,48 @@ TEST(Hosts, EachShardsTrafficGoesOnItsLink) {
   EXPECT_EQ(w1.cross_host.out(), w1.cross_host.ps.out() + 4000u);
 }
 
+// Per-host aggregation's hand-offs, from the host's plans: a row several workers of the
+// host pull is pulled by the first and handed to the others, their gradients go to the
+// first, which pushes the sum; rows of a shard on this host, rows of one worker, and
+// pulls of different kinds (with state or not) move as before.
+TEST(Hosts, HandOffsGoThroughTheHostsFirstWorkerOfEachRow) {
+  using scheduler::EvictKind;
+  using scheduler::StepPlan;
+  const HostMap m = map_of({"a", "a", "a", "b"}, {"a", "c"});  // shard 0 on a, shard 1 on c
+  std::vector<StepPlan> plans(4);
+  const auto pull = [](Key k, bool state = false) { return scheduler::PullEntry{k, 0, 0, EvictKind::kNone, state, false}; };
+  // Odd keys are shard 1's (across), even keys shard 0's (within host a).
+  plans[0].pulls = {pull(1), pull(2), pull(7, true)};
+  plans[1].pulls = {pull(3), pull(1), pull(2), pull(7)};
+  plans[2].pulls = {pull(1), pull(3), pull(5)};
+  plans[3].pulls = {pull(1)};  // host b: another host's worker
+  for (std::uint32_t w = 0; w < 4; ++w)
+    plans[w].push_grads =
+        plans[w].pulls.size() > 2 ? std::vector<scheduler::KeySlot>{{1, 0}, {9, 1}} : std::vector<scheduler::KeySlot>{{9, 0}};
+  HostPlans h0 = host_plans(host_group(m, 0), plans), h1 = host_plans(host_group(m, 1), plans), h2 = host_plans(host_group(m, 2), plans);
+  // Key 1 (workers 0, 1, 2): worker 0 pulls it and hands it to 1 and 2. Key 3 (1, 2):
+  // worker 1 to 2. Key 2 is within the host, key 7 is pulled with its state by worker 0
+  // alone, key 5 by one worker: not handed.
+  EXPECT_TRUE(h0.pull.any && h1.pull.any && h2.pull.any);
+  EXPECT_EQ(h0.pull.send, (std::vector<std::vector<std::uint32_t>>{{}, {0}, {0}}));
+  EXPECT_EQ(h0.pull.received(), 0u);
+  EXPECT_EQ(h1.pull.recv, (std::vector<std::vector<std::uint32_t>>{{1}, {}, {}}));
+  EXPECT_EQ(h1.pull.send, (std::vector<std::vector<std::uint32_t>>{{}, {}, {0}}));
+  EXPECT_EQ(h1.pull.share, (std::vector<std::uint32_t>{1, 0, 1, 1}));
+  EXPECT_EQ(h2.pull.recv, (std::vector<std::vector<std::uint32_t>>{{0}, {1}, {}}));
+  EXPECT_EQ(h2.pull.share, (std::vector<std::uint32_t>{0, 0, 1}));
+  // Gradients of key 9 (workers 0, 1, 2) and key 1 (0, 1, 2) gather at worker 0, which
+  // pushes each with a share of 3.
+  EXPECT_EQ(h0.sync.recv, (std::vector<std::vector<std::uint32_t>>{{}, {0, 1}, {0, 1}}));
+  EXPECT_EQ(h0.sync.share, (std::vector<std::uint32_t>{3, 3}));
+  EXPECT_EQ(h1.sync.send, (std::vector<std::vector<std::uint32_t>>{{0, 1}, {}, {}}));
+  EXPECT_EQ(h2.sync.send, (std::vector<std::vector<std::uint32_t>>{{0, 1}, {}, {}}));
+  EXPECT_EQ(h2.sync.share, (std::vector<std::uint32_t>{0, 0}));
+  // Alone on its host: nothing to hand.
+  const HostPlans h3 = host_plans(host_group(m, 3), plans);
+  EXPECT_FALSE(h3.pull.any || h3.sync.any || h3.evict.any || h3.end.any);
+  EXPECT_FALSE(h0.evict.any || h0.end.any);
+}
+
 }  // namespace
 }  // namespace ember::worker

@@ -54,6 +54,7 @@ struct JobOptions {
   std::uint32_t workers_per_host = 0;  // > 0: workers grouped into virtual hosts (--host vhostK)
   int ps_on_host = -1;                 // >= 0: the shards on virtual host K (ember-ps --host vhostK)
   std::string allreduce = "flat";
+  bool host_aggregation = false;                  // --host-aggregation (ember-sim's links_aggregated then)
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
@@ -185,6 +186,7 @@ class JobTest : public test::TempDirTest {
     if (o.workers_per_host > 0)
       a.insert(a.end(), {"--host", "vhost" + std::to_string(static_cast<std::uint32_t>(rank) / o.workers_per_host)});
     if (o.allreduce != "flat") a.insert(a.end(), {"--allreduce", o.allreduce});
+    if (o.host_aggregation) a.push_back("--host-aggregation");
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -276,8 +278,11 @@ class JobTest : public test::TempDirTest {
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
         // By link class: "links.cross_host.pull" (rows), "links.cross_host.ps_bytes_out", ...
         for (const auto& [link, l] : j.at("links").items()) {
-          for (const auto& [kind, n] : l.at("ps_rows").items()) r.wire["links." + link + "." + kind] += n.get<std::uint64_t>();
-          for (const char* k : {"ps_bytes_out", "ps_bytes_in", "peer_bytes_out", "peer_bytes_in"})
+          // Rows handed within the host (per-host aggregation) count on its link as the
+          // PS rows they stand for.
+          for (const char* rows : {"ps_rows", "relay_rows"})
+            for (const auto& [kind, n] : l.at(rows).items()) r.wire["links." + link + "." + kind] += n.get<std::uint64_t>();
+          for (const char* k : {"ps_bytes_out", "ps_bytes_in", "peer_bytes_out", "peer_bytes_in", "relay_bytes_out", "relay_bytes_in"})
             r.wire["links." + link + "." + k] += l.at(k).get<std::uint64_t>();
         }
         for (const auto& [k, n] : j.at("framed_bytes").items()) r.wire["framed." + k] += n.get<std::uint64_t>();
@@ -457,7 +462,7 @@ class JobTest : public test::TempDirTest {
     // By link class (with virtual hosts): rows as the transport carries them, a pull
     // each, a gradient (partial evictions and flushed ones too) or a value each.
     if (j.contains("links")) {
-      for (const auto& [link, l] : j.at("links").items()) {
+      for (const auto& [link, l] : j.at(o.host_aggregation ? "links_aggregated" : "links").items()) {
         const std::uint64_t partial = l.at("evict_partial");
         m["links." + link + ".pull"] = l.at("pulls");
         m["links." + link + ".push_grad"] = l.at("push_grad").get<std::uint64_t>() + partial + l.at("flush_grad").get<std::uint64_t>();

@@ -35,7 +35,31 @@ namespace {
 
 using namespace test_jobs;
 
-class Training : public JobTest {};
+class Training : public JobTest {
+ protected:
+  void expect_survivors_end_when_stopped(const JobOptions& o, std::uint32_t victim, const std::string& name) {
+    const fs::path data = dataset(4000);
+    Processes ps;
+    const std::string coord = start_ps(data, o, name, ps);
+    ASSERT_FALSE(coord.empty());
+    Processes workers = start_workers(data, o, coord, name);
+    wait_for_lines(dir_ / (name + "-w0.jsonl"), 3);
+    workers[victim]->signal(SIGSTOP);
+    const auto stopped = std::chrono::steady_clock::now();
+    const std::string named = "worker " + std::to_string(victim) + ": no heartbeat";
+    for (std::uint32_t w = 0; w < o.workers; ++w) {
+      if (w == victim) continue;
+      EXPECT_EQ(workers[w]->wait(20s), 6) << name << " worker " << w << ": " << workers[w]->log_tail(10);
+      const std::string tail = workers[w]->log_tail(10);
+      EXPECT_NE(tail.find(named), std::string::npos) << name << ": " << tail;
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    EXPECT_LT(took, 3.0 + 3.0 + 4.0) << name << ": survivors must end within the heartbeat timeout, the watchdog's grace and a margin";
+    EXPECT_EQ(ps[0]->wait(20s), 6) << ps[0]->log_tail(10);
+    EXPECT_NE(ps[0]->log_tail(20).find(named), std::string::npos) << ps[0]->log_tail(20);
+    workers[victim]->signal(SIGKILL);
+  }
+};
 
 TEST_F(Training, SchedulerTrainsTheBspModelWithFewerRowsAndTheSimulatorsCounts) {
   const fs::path data = dataset();
@@ -220,6 +244,62 @@ TEST_F(Training, HierarchicalAllReduceTrainsTheSameModel) {
   // hierarchical reduce and broadcast 1x from every worker.
   EXPECT_NEAR(static_cast<double>(flat.wire.at("links.intra_host.peer_bytes_out")), 3.0 * per_worker, 8);
   EXPECT_NEAR(static_cast<double>(hier.wire.at("links.intra_host.peer_bytes_out")), 4.0 * per_worker, 8);
+}
+
+// Per-host aggregation (--host-aggregation): a row of a shard on another host is pulled
+// once per host and handed to the host's other workers, and its gradients are summed in
+// the host and pushed once. 2 hosts x 2 workers, 2 shards: the same model as one
+// process, and the rows on each link, kind by kind, ember-sim's model of it. Herald
+// with SGD (shards on a host of their own) and with Adagrad (shards beside host 0's
+// workers: their rows stay flat), both with lookahead and prefetch; vanilla (every
+// trained row's gradient pushed, where summing saves most).
+TEST_F(Training, PerHostAggregationTrainsTheSameModel) {
+  const fs::path data = dataset();
+  struct Case {
+    const char* name;
+    std::string policy, optimizer;
+    int ps_on_host;
+  };
+  for (const Case& c : {Case{"agg-herald-sgd", "herald", "sgd", -1}, Case{"agg-herald-adagrad", "herald", "adagrad", 0},
+                        Case{"agg-vanilla", "vanilla", "sgd", -1}}) {
+    JobOptions o;
+    o.policy = c.policy;
+    o.optimizer = c.optimizer;
+    o.workers_per_host = 2;
+    o.ps_on_host = c.ps_on_host;
+    o.host_aggregation = true;
+    if (c.policy == "herald") {
+      o.lookahead = 2;
+      o.prefetch = true;
+    }
+    const JobResult job = run_job_like_one_process(data, o, c.name, std::string(c.name) + ", per-host aggregation on 2 hosts");
+    auto sim = simulate(data, o);
+    JobOptions flat_o = o;
+    flat_o.host_aggregation = false;
+    auto flat = simulate(data, flat_o);
+    auto& w = job.wire;
+    for (const char* link : {"cross_host", "intra_host"}) {
+      for (const char* kind : {"push_grad", "push_value", "pull"}) {
+        const std::string key = std::string("links.") + link + "." + kind;
+        // Worker 0's final evaluation pulls too, from the shards' host: its own (shards
+        // on host 0) or another.
+        const bool evaluation = std::string(kind) == "pull" && (std::string(link) == "intra_host") == (c.ps_on_host == 0);
+        if (evaluation) {
+          EXPECT_GE(w.at(key), sim[key]) << c.name << ": " << key;
+        } else {
+          EXPECT_EQ(w.at(key), sim[key]) << c.name << ": " << key << ", vs ember-sim's links_aggregated";
+        }
+      }
+    }
+    // Fewer rows across hosts than without aggregation: repeated pulls and gradients.
+    EXPECT_LT(w.at("links.cross_host.pull"), flat["links.cross_host.pull"]) << c.name;
+    EXPECT_LT(w.at("links.cross_host.push_grad"), flat["links.cross_host.push_grad"]) << c.name;
+    EXPECT_GT(w.at("links.intra_host.relay_bytes_out"), 0u) << c.name;
+    EXPECT_EQ(w.at("links.intra_host.relay_bytes_out"), w.at("links.intra_host.relay_bytes_in")) << c.name << ": every byte sent arrives";
+    EXPECT_EQ(w.at("links.cross_host.relay_bytes_out"), 0u) << c.name;
+    // The plans' rows are counted as before: ember-sim's flat totals.
+    EXPECT_EQ(transmissions(w), sim["pulls"] + sim["push_grad"] + sim["push_value"] + sim["push_evict"]) << c.name;
+  }
 }
 
 TEST_F(Training, CudaWorkersTrainTheSameModel) {
@@ -442,32 +522,28 @@ std::vector<pid_t> pids_with(const std::vector<std::string>& parts) {
   return out;
 }
 
-// A stopped worker (SIGSTOP: alive, silent) blocks its peers in the all-reduce. The
-// control plane declares it dead at the heartbeat timeout (3 s here); every survivor
-// then exits within the timeout plus a few seconds, with JobFailed's status, naming it.
+// A stopped worker (SIGSTOP: alive, silent) blocks its peers in the all-reduce (and,
+// with per-host aggregation, in the hand-offs of its host). The control plane declares
+// it dead at the heartbeat timeout (3 s here); every survivor then exits within the
+// timeout plus a few seconds, with JobFailed's status, naming it.
 TEST_F(Training, StoppedWorkerEndsEverySurvivorWithinTheHeartbeatTimeout) {
-  const fs::path data = dataset(4000);
   JobOptions o;
   o.shards = 1;
   o.workers = 3;
   o.iterations = 1000000;
-  Processes ps;
-  const std::string coord = start_ps(data, o, "stop", ps);
-  ASSERT_FALSE(coord.empty());
-  Processes workers = start_workers(data, o, coord, "stop");
-  wait_for_lines(dir_ / "stop-w0.jsonl", 3);
-  workers[1]->signal(SIGSTOP);
-  const auto stopped = std::chrono::steady_clock::now();
-  for (int w : {0, 2}) {
-    EXPECT_EQ(workers[static_cast<std::size_t>(w)]->wait(20s), 6) << workers[static_cast<std::size_t>(w)]->log_tail(10);
-    const std::string tail = workers[static_cast<std::size_t>(w)]->log_tail(10);
-    EXPECT_NE(tail.find("worker 1: no heartbeat"), std::string::npos) << tail;
-  }
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
-  EXPECT_LT(took, 3.0 + 3.0 + 4.0) << "survivors must end within the heartbeat timeout, the watchdog's grace and a margin";
-  EXPECT_EQ(ps[0]->wait(20s), 6) << ps[0]->log_tail(10);
-  EXPECT_NE(ps[0]->log_tail(20).find("worker 1: no heartbeat"), std::string::npos) << ps[0]->log_tail(20);
-  workers[1]->signal(SIGKILL);
+  expect_survivors_end_when_stopped(o, 1, "stop");
+}
+
+// The same for the worker that pulls and pushes for its host (per-host aggregation: the
+// first of host 1, on 2 hosts x 2 workers).
+TEST_F(Training, StoppedHostRelayEndsEverySurvivorWithinTheHeartbeatTimeout) {
+  JobOptions o;
+  o.shards = 1;
+  o.workers = 4;
+  o.workers_per_host = 2;
+  o.host_aggregation = true;
+  o.iterations = 1000000;
+  expect_survivors_end_when_stopped(o, 2, "stop-relay");
 }
 
 // kill -9 of one shard: no other process takes it for a finished job (no exit 0), and

@@ -106,7 +106,47 @@ std::function<std::function<void()>(std::vector<torch::Tensor>&)> hierarchical(G
   };
 }
 
+// Point-to-point sends and receives within the host's group, every pair in flight at once.
+class GlooHostChannel : public HostChannel {
+ public:
+  explicit GlooHostChannel(GlooGroup group) : group_(std::move(group)) {}
+  void exchange(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) override {
+    std::vector<std::vector<torch::Tensor>> tensors;  // alive until every op is waited for
+    std::vector<c10::intrusive_ptr<c10d::Work>> ops;
+    tensors.reserve(2 * send.size());
+    const auto as_tensor = [](const float* data, std::size_t n) {
+      return torch::from_blob(const_cast<float*>(data), {static_cast<std::int64_t>(n)}, torch::kFloat32);
+    };
+    for (std::size_t j = 0; j < send.size(); ++j) {
+      if (!recv[j].empty()) {
+        tensors.push_back({as_tensor(recv[j].data(), recv[j].size())});
+        ops.push_back(group_->recv(tensors.back(), static_cast<int>(j), kTag));
+      }
+      if (!send[j].empty()) {
+        tensors.push_back({as_tensor(send[j].data(), send[j].size())});
+        ops.push_back(group_->send(tensors.back(), static_cast<int>(j), kTag));
+      }
+    }
+    for (auto& op : ops) op->wait();
+  }
+
+ private:
+  static constexpr int kTag = 7;
+  GlooGroup group_;
+};
+
 }  // namespace
+
+std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank,
+                                               const HostMap& hosts) {
+  const std::uint32_t h = hosts.host_of[rank];
+  if (hosts.workers[h].size() < 2) return nullptr;
+  c10::intrusive_ptr<c10d::Store> store =
+      c10::make_intrusive<ControlStore>(control, "relay/host" + std::to_string(h) + "/", c.join_timeout);
+  const auto timeout = std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
+  return std::make_unique<GlooHostChannel>(
+      gloo_group(store, hosts.local_rank(rank), static_cast<std::uint32_t>(hosts.workers[h].size()), c, timeout));
+}
 
 Collective::Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device,
                        const HostMap& hosts) {

@@ -6,10 +6,12 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "ember/transport/control.h"
 #include "ember/worker/trainer.h"
+#include "host_relay.h"
 #include "hosts.h"
 
 namespace ember::worker {
@@ -33,5 +35,11 @@ class Collective {
   std::function<std::function<void()>(std::vector<torch::Tensor>&)> start_;
   bool on_device_ = false;
 };
+
+// The channel per-host aggregation hands rows over (host_relay.h): a Gloo group of this
+// worker's host of its own (apart from the all-reduce's, whose sums run on other
+// threads), rendezvous over the control plane. Null where the host has one worker.
+std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank,
+                                               const HostMap& hosts);
 
 }  // namespace ember::worker

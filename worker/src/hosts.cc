@@ -5,6 +5,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/host.h"
+#include "ember/ps/shard_store.h"
 
 namespace ember::worker {
 
@@ -89,8 +90,9 @@ PeerBytes allreduce_link_bytes(const HostMap& m, std::uint32_t rank, bool hierar
 }
 
 Links link_traffic(const HostMap& m, std::uint32_t rank, const std::vector<ps::WireTally>& by_shard, bool hierarchical,
-                   std::uint64_t allreduce_bytes) {
+                   std::uint64_t allreduce_bytes, const ps::WireTally& relay) {
   Links l;
+  l.intra_host.relay = relay;
   const std::string& mine = m.names[m.host_of[rank]];
   for (std::size_t s = 0; s < by_shard.size(); ++s) {
     const bool local = s < m.shard_hosts.size() && m.shard_hosts[s] == mine;
@@ -102,6 +104,18 @@ Links link_traffic(const HostMap& m, std::uint32_t rank, const std::vector<ps::W
   l.cross_host.peer_out = p.cross_out;
   l.cross_host.peer_in = p.cross_in;
   return l;
+}
+
+HostGroup host_group(const HostMap& m, std::uint32_t rank) {
+  HostGroup g;
+  const std::uint32_t h = m.host_of[rank];
+  g.ranks = m.workers[h];
+  g.me = m.local_rank(rank);
+  // A shard on another host: by the key's shard (ps::owner_shard) and that shard's host.
+  std::vector<bool> away;
+  for (const std::string& s : m.shard_hosts) away.push_back(s != m.names[h]);
+  g.across = [away, shards = static_cast<std::uint32_t>(away.size())](Key k) { return away[ps::owner_shard(k, shards)]; };
+  return g;
 }
 
 }  // namespace ember::worker

@@ -12,6 +12,7 @@
 
 #include "ember/ps/ps_client.h"
 #include "ember/worker/trainer.h"
+#include "host_relay.h"
 
 namespace ember::worker {
 
@@ -45,8 +46,11 @@ struct PeerBytes {
 PeerBytes allreduce_link_bytes(const HostMap& m, std::uint32_t rank, bool hierarchical, std::uint64_t bytes);
 
 // Worker `rank`'s traffic by link class: each shard's tally (PsClient::tally_by_shard)
-// within the host where the shard's host is the worker's, across hosts otherwise.
+// within the host where the shard's host is the worker's, across hosts otherwise; the
+// rows handed within the host (`relay`, WireCounts::relay) within it.
 Links link_traffic(const HostMap& m, std::uint32_t rank, const std::vector<ps::WireTally>& by_shard, bool hierarchical,
-                   std::uint64_t allreduce_bytes);
+                   std::uint64_t allreduce_bytes, const ps::WireTally& relay = {});
+// What worker `rank` needs of the map to plan per-host aggregation (host_relay.h).
+HostGroup host_group(const HostMap& m, std::uint32_t rank);
 
 }  // namespace ember::worker

@@ -96,6 +96,7 @@ const AgreedOption kAgreed[] = {
      [](const Source& s) { return s.c.eviction == "auto" ? std::string(s.c.lookahead > 0 ? "lookahead" : "lru") : s.c.eviction; }},
     {"--prefetch", [](const Source& s) { return on_off(s.c.prefetch); }},
     {"--allreduce", [](const Source& s) { return s.c.allreduce; }},
+    {"--host-aggregation", [](const Source& s) { return on_off(s.c.host_aggregation); }},
     {"--refine-allocation", [](const Source& s) { return on_off(s.c.refine_allocation); }},
     {"--batch-per-worker", [](const Source& s) { return std::to_string(s.c.batch_per_worker); }},
     {"--iterations", [](const Source& s) { return std::to_string(s.c.iterations); }},

@@ -32,7 +32,8 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 }
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
-               ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at)
+               ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at,
+               std::optional<HostGroup> host)
     : ds_(ds),
       first_(sc.first_iteration),
       replay_(replays(sc)),
@@ -41,7 +42,8 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       rank_(rank),
       flushes_{c.iterations, c.eval_every, schedule},
       asked_(asked),
-      stop_at_(stop_at) {
+      stop_at_(stop_at),
+      host_(std::move(host)) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -71,12 +73,15 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   Step s;
   s.iteration = t;
   s.sched_ms = sched_.schedule(g, plans).sched_ms;
-  s.plan = std::move(plans[rank_]);
   if (t == first_ && replay_) {
-    // Nothing was pulled ahead for the first step this worker trains.
-    for (auto& p : s.plan.pulls) p.prefetch = false;
+    // Nothing was pulled ahead for the first step this job trains (on any worker: the
+    // hand-offs below read the others' plans).
+    for (auto& p : plans)
+      for (auto& e : p.pulls) e.prefetch = false;
     s.restore = std::move(restore);
   }
+  if (host_) s.host = host_plans(*host_, plans);
+  s.plan = std::move(plans[rank_]);
   for (std::uint32_t i : s.plan.samples) {
     s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
                   g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
@@ -92,6 +97,7 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   s.flush = s.evaluate || s.checkpoint || s.last;
   if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
     sched_.flush(plans);
+    if (host_) s.flush_host = host_flush(*host_, plans);
     s.flush_plan = std::move(plans[rank_]);
   }
   return s;

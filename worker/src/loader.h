@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/trainer.h"
+#include "host_relay.h"
 
 namespace ember::worker {
 
@@ -50,6 +52,10 @@ struct Step {
   double sched_ms = 0;
   bool flush = false;  // flush after training this iteration (flush_plan)
   scheduler::StepPlan flush_plan;
+  // Per-host aggregation (host_relay.h): the rows this worker hands to or takes from the
+  // other workers of its host, in the iteration and in its flush.
+  HostPlans host;
+  HandOffs flush_host;
   bool evaluate = false;    // worker 0 evaluates after the flush
   bool checkpoint = false;  // the PS checkpoints at the next commit: dense state saved
   bool last = false;
@@ -72,8 +78,10 @@ struct Step {
 // and a checkpoint holds only the PS's rows.
 class Loader {
  public:
+  // `host`: with per-host aggregation, this worker's host (each step then carries its
+  // hand-offs).
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
-         const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at);
+         const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -103,6 +111,7 @@ class Loader {
   scheduler::FlushSchedule flushes_;  // the job's; asked_ and stop_at_ add to it
   const AskedCheckpoints& asked_;
   const std::atomic<std::uint64_t>& stop_at_;
+  std::optional<HostGroup> host_;
   tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
   std::atomic<bool> stop_{false};
   std::thread thread_;

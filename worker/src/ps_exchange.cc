@@ -1,5 +1,7 @@
 #include "ps_exchange.h"
 
+#include <algorithm>
+
 #include "ember/common/error.h"
 
 namespace ember::worker {
@@ -14,14 +16,15 @@ U64Map<std::uint32_t> index_rows(const StepPlan& p) {
 }
 
 PsExchange::PsExchange(ps::PsClient& client, transport::ControlMember& control, RowCache& cache, WireCounts& wire, std::uint32_t dim,
-                       std::uint32_t state_floats, std::uint32_t cache_rows)
+                       std::uint32_t state_floats, std::uint32_t cache_rows, HostChannel* host)
     : client_(client),
       control_(control),
       cache_(cache),
       wire_(wire),
       row_{dim, state_floats},
       partial_iter_(cache_rows, 0),
-      partial_trainers_(cache_rows, 0) {
+      partial_trainers_(cache_rows, 0),
+      host_(host) {
   wire_.format = row_;
 }
 
@@ -30,24 +33,70 @@ void PsExchange::keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t
   partial_trainers_[slot] = trainers;
 }
 
-void PsExchange::take_grad(std::uint32_t slot, GradsByIteration& by_iter) {
-  GradBatch& b = by_iter[partial_iter_[slot]];
+std::pair<std::uint64_t, std::uint32_t> PsExchange::take_grad(std::uint32_t slot, GradsByIteration& by_iter, std::uint32_t share) {
+  const std::uint64_t it = partial_iter_[slot];
+  GradBatch& b = by_iter[it];
   b.keys.push_back(cache_.key(slot));
   b.trainers.push_back(partial_trainers_[slot]);
+  b.shares.push_back(share);
   b.slots.push_back(slot);
+  return {it, static_cast<std::uint32_t>(b.keys.size() - 1)};
 }
 
 void PsExchange::push_partials(GradsByIteration& by_iter, std::vector<ps::PsFuture>& sent) {
   for (auto& [iter, b] : by_iter) {
     b.grads.clear();
     cache_.read_grads(b.slots, b.grads);
-    sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads));
+    // Other workers' parts after this one's, in their rank order: a fixed order of sums.
+    for (const auto& [row, g] : b.added) {
+      float* __restrict to = b.grads.data() + static_cast<std::size_t>(row) * row_.dim;
+      for (std::uint32_t d = 0; d < row_.dim; ++d) to[d] += g[d];
+    }
+    const bool summed = std::any_of(b.shares.begin(), b.shares.end(), [](std::uint32_t s) { return s > 1; });
+    sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads, summed ? b.shares : std::vector<std::uint32_t>{}));
   }
 }
 
-void PsExchange::sync_pushes(const StepPlan& p, bool flush) {
+void PsExchange::hand_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots, std::vector<std::vector<float>>& received) {
+  if (!h.any) return;
+  if (host_ == nullptr) throw Error("per-host aggregation planned, but this worker has no channel to its host");
+  std::vector<std::vector<float>> send(h.send.size());
+  received.assign(h.recv.size(), {});
+  std::uint64_t out = 0, in = 0;
+  for (std::size_t j = 0; j < h.send.size(); ++j) {
+    std::vector<std::uint32_t> from;
+    for (std::uint32_t pos : h.send[j]) from.push_back(slots[pos]);
+    cache_.read_grads(from, send[j]);
+    received[j].resize(h.recv[j].size() * row_.dim);
+    out += send[j].size();
+    in += received[j].size();
+  }
+  host_->exchange(send, received);
+  wire_.relay.push_grad.rows += h.sent();
+  wire_.relay.push_grad.out += out * sizeof(float);
+  wire_.relay.push_grad.in += in * sizeof(float);
+}
+
+void PsExchange::take_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots, GradsByIteration& by_iter,
+                            const std::vector<std::vector<float>>& received) {
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> at(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    if (!h.handed(i)) at[i] = take_grad(slots[i], by_iter, h.share_of(i));
+  for (std::size_t j = 0; j < received.size(); ++j) {
+    for (std::size_t r = 0; r < h.recv[j].size(); ++r) {
+      const auto [it, row] = at[h.recv[j][r]];
+      by_iter[it].added.emplace_back(row, received[j].data() + r * row_.dim);
+    }
+  }
+}
+
+void PsExchange::sync_pushes(const StepPlan& p, bool flush, const HandOffs& h) {
   GradsByIteration grads;
-  for (const auto& g : p.push_grads) take_grad(g.slot, grads);
+  std::vector<std::uint32_t> slots;
+  for (const auto& g : p.push_grads) slots.push_back(g.slot);
+  std::vector<std::vector<float>> received;
+  hand_grads(h, slots, received);
+  take_grads(h, slots, grads, received);
   // The gradients and the write-backs in flight together.
   std::vector<ps::PsFuture> sent;
   push_partials(grads, sent);
@@ -86,11 +135,12 @@ void PsExchange::Pulled::fill(RowCache& cache, bool with_state) {
   cache.fill(slots, keys, rows.data(), with_state);
 }
 
-void PsExchange::prefetch(const StepPlan& next, std::uint64_t t) {
+void PsExchange::prefetch(const StepPlan& next, std::uint64_t t, const HostPlans& next_h) {
   ahead_state_.clear();
   ahead_plain_.clear();
-  for (const auto& e : next.pulls) {
-    if (!e.prefetch) continue;
+  for (std::size_t i = 0; i < next.pulls.size(); ++i) {
+    const auto& e = next.pulls[i];
+    if (!e.prefetch || next_h.pull.handed(i)) continue;
     Pulled& into = e.with_state ? ahead_state_ : ahead_plain_;
     into.keys.push_back(e.key);
     into.slots.push_back(e.slot);
@@ -111,21 +161,25 @@ void PsExchange::restore(const std::vector<scheduler::KeySlot>& rows, std::uint6
   wire_.restored += rows.size();
 }
 
-void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
+void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h) {
   if (!p.pulls.empty()) {
     // Evicted rows' data is copied out first: the pull overwrites their slots.
     GradsByIteration evicted_grads;
     std::vector<Key> evicted_keys;
-    std::vector<std::uint32_t> evicted_slots;
+    std::vector<std::uint32_t> evicted_slots, partial_slots;
     std::vector<float> evicted_rows;
     // Rows the worker applies the optimizer to itself come with their state; the rest
-    // (shared rows: their gradients go to the PS) without it.
+    // (shared rows: their gradients go to the PS) without it. Rows another worker of
+    // this host pulls are handed over after the pulls.
     Pulled with_state, without_state;
-    std::uint64_t prefetched = 0, state = 0;
-    for (const auto& e : p.pulls) {
+    std::uint64_t prefetched = 0, ahead = 0, state = 0;
+    for (std::size_t i = 0; i < p.pulls.size(); ++i) {
+      const auto& e = p.pulls[i];
       state += e.with_state;
-      if (e.prefetch) {
-        ++prefetched;
+      prefetched += e.prefetch;
+      if (h.pull.handed(i)) {
+      } else if (e.prefetch) {
+        ++ahead;
       } else {
         Pulled& into = e.with_state ? with_state : without_state;
         into.keys.push_back(e.key);
@@ -136,11 +190,14 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
         evicted_slots.push_back(e.slot);
         ++wire_.rows.push_evict;
       } else if (e.kind == EvictKind::kPartial) {
-        take_grad(e.slot, evicted_grads);
+        partial_slots.push_back(e.slot);
         ++wire_.rows.push_evict;
         ++wire_.rows.evict_partial;
       }
     }
+    std::vector<std::vector<float>> handed_grads;
+    hand_grads(h.evict, partial_slots, handed_grads);
+    take_grads(h.evict, partial_slots, evicted_grads, handed_grads);
     // Write-backs, evicted gradients and the pulls in flight together: one round trip.
     std::vector<ps::PsFuture> sent;
     if (!evicted_keys.empty()) {
@@ -156,32 +213,91 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t) {
     without_state.fill(cache_, false);
     if (prefetched > 0) {
       // The plan marks what the worker pulled ahead (the same scheduler planned both).
-      const std::uint64_t ahead = ahead_for_ == t ? ahead_state_.keys.size() + ahead_plain_.keys.size() : 0;
-      if (ahead != prefetched) {
-        throw Error("iteration " + std::to_string(t) + " marks " + std::to_string(prefetched) + " prefetched rows; " +
-                    std::to_string(ahead) + " were pulled ahead for it");
+      const std::uint64_t pulled = ahead_for_ == t ? ahead_state_.keys.size() + ahead_plain_.keys.size() : 0;
+      if (pulled != ahead) {
+        throw Error("iteration " + std::to_string(t) + " marks " + std::to_string(ahead) + " rows prefetched here; " +
+                    std::to_string(pulled) + " were pulled ahead for it");
       }
       ahead_state_.fill(cache_, true);
       ahead_plain_.fill(cache_, false);
       wire_.rows.prefetched += prefetched;
     }
+    hand_pulled_rows(p, h.pull);
     wire_.rows.pulls += p.pulls.size();
     wire_.rows.pull_state += state;
   }
   wire_.rows.hits += p.rows.size() - p.pulls.size();
 }
 
-void PsExchange::end_pushes(const StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t) {
-  if (p.end_pushes.empty()) return;
+void PsExchange::hand_pulled_rows(const StepPlan& p, const HandOffs& h) {
+  if (!h.any) return;
+  if (host_ == nullptr) throw Error("per-host aggregation planned, but this worker has no channel to its host");
+  const std::uint32_t full = row_.dim + row_.state;
+  const auto per = [&](std::uint32_t pos) { return p.pulls[pos].with_state ? full : row_.dim; };
+  std::vector<std::vector<float>> send(h.send.size()), received(h.recv.size());
+  std::uint64_t out = 0, in = 0;
+  for (std::size_t j = 0; j < h.send.size(); ++j) {
+    std::vector<std::uint32_t> slots;
+    for (std::uint32_t pos : h.send[j]) slots.push_back(p.pulls[pos].slot);
+    std::vector<float> rows;
+    cache_.read_rows(slots, rows);
+    for (std::size_t r = 0; r < slots.size(); ++r) {
+      const float* row = rows.data() + r * full;
+      send[j].insert(send[j].end(), row, row + per(h.send[j][r]));
+    }
+    std::size_t floats = 0;
+    for (std::uint32_t pos : h.recv[j]) floats += per(pos);
+    received[j].resize(floats);
+    out += send[j].size();
+    in += floats;
+  }
+  host_->exchange(send, received);
+  // Into their slots, those with their state and those without apart.
+  Pulled with_state, without_state;
+  for (std::size_t j = 0; j < received.size(); ++j) {
+    const float* at = received[j].data();
+    for (std::uint32_t pos : h.recv[j]) {
+      const auto& e = p.pulls[pos];
+      Pulled& into = e.with_state ? with_state : without_state;
+      into.keys.push_back(e.key);
+      into.slots.push_back(e.slot);
+      into.rows.insert(into.rows.end(), at, at + per(pos));
+      at += per(pos);
+    }
+  }
+  with_state.fill(cache_, true);
+  without_state.fill(cache_, false);
+  wire_.relay.pull.rows += h.received();
+  wire_.relay.pull.out += out * sizeof(float);
+  wire_.relay.pull.in += in * sizeof(float);
+}
+
+void PsExchange::end_pushes(const StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h) {
+  if (p.end_pushes.empty() && !h.any) return;
+  std::vector<std::uint32_t> slots;
+  for (const auto& e : p.end_pushes) slots.push_back(e.slot);
+  std::vector<std::vector<float>> received;
+  hand_grads(h, slots, received);
   GradBatch b;
-  for (const auto& e : p.end_pushes) {
+  std::vector<std::uint32_t> row(p.end_pushes.size());
+  for (std::size_t i = 0; i < p.end_pushes.size(); ++i) {
+    if (h.handed(i)) continue;
+    const auto& e = p.end_pushes[i];
+    row[i] = static_cast<std::uint32_t>(b.keys.size());
     b.keys.push_back(e.key);
     b.trainers.push_back(p.rows[*row_of.find(e.key)].trainers);
+    b.shares.push_back(h.share_of(i));
     b.slots.push_back(e.slot);
   }
-  cache_.read_grads(b.slots, b.grads);
-  client_.push_grad(t, b.keys, b.trainers, b.grads);
-  wire_.rows.push_grad += b.keys.size();
+  for (std::size_t j = 0; j < received.size(); ++j)
+    for (std::size_t r = 0; r < h.recv[j].size(); ++r) b.added.emplace_back(row[h.recv[j][r]], received[j].data() + r * row_.dim);
+  wire_.rows.push_grad += p.end_pushes.size();
+  if (b.keys.empty()) return;
+  GradsByIteration batch;
+  batch.emplace(t, std::move(b));
+  std::vector<ps::PsFuture> sent;
+  push_partials(batch, sent);
+  for (auto& f : sent) f.wait();
 }
 
 }  // namespace ember::worker

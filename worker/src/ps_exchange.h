@@ -9,7 +9,9 @@
 //                 they were pulled during the iteration before);
 //   end pushes    full-set policies push every trained row's gradient after training.
 // It also keeps the bookkeeping of the partial gradients the cache holds (which
-// iteration computed each, and how many workers trained the row then).
+// iteration computed each, and how many workers trained the row then). With per-host
+// aggregation (host_relay.h) each phase takes its hand-offs: rows handed to or from
+// another worker of this host over the HostChannel instead of the PS.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "ember/transport/control.h"
 #include "ember/worker/row_cache.h"
 #include "ember/worker/trainer.h"
+#include "host_relay.h"
 
 namespace ember::worker {
 
@@ -36,11 +39,13 @@ struct CommitNews {
 
 class PsExchange {
  public:
+  // `host`: the channel to this host's other workers (null: no per-host aggregation).
   PsExchange(ps::PsClient& client, transport::ControlMember& control, RowCache& cache, WireCounts& wire, std::uint32_t dim,
-             std::uint32_t state_floats, std::uint32_t cache_rows);
+             std::uint32_t state_floats, std::uint32_t cache_rows, HostChannel* host = nullptr);
 
-  // The plan's sync pushes (`flush`: of a flush, counted apart).
-  void sync_pushes(const scheduler::StepPlan& p, bool flush);
+  // The plan's sync pushes (`flush`: of a flush, counted apart), push_grads handed as
+  // `h` says.
+  void sync_pushes(const scheduler::StepPlan& p, bool flush, const HandOffs& h = {});
   // The workers' barrier before a commit (job.h names the generations).
   void barrier(std::uint64_t generation);
   // commit(iteration) on every shard, with `flags` (ps_service.h).
@@ -48,16 +53,17 @@ class PsExchange {
   // A resumed job's cached rows (Step::restore), with their state, after the first
   // iteration's commit and before its pulls.
   void restore(const std::vector<scheduler::KeySlot>& rows, std::uint64_t t);
-  // Evictions and pulls of iteration t.
-  void pull(const scheduler::StepPlan& p, std::uint64_t t);
+  // Evictions and pulls of iteration t (`h`: its hand-offs, evict and pull).
+  void pull(const scheduler::StepPlan& p, std::uint64_t t, const HostPlans& h = {});
   // After iteration t's pulls: starts the pulls `next` (t + 1's plan) marks prefetch,
   // into buffers; t + 1's pull() waits for them and fills their slots. The scheduler
   // marks only rows no push changes between t's pulls and t + 1's, so the PS (committed
   // through t) serves what t + 1 would get; the shards refuse a prefetch of a row with
   // an update pending, and any push of a prefetched row before commit(t + 1).
-  void prefetch(const scheduler::StepPlan& next, std::uint64_t t);
-  // Full-set sync: every trained row's gradient, with its trainer count.
-  void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t);
+  // Rows another worker of this host pulls for it (next_h.pull) are not pulled here.
+  void prefetch(const scheduler::StepPlan& next, std::uint64_t t, const HostPlans& next_h = {});
+  // Full-set sync: every trained row's gradient, with its trainer count (`h`: hand-offs).
+  void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h = {});
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
   // stays in the cache until a plan pushes it.
   void keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t trainers);
@@ -67,8 +73,11 @@ class PsExchange {
   struct GradBatch {
     std::vector<Key> keys;
     std::vector<std::uint32_t> trainers;
-    std::vector<std::uint32_t> slots;  // their gradients are read from the cache when pushed
+    std::vector<std::uint32_t> shares;  // trainers each gradient sums (host_relay.h); empty: 1 each
+    std::vector<std::uint32_t> slots;   // their gradients are read from the cache when pushed
     std::vector<float> grads;
+    // Gradients other workers of this host handed over, added to row `first` in order.
+    std::vector<std::pair<std::uint32_t, const float*>> added;
   };
   using GradsByIteration = std::map<std::uint64_t, GradBatch>;
   // Rows pulled together (with their state, or without).
@@ -86,9 +95,21 @@ class PsExchange {
     // Waits for it, then fills the slots.
     void fill(RowCache& cache, bool with_state);
   };
-  void take_grad(std::uint32_t slot, GradsByIteration& by_iter);
+  // Adds the partial gradient in `slot` to its iteration's batch (`share`: the trainers
+  // its push will sum); returns where it went.
+  std::pair<std::uint64_t, std::uint32_t> take_grad(std::uint32_t slot, GradsByIteration& by_iter, std::uint32_t share = 1);
   // Sends the gradients (one push per iteration); the caller waits for `sent`.
   void push_partials(GradsByIteration& by_iter, std::vector<ps::PsFuture>& sent);
+  // The gradients of `slots` (one per position of a phase's list) this worker hands to
+  // another of its host, and those handed to it (into `received`, by local rank).
+  void hand_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots, std::vector<std::vector<float>>& received);
+  // Partial gradients of `slots` into batches by iteration, with their shares and the
+  // gradients handed here added (a phase's list, `h` its hand-offs).
+  void take_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots, GradsByIteration& by_iter,
+                  const std::vector<std::vector<float>>& received);
+  // The rows pulled here that this worker hands to others of its host, and the rows
+  // handed to it filled into their slots.
+  void hand_pulled_rows(const scheduler::StepPlan& p, const HandOffs& h);
 
   ps::PsClient& client_;
   transport::ControlMember& control_;
@@ -97,6 +118,7 @@ class PsExchange {
   scheduler::RowFormat row_;                     // dim and state floats of a row
   std::vector<std::uint64_t> partial_iter_;      // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
+  HostChannel* host_ = nullptr;
   // Prefetched rows (with their state, without), for iteration ahead_for_.
   Pulled ahead_state_, ahead_plain_;
   std::uint64_t ahead_for_ = 0;

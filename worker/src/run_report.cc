@@ -61,6 +61,9 @@ json link_json(const LinkTraffic& l) {
           {"ps_bytes_in", l.ps.in()},
           {"peer_bytes_out", l.peer_out},
           {"peer_bytes_in", l.peer_in},
+          {"relay_rows", {{"pull", l.relay.pull.rows}, {"push_grad", l.relay.push_grad.rows}}},
+          {"relay_bytes_out", l.relay.out()},
+          {"relay_bytes_in", l.relay.in()},
           {"bytes_out", l.out()},
           {"bytes_in", l.in()}};
 }
@@ -133,12 +136,14 @@ struct RunReport::Live {
                   {{"rank", rank}, {"kind", kind}}, d(dir->in));
     }
     const char* link_bytes_help =
-        "Bytes by link class (intra_host, cross_host) and peer: ps as framed by the transport, worker the all-reduces' payload";
+        "Bytes by link class (intra_host, cross_host) and peer: ps as framed by the transport, worker the all-reduces' payload, "
+        "relay the rows handed within the host (per-host aggregation)";
     const char* link_rows_help = "Rows carried to and from the PS shards by link class (intra_host, cross_host) and kind of request";
     for (const auto& [link, l] : {std::pair<const char*, const LinkTraffic*>{"intra_host", &wire.links.intra_host},
                                   std::pair<const char*, const LinkTraffic*>{"cross_host", &wire.links.cross_host}}) {
       const std::tuple<const char*, const char*, std::uint64_t> bytes[] = {
-          {"ps", "out", l->ps.out()}, {"ps", "in", l->ps.in()}, {"worker", "out", l->peer_out}, {"worker", "in", l->peer_in}};
+          {"ps", "out", l->ps.out()},   {"ps", "in", l->ps.in()},         {"worker", "out", l->peer_out},
+          {"worker", "in", l->peer_in}, {"relay", "out", l->relay.out()}, {"relay", "in", l->relay.in()}};
       for (const auto& [peer, dir, n] : bytes)
         out.counter("ember_worker_link_bytes_total", link_bytes_help, {{"rank", rank}, {"link", link}, {"peer", peer}, {"direction", dir}},
                     d(n));

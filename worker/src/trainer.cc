@@ -55,8 +55,8 @@ class Worker {
   // The transport's byte counts into wire_: by kind, and by link (hosts.h).
   void take_tallies() {
     wire_.framed = job_.ps().tally();
-    wire_.links =
-        link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), c_.allreduce == "hierarchical", wire_.allreduce_bytes);
+    wire_.links = link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), c_.allreduce == "hierarchical", wire_.allreduce_bytes,
+                               wire_.relay);
   }
 
   TrainConfig c_;
@@ -66,6 +66,7 @@ class Worker {
   std::optional<RunReport> report_;
   std::optional<CheckpointLife> life_;
   std::optional<Collective> collective_;
+  std::unique_ptr<HostChannel> host_channel_;  // per-host aggregation's (null: off, or alone on the host)
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<RowCache> cache_;
@@ -91,6 +92,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   report_->set_rank(job_.rank());
   life_.emplace(c_, job_);
   collective_.emplace(c_, job_.control(), job_.rank(), device_, job_.hosts());
+  if (c_.host_aggregation) host_channel_ = make_host_channel(c_, job_.control(), job_.rank(), job_.hosts());
   make_stages(sc);
   sc.first_iteration = life_->first();
   return sc;
@@ -115,7 +117,7 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
                c_.placement.empty() ? "" : ", placement " + c_.placement);
   replicas_.emplace(dim, job_.state_floats());
   if (!sc.replicated.empty()) replicas_->load(job_.ps(), sc.replicated, wire_, rank);
-  exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), slots);
+  exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), slots, host_channel_.get());
   compute_.emplace(*model_, *optimizer_, *collective_, *replicas_, device_, c_, dim, ps.optimizer, wire_);
 }
 
@@ -129,7 +131,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
     clock.reset();
   };
   // sync: partial gradients and dirty values other workers need, acknowledged.
-  exchange_->sync_pushes(p, false);
+  exchange_->sync_pushes(p, false, s.host.sync);
   lap(phases_.sync);
   // commit: after every worker's sync pushes; flagged for checkpoints and stops.
   exchange_->barrier(barrier_before_commit(t));
@@ -138,10 +140,10 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // pulls: a resumed job's cached rows, evictions and pulls; with prefetch, t + 1's plan
   // is ready (the loader plans ahead): its rows whose PS copy is final travel now.
   if (!s.restore.empty()) exchange_->restore(s.restore, t);
-  exchange_->pull(p, t);
+  exchange_->pull(p, t, s.host);
   if (c_.prefetch && !s.last) {
     ahead = loader.next();
-    exchange_->prefetch(ahead->plan, t);
+    exchange_->prefetch(ahead->plan, t, ahead->host);
   }
   lap(phases_.pull);
   // compute: the dense model stepped first (t - 1's all-reduce, when it overlapped this
@@ -155,7 +157,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   compute_->allreduce(*cache_, s.flush);
   lap(phases_.allreduce);
   // pushes: full-set policies' end pushes (they read the row gradients).
-  exchange_->end_pushes(p, row_of, t);
+  exchange_->end_pushes(p, row_of, t, s.host.end);
   lap(phases_.push);
   // row updates: local optimizer for rows trained here alone, partials kept, drops.
   update_rows(p, t, on_demand_, job_.ps_config().optimizer, *cache_, *exchange_);
@@ -166,7 +168,7 @@ void Worker::flush(const Step& s) {
   const std::uint64_t t = s.iteration;
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
-  exchange_->sync_pushes(s.flush_plan, true);
+  exchange_->sync_pushes(s.flush_plan, true, s.flush_host);
   replicas_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
   exchange_->barrier(barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
@@ -185,7 +187,9 @@ TrainSummary Worker::run() {
   scheduler::SchedulerConfig sc = set_up();
   const std::uint64_t first = life_->first();
   // Without a directory for the dense state the PS's checkpoints still get flushed rows.
-  Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at());
+  std::optional<HostGroup> host;
+  if (host_channel_) host = host_group(job_.hosts(), job_.rank());
+  Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host));
   Stopwatch total;
   report_->start(first);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped

@@ -145,6 +145,9 @@ int main(int argc, char** argv) {
                  "leaders, back within the host)")
       ->check(CLI::IsMember({"flat", "hierarchical"}))
       ->capture_default_str();
+  app.add_flag("--host-aggregation", c.host_aggregation,
+               "per-host aggregation: a row of a PS shard on another host crosses once per host and phase (pulled by one worker "
+               "of the host and handed to the others; gradients summed within the host and pushed once)");
   app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
   app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();
   app.add_option("--heartbeat-timeout-ms", heartbeat_ms, "silence after which a peer is reported dead")->capture_default_str();

@@ -13,7 +13,9 @@
 //               already served for t).
 //   kPushGrad   keys[n], then one trainer count per key (2n keys in all: the workers that
 //               trained the row in the header's iteration), values[n * dim] gradients
-//               -> kAck
+//               -> kAck. A gradient a host summed over several of the row's trainers
+//               (per-host aggregation) says how many in its count's high 32 bits
+//               (encode_trainers); the row is complete once its trainers are all in.
 //   kPushValue  keys[n], values[n * (dim + state)] rows written back -> kAck
 //   kCommit     (empty; flags: kCommitCheckpoint, kCommitStop) -> kAck (CommitAck)
 // Anything refused gets kError with the reason (transport/channel.h), never a crash.
@@ -28,6 +30,18 @@
 #include "ember/transport/message.h"
 
 namespace ember::ps {
+
+// A push-grad's count: the row's trainers, and how many of them the gradient sums (1:
+// the pusher's own alone, sent as 0).
+inline std::uint64_t encode_trainers(std::uint32_t trainers, std::uint32_t share) {
+  return trainers | (share > 1 ? std::uint64_t{share} << 32 : 0);
+}
+struct TrainerCount {
+  std::uint32_t trainers, share;
+};
+inline TrainerCount decode_trainers(std::uint64_t count) {
+  return {static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(count >> 32)};
+}
 
 // A pull's flag: each row with its optimizer state (for a worker that will own the row).
 inline constexpr std::uint32_t kWithState = 1;

@@ -118,9 +118,12 @@ class ShardStore {
   // Adds `grads` (dim floats per key) for rows trained in `iteration` by `trainers` workers.
   // With `grads_owner` (it keeps `grads` valid while it lives), rows that complete with
   // this push keep their gradients where they are, held until applied, instead of copying
-  // them (the daemon passes a TCP request's payload, lent by the transport).
+  // them (the daemon passes a TCP request's payload, lent by the transport). `shares`
+  // (empty: 1 each): how many of the trainers' gradients each pushed gradient sums (a
+  // host that summed its workers' parts, per-host aggregation); the row's update is
+  // complete once the shares pushed reach its trainers.
   void push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
-                 std::shared_ptr<const void> grads_owner = nullptr);
+                 std::shared_ptr<const void> grads_owner = nullptr, std::span<const std::uint32_t> shares = {});
   // Overwrites rows (value + state, row_floats() each) written back by their owner.
   void push_value(std::span<const Key> keys, const float* rows);
   // Applies every complete aggregation; returns how many rows were updated.
@@ -226,9 +229,10 @@ class ShardStore {
   static std::size_t home_stripe();
   struct Pending {
     std::uint64_t iteration;
-    std::uint32_t expected;
-    std::uint32_t received;
-    std::uint32_t offset;  // into the stripe's partial_grads
+    std::uint32_t expected;  // trainers
+    std::uint32_t received;  // trainers whose gradients are in (the pushes' shares summed)
+    std::uint32_t parts;     // pushes received (each holds a block when kept apart)
+    std::uint32_t offset;    // into the stripe's partial_grads
   };
   // A complete aggregation, waiting for a commit: its gradient sum is where `lent` points
   // (a push's payload, held by the list's owners), or, if null, copied into the list's
@@ -270,13 +274,15 @@ class ShardStore {
   // push_grad's general path: validates in full, then adds each contribution under its
   // stripe's lock, one pass per stripe.
   struct PushPlan;
-  void push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads);
-  // ProtocolError for a bad key or trainer count, or a key twice; returns whether a row
-  // already has an aggregation.
-  bool validate_push(std::span<const Key> keys, std::span<const std::uint32_t> trainers);
+  void push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
+                         std::span<const std::uint32_t> shares);
+  // ProtocolError for a bad key, trainer count or share, or a key twice; returns whether
+  // a row already has an aggregation.
+  bool validate_push(std::span<const Key> keys, std::span<const std::uint32_t> trainers, std::span<const std::uint32_t> shares);
   void group_by_stripe(std::span<const Key> keys, PushPlan& plan) const;
-  void check_partial(const Stripe& st, Key k, std::uint64_t iteration) const;
-  void add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, const float* g, PushPlan& plan);
+  void check_partial(const Stripe& st, Key k, std::uint64_t iteration, std::uint32_t share) const;
+  void add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, std::uint32_t share, const float* g,
+                        PushPlan& plan);
   void flush_done(PushPlan& plan);
   struct Applier;
 

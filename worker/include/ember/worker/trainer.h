@@ -102,14 +102,17 @@ struct TrainConfig : scheduler::SchedulerOptions {
   // Job
   std::string coordinator;  // tcp://host:port of the control plane
   std::string token;
-  int rank = -1;                             // -1: assigned at join
-  std::string transport = "tcp";             // tcp or rdma (the PS shards must serve the same)
-  std::uint32_t rdma_slot_mib = 4;           // RDMA: largest reply (pulled rows) in MiB
-  std::uint32_t ps_connections = 1;          // data connections per PS shard
-  std::uint32_t socket_buffer_kib = 0;       // TCP send/receive buffers (0: kernel autotuning)
-  std::string gloo_host = "127.0.0.1";       // interface the dense collective binds on
-  std::string host;                          // this worker's host (empty: the machine's name), hosts.h
-  std::string allreduce = "flat";            // flat (one ring) or hierarchical (host, leaders, host)
+  int rank = -1;                        // -1: assigned at join
+  std::string transport = "tcp";        // tcp or rdma (the PS shards must serve the same)
+  std::uint32_t rdma_slot_mib = 4;      // RDMA: largest reply (pulled rows) in MiB
+  std::uint32_t ps_connections = 1;     // data connections per PS shard
+  std::uint32_t socket_buffer_kib = 0;  // TCP send/receive buffers (0: kernel autotuning)
+  std::string gloo_host = "127.0.0.1";  // interface the dense collective binds on
+  std::string host;                     // this worker's host (empty: the machine's name), hosts.h
+  std::string allreduce = "flat";       // flat (one ring) or hierarchical (host, leaders, host)
+  // Per-host aggregation of row traffic (host_relay.h): rows of a shard on another host
+  // cross once per host and phase, handed within the host.
+  bool host_aggregation = false;
   std::chrono::milliseconds timeout{30000};  // PS requests
   std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds join_timeout{120000};
@@ -117,12 +120,15 @@ struct TrainConfig : scheduler::SchedulerOptions {
 
 // A worker's traffic on one class of link (docs/cluster.md#traffic-per-link): with the PS
 // shards, as the transport framed it (ps::WireTally, rows included), and with the other
-// workers in the dense all-reduces (payload, by the algorithm: allreduce_link_bytes).
+// workers in the dense all-reduces (payload, by the algorithm: allreduce_link_bytes),
+// and, within the host, the rows handed between its workers by per-host aggregation
+// (`relay`: pulled rows received, gradients handed over; their floats' bytes).
 struct LinkTraffic {
   ps::WireTally ps;
   std::uint64_t peer_out = 0, peer_in = 0;
-  std::uint64_t out() const { return ps.out() + peer_out; }
-  std::uint64_t in() const { return ps.in() + peer_in; }
+  ps::WireTally relay;
+  std::uint64_t out() const { return ps.out() + peer_out + relay.out(); }
+  std::uint64_t in() const { return ps.in() + peer_in + relay.in(); }
 };
 struct Links {
   LinkTraffic intra_host, cross_host;
@@ -149,6 +155,10 @@ struct WireCounts {
   // The same framed bytes and rows, and the all-reduces' payload, by where they went:
   // within this worker's host or across hosts (hosts.h, link_traffic).
   Links links;
+  // Rows handed within the host by per-host aggregation (host_relay.h): pull.rows the
+  // pulled rows this worker received from another, push_grad.rows the gradients it handed
+  // to another; bytes the floats sent (out) and received (in), every phase and flush.
+  ps::WireTally relay;
 
   std::uint64_t pushes() const { return rows.pushes(); }
   // Payload per kind (scheduler::wire_bytes of `rows`: keys, trainer counts, floats;

@@ -1,0 +1,112 @@
+#include "host_relay.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace ember::worker {
+
+using scheduler::EvictKind;
+using scheduler::StepPlan;
+
+std::uint64_t HandOffs::sent() const {
+  std::uint64_t n = 0;
+  for (const auto& s : send) n += s.size();
+  return n;
+}
+
+std::uint64_t HandOffs::received() const {
+  std::uint64_t n = 0;
+  for (const auto& r : recv) n += r.size();
+  return n;
+}
+
+namespace {
+
+// A row of one worker's list: `cls` keeps apart rows that must not be merged (a pull
+// with its state and one without, a prefetch and a pull at the commit).
+struct Item {
+  Key key;
+  std::uint32_t local;  // local rank of the worker whose list holds it
+  std::uint32_t pos;    // its position there
+  std::uint32_t cls;
+};
+
+enum class Flow { kToFirst, kFromFirst };  // gradients gather at the first; pulled rows leave it
+
+// The hand-offs over one list per worker of the host (`lists[local]`, keys and
+// classes). A row in two or more lists, of one class, whose shard is on another host, is
+// moved by the first of them (lowest local rank).
+HandOffs hand_offs(const HostGroup& g, const std::vector<std::vector<std::pair<Key, std::uint32_t>>>& lists, Flow flow) {
+  const auto m = static_cast<std::uint32_t>(g.ranks.size());
+  HandOffs h;
+  std::vector<Item> items;
+  for (std::uint32_t l = 0; l < m; ++l) {
+    const auto& list = lists[l];
+    for (std::uint32_t i = 0; i < list.size(); ++i)
+      if (g.across(list[i].first)) items.push_back({list[i].first, l, i, list[i].second});
+  }
+  // By key, then local rank: each group's first item is its first worker's. The same
+  // order on every worker of the host, whatever its own lists.
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return std::tie(a.key, a.local) < std::tie(b.key, b.local); });
+  h.send.resize(m);
+  h.recv.resize(m);
+  const std::size_t mine = lists[g.me].size();
+  for (std::size_t i = 0; i < items.size();) {
+    std::size_t j = i + 1;
+    bool one_class = true;
+    while (j < items.size() && items[j].key == items[i].key) one_class &= items[j++].cls == items[i].cls;
+    if (j - i >= 2 && one_class) {
+      if (h.share.empty()) h.share.assign(mine, 1);
+      h.any = true;
+      const Item& first = items[i];
+      if (first.local == g.me && flow == Flow::kToFirst) h.share[first.pos] = static_cast<std::uint32_t>(j - i);
+      for (std::size_t k = i + 1; k < j; ++k) {
+        const Item& other = items[k];
+        if (flow == Flow::kToFirst) {
+          if (other.local == g.me) h.send[first.local].push_back(other.pos), h.share[other.pos] = 0;
+          if (first.local == g.me) h.recv[other.local].push_back(first.pos);
+        } else {
+          if (first.local == g.me) h.send[other.local].push_back(first.pos);
+          if (other.local == g.me) h.recv[first.local].push_back(other.pos), h.share[other.pos] = 0;
+        }
+      }
+    }
+    i = j;
+  }
+  return h;
+}
+
+template <typename List>
+HandOffs over(const HostGroup& g, const std::vector<StepPlan>& plans, Flow flow, List&& list) {
+  std::vector<std::vector<std::pair<Key, std::uint32_t>>> lists(g.ranks.size());
+  for (std::size_t l = 0; l < g.ranks.size(); ++l) list(plans[g.ranks[l]], lists[l]);
+  return hand_offs(g, lists, flow);
+}
+
+void grads_of(const std::vector<scheduler::KeySlot>& rows, std::vector<std::pair<Key, std::uint32_t>>& out) {
+  for (const auto& r : rows) out.emplace_back(r.key, 0);
+}
+
+}  // namespace
+
+HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
+  HostPlans h;
+  if (!g.active()) return h;
+  h.sync = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
+  h.evict = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) {
+    for (const auto& e : p.pulls)
+      if (e.kind == EvictKind::kPartial) out.emplace_back(e.evicted, 0);
+  });
+  h.pull = over(g, plans, Flow::kFromFirst, [](const StepPlan& p, auto& out) {
+    for (const auto& e : p.pulls) out.emplace_back(e.key, (e.with_state ? 1u : 0u) | (e.prefetch ? 2u : 0u));
+  });
+  h.end = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.end_pushes, out); });
+  return h;
+}
+
+HandOffs host_flush(const HostGroup& g, const std::vector<StepPlan>& plans) {
+  if (!g.active()) return {};
+  return over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
+}
+
+}  // namespace ember::worker

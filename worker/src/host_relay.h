@@ -1,0 +1,79 @@
+// Per-host aggregation of row traffic (`--host-aggregation`, docs/cluster.md): the
+// workers of one host send each row across hosts once per phase of an iteration.
+//   - A row that several of them pull is pulled by the first of them (lowest rank) and
+//     handed to the others.
+//   - The gradients of a row that several of them push (sync pushes, partial evictions,
+//     full-set end pushes, flushes) are handed to the first of them, which adds them to
+//     its own in rank order and pushes the sum once, saying how many trainers it holds
+//     (protocol.h, encode_trainers): the PS completes the row when all its trainers are
+//     in, as before.
+// Only rows whose PS shard runs on another host travel this way; values (write-backs,
+// dirty evictions) have one sender and go as before. Every worker runs the same
+// scheduler, so each knows every plan of its host, and with them what it sends to and
+// receives from each worker of its host: the loader derives the hand-offs from the
+// host's plans (host_plans), the PS exchange runs them over a HostChannel (Gloo within
+// the host: collective.h), with no negotiation and no new member to fail.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "ember/common/types.h"
+#include "ember/scheduler/step_plan.h"
+
+namespace ember::worker {
+
+// Float buffers between the workers of one host, their sizes known to both sides.
+class HostChannel {
+ public:
+  virtual ~HostChannel() = default;
+  // send[j]: floats for local rank j; recv[j], sized by the caller: what j sends here.
+  // Returns once all are sent and received; throws IoError if a peer is lost.
+  virtual void exchange(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) = 0;
+};
+
+// One phase's hand-offs for one worker, as positions into that phase's list of rows
+// (HostPlans says which list).
+struct HandOffs {
+  // Per local rank: positions whose rows this worker sends there, in message order.
+  std::vector<std::vector<std::uint32_t>> send;
+  // Per local rank: positions the rows received from there are for, in message order.
+  std::vector<std::vector<std::uint32_t>> recv;
+  // Per position (empty: none handed): 0 where another worker of the host moves the row
+  // (this one hands its gradient over, or receives the pulled row); else how many
+  // trainers' gradients this worker's push sums (1: its own), or 1 for its own pull.
+  std::vector<std::uint32_t> share;
+  // Whether any worker of the host hands anything over in this phase: the same on all
+  // of them, so the exchange runs on all or on none.
+  bool any = false;
+
+  bool handed(std::size_t i) const { return !share.empty() && share[i] == 0; }
+  std::uint32_t share_of(std::size_t i) const { return share.empty() ? 1 : share[i]; }
+  std::uint64_t sent() const;      // rows this worker sends
+  std::uint64_t received() const;  // rows it receives
+};
+
+// The hand-offs of one iteration, each over a list of the worker's plan:
+//   sync   push_grads
+//   evict  the pulls that evict a partial gradient (kind kPartial), in pull order
+//   pull   pulls
+//   end    end_pushes
+// and of a flush (flush plan's push_grads).
+struct HostPlans {
+  HandOffs sync, evict, pull, end;
+};
+
+// What a worker knows of its host to derive the hand-offs.
+struct HostGroup {
+  std::vector<WorkerId> ranks;      // the host's workers, ascending (local rank: the index)
+  std::uint32_t me = 0;             // this worker's local rank
+  std::function<bool(Key)> across;  // whether the row's shard runs on another host
+  bool active() const { return ranks.size() > 1; }
+};
+
+// `plans`: every worker's plans of the iteration (by rank).
+HostPlans host_plans(const HostGroup& g, const std::vector<scheduler::StepPlan>& plans);
+HandOffs host_flush(const HostGroup& g, const std::vector<scheduler::StepPlan>& plans);
+
+}  // namespace ember::worker

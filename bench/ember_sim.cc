@@ -115,6 +115,7 @@ nlohmann::ordered_json counts(nlohmann::ordered_json head, const scheduler::Traf
                       {"flush_value", c.flush_value},
                       {"hot_sync", c.hot_sync},
                       {"hot_flush", c.hot_flush},
+                      {"peer_value", c.peer_value},
                       {"bytes", scheduler::wire_bytes(c, row).total()}}) {
     head[k] = v;
   }
@@ -181,6 +182,9 @@ nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult
                               {"flush_grad", t.flush_grad},
                               {"flush_value", t.flush_value},
                               {"hot_flush", t.hot_flush},
+                              {"peer_value", t.peer_value},
+                              {"host_allocation", o.scheduler.host_allocation},
+                              {"peer_sync", o.scheduler.peer_sync},
                               {"placement", o.scheduler.placement},
                               {"lookahead", o.scheduler.lookahead},
                               {"eviction", o.scheduler.eviction},
@@ -304,14 +308,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   return guarded_main("ember-sim", [&] {
-    if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --data DIR or --f.synthetic criteo|avazu");
+    if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
     if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
     if (f.hosts > 0) {
       const std::uint32_t workers = f.o.scheduler.workers;
-      if (f.hosts > workers)
-        throw ConfigError("--hosts " + std::to_string(f.hosts) + ": more hosts than --workers " + std::to_string(workers));
+      if (workers % f.hosts != 0) {
+        throw ConfigError("--hosts " + std::to_string(f.hosts) + " does not divide --workers " + std::to_string(workers) +
+                          " (each host holds --workers / --hosts of them)");
+      }
       // Workers in rank order, as many on each host.
       f.o.host_of = [hosts = f.hosts, workers](WorkerId w) { return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers); };
       f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);

@@ -78,6 +78,80 @@ LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const
   return st;
 }
 
+LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
+                                const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
+                                std::vector<std::uint32_t>& worker_of) {
+  const std::uint32_t n = batch.samples, T = batch.tables;
+  const std::vector<std::uint32_t>& host_of = c.host_of;
+  const std::uint32_t H = *std::max_element(host_of.begin(), host_of.end()) + 1;
+  std::vector<std::vector<std::uint32_t>> members(H);
+  std::vector<std::uint32_t> local(c.workers);
+  for (std::uint32_t w = 0; w < c.workers; ++w) {
+    local[w] = static_cast<std::uint32_t>(members[host_of[w]].size());
+    members[host_of[w]].push_back(w);
+  }
+  Stopwatch sw;
+  // Level 1: a sample's score for a host is the rows of it the host's workers hold as
+  // latest, summed.
+  scores.assign(static_cast<std::size_t>(n) * H, 0);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::uint16_t* s = &scores[static_cast<std::size_t>(i) * H];
+    const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
+    for (std::uint32_t t : tables) {
+      const std::uint8_t o = rows.owner_d[d[t]];
+      if (o != cache::LocationMap::kNoOwner) ++s[host_of[o]];
+    }
+  }
+  LaiaStats st{sw.millis(), static_cast<std::uint32_t>(tables.size())};
+  // Algorithm 1 twice, per partition: each sample to the best host with room (room: its
+  // workers' micro-batches), then within each host, its samples in batch order to the
+  // best of its workers with room. Seeded random ties at both levels.
+  const std::uint32_t P = c.partitions, per = n / P, cap0 = c.batch_per_worker / P;
+  std::vector<std::uint32_t> ties, host_cap(H), cap(c.workers), host_pick(n);
+  std::vector<std::uint16_t> local_score;
+  for (std::uint32_t p = 0; p < P; ++p) {
+    data::SplitMix64 rng(mix64(c.seed ^ mix64(iteration * 131 + p + 0x2b2b)));
+    for (std::uint32_t h = 0; h < H; ++h) host_cap[h] = cap0 * static_cast<std::uint32_t>(members[h].size());
+    std::fill(cap.begin(), cap.end(), cap0);
+    const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
+    const auto best_of = [&](const std::uint16_t* s, const auto& room, std::uint32_t count) {
+      int best = -1;
+      ties.clear();
+      for (std::uint32_t x = 0; x < count; ++x) {
+        if (!room(x)) continue;
+        if (s[x] > best) {
+          best = s[x];
+          ties.clear();
+        }
+        if (s[x] == best) ties.push_back(x);
+      }
+      return ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
+    };
+    for (std::uint32_t i = begin; i < end; ++i) {
+      const std::uint32_t h = best_of(
+          &scores[static_cast<std::size_t>(i) * H], [&](std::uint32_t x) { return host_cap[x] > 0; }, H);
+      host_pick[i] = h;
+      --host_cap[h];
+    }
+    // Level 2: the rows of the sample each of the host's workers holds as latest.
+    for (std::uint32_t i = begin; i < end; ++i) {
+      const std::uint32_t h = host_pick[i];
+      const auto& ws = members[h];
+      local_score.assign(ws.size(), 0);
+      const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
+      for (std::uint32_t t : tables) {
+        const std::uint8_t o = rows.owner_d[d[t]];
+        if (o != cache::LocationMap::kNoOwner && host_of[o] == h) ++local_score[local[o]];
+      }
+      const std::uint32_t l = best_of(
+          local_score.data(), [&](std::uint32_t x) { return cap[ws[x]] > 0; }, static_cast<std::uint32_t>(ws.size()));
+      worker_of[i] = ws[l];
+      --cap[ws[l]];
+    }
+  }
+  return st;
+}
+
 namespace {
 
 // The refinement's bookkeeping: each row's trainers and samples per (row, worker), the
@@ -225,6 +299,8 @@ void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const
       for (std::uint32_t i = begin; i < end; ++i) members[worker_of[i]].push_back(i);
       for (std::uint32_t a = 0; a < W; ++a) {
         for (std::uint32_t b = a + 1; b < W; ++b) {
+          // Allocated by host: swaps within a host keep each host's samples.
+          if (c.host_allocation && c.host_of[a] != c.host_of[b]) continue;
           if (!refiner.swap_pair(a, b, members[a], members[b])) continue;
           swapped = true;
           members[a].clear();

@@ -32,7 +32,16 @@ LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const
                         const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
                         std::vector<std::uint32_t>& worker_of);
 
-// Swaps samples between workers (within a partition) while a swap lowers the rows the
+// Two-level LAIA (c.host_allocation, per-host aggregation's allocation): each sample, in
+// batch order, to the host whose workers hold the most of its rows as latest, among
+// hosts with room (their workers' micro-batches); then, within each host, to the worker
+// holding the most of them, among its workers with room. Seeded random ties; per
+// partition, sequentially.
+LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
+                                const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
+                                std::vector<std::uint32_t>& worker_of);
+
+// Swaps samples between workers (within a partition; by host: within a host) (within a partition) while a swap lowers the rows the
 // batch moves (c.refine_allocation; docs/scheduler.md "Refined allocation").
 void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
                        std::vector<std::uint32_t>& worker_of);

@@ -115,6 +115,7 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
   }
   s.per_worker.assign(W, TrafficCounts{});
   s.dslot.assign(static_cast<std::size_t>(D) * W, kNoSlot);
+  s.peer_d.clear();
 }
 
 }  // namespace ember::scheduler

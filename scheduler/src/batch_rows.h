@@ -34,7 +34,10 @@ struct BatchRows {
   std::vector<std::uint32_t> stamp;            // d -> last worker + 1 that listed it
   std::vector<std::vector<std::uint32_t>> kw;  // worker -> its distinct d, first-appearance order
   // Filled by the pull phase.
-  std::vector<std::uint32_t> dslot;       // d * W + w -> slot of the row in w's cache
+  std::vector<std::uint32_t> dslot;  // d * W + w -> slot of the row in w's cache
+  // Filled by the sync phase under peer sync (else empty): d -> the worker handing the
+  // row to its sole trainer, or kNoOwner.
+  std::vector<std::uint8_t> peer_d;
   std::vector<TrafficCounts> per_worker;  // the phases' counts, per worker
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }

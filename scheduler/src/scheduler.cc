@@ -35,6 +35,25 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
   if (c.refine_allocation && c.policy.allocation() != Allocation::kLaia) {
     throw ConfigError("--refine-allocation refines LAIA's allocation (laia, herald), not " + c.policy.name() + "'s");
   }
+  if (c.peer_sync) {
+    if (c.policy.sync() != Sync::kOnDemand) {
+      throw ConfigError("--peer-sync hands dirty rows between the workers of a host: on-demand sync (plan, herald), not " +
+                        c.policy.name() + "'s");
+    }
+    if (c.host_of.size() != c.workers) {
+      throw ConfigError("--peer-sync needs every worker's host (" + std::to_string(c.host_of.size()) + " given for " +
+                        std::to_string(c.workers) + " workers; ember-sim: --hosts)");
+    }
+  }
+  if (c.host_allocation) {
+    if (c.policy.allocation() != Allocation::kLaia) {
+      throw ConfigError("--host-allocation allocates LAIA's way, by host (laia, herald), not " + c.policy.name() + "'s");
+    }
+    if (c.host_of.size() != c.workers) {
+      throw ConfigError("--host-allocation needs every worker's host (" + std::to_string(c.host_of.size()) + " given for " +
+                        std::to_string(c.workers) + " workers; ember-sim: --hosts)");
+    }
+  }
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");
   }
@@ -229,7 +248,8 @@ void Scheduler::allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& w
   worker_of.resize(batch.samples);
   switch (config_.policy.allocation()) {
     case Allocation::kLaia: {
-      const LaiaStats laia = allocate_laia(config_, s.iteration, batch, scratch_->rows, s.doi.scored_tables(), scratch_->scores, worker_of);
+      const LaiaStats laia = (config_.host_allocation ? allocate_laia_by_host : allocate_laia)(
+          config_, s.iteration, batch, scratch_->rows, s.doi.scored_tables(), scratch_->scores, worker_of);
       st.scoring_ms = laia.scoring_ms;
       st.laia_tables = laia.laia_tables;
       if (config_.budget_ms > 0) s.doi.record(config_, batch, st.scoring_ms, s.iteration, s.lru);

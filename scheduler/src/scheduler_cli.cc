@@ -24,6 +24,12 @@ void add_scheduler_options(CLI::App& app, SchedulerOptions& o, FlagsFor who) {
   }
   app.add_flag("--refine-allocation", o.refine_allocation,
                "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch");
+  app.add_flag("--host-allocation", o.host_allocation,
+               sim ? "laia, herald: allocate samples to hosts first (--hosts), then to the workers of each host"
+                   : "laia, herald: allocate samples to hosts first, then to the workers of each host (two-level LAIA)");
+  app.add_flag("--peer-sync", o.peer_sync,
+               "plan, herald: a dirty row whose one trainer is another worker of its holder's host moves between them, "
+               "not through the PS");
   app.add_option("--lookahead", o.lookahead,
                  sim ? "batches the scheduler sees beyond the one it schedules (0 = none)"
                      : "batches the scheduler sees beyond the one it plans (0 = none)")

@@ -59,6 +59,8 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.budget_ms = o.budget_ms;
   c.partitions = o.partitions;
   c.refine_allocation = o.refine_allocation;
+  c.host_allocation = o.host_allocation;
+  c.peer_sync = o.peer_sync;
   c.lookahead = o.lookahead;
   c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
   c.prefetch = o.prefetch;

@@ -36,7 +36,9 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
   for (const PullEntry& e : p.pulls) {
     h = mix64(mix64(h ^ e.key) ^ (static_cast<std::uint64_t>(e.slot) << 8 | static_cast<std::uint8_t>(e.kind)) ^ e.evicted);
     if (e.prefetch) h = mix64(h ^ 0x9f);  // (plans without prefetch hash as before)
+    if (e.peer) h = mix64(h ^ 0x7e);      // (and without peer sync)
   }
+  for (const HandValue& v : p.hand_values) h = mix64(mix64(h ^ v.key) ^ (static_cast<std::uint64_t>(v.slot) << 16 | v.to));
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
   // (plans without replicated rows hash as before)
   for (const auto* list : {&p.replicated, &p.replicated_flush}) {
@@ -57,7 +59,7 @@ void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::
 }
 
 void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& group_of,
-                     std::vector<TrafficCounts>& per_group) {
+                     std::vector<TrafficCounts>& per_group, bool peer_within) {
   for (const StepPlan& p : plans) {
     auto of = [&](Key k) -> TrafficCounts& { return per_group[group_of(p.worker, k)]; };
     if (flush) {
@@ -71,6 +73,11 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
     for (const KeySlot& ks : p.end_pushes) ++of(ks.key).push_grad;
     for (const KeySlot& ks : p.push_values) ++of(ks.key).push_value;
     for (const PullEntry& e : p.pulls) {
+      if (e.peer) {
+        // Handed within the worker's host, whatever the row's shard.
+        ++(peer_within ? per_group[0] : of(e.key)).peer_value;
+        continue;
+      }
       TrafficCounts& c = of(e.key);
       ++c.pulls;
       c.pull_state += e.with_state;
@@ -94,7 +101,7 @@ void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, c
   // host made distinct: the repeats become hand-offs (pulls) or sums (gradients) within
   // the host.
   std::vector<TrafficCounts> flat(2);
-  count_per_group(plans, flush, link_of, flat);
+  count_per_group(plans, flush, link_of, flat, true);
   std::set<std::pair<std::uint32_t, Key>> pulled, pulled_state, prefetched, grads;
   std::uint64_t pulls = 0, grad_rows = 0, partial = 0;
   std::set<std::pair<std::uint32_t, Key>> partials;
@@ -117,7 +124,7 @@ void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, c
         ++partial;
         partials.insert({h, e.evicted});
       }
-      if (!across(e.key)) continue;
+      if (e.peer || !across(e.key)) continue;
       ++pulls;
       pulled.insert({h, e.key});
       if (e.with_state) pulled_state.insert({h, e.key});
@@ -148,6 +155,9 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   SchedulerOptions job = o.scheduler;
   job.iterations = total;
   SchedulerConfig c = make_scheduler_config(ds, job);
+  if ((c.host_allocation || c.peer_sync) && o.host_of) {
+    for (WorkerId w = 0; w < c.workers; ++w) c.host_of.push_back(o.host_of(w));
+  }
   const data::BatchReader reader = global_batch_reader(ds, job);
   if (reader.batches_per_epoch() < total) {
     throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
@@ -181,7 +191,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     if (counted) {
       count_per_table(plans, offsets, false, r.per_table);
       if (o.shards > 0) count_per_group(plans, false, shard_of, r.per_shard);
-      if (o.link_of) count_per_group(plans, false, o.link_of, r.per_link);
+      if (o.link_of) count_per_group(plans, false, o.link_of, r.per_link, true);
       if (o.link_of && o.host_of) count_per_link_aggregated(plans, false, o.link_of, o.host_of, r.per_link_aggregated);
     }
     if (o.digest) {
@@ -193,7 +203,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
       if (counted) {
         count_per_table(plans, offsets, true, r.per_table);
         if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
-        if (o.link_of) count_per_group(plans, true, o.link_of, r.per_link);
+        if (o.link_of) count_per_group(plans, true, o.link_of, r.per_link, true);
         if (o.link_of && o.host_of) count_per_link_aggregated(plans, true, o.link_of, o.host_of, r.per_link_aggregated);
       }
       st.traffic.flush_grad += f.push_grad;

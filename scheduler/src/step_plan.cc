@@ -8,6 +8,7 @@ void StepPlan::clear() {
   samples.clear();
   push_grads.clear();
   push_values.clear();
+  hand_values.clear();
   pulls.clear();
   rows.clear();
   end_pushes.clear();
@@ -30,6 +31,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   flush_grad += o.flush_grad;
   flush_value += o.flush_value;
   hot_flush += o.hot_flush;
+  peer_value += o.peer_value;
   return *this;
 }
 
@@ -44,6 +46,7 @@ WireBytes wire_bytes(const TrafficCounts& c, RowFormat f) {
   b.push_value = value_bytes(c.push_value, f);
   b.push_evict = value_bytes(c.push_evict - c.evict_partial, f) + grad_bytes(c.evict_partial, f);
   b.flush = value_bytes(c.flush_value + c.hot_flush, f) + grad_bytes(c.flush_grad, f);
+  b.peer = value_bytes(c.peer_value, f);
   return b;
 }
 

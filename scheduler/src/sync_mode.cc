@@ -136,10 +136,15 @@ void pull_latest(Iteration& it, std::uint32_t w) {
     row.slot = pull.slot;
     // An uncached row's gradient always goes to the PS, which applies the optimizer.
     pull.with_state = !row.shared() && !row.uncached;
-    pull.prefetch = it.mark_prefetch && !it.pushed.pushed(k);
+    pull.peer = !s.peer_d.empty() && s.peer_d[kw[j]] != cache::LocationMap::kNoOwner;
     plan.pulls.push_back(pull);
+    if (pull.peer) {  // handed by a worker of this host (its sole trainer: with state)
+      ++c.peer_value;
+      continue;
+    }
+    plan.pulls.back().prefetch = it.mark_prefetch && !it.pushed.pushed(k);
     ++c.pulls;
-    c.prefetched += pull.prefetch;
+    c.prefetched += plan.pulls.back().prefetch;
     c.pull_state += pull.with_state;
     c.cold_pulls += s.cold_d[kw[j]];
   }

@@ -14,6 +14,8 @@ void OnDemandSync::sync(Iteration& it) {
   cache::LocationMap& loc = it.loc;
   const bool prefetch = it.config.prefetch;
   const std::uint32_t D = s.size();
+  const bool peer = it.config.peer_sync;
+  if (peer) s.peer_d.assign(D, cache::LocationMap::kNoOwner);
   // Two-stage prefetch: the partial mask 16 rows ahead, the holders' index entries 8
   // ahead; these rows miss the cache otherwise.
   constexpr std::uint32_t kFar = 16, kNear = 8;
@@ -43,6 +45,15 @@ void OnDemandSync::sync(Iteration& it) {
     }
     std::uint8_t o = s.owner_d[d];
     if (o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0 && loc.dirty(k)) {
+      const auto to = static_cast<std::uint32_t>(std::countr_zero(U));
+      if (peer && std::popcount(U) == 1 && it.config.host_of[to] == it.config.host_of[o]) {
+        // Peer sync: the row's one trainer is on o's host. o hands it over (value and
+        // state) and lets it go at once; the trainer takes it instead of pulling it, and
+        // will hold it dirty. The PS stays behind, as for any dirty row.
+        it.plans[o].hand_values.push_back({k, it.lru[o].erase(k), to});
+        s.peer_d[d] = o;
+        continue;
+      }
       if (!loc.flushed(k)) {
         it.plans[o].push_values.push_back({k, it.lru[o].find(k)});
         ++s.per_worker[o].push_value;

@@ -27,6 +27,11 @@ class ReferenceModel {
   ReferenceModel(int workers, std::size_t capacity, bool on_demand, bool het = false, std::uint32_t staleness = 0)
       : W(workers), cap(capacity), on_demand(on_demand), het(het), S(staleness), lru(workers), cache(workers) {}
 
+  // Peer sync (docs/design.md "Peer sync"): each worker's host. A dirty row whose one
+  // trainer is another worker of its owner's host goes from owner to trainer (counted
+  // as peer_value): no value push, no pull.
+  void peer_sync(std::vector<int> host_of) { host = std::move(host_of); }
+
   // Lookahead eviction (docs/design.md "Lookahead"): `window` holds the batches after b
   // the scheduler sees. A full cache then evicts, among rows this worker does not train
   // now, the least recently used that neither b nor the window uses; if every one is
@@ -67,6 +72,7 @@ class ReferenceModel {
       }
     }
     // 1. Sync.
+    std::set<std::pair<int, Key>> handed;  // (trainer, row) handed by a worker of its host
     if (on_demand) {
       for (Key k : order) {
         for (int w = 0; w < W; ++w) {
@@ -81,6 +87,13 @@ class ReferenceModel {
           if (it == cache[o].end() || it->second.state != kDirty) continue;
           bool other = false;
           for (int u : users[k]) other |= u != o;
+          const int only = users[k].size() == 1 ? *users[k].begin() : -1;
+          if (other && !host.empty() && only >= 0 && host[only] == host[o]) {
+            ++c.peer_value;
+            erase(o, k);  // the owner lets it go at once
+            handed.insert({only, k});
+            continue;
+          }
           if (other) {
             ++c.push_value;
             it->second.state = kClean;
@@ -102,7 +115,7 @@ class ReferenceModel {
         }
       }
       for (Key k : miss) {
-        ++c.pulls;
+        if (!handed.count({w, k})) ++c.pulls;
         if (cache[w].count(k)) {  // het: stale copy refreshed in place
           touch(w, k);
           cache[w][k].version = psv[k];
@@ -187,6 +200,7 @@ class ReferenceModel {
   std::vector<std::list<Key>> lru;
   std::vector<std::map<Key, Copy>> cache;
   std::map<Key, std::uint32_t> psv;
+  std::vector<int> host;  // peer sync: each worker's host (empty: off)
 };
 
 }  // namespace ember::test

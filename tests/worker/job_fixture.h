@@ -55,6 +55,8 @@ struct JobOptions {
   int ps_on_host = -1;                 // >= 0: the shards on virtual host K (ember-ps --host vhostK)
   std::string allreduce = "flat";
   bool host_aggregation = false;                  // --host-aggregation (ember-sim's links_aggregated then)
+  bool host_allocation = false;                   // --host-allocation
+  bool peer_sync = false;                         // --peer-sync
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
@@ -187,6 +189,8 @@ class JobTest : public test::TempDirTest {
       a.insert(a.end(), {"--host", "vhost" + std::to_string(static_cast<std::uint32_t>(rank) / o.workers_per_host)});
     if (o.allreduce != "flat") a.insert(a.end(), {"--allreduce", o.allreduce});
     if (o.host_aggregation) a.push_back("--host-aggregation");
+    if (o.host_allocation) a.push_back("--host-allocation");
+    if (o.peer_sync) a.push_back("--peer-sync");
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -273,7 +277,7 @@ class JobTest : public test::TempDirTest {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
         for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
-                              "flush_grad", "flush_value", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
+                              "flush_grad", "flush_value", "peer_value", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
         // By link class: "links.cross_host.pull" (rows), "links.cross_host.ps_bytes_out", ...
@@ -446,7 +450,8 @@ class JobTest : public test::TempDirTest {
         std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) +
         " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
         (o.refine_allocation ? " --refine-allocation" : "") + (o.placement.empty() ? "" : " --placement " + o.placement) +
-        " --eval-every " + std::to_string(o.eval_every) +
+        " --eval-every " + std::to_string(o.eval_every) + (o.host_allocation ? " --host-allocation" : "") +
+        (o.peer_sync ? " --peer-sync" : "") +
         (o.workers_per_host > 0 ? " --ps " + std::to_string(o.shards) + " --hosts " + std::to_string(o.workers / o.workers_per_host) +
                                       " --ps-hosts " + (o.ps_on_host >= 0 ? std::to_string(o.ps_on_host) : std::string("own"))
                                 : std::string()) +
@@ -455,7 +460,7 @@ class JobTest : public test::TempDirTest {
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
     for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value",
-                          "hot_sync", "hot_flush"}) {
+                          "peer_value", "hot_sync", "hot_flush"}) {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
@@ -466,8 +471,10 @@ class JobTest : public test::TempDirTest {
         const std::uint64_t partial = l.at("evict_partial");
         m["links." + link + ".pull"] = l.at("pulls");
         m["links." + link + ".push_grad"] = l.at("push_grad").get<std::uint64_t>() + partial + l.at("flush_grad").get<std::uint64_t>();
+        // Peer sync's hand-offs (within the host) go as values.
         m["links." + link + ".push_value"] = l.at("push_value").get<std::uint64_t>() + l.at("push_evict").get<std::uint64_t>() - partial +
-                                             l.at("flush_value").get<std::uint64_t>() + l.at("hot_flush").get<std::uint64_t>();
+                                             l.at("flush_value").get<std::uint64_t>() + l.at("hot_flush").get<std::uint64_t>() +
+                                             l.at("peer_value").get<std::uint64_t>();
       }
     }
     return m;

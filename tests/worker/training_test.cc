@@ -246,37 +246,52 @@ TEST_F(Training, HierarchicalAllReduceTrainsTheSameModel) {
   EXPECT_NEAR(static_cast<double>(hier.wire.at("links.intra_host.peer_bytes_out")), 4.0 * per_worker, 8);
 }
 
-// Per-host aggregation (--host-aggregation): a row of a shard on another host is pulled
-// once per host and handed to the host's other workers, and its gradients are summed in
-// the host and pushed once. 2 hosts x 2 workers, 2 shards: the same model as one
-// process, and the rows on each link, kind by kind, ember-sim's model of it. Herald
-// with SGD (shards on a host of their own) and with Adagrad (shards beside host 0's
-// workers: their rows stay flat), both with lookahead and prefetch; vanilla (every
-// trained row's gradient pushed, where summing saves most).
-TEST_F(Training, PerHostAggregationTrainsTheSameModel) {
+// The host hierarchy for rows, each mechanism alone and all together, on 2 hosts x 2
+// workers and 2 shards:
+//   - per-host aggregation (--host-aggregation): a row of a shard on another host is
+//     pulled once per host and handed to the host's other workers, and its gradients
+//     are summed in the host and pushed once;
+//   - two-level allocation (--host-allocation): samples to hosts, then to workers;
+//   - peer sync (--peer-sync): a dirty row whose one trainer is another worker of its
+//     holder's host moves between them, not through the PS.
+// Each trains the same model as one process, and moves the rows ember-sim plans, kind
+// by kind and link by link. Herald with SGD (shards on a host of their own) and with
+// Adagrad (shards beside host 0's workers: their rows stay flat), with lookahead and
+// prefetch; vanilla (every trained row's gradient pushed, where summing saves most).
+TEST_F(Training, HostHierarchyForRowsTrainsTheSameModel) {
   const fs::path data = dataset();
   struct Case {
     const char* name;
     std::string policy, optimizer;
     int ps_on_host;
+    bool aggregate, allocate, peer;
   };
-  for (const Case& c : {Case{"agg-herald-sgd", "herald", "sgd", -1}, Case{"agg-herald-adagrad", "herald", "adagrad", 0},
-                        Case{"agg-vanilla", "vanilla", "sgd", -1}}) {
+  for (const Case& c : {Case{"agg-herald-sgd", "herald", "sgd", -1, true, false, false},
+                        Case{"agg-herald-adagrad", "herald", "adagrad", 0, true, false, false},
+                        Case{"agg-vanilla", "vanilla", "sgd", -1, true, false, false},
+                        Case{"peer-herald-adagrad", "herald", "adagrad", -1, false, false, true},
+                        Case{"all-herald-sgd", "herald", "sgd", -1, true, true, true},
+                        Case{"all-herald-adagrad", "herald", "adagrad", 0, true, true, true}}) {
     JobOptions o;
     o.policy = c.policy;
     o.optimizer = c.optimizer;
     o.workers_per_host = 2;
     o.ps_on_host = c.ps_on_host;
-    o.host_aggregation = true;
+    o.host_aggregation = c.aggregate;
+    o.host_allocation = c.allocate;
+    o.peer_sync = c.peer;
     if (c.policy == "herald") {
       o.lookahead = 2;
       o.prefetch = true;
     }
-    const JobResult job = run_job_like_one_process(data, o, c.name, std::string(c.name) + ", per-host aggregation on 2 hosts");
+    const JobResult job = run_job_like_one_process(data, o, c.name, std::string(c.name) + " on 2 hosts");
     auto sim = simulate(data, o);
     JobOptions flat_o = o;
     flat_o.host_aggregation = false;
     auto flat = simulate(data, flat_o);
+    for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "peer_value"})
+      EXPECT_EQ(job.wire.at(kind), sim[kind]) << c.name << ": " << kind << ", vs ember-sim";
+    if (c.peer) EXPECT_GT(sim["peer_value"], 0u) << c.name << ": rows handed by peer sync";
     auto& w = job.wire;
     for (const char* link : {"cross_host", "intra_host"}) {
       for (const char* kind : {"push_grad", "push_value", "pull"}) {
@@ -292,8 +307,10 @@ TEST_F(Training, PerHostAggregationTrainsTheSameModel) {
       }
     }
     // Fewer rows across hosts than without aggregation: repeated pulls and gradients.
-    EXPECT_LT(w.at("links.cross_host.pull"), flat["links.cross_host.pull"]) << c.name;
-    EXPECT_LT(w.at("links.cross_host.push_grad"), flat["links.cross_host.push_grad"]) << c.name;
+    if (c.aggregate) {
+      EXPECT_LT(w.at("links.cross_host.pull"), flat["links.cross_host.pull"]) << c.name;
+      EXPECT_LT(w.at("links.cross_host.push_grad"), flat["links.cross_host.push_grad"]) << c.name;
+    }
     EXPECT_GT(w.at("links.intra_host.relay_bytes_out"), 0u) << c.name;
     EXPECT_EQ(w.at("links.intra_host.relay_bytes_out"), w.at("links.intra_host.relay_bytes_in")) << c.name << ": every byte sent arrives";
     EXPECT_EQ(w.at("links.cross_host.relay_bytes_out"), 0u) << c.name;

@@ -1,7 +1,11 @@
 #include "host_relay.h"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
+
+#include "ember/common/error.h"
+#include "ember/common/flat_map.h"
 
 namespace ember::worker {
 
@@ -87,11 +91,48 @@ void grads_of(const std::vector<scheduler::KeySlot>& rows, std::vector<std::pair
   for (const auto& r : rows) out.emplace_back(r.key, 0);
 }
 
+// Peer sync's: the rows worker g.me hands over (its hand_values, to their trainers'
+// local ranks) and those handed to it (its peer pulls, in each giver's order).
+HandOffs peer_hand_offs(const HostGroup& g, const std::vector<StepPlan>& plans) {
+  const auto m = static_cast<std::uint32_t>(g.ranks.size());
+  HandOffs h;
+  h.send.resize(m);
+  h.recv.resize(m);
+  const auto local_of = [&](WorkerId r) {
+    return static_cast<std::uint32_t>(std::find(g.ranks.begin(), g.ranks.end(), r) - g.ranks.begin());
+  };
+  const StepPlan& mine = plans[g.ranks[g.me]];
+  for (std::uint32_t i = 0; i < mine.hand_values.size(); ++i) {
+    const std::uint32_t to = local_of(mine.hand_values[i].to);
+    if (to == m) throw Error("peer sync hands row " + std::to_string(mine.hand_values[i].key) + " to another host's worker");
+    h.send[to].push_back(i);
+  }
+  U64Map<std::uint32_t> at;  // my peer pulls by key
+  for (std::uint32_t i = 0; i < mine.pulls.size(); ++i)
+    if (mine.pulls[i].peer) at.try_emplace(mine.pulls[i].key, i);
+  for (std::uint32_t j = 0; j < m; ++j) {
+    if (j == g.me) continue;
+    for (const auto& v : plans[g.ranks[j]].hand_values) {
+      if (v.to != g.ranks[g.me]) continue;
+      const std::uint32_t* i = at.find(v.key);
+      if (i == nullptr) {
+        throw Error("peer sync: worker " + std::to_string(g.ranks[j]) + " hands row " + std::to_string(v.key) +
+                    " to a worker that does not take it");
+      }
+      h.recv[j].push_back(*i);
+    }
+  }
+  h.any = h.sent() + h.received() > 0;
+  return h;
+}
+
 }  // namespace
 
 HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
   HostPlans h;
   if (!g.active()) return h;
+  if (g.peer) h.peer = peer_hand_offs(g, plans);
+  if (!g.aggregate) return h;
   h.sync = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
   h.evict = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) {
     for (const auto& e : p.pulls)
@@ -105,7 +146,7 @@ HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
 }
 
 HandOffs host_flush(const HostGroup& g, const std::vector<StepPlan>& plans) {
-  if (!g.active()) return {};
+  if (!g.active() || !g.aggregate) return {};
   return over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
 }
 

@@ -13,6 +13,10 @@
 // receives from each worker of its host: the loader derives the hand-offs from the
 // host's plans (host_plans), the PS exchange runs them over a HostChannel (Gloo within
 // the host: collective.h), with no negotiation and no new member to fail.
+//
+// Peer sync (`--peer-sync`, docs/design.md) uses the same channel: a dirty row handed
+// by its holder to the one worker of its host that trains it next (StepPlan::
+// hand_values) goes there in the sync phase, and fills that worker's slot at its pulls.
 #pragma once
 
 #include <cstdint>
@@ -59,9 +63,10 @@ struct HandOffs {
 //   evict  the pulls that evict a partial gradient (kind kPartial), in pull order
 //   pull   pulls
 //   end    end_pushes
+//   peer   peer sync: sent, positions of hand_values; received, positions of pulls
 // and of a flush (flush plan's push_grads).
 struct HostPlans {
-  HandOffs sync, evict, pull, end;
+  HandOffs sync, evict, pull, end, peer;
 };
 
 // What a worker knows of its host to derive the hand-offs.
@@ -69,6 +74,8 @@ struct HostGroup {
   std::vector<WorkerId> ranks;      // the host's workers, ascending (local rank: the index)
   std::uint32_t me = 0;             // this worker's local rank
   std::function<bool(Key)> across;  // whether the row's shard runs on another host
+  bool aggregate = true;            // per-host aggregation's hand-offs
+  bool peer = false;                // peer sync's
   bool active() const { return ranks.size() > 1; }
 };
 

@@ -98,6 +98,8 @@ const AgreedOption kAgreed[] = {
     {"--allreduce", [](const Source& s) { return s.c.allreduce; }},
     {"--host-aggregation", [](const Source& s) { return on_off(s.c.host_aggregation); }},
     {"--refine-allocation", [](const Source& s) { return on_off(s.c.refine_allocation); }},
+    {"--host-allocation", [](const Source& s) { return on_off(s.c.host_allocation); }},
+    {"--peer-sync", [](const Source& s) { return on_off(s.c.peer_sync); }},
     {"--batch-per-worker", [](const Source& s) { return std::to_string(s.c.batch_per_worker); }},
     {"--iterations", [](const Source& s) { return std::to_string(s.c.iterations); }},
     {"--seed", [](const Source& s) { return std::to_string(s.c.seed); }},

@@ -117,6 +117,27 @@ void PsExchange::sync_pushes(const StepPlan& p, bool flush, const HandOffs& h) {
   (flush ? wire_.rows.flush_value : wire_.rows.push_value) += p.push_values.size();
 }
 
+void PsExchange::hand_values(const StepPlan& p, const HandOffs& h) {
+  peer_rows_.clear();
+  peer_at_.clear();
+  if (!h.any) return;
+  if (host_ == nullptr) throw Error("peer sync planned, but this worker has no channel to its host");
+  const std::uint32_t full = row_.dim + row_.state;
+  std::vector<std::vector<float>> send(h.send.size());
+  peer_rows_.resize(h.recv.size());
+  for (std::size_t j = 0; j < h.send.size(); ++j) {
+    std::vector<std::uint32_t> slots;
+    for (std::uint32_t pos : h.send[j]) slots.push_back(p.hand_values[pos].slot);
+    cache_.read_rows(slots, send[j]);
+    peer_rows_[j].resize(h.recv[j].size() * full);
+    wire_.relay.push_value.out += send[j].size() * sizeof(float);
+    wire_.relay.push_value.in += peer_rows_[j].size() * sizeof(float);
+  }
+  host_->exchange(send, peer_rows_);
+  peer_at_ = h.recv;
+  wire_.relay.push_value.rows += h.received();
+}
+
 void PsExchange::barrier(std::uint64_t generation) { control_.barrier(transport::BarrierGroup::kWorkers, generation); }
 
 CommitNews PsExchange::commit(std::uint64_t iteration, std::uint32_t flags) {
@@ -172,12 +193,13 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h) {
     // (shared rows: their gradients go to the PS) without it. Rows another worker of
     // this host pulls are handed over after the pulls.
     Pulled with_state, without_state;
-    std::uint64_t prefetched = 0, ahead = 0, state = 0;
+    std::uint64_t prefetched = 0, ahead = 0, state = 0, peer = 0;
     for (std::size_t i = 0; i < p.pulls.size(); ++i) {
       const auto& e = p.pulls[i];
-      state += e.with_state;
+      state += e.with_state && !e.peer;
       prefetched += e.prefetch;
-      if (h.pull.handed(i)) {
+      peer += e.peer;
+      if (e.peer || h.pull.handed(i)) {
       } else if (e.prefetch) {
         ++ahead;
       } else {
@@ -223,10 +245,36 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h) {
       wire_.rows.prefetched += prefetched;
     }
     hand_pulled_rows(p, h.pull);
-    wire_.rows.pulls += p.pulls.size();
+    fill_peer_rows(p);
+    if (peer != wire_.relay.push_value.rows - peer_before_) {
+      throw Error("iteration " + std::to_string(t) + " takes " + std::to_string(peer) + " rows from workers of this host; " +
+                  std::to_string(wire_.relay.push_value.rows - peer_before_) + " were handed to it");
+    }
+    wire_.rows.peer_value += peer;
+    wire_.rows.pulls += p.pulls.size() - peer;
     wire_.rows.pull_state += state;
   }
+  peer_before_ = wire_.relay.push_value.rows;
   wire_.rows.hits += p.rows.size() - p.pulls.size();
+}
+
+void PsExchange::fill_peer_rows(const StepPlan& p) {
+  const std::uint32_t full = row_.dim + row_.state;
+  std::vector<std::uint32_t> slots;
+  std::vector<Key> keys;
+  std::vector<float> rows;
+  for (std::size_t j = 0; j < peer_at_.size(); ++j) {
+    for (std::size_t r = 0; r < peer_at_[j].size(); ++r) {
+      const auto& e = p.pulls[peer_at_[j][r]];
+      slots.push_back(e.slot);
+      keys.push_back(e.key);
+      const auto at = peer_rows_[j].begin() + static_cast<std::ptrdiff_t>(r * full);
+      rows.insert(rows.end(), at, at + full);
+    }
+  }
+  if (!slots.empty()) cache_.fill(slots, keys, rows.data(), true);
+  peer_rows_.clear();
+  peer_at_.clear();
 }
 
 void PsExchange::hand_pulled_rows(const StepPlan& p, const HandOffs& h) {

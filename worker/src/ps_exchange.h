@@ -46,6 +46,9 @@ class PsExchange {
   // The plan's sync pushes (`flush`: of a flush, counted apart), push_grads handed as
   // `h` says.
   void sync_pushes(const scheduler::StepPlan& p, bool flush, const HandOffs& h = {});
+  // Peer sync, in the sync phase: the plan's hand_values go to their trainers on this
+  // host, and the rows handed here wait for pull() (`h`: HostPlans::peer).
+  void hand_values(const scheduler::StepPlan& p, const HandOffs& h);
   // The workers' barrier before a commit (job.h names the generations).
   void barrier(std::uint64_t generation);
   // commit(iteration) on every shard, with `flags` (ps_service.h).
@@ -110,6 +113,8 @@ class PsExchange {
   // The rows pulled here that this worker hands to others of its host, and the rows
   // handed to it filled into their slots.
   void hand_pulled_rows(const scheduler::StepPlan& p, const HandOffs& h);
+  // The rows peer sync handed here (hand_values), into the slots of their pulls.
+  void fill_peer_rows(const scheduler::StepPlan& p);
 
   ps::PsClient& client_;
   transport::ControlMember& control_;
@@ -119,6 +124,11 @@ class PsExchange {
   std::vector<std::uint64_t> partial_iter_;      // per slot: iteration of its partial gradient
   std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
   HostChannel* host_ = nullptr;
+  // Rows handed here by peer sync (value and state), from each local rank, for the pulls
+  // at peer_at_'s positions.
+  std::vector<std::vector<float>> peer_rows_;
+  std::vector<std::vector<std::uint32_t>> peer_at_;
+  std::uint64_t peer_before_ = 0;  // wire_.relay.push_value.rows at the last pull()
   // Prefetched rows (with their state, without), for iteration ahead_for_.
   Pulled ahead_state_, ahead_plain_;
   std::uint64_t ahead_for_ = 0;

@@ -14,7 +14,7 @@ namespace ember::scheduler {
 // The summary's rows by kind, by the scheduler's names (ember-sim's; cold_pulls and
 // evict_partial are not the job's to report).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrafficCounts, pulls, push_grad, push_value, push_evict, hits, flush_grad, flush_value, hot_sync,
-                                   hot_flush, pull_state, prefetched)
+                                   hot_flush, pull_state, prefetched, peer_value)
 }  // namespace ember::scheduler
 
 namespace ember::worker {
@@ -61,7 +61,7 @@ json link_json(const LinkTraffic& l) {
           {"ps_bytes_in", l.ps.in()},
           {"peer_bytes_out", l.peer_out},
           {"peer_bytes_in", l.peer_in},
-          {"relay_rows", {{"pull", l.relay.pull.rows}, {"push_grad", l.relay.push_grad.rows}}},
+          {"relay_rows", {{"pull", l.relay.pull.rows}, {"push_grad", l.relay.push_grad.rows}, {"push_value", l.relay.push_value.rows}}},
           {"relay_bytes_out", l.relay.out()},
           {"relay_bytes_in", l.relay.in()},
           {"bytes_out", l.out()},

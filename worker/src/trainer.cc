@@ -89,10 +89,11 @@ scheduler::SchedulerConfig Worker::set_up() {
   report_.emplace(c_);
   CheckpointLife::check(c_);
   job_.join(*ds_);
+  if (sc.host_allocation || sc.peer_sync) sc.host_of = job_.hosts().host_of;  // the same map on every worker
   report_->set_rank(job_.rank());
   life_.emplace(c_, job_);
   collective_.emplace(c_, job_.control(), job_.rank(), device_, job_.hosts());
-  if (c_.host_aggregation) host_channel_ = make_host_channel(c_, job_.control(), job_.rank(), job_.hosts());
+  if (c_.host_aggregation || c_.peer_sync) host_channel_ = make_host_channel(c_, job_.control(), job_.rank(), job_.hosts());
   make_stages(sc);
   sc.first_iteration = life_->first();
   return sc;
@@ -132,6 +133,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   };
   // sync: partial gradients and dirty values other workers need, acknowledged.
   exchange_->sync_pushes(p, false, s.host.sync);
+  exchange_->hand_values(p, s.host.peer);
   lap(phases_.sync);
   // commit: after every worker's sync pushes; flagged for checkpoints and stops.
   exchange_->barrier(barrier_before_commit(t));
@@ -188,7 +190,11 @@ TrainSummary Worker::run() {
   const std::uint64_t first = life_->first();
   // Without a directory for the dense state the PS's checkpoints still get flushed rows.
   std::optional<HostGroup> host;
-  if (host_channel_) host = host_group(job_.hosts(), job_.rank());
+  if (host_channel_) {
+    host = host_group(job_.hosts(), job_.rank());
+    host->aggregate = c_.host_aggregation;
+    host->peer = c_.peer_sync;
+  }
   Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host));
   Stopwatch total;
   report_->start(first);

@@ -45,6 +45,14 @@ struct SchedulerConfig {
   // LAIA's allocation refined by swaps of samples between workers, each lowering the
   // rows the batch moves (docs/scheduler.md "Refined allocation"). LAIA policies only.
   bool refine_allocation = false;
+  // Two-level LAIA: samples to hosts first, then to the workers of each host
+  // (allocation.h, allocate_laia_by_host); host_of: each worker's host, numbered from 0.
+  bool host_allocation = false;
+  std::vector<std::uint32_t> host_of;
+  // Peer sync within a host (on-demand sync; needs host_of): a dirty row whose one
+  // trainer is another worker of its holder's host moves between them, not through the
+  // PS (docs/design.md "Peer sync").
+  bool peer_sync = false;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> replicated;
@@ -96,6 +104,10 @@ struct SchedulerOptions {
   double budget_ms = 0;            // adaptive LAIA (SchedulerConfig::budget_ms)
   std::uint32_t partitions = 1;    // partitioned LAIA (SchedulerConfig::partitions)
   bool refine_allocation = false;  // SchedulerConfig::refine_allocation
+  // SchedulerConfig::host_allocation; the hosts come from the job (ember-worker: the
+  // host map at the join; ember-sim: --hosts).
+  bool host_allocation = false;
+  bool peer_sync = false;  // SchedulerConfig::peer_sync (its hosts as host_allocation's)
   // Rows per table of the key space (and so of the cache ratio), when the dataset saw
   // only part of each table (a short synthetic file); empty = the manifest's rows.
   std::vector<std::uint64_t> table_rows;

@@ -86,9 +86,10 @@ void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::
                      std::vector<TrafficCounts>& per_table);
 
 // The same per group: `group_of(worker, key)` indexes `per_group` (a table, a PS shard,
-// a link class) for a row of `worker`'s plan.
+// a link class) for a row of `worker`'s plan. `peer_within` (link classes): rows handed
+// by peer sync go to group 0, within the host, whatever the key.
 void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& group_of,
-                     std::vector<TrafficCounts>& per_group);
+                     std::vector<TrafficCounts>& per_group, bool peer_within = false);
 
 // Adds one iteration's plans to per-link counts with per-host aggregation
 // (SimResult::per_link_aggregated): `link_of` and `host_of` as in SimOptions.

@@ -13,6 +13,10 @@
 //              applied locally (it becomes dirty)
 //   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
 //              copies leave their slots without traffic)
+// Peer sync (SchedulerConfig::peer_sync) adds, in step 1, hand_values: a dirty row this
+// worker holds goes (value and state) to the one worker of its host that trains it,
+// leaving this cache at once; that worker's pull of it is marked `peer` and takes the
+// row from there instead of the PS.
 // A placement (plan_file.h) adds two kinds of rows: `replicated` lists the rows of
 // replicated tables the global batch touches (the same list in every worker's plan: their
 // gradients are all-reduced, no row is pulled or pushed); an uncached row is pulled into
@@ -51,6 +55,16 @@ struct PullEntry {
   // push of it from then until this iteration's pulls), so the worker may pull it while
   // the previous iteration computes, into a buffer, and fill the slot here.
   bool prefetch = false;
+  // Peer sync: the row comes from another worker of this host (its HandValue), not the
+  // PS: with its state, never prefetched, not a PS transmission.
+  bool peer = false;
+};
+
+// Peer sync: a dirty row handed (value and state) to worker `to`, from `slot`.
+struct HandValue {
+  Key key;
+  std::uint32_t slot;
+  WorkerId to;
 };
 
 struct RowRef {
@@ -69,6 +83,7 @@ struct StepPlan {
   std::vector<std::uint32_t> samples;  // indices into the global batch, ascending
   std::vector<KeySlot> push_grads;
   std::vector<KeySlot> push_values;
+  std::vector<HandValue> hand_values;  // peer sync, step 1 (their slots are free after it)
   std::vector<PullEntry> pulls;
   std::vector<RowRef> rows;  // distinct rows of the micro-batch, first-appearance order
   std::vector<KeySlot> end_pushes;
@@ -109,6 +124,9 @@ struct TrafficCounts {
   std::uint64_t flush_grad = 0, flush_value = 0;
   // Replicated rows written back to the PS by a flush (their replica values and state).
   std::uint64_t hot_flush = 0;
+  // Peer sync: dirty rows handed (value and state) from one worker to another of its host
+  // instead of a value push and a pull (not PS transmissions).
+  std::uint64_t peer_value = 0;
 
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
   std::uint64_t transmissions() const { return pulls + pushes(); }
@@ -126,9 +144,10 @@ struct RowFormat {
 // A pull sends its key and receives the value, with the state only where counted in
 // pull_state; a gradient carries no state; a value (write-back, dirty eviction, flush)
 // carries its state. A replica's write-back (hot_flush) counts as a flush of values.
+// Peer sync's hand-offs (`peer`, within a host) count as values.
 struct WireBytes {
-  std::uint64_t pull = 0, push_grad = 0, push_value = 0, push_evict = 0, flush = 0;
-  std::uint64_t total() const { return pull + push_grad + push_value + push_evict + flush; }
+  std::uint64_t pull = 0, push_grad = 0, push_value = 0, push_evict = 0, flush = 0, peer = 0;
+  std::uint64_t total() const { return pull + push_grad + push_value + push_evict + flush + peer; }
 };
 WireBytes wire_bytes(const TrafficCounts& c, RowFormat f);
 // As JSON (nlohmann's to_json, for any of its json types): the kinds and their total,
@@ -137,6 +156,7 @@ template <class Json>
 void to_json(Json& j, const WireBytes& b) {
   j = Json{{"pull", b.pull},   {"push_grad", b.push_grad}, {"push_value", b.push_value}, {"push_evict", b.push_evict},
            {"flush", b.flush}, {"total", b.total()}};
+  if (b.peer > 0) j["peer"] = b.peer;  // (runs without peer sync write what they wrote)
 }
 // Payload bytes of n keys pulled (with_state or not), of n gradients, of n values.
 std::uint64_t pull_bytes(std::uint64_t n, RowFormat f, bool with_state);

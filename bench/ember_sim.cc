@@ -116,6 +116,7 @@ nlohmann::ordered_json counts(nlohmann::ordered_json head, const scheduler::Traf
                       {"hot_sync", c.hot_sync},
                       {"hot_flush", c.hot_flush},
                       {"peer_value", c.peer_value},
+                      {"peer_grad", c.peer_grad},
                       {"bytes", scheduler::wire_bytes(c, row).total()}}) {
     head[k] = v;
   }
@@ -183,6 +184,7 @@ nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult
                               {"flush_value", t.flush_value},
                               {"hot_flush", t.hot_flush},
                               {"peer_value", t.peer_value},
+                              {"peer_grad", t.peer_grad},
                               {"host_allocation", o.scheduler.host_allocation},
                               {"peer_sync", o.scheduler.peer_sync},
                               {"placement", o.scheduler.placement},

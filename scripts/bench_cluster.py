@@ -6,7 +6,9 @@ For each inter-host link rate in --links (Mbit/s, tc tbf on each host's link; 0 
 unshaped), each configuration (vanilla, herald, herald + lookahead) and each dense
 all-reduce (flat ring, hierarchical), --repeats runs alternated within each repeat,
 through scripts/launch_hosts.sh over ssh (run on host1, as a user of the cluster would).
-Per run:
+(`--configs` picks among vanilla, herald, herald+lookahead and herald+hosts: the latter
+with per-host aggregation, two-level allocation and peer sync; `--allreduce` among flat
+and hierarchical.) Per run:
   - samples/s (the slowest worker's);
   - bytes crossing hosts per iteration as the transport counts them (summary "links":
     cross-host PS traffic both ways, plus the all-reduce payload each worker sent to
@@ -39,6 +41,9 @@ CONFIGS = [
     ("vanilla", "vanilla", []),
     ("herald", "herald", []),
     ("herald+lookahead", "herald", ["--lookahead", "4", "--prefetch", "--overlap-allreduce"]),
+    # The host hierarchy for rows, every mechanism (docs/cluster.md), on top of the above.
+    ("herald+hosts", "herald", ["--lookahead", "4", "--prefetch", "--overlap-allreduce", "--host-aggregation",
+                                "--host-allocation", "--peer-sync"]),
 ]
 ALLREDUCE = ["flat", "hierarchical"]
 
@@ -117,6 +122,7 @@ def main():
                    help="ember-worker model flags")
     p.add_argument("--state", default="/var/lib/ember-cluster", help="cluster_local.sh --state")
     p.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
+    p.add_argument("--allreduce", default=",".join(ALLREDUCE), help="dense all-reduces to run (flat, hierarchical)")
     p.add_argument("--down", action="store_true", help="take the cluster down at the end")
     p.add_argument("--table", nargs="+", metavar="JSON", help="print the table of earlier runs (their cluster.json files) and exit")
     a = p.parse_args()
@@ -141,7 +147,7 @@ def main():
             sh(["bash", CLUSTER, "--state", a.state, "up", "--hosts", "3", "--link-mbit", str(mbit)])
             for rep in range(a.repeats):
                 for cfg, policy, flags in configs:
-                    for ar in ALLREDUCE:
+                    for ar in a.allreduce.split(","):
                         name = f"{mbit or 'unshaped'}-{cfg}-{ar}-r{rep}"
                         r = run_job(a, a.state, hostfile, name, policy, flags, ar)
                         r.update({"link_mbit": mbit, "config": cfg, "allreduce": ar, "repeat": rep})

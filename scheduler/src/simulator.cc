@@ -38,7 +38,8 @@ std::uint64_t plan_hash(const StepPlan& p, std::uint64_t h) {
     if (e.prefetch) h = mix64(h ^ 0x9f);  // (plans without prefetch hash as before)
     if (e.peer) h = mix64(h ^ 0x7e);      // (and without peer sync)
   }
-  for (const HandValue& v : p.hand_values) h = mix64(mix64(h ^ v.key) ^ (static_cast<std::uint64_t>(v.slot) << 16 | v.to));
+  for (const auto* list : {&p.hand_values, &p.hand_grads})
+    for (const HandValue& v : *list) h = mix64(mix64(h ^ v.key) ^ (static_cast<std::uint64_t>(v.slot) << 16 | v.to));
   for (const RowRef& r : p.rows) h = mix64(h ^ r.key ^ (static_cast<std::uint64_t>(r.slot) << 1 | r.shared()));
   // (plans without replicated rows hash as before)
   for (const auto* list : {&p.replicated, &p.replicated_flush}) {
@@ -72,6 +73,7 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
     for (const KeySlot& ks : p.push_grads) ++of(ks.key).push_grad;
     for (const KeySlot& ks : p.end_pushes) ++of(ks.key).push_grad;
     for (const KeySlot& ks : p.push_values) ++of(ks.key).push_value;
+    for (const HandValue& v : p.hand_grads) ++(peer_within ? per_group[0] : of(v.key)).peer_grad;
     for (const PullEntry& e : p.pulls) {
       if (e.peer) {
         // Handed within the worker's host, whatever the row's shard.

@@ -9,6 +9,7 @@ void StepPlan::clear() {
   push_grads.clear();
   push_values.clear();
   hand_values.clear();
+  hand_grads.clear();
   pulls.clear();
   rows.clear();
   end_pushes.clear();
@@ -32,6 +33,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   flush_value += o.flush_value;
   hot_flush += o.hot_flush;
   peer_value += o.peer_value;
+  peer_grad += o.peer_grad;
   return *this;
 }
 
@@ -46,7 +48,7 @@ WireBytes wire_bytes(const TrafficCounts& c, RowFormat f) {
   b.push_value = value_bytes(c.push_value, f);
   b.push_evict = value_bytes(c.push_evict - c.evict_partial, f) + grad_bytes(c.evict_partial, f);
   b.flush = value_bytes(c.flush_value + c.hot_flush, f) + grad_bytes(c.flush_grad, f);
-  b.peer = value_bytes(c.peer_value, f);
+  b.peer = value_bytes(c.peer_value, f) + grad_bytes(c.peer_grad, f);
   return b;
 }
 

@@ -74,6 +74,10 @@ class OnDemandSync {
   void pull(Iteration& it, std::uint32_t w);
   void train(Iteration& it);
   std::size_t memory_bytes() const { return 0; }
+
+ private:
+  // Step 1 of row d, latest at o and trained by others, under peer sync.
+  void peer_sync(Iteration& it, std::uint32_t d, std::uint32_t o);
 };
 
 // Bounded staleness (het:S): every gradient pushed at the end of its iteration; a cached
@@ -97,6 +101,18 @@ using SyncModes = std::variant<FullSetSync, OnDemandSync, BoundedSync>;
 
 // The mode of c.policy.sync(); capacity: the rows of a worker's cache.
 SyncModes make_sync_mode(const SchedulerConfig& c, std::uint32_t capacity);
+
+// Peer sync: whether row d's trainers (two or more) are all on one host, which then
+// applies it (the first trainer, with the sum of their gradients).
+inline bool host_applied(const Iteration& it, std::uint32_t d) {
+  if (!it.config.peer_sync) return false;
+  const std::uint64_t U = it.rows.umask[d];
+  if (std::popcount(U) < 2) return false;
+  const std::uint32_t h = it.config.host_of[static_cast<std::uint32_t>(std::countr_zero(U))];
+  bool one = true;
+  for_each_bit(U, [&](std::uint32_t w) { one &= it.config.host_of[w] == h; });
+  return one;
+}
 
 // Shared by the modes that keep a latest copy (full-set, on demand).
 

@@ -44,16 +44,11 @@ void OnDemandSync::sync(Iteration& it) {
       if (prefetch && !flushed) it.pushed.note(k);
     }
     std::uint8_t o = s.owner_d[d];
+    if (peer && o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0) {
+      peer_sync(it, d, o);
+      continue;
+    }
     if (o != cache::LocationMap::kNoOwner && (U & ~bit(o)) != 0 && loc.dirty(k)) {
-      const auto to = static_cast<std::uint32_t>(std::countr_zero(U));
-      if (peer && std::popcount(U) == 1 && it.config.host_of[to] == it.config.host_of[o]) {
-        // Peer sync: the row's one trainer is on o's host. o hands it over (value and
-        // state) and lets it go at once; the trainer takes it instead of pulling it, and
-        // will hold it dirty. The PS stays behind, as for any dirty row.
-        it.plans[o].hand_values.push_back({k, it.lru[o].erase(k), to});
-        s.peer_d[d] = o;
-        continue;
-      }
       if (!loc.flushed(k)) {
         it.plans[o].push_values.push_back({k, it.lru[o].find(k)});
         ++s.per_worker[o].push_value;
@@ -62,6 +57,34 @@ void OnDemandSync::sync(Iteration& it) {
       loc.set_clean(k);
     }
   }
+}
+
+void OnDemandSync::peer_sync(Iteration& it, std::uint32_t d, std::uint32_t o) {
+  // The trainers on o's host take the row from o (value and state) instead of pulling
+  // it; o pushes its value (if dirty) only when a trainer is on another host, and lets
+  // its copy go at once if it does not train the row. (A row all of whose trainers are
+  // on o's host thus never reaches the PS: its new state comes at step 3.)
+  BatchRows& s = it.rows;
+  cache::LocationMap& loc = it.loc;
+  const Key k = s.keys[d];
+  const std::uint64_t U = s.umask[d];
+  const std::uint32_t h = it.config.host_of[o];
+  std::uint64_t same = 0;
+  for_each_bit(U & ~bit(o), [&](std::uint32_t w) { same |= it.config.host_of[w] == h ? bit(w) : 0; });
+  const bool across = (U & ~bit(o) & ~same) != 0;
+  const std::uint32_t slot = it.lru[o].find(k);
+  if (across && loc.dirty(k)) {
+    if (!loc.flushed(k)) {
+      it.plans[o].push_values.push_back({k, slot});
+      ++s.per_worker[o].push_value;
+      if (it.config.prefetch) it.pushed.note(k);
+    }
+    loc.set_clean(k);
+  }
+  if (same == 0) return;
+  for_each_bit(same, [&](std::uint32_t w) { it.plans[o].hand_values.push_back({k, slot, w}); });
+  s.peer_d[d] = static_cast<std::uint8_t>(o);
+  if ((U & bit(o)) == 0) it.lru[o].erase(k);
 }
 
 void OnDemandSync::pull(Iteration& it, std::uint32_t w) { pull_latest(it, w); }
@@ -74,6 +97,19 @@ void OnDemandSync::train(Iteration& it) {
     const std::uint64_t U = s.umask[d];
     if (std::popcount(U) == 1) {
       loc.set_owner(k, static_cast<std::uint32_t>(std::countr_zero(U)), true);
+    } else if (host_applied(it, d)) {
+      // Peer sync: the host's first trainer applies the sum and holds the row dirty; the
+      // others hand it their gradients and let their copies go.
+      const auto first = static_cast<std::uint32_t>(std::countr_zero(U));
+      loc.set_owner(k, first, true);
+      const std::uint32_t W = it.config.workers;
+      for_each_bit(U & ~bit(first), [&](std::uint32_t w) {
+        const std::uint32_t slot = s.dslot[static_cast<std::size_t>(d) * W + w];
+        it.lru[w].erase(k);
+        it.plans[w].hand_grads.push_back({k, slot, first});
+        it.plans[w].drops.push_back({k, slot});
+        ++it.rows.per_worker[w].peer_grad;
+      });
     } else {
       loc.clear_owner(k);
       loc.set_partial(k, U);

@@ -84,16 +84,34 @@ class ReferenceModel {
         }
         for (int o = 0; o < W; ++o) {
           auto it = cache[o].find(k);
+          if (!host.empty() && it != cache[o].end() && it->second.state != kPartial) {
+            // Peer sync: trainers on o's host take the row from o; o pushes a dirty value
+            // only for a trainer on another host, and lets go of a row it does not train.
+            bool across = false, trains = false;
+            std::vector<int> same;
+            for (int u : users[k]) {
+              if (u == o) {
+                trains = true;
+              } else if (host[u] == host[o]) {
+                same.push_back(u);
+              } else {
+                across = true;
+              }
+            }
+            if (across && it->second.state == kDirty) {
+              ++c.push_value;
+              it->second.state = kClean;
+            }
+            for (int u : same) {
+              handed.insert({u, k});
+              ++c.peer_value;
+            }
+            if (!same.empty() && !trains) erase(o, k);
+            continue;
+          }
           if (it == cache[o].end() || it->second.state != kDirty) continue;
           bool other = false;
           for (int u : users[k]) other |= u != o;
-          const int only = users[k].size() == 1 ? *users[k].begin() : -1;
-          if (other && !host.empty() && only >= 0 && host[only] == host[o]) {
-            ++c.peer_value;
-            erase(o, k);  // the owner lets it go at once
-            handed.insert({only, k});
-            continue;
-          }
           if (other) {
             ++c.push_value;
             it->second.state = kClean;
@@ -164,7 +182,17 @@ class ReferenceModel {
       for (int w = 0; w < W; ++w) {
         if (!u.count(w) && cache[w].count(k)) erase(w, k);  // stale now
       }
-      if (on_demand) {
+      bool one_host = !host.empty() && u.size() > 1;
+      for (int w : u) one_host = one_host && host[w] == host[*u.begin()];
+      if (on_demand && one_host) {
+        // Peer sync: the first trainer applies the host's sum; the others hand it theirs.
+        cache[*u.begin()][k].state = kDirty;
+        for (int w : u) {
+          if (w == *u.begin()) continue;
+          erase(w, k);
+          ++c.peer_grad;
+        }
+      } else if (on_demand) {
         for (int w : u) cache[w][k].state = u.size() == 1 ? kDirty : kPartial;
       } else {
         c.push_grad += u.size();

@@ -172,7 +172,7 @@ TEST(Scheduler, PeerSyncAgainstReference) {
     ref.peer_sync({0, 0, 1, 1});
     std::mt19937_64 rng(13);
     std::vector<StepPlan> plans;
-    std::uint64_t handed = 0;
+    std::uint64_t handed = 0, applied = 0;
     for (int it = 0; it < 300; ++it) {
       GlobalBatch b = wl.next(W * B, static_cast<std::uint64_t>(it));
       auto alloc = random_allocation(W, B, rng);
@@ -180,7 +180,9 @@ TEST(Scheduler, PeerSyncAgainstReference) {
       TrafficCounts want = ref.step(b, alloc);
       expect_same_counts(got, want, it);
       ASSERT_EQ(got.peer_value, want.peer_value) << "iteration " << it;
+      ASSERT_EQ(got.peer_grad, want.peer_grad) << "iteration " << it;
       handed += got.peer_value;
+      applied += got.peer_grad;
       for (std::uint32_t w = 0; w < W; ++w) {
         ASSERT_EQ(s.cache_of(w).keys_lru_order(), ref.lru_order(static_cast<int>(w))) << "worker " << w << " iteration " << it;
         std::uint64_t taken = 0;
@@ -192,7 +194,8 @@ TEST(Scheduler, PeerSyncAgainstReference) {
         EXPECT_LE(taken, got.peer_value);
       }
     }
-    EXPECT_GT(handed, 0u) << "cache " << cache << ": peer sync never applied, the test proves nothing";
+    EXPECT_GT(handed, 0u) << "cache " << cache << ": peer sync never handed a row, the test proves nothing";
+    EXPECT_GT(applied, 0u) << "cache " << cache << ": no row was applied in its host";
     // Refused without hosts, and for full-set sync.
     SchedulerConfig bad = config("plan", W, B, cache, wl);
     bad.peer_sync = true;

@@ -111,8 +111,8 @@ TEST(Hosts, EachShardsTrafficGoesOnItsLink) {
 
 // Per-host aggregation's hand-offs, from the host's plans: a row several workers of the
 // host pull is pulled by the first and handed to the others, their gradients go to the
-// first, which pushes the sum; rows of a shard on this host, rows of one worker, and
-// pulls of different kinds (with state or not) move as before.
+// first, which pushes the sum; rows of a shard on this host and rows of one worker move
+// as before; a row one worker wants with its state travels with it.
 TEST(Hosts, HandOffsGoThroughTheHostsFirstWorkerOfEachRow) {
   using scheduler::EvictKind;
   using scheduler::StepPlan;
@@ -129,14 +129,16 @@ TEST(Hosts, HandOffsGoThroughTheHostsFirstWorkerOfEachRow) {
         plans[w].pulls.size() > 2 ? std::vector<scheduler::KeySlot>{{1, 0}, {9, 1}} : std::vector<scheduler::KeySlot>{{9, 0}};
   HostPlans h0 = host_plans(host_group(m, 0), plans), h1 = host_plans(host_group(m, 1), plans), h2 = host_plans(host_group(m, 2), plans);
   // Key 1 (workers 0, 1, 2): worker 0 pulls it and hands it to 1 and 2. Key 3 (1, 2):
-  // worker 1 to 2. Key 2 is within the host, key 7 is pulled with its state by worker 0
-  // alone, key 5 by one worker: not handed.
+  // worker 1 to 2. Key 7 (0 with its state, 1 without): worker 0 pulls it with its state
+  // and hands it so. Key 2 is within the host, key 5 pulled by one worker: not handed.
   EXPECT_TRUE(h0.pull.any && h1.pull.any && h2.pull.any);
-  EXPECT_EQ(h0.pull.send, (std::vector<std::vector<std::uint32_t>>{{}, {0}, {0}}));
+  EXPECT_EQ(h0.pull.send, (std::vector<std::vector<std::uint32_t>>{{}, {0, 2}, {0}}));
   EXPECT_EQ(h0.pull.received(), 0u);
-  EXPECT_EQ(h1.pull.recv, (std::vector<std::vector<std::uint32_t>>{{1}, {}, {}}));
+  EXPECT_EQ(h1.pull.recv, (std::vector<std::vector<std::uint32_t>>{{1, 3}, {}, {}}));
   EXPECT_EQ(h1.pull.send, (std::vector<std::vector<std::uint32_t>>{{}, {}, {0}}));
-  EXPECT_EQ(h1.pull.share, (std::vector<std::uint32_t>{1, 0, 1, 1}));
+  EXPECT_EQ(h1.pull.share, (std::vector<std::uint32_t>{1, 0, 1, 0}));
+  EXPECT_TRUE(h0.pull.with_state(2, false) && h1.pull.with_state(3, false)) << "key 7 travels with its state";
+  EXPECT_FALSE(h1.pull.with_state(1, true)) << "key 1: no worker wants its state";
   EXPECT_EQ(h2.pull.recv, (std::vector<std::vector<std::uint32_t>>{{0}, {1}, {}}));
   EXPECT_EQ(h2.pull.share, (std::vector<std::uint32_t>{0, 0, 1}));
   // Gradients of key 9 (workers 0, 1, 2) and key 1 (0, 1, 2) gather at worker 0, which

@@ -276,8 +276,9 @@ class JobTest : public test::TempDirTest {
       for (std::string line; std::getline(in, line);) {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
-        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
-                              "flush_grad", "flush_value", "peer_value", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
+        for (const char* k :
+             {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched", "flush_grad",
+              "flush_value", "peer_value", "peer_grad", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
         // By link class: "links.cross_host.pull" (rows), "links.cross_host.ps_bytes_out", ...
@@ -460,7 +461,7 @@ class JobTest : public test::TempDirTest {
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
     for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value",
-                          "peer_value", "hot_sync", "hot_flush"}) {
+                          "peer_value", "peer_grad", "hot_sync", "hot_flush"}) {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
@@ -470,7 +471,9 @@ class JobTest : public test::TempDirTest {
       for (const auto& [link, l] : j.at(o.host_aggregation ? "links_aggregated" : "links").items()) {
         const std::uint64_t partial = l.at("evict_partial");
         m["links." + link + ".pull"] = l.at("pulls");
-        m["links." + link + ".push_grad"] = l.at("push_grad").get<std::uint64_t>() + partial + l.at("flush_grad").get<std::uint64_t>();
+        // (Peer sync's gradients handed to a host-applied row's applier: within the host.)
+        m["links." + link + ".push_grad"] = l.at("push_grad").get<std::uint64_t>() + partial + l.at("flush_grad").get<std::uint64_t>() +
+                                            l.at("peer_grad").get<std::uint64_t>();
         // Peer sync's hand-offs (within the host) go as values.
         m["links." + link + ".push_value"] = l.at("push_value").get<std::uint64_t>() + l.at("push_evict").get<std::uint64_t>() - partial +
                                              l.at("flush_value").get<std::uint64_t>() + l.at("hot_flush").get<std::uint64_t>() +

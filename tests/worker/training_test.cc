@@ -289,9 +289,12 @@ TEST_F(Training, HostHierarchyForRowsTrainsTheSameModel) {
     JobOptions flat_o = o;
     flat_o.host_aggregation = false;
     auto flat = simulate(data, flat_o);
-    for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "peer_value"})
+    for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "peer_value", "peer_grad"})
       EXPECT_EQ(job.wire.at(kind), sim[kind]) << c.name << ": " << kind << ", vs ember-sim";
-    if (c.peer) EXPECT_GT(sim["peer_value"], 0u) << c.name << ": rows handed by peer sync";
+    if (c.peer) {
+      EXPECT_GT(sim["peer_value"], 0u) << c.name << ": rows handed by peer sync";
+      EXPECT_GT(sim["peer_grad"], 0u) << c.name << ": rows applied within a host";
+    }
     auto& w = job.wire;
     for (const char* link : {"cross_host", "intra_host"}) {
       for (const char* kind : {"push_grad", "push_value", "pull"}) {

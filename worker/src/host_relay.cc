@@ -26,8 +26,9 @@ std::uint64_t HandOffs::received() const {
 
 namespace {
 
-// A row of one worker's list: `cls` keeps apart rows that must not be merged (a pull
-// with its state and one without, a prefetch and a pull at the commit).
+// A row of one worker's list: `cls` keeps apart rows that must not be merged (a prefetch
+// and a pull at the commit), its bit kState says a pull wants the row's state (merged
+// pulls carry it if any of them does).
 struct Item {
   Key key;
   std::uint32_t local;  // local rank of the worker whose list holds it
@@ -35,6 +36,7 @@ struct Item {
   std::uint32_t cls;
 };
 
+constexpr std::uint32_t kState = 1;
 enum class Flow { kToFirst, kFromFirst };  // gradients gather at the first; pulled rows leave it
 
 // The hand-offs over one list per worker of the host (`lists[local]`, keys and
@@ -58,11 +60,23 @@ HandOffs hand_offs(const HostGroup& g, const std::vector<std::vector<std::pair<K
   for (std::size_t i = 0; i < items.size();) {
     std::size_t j = i + 1;
     bool one_class = true;
-    while (j < items.size() && items[j].key == items[i].key) one_class &= items[j++].cls == items[i].cls;
+    std::uint32_t state = items[i].cls & kState;
+    for (; j < items.size() && items[j].key == items[i].key; ++j) {
+      one_class &= (items[j].cls & ~kState) == (items[i].cls & ~kState);
+      state |= items[j].cls & kState;
+    }
     if (j - i >= 2 && one_class) {
       if (h.share.empty()) h.share.assign(mine, 1);
       h.any = true;
       const Item& first = items[i];
+      if (flow == Flow::kFromFirst) {
+        if (h.state.empty()) {
+          h.state.resize(mine);
+          for (std::uint32_t p = 0; p < mine; ++p) h.state[p] = static_cast<std::uint8_t>(lists[g.me][p].second & kState);
+        }
+        for (std::size_t k = i; k < j; ++k)
+          if (items[k].local == g.me) h.state[items[k].pos] = static_cast<std::uint8_t>(state);
+      }
       if (first.local == g.me && flow == Flow::kToFirst) h.share[first.pos] = static_cast<std::uint32_t>(j - i);
       for (std::size_t k = i + 1; k < j; ++k) {
         const Item& other = items[k];
@@ -91,9 +105,11 @@ void grads_of(const std::vector<scheduler::KeySlot>& rows, std::vector<std::pair
   for (const auto& r : rows) out.emplace_back(r.key, 0);
 }
 
-// Peer sync's: the rows worker g.me hands over (its hand_values, to their trainers'
-// local ranks) and those handed to it (its peer pulls, in each giver's order).
-HandOffs peer_hand_offs(const HostGroup& g, const std::vector<StepPlan>& plans) {
+// Peer sync's: what worker g.me hands over (`given`: its hand_values or hand_grads, to
+// their `to`'s local ranks) and what is handed to it (positions in `taker_list` of the
+// keys the others hand it, in each giver's order).
+template <typename Given, typename TakerList>
+HandOffs peer_hand_offs(const HostGroup& g, const std::vector<StepPlan>& plans, Given&& given, TakerList&& taker_list) {
   const auto m = static_cast<std::uint32_t>(g.ranks.size());
   HandOffs h;
   h.send.resize(m);
@@ -102,17 +118,16 @@ HandOffs peer_hand_offs(const HostGroup& g, const std::vector<StepPlan>& plans) 
     return static_cast<std::uint32_t>(std::find(g.ranks.begin(), g.ranks.end(), r) - g.ranks.begin());
   };
   const StepPlan& mine = plans[g.ranks[g.me]];
-  for (std::uint32_t i = 0; i < mine.hand_values.size(); ++i) {
-    const std::uint32_t to = local_of(mine.hand_values[i].to);
-    if (to == m) throw Error("peer sync hands row " + std::to_string(mine.hand_values[i].key) + " to another host's worker");
+  const std::vector<scheduler::HandValue>& out = given(mine);
+  for (std::uint32_t i = 0; i < out.size(); ++i) {
+    const std::uint32_t to = local_of(out[i].to);
+    if (to == m) throw Error("peer sync hands row " + std::to_string(out[i].key) + " to another host's worker");
     h.send[to].push_back(i);
   }
-  U64Map<std::uint32_t> at;  // my peer pulls by key
-  for (std::uint32_t i = 0; i < mine.pulls.size(); ++i)
-    if (mine.pulls[i].peer) at.try_emplace(mine.pulls[i].key, i);
+  const U64Map<std::uint32_t> at = taker_list(mine);  // key -> position
   for (std::uint32_t j = 0; j < m; ++j) {
     if (j == g.me) continue;
-    for (const auto& v : plans[g.ranks[j]].hand_values) {
+    for (const auto& v : given(plans[g.ranks[j]])) {
       if (v.to != g.ranks[g.me]) continue;
       const std::uint32_t* i = at.find(v.key);
       if (i == nullptr) {
@@ -131,7 +146,24 @@ HandOffs peer_hand_offs(const HostGroup& g, const std::vector<StepPlan>& plans) 
 HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
   HostPlans h;
   if (!g.active()) return h;
-  if (g.peer) h.peer = peer_hand_offs(g, plans);
+  if (g.peer) {
+    h.peer = peer_hand_offs(
+        g, plans, [](const StepPlan& p) -> const auto& { return p.hand_values; },
+        [](const StepPlan& p) {
+          U64Map<std::uint32_t> at;  // the peer pulls
+          for (std::uint32_t i = 0; i < p.pulls.size(); ++i)
+            if (p.pulls[i].peer) at.try_emplace(p.pulls[i].key, i);
+          return at;
+        });
+    h.apply = peer_hand_offs(
+        g, plans, [](const StepPlan& p) -> const auto& { return p.hand_grads; },
+        [](const StepPlan& p) {
+          U64Map<std::uint32_t> at;  // the rows applied in the host
+          for (std::uint32_t i = 0; i < p.rows.size(); ++i)
+            if (p.rows[i].host_apply) at.try_emplace(p.rows[i].key, i);
+          return at;
+        });
+  }
   if (!g.aggregate) return h;
   h.sync = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
   h.evict = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) {

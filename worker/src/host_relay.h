@@ -48,12 +48,16 @@ struct HandOffs {
   // (this one hands its gradient over, or receives the pulled row); else how many
   // trainers' gradients this worker's push sums (1: its own), or 1 for its own pull.
   std::vector<std::uint32_t> share;
+  // Pulls (empty: as the plan says): per position, whether the row is pulled and handed
+  // with its state (a row one worker of the host applies itself, pulled for several).
+  std::vector<std::uint8_t> state;
   // Whether any worker of the host hands anything over in this phase: the same on all
   // of them, so the exchange runs on all or on none.
   bool any = false;
 
   bool handed(std::size_t i) const { return !share.empty() && share[i] == 0; }
   std::uint32_t share_of(std::size_t i) const { return share.empty() ? 1 : share[i]; }
+  bool with_state(std::size_t i, bool planned) const { return state.empty() ? planned : state[i] != 0; }
   std::uint64_t sent() const;      // rows this worker sends
   std::uint64_t received() const;  // rows it receives
 };
@@ -64,9 +68,11 @@ struct HandOffs {
 //   pull   pulls
 //   end    end_pushes
 //   peer   peer sync: sent, positions of hand_values; received, positions of pulls
+//   apply  peer sync's host-applied rows: sent, positions of hand_grads; received,
+//          positions of rows (this worker applies them)
 // and of a flush (flush plan's push_grads).
 struct HostPlans {
-  HandOffs sync, evict, pull, end, peer;
+  HandOffs sync, evict, pull, end, peer, apply;
 };
 
 // What a worker knows of its host to derive the hand-offs.

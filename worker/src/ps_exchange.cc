@@ -138,6 +138,32 @@ void PsExchange::hand_values(const StepPlan& p, const HandOffs& h) {
   wire_.relay.push_value.rows += h.received();
 }
 
+void PsExchange::hand_grads(const StepPlan& p, const HandOffs& h) {
+  wire_.rows.peer_grad += p.hand_grads.size();
+  if (!h.any) return;
+  if (host_ == nullptr) throw Error("peer sync planned, but this worker has no channel to its host");
+  std::vector<std::vector<float>> send(h.send.size()), received(h.recv.size());
+  for (std::size_t j = 0; j < h.send.size(); ++j) {
+    std::vector<std::uint32_t> slots;
+    for (std::uint32_t pos : h.send[j]) slots.push_back(p.hand_grads[pos].slot);
+    cache_.read_grads(slots, send[j]);
+    received[j].resize(h.recv[j].size() * row_.dim);
+    wire_.relay.push_grad.out += send[j].size() * sizeof(float);
+    wire_.relay.push_grad.in += received[j].size() * sizeof(float);
+  }
+  host_->exchange(send, received);
+  wire_.relay.push_grad.rows += h.sent();
+  // Added after this worker's own gradient, giver by giver in rank order.
+  for (std::size_t j = 0; j < received.size(); ++j) {
+    if (received[j].empty()) continue;
+    std::vector<std::uint32_t> slots;
+    for (std::uint32_t pos : h.recv[j]) slots.push_back(p.rows[pos].slot);
+    const auto n = static_cast<std::int64_t>(slots.size());
+    cache_.scatter_add_grad(
+        slots, torch::from_blob(received[j].data(), {n, static_cast<std::int64_t>(row_.dim)}, torch::kFloat32).to(cache_.device()));
+  }
+}
+
 void PsExchange::barrier(std::uint64_t generation) { control_.barrier(transport::BarrierGroup::kWorkers, generation); }
 
 CommitNews PsExchange::commit(std::uint64_t iteration, std::uint32_t flags) {
@@ -162,7 +188,7 @@ void PsExchange::prefetch(const StepPlan& next, std::uint64_t t, const HostPlans
   for (std::size_t i = 0; i < next.pulls.size(); ++i) {
     const auto& e = next.pulls[i];
     if (!e.prefetch || next_h.pull.handed(i)) continue;
-    Pulled& into = e.with_state ? ahead_state_ : ahead_plain_;
+    Pulled& into = next_h.pull.with_state(i, e.with_state) ? ahead_state_ : ahead_plain_;
     into.keys.push_back(e.key);
     into.slots.push_back(e.slot);
   }
@@ -203,7 +229,7 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h) {
       } else if (e.prefetch) {
         ++ahead;
       } else {
-        Pulled& into = e.with_state ? with_state : without_state;
+        Pulled& into = h.pull.with_state(i, e.with_state) ? with_state : without_state;
         into.keys.push_back(e.key);
         into.slots.push_back(e.slot);
       }
@@ -281,7 +307,7 @@ void PsExchange::hand_pulled_rows(const StepPlan& p, const HandOffs& h) {
   if (!h.any) return;
   if (host_ == nullptr) throw Error("per-host aggregation planned, but this worker has no channel to its host");
   const std::uint32_t full = row_.dim + row_.state;
-  const auto per = [&](std::uint32_t pos) { return p.pulls[pos].with_state ? full : row_.dim; };
+  const auto per = [&](std::uint32_t pos) { return h.with_state(pos, p.pulls[pos].with_state) ? full : row_.dim; };
   std::vector<std::vector<float>> send(h.send.size()), received(h.recv.size());
   std::uint64_t out = 0, in = 0;
   for (std::size_t j = 0; j < h.send.size(); ++j) {
@@ -306,7 +332,7 @@ void PsExchange::hand_pulled_rows(const StepPlan& p, const HandOffs& h) {
     const float* at = received[j].data();
     for (std::uint32_t pos : h.recv[j]) {
       const auto& e = p.pulls[pos];
-      Pulled& into = e.with_state ? with_state : without_state;
+      Pulled& into = h.with_state(pos, e.with_state) ? with_state : without_state;
       into.keys.push_back(e.key);
       into.slots.push_back(e.slot);
       into.rows.insert(into.rows.end(), at, at + per(pos));

@@ -65,6 +65,10 @@ class PsExchange {
   // an update pending, and any push of a prefetched row before commit(t + 1).
   // Rows another worker of this host pulls for it (next_h.pull) are not pulled here.
   void prefetch(const scheduler::StepPlan& next, std::uint64_t t, const HostPlans& next_h = {});
+  // Peer sync, after training: the gradients of host-applied rows this worker hands to
+  // their applier (hand_grads), and those handed to it added to its own, in rank order
+  // (`h`: HostPlans::apply). update_rows then applies or drops them.
+  void hand_grads(const scheduler::StepPlan& p, const HandOffs& h);
   // Full-set sync: every trained row's gradient, with its trainer count (`h`: hand-offs).
   void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h = {});
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it

@@ -14,7 +14,7 @@ namespace ember::scheduler {
 // The summary's rows by kind, by the scheduler's names (ember-sim's; cold_pulls and
 // evict_partial are not the job's to report).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrafficCounts, pulls, push_grad, push_value, push_evict, hits, flush_grad, flush_value, hot_sync,
-                                   hot_flush, pull_state, prefetched, peer_value)
+                                   hot_flush, pull_state, prefetched, peer_value, peer_grad)
 }  // namespace ember::scheduler
 
 namespace ember::worker {

@@ -161,7 +161,9 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // pushes: full-set policies' end pushes (they read the row gradients).
   exchange_->end_pushes(p, row_of, t, s.host.end);
   lap(phases_.push);
-  // row updates: local optimizer for rows trained here alone, partials kept, drops.
+  // row updates: peer sync's gradients to their host's applier; local optimizer for rows
+  // trained here alone (or applied in the host), partials kept, drops.
+  exchange_->hand_grads(p, s.host.apply);
   update_rows(p, t, on_demand_, job_.ps_config().optimizer, *cache_, *exchange_);
   lap(phases_.update);
 }

@@ -13,10 +13,13 @@
 //              applied locally (it becomes dirty)
 //   4. after:  end_pushes (full-set sync: push these rows' gradients), then drops (stale
 //              copies leave their slots without traffic)
-// Peer sync (SchedulerConfig::peer_sync) adds, in step 1, hand_values: a dirty row this
-// worker holds goes (value and state) to the one worker of its host that trains it,
-// leaving this cache at once; that worker's pull of it is marked `peer` and takes the
-// row from there instead of the PS.
+// Peer sync (SchedulerConfig::peer_sync) adds, in step 1, hand_values: a row this worker
+// holds as latest goes (value and state) to every other worker of its host that trains
+// it, whose pull of it is marked `peer` and takes it from there instead of the PS (if
+// this worker does not train it, its copy leaves at once). And a row that several workers of one host train
+// (and no other) is applied in the host: its trainers' rows say `host_apply`; the first
+// of them (lowest rank) applies the optimizer to the sum, the others hand it their
+// gradients (hand_grads) after training and drop their copies.
 // A placement (plan_file.h) adds two kinds of rows: `replicated` lists the rows of
 // replicated tables the global batch touches (the same list in every worker's plan: their
 // gradients are all-reduced, no row is pulled or pushed); an uncached row is pulled into
@@ -60,7 +63,7 @@ struct PullEntry {
   bool peer = false;
 };
 
-// Peer sync: a dirty row handed (value and state) to worker `to`, from `slot`.
+// Peer sync: a latest row handed (value and state) to worker `to`, from `slot`.
 struct HandValue {
   Key key;
   std::uint32_t slot;
@@ -72,6 +75,9 @@ struct RowRef {
   std::uint32_t slot;
   std::uint32_t trainers;  // workers training this row in this iteration (1: only this one)
   bool uncached = false;   // of an uncached table: staged for this iteration only
+  // Peer sync: every trainer is on this worker's host; the first applies the summed
+  // gradients (with the row's state), the others hand theirs to it (hand_grads).
+  bool host_apply = false;
 
   // Trained by other workers too: the gradient is partial (on-demand sync) or pushed.
   bool shared() const { return trainers > 1; }
@@ -84,6 +90,9 @@ struct StepPlan {
   std::vector<KeySlot> push_grads;
   std::vector<KeySlot> push_values;
   std::vector<HandValue> hand_values;  // peer sync, step 1 (their slots are free after it)
+  // Peer sync, after training: gradients of host-applied rows handed to their applier
+  // (`to`); the copies then leave (they are in `drops` too).
+  std::vector<HandValue> hand_grads;
   std::vector<PullEntry> pulls;
   std::vector<RowRef> rows;  // distinct rows of the micro-batch, first-appearance order
   std::vector<KeySlot> end_pushes;
@@ -124,9 +133,11 @@ struct TrafficCounts {
   std::uint64_t flush_grad = 0, flush_value = 0;
   // Replicated rows written back to the PS by a flush (their replica values and state).
   std::uint64_t hot_flush = 0;
-  // Peer sync: dirty rows handed (value and state) from one worker to another of its host
-  // instead of a value push and a pull (not PS transmissions).
+  // Peer sync: latest rows handed (value and state) from one worker to another of its
+  // host instead of a pull (and, for a dirty row, a value push): not PS transmissions.
   std::uint64_t peer_value = 0;
+  // Peer sync: gradients handed to a host-applied row's applier (within the host).
+  std::uint64_t peer_grad = 0;
 
   std::uint64_t pushes() const { return push_grad + push_value + push_evict; }
   std::uint64_t transmissions() const { return pulls + pushes(); }

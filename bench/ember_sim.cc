@@ -259,8 +259,42 @@ struct Flags {
   bool json = false, quiet = false;
   scheduler::SimOptions o;
   std::uint32_t dim = 16, ps_shards = 1, hosts = 0;
-  std::string optimizer = "sgd", ps_hosts = "own";
+  std::string optimizer = "sgd", ps_hosts = "own", host_map;
 };
+
+// --host-map "0,0,1,1": each worker's host, by rank. ConfigError unless it is a partition
+// of the workers into hosts 0..H-1 (one entry per worker, every host with a worker).
+std::vector<std::uint32_t> parse_host_map(const std::string& text, std::uint32_t workers) {
+  std::vector<std::uint32_t> host_of;
+  for (std::size_t at = 0; at <= text.size();) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    unsigned long v = 0;
+    try {
+      v = std::stoul(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size()) throw ConfigError("--host-map '" + text + "': '" + item + "' is not a host index");
+    host_of.push_back(static_cast<std::uint32_t>(v));
+    at = comma + 1;
+  }
+  if (host_of.size() != workers) {
+    throw ConfigError("--host-map '" + text + "' gives " + std::to_string(host_of.size()) + " workers' hosts; --workers is " +
+                      std::to_string(workers) + " (one host index per worker, by rank)");
+  }
+  const std::uint32_t hosts = *std::max_element(host_of.begin(), host_of.end()) + 1;
+  std::vector<bool> used(hosts, false);
+  for (std::uint32_t h : host_of) used[h] = true;
+  for (std::uint32_t h = 0; h < hosts; ++h) {
+    if (!used[h]) {
+      throw ConfigError("--host-map '" + text + "' is not a partition of the workers: host " + std::to_string(h) +
+                        " has none (number the hosts 0.." + std::to_string(hosts - 1) + ", each with a worker)");
+    }
+  }
+  return host_of;
+}
 
 void add_flags(CLI::App& app, Flags& f) {
   scheduler::SimOptions& o = f.o;
@@ -287,6 +321,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--ps", f.ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
   app.add_option("--hosts", f.hosts,
                  "worker hosts, for per-link counts: workers in rank order, as many on each (host h holds ranks h*W/H .. (h+1)*W/H - 1)");
+  auto* map_opt = app.add_option("--host-map", f.host_map,
+                                 "worker hosts as a map instead of --hosts: each worker's host index by rank, comma-separated "
+                                 "(e.g. 0,0,0,1,1: hosts of 3 and 2 workers)");
+  map_opt->excludes(app.get_option("--hosts"));
   app.add_option("--ps-hosts", f.ps_hosts,
                  "with --hosts: the host of each PS shard (comma-separated, one for all), a host index 0..H-1 or 'own' (a host "
                  "without workers: all its traffic crosses hosts)")
@@ -314,16 +352,20 @@ int main(int argc, char** argv) {
     if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
+    const std::uint32_t workers = f.o.scheduler.workers;
     if (f.hosts > 0) {
-      const std::uint32_t workers = f.o.scheduler.workers;
       if (workers % f.hosts != 0) {
         throw ConfigError("--hosts " + std::to_string(f.hosts) + " does not divide --workers " + std::to_string(workers) +
-                          " (each host holds --workers / --hosts of them)");
+                          " (each host holds --workers / --hosts of them; --host-map for hosts of other sizes)");
       }
       // Workers in rank order, as many on each host.
       f.o.host_of = [hosts = f.hosts, workers](WorkerId w) { return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers); };
-      f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
+    } else if (!f.host_map.empty()) {
+      const std::vector<std::uint32_t> map = parse_host_map(f.host_map, workers);
+      f.hosts = *std::max_element(map.begin(), map.end()) + 1;
+      f.o.host_of = [map](WorkerId w) { return map[w]; };
     }
+    if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
     auto list = scheduler::parse_policies(f.policies);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     SyntheticDataset holder;

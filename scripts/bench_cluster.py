@@ -6,9 +6,9 @@ For each inter-host link rate in --links (Mbit/s, tc tbf on each host's link; 0 
 unshaped), each configuration (vanilla, herald, herald + lookahead) and each dense
 all-reduce (flat ring, hierarchical), --repeats runs alternated within each repeat,
 through scripts/launch_hosts.sh over ssh (run on host1, as a user of the cluster would).
-(`--configs` picks among vanilla, herald, herald+lookahead and herald+hosts: the latter
-with per-host aggregation, two-level allocation and peer sync; `--allreduce` among flat
-and hierarchical.) Per run:
+(`--configs` picks among vanilla, herald, herald+lookahead, herald+hosts (herald +
+lookahead with per-host aggregation, two-level allocation and peer sync) and herald+peer
+(the same without aggregation); `--allreduce` among flat and hierarchical.) Per run:
   - samples/s (the slowest worker's);
   - bytes crossing hosts per iteration as the transport counts them (summary "links":
     cross-host PS traffic both ways, plus the all-reduce payload each worker sent to
@@ -44,6 +44,8 @@ CONFIGS = [
     # The host hierarchy for rows, every mechanism (docs/cluster.md), on top of the above.
     ("herald+hosts", "herald", ["--lookahead", "4", "--prefetch", "--overlap-allreduce", "--host-aggregation",
                                 "--host-allocation", "--peer-sync"]),
+    # The same without per-host aggregation (its pulls take two hops within the host).
+    ("herald+peer", "herald", ["--lookahead", "4", "--prefetch", "--overlap-allreduce", "--host-allocation", "--peer-sync"]),
 ]
 ALLREDUCE = ["flat", "hierarchical"]
 

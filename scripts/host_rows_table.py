@@ -5,9 +5,10 @@ rows (docs/cluster.md "The host hierarchy for rows"), from ember-sim.
 For each dataset and host layout (--layouts, HOSTSxWORKERS), runs ember-sim once per
 scheduling variant and prints a markdown table: vanilla, vanilla + per-host aggregation,
 flat herald, herald + each mechanism alone (aggregation, two-level allocation, peer
-sync) and with all three; rows across hosts, their ratio to flat herald's, bytes across
-hosts, rows and bytes within hosts. The final flush is included; the PS shards run on a
-host of their own, so every PS row crosses hosts unless a mechanism keeps it within one.
+sync) and with all three; rows and bytes across hosts and their ratio to flat herald's,
+with the final flush and without it (the iterations alone), and rows and bytes within
+hosts (peer sync's hand-offs included). The PS shards run on a host of their own, so
+every PS row crosses hosts unless a mechanism keeps it within one.
 
   scripts/host_rows_table.py [--sim build/bin/ember-sim] [--datasets criteo,avazu]
       [--real DIR --real-batch 16] [--layouts 2x4,4x2] [--json-out FILE]
@@ -38,7 +39,14 @@ VARIANTS = [
 
 def rows_of(link):
     """Rows on a link: PS transmissions and flushes, and peer sync's hand-offs."""
-    return sum(link.get(k, 0) for k in ("pulls", "push_grad", "push_value", "push_evict", "flush_grad", "flush_value", "peer_value"))
+    return sum(link.get(k, 0) for k in ("pulls", "push_grad", "push_value", "push_evict", "flush_grad", "flush_value", "peer_value",
+                                        "peer_grad"))
+
+
+def flush_bytes(link, dim, state):
+    """Payload of the final flush on a link (docs/design.md "Bytes"): values with their
+    state, gradients with their trainer count and iteration."""
+    return link.get("flush_value", 0) * (8 + 4 * (dim + state)) + link.get("flush_grad", 0) * (16 + 4 * dim)
 
 
 def run_sim(a, data_args, hosts, workers, batch, iterations, warmup, policy, flags):
@@ -67,6 +75,7 @@ def main():
     p.add_argument("--optimizer", default="adagrad")
     p.add_argument("--json-out", help="write every run's numbers here")
     a = p.parse_args()
+    state = {"sgd": 0, "adagrad": a.dim, "rowwise-adagrad": 1, "adam": 2 * a.dim}[a.optimizer]
 
     sets = [{"name": f"{d}-like scale {a.scale}", "args": ["--synthetic", d, "--scale", a.scale], "batch": a.batch}
             for d in a.datasets.split(",") if d]
@@ -92,26 +101,31 @@ def main():
                 cross, intra = links["cross_host"], links["intra_host"]
                 row = {"dataset": name, "layout": layout, "variant": label, "cross_rows": rows_of(cross),
                        "cross_bytes": cross["bytes"], "intra_rows": rows_of(intra), "intra_bytes": intra["bytes"],
-                       "iterations": iterations, "warmup": warmup, "batch": batch, "command": cmd}
+                       # The iterations alone, without the final flush (a cost once per run).
+                       "cross_rows_run": rows_of(cross) - cross.get("flush_grad", 0) - cross.get("flush_value", 0),
+                       "cross_bytes_run": cross["bytes"] - flush_bytes(cross, a.dim, state),
+                       "iterations": iterations, "warmup": warmup, "batch": batch, "command": cmd, "links": links}
                 if label == "herald (flat)":
                     flat = row
                 results.append(row)
                 print(f"{name} {layout} {label}: across {row['cross_rows']:,} rows", file=sys.stderr)
             for row in results:
                 if row["dataset"] == name and row["layout"] == layout:
-                    row["vs_flat_herald"] = row["cross_rows"] / flat["cross_rows"]
-                    row["bytes_vs_flat_herald"] = row["cross_bytes"] / flat["cross_bytes"]
+                    for k in ("cross_rows", "cross_bytes", "cross_rows_run", "cross_bytes_run"):
+                        row[k + "_vs_flat"] = row[k] / flat[k]
     if a.json_out:
         Path(a.json_out).write_text(json.dumps(results, indent=1))
     for name in dict.fromkeys(r["dataset"] for r in results):
         rs = [r for r in results if r["dataset"] == name]
         print(f"\n{name}: W x B = hosts x workers per host x {rs[0]['batch']}, {rs[0]['iterations']} iterations after "
               f"{rs[0]['warmup']}, cache {a.cache_ratio}, {a.optimizer} dim {a.dim}\n")
-        print("| layout | variant | rows across hosts | vs flat herald | MB across | bytes vs flat | rows within | MB within |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| layout | variant | rows across hosts | vs flat herald | MB across | vs flat | without the final flush: rows | "
+              "vs flat | MB | vs flat | rows within | MB within |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rs:
-            print(f"| {r['layout']} | {r['variant']} | {r['cross_rows']:,} | {r['vs_flat_herald']:.2f}x | {r['cross_bytes'] / 1e6:.1f} | "
-                  f"{r['bytes_vs_flat_herald']:.2f}x | {r['intra_rows']:,} | {r['intra_bytes'] / 1e6:.1f} |")
+            print(f"| {r['layout']} | {r['variant']} | {r['cross_rows']:,} | {r['cross_rows_vs_flat']:.2f}x | {r['cross_bytes'] / 1e6:.1f} | "
+                  f"{r['cross_bytes_vs_flat']:.2f}x | {r['cross_rows_run']:,} | {r['cross_rows_run_vs_flat']:.2f}x | "
+                  f"{r['cross_bytes_run'] / 1e6:.1f} | {r['cross_bytes_run_vs_flat']:.2f}x | {r['intra_rows']:,} | {r['intra_bytes'] / 1e6:.1f} |")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,29 @@ void expect_same_counts(const TrafficCounts& a, const TrafficCounts& b, int it) 
   ASSERT_EQ(a.push_value, b.push_value) << "iteration " << it;
   ASSERT_EQ(a.push_evict, b.push_evict) << "iteration " << it;
   ASSERT_EQ(a.hits, b.hits) << "iteration " << it;
+  ASSERT_EQ(a.peer_value, b.peer_value) << "iteration " << it;
+  ASSERT_EQ(a.peer_grad, b.peer_grad) << "iteration " << it;
+}
+
+// Runs the scheduler and the plain model over 300 batches of `wl` on random allocations
+// (from `seed`): each iteration's counts and every cache's LRU order agree, and
+// also(counts, plans) checks more.
+template <typename Also>
+void run_against_reference(Scheduler& s, test::ReferenceModel& ref, Workload& wl, std::uint32_t W, std::uint32_t B, std::uint64_t seed,
+                           Also&& also) {
+  std::mt19937_64 rng(seed);
+  std::vector<StepPlan> plans;
+  for (int it = 0; it < 300; ++it) {
+    GlobalBatch b = wl.next(W * B, static_cast<std::uint64_t>(it));
+    auto alloc = random_allocation(W, B, rng);
+    TrafficCounts got = s.schedule_with(b, alloc, plans).traffic;
+    TrafficCounts want = ref.step(b, alloc);
+    expect_same_counts(got, want, it);
+    for (std::uint32_t w = 0; w < W; ++w) {
+      ASSERT_EQ(s.cache_of(w).keys_lru_order(), ref.lru_order(static_cast<int>(w))) << "worker " << w << " iteration " << it;
+    }
+    also(got, plans);
+  }
 }
 
 // Each policy is its traits: Herald's Table 2 breakdown (allocation x sync) and the
@@ -128,18 +151,7 @@ TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
     Scheduler s(config(policy, W, B, cache, wl));
     Policy p = parse_policy(policy);
     test::ReferenceModel ref(W, cache, p.sync() == Sync::kOnDemand, p.sync() == Sync::kBoundedStaleness, p.staleness());
-    std::mt19937_64 rng(11);
-    std::vector<StepPlan> plans;
-    for (int it = 0; it < 300; ++it) {
-      GlobalBatch b = wl.next(W * B, static_cast<std::uint64_t>(it));
-      auto alloc = random_allocation(W, B, rng);
-      TrafficCounts got = s.schedule_with(b, alloc, plans).traffic;
-      TrafficCounts want = ref.step(b, alloc);
-      expect_same_counts(got, want, it);
-      for (std::uint32_t w = 0; w < W; ++w) {
-        ASSERT_EQ(s.cache_of(w).keys_lru_order(), ref.lru_order(static_cast<int>(w))) << "worker " << w << " iteration " << it;
-      }
-    }
+    run_against_reference(s, ref, wl, W, B, 11, [](const TrafficCounts&, const std::vector<StepPlan>&) {});
     // Row states agree too.
     for (std::uint32_t w = 0; w < W && p.sync() != Sync::kBoundedStaleness; ++w) {
       for (const auto& [k, copy] : ref.copies(static_cast<int>(w))) {
@@ -170,21 +182,11 @@ TEST(Scheduler, PeerSyncAgainstReference) {
     Scheduler s(c);
     test::ReferenceModel ref(W, cache, true);
     ref.peer_sync({0, 0, 1, 1});
-    std::mt19937_64 rng(13);
-    std::vector<StepPlan> plans;
     std::uint64_t handed = 0, applied = 0;
-    for (int it = 0; it < 300; ++it) {
-      GlobalBatch b = wl.next(W * B, static_cast<std::uint64_t>(it));
-      auto alloc = random_allocation(W, B, rng);
-      TrafficCounts got = s.schedule_with(b, alloc, plans).traffic;
-      TrafficCounts want = ref.step(b, alloc);
-      expect_same_counts(got, want, it);
-      ASSERT_EQ(got.peer_value, want.peer_value) << "iteration " << it;
-      ASSERT_EQ(got.peer_grad, want.peer_grad) << "iteration " << it;
+    run_against_reference(s, ref, wl, W, B, 13, [&](const TrafficCounts& got, const std::vector<StepPlan>& plans) {
       handed += got.peer_value;
       applied += got.peer_grad;
       for (std::uint32_t w = 0; w < W; ++w) {
-        ASSERT_EQ(s.cache_of(w).keys_lru_order(), ref.lru_order(static_cast<int>(w))) << "worker " << w << " iteration " << it;
         std::uint64_t taken = 0;
         for (const PullEntry& e : plans[w].pulls) taken += e.peer;
         for (const HandValue& v : plans[w].hand_values) {
@@ -193,7 +195,7 @@ TEST(Scheduler, PeerSyncAgainstReference) {
         }
         EXPECT_LE(taken, got.peer_value);
       }
-    }
+    });
     EXPECT_GT(handed, 0u) << "cache " << cache << ": peer sync never handed a row, the test proves nothing";
     EXPECT_GT(applied, 0u) << "cache " << cache << ": no row was applied in its host";
     // Refused without hosts, and for full-set sync.

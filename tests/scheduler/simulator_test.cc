@@ -116,6 +116,37 @@ TEST_F(Simulator, ImpossibleConfigurations) {
   EXPECT_THROW(simulate(ds, o), ConfigError);
 }
 
+// The host flags' one-line refusals: --hosts that does not divide --workers, a host map
+// that is not a partition of the workers, a mechanism without hosts; a map of unequal
+// hosts is accepted and counts like the same hosts given as --hosts where they agree.
+TEST_F(Simulator, HostFlagsAreRefusedUnlessTheyPartitionTheWorkers) {
+  const std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 6 --warmup 1 --batch-per-worker 16 " +
+                           "--workers 4 --policies herald --json -q";
+  const std::pair<const char*, const char*> refused[] = {
+      {" --hosts 3", "--hosts 3 does not divide --workers 4"},
+      {" --host-map 0,0,1", "gives 3 workers' hosts; --workers is 4"},
+      {" --host-map 0,0,2,2", "not a partition of the workers: host 1 has none"},
+      {" --host-map 0,x,1,1", "'x' is not a host index"},
+      {" --peer-sync", "--peer-sync needs every worker's host"},
+      {" --host-allocation", "--host-allocation needs every worker's host"},
+  };
+  for (const auto& [flags, says] : refused) {
+    std::string out;
+    EXPECT_NE(test::run_command(base + flags + " 2>&1", out), 0) << flags;
+    EXPECT_NE(out.find(says), std::string::npos) << flags << ": " << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << flags << ": one line: " << out;
+  }
+  std::string by_map, by_count;
+  ASSERT_EQ(test::run_command(base + " --host-map 0,0,1,1 --peer-sync --host-allocation", by_map), 0) << by_map;
+  ASSERT_EQ(test::run_command(base + " --hosts 2 --peer-sync --host-allocation", by_count), 0) << by_count;
+  // (The per-link counts: the JSON from "links" on; the fields before include timings.)
+  const auto links = [](const std::string& out) { return out.substr(std::min(out.find("\"links\""), out.size())); };
+  EXPECT_FALSE(links(by_map).empty()) << by_map;
+  EXPECT_EQ(links(by_map), links(by_count));
+  std::string unequal;
+  ASSERT_EQ(test::run_command(base + " --host-map 0,0,0,1 --peer-sync", unequal), 0) << unequal;
+}
+
 // The builder fills what each option asks for, the same as assembling the config by hand.
 TEST_F(Simulator, SchedulerConfigFromOptions) {
   data::Dataset ds = data::Dataset::open(dataset(40 * 4 * 16, 0.01));

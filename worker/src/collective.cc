@@ -110,24 +110,26 @@ std::function<std::function<void()>(std::vector<torch::Tensor>&)> hierarchical(G
 class GlooHostChannel : public HostChannel {
  public:
   explicit GlooHostChannel(GlooGroup group) : group_(std::move(group)) {}
-  void exchange(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) override {
-    std::vector<std::vector<torch::Tensor>> tensors;  // alive until every op is waited for
+  std::function<void()> start(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) override {
+    auto tensors = std::make_shared<std::vector<std::vector<torch::Tensor>>>();  // alive until every op is waited for
     std::vector<c10::intrusive_ptr<c10d::Work>> ops;
-    tensors.reserve(2 * send.size());
+    tensors->reserve(2 * send.size());
     const auto as_tensor = [](const float* data, std::size_t n) {
       return torch::from_blob(const_cast<float*>(data), {static_cast<std::int64_t>(n)}, torch::kFloat32);
     };
     for (std::size_t j = 0; j < send.size(); ++j) {
       if (!recv[j].empty()) {
-        tensors.push_back({as_tensor(recv[j].data(), recv[j].size())});
-        ops.push_back(group_->recv(tensors.back(), static_cast<int>(j), kTag));
+        tensors->push_back({as_tensor(recv[j].data(), recv[j].size())});
+        ops.push_back(group_->recv(tensors->back(), static_cast<int>(j), kTag));
       }
       if (!send[j].empty()) {
-        tensors.push_back({as_tensor(send[j].data(), send[j].size())});
-        ops.push_back(group_->send(tensors.back(), static_cast<int>(j), kTag));
+        tensors->push_back({as_tensor(send[j].data(), send[j].size())});
+        ops.push_back(group_->send(tensors->back(), static_cast<int>(j), kTag));
       }
     }
-    for (auto& op : ops) op->wait();
+    return [ops = std::move(ops), tensors] {
+      for (const auto& op : ops) op->wait();
+    };
   }
 
  private:

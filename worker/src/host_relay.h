@@ -33,8 +33,11 @@ class HostChannel {
  public:
   virtual ~HostChannel() = default;
   // send[j]: floats for local rank j; recv[j], sized by the caller: what j sends here.
-  // Returns once all are sent and received; throws IoError if a peer is lost.
-  virtual void exchange(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) = 0;
+  // Starts every send and receive and returns what waits for them (called once; the
+  // buffers must live until it returns); it throws IoError if a peer is lost.
+  virtual std::function<void()> start(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) = 0;
+  // The same, waited for.
+  void exchange(const std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv) { start(send, recv)(); }
 };
 
 // One phase's hand-offs for one worker, as positions into that phase's list of rows

@@ -140,28 +140,47 @@ void PsExchange::hand_values(const StepPlan& p, const HandOffs& h) {
 
 void PsExchange::hand_grads(const StepPlan& p, const HandOffs& h) {
   wire_.rows.peer_grad += p.hand_grads.size();
+  if (apply_wait_) throw Error("peer sync: the host-applied rows of an earlier iteration were not finished");
+  // The host-applied rows this worker applies: those whose gradient it does not hand over.
+  std::vector<Key> given;
+  for (const auto& g : p.hand_grads) given.push_back(g.key);
+  std::sort(given.begin(), given.end());
+  apply_own_.clear();
+  for (const auto& r : p.rows)
+    if (r.host_apply && !std::binary_search(given.begin(), given.end(), r.key)) apply_own_.push_back(r.slot);
   if (!h.any) return;
   if (host_ == nullptr) throw Error("peer sync planned, but this worker has no channel to its host");
-  std::vector<std::vector<float>> send(h.send.size()), received(h.recv.size());
+  apply_send_.assign(h.send.size(), {});
+  apply_recv_.assign(h.recv.size(), {});
+  apply_into_.assign(h.recv.size(), {});
   for (std::size_t j = 0; j < h.send.size(); ++j) {
     std::vector<std::uint32_t> slots;
     for (std::uint32_t pos : h.send[j]) slots.push_back(p.hand_grads[pos].slot);
-    cache_.read_grads(slots, send[j]);
-    received[j].resize(h.recv[j].size() * row_.dim);
-    wire_.relay.push_grad.out += send[j].size() * sizeof(float);
-    wire_.relay.push_grad.in += received[j].size() * sizeof(float);
+    cache_.read_grads(slots, apply_send_[j]);
+    apply_recv_[j].resize(h.recv[j].size() * row_.dim);
+    for (std::uint32_t pos : h.recv[j]) apply_into_[j].push_back(p.rows[pos].slot);
+    wire_.relay.push_grad.out += apply_send_[j].size() * sizeof(float);
+    wire_.relay.push_grad.in += apply_recv_[j].size() * sizeof(float);
   }
-  host_->exchange(send, received);
   wire_.relay.push_grad.rows += h.sent();
-  // Added after this worker's own gradient, giver by giver in rank order.
-  for (std::size_t j = 0; j < received.size(); ++j) {
-    if (received[j].empty()) continue;
-    std::vector<std::uint32_t> slots;
-    for (std::uint32_t pos : h.recv[j]) slots.push_back(p.rows[pos].slot);
-    const auto n = static_cast<std::int64_t>(slots.size());
-    cache_.scatter_add_grad(
-        slots, torch::from_blob(received[j].data(), {n, static_cast<std::int64_t>(row_.dim)}, torch::kFloat32).to(cache_.device()));
+  apply_wait_ = host_->start(apply_send_, apply_recv_);
+}
+
+void PsExchange::finish_host_apply(const ps::OptimizerConfig& optimizer) {
+  if (apply_wait_) {
+    const std::function<void()> wait = std::move(apply_wait_);
+    apply_wait_ = nullptr;
+    wait();
+    // Added after this worker's own gradient, giver by giver in rank order.
+    for (std::size_t j = 0; j < apply_recv_.size(); ++j) {
+      if (apply_recv_[j].empty()) continue;
+      const auto n = static_cast<std::int64_t>(apply_into_[j].size());
+      const auto dim = static_cast<std::int64_t>(row_.dim);
+      cache_.scatter_add_grad(apply_into_[j], torch::from_blob(apply_recv_[j].data(), {n, dim}, torch::kFloat32).to(cache_.device()));
+    }
   }
+  if (!apply_own_.empty()) cache_.apply(apply_own_, optimizer, optimizer.lr);
+  apply_own_.clear();
 }
 
 void PsExchange::barrier(std::uint64_t generation) { control_.barrier(transport::BarrierGroup::kWorkers, generation); }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -65,10 +66,14 @@ class PsExchange {
   // an update pending, and any push of a prefetched row before commit(t + 1).
   // Rows another worker of this host pulls for it (next_h.pull) are not pulled here.
   void prefetch(const scheduler::StepPlan& next, std::uint64_t t, const HostPlans& next_h = {});
-  // Peer sync, after training: the gradients of host-applied rows this worker hands to
-  // their applier (hand_grads), and those handed to it added to its own, in rank order
-  // (`h`: HostPlans::apply). update_rows then applies or drops them.
+  // Peer sync, after training: starts handing the gradients of host-applied rows to their
+  // applier (hand_grads) and receiving those handed here (`h`: HostPlans::apply), and
+  // takes the rows this worker applies (update_rows leaves them): finish_host_apply()
+  // adds the received gradients to its own, in rank order, and applies the optimizer.
+  // The wait is deferred to the next use of the rows (the next sync phase, a flush, the
+  // end), where the workers wait for each other anyway.
   void hand_grads(const scheduler::StepPlan& p, const HandOffs& h);
+  void finish_host_apply(const ps::OptimizerConfig& optimizer);
   // Full-set sync: every trained row's gradient, with its trainer count (`h`: hand-offs).
   void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h = {});
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
@@ -133,6 +138,12 @@ class PsExchange {
   std::vector<std::vector<float>> peer_rows_;
   std::vector<std::vector<std::uint32_t>> peer_at_;
   std::uint64_t peer_before_ = 0;  // wire_.relay.push_value.rows at the last pull()
+  // Host-applied rows in flight (hand_grads to finish_host_apply): the gradients sent and
+  // received, the slots each giver's rows add to, this worker's own such rows.
+  std::vector<std::vector<float>> apply_send_, apply_recv_;
+  std::vector<std::vector<std::uint32_t>> apply_into_;
+  std::vector<std::uint32_t> apply_own_;
+  std::function<void()> apply_wait_;
   // Prefetched rows (with their state, without), for iteration ahead_for_.
   Pulled ahead_state_, ahead_plain_;
   std::uint64_t ahead_for_ = 0;

@@ -137,7 +137,7 @@ struct RunReport::Live {
     }
     const char* link_bytes_help =
         "Bytes by link class (intra_host, cross_host) and peer: ps as framed by the transport, worker the all-reduces' payload, "
-        "relay the rows handed within the host (per-host aggregation)";
+        "relay the rows handed within the host (per-host aggregation, peer sync)";
     const char* link_rows_help = "Rows carried to and from the PS shards by link class (intra_host, cross_host) and kind of request";
     for (const auto& [link, l] : {std::pair<const char*, const LinkTraffic*>{"intra_host", &wire.links.intra_host},
                                   std::pair<const char*, const LinkTraffic*>{"cross_host", &wire.links.cross_host}}) {
@@ -152,9 +152,17 @@ struct RunReport::Live {
       for (const auto& [kind, n] : kinds)
         out.counter("ember_worker_link_rows_total", link_rows_help, {{"rank", rank}, {"link", link}, {"kind", kind}}, d(n));
     }
+    // The host hierarchy's hand-offs within the host (WireCounts::relay).
+    const std::pair<const char*, std::uint64_t> relay[] = {
+        {"pull", wire.relay.pull.rows}, {"push_grad", wire.relay.push_grad.rows}, {"push_value", wire.relay.push_value.rows}};
+    for (const auto& [kind, n] : relay)
+      out.counter("ember_worker_relay_rows_total",
+                  "Rows handed within the host instead of crossing to the PS: pulled rows received (pull), gradients handed over "
+                  "(push_grad), latest rows received by peer sync (push_value)",
+                  {{"rank", rank}, {"kind", kind}}, d(n));
     out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.rows.hits));
     out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r,
-                d(wire.rows.hits + wire.rows.pulls));
+                d(wire.rows.hits + wire.rows.pulls + wire.rows.peer_value));
     out.gauge("ember_worker_cache_hit_ratio", "Cache hits over lookups in the last iteration", r, last_hit_ratio);
     if (auc) out.gauge("ember_worker_eval_auc", "AUC of the last evaluation on the validation split", r, *auc);
     if (logloss) out.gauge("ember_worker_eval_logloss", "Log loss of the last evaluation on the validation split", r, *logloss);
@@ -202,8 +210,9 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
     live_->samples += s.labels.size();
     live_->loss = loss;
     live_->wait_s += wait_ms / 1e3;
+    // (Misses: pulls, and rows a worker of this host handed over: peer sync.)
     const auto hits = static_cast<double>(wire.rows.hits - before_.rows.hits),
-               pulls = static_cast<double>(wire.rows.pulls - before_.rows.pulls);
+               pulls = static_cast<double>(wire.rows.pulls + wire.rows.peer_value - before_.rows.pulls - before_.rows.peer_value);
     live_->last_hit_ratio = hits + pulls > 0 ? hits / (hits + pulls) : 0.0;
     live_->wire = wire;
     live_->phases = phases;
@@ -229,7 +238,7 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, double loss,
   const std::uint64_t iters = t + 1 - window_first_;
   window_first_ = t + 1;
   const auto hits = static_cast<double>(wire.rows.hits - at_window_.rows.hits),
-             pulls = static_cast<double>(wire.rows.pulls - at_window_.rows.pulls);
+             pulls = static_cast<double>(wire.rows.pulls + wire.rows.peer_value - at_window_.rows.pulls - at_window_.rows.peer_value);
   // Bytes that left or reached this host (worker 0's): shown where the job spans hosts.
   const auto across = [](const WireCounts& w) { return w.links.cross_host.out() + w.links.cross_host.in(); };
   const std::uint64_t cross = across(wire) - across(at_window_);

@@ -131,7 +131,9 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
     phase += clock.seconds();
     clock.reset();
   };
-  // sync: partial gradients and dirty values other workers need, acknowledged.
+  // sync: the rows applied within the host last iteration first; partial gradients and
+  // dirty values other workers need, acknowledged.
+  exchange_->finish_host_apply(job_.ps_config().optimizer);
   exchange_->sync_pushes(p, false, s.host.sync);
   exchange_->hand_values(p, s.host.peer);
   lap(phases_.sync);
@@ -172,6 +174,7 @@ void Worker::flush(const Step& s) {
   const std::uint64_t t = s.iteration;
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
+  exchange_->finish_host_apply(job_.ps_config().optimizer);
   exchange_->sync_pushes(s.flush_plan, true, s.flush_host);
   replicas_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
   exchange_->barrier(barrier_after_flush(t));

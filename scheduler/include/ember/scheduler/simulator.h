@@ -71,7 +71,8 @@ struct SimResult {
   std::vector<TrafficCounts> per_link_aggregated;
 
   double hit_rate() const {
-    double total = static_cast<double>(traffic.hits + traffic.pulls);
+    // Misses: pulls, and rows peer sync handed over.
+    double total = static_cast<double>(traffic.hits + traffic.pulls + traffic.peer_value);
     return total > 0 ? static_cast<double>(traffic.hits) / total : 0.0;
   }
 };

@@ -54,8 +54,9 @@ struct HandOffs {
   // Pulls (empty: as the plan says): per position, whether the row is pulled and handed
   // with its state (a row one worker of the host applies itself, pulled for several).
   std::vector<std::uint8_t> state;
-  // Whether any worker of the host hands anything over in this phase: the same on all
-  // of them, so the exchange runs on all or on none.
+  // Whether the phase hands anything over: per-host aggregation's, on any worker of the
+  // host (the same answer on all of them); peer sync's, to or from this worker. The
+  // exchange is point to point: a worker with nothing to send or receive may skip it.
   bool any = false;
 
   bool handed(std::size_t i) const { return !share.empty() && share[i] == 0; }

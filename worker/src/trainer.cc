@@ -135,7 +135,10 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // dirty values other workers need, acknowledged.
   exchange_->finish_host_apply(job_.ps_config().optimizer);
   exchange_->sync_pushes(p, false, s.host.sync);
-  exchange_->hand_values(p, s.host.peer);
+  // Peer sync hands rows over from the cache: in a resumed job's first step, once the
+  // cache is restored (below). (Its sync pushes are all of flushed rows: none is made.)
+  const bool restoring = t == life_->first() && t > 0;
+  if (!restoring) exchange_->hand_values(p, s.host.peer);
   lap(phases_.sync);
   // commit: after every worker's sync pushes; flagged for checkpoints and stops.
   exchange_->barrier(barrier_before_commit(t));
@@ -144,6 +147,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // pulls: a resumed job's cached rows, evictions and pulls; with prefetch, t + 1's plan
   // is ready (the loader plans ahead): its rows whose PS copy is final travel now.
   if (!s.restore.empty()) exchange_->restore(s.restore, t);
+  if (restoring) exchange_->hand_values(p, s.host.peer);
   exchange_->pull(p, t, s.host);
   if (c_.prefetch && !s.last) {
     ahead = loader.next();

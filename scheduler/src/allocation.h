@@ -41,8 +41,8 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
                                 const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
                                 std::vector<std::uint32_t>& worker_of);
 
-// Swaps samples between workers (within a partition; by host: within a host) (within a partition) while a swap lowers the rows the
-// batch moves (c.refine_allocation; docs/scheduler.md "Refined allocation").
+// Swaps samples between workers (within a partition; by host: within a host) while a
+// swap lowers the rows the batch moves (c.refine_allocation; docs/scheduler.md "Refined allocation").
 void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
                        std::vector<std::uint32_t>& worker_of);
 

@@ -36,7 +36,7 @@ struct BatchRows {
   // Filled by the pull phase.
   std::vector<std::uint32_t> dslot;  // d * W + w -> slot of the row in w's cache
   // Filled by the sync phase under peer sync (else empty): d -> the worker handing the
-  // row to its sole trainer, or kNoOwner.
+  // row to the trainers on its host, or kNoOwner.
   std::vector<std::uint8_t> peer_d;
   std::vector<TrafficCounts> per_worker;  // the phases' counts, per worker
 

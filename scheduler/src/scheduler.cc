@@ -35,24 +35,24 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
   if (c.refine_allocation && c.policy.allocation() != Allocation::kLaia) {
     throw ConfigError("--refine-allocation refines LAIA's allocation (laia, herald), not " + c.policy.name() + "'s");
   }
-  if (c.peer_sync) {
-    if (c.policy.sync() != Sync::kOnDemand) {
-      throw ConfigError("--peer-sync hands dirty rows between the workers of a host: on-demand sync (plan, herald), not " +
-                        c.policy.name() + "'s");
-    }
+  const auto needs_hosts = [&](const char* flag) {
     if (c.host_of.size() != c.workers) {
-      throw ConfigError("--peer-sync needs every worker's host (" + std::to_string(c.host_of.size()) + " given for " +
+      throw ConfigError(std::string(flag) + " needs every worker's host (" + std::to_string(c.host_of.size()) + " given for " +
                         std::to_string(c.workers) + " workers; ember-sim: --hosts)");
     }
+  };
+  if (c.peer_sync) {
+    if (c.policy.sync() != Sync::kOnDemand) {
+      throw ConfigError("--peer-sync moves rows between the workers of a host: on-demand sync (plan, herald), not " + c.policy.name() +
+                        "'s");
+    }
+    needs_hosts("--peer-sync");
   }
   if (c.host_allocation) {
     if (c.policy.allocation() != Allocation::kLaia) {
       throw ConfigError("--host-allocation allocates LAIA's way, by host (laia, herald), not " + c.policy.name() + "'s");
     }
-    if (c.host_of.size() != c.workers) {
-      throw ConfigError("--host-allocation needs every worker's host (" + std::to_string(c.host_of.size()) + " given for " +
-                        std::to_string(c.workers) + " workers; ember-sim: --hosts)");
-    }
+    needs_hosts("--host-allocation");
   }
   if (c.policy.allocation() == Allocation::kBrute && (c.batch_per_worker != 1 || c.workers > 8)) {
     throw ConfigError("brute force needs --batch-per-worker 1 and at most 8 workers (it tries all W! allocations)");

@@ -28,8 +28,8 @@ void add_scheduler_options(CLI::App& app, SchedulerOptions& o, FlagsFor who) {
                sim ? "laia, herald: allocate samples to hosts first (--hosts), then to the workers of each host"
                    : "laia, herald: allocate samples to hosts first, then to the workers of each host (two-level LAIA)");
   app.add_flag("--peer-sync", o.peer_sync,
-               "plan, herald: a dirty row whose one trainer is another worker of its holder's host moves between them, "
-               "not through the PS");
+               "plan, herald: a row latest on a worker goes to the other trainers of its host from there, not through the PS; "
+               "a row trained within one host only is applied there");
   app.add_option("--lookahead", o.lookahead,
                  sim ? "batches the scheduler sees beyond the one it schedules (0 = none)"
                      : "batches the scheduler sees beyond the one it plans (0 = none)")

@@ -86,7 +86,7 @@ void refresh_hits(Iteration& it, std::uint32_t w, bool by_next_use) {
       // Latest at w before the iteration, and w needs it now: still there.
       slot = plan.rows[j].slot;
     }
-    plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d])), s.uncached_d[d] != 0, host_applied(it, d)};
+    plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d])), s.uncached_d[d] != 0, host_apply_of(it, d, w)};
     if (slot != kNoSlot) {
       // By next use, this iteration's rows are held (never evicted) until all are in.
       if (by_next_use) {
@@ -135,13 +135,13 @@ void pull_latest(Iteration& it, std::uint32_t w) {
     }
     row.slot = pull.slot;
     // An uncached row's gradient always goes to the PS, which applies the optimizer.
-    // (A host-applied row's applier, its first trainer, applies it: with its state.)
-    pull.with_state = (!row.shared() || (row.host_apply && std::countr_zero(s.umask[kw[j]]) == static_cast<int>(w))) && !row.uncached;
+    // (A host-applied row's applier applies it: with its state.)
+    pull.with_state = (!row.shared() || row.host == HostApply::kApplies) && !row.uncached;
     // Peer sync: from the holder of its latest copy, when that is on this worker's host.
     pull.peer =
         !s.peer_d.empty() && s.peer_d[kw[j]] != cache::LocationMap::kNoOwner && it.config.host_of[s.peer_d[kw[j]]] == it.config.host_of[w];
     plan.pulls.push_back(pull);
-    if (pull.peer) {  // handed by a worker of this host (its sole trainer: with state)
+    if (pull.peer) {  // handed by a worker of this host, value and state
       ++c.peer_value;
       continue;
     }

@@ -114,6 +114,12 @@ inline bool host_applied(const Iteration& it, std::uint32_t d) {
   return one;
 }
 
+// Worker w's part in row d (host_applied's: the first trainer applies, the others hand).
+inline HostApply host_apply_of(const Iteration& it, std::uint32_t d, std::uint32_t w) {
+  if (!host_applied(it, d)) return HostApply::kNone;
+  return std::countr_zero(it.rows.umask[d]) == static_cast<int>(w) ? HostApply::kApplies : HostApply::kHands;
+}
+
 // Shared by the modes that keep a latest copy (full-set, on demand).
 
 // Step 2 for worker w: hits refreshed first, then misses pulled in order of first

@@ -27,9 +27,10 @@ class ReferenceModel {
   ReferenceModel(int workers, std::size_t capacity, bool on_demand, bool het = false, std::uint32_t staleness = 0)
       : W(workers), cap(capacity), on_demand(on_demand), het(het), S(staleness), lru(workers), cache(workers) {}
 
-  // Peer sync (docs/design.md "Peer sync"): each worker's host. A dirty row whose one
-  // trainer is another worker of its owner's host goes from owner to trainer (counted
-  // as peer_value): no value push, no pull.
+  // Peer sync (docs/design.md "The host hierarchy"): each worker's host. A row latest at
+  // o goes from o to the trainers on o's host (peer_value each: no pull); o pushes a dirty
+  // value only for a trainer on another host; a row trained within one host only is
+  // applied by its first trainer (peer_grad per other trainer).
   void peer_sync(std::vector<int> host_of) { host = std::move(host_of); }
 
   // Lookahead eviction (docs/design.md "Lookahead"): `window` holds the batches after b

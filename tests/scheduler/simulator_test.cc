@@ -95,7 +95,9 @@ TEST_F(Simulator, PerHostAggregationMovesRepeatsWithinTheHost) {
       } else {
         EXPECT_LT(across.pulls, flat.pulls) << what << ": rows 4 workers of a host all pull cross once";
         EXPECT_GT(in.pulls, 0u) << what;
-        if (std::string(policy) == "vanilla") EXPECT_LT(across.push_grad, flat.push_grad) << what;
+        if (std::string(policy) == "vanilla") {
+          EXPECT_LT(across.push_grad, flat.push_grad) << what;
+        }
       }
     }
   }

@@ -160,7 +160,7 @@ HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
         [](const StepPlan& p) {
           U64Map<std::uint32_t> at;  // the rows applied in the host
           for (std::uint32_t i = 0; i < p.rows.size(); ++i)
-            if (p.rows[i].host_apply) at.try_emplace(p.rows[i].key, i);
+            if (p.rows[i].host == scheduler::HostApply::kApplies) at.try_emplace(p.rows[i].key, i);
           return at;
         });
   }
@@ -171,7 +171,7 @@ HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
       if (e.kind == EvictKind::kPartial) out.emplace_back(e.evicted, 0);
   });
   h.pull = over(g, plans, Flow::kFromFirst, [](const StepPlan& p, auto& out) {
-    for (const auto& e : p.pulls) out.emplace_back(e.key, (e.with_state ? 1u : 0u) | (e.prefetch ? 2u : 0u));
+    for (const auto& e : p.pulls) out.emplace_back(e.key, (e.with_state ? kState : 0u) | (e.prefetch ? 2u : 0u));
   });
   h.end = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.end_pushes, out); });
   return h;

@@ -138,16 +138,12 @@ void PsExchange::hand_values(const StepPlan& p, const HandOffs& h) {
   wire_.relay.push_value.rows += h.received();
 }
 
-void PsExchange::hand_grads(const StepPlan& p, const HandOffs& h) {
+void PsExchange::start_host_apply(const StepPlan& p, const HandOffs& h) {
   wire_.rows.peer_grad += p.hand_grads.size();
   if (apply_wait_) throw Error("peer sync: the host-applied rows of an earlier iteration were not finished");
-  // The host-applied rows this worker applies: those whose gradient it does not hand over.
-  std::vector<Key> given;
-  for (const auto& g : p.hand_grads) given.push_back(g.key);
-  std::sort(given.begin(), given.end());
   apply_own_.clear();
   for (const auto& r : p.rows)
-    if (r.host_apply && !std::binary_search(given.begin(), given.end(), r.key)) apply_own_.push_back(r.slot);
+    if (r.host == scheduler::HostApply::kApplies) apply_own_.push_back(r.slot);
   if (!h.any) return;
   if (host_ == nullptr) throw Error("peer sync planned, but this worker has no channel to its host");
   apply_send_.assign(h.send.size(), {});
@@ -244,10 +240,11 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h) {
       state += e.with_state && !e.peer;
       prefetched += e.prefetch;
       peer += e.peer;
-      if (e.peer || h.pull.handed(i)) {
-      } else if (e.prefetch) {
+      // Pulled here from the PS unless a worker of this host hands it over.
+      const bool from_ps = !e.peer && !h.pull.handed(i);
+      if (from_ps && e.prefetch) {
         ++ahead;
-      } else {
+      } else if (from_ps) {
         Pulled& into = h.pull.with_state(i, e.with_state) ? with_state : without_state;
         into.keys.push_back(e.key);
         into.slots.push_back(e.slot);
@@ -290,20 +287,18 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h) {
       wire_.rows.prefetched += prefetched;
     }
     hand_pulled_rows(p, h.pull);
-    fill_peer_rows(p);
-    if (peer != wire_.relay.push_value.rows - peer_before_) {
+    if (const std::uint64_t handed = fill_peer_rows(p); handed != peer) {
       throw Error("iteration " + std::to_string(t) + " takes " + std::to_string(peer) + " rows from workers of this host; " +
-                  std::to_string(wire_.relay.push_value.rows - peer_before_) + " were handed to it");
+                  std::to_string(handed) + " were handed to it");
     }
     wire_.rows.peer_value += peer;
     wire_.rows.pulls += p.pulls.size() - peer;
     wire_.rows.pull_state += state;
   }
-  peer_before_ = wire_.relay.push_value.rows;
   wire_.rows.hits += p.rows.size() - p.pulls.size();
 }
 
-void PsExchange::fill_peer_rows(const StepPlan& p) {
+std::uint64_t PsExchange::fill_peer_rows(const StepPlan& p) {
   const std::uint32_t full = row_.dim + row_.state;
   std::vector<std::uint32_t> slots;
   std::vector<Key> keys;
@@ -320,6 +315,7 @@ void PsExchange::fill_peer_rows(const StepPlan& p) {
   if (!slots.empty()) cache_.fill(slots, keys, rows.data(), true);
   peer_rows_.clear();
   peer_at_.clear();
+  return slots.size();
 }
 
 void PsExchange::hand_pulled_rows(const StepPlan& p, const HandOffs& h) {

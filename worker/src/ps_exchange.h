@@ -72,7 +72,7 @@ class PsExchange {
   // adds the received gradients to its own, in rank order, and applies the optimizer.
   // The wait is deferred to the next use of the rows (the next sync phase, a flush, the
   // end), where the workers wait for each other anyway.
-  void hand_grads(const scheduler::StepPlan& p, const HandOffs& h);
+  void start_host_apply(const scheduler::StepPlan& p, const HandOffs& h);
   void finish_host_apply(const ps::OptimizerConfig& optimizer);
   // Full-set sync: every trained row's gradient, with its trainer count (`h`: hand-offs).
   void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h = {});
@@ -122,8 +122,9 @@ class PsExchange {
   // The rows pulled here that this worker hands to others of its host, and the rows
   // handed to it filled into their slots.
   void hand_pulled_rows(const scheduler::StepPlan& p, const HandOffs& h);
-  // The rows peer sync handed here (hand_values), into the slots of their pulls.
-  void fill_peer_rows(const scheduler::StepPlan& p);
+  // The rows peer sync handed here (hand_values), into the slots of their pulls; returns
+  // how many.
+  std::uint64_t fill_peer_rows(const scheduler::StepPlan& p);
 
   ps::PsClient& client_;
   transport::ControlMember& control_;
@@ -137,8 +138,7 @@ class PsExchange {
   // at peer_at_'s positions.
   std::vector<std::vector<float>> peer_rows_;
   std::vector<std::vector<std::uint32_t>> peer_at_;
-  std::uint64_t peer_before_ = 0;  // wire_.relay.push_value.rows at the last pull()
-  // Host-applied rows in flight (hand_grads to finish_host_apply): the gradients sent and
+  // Host-applied rows in flight (start_host_apply to finish_host_apply): the gradients sent and
   // received, the slots each giver's rows add to, this worker's own such rows.
   std::vector<std::vector<float>> apply_send_, apply_recv_;
   std::vector<std::vector<std::uint32_t>> apply_into_;

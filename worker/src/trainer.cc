@@ -169,7 +169,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   lap(phases_.push);
   // row updates: peer sync's gradients to their host's applier; local optimizer for rows
   // trained here alone (or applied in the host), partials kept, drops.
-  exchange_->hand_grads(p, s.host.apply);
+  exchange_->start_host_apply(p, s.host.apply);
   update_rows(p, t, on_demand_, job_.ps_config().optimizer, *cache_, *exchange_);
   lap(phases_.update);
 }

@@ -49,9 +49,9 @@ struct SchedulerConfig {
   // (allocation.h, allocate_laia_by_host); host_of: each worker's host, numbered from 0.
   bool host_allocation = false;
   std::vector<std::uint32_t> host_of;
-  // Peer sync within a host (on-demand sync; needs host_of): a dirty row whose one
-  // trainer is another worker of its holder's host moves between them, not through the
-  // PS (docs/design.md "Peer sync").
+  // Peer sync within a host (on-demand sync; needs host_of): a row latest on a worker
+  // goes to the other trainers of its host from there, not through the PS, and a row
+  // trained within one host only is applied there (docs/design.md "The host hierarchy").
   bool peer_sync = false;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.

@@ -62,8 +62,8 @@ struct SimResult {
   // The same per link class (SimOptions::link_of): [0] within a host, [1] across hosts;
   // empty without SimOptions::link_of.
   std::vector<TrafficCounts> per_link;
-  // The same if each host aggregated its workers' row traffic across hosts (issue 40's
-  // first mechanism, modelled here only): a row pulled across hosts by several workers
+  // The same with per-host aggregation (ember-worker --host-aggregation, whose counts
+  // these are link by link): a row pulled across hosts by several workers
   // of one host crosses once (the other copies are handed over within the host), and
   // gradients of one row pushed across hosts by several workers of one host are summed
   // there and cross once (the others are sums within the host). Values cross as they

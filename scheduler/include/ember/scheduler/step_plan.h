@@ -16,9 +16,9 @@
 // Peer sync (SchedulerConfig::peer_sync) adds, in step 1, hand_values: a row this worker
 // holds as latest goes (value and state) to every other worker of its host that trains
 // it, whose pull of it is marked `peer` and takes it from there instead of the PS (if
-// this worker does not train it, its copy leaves at once). And a row that several workers of one host train
-// (and no other) is applied in the host: its trainers' rows say `host_apply`; the first
-// of them (lowest rank) applies the optimizer to the sum, the others hand it their
+// this worker does not train it, its copy leaves at once). And a row that several
+// workers of one host train (and no other) is applied in the host (RowRef::host): the
+// first of them (lowest rank) applies the optimizer to the sum, the others hand it their
 // gradients (hand_grads) after training and drop their copies.
 // A placement (plan_file.h) adds two kinds of rows: `replicated` lists the rows of
 // replicated tables the global batch touches (the same list in every worker's plan: their
@@ -70,6 +70,13 @@ struct HandValue {
   WorkerId to;
 };
 
+// Peer sync's part of this worker in a row applied within its host (RowRef::host).
+enum class HostApply : std::uint8_t {
+  kNone = 0,  // not applied in the host
+  kApplies,   // this worker, the row's first trainer, applies the host's summed gradient
+  kHands,     // this worker hands its gradient to the one that applies it (hand_grads)
+};
+
 struct RowRef {
   Key key;
   std::uint32_t slot;
@@ -77,7 +84,7 @@ struct RowRef {
   bool uncached = false;   // of an uncached table: staged for this iteration only
   // Peer sync: every trainer is on this worker's host; the first applies the summed
   // gradients (with the row's state), the others hand theirs to it (hand_grads).
-  bool host_apply = false;
+  HostApply host = HostApply::kNone;
 
   // Trained by other workers too: the gradient is partial (on-demand sync) or pushed.
   bool shared() const { return trainers > 1; }

@@ -333,6 +333,9 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
   app.add_flag("--json", f.json, "one JSON object per policy per line (with a per-table breakdown)");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
+  app.add_flag("--per-host", o.per_host,
+               "with --hosts or --host-map: one scheduler per host, each modelling its host's caches and exchanging evictions "
+               "with the others, as the job's processes do (the same plans; scheduler bytes and ms are one host's)");
   app.add_flag("--quiet,-q", f.quiet, "no progress lines");
 }
 
@@ -366,6 +369,7 @@ int main(int argc, char** argv) {
       f.o.host_of = [map](WorkerId w) { return map[w]; };
     }
     if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
+    if (f.o.per_host && f.hosts == 0) throw ConfigError("--per-host needs --hosts or --host-map");
     auto list = scheduler::parse_policies(f.policies);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     SyntheticDataset holder;

@@ -63,10 +63,14 @@ cases=(
   "shares|vanilla,laia,plan,herald|--placement $shares ${flushes[*]}"
   "shares-window|herald|--placement $shares ${window[*]} --threads 2"
   "brute|brute,herald|--batch-per-worker 1 --cache-ratio 0.02"
+  "hosts|herald|--workers 8 --hosts 2 --peer-sync --host-allocation ${window[*]} ${flushes[*]}"
+  "peer|plan,herald|--workers 8 --hosts 2 --peer-sync --refine-allocation"
+  "eight-refine|laia,herald|--workers 8 --refine-allocation --threads 2"
 )
 
-# Timing fields (names with ms, seconds or time) vary from run to run: dropped.
-strip='walk(if type == "object" then with_entries(select(.key | test("(^|_)ms(_|$)|seconds|time") | not)) else . end)'
+# Timing fields (names with ms, seconds or time) vary from run to run, and the
+# scheduler's bytes with how its state is laid out: dropped.
+strip='walk(if type == "object" then with_entries(select(.key | test("(^|_)ms(_|$)|seconds|time|scheduler_bytes") | not)) else . end)'
 
 failed=0
 for c in "${cases[@]}"; do

@@ -47,8 +47,9 @@ struct ShardStore::Stripe {
   // blocks_for), and the blocks free for reuse, by count.
   U64Map<Pending> partial;
   std::vector<float> partial_grads;
-  std::array<std::vector<std::uint32_t>, kMaxTrainers + 1> free_blocks;
+  std::vector<std::vector<std::uint32_t>> free_blocks;  // by count, grown as counts come
   std::uint32_t take_blocks(std::uint32_t n, std::uint32_t dim) {
+    if (free_blocks.size() <= n) free_blocks.resize(n + 1);
     std::vector<std::uint32_t>& free = free_blocks[n];
     if (!free.empty()) {
       const std::uint32_t offset = free.back();

@@ -3,6 +3,7 @@
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <utility>
 
@@ -22,52 +23,135 @@ void allocate_random(const SchedulerConfig& c, std::uint64_t iteration, std::uin
   for (std::uint32_t j = 0; j < n; ++j) worker_of[perm[j]] = j / c.batch_per_worker;
 }
 
-LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
-                        const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
-                        std::vector<std::uint32_t>& worker_of) {
-  const std::uint32_t n = batch.samples, W = c.workers, T = batch.tables;
-  scores.assign(static_cast<std::size_t>(n) * W, 0);
-  Stopwatch sw;
-  auto score_range = [&](std::uint32_t begin, std::uint32_t end) {
-    for (std::uint32_t i = begin; i < end; ++i) {
-      std::uint16_t* s = &scores[static_cast<std::size_t>(i) * W];
-      const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
-      for (std::uint32_t t : tables) {
-        std::uint8_t o = rows.owner_d[d[t]];
-        if (o != cache::LocationMap::kNoOwner) ++s[o];
+namespace {
+
+// Room left per worker (or host) and the r-th of those with room, in increasing order (a
+// Fenwick tree over "has room"), so that a sample none of whose candidates has room
+// draws among all with room in O(log W), as Algorithm 1's tie over all of them.
+class Room {
+ public:
+  Room(std::vector<std::uint32_t> cap) : cap_(std::move(cap)), tree_(cap_.size() + 1, 0) {
+    const auto n = static_cast<std::uint32_t>(cap_.size());
+    for (std::uint32_t i = 1; i <= n; ++i) {
+      tree_[i] += cap_[i - 1] > 0;
+      with_room_ += cap_[i - 1] > 0;
+      const std::uint32_t up = i + (i & (~i + 1));
+      if (up <= n) tree_[up] += tree_[i];
+    }
+    top_ = n == 0 ? 0 : std::bit_floor(n);
+  }
+  bool has(std::uint32_t x) const { return cap_[x] > 0; }
+  std::uint32_t with_room() const { return with_room_; }
+  void take(std::uint32_t x) {
+    if (--cap_[x] > 0) return;
+    --with_room_;
+    for (std::uint32_t i = x + 1; i < tree_.size(); i += i & (~i + 1)) --tree_[i];
+  }
+  // The r-th (from 0) with room.
+  std::uint32_t nth(std::uint32_t r) const {
+    std::uint32_t pos = 0;
+    for (std::uint32_t step = top_; step > 0; step >>= 1) {
+      if (pos + step < tree_.size() && tree_[pos + step] <= r) {
+        pos += step;
+        r -= tree_[pos];
       }
     }
+    return pos;  // 0-based: the (pos + 1)-th entry
+  }
+
+ private:
+  std::vector<std::uint32_t> cap_;
+  std::vector<std::uint32_t> tree_;
+  std::uint32_t with_room_ = 0, top_ = 0;
+};
+
+// Sample i's candidates: the ids (id_of(owner)) holding its scored rows as latest, with
+// their counts, in increasing id order.
+template <typename IdOf>
+void collect_candidates(const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables, std::uint32_t i,
+                        IdOf&& id_of, LaiaScratch& x) {
+  const std::uint32_t T = batch.tables;
+  Candidate* c = &x.candidates[static_cast<std::size_t>(i) * T];
+  std::uint32_t n = 0;
+  const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
+  for (std::uint32_t t : tables) {
+    const std::uint16_t o = rows.owner_d[d[t]];
+    if (o == cache::LocationMap::kNoOwner) continue;
+    const auto id = static_cast<std::uint16_t>(id_of(o));
+    std::uint32_t j = 0;
+    while (j < n && c[j].id < id) ++j;
+    if (j < n && c[j].id == id) {
+      ++c[j].rows;
+      continue;
+    }
+    for (std::uint32_t m = n; m > j; --m) c[m] = c[m - 1];
+    c[j] = {id, 1};
+    ++n;
+  }
+  x.count[i] = static_cast<std::uint16_t>(n);
+}
+
+template <typename IdOf>
+double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables,
+                     IdOf&& id_of, LaiaScratch& x) {
+  const std::uint32_t n = batch.samples;
+  x.candidates.resize(static_cast<std::size_t>(n) * batch.tables);
+  x.count.resize(n);
+  Stopwatch sw;
+  auto range = [&](std::uint32_t begin, std::uint32_t end) {
+    for (std::uint32_t i = begin; i < end; ++i) collect_candidates(batch, rows, tables, i, id_of, x);
   };
   if (c.threads > 1) {
     tbb::parallel_for(tbb::blocked_range<std::uint32_t>(0, n, 64),
-                      [&](const tbb::blocked_range<std::uint32_t>& r) { score_range(r.begin(), r.end()); });
+                      [&](const tbb::blocked_range<std::uint32_t>& r) { range(r.begin(), r.end()); });
   } else {
-    score_range(0, n);
+    range(0, n);
   }
-  LaiaStats st{sw.millis(), static_cast<std::uint32_t>(tables.size())};
+  return sw.millis();
+}
+
+// Algorithm 1's choice for sample i: the candidate with the most rows among those with
+// room; none with room (or none at all): any with room. Seeded random ties.
+std::uint32_t pick(const LaiaScratch& x, std::uint32_t T, std::uint32_t i, const Room& room, data::SplitMix64& rng,
+                   std::vector<std::uint32_t>& ties) {
+  const Candidate* c = &x.candidates[static_cast<std::size_t>(i) * T];
+  int best = 0;
+  ties.clear();
+  for (std::uint32_t j = 0; j < x.count[i]; ++j) {
+    if (!room.has(c[j].id)) continue;
+    if (c[j].rows > best) {
+      best = c[j].rows;
+      ties.clear();
+    }
+    if (c[j].rows == best) ties.push_back(c[j].id);
+  }
+  if (ties.empty()) {
+    const std::uint32_t r = room.with_room();
+    return room.nth(r == 1 ? 0 : static_cast<std::uint32_t>(rng.below(r)));
+  }
+  return ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
+}
+
+}  // namespace
+
+LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
+                        const std::vector<std::uint32_t>& tables, LaiaScratch& x, std::vector<std::uint32_t>& worker_of) {
+  const std::uint32_t n = batch.samples, W = c.workers, T = batch.tables;
+  LaiaStats st{score_samples(
+                   c, batch, rows, tables, [](std::uint32_t o) { return o; }, x),
+               static_cast<std::uint32_t>(tables.size())};
   // Algorithm 1: each sample, in batch order, to the highest-scoring worker with room;
   // seeded random ties. Partitions (if any) are allocated independently and in parallel.
   const std::uint32_t P = c.partitions, per = n / P, cap0 = c.batch_per_worker / P;
   auto allocate_part = [&](std::uint32_t p) {
     data::SplitMix64 rng(mix64(c.seed ^ mix64(iteration * 131 + p + 0x1a1a)));
-    std::vector<std::uint32_t> cap(W, cap0), ties;
-    ties.reserve(W);
+    Room room(std::vector<std::uint32_t>(W, cap0));
+    std::vector<std::uint32_t> ties;
     const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
     for (std::uint32_t i = begin; i < end; ++i) {
-      const std::uint16_t* s = &scores[static_cast<std::size_t>(i) * W];
-      int best = -1;
-      ties.clear();
-      for (std::uint32_t w = 0; w < W; ++w) {
-        if (cap[w] == 0) continue;
-        if (s[w] > best) {
-          best = s[w];
-          ties.clear();
-        }
-        if (s[w] == best) ties.push_back(w);
-      }
-      std::uint32_t w = ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
+      const std::uint32_t w = pick(x, T, i, room, rng, ties);
       worker_of[i] = w;
-      --cap[w];
+      room.take(w);
     }
   };
   if (P > 1 && c.threads > 1) {
@@ -79,8 +163,7 @@ LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const
 }
 
 LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
-                                const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
-                                std::vector<std::uint32_t>& worker_of) {
+                                const std::vector<std::uint32_t>& tables, LaiaScratch& x, std::vector<std::uint32_t>& worker_of) {
   const std::uint32_t n = batch.samples, T = batch.tables;
   const std::vector<std::uint32_t>& host_of = c.host_of;
   const std::uint32_t H = *std::max_element(host_of.begin(), host_of.end()) + 1;
@@ -90,19 +173,11 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
     local[w] = static_cast<std::uint32_t>(members[host_of[w]].size());
     members[host_of[w]].push_back(w);
   }
-  Stopwatch sw;
-  // Level 1: a sample's score for a host is the rows of it the host's workers hold as
-  // latest, summed.
-  scores.assign(static_cast<std::size_t>(n) * H, 0);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    std::uint16_t* s = &scores[static_cast<std::size_t>(i) * H];
-    const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
-    for (std::uint32_t t : tables) {
-      const std::uint8_t o = rows.owner_d[d[t]];
-      if (o != cache::LocationMap::kNoOwner) ++s[host_of[o]];
-    }
-  }
-  LaiaStats st{sw.millis(), static_cast<std::uint32_t>(tables.size())};
+  // Level 1: a sample's candidates are hosts, each with the rows of it its workers hold
+  // as latest.
+  LaiaStats st{score_samples(
+                   c, batch, rows, tables, [&](std::uint32_t o) { return host_of[o]; }, x),
+               static_cast<std::uint32_t>(tables.size())};
   // Algorithm 1 twice, per partition: each sample to the best host with room (room: its
   // workers' micro-batches), then within each host, its samples in batch order to the
   // best of its workers with room. Seeded random ties at both levels.
@@ -112,26 +187,13 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
   for (std::uint32_t p = 0; p < P; ++p) {
     data::SplitMix64 rng(mix64(c.seed ^ mix64(iteration * 131 + p + 0x2b2b)));
     for (std::uint32_t h = 0; h < H; ++h) host_cap[h] = cap0 * static_cast<std::uint32_t>(members[h].size());
+    Room hosts(host_cap);
     std::fill(cap.begin(), cap.end(), cap0);
     const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
-    const auto best_of = [&](const std::uint16_t* s, const auto& room, std::uint32_t count) {
-      int best = -1;
-      ties.clear();
-      for (std::uint32_t x = 0; x < count; ++x) {
-        if (!room(x)) continue;
-        if (s[x] > best) {
-          best = s[x];
-          ties.clear();
-        }
-        if (s[x] == best) ties.push_back(x);
-      }
-      return ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
-    };
     for (std::uint32_t i = begin; i < end; ++i) {
-      const std::uint32_t h = best_of(
-          &scores[static_cast<std::size_t>(i) * H], [&](std::uint32_t x) { return host_cap[x] > 0; }, H);
+      const std::uint32_t h = pick(x, T, i, hosts, rng, ties);
       host_pick[i] = h;
-      --host_cap[h];
+      hosts.take(h);
     }
     // Level 2: the rows of the sample each of the host's workers holds as latest.
     for (std::uint32_t i = begin; i < end; ++i) {
@@ -140,11 +202,20 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
       local_score.assign(ws.size(), 0);
       const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
       for (std::uint32_t t : tables) {
-        const std::uint8_t o = rows.owner_d[d[t]];
+        const std::uint16_t o = rows.owner_d[d[t]];
         if (o != cache::LocationMap::kNoOwner && host_of[o] == h) ++local_score[local[o]];
       }
-      const std::uint32_t l = best_of(
-          local_score.data(), [&](std::uint32_t x) { return cap[ws[x]] > 0; }, static_cast<std::uint32_t>(ws.size()));
+      int best = -1;
+      ties.clear();
+      for (std::uint32_t l = 0; l < ws.size(); ++l) {
+        if (cap[ws[l]] == 0) continue;
+        if (local_score[l] > best) {
+          best = local_score[l];
+          ties.clear();
+        }
+        if (local_score[l] == best) ties.push_back(l);
+      }
+      const std::uint32_t l = ties.size() == 1 ? ties[0] : ties[rng.below(ties.size())];
       worker_of[i] = ws[l];
       --cap[ws[l]];
     }
@@ -154,47 +225,95 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
 
 namespace {
 
-// The refinement's bookkeeping: each row's trainers and samples per (row, worker), the
-// batch's cost of a row in hundredths of a row, and the change of moving a sample.
+// What the refinement of one group of workers needs of the rest of the batch, kept
+// across groups: each row's distinct trainers, and whether its latest holder trains it.
+struct RefineRows {
+  std::vector<std::uint32_t> trainers;     // d -> distinct trainers
+  std::vector<std::uint8_t> owner_trains;  // d -> its latest holder trains it
+  std::vector<std::uint32_t> local;        // d -> index among the group's rows + 1 (0: not the group's)
+};
+
+// The refinement's bookkeeping for one group of at most 64 workers: its rows' trainers
+// in the group (a mask by local worker), samples per (row, local worker), the trainers
+// outside the group (fixed while the group is refined), the batch's cost of a row in
+// hundredths of a row, and the change of moving a sample.
 class SwapRefiner {
  public:
   SwapRefiner(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
-              std::vector<std::uint32_t>& worker_of)
+              std::vector<std::uint32_t>& worker_of, const std::vector<std::uint32_t>& group, const std::vector<std::uint32_t>& samples,
+              const std::vector<std::uint32_t>& local_of, RefineRows& shared)
       : rows_(rows),
         worker_of_(worker_of),
-        W_(c.workers),
+        local_of_(local_of),
+        shared_(shared),
+        G_(static_cast<std::uint32_t>(group.size())),
         T_(batch.tables),
-        on_demand_(c.policy.sync() == Sync::kOnDemand),
-        owner_bit_(rows.size(), 0),
-        dirty_(rows.size(), 0),
-        count_(static_cast<std::size_t>(rows.size()) * c.workers, 0),
-        trainers_(rows.size(), 0) {
-    for (std::uint32_t d = 0; d < rows.size(); ++d) {
-      const std::uint8_t o = rows.owner_d[d];
-      if (o == cache::LocationMap::kNoOwner) continue;
-      owner_bit_[d] = bit(o);
-      dirty_[d] = on_demand_ && loc.dirty(rows.keys[d]);
-    }
-    // Samples per (row, worker), and each row's trainers.
-    for (std::uint32_t i = 0; i < batch.samples; ++i) {
+        on_demand_(c.policy.sync() == Sync::kOnDemand) {
+    // The group's rows, in order of first appearance.
+    for (std::uint32_t i : samples) {
       const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T_];
       for (std::uint32_t t = 0; t < T_; ++t) {
-        ++count_[static_cast<std::size_t>(dp[t]) * W_ + worker_of[i]];
-        trainers_[dp[t]] |= bit(worker_of[i]);
+        if (shared_.local[dp[t]] != 0) continue;
+        shared_.local[dp[t]] = static_cast<std::uint32_t>(d_.size()) + 1;
+        d_.push_back(dp[t]);
       }
+    }
+    const std::size_t L = d_.size();
+    count_.assign(L * G_, 0);
+    mask_.assign(L, 0);
+    for (std::uint32_t i : samples) {
+      const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T_];
+      const std::uint32_t lw = local_of_[worker_of[i]];
+      for (std::uint32_t t = 0; t < T_; ++t) {
+        const std::uint32_t l = shared_.local[dp[t]] - 1;
+        ++count_[static_cast<std::size_t>(l) * G_ + lw];
+        mask_[l] |= bit(lw);
+      }
+    }
+    owner_bit_.assign(L, 0);
+    owner_out_.assign(L, 0);
+    outside_.assign(L, 0);
+    dirty_.assign(L, 0);
+    for (std::size_t l = 0; l < L; ++l) {
+      const std::uint32_t d = d_[l];
+      const int here = popcount64(mask_[l]);
+      outside_[l] = static_cast<std::int32_t>(shared_.trainers[d]) - here;
+      const std::uint16_t o = rows.owner_d[d];
+      if (o == cache::LocationMap::kNoOwner) continue;
+      dirty_[l] = on_demand_ && loc.dirty(rows.keys[d]);
+      if (local_of_[o] != kOutside) {
+        owner_bit_[l] = bit(local_of_[o]);
+      } else if (shared_.owner_trains[d]) {
+        --outside_[l];  // the trainers outside the group other than the latest holder
+        owner_out_[l] = 1;
+      }
+    }
+    start_mask_ = mask_;
+  }
+
+  static constexpr std::uint32_t kOutside = ~std::uint32_t{0};
+
+  // The group's moves, told to the rows' shared facts; its rows' local indexes cleared.
+  ~SwapRefiner() {
+    for (std::size_t l = 0; l < d_.size(); ++l) {
+      const std::uint32_t d = d_[l];
+      shared_.trainers[d] =
+          static_cast<std::uint32_t>(static_cast<std::int64_t>(shared_.trainers[d]) + popcount64(mask_[l]) - popcount64(start_mask_[l]));
+      if (owner_bit_[l] != 0) shared_.owner_trains[d] = (mask_[l] & owner_bit_[l]) != 0;
+      shared_.local[d] = 0;
     }
   }
 
-  // The change in cost if sample i moves from worker a to b.
+  // The change in cost if sample i moves from worker a to b (local indexes).
   std::int64_t move_delta(std::uint32_t i, std::uint32_t a, std::uint32_t b) const {
     std::int64_t delta = 0;
     const std::uint32_t* dp = &rows_.dpos[static_cast<std::size_t>(i) * T_];
     for (std::uint32_t t = 0; t < T_; ++t) {
-      const std::uint32_t d = dp[t];
-      const std::uint64_t U = trainers_[d];
+      const std::uint32_t l = shared_.local[dp[t]] - 1;
+      const std::uint64_t U = mask_[l];
       std::uint64_t U2 = U | bit(b);
-      if (count_[static_cast<std::size_t>(d) * W_ + a] == 1) U2 &= ~bit(a);
-      if (U2 != U) delta += cost(d, U2) - cost(d, U);
+      if (count_[static_cast<std::size_t>(l) * G_ + a] == 1) U2 &= ~bit(a);
+      if (U2 != U) delta += cost(l, U2) - cost(l, U);
     }
     return delta;
   }
@@ -202,19 +321,21 @@ class SwapRefiner {
   void move(std::uint32_t i, std::uint32_t a, std::uint32_t b) {
     const std::uint32_t* dp = &rows_.dpos[static_cast<std::size_t>(i) * T_];
     for (std::uint32_t t = 0; t < T_; ++t) {
-      const std::uint32_t d = dp[t];
-      if (--count_[static_cast<std::size_t>(d) * W_ + a] == 0) trainers_[d] &= ~bit(a);
-      ++count_[static_cast<std::size_t>(d) * W_ + b];
-      trainers_[d] |= bit(b);
+      const std::uint32_t l = shared_.local[dp[t]] - 1;
+      if (--count_[static_cast<std::size_t>(l) * G_ + a] == 0) mask_[l] &= ~bit(a);
+      ++count_[static_cast<std::size_t>(l) * G_ + b];
+      mask_[l] |= bit(b);
     }
-    worker_of_[i] = b;
+    worker_of_[i] = worker_at_[b];
   }
 
-  // Swaps between workers a and b (their samples: sa, sb): the samples of a ranked by
-  // the change of moving them to b, those of b by moving to a. In that order, each
-  // sample i of a is swapped with the first of the next few unswapped samples j of b
-  // whose predicted sum is negative and whose exact change (after i moves) is too.
-  // Whether any swap was made.
+  void set_workers(const std::vector<std::uint32_t>& group) { worker_at_ = group; }
+
+  // Swaps between workers a and b (local indexes; their samples: sa, sb): the samples of
+  // a ranked by the change of moving them to b, those of b by moving to a. In that
+  // order, each sample i of a is swapped with the first of the next few unswapped
+  // samples j of b whose predicted sum is negative and whose exact change (after i
+  // moves) is too. Whether any swap was made.
   bool swap_pair(std::uint32_t a, std::uint32_t b, const std::vector<std::uint32_t>& sa, const std::vector<std::uint32_t>& sb) {
     constexpr std::size_t kTries = 4;
     ra_.clear();
@@ -253,65 +374,141 @@ class SwapRefiner {
   }
 
  private:
-  // The batch's cost of a row trained by the workers U, in hundredths of a row: a pull
-  // for each trainer but its latest holder o; on demand, o's value push when another
-  // trains it (o dirty), and half a row per trainer of a shared row (its partial
-  // gradients are pushed, and it pulled by every trainer, when it is next used);
-  // full-set, a gradient push per trainer.
-  std::int64_t cost(std::uint32_t d, std::uint64_t U) const {
+  // The batch's cost of a row trained by the group's workers U (and its trainers
+  // outside), in hundredths of a row: a pull for each trainer but its latest holder o;
+  // on demand, o's value push when another trains it (o dirty), and half a row per
+  // trainer of a shared row (its partial gradients are pushed, and it pulled by every
+  // trainer, when it is next used); full-set, a gradient push per trainer.
+  std::int64_t cost(std::uint32_t l, std::uint64_t U) const {
     constexpr std::int64_t kRow = 100, kShared = 50;
-    const std::uint64_t others = U & ~owner_bit_[d];
-    const int m = popcount64(U);
-    std::int64_t c = kRow * popcount64(others);
+    const int others = popcount64(U & ~owner_bit_[l]) + outside_[l];
+    const int m = popcount64(U) + outside_[l] + owner_out_[l];
+    std::int64_t c = kRow * others;
     if (!on_demand_) return c + kRow * m;
-    if (dirty_[d] && others != 0) c += kRow;
+    if (dirty_[l] && others != 0) c += kRow;
     if (m > 1) c += kShared * m;
     return c;
   }
 
   const BatchRows& rows_;
   std::vector<std::uint32_t>& worker_of_;
-  const std::uint32_t W_, T_;
+  const std::vector<std::uint32_t>& local_of_;
+  RefineRows& shared_;
+  const std::uint32_t G_, T_;
   const bool on_demand_;
-  std::vector<std::uint64_t> owner_bit_;
+  std::vector<std::uint32_t> d_;  // local row -> d
+  std::vector<std::uint64_t> owner_bit_, mask_, start_mask_;
+  std::vector<std::int32_t> outside_;
+  std::vector<std::uint8_t> owner_out_;  // local row -> its latest holder is outside the group and trains it
   std::vector<std::uint8_t> dirty_;
   std::vector<std::uint32_t> count_;
-  std::vector<std::uint64_t> trainers_;
+  std::vector<std::uint32_t> worker_at_;  // local index -> worker
   std::vector<std::pair<std::int64_t, std::uint32_t>> ra_, rb_;
   std::vector<std::uint8_t> taken_;
 };
+
+// The groups the refinement swaps within: the hosts under two-level allocation (a
+// sample stays on its host), else blocks of kRefineGroup consecutive workers, so that a
+// sample is weighed against a few workers whatever the job's size.
+constexpr std::uint32_t kRefineGroup = 8;
+
+std::vector<std::vector<std::uint32_t>> refine_groups(const SchedulerConfig& c) {
+  if (c.host_allocation) {
+    const std::uint32_t H = *std::max_element(c.host_of.begin(), c.host_of.end()) + 1;
+    std::vector<std::vector<std::vector<std::uint32_t>>> groups(H);
+    for (std::uint32_t w = 0; w < c.workers; ++w) {
+      auto& g = groups[c.host_of[w]];
+      if (g.empty() || g.back().size() == 64) g.emplace_back();  // a mask per row: at most 64 workers a group
+      g.back().push_back(w);
+    }
+    std::vector<std::vector<std::uint32_t>> flat;
+    for (auto& host : groups) {
+      for (auto& g : host) flat.push_back(std::move(g));
+    }
+    return flat;
+  } else {
+    std::vector<std::vector<std::uint32_t>> groups;
+    for (std::uint32_t w = 0; w < c.workers; ++w) {
+      if (w % kRefineGroup == 0) groups.emplace_back();
+      groups.back().push_back(w);
+    }
+    return groups;
+  }
+}
 
 }  // namespace
 
 void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
                        std::vector<std::uint32_t>& worker_of) {
-  // At most kPasses passes over every pair of workers (a, b) of every partition; fewer
-  // when a pass swaps nothing.
+  // At most kPasses passes over every pair of workers (a, b) of each group and partition;
+  // fewer when a pass swaps nothing.
   constexpr int kPasses = 3;
-  const std::uint32_t n = batch.samples, W = c.workers, P = c.partitions, per = n / P;
-  SwapRefiner refiner(c, batch, rows, loc, worker_of);
-  std::vector<std::vector<std::uint32_t>> members(W);
-  for (int pass = 0; pass < kPasses; ++pass) {
-    bool swapped = false;
-    for (std::uint32_t p = 0; p < P; ++p) {
-      const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
-      for (auto& m : members) m.clear();
-      for (std::uint32_t i = begin; i < end; ++i) members[worker_of[i]].push_back(i);
-      for (std::uint32_t a = 0; a < W; ++a) {
-        for (std::uint32_t b = a + 1; b < W; ++b) {
-          // Allocated by host: swaps within a host keep each host's samples.
-          if (c.host_allocation && c.host_of[a] != c.host_of[b]) continue;
-          if (!refiner.swap_pair(a, b, members[a], members[b])) continue;
-          swapped = true;
-          members[a].clear();
-          members[b].clear();
-          for (std::uint32_t i = begin; i < end; ++i) {
-            if (worker_of[i] == a || worker_of[i] == b) members[worker_of[i]].push_back(i);
-          }
+  const std::uint32_t n = batch.samples, W = c.workers, P = c.partitions, per = n / P, T = batch.tables;
+  const std::uint32_t D = rows.size();
+  // Every row's distinct trainers, and whether its latest holder is one of them.
+  RefineRows shared{std::vector<std::uint32_t>(D, 0), std::vector<std::uint8_t>(D, 0), std::vector<std::uint32_t>(D, 0)};
+  {
+    std::vector<std::vector<std::uint32_t>> of(W);
+    for (std::uint32_t i = 0; i < n; ++i) of[worker_of[i]].push_back(i);
+    std::vector<std::uint32_t>& stamp = shared.local;
+    for (std::uint32_t w = 0; w < W; ++w) {
+      for (std::uint32_t i : of[w]) {
+        const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T];
+        for (std::uint32_t t = 0; t < T; ++t) {
+          if (stamp[dp[t]] == w + 1) continue;
+          stamp[dp[t]] = w + 1;
+          ++shared.trainers[dp[t]];
+          shared.owner_trains[dp[t]] |= rows.owner_d[dp[t]] == w;
         }
       }
     }
-    if (!swapped) break;
+    std::fill(stamp.begin(), stamp.end(), 0);
+  }
+  std::vector<std::uint32_t> local_of(W, SwapRefiner::kOutside);
+  // Each group's samples, in batch order (one pass: the work per sample stays constant).
+  const std::vector<std::vector<std::uint32_t>> groups = refine_groups(c);
+  std::vector<std::uint32_t> group_of(W);
+  for (std::uint32_t g = 0; g < groups.size(); ++g) {
+    for (std::uint32_t w : groups[g]) group_of[w] = g;
+  }
+  std::vector<std::vector<std::uint32_t>> samples_of(groups.size());
+  for (std::uint32_t i = 0; i < n; ++i) samples_of[group_of[worker_of[i]]].push_back(i);
+  for (std::uint32_t g = 0; g < groups.size(); ++g) {
+    const std::vector<std::uint32_t>& group = groups[g];
+    const std::vector<std::uint32_t>& samples = samples_of[g];
+    const auto G = static_cast<std::uint32_t>(group.size());
+    if (G < 2) continue;
+    for (std::uint32_t l = 0; l < G; ++l) local_of[group[l]] = l;
+    {
+      SwapRefiner refiner(c, batch, rows, loc, worker_of, group, samples, local_of, shared);
+      refiner.set_workers(group);
+      std::vector<std::vector<std::uint32_t>> members(G);
+      for (int pass = 0; pass < kPasses; ++pass) {
+        bool swapped = false;
+        for (std::uint32_t p = 0; p < P; ++p) {
+          const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
+          for (auto& m : members) m.clear();
+          for (std::uint32_t i : samples) {
+            if (i >= begin && i < end) members[local_of[worker_of[i]]].push_back(i);
+          }
+          for (std::uint32_t a = 0; a < G; ++a) {
+            for (std::uint32_t b = a + 1; b < G; ++b) {
+              if (!refiner.swap_pair(a, b, members[a], members[b])) continue;
+              swapped = true;
+              members[a].clear();
+              members[b].clear();
+              for (std::uint32_t i : samples) {
+                if (i < begin || i >= end) continue;
+                const std::uint32_t l = local_of[worker_of[i]];
+                if (l == a || l == b) members[l].push_back(i);
+              }
+            }
+          }
+        }
+        if (!swapped) break;
+      }
+    }
+    for (std::uint32_t w : group) local_of[w] = SwapRefiner::kOutside;
   }
 }
 

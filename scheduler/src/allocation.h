@@ -16,6 +16,18 @@
 
 namespace ember::scheduler {
 
+// LAIA's working memory: each sample's candidates, the workers (or hosts) holding any of
+// its scored rows as latest, with how many of them, in increasing order. A sample is
+// scored against these alone, not against every worker.
+struct Candidate {
+  std::uint16_t id;    // worker or host
+  std::uint16_t rows;  // the sample's rows it holds as latest
+};
+struct LaiaScratch {
+  std::vector<Candidate> candidates;  // sample * T + j
+  std::vector<std::uint16_t> count;   // sample -> its candidates
+};
+
 struct LaiaStats {
   double scoring_ms = 0;          // scoring alone
   std::uint32_t laia_tables = 0;  // tables scored
@@ -27,10 +39,9 @@ void allocate_random(const SchedulerConfig& c, std::uint64_t iteration, std::uin
 // LAIA: each sample, in batch order, to the worker holding the most of its rows (of
 // `tables`) as latest (rows.owner_d), among those with room; seeded random ties.
 // c.partitions slices of the batch are allocated independently (in parallel with
-// c.threads > 1). scores: working memory.
+// c.threads > 1). Work per sample: its rows' owners, not the W workers.
 LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
-                        const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
-                        std::vector<std::uint32_t>& worker_of);
+                        const std::vector<std::uint32_t>& tables, LaiaScratch& scratch, std::vector<std::uint32_t>& worker_of);
 
 // Two-level LAIA (c.host_allocation, per-host aggregation's allocation): each sample, in
 // batch order, to the host whose workers hold the most of its rows as latest, among
@@ -38,8 +49,7 @@ LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const
 // holding the most of them, among its workers with room. Seeded random ties; per
 // partition, sequentially.
 LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
-                                const std::vector<std::uint32_t>& tables, std::vector<std::uint16_t>& scores,
-                                std::vector<std::uint32_t>& worker_of);
+                                const std::vector<std::uint32_t>& tables, LaiaScratch& scratch, std::vector<std::uint32_t>& worker_of);
 
 // Swaps samples between workers (within a partition; by host: within a host) while a
 // swap lowers the rows the batch moves (c.refine_allocation; docs/scheduler.md "Refined allocation").

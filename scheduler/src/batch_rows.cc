@@ -1,5 +1,6 @@
 #include "batch_rows.h"
 
+#include <algorithm>
 #include <string>
 
 #include "bits.h"
@@ -71,28 +72,22 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
   }
 }
 
-void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch,
-                    const std::vector<std::uint32_t>& worker_of, const std::vector<StepPlan>& plans, const std::vector<WorkerCache>& lru,
-                    BatchRows& s) {
-  const std::uint32_t W = c.workers, n = batch.samples, T = batch.tables;
+void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const std::vector<StepPlan>& plans,
+                    const WorkerCache& shape, BatchRows& s) {
+  const std::uint32_t W = c.workers, T = batch.tables;
   const bool replicates = c.replicates();
-  // Who trains each distinct row: U(k).
   const std::uint32_t D = s.size();
-  s.umask.assign(D, 0);
   s.replicated_rows.clear();
-  for (std::uint32_t i = 0; i < n; ++i) {
-    const std::uint64_t wb = bit(worker_of[i]);
-    const std::uint32_t* d = &s.dpos[static_cast<std::size_t>(i) * T];
-    for (std::uint32_t t = 0; t < T; ++t) s.umask[d[t]] |= wb;
-  }
   if (replicates) {
     for (std::uint32_t d = 0; d < D; ++d) {
       if (s.replicated_d[d]) s.replicated_rows.push_back(d);
     }
   }
-  // Each worker's distinct rows in micro-batch order.
+  // Each worker's distinct rows in micro-batch order, and how many trainers each row has.
   s.kw.resize(W);
+  s.kpos.resize(W);
   s.stamp.assign(D, 0);
+  s.tstart.assign(D + 1, 0);
   for (std::uint32_t w = 0; w < W; ++w) {
     auto& kw = s.kw[w];
     kw.clear();
@@ -103,18 +98,36 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
         if (s.stamp[d] == w + 1 || (replicates && s.replicated_d[d])) continue;
         s.stamp[d] = w + 1;
         kw.push_back(d);
+        ++s.tstart[d + 1];
         staged += s.uncached_d[d];
       }
     }
-    if (lru[w].groups() > 1) check_groups(s, lru[w], w, iteration, kw);
-    if (kw.size() - staged > lru[w].capacity()) {
-      throw ConfigError("the cache of " + std::to_string(lru[w].capacity()) + " rows cannot hold the " +
-                        std::to_string(kw.size() - staged) + " distinct rows of worker " + std::to_string(w) +
-                        "'s micro-batch (iteration " + std::to_string(iteration) + "); raise --cache-ratio or lower --batch-per-worker");
+    if (shape.groups() > 1) check_groups(s, shape, w, iteration, kw);
+    if (kw.size() - staged > shape.capacity()) {
+      throw ConfigError("the cache of " + std::to_string(shape.capacity()) + " rows cannot hold the " + std::to_string(kw.size() - staged) +
+                        " distinct rows of worker " + std::to_string(w) + "'s micro-batch (iteration " + std::to_string(iteration) +
+                        "); raise --cache-ratio or lower --batch-per-worker");
     }
   }
+  // Who trains each row: its entries, filled worker by worker (so in increasing order).
+  for (std::uint32_t d = 0; d < D; ++d) s.tstart[d + 1] += s.tstart[d];
+  s.tw.resize(s.tstart[D]);
+  std::vector<std::uint32_t>& next = s.stamp;
+  std::copy(s.tstart.begin(), s.tstart.end() - 1, next.begin());
+  for (std::uint32_t w = 0; w < W; ++w) {
+    const auto& kw = s.kw[w];
+    auto& kpos = s.kpos[w];
+    kpos.resize(kw.size());
+    for (std::size_t j = 0; j < kw.size(); ++j) {
+      const std::uint32_t e = next[kw[j]]++;
+      s.tw[e] = static_cast<std::uint16_t>(w);
+      kpos[j] = e;
+    }
+  }
+  s.tslot.assign(s.tw.size(), kNoSlot);
   s.per_worker.assign(W, TrafficCounts{});
-  s.dslot.assign(static_cast<std::size_t>(D) * W, kNoSlot);
+  s.evicted.resize(W);
+  for (auto& e : s.evicted) e.clear();
   s.peer_d.clear();
 }
 

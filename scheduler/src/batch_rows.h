@@ -4,7 +4,9 @@
 // Scheduler, reused from batch to batch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "ember/cache/location_map.h"
@@ -23,24 +25,47 @@ struct BatchRows {
   U64Map<std::uint32_t> index;             // key -> d (distinct rows of the batch)
   std::vector<Key> keys;                   // d -> key
   std::vector<std::uint32_t> dpos;         // (sample, table) -> d
-  std::vector<std::uint8_t> owner_d;       // d -> latest holder before the iteration
+  std::vector<std::uint16_t> owner_d;      // d -> latest holder before the iteration
   std::vector<std::uint8_t> partial_d;     // d -> had partial holders before the iteration
   std::vector<std::uint8_t> replicated_d;  // d -> replicated row
   std::vector<std::uint8_t> cold_d;        // d -> no earlier iteration used the row
   std::vector<std::uint8_t> uncached_d;    // d -> of an uncached table (staged, not cached)
-  // Filled by index_trainers, once the allocation is known.
-  std::vector<std::uint64_t> umask;            // d -> workers training it (U(k))
-  std::vector<std::uint32_t> replicated_rows;  // distinct replicated rows of the batch (d)
-  std::vector<std::uint32_t> stamp;            // d -> last worker + 1 that listed it
-  std::vector<std::vector<std::uint32_t>> kw;  // worker -> its distinct d, first-appearance order
-  // Filled by the pull phase.
-  std::vector<std::uint32_t> dslot;  // d * W + w -> slot of the row in w's cache
+  // Filled by index_trainers, once the allocation is known. Who trains each row (U(k))
+  // as lists, not masks, so that no worker count caps them: the entries of row d are
+  // [tstart[d], tstart[d + 1]), its trainers in increasing order (replicated rows have
+  // none: they are all-reduced).
+  std::vector<std::uint32_t> tstart;
+  std::vector<std::uint16_t> tw;                 // entry -> trainer
+  std::vector<std::uint32_t> tslot;              // entry -> the row's slot in the trainer's cache (pull phase)
+  std::vector<std::uint32_t> replicated_rows;    // distinct replicated rows of the batch (d)
+  std::vector<std::uint32_t> stamp;              // d -> last worker + 1 that listed it; then the next free entry
+  std::vector<std::vector<std::uint32_t>> kw;    // worker -> its distinct d, first-appearance order
+  std::vector<std::vector<std::uint32_t>> kpos;  // worker -> the entry of each of its rows (as kw)
   // Filled by the sync phase under peer sync (else empty): d -> the worker handing the
   // row to the trainers on its host, or kNoOwner.
-  std::vector<std::uint8_t> peer_d;
-  std::vector<TrafficCounts> per_worker;  // the phases' counts, per worker
+  std::vector<std::uint16_t> peer_d;
+  std::vector<std::vector<RowEviction>> evicted;  // worker -> its evictions (pull phase, modelled workers)
+  std::vector<TrafficCounts> per_worker;          // the phases' counts, per worker
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }
+  // Row d's trainers, in increasing order.
+  std::span<const std::uint16_t> trainers(std::uint32_t d) const { return {tw.data() + tstart[d], tw.data() + tstart[d + 1]}; }
+  std::uint32_t count(std::uint32_t d) const { return tstart[d + 1] - tstart[d]; }
+  // Its first trainer (count(d) > 0).
+  std::uint32_t first(std::uint32_t d) const { return tw[tstart[d]]; }
+  // Whether w trains row d.
+  bool trains(std::uint32_t d, std::uint32_t w) const {
+    if (count(d) == 1) return tw[tstart[d]] == w;
+    const auto t = trainers(d);
+    return std::binary_search(t.begin(), t.end(), static_cast<std::uint16_t>(w));
+  }
+  // Whether anyone but w trains row d.
+  bool others(std::uint32_t d, std::uint32_t w) const { return count(d) > (trains(d, w) ? 1u : 0u); }
+  // f(w, slot) for each trainer of row d, in increasing order.
+  template <typename F>
+  void for_each_trainer(std::uint32_t d, F&& f) const {
+    for (std::uint32_t e = tstart[d]; e < tstart[d + 1]; ++e) f(static_cast<std::uint32_t>(tw[e]), tslot[e]);
+  }
 };
 
 // Distinct rows of the batch, where each sample's rows are, and each row's latest holder
@@ -51,9 +76,9 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
 
 // With the allocation made (plans[w].samples): who trains each row, the batch's
 // replicated rows, each worker's distinct rows in micro-batch order; clears the slots and
-// counts. ConfigError when a worker's cache (or a cache group) cannot hold its rows.
-void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch,
-                    const std::vector<std::uint32_t>& worker_of, const std::vector<StepPlan>& plans, const std::vector<WorkerCache>& lru,
-                    BatchRows& rows);
+// counts. ConfigError when a worker's cache (or a cache group) cannot hold its rows
+// (`shape`: a worker's cache; every worker's is alike).
+void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const std::vector<StepPlan>& plans,
+                    const WorkerCache& shape, BatchRows& rows);
 
 }  // namespace ember::scheduler

@@ -26,6 +26,13 @@ void BatchStream::look_ahead(Scheduler& s, std::uint64_t t, std::uint64_t end) {
   });
 }
 
+void BatchStream::look_ahead(HostSchedulers& s, std::uint64_t t, std::uint64_t end) {
+  s.look_ahead_through(t, end, [&](GlobalBatch& next) {
+    ahead_.next(ahead_batch_);
+    to_global_batch(ahead_batch_, offsets_, next);
+  });
+}
+
 void BatchStream::skip(std::uint64_t n) {
   data::Batch b;
   for (std::uint64_t t = 0; t < n; ++t) main_.next(b);

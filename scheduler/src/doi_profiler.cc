@@ -21,7 +21,7 @@ DoiProfiler::DoiProfiler(const SchedulerConfig& c, std::uint32_t tables) : table
 }
 
 void DoiProfiler::record(const SchedulerConfig& c, const GlobalBatch& batch, double scoring_ms, std::uint64_t iteration,
-                         const std::vector<WorkerCache>& lru) {
+                         const WorkerCaches& lru) {
   for (Key k : batch.keys) {
     if (access_[k] != UINT32_MAX) ++access_[k];
   }
@@ -32,14 +32,15 @@ void DoiProfiler::record(const SchedulerConfig& c, const GlobalBatch& batch, dou
   if ((iteration + 1) % kDoiInterval == 0) profile(c, iteration, lru);
 }
 
-void DoiProfiler::profile(const SchedulerConfig& c, std::uint64_t iteration, const std::vector<WorkerCache>& lru) {
+void DoiProfiler::profile(const SchedulerConfig& c, std::uint64_t iteration, const WorkerCaches& lru) {
   // DoI per table over a deterministic sample of cached rows: the share accessed fewer
   // times than the samples one worker has trained so far.
   const double per_worker = static_cast<double>(iteration + 1) * c.batch_per_worker;
   std::vector<std::uint64_t> cached(tables_, 0), rare(tables_, 0);
   data::SplitMix64 rng(mix64(c.seed ^ (iteration + 0xd01)));
-  for (const WorkerCache& l : lru) {
-    if (l.size() == 0) continue;
+  for (const auto& modelled : lru) {
+    if (!modelled || modelled->size() == 0) continue;
+    const WorkerCache& l = *modelled;
     for (std::uint32_t i = 0; i < kDoiSamplesPerWorker; ++i) {
       std::uint32_t s = static_cast<std::uint32_t>(rng.below(l.capacity()));
       if (!l.occupied(s)) continue;

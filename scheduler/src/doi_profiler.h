@@ -21,8 +21,7 @@ class DoiProfiler {
   // After LAIA scored iteration `iteration`'s batch in scoring_ms: counts its rows'
   // accesses and the scoring cost per table; every kDoiInterval iterations profiles the
   // DoI over the caches `lru` and picks the tables to score.
-  void record(const SchedulerConfig& c, const GlobalBatch& batch, double scoring_ms, std::uint64_t iteration,
-              const std::vector<WorkerCache>& lru);
+  void record(const SchedulerConfig& c, const GlobalBatch& batch, double scoring_ms, std::uint64_t iteration, const WorkerCaches& lru);
 
   // Each table's DoI as last profiled, and the tables to score (ascending).
   const std::vector<double>& doi() const { return doi_; }
@@ -30,7 +29,7 @@ class DoiProfiler {
   std::size_t memory_bytes() const { return access_.capacity() * sizeof(std::uint32_t); }
 
  private:
-  void profile(const SchedulerConfig& c, std::uint64_t iteration, const std::vector<WorkerCache>& lru);
+  void profile(const SchedulerConfig& c, std::uint64_t iteration, const WorkerCaches& lru);
 
   std::uint32_t tables_ = 0;
   std::vector<std::uint32_t> access_;  // accesses per key (with a budget)

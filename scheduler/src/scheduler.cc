@@ -24,7 +24,8 @@ constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
 // ConfigError for settings no Scheduler runs with (the placement's and fae's cache
 // checks follow in cache_capacity and cache_groups).
 void validate(const SchedulerConfig& c, std::uint32_t tables) {
-  if (c.workers == 0 || c.workers > cache::LocationMap::kMaxWorkers) throw ConfigError("--workers must be in [1, 64]");
+  if (c.workers == 0 || c.workers > Scheduler::kMaxWorkers)
+    throw ConfigError("--workers must be in [1, " + std::to_string(Scheduler::kMaxWorkers) + "]");
   if (c.batch_per_worker == 0) throw ConfigError("--batch-per-worker must be positive");
   if (c.cache_rows == 0) throw ConfigError("cache capacity must be at least one row");
   if (tables == 0 || c.num_keys == 0) throw ConfigError("no embedding tables");
@@ -47,6 +48,18 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
                         "'s");
     }
     needs_hosts("--peer-sync");
+  }
+  if (c.model_host >= 0) {
+    needs_hosts("a scheduler of one host");
+    if (std::ranges::find(c.host_of, static_cast<std::uint32_t>(c.model_host)) == c.host_of.end()) {
+      throw ConfigError("the scheduler models host " + std::to_string(c.model_host) + ", which has no worker");
+    }
+    if (c.policy.allocation() == Allocation::kBrute || c.budget_ms > 0) {
+      throw ConfigError("brute force and adaptive LAIA (--budget-ms) model every worker's cache: not for a scheduler of one host");
+    }
+  }
+  if (c.policy.sync() == Sync::kBoundedStaleness && c.workers > 64) {
+    throw ConfigError(c.policy.name() + " tracks each row's copies as a 64-bit mask: at most 64 workers, not " + std::to_string(c.workers));
   }
   if (c.host_allocation) {
     if (c.policy.allocation() != Allocation::kLaia) {
@@ -117,12 +130,19 @@ template <SyncMode M>
 void run_phases(M& mode, Iteration& it) {
   // 1. Sync: what must reach the PS before anyone pulls.
   mode.sync(it);
-  // 2. Pulls, worker by worker (independent: in parallel when threads > 1).
-  const std::uint32_t W = it.config.workers;
-  if (it.config.threads > 1 && W > 1) {
-    tbb::parallel_for(0u, W, [&](std::uint32_t w) { mode.pull(it, w); });
+  // 2. Pulls, worker by worker (independent: in parallel when threads > 1), of the
+  // modelled workers; then the partial copies they evicted leave the location map.
+  const std::vector<std::uint32_t>& workers = it.modelled;
+  const auto n = static_cast<std::uint32_t>(workers.size());
+  if (it.config.threads > 1 && n > 1) {
+    tbb::parallel_for(0u, n, [&](std::uint32_t j) { mode.pull(it, workers[j]); });
   } else {
-    for (std::uint32_t w = 0; w < W; ++w) mode.pull(it, w);
+    for (std::uint32_t w : workers) mode.pull(it, w);
+  }
+  for (std::uint32_t w : workers) {
+    for (const RowEviction& e : it.rows.evicted[w]) {
+      if (e.partial) it.loc.remove_partial(e.key, w, true);
+    }
   }
   // From here on, what changes the PS's rows before the next iteration's pulls: this
   // iteration's evictions, its end pushes (step 3), a flush, the next sync.
@@ -157,8 +177,12 @@ Scheduler::State::State(const SchedulerConfig& c)
   const std::uint32_t capacity = cache_capacity(c, tables);
   std::shared_ptr<const std::vector<std::uint8_t>> group_of_key;
   const std::vector<std::uint32_t> groups = cache_groups(c, tables, capacity, group_of_key);
-  lru.reserve(c.workers);
-  for (std::uint32_t w = 0; w < c.workers; ++w) lru.emplace_back(groups, c.eviction != Eviction::kLru, group_of_key);
+  lru.resize(c.workers);
+  for (std::uint32_t w = 0; w < c.workers; ++w) {
+    if (!c.models(w)) continue;
+    lru[w].emplace(groups, c.eviction != Eviction::kLru, group_of_key);
+    modelled.push_back(w);
+  }
   if (c.lookahead > 0) window.emplace(c.num_keys, c.first_iteration);
   sync = make_sync_mode(c, capacity);
   doi = DoiProfiler(c, tables);
@@ -176,7 +200,10 @@ Scheduler::Scheduler(const Scheduler& o)
     : config_(o.config_), state_(std::make_unique<State>(*o.state_)), scratch_(std::make_unique<Scratch>()) {}
 
 std::uint64_t Scheduler::iteration() const { return state_->iteration; }
-const WorkerCache& Scheduler::cache_of(WorkerId w) const { return state_->lru[w]; }
+const WorkerCache& Scheduler::cache_of(WorkerId w) const {
+  if (!config_.models(w)) throw Error("Scheduler::cache_of: worker " + std::to_string(w) + " is another host's");
+  return *state_->lru[w];
+}
 const cache::LocationMap& Scheduler::locations() const { return state_->loc; }
 const std::vector<double>& Scheduler::table_doi() const { return state_->doi.doi(); }
 const std::vector<std::uint32_t>& Scheduler::scored_tables() const { return state_->doi.scored_tables(); }
@@ -186,12 +213,13 @@ std::size_t Scheduler::memory_bytes() const {
   std::size_t b =
       s.loc.memory_bytes() + s.doi.memory_bytes() + s.seen.memory_bytes() + s.pushed.memory_bytes() + s.replicated_trained.memory_bytes();
   b += std::visit([](const auto& mode) { return mode.memory_bytes(); }, s.sync);
-  for (const WorkerCache& l : s.lru) b += l.memory_bytes();
+  for (const auto& l : s.lru) b += l ? l->memory_bytes() : 0;
   if (s.window) b += s.window->memory_bytes();
   return b;
 }
 
 void Scheduler::look_ahead(const GlobalBatch& batch) {
+  check_evictions_applied("look_ahead");
   State& s = *state_;
   if (!s.window) throw Error("Scheduler::look_ahead without --lookahead");
   if (s.window->size() > config_.lookahead) {
@@ -208,12 +236,12 @@ void Scheduler::look_ahead(const GlobalBatch& batch) {
   s.window->add(batch, [&](Key k, std::uint32_t next_use) {
     if (replicates && config_.replicated[k]) return;
     auto keep = [&](std::uint32_t w) {
-      std::uint32_t slot = s.lru[w].find(k);
-      if (slot != kNoSlot) s.lru[w].keep_until(slot, next_use);
+      std::uint32_t slot = s.lru[w]->find(k);
+      if (slot != kNoSlot) s.lru[w]->keep_until(slot, next_use);
     };
-    const std::uint8_t o = s.loc.owner(k);
-    if (o != cache::LocationMap::kNoOwner) keep(o);
-    for_each_bit(s.loc.partial(k), keep);
+    const std::uint16_t o = s.loc.owner(k);
+    if (o != cache::LocationMap::kNoOwner && config_.models(o)) keep(o);
+    s.loc.for_each_partial(k, keep);
   });
 }
 
@@ -221,7 +249,35 @@ std::size_t Scheduler::window_size() const { return state_->window ? state_->win
 
 std::uint64_t Scheduler::shown_until() const { return state_->window ? state_->window->end() : state_->iteration; }
 
+void Scheduler::check_evictions_applied(const char* what) const {
+  if (state_->awaiting_evictions) {
+    throw Error(std::string("Scheduler::") + what + " before the other hosts' evictions of iteration " +
+                std::to_string(state_->iteration - 1) + " were applied (apply_evictions)");
+  }
+}
+
+const std::vector<RowEviction>& Scheduler::evictions() const { return scratch_->evictions; }
+
+void Scheduler::apply_evictions(const std::vector<RowEviction>& evictions) {
+  State& s = *state_;
+  if (!s.awaiting_evictions) throw Error("Scheduler::apply_evictions: no iteration awaits the other hosts' evictions");
+  for (const RowEviction& e : evictions) {
+    if (e.worker >= config_.workers || e.key >= config_.num_keys) {
+      throw Error("an eviction of row " + std::to_string(e.key) + " by worker " + std::to_string(e.worker) + " outside the job");
+    }
+    if (config_.models(e.worker)) continue;
+    if (e.partial) {
+      s.loc.remove_partial(e.key, e.worker, false);
+    } else if (s.loc.owner(e.key) == e.worker) {
+      s.loc.clear_owner(e.key);
+    }
+    if (e.pushes && config_.prefetch) s.pushed.note(e.key);
+  }
+  s.awaiting_evictions = false;
+}
+
 IterationStats Scheduler::schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans) {
+  check_evictions_applied("schedule");
   Stopwatch sw;
   IterationStats alloc;
   index_batch(config_, state_->tables, batch, state_->loc, state_->seen, scratch_->rows);
@@ -236,6 +292,7 @@ IterationStats Scheduler::schedule(const GlobalBatch& batch, std::vector<StepPla
 
 IterationStats Scheduler::schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of,
                                         std::vector<StepPlan>& plans) {
+  check_evictions_applied("schedule_with");
   Stopwatch sw;
   index_batch(config_, state_->tables, batch, state_->loc, state_->seen, scratch_->rows);
   IterationStats st = plan_iteration(batch, worker_of, plans);
@@ -249,7 +306,7 @@ void Scheduler::allocate(const GlobalBatch& batch, std::vector<std::uint32_t>& w
   switch (config_.policy.allocation()) {
     case Allocation::kLaia: {
       const LaiaStats laia = (config_.host_allocation ? allocate_laia_by_host : allocate_laia)(
-          config_, s.iteration, batch, scratch_->rows, s.doi.scored_tables(), scratch_->scores, worker_of);
+          config_, s.iteration, batch, scratch_->rows, s.doi.scored_tables(), scratch_->laia, worker_of);
       st.scoring_ms = laia.scoring_ms;
       st.laia_tables = laia.laia_tables;
       if (config_.budget_ms > 0) s.doi.record(config_, batch, st.scoring_ms, s.iteration, s.lru);
@@ -283,8 +340,8 @@ IterationStats Scheduler::plan_iteration(const GlobalBatch& batch, const std::ve
   // The window's next uses move past this batch: a row of it is next needed later.
   if (s.window) s.window->pop(batch);
   deal_samples(config_, s.iteration, worker_of, n, plans);
-  index_trainers(config_, s.iteration, batch, worker_of, plans, s.lru, rows);
-  Iteration it{config_, rows, s.lru, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned};
+  index_trainers(config_, s.iteration, batch, plans, *s.lru[s.modelled.front()], rows);
+  Iteration it{config_, rows, s.lru, s.modelled, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned};
   std::visit([&](auto& mode) { run_phases(mode, it); }, s.sync);
   return finish_iteration(plans);
 }
@@ -301,13 +358,21 @@ IterationStats Scheduler::finish_iteration(std::vector<StepPlan>& plans) {
     plan.replicated.resize(rows.replicated_rows.size());
     for (std::size_t j = 0; j < rows.replicated_rows.size(); ++j) plan.replicated[j] = rows.keys[rows.replicated_rows[j]];
   }
-  st.traffic.hot_sync = static_cast<std::uint64_t>(config_.workers) * rows.replicated_rows.size();
+  st.traffic.hot_sync = static_cast<std::uint64_t>(s.modelled.size()) * rows.replicated_rows.size();
+  // A scheduler of one host: its evictions, for the others.
+  if (config_.model_host >= 0) {
+    scratch_->evictions.clear();
+    for (std::uint32_t w : s.modelled)
+      scratch_->evictions.insert(scratch_->evictions.end(), rows.evicted[w].begin(), rows.evicted[w].end());
+    s.awaiting_evictions = s.modelled.size() < config_.workers;
+  }
   ++s.iteration;
   s.planned = true;
   return st;
 }
 
 TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
+  check_evictions_applied("flush");
   State& s = *state_;
   const std::uint32_t W = config_.workers;
   plans.resize(W);
@@ -317,7 +382,8 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     plan.clear();
     plan.iteration = s.iteration;
     plan.worker = w;
-    const WorkerCache& lru = s.lru[w];
+    if (!config_.models(w)) continue;
+    const WorkerCache& lru = *s.lru[w];
     for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
       if (!lru.occupied(slot)) continue;
       const Key k = lru.key_at(slot);
@@ -327,34 +393,37 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
           plan.push_values.push_back({k, slot});
           ++c.push_value;
         }
-      } else if (s.loc.partial(k) & bit(w)) {
+      } else if (s.loc.is_partial(k, w)) {
         plan.push_grads.push_back({k, slot});
         ++c.push_grad;
       }
     }
-    if (config_.prefetch) {
-      for (const KeySlot& v : plan.push_values) s.pushed.note(v.key);
-      for (const KeySlot& g : plan.push_grads) s.pushed.note(g.key);
-    }
   }
-  // Marked once every worker has listed its part (a row's partials are on several).
-  for (const StepPlan& plan : plans) {
-    for (const KeySlot& v : plan.push_values) s.loc.set_flushed(v.key, true);
-    for (const KeySlot& g : plan.push_grads) s.loc.set_flushed(g.key, true);
+  // Every row with an update the PS lacks (a dirty owner's, partial holders') is now
+  // flushed, the other hosts' too: marked over the whole key space, as every host must.
+  for (Key k = 0; k < config_.num_keys; ++k) {
+    if (s.loc.flushed(k)) continue;
+    const bool dirty_owner = s.loc.owner(k) != cache::LocationMap::kNoOwner && s.loc.dirty(k);
+    if (!dirty_owner && !s.loc.has_partial(k)) continue;
+    s.loc.set_flushed(k, true);
+    if (config_.prefetch) s.pushed.note(k);
   }
   // Worker 0 writes the replicated rows trained since the last flush back to the PS (the
   // replicas agree). Nobody pulls them before the next flush, so prefetch is unaffected.
   if (!s.replicated_trained.keys().empty()) {
-    plans[0].replicated_flush = s.replicated_trained.keys();
-    c.hot_flush = s.replicated_trained.keys().size();
+    if (config_.models(0)) {
+      plans[0].replicated_flush = s.replicated_trained.keys();
+      c.hot_flush = s.replicated_trained.keys().size();
+    }
     s.replicated_trained.clear();
   }
   return c;
 }
 
 std::vector<KeySlot> Scheduler::latest_rows(WorkerId w) const {
+  check_evictions_applied("latest_rows");
   std::vector<KeySlot> rows;
-  const WorkerCache& lru = state_->lru[w];
+  const WorkerCache& lru = cache_of(w);
   for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
     if (lru.occupied(slot) && state_->loc.owner(lru.key_at(slot)) == w) rows.push_back({lru.key_at(slot), slot});
   }

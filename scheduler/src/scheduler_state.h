@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "allocation.h"
 #include "batch_rows.h"
 #include "doi_profiler.h"
 #include "ember/cache/location_map.h"
@@ -25,22 +26,25 @@ struct Scheduler::State {
 
   std::uint32_t tables = 0;
   std::uint64_t iteration = 0;
-  bool planned = false;              // an iteration was planned before (the first has nothing to prefetch)
-  cache::LocationMap loc;            // every row's state
-  std::vector<WorkerCache> lru;      // every worker's cache
-  std::optional<Window> window;      // lookahead only
-  SyncModes sync;                    // the policy's sync mode, with its own state (het: versions)
-  DoiProfiler doi;                   // adaptive LAIA: the tables to score
-  KeyBits seen;                      // rows used by an earlier iteration (cold pulls)
-  PushMarks pushed;                  // prefetch only
-  ReplicatedLog replicated_trained;  // replicated rows trained since the last flush
+  bool planned = false;                 // an iteration was planned before (the first has nothing to prefetch)
+  cache::LocationMap loc;               // every row's state
+  WorkerCaches lru;                     // the modelled workers' caches (SchedulerConfig::model_host)
+  std::vector<std::uint32_t> modelled;  // those workers
+  bool awaiting_evictions = false;      // a scheduler of one host: the other hosts' evictions not applied yet
+  std::optional<Window> window;         // lookahead only
+  SyncModes sync;                       // the policy's sync mode, with its own state (het: versions)
+  DoiProfiler doi;                      // adaptive LAIA: the tables to score
+  KeyBits seen;                         // rows used by an earlier iteration (cold pulls)
+  PushMarks pushed;                     // prefetch only
+  ReplicatedLog replicated_trained;     // replicated rows trained since the last flush
 };
 
 // Working memory for one batch, reused; a copy starts with its own.
 struct Scheduler::Scratch {
   BatchRows rows;
-  std::vector<std::uint16_t> scores;  // LAIA's, sample * W + w
+  LaiaScratch laia;  // LAIA's working memory
   std::vector<std::uint32_t> worker_of;
+  std::vector<RowEviction> evictions;  // a scheduler of one host: its workers' of the last iteration
 };
 
 }  // namespace ember::scheduler

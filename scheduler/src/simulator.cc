@@ -152,22 +152,10 @@ void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, c
   for (std::size_t l = 0; l < 2; ++l) per_link[l] += flat[l];
 }
 
-SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
-  const std::uint64_t total = o.warmup + o.iterations;
-  SchedulerOptions job = o.scheduler;
-  job.iterations = total;
-  SchedulerConfig c = make_scheduler_config(ds, job);
-  if ((c.host_allocation || c.peer_sync) && o.host_of) {
-    for (WorkerId w = 0; w < c.workers; ++w) c.host_of.push_back(o.host_of(w));
-  }
-  const data::BatchReader reader = global_batch_reader(ds, job);
-  if (reader.batches_per_epoch() < total) {
-    throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
-                      " global batches; --warmup + --iterations = " + std::to_string(total));
-  }
-  const std::string policy = c.policy.name();
-  const bool flushes = c.policy.sync() != Sync::kBoundedStaleness;
-  Scheduler sched(std::move(c));
+// Replays the job's batches through `sched` (a Scheduler, or HostSchedulers).
+template <typename S>
+SimResult replay(S& sched, const data::BatchReader& reader, const std::string& policy, bool flushes, std::uint64_t total,
+                 const SimOptions& o) {
   SimResult r;
   r.policy = policy;
   r.cache_rows = sched.config().cache_rows;
@@ -229,8 +217,32 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
     r.scoring_ms_mean = scoring_sum / static_cast<double>(times.size());
   }
   r.scheduler_bytes = sched.memory_bytes();
-  for (std::uint32_t w = 0; w < job.workers; ++w) r.cached_rows += sched.cache_of(w).size();
+  for (std::uint32_t w = 0; w < sched.config().workers; ++w) r.cached_rows += sched.cache_of(w).size();
   return r;
+}
+
+SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
+  const std::uint64_t total = o.warmup + o.iterations;
+  SchedulerOptions job = o.scheduler;
+  job.iterations = total;
+  SchedulerConfig c = make_scheduler_config(ds, job);
+  if ((c.host_allocation || c.peer_sync || o.per_host) && o.host_of) {
+    for (WorkerId w = 0; w < c.workers; ++w) c.host_of.push_back(o.host_of(w));
+  }
+  const data::BatchReader reader = global_batch_reader(ds, job);
+  if (reader.batches_per_epoch() < total) {
+    throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
+                      " global batches; --warmup + --iterations = " + std::to_string(total));
+  }
+  const std::string policy = c.policy.name();
+  const bool flushes = c.policy.sync() != Sync::kBoundedStaleness;
+  if (o.per_host) {
+    if (!o.host_of) throw ConfigError("--per-host needs the workers' hosts (--hosts or --host-map)");
+    HostSchedulers sched(c);
+    return replay(sched, reader, policy, flushes, total, o);
+  }
+  Scheduler sched(std::move(c));
+  return replay(sched, reader, policy, flushes, total, o);
 }
 
 }  // namespace ember::scheduler

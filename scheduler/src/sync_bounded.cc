@@ -2,9 +2,11 @@
 // at the end of the iteration and the row's version at the PS moves on; a cached copy
 // serves while at most S versions behind it, a staler one is refreshed in place when
 // needed and dropped at the end of an iteration that leaves it too far behind. Cached
-// copies are tracked as holders (LocationMap::holders), never as latest or partial.
-#include <bit>
+// copies are tracked as holders (a mask per row, so at most 64 workers), never as latest or
+// partial.
+#include <atomic>
 
+#include "bits.h"
 #include "sync_mode.h"
 
 namespace ember::scheduler {
@@ -15,10 +17,14 @@ constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
 }  // namespace
 
 BoundedSync::BoundedSync(const SchedulerConfig& c, std::uint32_t capacity)
-    : staleness_(c.policy.staleness()), ps_version_(c.num_keys, 0), copy_version_(c.workers, std::vector<std::uint32_t>(capacity, 0)) {}
+    : staleness_(c.policy.staleness()), ps_version_(c.num_keys, 0), holders_(c.num_keys, 0), copy_version_(c.workers) {
+  for (std::uint32_t w = 0; w < c.workers; ++w) {
+    if (c.models(w)) copy_version_[w].assign(capacity, 0);
+  }
+}
 
 std::size_t BoundedSync::memory_bytes() const {
-  std::size_t b = ps_version_.capacity() * sizeof(std::uint32_t);
+  std::size_t b = ps_version_.capacity() * sizeof(std::uint32_t) + holders_.capacity() * sizeof(std::uint64_t);
   for (const auto& v : copy_version_) b += v.capacity() * sizeof(std::uint32_t);
   return b;
 }
@@ -26,7 +32,7 @@ std::size_t BoundedSync::memory_bytes() const {
 // No placement (uncached rows), lookahead or prefetch applies here: the rows are all
 // cached, recency is plain LRU, no pull is marked.
 void BoundedSync::pull(Iteration& it, std::uint32_t w) {
-  WorkerCache& lru = it.lru[w];
+  WorkerCache& lru = it.cache(w);
   StepPlan& plan = it.plans[w];
   const BatchRows& s = it.rows;
   TrafficCounts& c = it.rows.per_worker[w];
@@ -43,7 +49,7 @@ void BoundedSync::pull(Iteration& it, std::uint32_t w) {
     std::uint32_t slot = kNoSlot;
     std::uint32_t cs = lru.find(k);
     if (cs != kNoSlot && ps_version_[k] - copy_version_[w][cs] <= S) slot = cs;
-    plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d])), false};
+    plan.rows[j] = {k, slot, s.count(d), false};
     if (slot != kNoSlot) {
       lru.touch(slot);
       ++c.hits;
@@ -65,12 +71,12 @@ void BoundedSync::pull(Iteration& it, std::uint32_t w) {
         lru.evict(k, e);
         pull.evicted = e;
         pull.kind = EvictKind::kClean;  // gradients were pushed when computed
-        it.loc.remove_holder(e, w);
+        std::atomic_ref<std::uint64_t>(holders_[e]).fetch_and(~bit(w), std::memory_order_relaxed);
       }
       pull.slot = lru.insert(k);
     }
     copy_version_[w][pull.slot] = ps_version_[k];
-    it.loc.add_holder(k, w);
+    std::atomic_ref<std::uint64_t>(holders_[k]).fetch_or(bit(w), std::memory_order_relaxed);
     row.slot = pull.slot;
     pull.with_state = true;  // every trainer applies the optimizer to its copy
     plan.pulls.push_back(pull);
@@ -78,39 +84,34 @@ void BoundedSync::pull(Iteration& it, std::uint32_t w) {
     c.pull_state += pull.with_state;
     c.cold_pulls += s.cold_d[kw[j]];
   }
-  const std::uint32_t W = it.config.workers;
-  for (std::size_t j = 0; j < nk; ++j) it.rows.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
+  const auto& kpos = s.kpos[w];
+  for (std::size_t j = 0; j < nk; ++j) it.rows.tslot[kpos[j]] = plan.rows[j].slot;
 }
 
 void BoundedSync::train(Iteration& it) {
   BatchRows& s = it.rows;
-  cache::LocationMap& loc = it.loc;
-  const std::uint32_t W = it.config.workers, D = s.size(), S = staleness_;
+  const std::uint32_t D = s.size(), S = staleness_;
   for (std::uint32_t d = 0; d < D; ++d) {
     if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers
     const Key k = s.keys[d];
-    const std::uint64_t U = s.umask[d];
-    auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
     ++ps_version_[k];
-    for_each_bit(U, [&](std::uint32_t w) {
-      it.plans[w].end_pushes.push_back({k, slot_of(w)});
+    s.for_each_trainer(d, [&](std::uint32_t w, std::uint32_t slot) {
+      if (!it.models(w)) return;
+      it.plans[w].end_pushes.push_back({k, slot});
       ++s.per_worker[w].push_grad;
+      // The sole trainer applied its own update: its copy is as new as the PS's.
+      if (s.count(d) == 1) copy_version_[w][slot] = ps_version_[k];
     });
-    // The sole trainer applied its own update: its copy is as new as the PS's.
-    if (std::popcount(U) == 1) {
-      const auto w0 = static_cast<std::uint32_t>(std::countr_zero(U));
-      copy_version_[w0][slot_of(w0)] = ps_version_[k];
-    }
-    std::uint64_t holders = loc.holders(k);
+    std::uint64_t holders = holders_[k];
     for_each_bit(holders, [&](std::uint32_t h) {
-      std::uint32_t slot = it.lru[h].find(k);
+      std::uint32_t slot = it.cache(h).find(k);
       if (ps_version_[k] - copy_version_[h][slot] > S) {
-        it.lru[h].erase(k);
+        it.cache(h).erase(k);
         it.plans[h].drops.push_back({k, slot});
         holders &= ~bit(h);
       }
     });
-    loc.set_holders(k, holders);
+    holders_[k] = holders;
   }
 }
 

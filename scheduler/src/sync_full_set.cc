@@ -2,8 +2,6 @@
 // at the end of the iteration every trainer pushes the gradient of every row it trained
 // and the PS applies them. A sole trainer keeps a latest-clean copy, several trainers'
 // copies are dropped.
-#include <bit>
-
 #include "sync_mode.h"
 
 namespace ember::scheduler {
@@ -13,23 +11,22 @@ void FullSetSync::pull(Iteration& it, std::uint32_t w) { pull_latest(it, w); }
 void FullSetSync::train(Iteration& it) {
   BatchRows& s = it.rows;
   cache::LocationMap& loc = it.loc;
-  const std::uint32_t W = it.config.workers;
   train_cached_rows(it, false, [&](std::uint32_t d) {
     const Key k = s.keys[d];
-    const std::uint64_t U = s.umask[d];
-    auto slot_of = [&](std::uint32_t w) { return s.dslot[static_cast<std::size_t>(d) * W + w]; };
-    for_each_bit(U, [&](std::uint32_t w) {
-      it.plans[w].end_pushes.push_back({k, slot_of(w)});
+    s.for_each_trainer(d, [&](std::uint32_t w, std::uint32_t slot) {
+      if (!it.models(w)) return;
+      it.plans[w].end_pushes.push_back({k, slot});
       ++s.per_worker[w].push_grad;
     });
     if (it.config.prefetch) it.pushed.note(k);
-    if (std::popcount(U) == 1) {
-      loc.set_owner(k, static_cast<std::uint32_t>(std::countr_zero(U)), false);
+    if (s.count(d) == 1) {
+      loc.set_owner(k, s.first(d), false);
     } else {
       loc.clear_owner(k);
-      for_each_bit(U, [&](std::uint32_t w) {
-        it.lru[w].erase(k);
-        it.plans[w].drops.push_back({k, slot_of(w)});
+      s.for_each_trainer(d, [&](std::uint32_t w, std::uint32_t slot) {
+        if (!it.models(w)) return;
+        it.cache(w).erase(k);
+        it.plans[w].drops.push_back({k, slot});
       });
     }
   });

@@ -15,23 +15,28 @@ constexpr std::uint32_t kNoSlot = cache::LruIndex::kNone;
 
 // Makes room for k in worker w's cache: the evicted row leaves as the contract says (a
 // dirty row as a value, a partial one as a gradient, unless flushed; a clean one
-// silently), recorded in `pull` and counted in c.
+// silently), recorded in `pull`, in the worker's evictions, and counted in c. A partial
+// copy leaves the location map after the pull phase (Scheduler: run_phases), so that
+// the workers' pulls change no row they share.
 inline void evict_for(Iteration& it, WorkerCache& lru, std::uint32_t w, Key k, PullEntry& pull, TrafficCounts& c) {
   cache::LocationMap& loc = it.loc;
   Key e;
   lru.evict(k, e);
   pull.evicted = e;
+  bool partial = false;
   if (loc.owner(e) == w) {
     pull.kind = loc.dirty(e) && !loc.flushed(e) ? EvictKind::kDirty : EvictKind::kClean;
     loc.clear_owner(e);
-  } else if (loc.partial(e) & bit(w)) {
+  } else if (loc.is_partial(e, w)) {
     pull.kind = loc.flushed(e) ? EvictKind::kClean : EvictKind::kPartial;  // flushed: the PS has it
-    loc.clear_partial_bit(e, w);
+    partial = true;
   } else {
     throw Error("scheduler invariant broken: worker " + std::to_string(w) + " caches row " + std::to_string(e) +
                 " as neither latest nor partial");
   }
-  if (pull.kind == EvictKind::kDirty || pull.kind == EvictKind::kPartial) ++c.push_evict;
+  const bool pushes = pull.kind == EvictKind::kDirty || pull.kind == EvictKind::kPartial;
+  it.rows.evicted[w].push_back({e, w, partial, pushes});
+  if (pushes) ++c.push_evict;
   c.evict_partial += pull.kind == EvictKind::kPartial;
 }
 
@@ -57,7 +62,7 @@ void release_held(const Iteration& it, WorkerCache& lru, const StepPlan& plan) {
 // held, by next use) in order of first appearance; plan.rows gets every row, a miss
 // with no slot.
 void refresh_hits(Iteration& it, std::uint32_t w, bool by_next_use) {
-  WorkerCache& lru = it.lru[w];
+  WorkerCache& lru = it.cache(w);
   StepPlan& plan = it.plans[w];
   const BatchRows& s = it.rows;
   TrafficCounts& c = it.rows.per_worker[w];
@@ -86,7 +91,7 @@ void refresh_hits(Iteration& it, std::uint32_t w, bool by_next_use) {
       // Latest at w before the iteration, and w needs it now: still there.
       slot = plan.rows[j].slot;
     }
-    plan.rows[j] = {k, slot, static_cast<std::uint32_t>(std::popcount(s.umask[d])), s.uncached_d[d] != 0, host_apply_of(it, d, w)};
+    plan.rows[j] = {k, slot, s.count(d), s.uncached_d[d] != 0, host_apply_of(it, d, w)};
     if (slot != kNoSlot) {
       // By next use, this iteration's rows are held (never evicted) until all are in.
       if (by_next_use) {
@@ -116,7 +121,7 @@ SyncModes make_sync_mode(const SchedulerConfig& c, std::uint32_t capacity) {
 void pull_latest(Iteration& it, std::uint32_t w) {
   const bool by_next_use = it.config.eviction != Eviction::kLru;
   refresh_hits(it, w, by_next_use);
-  WorkerCache& lru = it.lru[w];
+  WorkerCache& lru = it.cache(w);
   StepPlan& plan = it.plans[w];
   const BatchRows& s = it.rows;
   TrafficCounts& c = it.rows.per_worker[w];
@@ -152,8 +157,8 @@ void pull_latest(Iteration& it, std::uint32_t w) {
     c.cold_pulls += s.cold_d[kw[j]];
   }
   if (by_next_use) release_held(it, lru, plan);
-  const std::uint32_t W = it.config.workers;
-  for (std::size_t j = 0; j < kw.size(); ++j) it.rows.dslot[static_cast<std::size_t>(kw[j]) * W + w] = plan.rows[j].slot;
+  const auto& kpos = s.kpos[w];
+  for (std::size_t j = 0; j < kw.size(); ++j) it.rows.tslot[kpos[j]] = plan.rows[j].slot;
 }
 
 }  // namespace ember::scheduler

@@ -18,14 +18,12 @@
 // an entry of SyncModes and make_sync_mode.
 #pragma once
 
-#include <bit>
 #include <concepts>
 #include <cstdint>
 #include <variant>
 #include <vector>
 
 #include "batch_rows.h"
-#include "bits.h"
 #include "ember/cache/location_map.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "ember/scheduler/step_plan.h"
@@ -38,13 +36,18 @@ namespace ember::scheduler {
 // What the phases of one iteration read and change, each part by name.
 struct Iteration {
   const SchedulerConfig& config;
-  BatchRows& rows;                // the batch: its distinct rows, trainers, slots; counts per worker
-  std::vector<WorkerCache>& lru;  // every worker's cache, as the scheduler models it
-  cache::LocationMap& loc;        // every row's state (latest holder, partial holders)
-  PushMarks& pushed;              // prefetch: rows pushed since the last pulls (config.prefetch)
-  std::vector<StepPlan>& plans;   // one per worker, filled by the phases
-  const Window* window;           // lookahead: each row's next use (null without)
-  bool mark_prefetch;             // mark the pulls one iteration early (an iteration was planned before)
+  BatchRows& rows;                             // the batch: its distinct rows, trainers, slots; counts per worker
+  WorkerCaches& lru;                           // the modelled workers' caches, as the scheduler models them
+  const std::vector<std::uint32_t>& modelled;  // those workers, in increasing order
+  cache::LocationMap& loc;                     // every row's state (latest holder, partial holders)
+  PushMarks& pushed;                           // prefetch: rows pushed since the last pulls (config.prefetch)
+  std::vector<StepPlan>& plans;                // one per worker, filled by the phases (the modelled workers')
+  const Window* window;                        // lookahead: each row's next use (null without)
+  bool mark_prefetch;                          // mark the pulls one iteration early (an iteration was planned before)
+
+  bool models(std::uint32_t w) const { return config.models(w); }
+  // Worker w's cache (a modelled worker's).
+  WorkerCache& cache(std::uint32_t w) const { return *lru[w]; }
 };
 
 template <typename M>
@@ -76,8 +79,12 @@ class OnDemandSync {
   std::size_t memory_bytes() const { return 0; }
 
  private:
+  // Step 1 of row d, latest at o (dirty) and trained by another: o pushes its value
+  // (unless flushed) and holds it clean.
+  void push_value(Iteration& it, std::uint32_t d, std::uint32_t o);
   // Step 1 of row d, latest at o and trained by others, under peer sync.
   void peer_sync(Iteration& it, std::uint32_t d, std::uint32_t o);
+  std::vector<std::uint16_t> listed_;  // train's working memory: a row's modelled trainers
 };
 
 // Bounded staleness (het:S): every gradient pushed at the end of its iteration; a cached
@@ -94,6 +101,7 @@ class BoundedSync {
  private:
   std::uint32_t staleness_;
   std::vector<std::uint32_t> ps_version_;                 // key -> the PS's version of the row
+  std::vector<std::uint64_t> holders_;                    // key -> the modelled workers caching it (bit w; W <= 64)
   std::vector<std::vector<std::uint32_t>> copy_version_;  // worker, slot -> the cached copy's version
 };
 
@@ -105,19 +113,18 @@ SyncModes make_sync_mode(const SchedulerConfig& c, std::uint32_t capacity);
 // Peer sync: whether row d's trainers (two or more) are all on one host, which then
 // applies it (the first trainer, with the sum of their gradients).
 inline bool host_applied(const Iteration& it, std::uint32_t d) {
-  if (!it.config.peer_sync) return false;
-  const std::uint64_t U = it.rows.umask[d];
-  if (std::popcount(U) < 2) return false;
-  const std::uint32_t h = it.config.host_of[static_cast<std::uint32_t>(std::countr_zero(U))];
-  bool one = true;
-  for_each_bit(U, [&](std::uint32_t w) { one &= it.config.host_of[w] == h; });
-  return one;
+  if (!it.config.peer_sync || it.rows.count(d) < 2) return false;
+  const std::uint32_t h = it.config.host_of[it.rows.first(d)];
+  for (std::uint16_t w : it.rows.trainers(d)) {
+    if (it.config.host_of[w] != h) return false;
+  }
+  return true;
 }
 
 // Worker w's part in row d (host_applied's: the first trainer applies, the others hand).
 inline HostApply host_apply_of(const Iteration& it, std::uint32_t d, std::uint32_t w) {
   if (!host_applied(it, d)) return HostApply::kNone;
-  return std::countr_zero(it.rows.umask[d]) == static_cast<int>(w) ? HostApply::kApplies : HostApply::kHands;
+  return it.rows.first(d) == w ? HostApply::kApplies : HostApply::kHands;
 }
 
 // Shared by the modes that keep a latest copy (full-set, on demand).
@@ -130,10 +137,9 @@ void pull_latest(Iteration& it, std::uint32_t w);
 // staged copy.
 inline void train_uncached(Iteration& it, std::uint32_t d) {
   BatchRows& s = it.rows;
-  const std::uint32_t W = it.config.workers;
   const Key k = s.keys[d];
-  for_each_bit(s.umask[d], [&](std::uint32_t w) {
-    const std::uint32_t slot = s.dslot[static_cast<std::size_t>(d) * W + w];
+  s.for_each_trainer(d, [&](std::uint32_t w, std::uint32_t slot) {
+    if (!it.models(w)) return;
     it.plans[w].end_pushes.push_back({k, slot});
     it.plans[w].drops.push_back({k, slot});
     ++s.per_worker[w].push_grad;
@@ -145,10 +151,10 @@ inline void train_uncached(Iteration& it, std::uint32_t d) {
 // row, now has a stale copy and drops it (unless it evicted it meanwhile: erase then
 // finds nothing).
 inline void drop_stale_latest(Iteration& it, std::uint32_t d) {
-  const std::uint8_t o = it.rows.owner_d[d];
-  if (o != cache::LocationMap::kNoOwner && (it.rows.umask[d] & bit(o)) == 0) {
+  const std::uint16_t o = it.rows.owner_d[d];
+  if (o != cache::LocationMap::kNoOwner && it.models(o) && !it.rows.trains(d, o)) {
     const Key k = it.rows.keys[d];
-    const std::uint32_t slot = it.lru[o].erase(k);
+    const std::uint32_t slot = it.cache(o).erase(k);
     if (slot != cache::LruIndex::kNone) it.plans[o].drops.push_back({k, slot});
   }
 }
@@ -163,11 +169,10 @@ void train_cached_rows(Iteration& it, bool partials, F&& f) {
   const std::uint32_t D = s.size();
   for (std::uint32_t d = 0; d < D; ++d) {
     if (d + 8 < D) {
-      const std::uint64_t Un = s.umask[d + 8];
-      if (partials && std::popcount(Un) > 1) it.loc.prefetch_partial(s.keys[d + 8]);
+      if (partials && s.count(d + 8) > 1) it.loc.prefetch_partial(s.keys[d + 8]);
       // The holder of a copy the next rows' trainers make stale: its index entry.
-      const std::uint8_t on = s.owner_d[d + 8];
-      if (on != cache::LocationMap::kNoOwner && (Un & bit(on)) == 0) it.lru[on].prefetch(s.keys[d + 8]);
+      const std::uint16_t on = s.owner_d[d + 8];
+      if (on != cache::LocationMap::kNoOwner && it.models(on) && !s.trains(d + 8, on)) it.cache(on).prefetch(s.keys[d + 8]);
     }
     if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers
     if (s.uncached_d[d]) {

@@ -157,7 +157,7 @@ TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
       for (const auto& [k, copy] : ref.copies(static_cast<int>(w))) {
         const auto& loc = s.locations();
         if (copy.state == test::ReferenceModel::kPartial) {
-          EXPECT_TRUE(loc.partial(k) & (1ull << w)) << k;
+          EXPECT_TRUE(loc.is_partial(k, w)) << k;
         } else {
           EXPECT_EQ(loc.owner(k), w) << k;
           EXPECT_EQ(loc.dirty(k), copy.state == test::ReferenceModel::kDirty) << k;
@@ -476,7 +476,8 @@ TEST(Scheduler, PartialGradientsArePushedWhenTheRowIsNextNeeded) {
   b.tables = 3;
   b.keys = {0, 10, 100, 0, 11, 101, 1, 12, 102};  // row 0 shared by workers 0 and 1
   s.schedule_with(b, {0, 1, 2}, plans);
-  EXPECT_EQ(s.locations().partial(0), 0b011u);
+  EXPECT_EQ(s.locations().partials(0), 2u);
+  EXPECT_TRUE(s.locations().is_partial(0, 0) && s.locations().is_partial(0, 1) && !s.locations().is_partial(0, 2));
   EXPECT_TRUE(plans[0].rows[0].shared());
   EXPECT_EQ(plans[0].rows[0].trainers, 2u);
   EXPECT_FALSE(plans[0].rows[1].shared());
@@ -486,7 +487,8 @@ TEST(Scheduler, PartialGradientsArePushedWhenTheRowIsNextNeeded) {
   EXPECT_EQ(st.traffic.push_grad, 2u);
   ASSERT_EQ(plans[0].push_grads.size(), 1u);
   EXPECT_EQ(plans[0].push_grads[0].key, 0u);
-  EXPECT_EQ(s.locations().partial(0), 0u);
+  EXPECT_EQ(s.locations().partials(0), 0u);
+  EXPECT_FALSE(s.locations().is_partial(0, 0));
   EXPECT_EQ(s.locations().owner(0), 2);
   EXPECT_TRUE(s.locations().dirty(0));
 }
@@ -508,7 +510,7 @@ TEST(Scheduler, FlushPushesDirtyValuesAndPartialGradients) {
   EXPECT_EQ(c.push_value, 7u);  // every other row, by its sole trainer
   ASSERT_EQ(plans[0].push_grads.size(), 1u);
   EXPECT_EQ(plans[0].push_grads[0].key, 0u);
-  EXPECT_EQ(s.locations().partial(0), 3u) << "the partial copies stay (flushes change no state)";
+  EXPECT_EQ(s.locations().partials(0), 2u) << "the partial copies stay (flushes change no state)";
   EXPECT_TRUE(s.locations().flushed(0));
   EXPECT_TRUE(s.cache_of(0).contains(0));
   EXPECT_TRUE(s.cache_of(2).contains(102));

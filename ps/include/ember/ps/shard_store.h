@@ -87,7 +87,8 @@ class ShardStore {
 
  public:
   // The most workers that may train one row in one iteration (a push's trainer count).
-  static constexpr std::uint32_t kMaxTrainers = 64;
+  // (The scheduler's most workers, Scheduler::kMaxWorkers.)
+  static constexpr std::uint32_t kMaxTrainers = 4096;
   // How many rows ahead an apply fetches rows of `row_bytes` (value and state): 16 for
   // rows of up to 256 B, enough to hide a scattered row's miss behind the rows before it;
   // 8 for larger rows, each of which takes several of the core's line fill buffers, so

@@ -9,6 +9,7 @@
 #include "ember/common/checkpoint_schedule.h"
 #include "ember/data/dataset.h"
 #include "ember/scheduler/global_batch.h"
+#include "ember/scheduler/host_schedulers.h"
 #include "ember/scheduler/scheduler.h"
 
 namespace ember::scheduler {
@@ -28,6 +29,7 @@ class BatchStream {
   // Before `s` schedules iteration t of a job of `end` iterations: shows its window the
   // batches it lacks (Scheduler::look_ahead_through), read by the lookahead's reader.
   void look_ahead(Scheduler& s, std::uint64_t t, std::uint64_t end);
+  void look_ahead(HostSchedulers& s, std::uint64_t t, std::uint64_t end);
   // Passes over the first `n` batches without scheduling them (those a resumed job
   // trained before its checkpoint, when it does not replay them): the lookahead's
   // reader too when there is a window.

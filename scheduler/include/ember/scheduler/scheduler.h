@@ -34,6 +34,9 @@ struct IterationStats {
 
 class Scheduler {
  public:
+  // The most workers a job may have.
+  static constexpr std::uint32_t kMaxWorkers = 4096;
+
   explicit Scheduler(SchedulerConfig config);
   ~Scheduler();
   // A complete, independent copy (brute force tries allocations on copies).
@@ -65,6 +68,15 @@ class Scheduler {
 
   // Same, with a given allocation (worker of each sample): brute force and tests.
   IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
+
+  // A scheduler of one host (config.model_host): the evictions its workers made in the
+  // iteration just scheduled, in worker order. Every other host's scheduler must get
+  // them (apply_evictions) before it looks ahead or schedules the next batch.
+  const std::vector<RowEviction>& evictions() const;
+  // The other hosts' evictions of the iteration just scheduled (their evictions(), in
+  // any order; this host's own are skipped): the rows' states move on as theirs did.
+  // Error when none is awaited.
+  void apply_evictions(const std::vector<RowEviction>& evictions);
 
   // Brings the PS up to date without a batch (before evaluation, a checkpoint, or the
   // end of training): every dirty row is pushed as a value and every partial gradient is
@@ -103,6 +115,8 @@ class Scheduler {
   // The end of an iteration: the batch's rows seen, the traffic summed, every worker's
   // replicated rows listed.
   IterationStats finish_iteration(std::vector<StepPlan>& plans);
+  // Error while the other hosts' evictions of the last iteration are awaited.
+  void check_evictions_applied(const char* what) const;
 
   SchedulerConfig config_;
   std::unique_ptr<State> state_;

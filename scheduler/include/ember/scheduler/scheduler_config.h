@@ -53,6 +53,11 @@ struct SchedulerConfig {
   // goes to the other trainers of its host from there, not through the PS, and a row
   // trained within one host only is applied there (docs/design.md "The host hierarchy").
   bool peer_sync = false;
+  // The host whose workers this scheduler models (their caches, plans and traffic), or
+  // -1: every worker. Every row's state is kept either way; the other hosts' evictions
+  // come from them (Scheduler::evictions, apply_evictions; docs/scheduler.md "State per
+  // process"). Needs host_of.
+  int model_host = -1;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> replicated;
@@ -75,6 +80,8 @@ struct SchedulerConfig {
   bool prefetch = false;
 
   bool replicates() const { return !replicated.empty(); }
+  // Whether this scheduler models worker w's cache and plan.
+  bool models(std::uint32_t w) const { return model_host < 0 || host_of[w] == static_cast<std::uint32_t>(model_host); }
   // Table t's entries of a per-key vector (replicated, uncached, a group per key).
   std::span<std::uint8_t> in_table(std::vector<std::uint8_t>& per_key, std::size_t t) const {
     const Key end = t + 1 < table_offsets.size() ? table_offsets[t + 1] : num_keys;

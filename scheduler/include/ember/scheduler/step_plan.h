@@ -63,6 +63,16 @@ struct PullEntry {
   bool peer = false;
 };
 
+// A worker's eviction as the schedulers of other hosts need it (a scheduler that models
+// one host learns the others' through Scheduler::apply_evictions).
+struct RowEviction {
+  Key key;
+  WorkerId worker;
+  bool partial;  // the worker held a partial gradient (else the latest copy)
+  bool pushes;   // it went to the PS (a dirty value, an un-flushed gradient)
+  bool operator==(const RowEviction&) const = default;
+};
+
 // Peer sync: a latest row handed (value and state) to worker `to`, from `slot`.
 struct HandValue {
   Key key;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -108,5 +109,9 @@ class WorkerCache {
   std::vector<std::uint32_t> offset_;
   std::uint32_t total_ = 0;
 };
+
+// Every worker's cache as one scheduler models it: empty for the workers it does not
+// model (SchedulerConfig::model_host).
+using WorkerCaches = std::vector<std::optional<WorkerCache>>;
 
 }  // namespace ember::scheduler

@@ -64,7 +64,7 @@ cases=(
   "shares-window|herald|--placement $shares ${window[*]} --threads 2"
   "brute|brute,herald|--batch-per-worker 1 --cache-ratio 0.02"
   "hosts|herald|--workers 8 --hosts 2 --peer-sync --host-allocation ${window[*]} ${flushes[*]}"
-  "peer|plan,herald|--workers 8 --hosts 2 --peer-sync --refine-allocation"
+  "peer|plan,herald|--workers 8 --hosts 2 --peer-sync --threads 2"
   "eight-refine|laia,herald|--workers 8 --refine-allocation --threads 2"
 )
 

@@ -4,6 +4,7 @@
 
 #include "bench_data.h"
 #include "bench_ps.h"
+#include "bench_scale.h"
 #include "bench_sched.h"
 #include "ember/common/main.h"
 
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   ember::bench::SchedBenchOptions sched_opts;
   auto* sched = app.add_subcommand("sched", "scheduling time per global batch vs a straightforward Algorithm 1");
   ember::bench::add_sched_options(*sched, sched_opts);
+  ember::bench::ScaleBenchOptions scale_opts;
+  auto* scale = app.add_subcommand("scale", "the scheduler from 8 to 1024 workers: the whole job's vs one host's, per process");
+  ember::bench::add_scale_options(*scale, scale_opts);
   ember::bench::PsBenchOptions ps_opts;
   auto* ps = app.add_subcommand("ps", "PS pull/push throughput over TCP loopback vs raw sockets; small-pull latency");
   ember::bench::add_ps_options(*ps, ps_opts);
@@ -30,6 +34,7 @@ int main(int argc, char** argv) {
   return ember::guarded_main("ember-bench", [&] {
     if (*data) return ember::bench::run_data_bench(data_opts, json);
     if (*sched) return ember::bench::run_sched_bench(sched_opts, json);
+    if (*scale) return ember::bench::run_scale_bench(scale_opts, json);
     return ember::bench::run_ps_bench(ps_opts, json);
   });
 }

@@ -360,7 +360,7 @@ IterationStats Scheduler::finish_iteration(std::vector<StepPlan>& plans) {
   }
   st.traffic.hot_sync = static_cast<std::uint64_t>(s.modelled.size()) * rows.replicated_rows.size();
   // A scheduler of one host: its evictions, for the others.
-  if (config_.model_host >= 0) {
+  if (config_.model_host >= 0 || config_.list_evictions) {
     scratch_->evictions.clear();
     for (std::uint32_t w : s.modelled)
       scratch_->evictions.insert(scratch_->evictions.end(), rows.evicted[w].begin(), rows.evicted[w].end());

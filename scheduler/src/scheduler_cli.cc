@@ -30,6 +30,11 @@ void add_scheduler_options(CLI::App& app, SchedulerOptions& o, FlagsFor who) {
   app.add_flag("--peer-sync", o.peer_sync,
                "plan, herald: a row latest on a worker goes to the other trainers of its host from there, not through the PS; "
                "a row trained within one host only is applied there");
+  if (!sim) {
+    app.add_flag("--scheduler-per-host", o.scheduler_per_host,
+                 "each process models only its host's caches (not every worker's), the hosts' evictions exchanged after "
+                 "each iteration: the same plans, with state and time per process that do not grow with the job");
+  }
   app.add_option("--lookahead", o.lookahead,
                  sim ? "batches the scheduler sees beyond the one it schedules (0 = none)"
                      : "batches the scheduler sees beyond the one it plans (0 = none)")

@@ -1132,7 +1132,8 @@ TEST(Scheduler, HostSchedulersPlanAsOneSchedulerOfTheJob) {
       const TrafficCounts tb = hosts.schedule(batches[t], b).traffic;
       ASSERT_EQ(ta.transmissions(), tb.transmissions()) << k.name << " iteration " << t;
       ASSERT_EQ(ta.hits, tb.hits) << k.name << " iteration " << t;
-      for (std::uint32_t w = 0; w < W; ++w) ASSERT_EQ(plan_hash(a[w], 0), plan_hash(b[w], 0)) << k.name << " worker " << w << " iteration " << t;
+      for (std::uint32_t w = 0; w < W; ++w)
+        ASSERT_EQ(plan_hash(a[w], 0), plan_hash(b[w], 0)) << k.name << " worker " << w << " iteration " << t;
       for (std::uint32_t h = 0; h < hosts.hosts(); ++h) evicted += hosts.host(h).evictions().size();
       if (t % 9 == 8) {
         const TrafficCounts fa = whole.flush(a), fb = hosts.flush(b);

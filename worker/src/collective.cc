@@ -137,7 +137,46 @@ class GlooHostChannel : public HostChannel {
   GlooGroup group_;
 };
 
+// All-gathers of int64 words over a Gloo group: the sizes first, then the words padded
+// to the longest.
+class GlooEvictionChannel : public EvictionChannel {
+ public:
+  GlooEvictionChannel(GlooGroup group, std::uint32_t size) : group_(std::move(group)), size_(size) {}
+  std::vector<std::vector<std::int64_t>> all_gather(const std::vector<std::int64_t>& mine) override {
+    std::vector<torch::Tensor> in{torch::tensor({static_cast<std::int64_t>(mine.size())}, torch::kInt64)};
+    std::vector<std::vector<torch::Tensor>> sizes(1);
+    for (std::uint32_t r = 0; r < size_; ++r) sizes[0].push_back(torch::zeros({1}, torch::kInt64));
+    group_->allgather(sizes, in)->wait();
+    std::int64_t longest = 1;
+    for (const auto& t : sizes[0]) longest = std::max(longest, t.item<std::int64_t>());
+    torch::Tensor padded = torch::zeros({longest}, torch::kInt64);
+    std::copy(mine.begin(), mine.end(), padded.data_ptr<std::int64_t>());
+    std::vector<torch::Tensor> words_in{padded};
+    std::vector<std::vector<torch::Tensor>> words(1);
+    for (std::uint32_t r = 0; r < size_; ++r) words[0].push_back(torch::empty({longest}, torch::kInt64));
+    group_->allgather(words, words_in)->wait();
+    std::vector<std::vector<std::int64_t>> all(size_);
+    for (std::uint32_t r = 0; r < size_; ++r) {
+      const std::int64_t n = sizes[0][r].item<std::int64_t>();
+      if (n < 0 || n > longest) throw ProtocolError("worker " + std::to_string(r) + " sent a bad eviction count");
+      const std::int64_t* p = words[0][r].data_ptr<std::int64_t>();
+      all[r].assign(p, p + n);
+    }
+    return all;
+  }
+
+ private:
+  GlooGroup group_;
+  std::uint32_t size_;
+};
+
 }  // namespace
+
+std::unique_ptr<EvictionChannel> make_eviction_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank) {
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<ControlStore>(control, "sched/", c.join_timeout);
+  const auto timeout = std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
+  return std::make_unique<GlooEvictionChannel>(gloo_group(store, rank, c.workers, c, timeout), c.workers);
+}
 
 std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank,
                                                const HostMap& hosts) {

@@ -11,6 +11,7 @@
 
 #include "ember/transport/control.h"
 #include "ember/worker/trainer.h"
+#include "eviction_exchange.h"
 #include "host_relay.h"
 #include "hosts.h"
 
@@ -41,5 +42,10 @@ class Collective {
 // threads), rendezvous over the control plane. Null where the host has one worker.
 std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank,
                                                const HostMap& hosts);
+
+// The channel the hosts' schedulers exchange their evictions over
+// (eviction_exchange.h): a Gloo group of every worker of its own, used by the loader's
+// thread.
+std::unique_ptr<EvictionChannel> make_eviction_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank);
 
 }  // namespace ember::worker

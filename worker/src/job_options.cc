@@ -100,6 +100,7 @@ const AgreedOption kAgreed[] = {
     {"--refine-allocation", [](const Source& s) { return on_off(s.c.refine_allocation); }},
     {"--host-allocation", [](const Source& s) { return on_off(s.c.host_allocation); }},
     {"--peer-sync", [](const Source& s) { return on_off(s.c.peer_sync); }},
+    {"--scheduler-per-host", [](const Source& s) { return on_off(s.c.scheduler_per_host); }},
     {"--batch-per-worker", [](const Source& s) { return std::to_string(s.c.batch_per_worker); }},
     {"--iterations", [](const Source& s) { return std::to_string(s.c.iterations); }},
     {"--seed", [](const Source& s) { return std::to_string(s.c.seed); }},

@@ -33,7 +33,7 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
                ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at,
-               std::optional<HostGroup> host)
+               std::optional<HostGroup> host, EvictionChannel* evictions)
     : ds_(ds),
       first_(sc.first_iteration),
       replay_(replays(sc)),
@@ -43,7 +43,8 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       flushes_{c.iterations, c.eval_every, schedule},
       asked_(asked),
       stop_at_(stop_at),
-      host_(std::move(host)) {
+      host_(std::move(host)),
+      evictions_(evictions) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -67,12 +68,19 @@ Step Loader::next() {
   return std::move(h.step);
 }
 
+double Loader::schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans) {
+  Stopwatch sw;
+  sched_.schedule(g, plans);
+  if (evictions_ != nullptr) exchange_evictions(sched_, *evictions_, rank_);
+  return sw.millis();
+}
+
 Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
                        std::vector<scheduler::KeySlot>& restore) {
   const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
   Step s;
   s.iteration = t;
-  s.sched_ms = sched_.schedule(g, plans).sched_ms;
+  s.sched_ms = schedule(g, plans);
   if (t == first_ && replay_) {
     // Nothing was pulled ahead for the first step this job trains (on any worker: the
     // hand-offs below read the others' plans).
@@ -125,7 +133,7 @@ void Loader::run() {
       for (std::uint64_t t = 0; t < first && !stop_; ++t) {
         batches.look_ahead(sched_, t, c_.iterations);
         batches.next(b, g);
-        sched_.schedule(g, plans);
+        schedule(g, plans);
       }
       sched_.flush(plans);  // the checkpoint's flush: every row held is on the PS
       restore = sched_.latest_rows(rank_);

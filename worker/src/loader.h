@@ -23,6 +23,7 @@
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/trainer.h"
+#include "eviction_exchange.h"
 #include "host_relay.h"
 
 namespace ember::worker {
@@ -79,9 +80,11 @@ struct Step {
 class Loader {
  public:
   // `host`: with per-host aggregation, this worker's host (each step then carries its
-  // hand-offs).
+  // hand-offs). `evictions`: with a scheduler of this worker's host (sc.model_host, more
+  // hosts than one), the channel the hosts' evictions go over after each iteration.
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
-         const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt);
+         const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt,
+         EvictionChannel* evictions = nullptr);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -96,6 +99,9 @@ class Loader {
     std::exception_ptr error;
   };
   void run();
+  // Schedules g (and, per host, exchanges the iteration's evictions with the other
+  // hosts); the time of both.
+  double schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans);
   // Step t, global batch g (read into b): this worker's plan (scheduling g), its
   // samples' features and what follows the step; a resumed job's first step takes
   // `restore`.
@@ -112,6 +118,7 @@ class Loader {
   const AskedCheckpoints& asked_;
   const std::atomic<std::uint64_t>& stop_at_;
   std::optional<HostGroup> host_;
+  EvictionChannel* evictions_;
   tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
   std::atomic<bool> stop_{false};
   std::thread thread_;

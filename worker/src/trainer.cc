@@ -66,7 +66,8 @@ class Worker {
   std::optional<RunReport> report_;
   std::optional<CheckpointLife> life_;
   std::optional<Collective> collective_;
-  std::unique_ptr<HostChannel> host_channel_;  // per-host aggregation's (null: off, or alone on the host)
+  std::unique_ptr<HostChannel> host_channel_;   // per-host aggregation's (null: off, or alone on the host)
+  std::unique_ptr<EvictionChannel> evictions_;  // --scheduler-per-host's (null: off, or one host)
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<RowCache> cache_;
@@ -89,11 +90,17 @@ scheduler::SchedulerConfig Worker::set_up() {
   report_.emplace(c_);
   CheckpointLife::check(c_);
   job_.join(*ds_);
-  if (sc.host_allocation || sc.peer_sync) sc.host_of = job_.hosts().host_of;  // the same map on every worker
+  if (sc.host_allocation || sc.peer_sync || c_.scheduler_per_host) sc.host_of = job_.hosts().host_of;  // the same map on every worker
+  if (c_.scheduler_per_host) sc.model_host = static_cast<int>(job_.hosts().host_of[job_.rank()]);
   report_->set_rank(job_.rank());
   life_.emplace(c_, job_);
   collective_.emplace(c_, job_.control(), job_.rank(), device_, job_.hosts());
   if (c_.host_aggregation || c_.peer_sync) host_channel_ = make_host_channel(c_, job_.control(), job_.rank(), job_.hosts());
+  if (c_.scheduler_per_host && job_.hosts().hosts() > 1) {
+    evictions_ = make_eviction_channel(c_, job_.control(), job_.rank());
+    spdlog::info("worker {}: its scheduler models host {}'s {} workers of {}; the hosts exchange their evictions", job_.rank(),
+                 sc.model_host, job_.hosts().workers[job_.hosts().host_of[job_.rank()]].size(), c_.workers);
+  }
   make_stages(sc);
   sc.first_iteration = life_->first();
   return sc;
@@ -204,7 +211,8 @@ TrainSummary Worker::run() {
     host->aggregate = c_.host_aggregation;
     host->peer = c_.peer_sync;
   }
-  Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host));
+  Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host),
+                evictions_.get());
   Stopwatch total;
   report_->start(first);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped

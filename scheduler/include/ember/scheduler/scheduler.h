@@ -70,7 +70,7 @@ class Scheduler {
   IterationStats schedule_with(const GlobalBatch& batch, const std::vector<std::uint32_t>& worker_of, std::vector<StepPlan>& plans);
 
   // A scheduler of one host (config.model_host): the evictions its workers made in the
-  // iteration just scheduled, in worker order. Every other host's scheduler must get
+  // iteration just scheduled, in worker order (every worker's with config.list_evictions). Every other host's scheduler must get
   // them (apply_evictions) before it looks ahead or schedules the next batch.
   const std::vector<RowEviction>& evictions() const;
   // The other hosts' evictions of the iteration just scheduled (their evictions(), in

@@ -58,6 +58,9 @@ struct SchedulerConfig {
   // come from them (Scheduler::evictions, apply_evictions; docs/scheduler.md "State per
   // process"). Needs host_of.
   int model_host = -1;
+  // A scheduler of every worker lists its evictions too (Scheduler::evictions;
+  // benchmarks replay them to one host's scheduler).
+  bool list_evictions = false;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> replicated;
@@ -115,6 +118,9 @@ struct SchedulerOptions {
   // host map at the join; ember-sim: --hosts).
   bool host_allocation = false;
   bool peer_sync = false;  // SchedulerConfig::peer_sync (its hosts as host_allocation's)
+  // ember-worker: each process schedules with a scheduler of its own host
+  // (SchedulerConfig::model_host), the hosts' evictions exchanged after each iteration.
+  bool scheduler_per_host = false;
   // Rows per table of the key space (and so of the cache ratio), when the dataset saw
   // only part of each table (a short synthetic file); empty = the manifest's rows.
   std::vector<std::uint64_t> table_rows;

@@ -28,6 +28,7 @@
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "ember/scheduler/simulator.h"
+#include "sched_batches.h"
 
 namespace ember::bench {
 namespace fs = std::filesystem;
@@ -118,34 +119,17 @@ int run_scale_bench(const ScaleBenchOptions& o, bool json) {
   for (std::uint32_t W : sizes) {
     if (W == 0 || W % o.per_host != 0) throw ConfigError(fmt::format("--per-host {} does not divide {} workers", o.per_host, W));
   }
-  fs::path dir = fs::temp_directory_path() / fmt::format("ember-bench-scale-{}", ::getpid());
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path d;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
-  } cleanup{dir};
+  const TempDir tmp("ember-bench-scale");
+  const fs::path& dir = tmp.path();
   const std::uint64_t batches = o.warmup + o.iterations + o.lookahead;
-  data::GenOptions g;
-  g.rows = batches * largest * o.batch_per_worker;
-  g.scale = o.scale;
-  g.output = dir / "criteo.tsv";
-  out.text(fmt::format("generating {} Criteo-like rows (scale {}) ...\n", g.rows, o.scale));
-  data::generate(g);
-  data::PrepOptions p;
-  p.inputs = {g.output};
-  p.output = dir / "ds";
-  data::prepare_dataset(p);
-  fs::remove(g.output);
-  const data::Dataset ds = data::Dataset::open(p.output, {false});
+  const data::Dataset ds = criteo_like(dir, batches * largest * o.batch_per_worker, o.scale, out);
 
   out.text(fmt::format("herald, {} samples per worker, hosts of {}, cache ratio {}; median of {} batches after {} warm-up{}{}\n",
                        o.batch_per_worker, o.per_host, o.cache_ratio, o.iterations, o.warmup,
                        o.lookahead > 0 ? fmt::format(", lookahead {}", o.lookahead) : "", o.refine ? ", refined allocation" : ""));
-  out.text(fmt::format("{:>7}{:>6} | {:>10}{:>9}{:>10}{:>9} | {:>10}{:>9}{:>9}{:>10}{:>9}{:>11} | {}\n", "workers", "hosts", "whole ms",
-                       "us/smp", "state MB", "RSS MB", "host ms", "exch ms", "us/smp", "state MB", "RSS MB", "evict in", "same plans"));
+  out.text(fmt::format("{:>7}{:>6}{:>9} | {:>10}{:>9}{:>10}{:>9} | {:>10}{:>9}{:>9}{:>10}{:>9}{:>11} | {}\n", "workers", "hosts",
+                       "batch MB", "whole ms", "us/smp", "state MB", "RSS MB", "host ms", "exch ms", "us/smp", "state MB", "RSS MB",
+                       "evict in", "same plans"));
   double first_us = 0, first_mb = 0;
   for (std::uint32_t W : sizes) {
     scheduler::SchedulerOptions so;
@@ -157,20 +141,17 @@ int run_scale_bench(const ScaleBenchOptions& o, bool json) {
     so.lookahead = o.lookahead;
     so.eviction = o.lookahead > 0 ? "lookahead" : "lru";
     so.refine_allocation = o.refine;
+    so.iterations = batches;  // the job's length (the window must not reach past it)
     so.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
     scheduler::SchedulerConfig c = scheduler::make_scheduler_config(ds, so);
     c.host_of.resize(W);
     for (std::uint32_t w = 0; w < W; ++w) c.host_of[w] = w / o.per_host;
     const std::uint64_t n = std::uint64_t{W} * o.batch_per_worker;
-    std::vector<scheduler::GlobalBatch> gb(batches);
-    {
-      data::BatchReader reader(ds.split(data::Split::kTrain), {static_cast<std::size_t>(n), false, 0, true});
-      data::Batch b;
-      for (auto& x : gb) {
-        if (!reader.next(b)) throw Error("dataset shorter than expected");
-        scheduler::to_global_batch(b, c.table_offsets, x);
-      }
-    }
+    const std::vector<scheduler::GlobalBatch> gb = global_batches(ds, n, batches, c.table_offsets);
+    // The batches are all in memory (so that only scheduling is timed): part of each
+    // child's RSS, printed apart.
+    std::size_t batch_bytes = 0;
+    for (const auto& x : gb) batch_bytes += x.keys.size() * sizeof(Key);
     const fs::path log = dir / fmt::format("evictions-{}.bin", W);
     // A run over the batches: look ahead, schedule, then `after(i, plans, s)`.
     auto run = [&](scheduler::SchedulerConfig cc, auto&& after) {
@@ -246,16 +227,18 @@ int run_scale_bench(const ScaleBenchOptions& o, bool json) {
       first_us = host_us;
       first_mb = host_mb;
     }
-    out.text(fmt::format("{:>7}{:>6} | {:>10.2f}{:>9.2f}{:>10.1f}{:>9.0f} | {:>10.2f}{:>9.2f}{:>9.2f}{:>10.1f}{:>9.0f}{:>11.0f} | {}\n", W,
-                         W / o.per_host, whole.ms, whole_us, static_cast<double>(whole.bytes) / 1e6,
-                         static_cast<double>(whole.max_rss_kb) / 1e3, host.ms, host.apply_ms, host_us, host_mb,
-                         static_cast<double>(host.max_rss_kb) / 1e3, host.evictions_in, same ? "yes" : "NO"));
+    out.text(
+        fmt::format("{:>7}{:>6}{:>9.0f} | {:>10.2f}{:>9.2f}{:>10.1f}{:>9.0f} | {:>10.2f}{:>9.2f}{:>9.2f}{:>10.1f}{:>9.0f}{:>11.0f} | {}\n",
+                    W, W / o.per_host, static_cast<double>(batch_bytes) / 1e6, whole.ms, whole_us, static_cast<double>(whole.bytes) / 1e6,
+                    static_cast<double>(whole.max_rss_kb) / 1e3, host.ms, host.apply_ms, host_us, host_mb,
+                    static_cast<double>(host.max_rss_kb) / 1e3, host.evictions_in, same ? "yes" : "NO"));
     out.row({{"bench", "scale"},
              {"workers", W},
              {"hosts", W / o.per_host},
              {"batch_per_worker", o.batch_per_worker},
              {"key_rows", c.num_keys},
              {"cache_rows", c.cache_rows},
+             {"batch_bytes", batch_bytes},
              {"lookahead", o.lookahead},
              {"refine", o.refine},
              {"whole_ms", whole.ms},

@@ -17,6 +17,7 @@
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "naive_scheduler.h"
+#include "sched_batches.h"
 
 namespace ember::bench {
 namespace fs = std::filesystem;
@@ -32,29 +33,10 @@ void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
 
 int run_sched_bench(const SchedBenchOptions& o, bool json) {
   Output out{json};
-  fs::path dir = fs::temp_directory_path() / fmt::format("ember-bench-sched-{}", ::getpid());
-  fs::create_directories(dir);
-  struct Cleanup {
-    fs::path d;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(d, ec);
-    }
-  } cleanup{dir};
+  const TempDir dir("ember-bench-sched");
   const std::uint64_t n = static_cast<std::uint64_t>(o.shape.workers) * o.shape.batch_per_worker;
   const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations) + o.lookahead;
-  data::GenOptions g;
-  g.rows = batches * n;
-  g.scale = o.scale;
-  g.output = dir / "criteo.tsv";
-  out.text(fmt::format("generating {} Criteo-like rows (scale {}) ...\n", g.rows, o.scale));
-  data::generate(g);
-  data::PrepOptions p;
-  p.inputs = {g.output};
-  p.output = dir / "ds";
-  data::prepare_dataset(p);
-  fs::remove(g.output);
-  data::Dataset ds = data::Dataset::open(p.output, {false});
+  const data::Dataset ds = criteo_like(dir.path(), batches * n, o.scale, out);
 
   scheduler::SchedulerOptions so = o.shape;
   so.policy = "herald";
@@ -64,15 +46,7 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
   const scheduler::SchedulerConfig c = scheduler::make_scheduler_config(ds, so);
 
   // All batches in memory first, so only scheduling is timed.
-  std::vector<scheduler::GlobalBatch> gb(batches);
-  {
-    data::BatchReader reader(ds.split(data::Split::kTrain), {static_cast<std::size_t>(n), false, 0, true});
-    data::Batch b;
-    for (auto& x : gb) {
-      if (!reader.next(b)) throw Error("dataset shorter than expected");
-      scheduler::to_global_batch(b, c.table_offsets, x);
-    }
-  }
+  const std::vector<scheduler::GlobalBatch> gb = global_batches(ds, n, batches, c.table_offsets);
   // Median ms per batch; with a window of L, showing the batch entering it is timed too.
   auto time_scheduler = [&](int threads, std::uint32_t L, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
     scheduler::SchedulerConfig cc = c;

@@ -407,43 +407,90 @@ class SwapRefiner {
   std::vector<std::uint8_t> taken_;
 };
 
-// The groups the refinement swaps within: the hosts under two-level allocation (a
-// sample stays on its host), else blocks of kRefineGroup consecutive workers, so that a
-// sample is weighed against a few workers whatever the job's size.
+// The groups the refinement swaps within, in rounds refined one after the other: under
+// two-level allocation, the hosts (a sample stays on its host); else blocks of
+// kRefineGroup consecutive workers, then (past one block) the groups w, w + S, w + 2S, ...
+// for S = ceil(W / kRefineGroup): a sample is weighed against at most 2 (kRefineGroup -
+// 1) other workers whatever the job's size, and the second round links the blocks.
 constexpr std::uint32_t kRefineGroup = 8;
 
-std::vector<std::vector<std::uint32_t>> refine_groups(const SchedulerConfig& c) {
+std::vector<std::vector<std::vector<std::uint32_t>>> refine_rounds(const SchedulerConfig& c) {
+  const std::uint32_t W = c.workers;
   if (c.host_allocation) {
     const std::uint32_t H = *std::max_element(c.host_of.begin(), c.host_of.end()) + 1;
-    std::vector<std::vector<std::vector<std::uint32_t>>> groups(H);
-    for (std::uint32_t w = 0; w < c.workers; ++w) {
-      auto& g = groups[c.host_of[w]];
+    std::vector<std::vector<std::vector<std::uint32_t>>> hosts(H);
+    for (std::uint32_t w = 0; w < W; ++w) {
+      auto& g = hosts[c.host_of[w]];
       if (g.empty() || g.back().size() == 64) g.emplace_back();  // a mask per row: at most 64 workers a group
       g.back().push_back(w);
     }
-    std::vector<std::vector<std::uint32_t>> flat;
-    for (auto& host : groups) {
-      for (auto& g : host) flat.push_back(std::move(g));
+    std::vector<std::vector<std::uint32_t>> round;
+    for (auto& host : hosts) {
+      for (auto& g : host) round.push_back(std::move(g));
     }
-    return flat;
-  } else {
-    std::vector<std::vector<std::uint32_t>> groups;
-    for (std::uint32_t w = 0; w < c.workers; ++w) {
-      if (w % kRefineGroup == 0) groups.emplace_back();
-      groups.back().push_back(w);
-    }
-    return groups;
+    return {round};
   }
+  std::vector<std::vector<std::vector<std::uint32_t>>> rounds(1);
+  for (std::uint32_t w = 0; w < W; ++w) {
+    if (w % kRefineGroup == 0) rounds[0].emplace_back();
+    rounds[0].back().push_back(w);
+  }
+  if (W > kRefineGroup) {
+    const std::uint32_t stride = (W + kRefineGroup - 1) / kRefineGroup;
+    rounds.emplace_back(stride);
+    for (std::uint32_t w = 0; w < W; ++w) rounds[1][w % stride].push_back(w);
+  }
+  return rounds;
+}
+
+// Refines one group's samples (their workers: `group`) by swaps: at most kPasses passes
+// over every pair of its workers (a, b) within each partition, fewer when a pass swaps
+// nothing.
+void refine_group(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
+                  const std::vector<std::uint32_t>& group, const std::vector<std::uint32_t>& samples, std::vector<std::uint32_t>& local_of,
+                  RefineRows& shared, std::vector<std::uint32_t>& worker_of) {
+  constexpr int kPasses = 3;
+  const std::uint32_t n = batch.samples, P = c.partitions, per = n / P;
+  const auto G = static_cast<std::uint32_t>(group.size());
+  if (G < 2) return;
+  for (std::uint32_t l = 0; l < G; ++l) local_of[group[l]] = l;
+  {
+    SwapRefiner refiner(c, batch, rows, loc, worker_of, group, samples, local_of, shared);
+    refiner.set_workers(group);
+    std::vector<std::vector<std::uint32_t>> members(G);
+    for (int pass = 0; pass < kPasses; ++pass) {
+      bool swapped = false;
+      for (std::uint32_t p = 0; p < P; ++p) {
+        const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
+        for (auto& m : members) m.clear();
+        for (std::uint32_t i : samples) {
+          if (i >= begin && i < end) members[local_of[worker_of[i]]].push_back(i);
+        }
+        for (std::uint32_t a = 0; a < G; ++a) {
+          for (std::uint32_t b = a + 1; b < G; ++b) {
+            if (!refiner.swap_pair(a, b, members[a], members[b])) continue;
+            swapped = true;
+            members[a].clear();
+            members[b].clear();
+            for (std::uint32_t i : samples) {
+              if (i < begin || i >= end) continue;
+              const std::uint32_t l = local_of[worker_of[i]];
+              if (l == a || l == b) members[l].push_back(i);
+            }
+          }
+        }
+      }
+      if (!swapped) break;
+    }
+  }
+  for (std::uint32_t w : group) local_of[w] = SwapRefiner::kOutside;
 }
 
 }  // namespace
 
 void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
                        std::vector<std::uint32_t>& worker_of) {
-  // At most kPasses passes over every pair of workers (a, b) of each group and partition;
-  // fewer when a pass swaps nothing.
-  constexpr int kPasses = 3;
-  const std::uint32_t n = batch.samples, W = c.workers, P = c.partitions, per = n / P, T = batch.tables;
+  const std::uint32_t n = batch.samples, W = c.workers, T = batch.tables;
   const std::uint32_t D = rows.size();
   // Every row's distinct trainers, and whether its latest holder is one of them.
   RefineRows shared{std::vector<std::uint32_t>(D, 0), std::vector<std::uint8_t>(D, 0), std::vector<std::uint32_t>(D, 0)};
@@ -465,50 +512,16 @@ void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const
     std::fill(stamp.begin(), stamp.end(), 0);
   }
   std::vector<std::uint32_t> local_of(W, SwapRefiner::kOutside);
-  // Each group's samples, in batch order (one pass: the work per sample stays constant).
-  const std::vector<std::vector<std::uint32_t>> groups = refine_groups(c);
-  std::vector<std::uint32_t> group_of(W);
-  for (std::uint32_t g = 0; g < groups.size(); ++g) {
-    for (std::uint32_t w : groups[g]) group_of[w] = g;
-  }
-  std::vector<std::vector<std::uint32_t>> samples_of(groups.size());
-  for (std::uint32_t i = 0; i < n; ++i) samples_of[group_of[worker_of[i]]].push_back(i);
-  for (std::uint32_t g = 0; g < groups.size(); ++g) {
-    const std::vector<std::uint32_t>& group = groups[g];
-    const std::vector<std::uint32_t>& samples = samples_of[g];
-    const auto G = static_cast<std::uint32_t>(group.size());
-    if (G < 2) continue;
-    for (std::uint32_t l = 0; l < G; ++l) local_of[group[l]] = l;
-    {
-      SwapRefiner refiner(c, batch, rows, loc, worker_of, group, samples, local_of, shared);
-      refiner.set_workers(group);
-      std::vector<std::vector<std::uint32_t>> members(G);
-      for (int pass = 0; pass < kPasses; ++pass) {
-        bool swapped = false;
-        for (std::uint32_t p = 0; p < P; ++p) {
-          const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
-          for (auto& m : members) m.clear();
-          for (std::uint32_t i : samples) {
-            if (i >= begin && i < end) members[local_of[worker_of[i]]].push_back(i);
-          }
-          for (std::uint32_t a = 0; a < G; ++a) {
-            for (std::uint32_t b = a + 1; b < G; ++b) {
-              if (!refiner.swap_pair(a, b, members[a], members[b])) continue;
-              swapped = true;
-              members[a].clear();
-              members[b].clear();
-              for (std::uint32_t i : samples) {
-                if (i < begin || i >= end) continue;
-                const std::uint32_t l = local_of[worker_of[i]];
-                if (l == a || l == b) members[l].push_back(i);
-              }
-            }
-          }
-        }
-        if (!swapped) break;
-      }
+  for (const auto& groups : refine_rounds(c)) {
+    // Each group's samples, in batch order (one pass: the work per sample stays constant).
+    std::vector<std::uint32_t> group_of(W);
+    for (std::uint32_t g = 0; g < groups.size(); ++g) {
+      for (std::uint32_t w : groups[g]) group_of[w] = g;
     }
-    for (std::uint32_t w : group) local_of[w] = SwapRefiner::kOutside;
+    std::vector<std::vector<std::uint32_t>> samples_of(groups.size());
+    for (std::uint32_t i = 0; i < n; ++i) samples_of[group_of[worker_of[i]]].push_back(i);
+    for (std::uint32_t g = 0; g < groups.size(); ++g)
+      refine_group(c, batch, rows, loc, groups[g], samples_of[g], local_of, shared, worker_of);
   }
 }
 

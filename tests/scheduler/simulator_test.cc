@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ember/common/error.h"
 #include "ember/scheduler/fae_profile.h"
@@ -271,6 +273,33 @@ TEST_F(Simulator, PlansAreIdenticalAcrossProcesses) {
   ASSERT_EQ(test::run_command(refined + " --threads 2", b), 0) << b;
   EXPECT_NE(a.find("\"refine_allocation\":true"), std::string::npos) << a;
   EXPECT_EQ(strip(a), strip(b));
+}
+
+// ember-sim past 64 workers, as a job of hosts runs it: 96 workers on 12 hosts, one
+// scheduler per host (--per-host, evictions exchanged) plans exactly as one scheduler of
+// every worker (the same digests and counts) and holds a fraction of its state.
+TEST_F(Simulator, PerHostReplayOfNinetySixWorkersPlansAsOneScheduler) {
+  const std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 10 --warmup 2 --workers 96 " +
+                           "--hosts 12 --batch-per-worker 8 --cache-ratio 0.02 --policies vanilla,herald --lookahead 2 --prefetch " +
+                           "--eval-every 4 --digest --json -q";
+  std::string whole, hosts;
+  ASSERT_EQ(test::run_command(base, whole), 0) << whole;
+  ASSERT_EQ(test::run_command(base + " --per-host", hosts), 0) << hosts;
+  std::istringstream a(whole), b(hosts);
+  std::string la, lb;
+  int lines = 0;
+  while (std::getline(a, la) && std::getline(b, lb)) {
+    const auto ja = nlohmann::json::parse(la), jb = nlohmann::json::parse(lb);
+    ++lines;
+    EXPECT_EQ(ja.at("plan_digest"), jb.at("plan_digest")) << ja.at("policy");
+    for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "flush_grad", "flush_value"})
+      EXPECT_EQ(ja.at(k), jb.at(k)) << k;
+    EXPECT_LT(jb.at("scheduler_bytes").get<double>() * 3, ja.at("scheduler_bytes").get<double>()) << "one host's state";
+  }
+  EXPECT_EQ(lines, 2);
+  std::string out;
+  EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --per-host 2>&1", out), 0);
+  EXPECT_NE(out.find("--per-host needs --hosts or --host-map"), std::string::npos) << out;
 }
 
 TEST_F(Simulator, CliErrors) {

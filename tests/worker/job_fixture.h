@@ -276,9 +276,9 @@ class JobTest : public test::TempDirTest {
       for (std::string line; std::getline(in, line);) {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
-        for (const char* k :
-             {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched", "flush_grad",
-              "flush_value", "peer_value", "peer_grad", "allreduce_bytes", "allreduce_cross_host_bytes", "hosts"})
+        for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
+                              "flush_grad", "flush_value", "peer_value", "peer_grad", "allreduce_bytes", "allreduce_cross_host_bytes",
+                              "hosts", "scheduler_exchange_bytes_out", "scheduler_exchange_bytes_in"})
           r.wire[k] += j.value(k, std::uint64_t{0});
         for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
         // By link class: "links.cross_host.pull" (rows), "links.cross_host.ps_bytes_out", ...

@@ -347,6 +347,9 @@ TEST_F(Training, SchedulerPerHostTrainsTheSameModel) {
     for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "peer_value", "peer_grad"})
       EXPECT_EQ(job.wire.at(kind), sim[kind]) << policy << ": " << kind << ", vs ember-sim";
     if (policy == "herald") EXPECT_GT(sim["push_evict"], 0u) << "no eviction to exchange: the test proves little";
+    // Every word a worker sends reaches the 3 others.
+    EXPECT_GT(job.wire.at("scheduler_exchange_bytes_out"), 0u) << policy;
+    EXPECT_EQ(job.wire.at("scheduler_exchange_bytes_in"), 3 * job.wire.at("scheduler_exchange_bytes_out")) << policy;
   }
 }
 

@@ -32,13 +32,14 @@ void decode_evictions(const std::vector<std::int64_t>& words, std::uint32_t rank
   }
 }
 
-std::uint64_t exchange_evictions(scheduler::Scheduler& s, EvictionChannel& channel, std::uint32_t rank) {
-  const std::vector<std::vector<std::int64_t>> all = channel.all_gather(encode_evictions(s.evictions(), rank));
+ExchangeBytes exchange_evictions(scheduler::Scheduler& s, EvictionChannel& channel, std::uint32_t rank) {
+  const std::vector<std::int64_t> mine = encode_evictions(s.evictions(), rank);
+  const std::vector<std::vector<std::int64_t>> all = channel.all_gather(mine);
   const scheduler::SchedulerConfig& c = s.config();
   std::vector<scheduler::RowEviction> others;
-  std::uint64_t bytes = 0;
+  ExchangeBytes bytes{mine.size() * sizeof(std::int64_t), 0};
   for (std::uint32_t r = 0; r < all.size(); ++r) {
-    bytes += all[r].size() * sizeof(std::int64_t);
+    if (r != rank) bytes.in += all[r].size() * sizeof(std::int64_t);
     if (c.models(r)) continue;  // this host's: already applied
     decode_evictions(all[r], r, c.num_keys, others);
   }

@@ -29,8 +29,19 @@ std::vector<std::int64_t> encode_evictions(const std::vector<scheduler::RowEvict
 void decode_evictions(const std::vector<std::int64_t>& words, std::uint32_t rank, std::uint64_t num_keys,
                       std::vector<scheduler::RowEviction>& out);
 
+// The words' bytes a worker sent (its own evictions) and received (every other
+// worker's).
+struct ExchangeBytes {
+  std::uint64_t out = 0, in = 0;
+  ExchangeBytes& operator+=(const ExchangeBytes& o) {
+    out += o.out;
+    in += o.in;
+    return *this;
+  }
+};
+
 // After s scheduled an iteration: sends this worker's evictions, gathers every worker's,
-// applies the other hosts' to s. Returns the bytes received.
-std::uint64_t exchange_evictions(scheduler::Scheduler& s, EvictionChannel& channel, std::uint32_t rank);
+// applies the other hosts' to s.
+ExchangeBytes exchange_evictions(scheduler::Scheduler& s, EvictionChannel& channel, std::uint32_t rank);
 
 }  // namespace ember::worker

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 
@@ -71,7 +73,7 @@ Step Loader::next() {
 double Loader::schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans) {
   Stopwatch sw;
   sched_.schedule(g, plans);
-  if (evictions_ != nullptr) exchange_evictions(sched_, *evictions_, rank_);
+  if (evictions_ != nullptr) exchanged_ += exchange_evictions(sched_, *evictions_, rank_);
   return sw.millis();
 }
 
@@ -81,6 +83,7 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   Step s;
   s.iteration = t;
   s.sched_ms = schedule(g, plans);
+  s.exchanged = std::exchange(exchanged_, ExchangeBytes{});
   if (t == first_ && replay_) {
     // Nothing was pulled ahead for the first step this job trains (on any worker: the
     // hand-offs below read the others' plans).

@@ -51,6 +51,9 @@ struct Step {
   std::vector<float> dense;   // samples x num_dense
   std::vector<float> labels;  // samples
   double sched_ms = 0;
+  // --scheduler-per-host: the eviction words this worker sent and received while its
+  // loader scheduled this step (a resumed job's first step: and the replay before it).
+  ExchangeBytes exchanged;
   bool flush = false;  // flush after training this iteration (flush_plan)
   scheduler::StepPlan flush_plan;
   // Per-host aggregation (host_relay.h): the rows this worker hands to or takes from the
@@ -119,6 +122,7 @@ class Loader {
   const std::atomic<std::uint64_t>& stop_at_;
   std::optional<HostGroup> host_;
   EvictionChannel* evictions_;
+  ExchangeBytes exchanged_;                       // since the last step made
   tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
   std::atomic<bool> stop_{false};
   std::thread thread_;

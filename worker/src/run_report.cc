@@ -38,6 +38,8 @@ json counts_json(const WireCounts& w) {
   j.update(json{{"hot_load", w.hot_load},
                 {"restored", w.restored},
                 {"allreduce_bytes", w.allreduce_bytes},
+                {"scheduler_exchange_bytes_out", w.exchange_bytes_out},
+                {"scheduler_exchange_bytes_in", w.exchange_bytes_in},
                 {"bytes_out", w.bytes_out()},
                 {"bytes_in", w.bytes_in()}});
   return j;
@@ -160,6 +162,11 @@ struct RunReport::Live {
                   "Rows handed within the host instead of crossing to the PS: pulled rows received (pull), gradients handed over "
                   "(push_grad), latest rows received by peer sync (push_value)",
                   {{"rank", rank}, {"kind", kind}}, d(n));
+    for (const auto& [dir, n] : {std::pair<const char*, std::uint64_t>{"out", wire.exchange_bytes_out}, {"in", wire.exchange_bytes_in}})
+      out.counter("ember_worker_scheduler_exchange_bytes_total",
+                  "Bytes of the evictions the hosts' schedulers exchange (--scheduler-per-host): this worker's sent, the others' "
+                  "received (payload)",
+                  {{"rank", rank}, {"direction", dir}}, d(n));
     out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.rows.hits));
     out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r,
                 d(wire.rows.hits + wire.rows.pulls + wire.rows.peer_value));

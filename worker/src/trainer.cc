@@ -154,6 +154,8 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // pulls: a resumed job's cached rows, evictions and pulls; with prefetch, t + 1's plan
   // is ready (the loader plans ahead): its rows whose PS copy is final travel now.
   if (!s.restore.empty()) exchange_->restore(s.restore, t);
+  wire_.exchange_bytes_out += s.exchanged.out;
+  wire_.exchange_bytes_in += s.exchanged.in;
   if (restoring) exchange_->hand_values(p, s.host.peer);
   exchange_->pull(p, t, s.host);
   if (c_.prefetch && !s.last) {

@@ -159,6 +159,9 @@ struct WireCounts {
   // pulled rows this worker received from another, push_grad.rows the gradients it handed
   // to another; bytes the floats sent (out) and received (in), every phase and flush.
   ps::WireTally relay;
+  // --scheduler-per-host: the eviction words' bytes this worker sent to and received
+  // from the other workers (worker/src/eviction_exchange.h), payload only.
+  std::uint64_t exchange_bytes_out = 0, exchange_bytes_in = 0;
 
   std::uint64_t pushes() const { return rows.pushes(); }
   // Payload per kind (scheduler::wire_bytes of `rows`: keys, trainer counts, floats;

@@ -37,6 +37,25 @@ using namespace test_jobs;
 
 class Training : public JobTest {
  protected:
+  // A 2 x 2 herald + Adagrad job `o` (checkpointing_job's, checkpointing every 4)
+  // trains the one-process model; resumed from its checkpoint of iteration 7 it ends bit
+  // for bit as the uninterrupted job. `what` names the job; the whole job's result.
+  JobResult expect_resumes_exactly(const fs::path& data, JobOptions o, const std::string& name, const std::string& what) {
+    o.optimizer = "adagrad";
+    o.dense_optimizer = "adagrad";
+    o.workers_per_host = 2;
+    const JobResult whole = run_job_like_one_process(data, o, name + "-whole", what + ", checkpointing");
+    const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
+    EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume proves nothing";
+    JobOptions resumed = o;
+    resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
+    resumed.worker_args.push_back("--resume");
+    const JobResult r = run_job_like_one_process(data, resumed, name + "-resumed", what + ", resumed at iteration 7");
+    EXPECT_EQ(max_abs_diff(whole.dump.rows, r.dump.rows), 0.0) << what;
+    EXPECT_EQ(max_abs_diff(whole.dump.dense, r.dump.dense), 0.0) << what;
+    return whole;
+  }
+
   void expect_survivors_end_when_stopped(const JobOptions& o, std::uint32_t victim, const std::string& name) {
     const fs::path data = dataset(4000);
     Processes ps;
@@ -358,25 +377,13 @@ TEST_F(Training, SchedulerPerHostTrainsTheSameModel) {
 // uninterrupted one: the resumed schedulers replay the iterations before it, exchanging
 // their evictions as the first job's did.
 TEST_F(Training, SchedulerPerHostJobsResumeExactly) {
-  const fs::path data = dataset();
   JobOptions o = checkpointing_job({"--checkpoint-every", "4"});
-  o.optimizer = "adagrad";
-  o.dense_optimizer = "adagrad";
-  o.workers_per_host = 2;
   o.cache_ratio = "0.06";
   o.lookahead = 2;
   o.prefetch = true;
   o.worker_args.push_back("--scheduler-per-host");
-  const JobResult whole = run_job_like_one_process(data, o, "ph-whole", "a scheduler per host, checkpointing");
+  const JobResult whole = expect_resumes_exactly(dataset(), o, "ph", "a scheduler per host");
   EXPECT_GT(whole.wire.at("push_evict"), 0u) << "no eviction to exchange: the test proves less";
-  const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
-  EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume below proves nothing";
-  JobOptions resumed = o;
-  resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
-  resumed.worker_args.push_back("--resume");
-  const JobResult r = run_job_like_one_process(data, resumed, "ph-resumed", "a scheduler per host, resumed at iteration 7");
-  EXPECT_EQ(max_abs_diff(whole.dump.rows, r.dump.rows), 0.0);
-  EXPECT_EQ(max_abs_diff(whole.dump.dense, r.dump.dense), 0.0);
 }
 
 // A job with the whole host hierarchy for rows (2 hosts x 2 workers, herald + Adagrad,
@@ -385,22 +392,10 @@ TEST_F(Training, SchedulerPerHostJobsResumeExactly) {
 // applied within a host are applied before every flush, and the replayed scheduler
 // hands the same rows to the same workers.
 TEST_F(Training, HostHierarchyJobsResumeExactly) {
-  const fs::path data = dataset();
   JobOptions o = checkpointing_job({"--checkpoint-every", "4"});
-  o.optimizer = "adagrad";
-  o.dense_optimizer = "adagrad";
-  o.workers_per_host = 2;
   o.host_aggregation = o.host_allocation = o.peer_sync = true;
-  const JobResult whole = run_job_like_one_process(data, o, "hh-whole", "the host hierarchy, checkpointing");
-  const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
+  const JobResult whole = expect_resumes_exactly(dataset(), o, "hh", "the host hierarchy");
   EXPECT_GT(whole.wire.at("peer_value") + whole.wire.at("peer_grad"), 0u) << "peer sync never applied: the test proves less";
-  EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume below proves nothing";
-  JobOptions resumed = o;
-  resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
-  resumed.worker_args.push_back("--resume");
-  const JobResult r = run_job_like_one_process(data, resumed, "hh-resumed", "the host hierarchy, resumed at iteration 7");
-  EXPECT_EQ(max_abs_diff(whole.dump.rows, r.dump.rows), 0.0);
-  EXPECT_EQ(max_abs_diff(whole.dump.dense, r.dump.dense), 0.0);
 }
 
 TEST_F(Training, CudaWorkersTrainTheSameModel) {

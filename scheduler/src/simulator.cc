@@ -75,6 +75,13 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
     for (const KeySlot& ks : p.push_values) ++of(ks.key).push_value;
     for (const HandValue& v : p.hand_grads) ++(peer_within ? per_group[0] : of(v.key)).peer_grad;
     for (const PullEntry& e : p.pulls) {
+      if (e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial) {
+        // An eviction counts for the table of the row that leaves (whether the row that
+        // takes its slot is pulled or handed by a peer).
+        TrafficCounts& ev = of(e.evicted);
+        ++ev.push_evict;
+        ev.evict_partial += e.kind == EvictKind::kPartial;
+      }
       if (e.peer) {
         // Handed within the worker's host, whatever the row's shard.
         ++(peer_within ? per_group[0] : of(e.key)).peer_value;
@@ -84,12 +91,6 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
       ++c.pulls;
       c.pull_state += e.with_state;
       c.prefetched += e.prefetch;
-      if (e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial) {
-        // An eviction counts for the table of the row that leaves.
-        TrafficCounts& ev = of(e.evicted);
-        ++ev.push_evict;
-        ev.evict_partial += e.kind == EvictKind::kPartial;
-      }
     }
     // Every distinct row of the micro-batch is a hit or a pull.
     for (const RowRef& r : p.rows) ++of(r.key).hits;

@@ -277,6 +277,7 @@ TEST_F(Training, HierarchicalAllReduceTrainsTheSameModel) {
 // by kind and link by link. Herald with SGD (shards on a host of their own) and with
 // Adagrad (shards beside host 0's workers: their rows stay flat), with lookahead and
 // prefetch; vanilla (every trained row's gradient pushed, where summing saves most).
+// Caches small enough to evict, so that evictions are counted link by link too.
 TEST_F(Training, HostHierarchyForRowsTrainsTheSameModel) {
   const fs::path data = dataset();
   struct Case {
@@ -296,6 +297,7 @@ TEST_F(Training, HostHierarchyForRowsTrainsTheSameModel) {
     o.optimizer = c.optimizer;
     o.workers_per_host = 2;
     o.ps_on_host = c.ps_on_host;
+    o.cache_ratio = "0.06";  // caches that evict
     o.host_aggregation = c.aggregate;
     o.host_allocation = c.allocate;
     o.peer_sync = c.peer;
@@ -366,6 +368,19 @@ TEST_F(Training, SchedulerPerHostTrainsTheSameModel) {
     for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "peer_value", "peer_grad"})
       EXPECT_EQ(job.wire.at(kind), sim[kind]) << policy << ": " << kind << ", vs ember-sim";
     if (policy == "herald") EXPECT_GT(sim["push_evict"], 0u) << "no eviction to exchange: the test proves little";
+    // Rows per link too (the shards on a host of their own: every PS row crosses; the
+    // peer hand-offs stay within), evictions of rows whose slot a handed row takes
+    // included; worker 0's final evaluation pulls besides.
+    for (const char* kind : {"push_grad", "push_value", "pull"}) {
+      for (const char* link : {"cross_host", "intra_host"}) {
+        const std::string key = std::string("links.") + link + "." + kind;
+        if (std::string(kind) == "pull" && std::string(link) == "cross_host") {
+          EXPECT_GE(job.wire.at(key), sim[key]) << policy << ": " << key;
+        } else {
+          EXPECT_EQ(job.wire.at(key), sim[key]) << policy << ": " << key << ", vs ember-sim's links";
+        }
+      }
+    }
     // Every word a worker sends reaches the 3 others.
     EXPECT_GT(job.wire.at("scheduler_exchange_bytes_out"), 0u) << policy;
     EXPECT_EQ(job.wire.at("scheduler_exchange_bytes_in"), 3 * job.wire.at("scheduler_exchange_bytes_out")) << policy;

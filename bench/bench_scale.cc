@@ -23,7 +23,6 @@
 #include "bench_common.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
-#include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"

@@ -4,14 +4,10 @@
 #include "bench_sched.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <filesystem>
 
 #include "bench_common.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
-#include "ember/data/prep.h"
 #include "ember/data/synthetic.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_cli.h"
@@ -20,7 +16,6 @@
 #include "sched_batches.h"
 
 namespace ember::bench {
-namespace fs = std::filesystem;
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
   scheduler::add_scheduler_options(app, o.shape, scheduler::FlagsFor::kShape);

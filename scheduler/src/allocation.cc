@@ -248,7 +248,8 @@ class SwapRefiner {
         shared_(shared),
         G_(static_cast<std::uint32_t>(group.size())),
         T_(batch.tables),
-        on_demand_(c.policy.sync() == Sync::kOnDemand) {
+        on_demand_(c.policy.sync() == Sync::kOnDemand),
+        worker_at_(group) {
     // The group's rows, in order of first appearance.
     for (std::uint32_t i : samples) {
       const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T_];
@@ -329,8 +330,6 @@ class SwapRefiner {
     worker_of_[i] = worker_at_[b];
   }
 
-  void set_workers(const std::vector<std::uint32_t>& group) { worker_at_ = group; }
-
   // Swaps between workers a and b (local indexes; their samples: sa, sb): the samples of
   // a ranked by the change of moving them to b, those of b by moving to a. In that
   // order, each sample i of a is swapped with the first of the next few unswapped
@@ -396,13 +395,13 @@ class SwapRefiner {
   RefineRows& shared_;
   const std::uint32_t G_, T_;
   const bool on_demand_;
-  std::vector<std::uint32_t> d_;  // local row -> d
+  const std::vector<std::uint32_t> worker_at_;  // local index -> worker
+  std::vector<std::uint32_t> d_;                // local row -> d
   std::vector<std::uint64_t> owner_bit_, mask_, start_mask_;
   std::vector<std::int32_t> outside_;
   std::vector<std::uint8_t> owner_out_;  // local row -> its latest holder is outside the group and trains it
   std::vector<std::uint8_t> dirty_;
   std::vector<std::uint32_t> count_;
-  std::vector<std::uint32_t> worker_at_;  // local index -> worker
   std::vector<std::pair<std::int64_t, std::uint32_t>> ra_, rb_;
   std::vector<std::uint8_t> taken_;
 };
@@ -456,7 +455,6 @@ void refine_group(const SchedulerConfig& c, const GlobalBatch& batch, const Batc
   for (std::uint32_t l = 0; l < G; ++l) local_of[group[l]] = l;
   {
     SwapRefiner refiner(c, batch, rows, loc, worker_of, group, samples, local_of, shared);
-    refiner.set_workers(group);
     std::vector<std::vector<std::uint32_t>> members(G);
     for (int pass = 0; pass < kPasses; ++pass) {
       bool swapped = false;

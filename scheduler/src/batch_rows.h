@@ -61,6 +61,12 @@ struct BatchRows {
   }
   // Whether anyone but w trains row d.
   bool others(std::uint32_t d, std::uint32_t w) const { return count(d) > (trains(d, w) ? 1u : 0u); }
+  // The pull phase's end for worker w: the slot of each of its rows (`row_slots`, in
+  // kw[w]'s order) recorded among the rows' trainers.
+  template <typename Rows>
+  void set_slots(std::uint32_t w, const Rows& row_slots) {
+    for (std::size_t j = 0; j < kw[w].size(); ++j) tslot[kpos[w][j]] = row_slots[j].slot;
+  }
   // f(w, slot) for each trainer of row d, in increasing order.
   template <typename F>
   void for_each_trainer(std::uint32_t d, F&& f) const {

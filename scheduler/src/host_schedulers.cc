@@ -27,9 +27,14 @@ void HostSchedulers::look_ahead(const GlobalBatch& batch) {
   for (Scheduler& s : hosts_) s.look_ahead(batch);
 }
 
+void HostSchedulers::take_plans(std::uint32_t h, std::vector<StepPlan>& plans) {
+  for (std::uint32_t w = 0; w < config_.workers; ++w) {
+    if (config_.host_of[w] == h) plans[w] = std::move(mine_[w]);
+  }
+}
+
 IterationStats HostSchedulers::schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans) {
-  const std::uint32_t W = config_.workers;
-  plans.resize(W);
+  plans.resize(config_.workers);
   IterationStats all;
   for (std::uint32_t h = 0; h < hosts(); ++h) {
     Stopwatch sw;
@@ -39,9 +44,7 @@ IterationStats HostSchedulers::schedule(const GlobalBatch& batch, std::vector<St
     all.sched_ms = std::max(all.sched_ms, st.sched_ms);
     all.scoring_ms = std::max(all.scoring_ms, st.scoring_ms);
     all.laia_tables = st.laia_tables;
-    for (std::uint32_t w = 0; w < W; ++w) {
-      if (config_.host_of[w] == h) plans[w] = std::move(mine_[w]);
-    }
+    take_plans(h, plans);
   }
   // The exchange: each host gets every other host's evictions.
   if (hosts() > 1) {
@@ -53,14 +56,11 @@ IterationStats HostSchedulers::schedule(const GlobalBatch& batch, std::vector<St
 }
 
 TrafficCounts HostSchedulers::flush(std::vector<StepPlan>& plans) {
-  const std::uint32_t W = config_.workers;
-  plans.resize(W);
+  plans.resize(config_.workers);
   TrafficCounts all;
   for (std::uint32_t h = 0; h < hosts(); ++h) {
     all += hosts_[h].flush(mine_);
-    for (std::uint32_t w = 0; w < W; ++w) {
-      if (config_.host_of[w] == h) plans[w] = std::move(mine_[w]);
-    }
+    take_plans(h, plans);
   }
   return all;
 }

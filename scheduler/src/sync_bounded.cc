@@ -84,8 +84,7 @@ void BoundedSync::pull(Iteration& it, std::uint32_t w) {
     c.pull_state += pull.with_state;
     c.cold_pulls += s.cold_d[kw[j]];
   }
-  const auto& kpos = s.kpos[w];
-  for (std::size_t j = 0; j < nk; ++j) it.rows.tslot[kpos[j]] = plan.rows[j].slot;
+  it.rows.set_slots(w, plan.rows);
 }
 
 void BoundedSync::train(Iteration& it) {

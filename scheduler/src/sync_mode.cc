@@ -157,8 +157,7 @@ void pull_latest(Iteration& it, std::uint32_t w) {
     c.cold_pulls += s.cold_d[kw[j]];
   }
   if (by_next_use) release_held(it, lru, plan);
-  const auto& kpos = s.kpos[w];
-  for (std::size_t j = 0; j < kw.size(); ++j) it.rows.tslot[kpos[j]] = plan.rows[j].slot;
+  it.rows.set_slots(w, plan.rows);
 }
 
 }  // namespace ember::scheduler

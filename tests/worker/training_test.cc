@@ -367,7 +367,9 @@ TEST_F(Training, SchedulerPerHostTrainsTheSameModel) {
     auto sim = simulate(data, o);
     for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "peer_value", "peer_grad"})
       EXPECT_EQ(job.wire.at(kind), sim[kind]) << policy << ": " << kind << ", vs ember-sim";
-    if (policy == "herald") EXPECT_GT(sim["push_evict"], 0u) << "no eviction to exchange: the test proves little";
+    if (policy == "herald") {
+      EXPECT_GT(sim["push_evict"], 0u) << "no eviction to exchange: the test proves little";
+    }
     // Rows per link too (the shards on a host of their own: every PS row crosses; the
     // peer hand-offs stay within), evictions of rows whose slot a handed row takes
     // included; worker 0's final evaluation pulls besides.

@@ -30,6 +30,12 @@ std::function<std::function<void()>(std::vector<torch::Tensor>&)> starter(c10::i
 
 using GlooGroup = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
 
+// How long a Gloo group's operation may wait for a peer: longer than the heartbeat
+// timeout (the control plane names a lost peer first), at least a minute.
+std::chrono::milliseconds group_timeout(const TrainConfig& c) {
+  return std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
+}
+
 GlooGroup gloo_group(c10::intrusive_ptr<c10d::Store> store, std::uint32_t rank, std::uint32_t size, const TrainConfig& c,
                      std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
@@ -174,7 +180,7 @@ class GlooEvictionChannel : public EvictionChannel {
 
 std::unique_ptr<EvictionChannel> make_eviction_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank) {
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<ControlStore>(control, "sched/", c.join_timeout);
-  const auto timeout = std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
+  const auto timeout = group_timeout(c);
   return std::make_unique<GlooEvictionChannel>(gloo_group(store, rank, c.workers, c, timeout), c.workers);
 }
 
@@ -184,7 +190,7 @@ std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::
   if (hosts.workers[h].size() < 2) return nullptr;
   c10::intrusive_ptr<c10d::Store> store =
       c10::make_intrusive<ControlStore>(control, "relay/host" + std::to_string(h) + "/", c.join_timeout);
-  const auto timeout = std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
+  const auto timeout = group_timeout(c);
   return std::make_unique<GlooHostChannel>(
       gloo_group(store, hosts.local_rank(rank), static_cast<std::uint32_t>(hosts.workers[h].size()), c, timeout));
 }
@@ -194,7 +200,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
   // The rendezvous goes over the control plane (authenticated by the job token), not a
   // c10d TCPStore on an open port.
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<ControlStore>(control, "c10d/", c.join_timeout);
-  const auto timeout = std::max(std::chrono::milliseconds(60000), c.heartbeat_timeout * 3);
+  const auto timeout = group_timeout(c);
   if (c.allreduce == "hierarchical" && device.is_cuda()) {
     throw ConfigError("--allreduce hierarchical runs on Gloo (host tensors): use --allreduce flat with --device cuda");
   }

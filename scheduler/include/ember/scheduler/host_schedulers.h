@@ -51,6 +51,9 @@ class HostSchedulers {
   const WorkerCache& cache_of(WorkerId w) const { return hosts_[config_.host_of[w]].cache_of(w); }
 
  private:
+  // Host h's workers' plans (in mine_, its scheduler's) moved into the job's.
+  void take_plans(std::uint32_t h, std::vector<StepPlan>& plans);
+
   SchedulerConfig config_;
   std::vector<Scheduler> hosts_;
   std::vector<double> last_ms_;

@@ -5,6 +5,7 @@
 // Scheduler (same tie-breaking stream), so the benchmark also checks both agree.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <unordered_map>
@@ -49,14 +50,18 @@ class NaiveHeraldScheduler {
       --room[w];
     }
     // Who trains what; each worker's rows in micro-batch order.
-    std::unordered_map<Key, std::uint64_t> users;
+    // Per row, a flag per worker that trains it (any number of workers).
+    std::unordered_map<Key, std::vector<std::uint8_t>> users;
     std::vector<Key> order;
     std::vector<std::vector<Key>> kw(W_);
     for (std::uint32_t i = 0; i < n; ++i) {
       for (std::uint32_t t = 0; t < T; ++t) {
-        auto [it, fresh] = users.try_emplace(b.key(i, t), 0);
-        if (fresh) order.push_back(b.key(i, t));
-        it->second |= std::uint64_t{1} << worker_of[i];
+        auto [it, fresh] = users.try_emplace(b.key(i, t));
+        if (fresh) {
+          order.push_back(b.key(i, t));
+          it->second.assign(W_, 0);
+        }
+        it->second[worker_of[i]] = 1;
       }
     }
     for (std::uint32_t w = 0; w < W_; ++w) {
@@ -70,14 +75,15 @@ class NaiveHeraldScheduler {
     }
     // Sync on demand.
     for (Key k : order) {
-      std::uint64_t u = users[k];
+      const std::vector<std::uint8_t>& u = users[k];
+      const auto trainers = static_cast<std::uint32_t>(std::count(u.begin(), u.end(), 1));
       for (std::uint32_t w = 0; w < W_; ++w) {
         auto it = caches_[w].map.find(k);
         if (it == caches_[w].map.end()) continue;
         if (it->second.state == kPartial) {
           ++c.push_grad;
           caches_[w].erase(k);
-        } else if (it->second.state == kDirty && (u & ~(std::uint64_t{1} << w))) {
+        } else if (it->second.state == kDirty && trainers > u[w]) {
           ++c.push_value;
           it->second.state = kClean;
         }
@@ -109,15 +115,16 @@ class NaiveHeraldScheduler {
     }
     // Train.
     for (Key k : order) {
-      std::uint64_t u = users[k];
+      const std::vector<std::uint8_t>& u = users[k];
+      const auto trainers = std::count(u.begin(), u.end(), 1);
       for (std::uint32_t w = 0; w < W_; ++w) {
-        bool trains = (u >> w) & 1;
+        const bool trains = u[w] != 0;
         auto it = caches_[w].map.find(k);
         if (it == caches_[w].map.end()) continue;
         if (!trains) {
           caches_[w].erase(k);
         } else {
-          it->second.state = std::popcount(u) == 1 ? kDirty : kPartial;
+          it->second.state = trainers == 1 ? kDirty : kPartial;
         }
       }
     }

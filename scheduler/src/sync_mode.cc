@@ -111,6 +111,7 @@ SyncModes make_sync_mode(const SchedulerConfig& c, std::uint32_t capacity) {
     case Sync::kFullSet:
       return FullSetSync{};
     case Sync::kOnDemand:
+      if (c.peer_sync) return PeerSync{};
       return OnDemandSync{};
     case Sync::kBoundedStaleness:
       return BoundedSync(c, capacity);

@@ -4,6 +4,7 @@
 //
 //   sync_full_set.cc    every trained row's gradient pushed at the end of its iteration
 //   sync_on_demand.cc   only what another worker needs (Herald's Algorithm 2)
+//   sync_peer.cc        on demand, rows handed within a host (--peer-sync, Appendix B)
 //   sync_bounded.cc     HET's bounded staleness: a copy serves while at most S versions behind
 //
 // A mode is a copyable value (its own state inside) with
@@ -78,13 +79,34 @@ class OnDemandSync {
   void train(Iteration& it);
   std::size_t memory_bytes() const { return 0; }
 
- private:
+ protected:
+  // Step 1 over the batch's rows (sync_on_demand.h): the partial holders of every row
+  // push; then owner_step(d, o) for each row d whose latest holder o is not its only
+  // trainer.
+  template <typename OwnerStep>
+  void sync_rows(Iteration& it, OwnerStep&& owner_step);
   // Step 1 of row d, latest at o (dirty) and trained by another: o pushes its value
   // (unless flushed) and holds it clean.
   void push_value(Iteration& it, std::uint32_t d, std::uint32_t o);
-  // Step 1 of row d, latest at o and trained by others, under peer sync.
-  void peer_sync(Iteration& it, std::uint32_t d, std::uint32_t o);
-  std::vector<std::uint16_t> listed_;  // train's working memory: a row's modelled trainers
+  // Step 3 of row d trained by several workers: each keeps a partial gradient.
+  void keep_partials(Iteration& it, std::uint32_t d);
+
+ private:
+  std::vector<std::uint16_t> listed_;  // keep_partials' working memory: a row's modelled trainers
+};
+
+// Peer sync (--peer-sync, on-demand sync within a host: Herald's Appendix B,
+// docs/design.md): on-demand sync, except that a row's latest holder hands it to its
+// trainers on its host instead of their pulling it, and a row trained only on one host
+// is applied there by its first trainer (sync_peer.cc).
+class PeerSync : public OnDemandSync {
+ public:
+  void sync(Iteration& it);
+  void train(Iteration& it);
+
+ private:
+  // Step 1 of row d, latest at o and trained by others.
+  void hand_over(Iteration& it, std::uint32_t d, std::uint32_t o);
 };
 
 // Bounded staleness (het:S): every gradient pushed at the end of its iteration; a cached
@@ -105,21 +127,15 @@ class BoundedSync {
   std::vector<std::vector<std::uint32_t>> copy_version_;  // worker, slot -> the cached copy's version
 };
 
-using SyncModes = std::variant<FullSetSync, OnDemandSync, BoundedSync>;
+using SyncModes = std::variant<FullSetSync, OnDemandSync, PeerSync, BoundedSync>;
 
 // The mode of c.policy.sync(); capacity: the rows of a worker's cache.
 SyncModes make_sync_mode(const SchedulerConfig& c, std::uint32_t capacity);
 
-// Peer sync: whether row d's trainers (two or more) are all on one host, which then
-// applies it (the first trainer, with the sum of their gradients).
-inline bool host_applied(const Iteration& it, std::uint32_t d) {
-  if (!it.config.peer_sync || it.rows.count(d) < 2) return false;
-  const std::uint32_t h = it.config.host_of[it.rows.first(d)];
-  for (std::uint16_t w : it.rows.trainers(d)) {
-    if (it.config.host_of[w] != h) return false;
-  }
-  return true;
-}
+// Peer sync (sync_peer.cc): whether row d's trainers (two or more) are all on one host,
+// which then applies it (the first trainer, with the sum of their gradients); false
+// without --peer-sync.
+bool host_applied(const Iteration& it, std::uint32_t d);
 
 // Worker w's part in row d (host_applied's: the first trainer applies, the others hand).
 inline HostApply host_apply_of(const Iteration& it, std::uint32_t d, std::uint32_t w) {

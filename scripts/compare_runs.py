@@ -105,9 +105,12 @@ def plot(runs, path):
         return False
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for r in runs:
+        # An iteration whose loss is not known yet (the overlapped all-reduce's first) is
+        # left out, not drawn as 0.
+        known = [p for p in r["per_iteration"] if p.get("loss") is not None]
         its = [p["iteration"] for p in r["per_iteration"]]
         label = f"{name(r)} {setting(r)}"
-        ax1.plot(its, [p["loss"] for p in r["per_iteration"]], label=label, linewidth=1)
+        ax1.plot([p["iteration"] for p in known], [p["loss"] for p in known], label=label, linewidth=1)
         ax2.plot(its, [p["pulls"] + p["pushes"] for p in r["per_iteration"]], label=label, linewidth=1)
     ax1.set_xlabel("iteration")
     ax1.set_ylabel("training loss (global batch)")

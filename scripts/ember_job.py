@@ -174,8 +174,10 @@ def summarize(out, job, who="ember-job", quiet=False):
     tot = {k: sum(s[k] for s in summaries) for k in ("pulls", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")}
     w0 = next(s for s in summaries if s["rank"] == 0)
     # Payload bytes per kind (the model ember-sim predicts), and what the transport framed.
-    bytes_kind = {k: sum(s["bytes"][k] for s in summaries) for k in w0["bytes"]}
-    framed = {k: sum(s["framed_bytes"][k] for s in summaries) for k in w0["framed_bytes"]}
+    # Every kind any worker wrote (a summary from before a kind existed lacks it: 0).
+    kinds = sorted({k for s in summaries for k in s["bytes"]})
+    bytes_kind = {k: sum(s["bytes"].get(k, 0) for s in summaries) for k in kinds}
+    framed = {k: sum(s["framed_bytes"].get(k, 0) for s in summaries) for k in w0["framed_bytes"]}
     result = {
         "policy": policy, "transport": job["transport"], "workers": workers, "ps": job["ps"],
         "samples_s": min(s["samples_s"] for s in summaries),

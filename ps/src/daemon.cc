@@ -19,6 +19,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The summary's "served": per kind, what this shard answered (ServedCounts).
+nlohmann::json served_json(const ServedCounts& served) {
+  nlohmann::json j = nlohmann::json::object();
+  for (int k = 0; k < ServedCounts::kKinds; ++k) {
+    const ServedCounts::PerKind& n = served.kinds[k];
+    j[ServedCounts::name(k)] = {
+        {"requests", n.requests.load()}, {"rows", n.rows.load()}, {"bytes_in", n.bytes_in.load()}, {"bytes_out", n.bytes_out.load()}};
+  }
+  return j;
+}
+
 // Seconds the exit checkpoint waits for the other shards' word (with a control plane).
 constexpr double kExitCheckpointWait = 5.0;
 // The same for the shard that hosts the coordinator while another shard is still in the
@@ -348,6 +359,7 @@ void PsDaemon::write_summary(int exit_status) {
     write_file_atomic(c_.summary_file, nlohmann::json{{"shard", c_.store.shard},
                                                       {"requests", server_->requests_served()},
                                                       {"rows_served", service_->rows_served()},
+                                                      {"served", served_json(service_->served())},
                                                       {"peers_dropped", server_->connections_dropped()},
                                                       {"checkpoints_written", cp.written()},
                                                       {"checkpoint_failures", cp.failures() + cp.exit_failures()},

@@ -88,6 +88,17 @@ PsClient::PsClient(const std::vector<ShardAddress>& shards, std::uint32_t dim, s
   }
   in_flight_.resize(conns_.size());
   shard_tally_.resize(addresses_.size());
+  retired_.resize(addresses_.size());
+}
+
+std::vector<PsClient::SocketBytes> PsClient::socket_bytes_by_shard() const {
+  std::vector<SocketBytes> by = retired_;
+  for (std::uint32_t lane = 0; lane < conns_.size(); ++lane) {
+    if (!conns_[lane]) continue;
+    by[lane / per_shard_].out += conns_[lane]->bytes_sent();
+    by[lane / per_shard_].in += conns_[lane]->bytes_received();
+  }
+  return by;
 }
 
 std::uint32_t PsClient::lane_of(Key key) const {
@@ -104,6 +115,10 @@ std::uint32_t PsClient::lane_of(Key key) const {
 void PsClient::reconnect(std::uint32_t s, const std::string& why) {
   const ShardAddress& a = addresses_[s / per_shard_];
   spdlog::warn("PS shard {} ({}:{}): {}; retrying the pull on a new connection", s / per_shard_, a.host, a.port, why);
+  if (conns_[s]) {
+    retired_[s / per_shard_].out += conns_[s]->bytes_sent();
+    retired_[s / per_shard_].in += conns_[s]->bytes_received();
+  }
   conns_[s].reset();
   conns_[s] = connect_(a.host, a.port);
   ++retries_;
@@ -310,7 +325,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.op = op;
     e.pull = true;
     e.per = per;
-    e.flags = (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0);
+    e.flags = (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0) | (when == Pull::kRead ? kRead : 0);
     e.iteration = iteration;
     e.kind = &WireTally::pull;
   }

@@ -24,7 +24,7 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
 }
 
 const char* ServedCounts::name(int kind) {
-  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit"};
+  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit", "read"};
   return kind >= 0 && kind < kKinds ? names[kind] : "unknown";
 }
 
@@ -39,7 +39,8 @@ void PsService::count(const transport::MessageHeader& h, const transport::OutMes
   std::uint64_t rows = 0;
   switch (h.type) {
     case MessageType::kPull:
-      kind = (h.flags & kPrefetch) != 0    ? ServedCounts::kPrefetch
+      kind = (h.flags & kRead) != 0        ? ServedCounts::kRead
+             : (h.flags & kPrefetch) != 0  ? ServedCounts::kPrefetch
              : (h.flags & kWithState) != 0 ? ServedCounts::kPullState
                                            : ServedCounts::kPull;
       rows = h.key_count;

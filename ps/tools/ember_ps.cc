@@ -118,7 +118,8 @@ void add_job_options(CLI::App& app, Flags& f) {
                  "shard 0: when the job fails, write the control plane's word on it here (JSON: the member that failed first and "
                  "the cause; atomically)");
   app.add_option("--summary-file", c.summary_file,
-                 "at exit, write this shard's totals here (JSON: requests, rows served, peers dropped, checkpoints written and "
+                 "at exit, write this shard's totals here (JSON: requests, rows served and what was served by kind, peers dropped, "
+                 "checkpoints written and "
                  "failed; atomically)");
   app.add_option("--max-connections", c.max_connections, "TCP: open data connections at most (more are refused at accept)")
       ->capture_default_str()

@@ -19,10 +19,13 @@ void export_ps_metrics(monitor::Exporter& exporter, PsService& service, const tr
                   static_cast<double>(c.bytes_out.load()));
     }
     const auto rows = [&served](int k) { return static_cast<double>(served.kinds[k].rows.load()); };
-    const char* pulled = "Rows sent to workers: pull (values), pull_state (values and optimizer state), prefetch";
+    const char* pulled =
+        "Rows sent to workers: pull (values), pull_state (values and optimizer state), prefetch, read (outside training: "
+        "evaluations, dumps, loads)";
     out.counter("ember_ps_rows_pulled_total", pulled, {{"shard", s}, {"kind", "pull"}}, rows(ServedCounts::kPull));
     out.counter("ember_ps_rows_pulled_total", pulled, {{"shard", s}, {"kind", "pull_state"}}, rows(ServedCounts::kPullState));
     out.counter("ember_ps_rows_pulled_total", pulled, {{"shard", s}, {"kind", "prefetch"}}, rows(ServedCounts::kPrefetch));
+    out.counter("ember_ps_rows_pulled_total", pulled, {{"shard", s}, {"kind", "read"}}, rows(ServedCounts::kRead));
     const char* pushed = "Rows received from workers: grad (gradients), value (rows written back with their state)";
     out.counter("ember_ps_rows_pushed_total", pushed, {{"shard", s}, {"kind", "grad"}}, rows(ServedCounts::kPushGrad));
     out.counter("ember_ps_rows_pushed_total", pushed, {{"shard", s}, {"kind", "value"}}, rows(ServedCounts::kPushValue));

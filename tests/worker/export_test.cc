@@ -2,7 +2,7 @@
 // forward computes, for every kind; and, with real processes, a short job's model,
 // exported from its final checkpoint and from its dump, scores the raw validation lines
 // with the AUC the training's final evaluation printed.
-#include "ember/worker/export.h"
+#include "ember/serve/export.h"
 
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -18,6 +18,8 @@
 
 namespace ember::worker {
 namespace {
+
+using serve::ExportedModel;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

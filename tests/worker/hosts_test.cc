@@ -1,7 +1,7 @@
 // The host map every worker builds from the hosts the workers and shards stated at the
 // join, the all-reduce bytes each algorithm sends within and across hosts, and each
 // shard's traffic put on its link.
-#include "hosts.h"
+#include "job/hosts.h"
 
 #include <gtest/gtest.h>
 
@@ -97,16 +97,18 @@ TEST(Hosts, EachShardsTrafficGoesOnItsLink) {
   by_shard[0].pull = {100, 1000, 10};
   by_shard[1].pull = {200, 2000, 20};
   by_shard[1].push_grad = {300, 48, 5};
-  const Links w0 = link_traffic(m, 0, by_shard, false, 0);
+  const std::vector<ps::PsClient::SocketBytes> socket = {{110, 1010}, {520, 2060}};
+  const Links w0 = link_traffic(m, 0, by_shard, socket, false, 0);
   EXPECT_EQ(w0.intra_host.ps.pull.rows, 10u);
   EXPECT_EQ(w0.cross_host.ps.pull.rows, 20u);
-  EXPECT_EQ(w0.cross_host.ps.out(), 500u);
-  EXPECT_EQ(w0.cross_host.ps.in(), 2048u);
-  const Links w1 = link_traffic(m, 1, by_shard, false, 4000);
-  EXPECT_EQ(w1.intra_host.ps.out() + w1.intra_host.ps.in(), 0u) << "no shard on b";
+  EXPECT_EQ(w0.cross_host.ps_out, 520u) << "the socket's bytes, not the framed tally's";
+  EXPECT_EQ(w0.cross_host.ps_in, 2060u);
+  EXPECT_EQ(w0.intra_host.ps_out, 110u);
+  const Links w1 = link_traffic(m, 1, by_shard, socket, false, 4000);
+  EXPECT_EQ(w1.intra_host.ps_out + w1.intra_host.ps_in, 0u) << "no shard on b";
   EXPECT_EQ(w1.cross_host.ps.pull.rows, 30u);
   EXPECT_EQ(w1.cross_host.peer_out, 4000u) << "2 workers on 2 hosts: the ring's 2(W-1)/W = 1x crosses";
-  EXPECT_EQ(w1.cross_host.out(), w1.cross_host.ps.out() + 4000u);
+  EXPECT_EQ(w1.cross_host.out(), w1.cross_host.ps_out + 4000u);
 }
 
 // Per-host aggregation's hand-offs, from the host's plans: a row several workers of the

@@ -23,7 +23,9 @@
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/plan_file.h"
+#include "ember/worker/dense_files.h"
 #include "ember/worker/trainer.h"
+#include "reference.h"
 
 namespace ember::worker::test_jobs {
 
@@ -62,9 +64,37 @@ struct JobOptions {
 
 struct JobResult {
   ModelDump dump;
-  std::map<std::string, std::uint64_t> wire;  // summed over workers
+  std::map<std::string, std::uint64_t> wire;  // the workers' summaries, summed over workers
+  // What the shards served (ember-ps --summary-file "served"), summed over shards:
+  // "KIND.rows", "KIND.requests", "KIND.bytes_in", "KIND.bytes_out" for KIND pull,
+  // pull_state, prefetch, push_grad, push_value, commit, read. Counted by the shards, apart
+  // from anything the workers or their schedulers count.
+  std::map<std::string, std::uint64_t> served;
   double auc = -1;
 };
+
+// The rows the shards served for training (every pull but reads outside it: evaluations,
+// dumps, loads), and pushed to them.
+inline std::uint64_t served_pulls(const JobResult& job) {
+  return job.served.at("pull.rows") + job.served.at("pull_state.rows") + job.served.at("prefetch.rows");
+}
+// The payload the shards served for training (what ember-sim's bytes count): each
+// request's and reply's bytes less their 48-byte headers.
+inline std::uint64_t served_payload(const JobResult& job) {
+  std::uint64_t n = 0;
+  for (const char* kind : {"pull", "pull_state", "prefetch", "push_grad", "push_value"}) {
+    const std::string k = kind;
+    n += job.served.at(k + ".bytes_in") + job.served.at(k + ".bytes_out") - 2 * 48 * job.served.at(k + ".requests");
+  }
+  return n;
+}
+// Every byte the shards received and sent, all kinds (reads and commits too).
+inline std::uint64_t served_bytes(const JobResult& job) {
+  std::uint64_t n = 0;
+  for (const char* kind : {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit", "read"})
+    n += job.served.at(std::string(kind) + ".bytes_in") + job.served.at(std::string(kind) + ".bytes_out");
+  return n;
+}
 
 inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return INFINITY;
@@ -235,6 +265,7 @@ class JobTest : public test::TempDirTest {
                                     "3000",
                                     "--log-level",
                                     "warn"};
+      a.insert(a.end(), {"--summary-file", (dir_ / (name + "-ps" + std::to_string(s) + ".json")).string()});
       if (o.ps_on_host >= 0) a.insert(a.end(), {"--host", "vhost" + std::to_string(o.ps_on_host)});
       a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());
       ps.push_back(std::make_unique<test::Process>(a, dir_ / (name + "-ps" + std::to_string(s) + ".log")));
@@ -270,6 +301,13 @@ class JobTest : public test::TempDirTest {
     }
     for (std::uint32_t s = 0; s < o.shards; ++s) {
       EXPECT_EQ(ps[s]->wait(30s), 0) << name << " ps " << s << ":\n" << ps[s]->log_tail(20);
+    }
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      std::ifstream in(dir_ / (name + "-ps" + std::to_string(s) + ".json"));
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (text.empty()) continue;  // a shard killed (a fault test): nothing served to compare
+      for (const auto& [kind, n] : json::parse(text).at("served").items())
+        for (const auto& [field, v] : n.items()) r.served[kind + "." + field] += v.get<std::uint64_t>();
     }
     for (std::uint32_t w = 0; w < o.workers; ++w) {
       std::ifstream in(dir_ / (name + "-w" + std::to_string(w) + ".jsonl"));
@@ -440,6 +478,32 @@ class JobTest : public test::TempDirTest {
     }
   }
 
+  // The rows the workers' plans listed, kind by kind (the summary's counts), against
+  // ember-sim's: the schedulers in the workers plan as ember-sim does (same options, data
+  // and seed). The plans, not the wire: expect_served_as_simulated checks the wire.
+  static void expect_plans_as_simulated(const JobResult& job, const std::map<std::string, std::uint64_t>& sim, const std::string& what) {
+    for (const auto& [k, n] : sim) {
+      if (k.rfind("ps.", 0) == 0 || k.rfind("bytes.", 0) == 0 || k.rfind("links.", 0) == 0) continue;
+      EXPECT_EQ(job.wire.count(k) ? job.wire.at(k) : 0, n) << what << ": rows of kind " << k << " in the plans vs ember-sim";
+    }
+  }
+
+  // The shards' served counts against ember-sim's prediction (simulate's "ps.*"): rows
+  // pulled and pushed by kind, prefetched rows, and (without per-host aggregation, whose
+  // hand-offs change which pulls carry state) the payload. Counted by the shards, so a
+  // request the workers dropped or sent twice shows here.
+  static void expect_served_as_simulated(const JobResult& job, std::map<std::string, std::uint64_t>& sim, const JobOptions& o,
+                                         const std::string& what) {
+    ASSERT_FALSE(job.served.empty()) << what << ": the shards wrote no summary";
+    EXPECT_EQ(served_pulls(job), sim["ps.pull"]) << what << ": rows the shards served for pulls, vs ember-sim";
+    EXPECT_EQ(job.served.at("push_grad.rows"), sim["ps.push_grad"]) << what << ": gradients the shards received, vs ember-sim";
+    EXPECT_EQ(job.served.at("push_value.rows"), sim["ps.push_value"]) << what << ": values the shards received, vs ember-sim";
+    if (!o.host_aggregation) {
+      EXPECT_EQ(job.served.at("prefetch.rows"), sim["prefetched"]) << what << ": rows the shards served ahead, vs ember-sim";
+      EXPECT_EQ(served_payload(job), sim["ps.payload"]) << what << ": payload bytes the shards served, vs ember-sim";
+    }
+  }
+
   // ember-sim's prediction for the same data, seed, policy and lookahead (no warm-up;
   // the job's final flush): rows per kind, pulls with state, flushed rows, and payload
   // bytes per kind.
@@ -465,6 +529,23 @@ class JobTest : public test::TempDirTest {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
+    // What the shards serve for the training ("ps.*", compared with JobResult::served):
+    // pulls; gradients (sync, partial evictions, flushes); values (write-backs, dirty
+    // evictions, flushes, replicated rows written back); per-host aggregation's sums
+    // once per host (links_aggregated); the payload without peer sync's hand-offs.
+    const auto add_ps = [&m](const json& c) {
+      const std::uint64_t partial = c.at("evict_partial");
+      m["ps.pull"] += c.at("pulls").get<std::uint64_t>();
+      m["ps.push_grad"] += c.at("push_grad").get<std::uint64_t>() + partial + c.at("flush_grad").get<std::uint64_t>();
+      m["ps.push_value"] += c.at("push_value").get<std::uint64_t>() + c.at("push_evict").get<std::uint64_t>() - partial +
+                            c.at("flush_value").get<std::uint64_t>() + c.at("hot_flush").get<std::uint64_t>();
+    };
+    if (j.contains("links")) {
+      for (const auto& [link, l] : j.at(o.host_aggregation ? "links_aggregated" : "links").items()) add_ps(l);
+    } else {
+      add_ps(j);
+    }
+    m["ps.payload"] = m["bytes.total"] - m["bytes.peer"];
     // By link class (with virtual hosts): rows as the transport carries them, a pull
     // each, a gradient (partial evictions and flushed ones too) or a value each.
     if (j.contains("links")) {

@@ -3,7 +3,7 @@
 // values; the comparison itself is tested without processes. The jobs are real: one
 // ember-ps shard and two ember-worker processes on loopback, killed if still running
 // when a test ends.
-#include "job_options.h"
+#include "job/job_options.h"
 
 #include <gtest/gtest.h>
 #include <time.h>

@@ -26,8 +26,8 @@ TEST_F(ScaleJob, SeventyTwoWorkersTrainTheOneProcessModel) {
   o.worker_args = {"--scheduler-per-host", "--torch-threads", "1"};
   const JobResult job = run_job_like_one_process(data, o, "seventy-two", "72 workers on 9 hosts");
   auto sim = simulate(data, o);
-  for (const char* kind : {"pulls", "push_grad", "push_value", "push_evict"})
-    EXPECT_EQ(job.wire.at(kind), sim[kind]) << kind << ", vs ember-sim";
+  expect_served_as_simulated(job, sim, o, "72 workers");
+  expect_plans_as_simulated(job, sim, "72 workers");
 }
 
 }  // namespace

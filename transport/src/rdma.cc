@@ -309,6 +309,9 @@ struct RdmaClient::Impl {
   std::string peer;
   std::uint64_t next_id = 1;
   std::optional<Frame> held;  // the frame behind the last receive()'s view
+  // Message bytes posted and delivered once the hello is done (Client::bytes_sent).
+  bool counting = false;
+  std::uint64_t sent = 0, received = 0;
 };
 
 RdmaClient::RdmaClient(verbs::Fabric& fabric, const std::string& host, std::uint16_t port, const std::string& token, RdmaOptions options)
@@ -335,6 +338,7 @@ RdmaClient::RdmaClient(verbs::Fabric& fabric, const std::string& host, std::uint
   if (r.header.type != MessageType::kHelloReply || r.header.key_count != kProofKeys ||
       !auth::equal(theirs, auth::proof(token, auth::kRdmaServer, server_nonce, client_nonce)))
     throw ProtocolError("PS " + impl_->peer + ": the server does not prove it knows the job token");
+  impl_->counting = true;
 }
 
 RdmaClient::RdmaClient(std::shared_ptr<verbs::Fabric> fabric, const std::string& host, std::uint16_t port, const std::string& token,
@@ -351,6 +355,7 @@ std::uint64_t RdmaClient::send(OutMessage m) {
   impl_->conn->check_fits(kHeaderBytes + 8ull * m.key_count + 4ull * m.value_count);
   std::uint16_t slot = impl_->conn->reserve_reply_slot(deadline);
   impl_->conn->send_message(m, slot, kNoSlot, deadline);
+  if (impl_->counting) impl_->sent += kHeaderBytes + 8ull * m.key_count + 4ull * m.value_count;
   return m.header.request_id;
 }
 
@@ -363,10 +368,13 @@ Message RdmaClient::receive() {
   if (!f) impl_->conn->fail("receive timed out after " + std::to_string(impl_->opt.timeout.count()) + " ms");
   impl_->held = std::move(f);
   Message m = view(*impl_->held, impl_->opt.slot_bytes, impl_->peer);
+  if (impl_->counting) impl_->received += kHeaderBytes + m.header.payload_bytes();
   if (m.header.type == MessageType::kError) throw ProtocolError("PS " + impl_->peer + " refused the request: " + error_reply_text(m));
   return m;
 }
 
 const std::string& RdmaClient::peer() const { return impl_->peer; }
+std::uint64_t RdmaClient::bytes_sent() const { return impl_->sent; }
+std::uint64_t RdmaClient::bytes_received() const { return impl_->received; }
 
 }  // namespace ember::transport

@@ -37,6 +37,9 @@ struct TcpClient::Impl {
   std::string broken;  // set once a call failed mid-message: the stream is out of step
   std::vector<iovec> iov;
   std::vector<Segment> runs;
+  // Bytes moved through the socket once the handshake is done (Client::bytes_sent).
+  bool counting = false;
+  std::uint64_t sent = 0, received = 0;
 
   ~Impl() {
     if (fd >= 0) ::close(fd);  // also when the constructor failed after connecting
@@ -56,6 +59,7 @@ struct TcpClient::Impl {
     while (true) {
       const ssize_t n = move_some(fd, out, iov, first, true);
       if (n > 0) {
+        if (counting) (out ? sent : received) += static_cast<std::uint64_t>(n);
         consume(iov, first, static_cast<std::size_t>(n));
         if (first < iov.size() && std::chrono::steady_clock::now() >= deadline) {
           fail(std::string(what) + " timed out after " + std::to_string(timeout.count()) + " ms");  // trickling
@@ -162,6 +166,7 @@ TcpClient::TcpClient(const std::string& host, std::uint16_t port, const std::str
   if (r.header.key_count == kProofKeys) std::memcpy(theirs.data(), r.keys, theirs.size());
   if (r.header.key_count != kProofKeys || !auth::equal(theirs, auth::proof(token, auth::kTcpServer, server_nonce, client_nonce)))
     throw ProtocolError("PS " + impl_->peer + ": the server does not prove it knows the job token");
+  impl_->counting = true;
 }
 
 TcpClient::~TcpClient() = default;
@@ -222,5 +227,7 @@ Message TcpClient::receive_rows(std::span<float* const> rows, std::uint32_t row_
 }
 
 const std::string& TcpClient::peer() const { return impl_->peer; }
+std::uint64_t TcpClient::bytes_sent() const { return impl_->sent; }
+std::uint64_t TcpClient::bytes_received() const { return impl_->received; }
 
 }  // namespace ember::transport

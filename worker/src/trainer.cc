@@ -1,7 +1,7 @@
 // A worker's life, top to bottom: set up (job, model, cache, stages), then for each step
-// the loader hands over, one iteration through the stages in order (ps_exchange.h,
-// compute_step.h, row_updates.h), the flush that evaluations and checkpoints need, and
-// the report; then the end of the job.
+// the loader hands over, one iteration through the stages in order (stages/ps_exchange.h
+// with host/host_exchange.h beside it, stages/compute_step.h, stages/row_updates.h), the
+// flush that evaluations and checkpoints need, and the report; then the end of the job.
 #include "ember/worker/trainer.h"
 
 #include <spdlog/spdlog.h>
@@ -11,26 +11,36 @@
 #include <optional>
 #include <utility>
 
-#include "checkpoint_life.h"
-#include "collective.h"
-#include "compute_step.h"
+#include "checkpoint/checkpoint_life.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "ember/worker/device.h"
 #include "ember/worker/row_cache.h"
-#include "evaluation.h"
-#include "job.h"
-#include "loader.h"
-#include "ps_exchange.h"
-#include "replicas.h"
-#include "row_updates.h"
-#include "run_report.h"
+#include "host/host_channels.h"
+#include "host/host_exchange.h"
+#include "job/collective.h"
+#include "job/job.h"
+#include "report/evaluation.h"
+#include "report/run_report.h"
+#include "stages/compute_step.h"
+#include "stages/loader.h"
+#include "stages/ps_exchange.h"
+#include "stages/replicas.h"
+#include "stages/row_updates.h"
 
 namespace ember::worker {
 
 namespace {
+
+// The slots of a plan's list of rows (a phase's: push_grads, end_pushes).
+std::vector<std::uint32_t> grad_slots(const std::vector<scheduler::KeySlot>& list) {
+  std::vector<std::uint32_t> slots;
+  slots.reserve(list.size());
+  for (const auto& e : list) slots.push_back(e.slot);
+  return slots;
+}
 
 class Worker {
  public:
@@ -55,8 +65,8 @@ class Worker {
   // The transport's byte counts into wire_: by kind, and by link (hosts.h).
   void take_tallies() {
     wire_.framed = job_.ps().tally();
-    wire_.links = link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), c_.allreduce == "hierarchical", wire_.allreduce_bytes,
-                               wire_.relay);
+    wire_.links = link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), job_.ps().socket_bytes_by_shard(),
+                               c_.allreduce == "hierarchical", wire_.allreduce_bytes, wire_.relay);
   }
 
   TrainConfig c_;
@@ -66,13 +76,14 @@ class Worker {
   std::optional<RunReport> report_;
   std::optional<CheckpointLife> life_;
   std::optional<Collective> collective_;
-  std::unique_ptr<HostChannel> host_channel_;   // per-host aggregation's (null: off, or alone on the host)
+  std::unique_ptr<HostChannel> host_channel_;   // the host tier's, until host_ takes it (null: off, or alone on the host)
   std::unique_ptr<EvictionChannel> evictions_;  // --scheduler-per-host's (null: off, or one host)
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<RowCache> cache_;
   std::optional<Replicas> replicas_;
   std::optional<PsExchange> exchange_;
+  std::optional<HostExchange> host_;
   std::optional<ComputeStep> compute_;
   bool on_demand_ = false;
   WireCounts wire_;
@@ -125,7 +136,9 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
                c_.placement.empty() ? "" : ", placement " + c_.placement);
   replicas_.emplace(dim, job_.state_floats());
   if (!sc.replicated.empty()) replicas_->load(job_.ps(), sc.replicated, wire_, rank);
-  exchange_.emplace(job_.ps(), job_.control(), *cache_, wire_, dim, job_.state_floats(), slots, host_channel_.get());
+  const scheduler::RowFormat row{dim, job_.state_floats()};
+  exchange_.emplace(job_.ps(), *cache_, wire_, row, slots);
+  host_.emplace(*cache_, wire_, row, std::move(host_channel_));
   compute_.emplace(*model_, *optimizer_, *collective_, *replicas_, device_, c_, dim, ps.optimizer, wire_);
 }
 
@@ -140,15 +153,16 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   };
   // sync: the rows applied within the host last iteration first; partial gradients and
   // dirty values other workers need, acknowledged.
-  exchange_->finish_host_apply(job_.ps_config().optimizer);
-  exchange_->sync_pushes(p, false, s.host.sync);
+  const ps::OptimizerConfig& optimizer = job_.ps_config().optimizer;
+  host_->finish_apply(optimizer);
+  exchange_->sync_pushes(p, false, s.host.sync, host_->hand_grads(s.host.sync, grad_slots(p.push_grads)));
   // Peer sync hands rows over from the cache: in a resumed job's first step, once the
   // cache is restored (below). (Its sync pushes are all of flushed rows: none is made.)
   const bool restoring = t == life_->first() && t > 0;
-  if (!restoring) exchange_->hand_values(p, s.host.peer);
+  if (!restoring) host_->hand_values(p, s.host.peer);
   lap(phases_.sync);
   // commit: after every worker's sync pushes; flagged for checkpoints and stops.
-  exchange_->barrier(barrier_before_commit(t));
+  job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_commit(t));
   life_->commit(*exchange_, t);
   lap(phases_.commit);
   // pulls: a resumed job's cached rows, evictions and pulls; with prefetch, t + 1's plan
@@ -156,8 +170,16 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   if (!s.restore.empty()) exchange_->restore(s.restore, t);
   wire_.exchange_bytes_out += s.exchanged.out;
   wire_.exchange_bytes_in += s.exchanged.in;
-  if (restoring) exchange_->hand_values(p, s.host.peer);
-  exchange_->pull(p, t, s.host);
+  if (restoring) host_->hand_values(p, s.host.peer);
+  if (!p.pulls.empty()) {
+    // The evicted partial gradients handed over first; the rows one worker of the host
+    // pulled for the others, and peer sync's, once the PS's are in.
+    exchange_->pull(p, t, s.host, host_->hand_grads(s.host.evict, evicted_partials(p)));
+    host_->hand_pulled_rows(p, s.host.pull);
+    host_->take_peer_rows(p, t);
+  } else {
+    exchange_->pull(p, t, s.host);
+  }
   if (c_.prefetch && !s.last) {
     ahead = loader.next();
     exchange_->prefetch(ahead->plan, t, ahead->host);
@@ -174,12 +196,12 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   compute_->allreduce(*cache_, s.flush);
   lap(phases_.allreduce);
   // pushes: full-set policies' end pushes (they read the row gradients).
-  exchange_->end_pushes(p, row_of, t, s.host.end);
+  exchange_->end_pushes(p, row_of, t, s.host.end, host_->hand_grads(s.host.end, grad_slots(p.end_pushes)));
   lap(phases_.push);
   // row updates: peer sync's gradients to their host's applier; local optimizer for rows
   // trained here alone (or applied in the host), partials kept, drops.
-  exchange_->start_host_apply(p, s.host.apply);
-  update_rows(p, t, on_demand_, job_.ps_config().optimizer, *cache_, *exchange_);
+  host_->start_apply(p, s.host.apply);
+  update_rows(p, t, on_demand_, optimizer, *cache_, *exchange_);
   lap(phases_.update);
 }
 
@@ -187,10 +209,10 @@ void Worker::flush(const Step& s) {
   const std::uint64_t t = s.iteration;
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
-  exchange_->finish_host_apply(job_.ps_config().optimizer);
-  exchange_->sync_pushes(s.flush_plan, true, s.flush_host);
+  host_->finish_apply(job_.ps_config().optimizer);
+  exchange_->sync_pushes(s.flush_plan, true, s.flush_host, host_->hand_grads(s.flush_host, grad_slots(s.flush_plan.push_grads)));
   replicas_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
-  exchange_->barrier(barrier_after_flush(t));
+  job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
   if (job_.rank() == 0 && s.evaluate) {
     const Evaluation e = evaluate(*ds_, c_, job_.ps(), *model_, device_, job_.dim(), t);
@@ -208,7 +230,7 @@ TrainSummary Worker::run() {
   const std::uint64_t first = life_->first();
   // Without a directory for the dense state the PS's checkpoints still get flushed rows.
   std::optional<HostGroup> host;
-  if (host_channel_) {
+  if (host_->active()) {
     host = host_group(job_.hosts(), job_.rank());
     host->aggregate = c_.host_aggregation;
     host->peer = c_.peer_sync;
@@ -231,7 +253,8 @@ TrainSummary Worker::run() {
     life_->check_stop(s);
     if (s.flush) flush(s);
     take_tallies();
-    report_->iteration(s, it_clock.millis(), wait_ms, compute_->loss(), wire_, phases_);
+    report_->iteration(s, it_clock.millis(), wait_ms, compute_->loss_known() ? std::optional(compute_->loss()) : std::nullopt, wire_,
+                       phases_);
     if (s.last) {
       end = t + 1;
       break;

@@ -11,6 +11,9 @@
 //               commit(t - 1) is in; refused if a row has an update not applied yet, and
 //               until commit(t) any push of these rows is refused (it would change a row
 //               already served for t).
+//               flags & kRead: a read outside training (an evaluation, the model dump,
+//               replicated rows loaded, a resumed job's cached rows): served as any
+//               pull, counted apart (ServedCounts::kRead).
 //   kPushGrad   keys[n], then one trainer count per key (2n keys in all: the workers that
 //               trained the row in the header's iteration), values[n * dim] gradients
 //               -> kAck. A gradient a host summed over several of the row's trainers
@@ -47,6 +50,8 @@ inline TrainerCount decode_trainers(std::uint64_t count) {
 inline constexpr std::uint32_t kWithState = 1;
 // A pull's flag: a prefetch (above).
 inline constexpr std::uint32_t kPrefetch = 2;
+// A pull's flag: a read outside training (above).
+inline constexpr std::uint32_t kRead = 4;
 
 // A commit's flag: the workers flushed the rows they own (and their partial gradients)
 // for this iteration's commit; write a checkpoint of it.

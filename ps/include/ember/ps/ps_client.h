@@ -114,6 +114,13 @@ class PsClient {
   // shard (where the shard's host decides the link it crossed).
   const WireTally& tally() const { return tally_; }
   const std::vector<WireTally>& tally_by_shard() const { return shard_tally_; }
+  // Bytes the connections to each shard sent and received, as the transport counted them
+  // at its socket (transport::Client::bytes_sent; connections replaced after a failure
+  // included): the link traffic, independent of the tallies above.
+  struct SocketBytes {
+    std::uint64_t out = 0, in = 0;
+  };
+  std::vector<SocketBytes> socket_bytes_by_shard() const;
   // Whether pull() looks for repeated keys. kNo is for callers whose keys are distinct
   // (a cache's misses): it spares a hash lookup per key, and is still correct if some
   // key repeats (that row is then sent as often as it is asked for).
@@ -124,6 +131,10 @@ class PsClient {
   void pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
             Dedup dedup = Dedup::kYes) {
     start_pull(keys, out, with_state, iteration, dedup).wait();
+  }
+  // pull() as a read outside training (an evaluation, a dump, rows loaded at the start).
+  void read(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0) {
+    start_pull(keys, out, with_state, iteration, Dedup::kYes, Pull::kRead).wait();
   }
   // Gradients (dim floats per key) of rows trained in `iteration` by trainers[i] workers.
   void push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
@@ -139,7 +150,9 @@ class PsClient {
   // start_pull's `out` is resized here and filled by wait() (leave it alone until then).
   // With Pull::kAhead, a prefetch (protocol.h kPrefetch): rows for `iteration` pulled
   // once commit(iteration - 1) is in, which no push may change until commit(iteration).
-  enum class Pull { kCommitted, kAhead };
+  // With Pull::kRead, a read outside training (protocol.h kRead): the shards count it
+  // apart from the training's pulls.
+  enum class Pull { kCommitted, kAhead, kRead };
   PsFuture start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
                       Dedup dedup = Dedup::kYes, Pull when = Pull::kCommitted);
   // `shares` (empty: 1 each): how many of the row's trainers each gradient sums (a host's
@@ -207,6 +220,7 @@ class PsClient {
   std::uint64_t retries_ = 0;
   WireTally tally_;
   std::vector<WireTally> shard_tally_;        // per shard
+  std::vector<SocketBytes> retired_;          // per shard: connections replaced (reconnect)
   std::vector<std::deque<Entry>> in_flight_;  // per lane
   // Per-call scratch, kept to spare allocations (a PsClient serves one thread).
   std::vector<std::vector<Key>> by_shard_;

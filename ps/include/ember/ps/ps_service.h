@@ -60,9 +60,12 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
 
 // What a shard served, per kind of request, as framed on the wire (48-byte header, 8
 // bytes a key, 4 a float): requests answered (refusals not counted), rows, bytes received
-// and sent. Read while serving (Prometheus, the stats file).
+// and sent. Read while serving (Prometheus, the stats file) and written at the end
+// (--summary-file "served"): the rows a job really moved, by kind, which its tests
+// compare with ember-sim's prediction. Pulls are counted by flag: a prefetch, with
+// state, plain, or a read outside training (kRead: evaluations, dumps, loads).
 struct ServedCounts {
-  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kKinds };
+  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kRead, kKinds };
   static const char* name(int kind);
   struct PerKind {
     std::atomic<std::uint64_t> requests{0}, rows{0}, bytes_in{0}, bytes_out{0};

@@ -22,10 +22,11 @@ struct StoreConfig;
 
 class RowArena {
  public:
-  // A row's state byte: its initialization, then whether a gradient aggregation of it
+  // A row's lifecycle on the shard (not the design's row states, which are the workers'
+  // caches'): its initialization, then whether a gradient aggregation of it
   // waits (partial, or complete until the next commit). A push claims an idle row by
   // compare-and-swap (of two claims one wins); an apply sets it idle again.
-  enum RowState : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
+  enum Lifecycle : std::uint8_t { kNew = 0, kInitializing = 1, kIdle = 2, kAggregating = 3 };
   static constexpr std::uint64_t kChunkRows = 1 << 16;
 
   // ConfigError when the row index cannot be allocated.
@@ -83,7 +84,7 @@ class RowArena {
   std::uint64_t local_rows_ = 0;
   std::unique_ptr<std::atomic<float*>[]> chunks_;
   std::uint64_t chunk_count_ = 0;
-  // Per row: a RowState (huge pages: looked up at random, as the rows are).
+  // Per row: its Lifecycle (huge pages: looked up at random, as the rows are).
   std::vector<std::atomic<std::uint8_t>, HugePageAllocator<std::atomic<std::uint8_t>>> states_;
   std::atomic<std::uint64_t> initialized_count_{0};
 };

@@ -134,6 +134,11 @@ class Client {
   virtual Message receive_rows(std::span<float* const> rows, std::uint32_t row_floats);
   // "host:port" of the server, for messages.
   virtual const std::string& peer() const = 0;
+  // The bytes this connection sent and received since it was set up (its handshake left
+  // out), counted where they left or entered the socket (TCP) or the device's queues
+  // (RDMA): what the job's traffic per link is made of (worker/src/job/hosts.h).
+  virtual std::uint64_t bytes_sent() const = 0;
+  virtual std::uint64_t bytes_received() const = 0;
   // send + receive, checking that the reply answers this request.
   Message call(OutMessage request);
 };

@@ -132,6 +132,8 @@ class RdmaClient final : public Client {
   std::uint64_t send(OutMessage request) override;
   Message receive() override;
   const std::string& peer() const override;
+  std::uint64_t bytes_sent() const override;
+  std::uint64_t bytes_received() const override;
 
  private:
   struct Impl;

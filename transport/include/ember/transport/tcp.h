@@ -82,6 +82,8 @@ class TcpClient final : public Client {
   Message receive() override;
   Message receive_rows(std::span<float* const> rows, std::uint32_t row_floats) override;
   const std::string& peer() const override;
+  std::uint64_t bytes_sent() const override;
+  std::uint64_t bytes_received() const override;
 
  private:
   struct Impl;

@@ -1,10 +1,12 @@
-// Where a worker trains: the LibTorch device it will use and what it offers. This is the
-// only module that includes LibTorch (it is slow to compile, and the PS must not need it).
+// Where a worker trains: the LibTorch device it will use and what it offers. Free of
+// LibTorch's headers (they are slow to compile): parse_device's callers include them.
 #pragma once
 
-#include <torch/torch.h>
-
 #include <string>
+
+namespace c10 {
+struct Device;
+}
 
 namespace ember::worker {
 
@@ -21,7 +23,7 @@ DeviceInfo select_device(bool prefer_cuda);
 
 // "cpu", "cuda" or "cuda:N" as a device; ConfigError for another text, or for CUDA
 // without a device visible to LibTorch.
-torch::Device parse_device(const std::string& text);
+c10::Device parse_device(const std::string& text);
 
 // One-line description for logs.
 std::string describe(const DeviceInfo& info);

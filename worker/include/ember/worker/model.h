@@ -13,21 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "ember/worker/model_config.h"
+
 namespace ember::worker {
-
-struct ModelConfig {
-  std::string kind = "dlrm";  // wide-deep, deepfm, dcn, dlrm
-  std::uint32_t num_dense = 13;
-  std::uint32_t num_tables = 26;
-  std::uint32_t dim = 16;
-  std::vector<std::int64_t> bottom = {512, 256, 64};  // dlrm: dense -> ... -> dim
-  std::vector<std::int64_t> top = {512, 256};         // dlrm: interactions -> ... -> 1
-  std::vector<std::int64_t> deep = {400, 400, 400};   // wide-deep, deepfm, dcn
-  int cross_layers = 3;                               // dcn
-};
-
-// "512-256-64" -> {512, 256, 64}; ConfigError otherwise ("" -> {}).
-std::vector<std::int64_t> parse_layers(const std::string& text, const std::string& flag);
 
 class CtrModel : public torch::nn::Module {
  public:
@@ -47,11 +35,5 @@ std::vector<float> flatten_params(CtrModel& model);
 // The inverse: `values` (flatten_params' order) into the model's parameters. DataError
 // when their number differs from the model's.
 void load_flat_params(CtrModel& model, const std::vector<float>& values);
-
-// A model's configuration as JSON text (kind, num_dense, num_tables, dim, bottom, top,
-// deep, cross_layers), written beside its weights so that they can be read back without
-// the command line that trained them; and back (DataError naming `origin`).
-std::string model_config_json(const ModelConfig& config);
-ModelConfig parse_model_config(const std::string& json_text, const std::string& origin);
 
 }  // namespace ember::worker

@@ -1,0 +1,363 @@
+// ember-export: a whole PS checkpoint with the workers' dense state of its iteration, or
+// the final model of --dump-dir, written as a directory PyTorch loads (export.h).
+#include "ember/serve/export.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/ps/checkpoints.h"
+#include "ember/ps/shard_store.h"
+#include "ember/worker/dense_state.h"
+
+namespace ember::serve {
+
+using worker::DenseState;
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// A parameter's name as a TorchScript attribute ("bottom.0.weight" -> "bottom_0_weight").
+std::string attribute_name(std::string name) {
+  for (char& ch : name) {
+    if (ch == '.') ch = '_';
+  }
+  return name;
+}
+
+// Lines computing `out` from `in` through the Linear layers of an nn::Sequential built by
+// model.cc's mlp() under `prefix` (Linear i at index 2i, a ReLU after each but the
+// last, and after the last with `relu_last`).
+std::string mlp_code(const std::string& prefix, const std::string& in, const std::string& out, std::size_t layers, bool relu_last) {
+  std::string s, cur = in;
+  for (std::size_t i = 0; i < layers; ++i) {
+    const std::string p = "self." + prefix + "_" + std::to_string(2 * i) + "_";
+    s += "    " + out + " = torch.linear(" + cur + ", " + p + "weight, " + p + "bias)\n";
+    if (i + 1 < layers || relu_last) s += "    " + out + " = torch.relu(" + out + ")\n";
+    cur = out;
+  }
+  if (layers == 0) s += "    " + out + " = " + in + "\n";
+  return s;
+}
+
+// TorchScript of CtrModel::forward for each kind (model.cc), the same ops in the same order.
+std::string forward_code(const ModelConfig& c) {
+  std::string s = "def forward(self, dense, emb):\n";
+  const std::string flat = "    x = torch.cat([dense, torch.flatten(emb, 1)], 1)\n";
+  if (c.kind == "wide-deep") {
+    s += flat;
+    s += "    w = torch.linear(x, self.wide_weight, self.wide_bias)\n";
+    s += mlp_code("deep", "x", "h", c.deep.size() + 1, false);
+    s += "    return torch.squeeze(w + h, 1)\n";
+  } else if (c.kind == "deepfm") {
+    s += flat;
+    s += "    s = torch.sum(emb, 1)\n";
+    s += "    fm = 0.5 * torch.sum(s * s - torch.sum(emb * emb, 1), 1, True)\n";
+    s += "    l = torch.linear(x, self.linear_weight, self.linear_bias)\n";
+    s += mlp_code("deep", "x", "h", c.deep.size() + 1, false);
+    s += "    return torch.squeeze(l + fm + h, 1)\n";
+  } else if (c.kind == "dcn") {
+    s += flat;
+    s += "    c = x\n";
+    for (int l = 0; l < c.cross_layers; ++l) {
+      const std::string n = std::to_string(l);
+      s += "    c = x * torch.matmul(c, self.cross_w" + n + ") + self.cross_b" + n + " + c\n";
+    }
+    s += mlp_code("deep", "x", "h", c.deep.size(), true);
+    s += "    o = torch.linear(torch.cat([c, h], 1), self.out_weight, self.out_bias)\n";
+    s += "    return torch.squeeze(o, 1)\n";
+  } else if (c.kind == "dlrm") {
+    if (c.num_dense > 0) {
+      s += mlp_code("bottom", "dense", "b", c.bottom.size() + 1, true);
+      s += "    z = torch.cat([torch.unsqueeze(b, 1), emb], 1)\n";
+    } else {
+      s += "    z = emb\n";
+    }
+    s += "    dots = torch.bmm(z, torch.transpose(z, 1, 2))\n";
+    s += "    pairs = dots[:, self.li, self.lj]\n";
+    s += c.num_dense > 0 ? "    t = torch.cat([b, pairs], 1)\n" : "    t = pairs\n";
+    s += mlp_code("top", "t", "h", c.top.size() + 1, false);
+    s += "    return torch.squeeze(h, 1)\n";
+  } else {
+    throw ConfigError("model '" + c.kind + "' cannot be exported");
+  }
+  return s;
+}
+
+const char* kProbabilityCode =
+    "def probability(self, dense, emb):\n"
+    "    return torch.sigmoid(self.forward(dense, emb))\n";
+
+// What an export is made from.
+struct Source {
+  std::string what;
+  ModelConfig config;
+  std::shared_ptr<CtrModel> model;
+  std::int64_t iterations = -1;
+  std::uint64_t num_keys = 0;  // rows of all tables
+  std::uint64_t rows_stored = 0;
+  // Row `key` (global) of the model: dim floats.
+  std::function<const float*(std::uint64_t key)> row;
+  std::shared_ptr<void> keep;  // what `row` reads from
+  json origin;
+};
+
+json read_json(const fs::path& file) {
+  try {
+    return json::parse(read_file(file));
+  } catch (const json::exception& e) {
+    throw DataError(file.string() + ": " + e.what());
+  }
+}
+
+Source from_dump(const fs::path& dir) {
+  Source s;
+  const fs::path meta_file = dir / "model.json";
+  if (!fs::exists(meta_file)) throw DataError(dir.string() + ": no model.json (not an ember-worker --dump-dir)");
+  const json meta = read_json(meta_file);
+  if (!meta.contains("model_config")) {
+    throw DataError(meta_file.string() + ": written by an older ember-worker, without the model's layers; dump the model again");
+  }
+  s.config = worker::parse_model_config(meta.at("model_config").dump(), meta_file.string());
+  std::uint64_t num_keys = 0;
+  try {
+    num_keys = meta.at("num_keys").get<std::uint64_t>();
+    s.iterations = meta.at("iterations").get<std::int64_t>();
+    if (meta.at("dim").get<std::uint32_t>() != s.config.dim) throw DataError(meta_file.string() + ": dim differs from the model's");
+  } catch (const json::exception& e) {
+    throw DataError(meta_file.string() + ": " + e.what());
+  }
+  const std::string dense = read_file(dir / "dense.bin");
+  if (dense.size() % 4 != 0) throw DataError((dir / "dense.bin").string() + ": not float32 values");
+  std::vector<float> values(dense.size() / 4);
+  std::memcpy(values.data(), dense.data(), dense.size());
+  s.model = worker::make_model(s.config);
+  try {
+    worker::load_flat_params(*s.model, values);
+  } catch (const DataError& e) {
+    throw DataError((dir / "dense.bin").string() + ": " + e.what());
+  }
+  auto rows = std::make_shared<std::string>(read_file(dir / "rows.bin"));
+  const std::uint64_t dim = s.config.dim;
+  if (rows->size() != num_keys * dim * 4) {
+    throw DataError((dir / "rows.bin").string() + ": " + std::to_string(rows->size()) + " bytes, not " + std::to_string(num_keys) +
+                    " rows of dim " + std::to_string(dim) + " (truncated?)");
+  }
+  s.num_keys = s.rows_stored = num_keys;
+  s.row = [rows = rows.get(), dim](std::uint64_t key) { return reinterpret_cast<const float*>(rows->data()) + key * dim; };
+  s.keep = rows;
+  s.what = "the final model in " + dir.string() + " (" + std::to_string(s.iterations) + " iterations)";
+  s.origin = {{"kind", "dump"}, {"path", dir.string()}};
+  return s;
+}
+
+// The dense state of `iteration` under `dense` (a worker's --checkpoint-dir, or a file).
+fs::path dense_file_of(const fs::path& dense, std::int64_t iteration) {
+  if (fs::is_regular_file(dense)) return dense;
+  if (!fs::is_directory(dense)) throw ConfigError("--dense " + dense.string() + ": no such file or directory");
+  const std::string probe = worker::dense_checkpoint_file("", 0, static_cast<std::uint64_t>(iteration)).filename().string();
+  const std::string suffix = probe.substr(probe.find("-iter-"));  // -iter-NNNNNNNNN.pt
+  std::vector<fs::path> found;
+  for (const auto& e : fs::directory_iterator(dense)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("worker-", 0) == 0 && n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
+      found.push_back(e.path());
+  }
+  if (found.empty()) {
+    throw DataError(dense.string() + " holds no worker's dense state of iteration " + std::to_string(iteration) + " (worker-R" + suffix +
+                    "): the workers' part of that checkpoint is missing");
+  }
+  std::sort(found.begin(), found.end());  // the replicas are identical: worker 0's, else the lowest
+  return found.front();
+}
+
+Source from_checkpoint(const fs::path& checkpoint, fs::path dense) {
+  Source s;
+  fs::path ps_root = checkpoint;
+  if (fs::is_directory(checkpoint / "ps")) {
+    // A launcher's --checkpoint-dir: the shards' part in ps/, the workers' in dense/.
+    ps_root = checkpoint / "ps";
+    if (dense.empty()) dense = checkpoint / "dense";
+  }
+  if (dense.empty()) {
+    throw ConfigError("--dense: where the workers wrote their dense state (ember-worker --checkpoint-dir) is needed with --checkpoint " +
+                      checkpoint.string());
+  }
+  const ps::RestorePlan plan = ps::plan_restore(ps_root);
+  for (const auto& why : plan.skipped) spdlog::warn("passed over {}", why);
+  const auto info = ps::ShardStore::checkpoint_info(plan.files.front());
+  if (info.iteration < 0) throw DataError(plan.dir.string() + ": a checkpoint of no iteration (before any commit, or an old format)");
+  const fs::path dense_file = dense_file_of(dense, info.iteration);
+  DenseState st = worker::read_dense_state(dense_file);
+  try {
+    const auto it = st.meta.at("iteration").get<std::int64_t>();
+    const auto keys = st.meta.at("num_keys").get<std::uint64_t>();
+    const auto dim = st.meta.at("dim").get<std::uint32_t>();
+    if (it != info.iteration || keys != info.num_keys || dim != info.dim || st.model.dim != info.dim) {
+      throw DataError(dense_file.string() + " (iteration " + std::to_string(it) + ", " + std::to_string(keys) + " rows of dim " +
+                      std::to_string(dim) + ") does not belong to " + plan.dir.string() + " (iteration " + std::to_string(info.iteration) +
+                      ", " + std::to_string(info.num_keys) + " rows of dim " + std::to_string(info.dim) + ")");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(dense_file.string() + ": " + e.what());
+  }
+  s.config = st.model;
+  s.model = st.weights;
+  // The shards' rows into one store of one shard: the ps module's own loading, and its
+  // first-touch initialization for the rows no checkpoint holds (never trained or read:
+  // they hold their initial values from the PS's seed).
+  ps::StoreConfig sc;
+  sc.num_keys = info.num_keys;
+  sc.dim = info.dim;
+  sc.shard = 0;
+  sc.shards = 1;
+  sc.seed = st.ps_seed;
+  sc.optimizer.kind = info.optimizer;
+  auto store = std::make_shared<ps::ShardStore>(sc);
+  s.iterations = store->load(plan.files);
+  s.num_keys = info.num_keys;
+  s.rows_stored = store->initialized_rows();
+  s.row = [store = store.get()](std::uint64_t key) { return store->row(key); };
+  s.keep = store;
+  s.what = "checkpoint " + plan.dir.string() + " (iteration " + std::to_string(s.iterations) + ") with " + dense_file.string();
+  s.origin = {{"kind", "checkpoint"}, {"path", plan.dir.string()}, {"dense", dense_file.string()}};
+  return s;
+}
+
+void write_bytes(const fs::path& file, const std::vector<char>& bytes, std::uint64_t& total) {
+  write_file_atomic(file, std::string_view(bytes.data(), bytes.size()));
+  total += bytes.size();
+}
+
+// The export's manifest.json: the model, the files and how to read them, and where it
+// came from (`vocab_bytes`: the vocabulary file's size, when the dataset has one).
+json export_manifest(const Source& s, const ExportReport& r, const data::Manifest& dm, json tables, std::size_t vocab_bytes,
+                     const fs::path& dataset) {
+  const ModelConfig& c = s.config;
+  json m;
+  m["format"] = "ember-export";
+  m["format_version"] = kExportFormatVersion;
+  m["model"] = json::parse(worker::model_config_json(c));
+  m["dim"] = c.dim;
+  m["dense_model"] = {{"file", "dense.pt"},
+                      {"forward", "forward(dense [B, num_dense] float32, emb [B, num_tables, dim] float32) -> logits [B]"},
+                      {"probability", "probability(dense, emb) -> sigmoid(forward(dense, emb))"},
+                      {"emb", "emb[:, t] = tables[t][row of the sample's value of table t]"}};
+  m["tables"] = tables;
+  m["dense_names"] = dm.dense_names;
+  m["dense_transform"] = "log1p(max(x, 0)); missing = 0";
+  m["source_format"] = dm.source_format;
+  m["reserved_rows"] = {{"missing", data::kMissingRow}, {"oov", data::kOovRow}};
+  m["min_count"] = dm.min_count;
+  if (dm.vocabulary) {
+    char sum[17];
+    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(dm.vocabulary->checksum));
+    m["vocabulary"] = {{"file", data::kVocabularyFile},
+                       {"bytes", vocab_bytes},
+                       {"checksum", sum},
+                       {"keys", "criteo: the hexadecimal value as an integer; avazu: XXH3-64 of the field's bytes"}};
+  } else {
+    m["vocabulary"] = nullptr;
+  }
+  m["iterations"] = s.iterations;
+  m["rows_initial"] = r.rows - std::min(r.rows, r.rows_stored);
+  m["source"] = s.origin;
+  m["dataset"] = dataset.string();
+  return m;
+}
+
+}  // namespace
+
+torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
+  torch::jit::Module m(c10::QualifiedName("__torch__.ember." + attribute_name(config.kind == "wide-deep" ? "wide_deep" : config.kind)));
+  for (const auto& p : model.named_parameters()) {
+    m.register_parameter(attribute_name(p.key()), p.value().detach().to(torch::kCPU).clone(), false);
+  }
+  if (config.kind == "dlrm") {
+    const std::int64_t f = config.num_tables + (config.num_dense > 0 ? 1 : 0);
+    const auto tri = torch::tril_indices(f, f, -1);  // as Dlrm's: each pair once
+    m.register_buffer("li", tri[0].clone());
+    m.register_buffer("lj", tri[1].clone());
+  }
+  m.define(forward_code(config));
+  m.define(kProbabilityCode);
+  m.eval();
+  return m;
+}
+
+ExportReport export_model(const ExportOptions& o) {
+  if (o.checkpoint.empty() == o.dump.empty()) throw ConfigError("give either --checkpoint or --dump");
+  if (o.dataset.empty()) throw ConfigError("--dataset is required (its tables and vocabulary)");
+  if (o.output.empty()) throw ConfigError("--output is required");
+  if (!o.dense.empty() && o.checkpoint.empty()) throw ConfigError("--dense goes with --checkpoint");
+  const fs::path manifest_file = o.dataset / "manifest.json";
+  if (!fs::exists(manifest_file))
+    throw DataError("dataset " + o.dataset.string() + ": no manifest.json (not written by `ember-data prep`?)");
+  const data::Manifest dm = data::Manifest::from_json(read_file(manifest_file), manifest_file.string());
+  std::string vocab_bytes;
+  if (dm.vocabulary) {
+    data::Vocabulary::of_dataset(o.dataset, dm);  // whole and of these tables
+    vocab_bytes = read_file(o.dataset / dm.vocabulary->file);
+  } else {
+    spdlog::warn("dataset {} has no vocabulary (prepared by an older ember-data): the export scores prepared splits only, not raw text",
+                 o.dataset.string());
+  }
+  StagingDir staging(o.output, o.overwrite);  // refuses an existing output before the work
+
+  Source s = o.dump.empty() ? from_checkpoint(o.checkpoint, o.dense) : from_dump(o.dump);
+  const ModelConfig& c = s.config;
+  if (c.num_tables != dm.tables.size() || c.num_dense != dm.dense_names.size()) {
+    throw DataError(s.what + ": a model of " + std::to_string(c.num_tables) + " tables and " + std::to_string(c.num_dense) +
+                    " dense features, the dataset " + o.dataset.string() + " has " + std::to_string(dm.tables.size()) + " and " +
+                    std::to_string(dm.dense_names.size()));
+  }
+  if (s.num_keys != dm.total_table_rows()) {
+    throw DataError(s.what + ": " + std::to_string(s.num_keys) + " rows, the tables of " + o.dataset.string() + " have " +
+                    std::to_string(dm.total_table_rows()) + " (another dataset?)");
+  }
+  ExportReport r;
+  r.source = s.what;
+  r.iterations = s.iterations;
+  r.rows = dm.total_table_rows();
+  r.rows_stored = s.rows_stored;
+
+  const fs::path out = staging.path();
+  fs::create_directories(out / "tables");
+  std::ostringstream dense;
+  script_model(*s.model, c).save(dense);
+  write_file_atomic(out / "dense.pt", dense.str());
+  r.bytes += dense.str().size();
+
+  json tables = json::array();
+  const auto offsets = dm.table_offsets();
+  for (std::size_t t = 0; t < dm.tables.size(); ++t) {
+    const auto rows = static_cast<std::int64_t>(dm.tables[t].rows);
+    auto table = torch::empty({rows, static_cast<std::int64_t>(c.dim)}, torch::kFloat32);
+    float* dst = table.data_ptr<float>();
+    for (std::int64_t i = 0; i < rows; ++i) std::memcpy(dst + i * c.dim, s.row(offsets[t] + static_cast<std::uint64_t>(i)), c.dim * 4);
+    const std::string file = "tables/" + dm.tables[t].name + ".pt";
+    write_bytes(out / file, torch::pickle_save(table), r.bytes);
+    tables.push_back({{"name", dm.tables[t].name}, {"rows", dm.tables[t].rows}, {"file", file}});
+  }
+  if (dm.vocabulary) {
+    write_file_atomic(out / data::kVocabularyFile, vocab_bytes);
+    r.bytes += vocab_bytes.size();
+  }
+  const json m = export_manifest(s, r, dm, std::move(tables), vocab_bytes.size(), o.dataset);
+  const std::string text = m.dump(2) + "\n";
+  write_file_atomic(out / "manifest.json", text);
+  r.bytes += text.size();
+  staging.commit();
+  return r;
+}
+
+}  // namespace ember::serve

@@ -1,0 +1,117 @@
+// The single-process reference (train_reference) and the dump reader: the baselines the
+// equivalence tests and the end-to-end benchmark compare a job with.
+#include "reference.h"
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "ember/common/flat_map.h"
+#include "ember/common/fs.h"
+#include "ember/common/process.h"
+#include "ember/data/dataset.h"
+#include "ember/ps/initial_rows.h"
+#include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/global_batch.h"
+#include "ember/worker/model.h"
+
+namespace ember::worker {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+void fill_model_shape(const data::Dataset& ds, std::uint32_t dim, TrainConfig& c) {
+  c.model.num_dense = static_cast<std::uint32_t>(ds.num_dense());
+  c.model.num_tables = static_cast<std::uint32_t>(ds.num_tables());
+  c.model.dim = dim;
+}
+
+}  // namespace
+
+ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim) {
+  TrainConfig c = config;
+  auto ds = data::Dataset::open(c.dataset);
+  fill_model_shape(ds, dim, c);
+  const std::uint64_t N = ds.manifest().total_table_rows();
+  const auto offsets = ds.manifest().table_offsets();
+  const std::uint32_t state = ps::state_floats(sparse.kind, dim), T = c.model.num_tables, D = c.model.num_dense;
+  ReferenceResult r;
+  std::vector<float> states(N * state);
+  r.rows.resize(N * dim);
+  for (Key k = 0; k < N; ++k) {
+    ps::initial_row(config.seed, k, dim, &r.rows[k * dim]);
+    ps::init_state(sparse, dim, &states[k * state]);
+  }
+  at::set_num_threads(c.torch_threads);
+  torch::manual_seed(c.seed);
+  auto model = make_model(c.model);
+  auto opt = make_dense_optimizer(c.dense_optimizer, model->parameters(), c.dense_lr);
+  data::BatchReader reader = scheduler::global_batch_reader(ds, c);  // the job's order
+  const std::size_t batch_size = static_cast<std::size_t>(c.workers) * c.batch_per_worker;
+  data::Batch b;
+  std::uint64_t epoch = 0;
+  const std::int64_t n = static_cast<std::int64_t>(batch_size);
+  std::vector<Key> keys(batch_size * T);
+  std::vector<float> dense(batch_size * D), labels(batch_size);
+  Stopwatch clock;
+  for (std::uint64_t t = 0; t < c.iterations; ++t) {
+    if (!reader.next(b)) {
+      reader.start_epoch(++epoch);
+      reader.next(b);
+    }
+    scheduler::global_keys(b, batch_size, offsets, keys);
+    for (std::size_t i = 0; i < batch_size; ++i) {
+      std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
+      labels[i] = static_cast<float>(b.label(i));
+    }
+    auto emb = torch::empty({n, static_cast<std::int64_t>(T), dim});
+    float* e = emb.data_ptr<float>();
+    for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(e + i * dim, &r.rows[keys[i] * dim], dim * sizeof(float));
+    emb.set_requires_grad(true);
+    opt->zero_grad();
+    auto logits = model->forward(torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}), emb);
+    auto loss = torch::binary_cross_entropy_with_logits(logits, torch::from_blob(labels.data(), {n}), {}, {}, at::Reduction::Sum) /
+                static_cast<double>(n);
+    loss.backward();
+    opt->step();
+    r.losses.push_back(loss.item<double>());
+    // Sum each row's gradient over the batch, then one optimizer step per row.
+    auto g = emb.grad().contiguous();
+    const float* gp = g.data_ptr<float>();
+    U64Map<std::uint32_t> index;
+    std::vector<Key> order;
+    std::vector<float> sums;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
+      if (fresh) {
+        order.push_back(keys[i]);
+        sums.resize(sums.size() + dim, 0.0f);
+      }
+      float* s = &sums[static_cast<std::size_t>(*p) * dim];
+      for (std::uint32_t d = 0; d < dim; ++d) s[d] += gp[i * dim + d];
+    }
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      ps::apply(sparse, sparse.lr, dim, &r.rows[order[j] * dim], &states[order[j] * state], &sums[j * dim]);
+    }
+  }
+  r.seconds = clock.seconds();
+  r.dense = flatten_params(*model);
+  return r;
+}
+
+ModelDump read_dump(const std::string& dir) {
+  ModelDump m;
+  auto meta = json::parse(read_file(fs::path(dir) / "model.json"));
+  m.dim = meta.at("dim");
+  auto load = [&](const char* name, std::vector<float>& out) {
+    std::string bytes = read_file(fs::path(dir) / name);
+    out.resize(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  };
+  load("dense.bin", m.dense);
+  load("rows.bin", m.rows);
+  return m;
+}
+
+}  // namespace ember::worker

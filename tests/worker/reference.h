@@ -1,0 +1,32 @@
+// The test oracle: the single-process reference every job is compared with.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ember/ps/sparse_optimizer.h"
+#include "ember/worker/train_config.h"
+
+namespace ember::worker {
+
+// The single-process reference: the whole global batch in one process, the full
+// embedding table in memory, the same initialization, data order, loss scaling and
+// optimizers. The jobs of the tests are compared with it.
+struct ReferenceResult {
+  std::vector<float> dense;    // parameters, flattened in named_parameters order
+  std::vector<float> rows;     // num_keys x dim
+  std::vector<double> losses;  // per iteration
+  double seconds = 0;          // training loop, wall
+};
+ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim);
+
+// Reads a dump written by worker 0 (--dump-dir): dense parameters and rows.
+struct ModelDump {
+  std::vector<float> dense;
+  std::vector<float> rows;
+  std::uint32_t dim = 0;
+};
+ModelDump read_dump(const std::string& dir);
+
+}  // namespace ember::worker

@@ -1,0 +1,41 @@
+#include "ember/worker/model_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "ember/common/error.h"
+
+namespace ember::worker {
+
+std::vector<std::int64_t> parse_layers(const std::string& text, const std::string& flag) {
+  std::vector<std::int64_t> out;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    std::size_t dash = text.find('-', pos);
+    std::string part = text.substr(pos, dash == std::string::npos ? std::string::npos : dash - pos);
+    try {
+      std::size_t used = 0;
+      long long v = std::stoll(part, &used);
+      if (used != part.size() || v <= 0 || v > (1 << 20)) throw std::invalid_argument(part);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw ConfigError(flag + " '" + text + "': layer sizes are positive integers joined by '-' (e.g. 512-256-64)");
+    }
+    if (dash == std::string::npos) break;
+    pos = dash + 1;
+  }
+  return out;
+}
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelConfig, kind, num_dense, num_tables, dim, bottom, top, deep, cross_layers)
+
+std::string model_config_json(const ModelConfig& c) { return nlohmann::json(c).dump(); }
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
+  try {
+    return nlohmann::json::parse(json_text).get<ModelConfig>();
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(origin + ": not a model configuration: " + e.what());
+  }
+}
+
+}  // namespace ember::worker

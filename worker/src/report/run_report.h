@@ -1,0 +1,54 @@
+// What a worker tells about its run: a JSON line per iteration, evaluation and the
+// summary (--metrics), worker 0's progress line every --progress-every iterations, the
+// share of time per phase at the end, and (--metrics-port) the same counters to
+// Prometheus, as of the last iteration.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ember/common/process.h"
+#include "ember/worker/summary.h"
+#include "ember/worker/train_config.h"
+#include "stages/loader.h"
+
+namespace ember::worker {
+
+class RunReport {
+ public:
+  // Opens c.metrics_file (if any); IoError when it cannot be.
+  explicit RunReport(const TrainConfig& c);
+  void set_rank(std::uint32_t rank);
+  // Training starts at `first_iteration`: the progress line's first window opens.
+  void start(std::uint64_t first_iteration) {
+    window_first_ = first_iteration;
+    window_.reset();
+  }
+
+  // Marks the start of an iteration's counting (the counters and phase times so far).
+  void begin(const WireCounts& wire, const PhaseTimes& phases);
+  // Iteration `s` took `ms` (of which `wait_ms` waiting for the loader).
+  // `loss`: none while no all-reduce has completed (written as null, not as 0).
+  void iteration(const Step& s, double ms, double wait_ms, std::optional<double> loss, const WireCounts& wire, const PhaseTimes& phases);
+  void evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples);
+  void summary(const TrainSummary& sum);
+
+ private:
+  struct Live;  // what Prometheus reads: a snapshot taken once per iteration
+  void write(const std::string& line);
+
+  const TrainConfig& c_;
+  std::uint32_t rank_ = 0;
+  std::ofstream metrics_;
+  double global_n_;
+  WireCounts before_, at_window_;
+  PhaseTimes phases_before_;
+  Stopwatch window_;
+  std::uint64_t window_first_ = 0;
+  std::shared_ptr<Live> live_;  // shared with the exporter's scrape (it may outlive this)
+};
+
+}  // namespace ember::worker

@@ -1,0 +1,163 @@
+#include "stages/loader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+
+namespace ember::worker {
+
+namespace {
+
+bool replays(const scheduler::SchedulerConfig& sc) {
+  return sc.first_iteration > 0 && sc.policy.sync() != scheduler::Sync::kBoundedStaleness;
+}
+
+// A replayed scheduler starts where the checkpoint's job started: at iteration 0.
+scheduler::SchedulerConfig from_start(scheduler::SchedulerConfig sc) {
+  if (replays(sc)) sc.first_iteration = 0;
+  return sc;
+}
+
+}  // namespace
+
+bool AskedCheckpoints::add(std::uint64_t at) {
+  std::lock_guard lock(mutex_);
+  return at_.insert(at).second;
+}
+
+bool AskedCheckpoints::contains(std::uint64_t at) const {
+  std::lock_guard lock(mutex_);
+  return at_.count(at) > 0;
+}
+
+Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
+               ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at,
+               std::optional<HostGroup> host, EvictionChannel* evictions)
+    : ds_(ds),
+      first_(sc.first_iteration),
+      replay_(replays(sc)),
+      sched_(from_start(std::move(sc))),
+      c_(c),
+      rank_(rank),
+      flushes_{c.iterations, c.eval_every, schedule},
+      asked_(asked),
+      stop_at_(stop_at),
+      host_(std::move(host)),
+      evictions_(evictions) {
+  queue_.set_capacity(2);
+  thread_ = std::thread([this] {
+    name_this_thread("loader");
+    run();
+  });
+}
+
+Loader::~Loader() {
+  stop_ = true;
+  queue_.abort();  // wakes a push under way
+  Handoff dropped;
+  while (queue_.try_pop(dropped)) {
+  }  // room for a push that started after the abort; the loader then sees stop_
+  thread_.join();
+}
+
+Step Loader::next() {
+  Handoff h;
+  queue_.pop(h);
+  if (h.error) std::rethrow_exception(h.error);
+  return std::move(h.step);
+}
+
+double Loader::schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans) {
+  Stopwatch sw;
+  sched_.schedule(g, plans);
+  if (evictions_ != nullptr) exchanged_ += exchange_evictions(sched_, *evictions_, rank_);
+  return sw.millis();
+}
+
+Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
+                       std::vector<scheduler::KeySlot>& restore) {
+  const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
+  Step s;
+  s.iteration = t;
+  s.sched_ms = schedule(g, plans);
+  s.exchanged = std::exchange(exchanged_, ExchangeBytes{});
+  if (t == first_ && replay_) {
+    // Nothing was pulled ahead for the first step this job trains (on any worker: the
+    // hand-offs below read the others' plans).
+    for (auto& p : plans)
+      for (auto& e : p.pulls) e.prefetch = false;
+    s.restore = std::move(restore);
+  }
+  if (host_) s.host = host_plans(*host_, plans);
+  s.plan = std::move(plans[rank_]);
+  for (std::uint32_t i : s.plan.samples) {
+    s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
+                  g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
+    const float* d = b.dense(i);
+    s.dense.insert(s.dense.end(), d, d + D);
+    s.labels.push_back(static_cast<float>(b.label(i)));
+  }
+  // A stopped job skips the final evaluation (it takes long, and the stop may have a
+  // deadline); the resumed job evaluates at its end.
+  s.last = flushes_.last(t) || stop_at_.load() == t + 1;
+  s.evaluate = flushes_.evaluates_after(t);
+  s.checkpoint = !s.last && (flushes_.checkpoints_after(t) || asked_.contains(t + 1));
+  s.flush = s.evaluate || s.checkpoint || s.last;
+  if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
+    sched_.flush(plans);
+    if (host_) s.flush_host = host_flush(*host_, plans);
+    s.flush_plan = std::move(plans[rank_]);
+  }
+  return s;
+}
+
+void Loader::run() {
+  try {
+    data::BatchReader reader = scheduler::global_batch_reader(ds_, c_);  // the order ember-sim and the reference read
+    data::Batch b;
+    scheduler::GlobalBatch g;
+    std::vector<scheduler::StepPlan> plans;
+    scheduler::BatchStream batches(reader, sched_.config().table_offsets, sched_.config().lookahead);
+    const std::uint64_t first = first_;
+    std::vector<scheduler::KeySlot> restore;
+    if (replay_) {
+      Stopwatch clock;
+      for (std::uint64_t t = 0; t < first && !stop_; ++t) {
+        batches.look_ahead(sched_, t, c_.iterations);
+        batches.next(b, g);
+        schedule(g, plans);
+      }
+      sched_.flush(plans);  // the checkpoint's flush: every row held is on the PS
+      restore = sched_.latest_rows(rank_);
+      if (rank_ == 0) {
+        spdlog::info("resume: replayed the scheduler over iterations 0-{} in {:.1f} s; worker 0 restores {} cached rows", first - 1,
+                     clock.seconds(), restore.size());
+      }
+    } else {
+      batches.skip(first);  // the batches trained before the checkpoint
+    }
+    for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
+      batches.look_ahead(sched_, t, c_.iterations);
+      batches.next(b, g);
+      Handoff h;
+      h.step = make_step(t, b, g, plans, restore);
+      const bool last = h.step.last;
+      queue_.push(std::move(h));
+      if (last) return;
+    }
+  } catch (const tbb::user_abort&) {
+    // The trainer is gone.
+  } catch (...) {
+    Handoff h;
+    h.error = std::current_exception();
+    try {
+      queue_.push(std::move(h));
+    } catch (const tbb::user_abort&) {
+    }
+  }
+}
+
+}  // namespace ember::worker

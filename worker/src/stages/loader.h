@@ -1,0 +1,131 @@
+// Stage 1, the loader: reads the global batches this job trains and runs the scheduler on
+// each, a couple of iterations ahead of training, in a thread of its own. Every worker
+// runs the same deterministic scheduler on the same batches, so their plans agree without
+// a scheduler process. It hands over this worker's part of iteration t (a Step): its
+// StepPlan, the features of its samples, and what follows the step (a flush for an
+// evaluation or a checkpoint, or the end of the job).
+#pragma once
+
+#include <tbb/concurrent_queue.h>
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "ember/data/dataset.h"
+#include "ember/ps/job_config.h"
+#include "ember/scheduler/batch_stream.h"
+#include "ember/scheduler/scheduler.h"
+#include "ember/scheduler/step_plan.h"
+#include "ember/worker/train_config.h"
+#include "host/eviction_exchange.h"
+#include "host/host_plans.h"
+
+namespace ember::worker {
+
+// Checkpoints the shards asked for on command (SIGUSR1), told by the training thread and
+// read by the loader. A set, not the latest: shards signalled a commit apart name
+// different iterations, and each is flushed for (else all but one would hold the PS's
+// rows only).
+class AskedCheckpoints {
+ public:
+  // Whether `at` is new.
+  bool add(std::uint64_t at);
+  bool contains(std::uint64_t at) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::uint64_t> at_;
+};
+
+// One iteration's work as the loader hands it over.
+struct Step {
+  std::uint64_t iteration = 0;
+  scheduler::StepPlan plan;
+  std::vector<Key> keys;      // samples x tables, global keys
+  std::vector<float> dense;   // samples x num_dense
+  std::vector<float> labels;  // samples
+  double sched_ms = 0;
+  // --scheduler-per-host: the eviction words this worker sent and received while its
+  // loader scheduled this step (a resumed job's first step: and the replay before it).
+  ExchangeBytes exchanged;
+  bool flush = false;  // flush after training this iteration (flush_plan)
+  scheduler::StepPlan flush_plan;
+  // Per-host aggregation (host/host_plans.h): the rows this worker hands to or takes from the
+  // other workers of its host, in the iteration and in its flush.
+  HostPlans host;
+  HandOffs flush_host;
+  bool evaluate = false;    // worker 0 evaluates after the flush
+  bool checkpoint = false;  // the PS checkpoints at the next commit: dense state saved
+  bool last = false;
+  // A resumed job's first step: the rows this worker held as latest at the checkpoint
+  // (in the scheduler's replayed model), to pull with their state into these slots
+  // before the step's own pulls.
+  std::vector<scheduler::KeySlot> restore;
+};
+
+// Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
+// checkpoints on `schedule` and at I = `asked` (set by the training thread before the
+// loader plans I - 1): the iteration before is flushed. At I = `stop_at` (set as early)
+// the job stops: I - 1 is the last step.
+//
+// A resumed job (first iteration I > 0) replays the scheduler over batches 0 .. I - 1
+// without training them, then flushes as the checkpoint's job did: its model of every
+// cache is then the one an uninterrupted job has at I (flushes change no allocation), so
+// the same samples meet the same rows on the same workers, and floating-point sums add
+// up in the same order. Bounded staleness (het) is not replayed: its copies lag the PS,
+// and a checkpoint holds only the PS's rows.
+class Loader {
+ public:
+  // `host`: with per-host aggregation, this worker's host (each step then carries its
+  // hand-offs). `evictions`: with a scheduler of this worker's host (sc.model_host, more
+  // hosts than one), the channel the hosts' evictions go over after each iteration.
+  Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
+         const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt,
+         EvictionChannel* evictions = nullptr);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The next step; throws what the loader thread threw.
+  Step next();
+
+ private:
+  // What crosses from the loader thread: a step, or the error that ended it.
+  struct Handoff {
+    Step step;
+    std::exception_ptr error;
+  };
+  void run();
+  // Schedules g (and, per host, exchanges the iteration's evictions with the other
+  // hosts); the time of both.
+  double schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans);
+  // Step t, global batch g (read into b): this worker's plan (scheduling g), its
+  // samples' features and what follows the step; a resumed job's first step takes
+  // `restore`.
+  Step make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
+                 std::vector<scheduler::KeySlot>& restore);
+
+  const data::Dataset& ds_;
+  std::uint64_t first_;  // the first iteration this job trains
+  bool replay_;          // the scheduler replays 0 .. first_ - 1
+  scheduler::Scheduler sched_;
+  const TrainConfig& c_;
+  std::uint32_t rank_;
+  scheduler::FlushSchedule flushes_;  // the job's; asked_ and stop_at_ add to it
+  const AskedCheckpoints& asked_;
+  const std::atomic<std::uint64_t>& stop_at_;
+  std::optional<HostGroup> host_;
+  EvictionChannel* evictions_;
+  ExchangeBytes exchanged_;                       // since the last step made
+  tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ember::worker

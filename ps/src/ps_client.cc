@@ -48,6 +48,7 @@ WireTally& WireTally::operator+=(const WireTally& o) {
   push_grad += o.push_grad;
   push_value += o.push_value;
   commit += o.commit;
+  read += o.read;
   return *this;
 }
 
@@ -327,7 +328,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.per = per;
     e.flags = (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0) | (when == Pull::kRead ? kRead : 0);
     e.iteration = iteration;
-    e.kind = &WireTally::pull;
+    e.kind = when == Pull::kRead ? &WireTally::read : &WireTally::pull;
   }
   if (dedup == Dedup::kYes) {
     op->out = out.data();

@@ -20,6 +20,7 @@ namespace ember::worker {
 namespace {
 
 using serve::ExportedModel;
+using serve::script_model;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;

@@ -305,8 +305,9 @@ class JobTest : public test::TempDirTest {
     for (std::uint32_t s = 0; s < o.shards; ++s) {
       std::ifstream in(dir_ / (name + "-ps" + std::to_string(s) + ".json"));
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (text.empty()) continue;  // a shard killed (a fault test): nothing served to compare
-      for (const auto& [kind, n] : json::parse(text).at("served").items())
+      if (text.empty()) continue;              // a shard killed (a fault test): nothing served to compare
+      const json summary = json::parse(text);  // (alive while its items are read)
+      for (const auto& [kind, n] : summary.at("served").items())
         for (const auto& [field, v] : n.items()) r.served[kind + "." + field] += v.get<std::uint64_t>();
     }
     for (std::uint32_t w = 0; w < o.workers; ++w) {
@@ -533,15 +534,25 @@ class JobTest : public test::TempDirTest {
     // pulls; gradients (sync, partial evictions, flushes); values (write-backs, dirty
     // evictions, flushes, replicated rows written back); per-host aggregation's sums
     // once per host (links_aggregated); the payload without peer sync's hand-offs.
-    const auto add_ps = [&m](const json& c) {
-      const std::uint64_t partial = c.at("evict_partial");
+    const auto add_ps = [&m, &j](const json& c) {
+      // (The totals leave partial evictions out; the per-table counts, which add up to
+      // them, have them.)
+      std::uint64_t partial = 0;
+      if (c.contains("evict_partial")) {
+        partial = c.at("evict_partial");
+      } else {
+        for (const auto& t : j.at("tables")) partial += t.at("evict_partial").get<std::uint64_t>();
+      }
       m["ps.pull"] += c.at("pulls").get<std::uint64_t>();
       m["ps.push_grad"] += c.at("push_grad").get<std::uint64_t>() + partial + c.at("flush_grad").get<std::uint64_t>();
       m["ps.push_value"] += c.at("push_value").get<std::uint64_t>() + c.at("push_evict").get<std::uint64_t>() - partial +
                             c.at("flush_value").get<std::uint64_t>() + c.at("hot_flush").get<std::uint64_t>();
     };
     if (j.contains("links")) {
-      for (const auto& [link, l] : j.at(o.host_aggregation ? "links_aggregated" : "links").items()) add_ps(l);
+      // Aggregation takes repeats off the cross-host link only (rows of a shard on another
+      // host); what stays within a host is each worker's own.
+      add_ps(j.at("links").at("intra_host"));
+      add_ps(j.at(o.host_aggregation ? "links_aggregated" : "links").at("cross_host"));
     } else {
       add_ps(j);
     }

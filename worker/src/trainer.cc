@@ -280,8 +280,8 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
           end, c_.iterations);
     }
   }
-  take_tallies();
   if (rank == 0 && !c_.dump_dir.empty()) dump_model(c_, job_.ps(), *model_, job_.ps_config().num_keys, job_.dim(), end - 1);
+  take_tallies();  // every request this worker made, the dump's reads included
   // Everyone waits for worker 0's evaluation and dump before leaving.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_leaving(end));
   sum.wire = wire_;

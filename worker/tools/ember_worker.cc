@@ -19,6 +19,7 @@
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
+#include "reference.h"
 
 namespace {
 

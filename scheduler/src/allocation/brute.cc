@@ -1,8 +1,8 @@
 // Brute force (Herald's Appendix C): every assignment of W samples to W workers.
-#include "../allocation.h"
-
 #include <algorithm>
 #include <numeric>
+
+#include "../allocation.h"
 
 namespace ember::scheduler {
 

@@ -1,9 +1,8 @@
 // LAIA (Herald's Algorithm 1): each sample to the worker holding the most of its rows as
 // latest, among those with room; partitions allocated independently.
-#include "../allocation.h"
-
 #include <tbb/parallel_for.h>
 
+#include "../allocation.h"
 #include "ember/common/hash.h"
 #include "laia_pick.h"
 

@@ -59,7 +59,7 @@ class Room {
 // their counts, in increasing id order.
 template <typename IdOf>
 inline void collect_candidates(const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables, std::uint32_t i,
-                        IdOf&& id_of, LaiaScratch& x) {
+                               IdOf&& id_of, LaiaScratch& x) {
   const std::uint32_t T = batch.tables;
   Candidate* c = &x.candidates[static_cast<std::size_t>(i) * T];
   std::uint32_t n = 0;
@@ -82,8 +82,8 @@ inline void collect_candidates(const GlobalBatch& batch, const BatchRows& rows, 
 }
 
 template <typename IdOf>
-inline double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables,
-                     IdOf&& id_of, LaiaScratch& x) {
+inline double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows,
+                            const std::vector<std::uint32_t>& tables, IdOf&& id_of, LaiaScratch& x) {
   const std::uint32_t n = batch.samples;
   x.candidates.resize(static_cast<std::size_t>(n) * batch.tables);
   x.count.resize(n);
@@ -103,7 +103,7 @@ inline double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, 
 // Algorithm 1's choice for sample i: the candidate with the most rows among those with
 // room; none with room (or none at all): any with room. Seeded random ties.
 inline std::uint32_t pick(const LaiaScratch& x, std::uint32_t T, std::uint32_t i, const Room& room, data::SplitMix64& rng,
-                   std::vector<std::uint32_t>& ties) {
+                          std::vector<std::uint32_t>& ties) {
   const Candidate* c = &x.candidates[static_cast<std::size_t>(i) * T];
   int best = 0;
   ties.clear();

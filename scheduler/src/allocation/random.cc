@@ -1,9 +1,8 @@
 // Random allocation: a balanced random partition of the batch (vanilla, plan, het, fae).
-#include "../allocation.h"
-
 #include <numeric>
 #include <utility>
 
+#include "../allocation.h"
 #include "ember/common/hash.h"
 #include "ember/data/zipf.h"
 

@@ -1,7 +1,5 @@
 // Refined allocation (--refine-allocation): swaps of samples between workers of a group
 // while a swap lowers the rows the batch moves (docs/scheduler.md "Refined allocation").
-#include "../allocation.h"
-
 #include <tbb/parallel_for.h>
 
 #include <algorithm>
@@ -9,6 +7,7 @@
 #include <numeric>
 #include <utility>
 
+#include "../allocation.h"
 #include "../bits.h"
 #include "ember/common/hash.h"
 

@@ -1,9 +1,8 @@
 // Two-level LAIA (--host-allocation): each sample to the best host with room, then to
 // the best of that host's workers with room.
-#include "../allocation.h"
-
 #include <algorithm>
 
+#include "../allocation.h"
 #include "ember/common/hash.h"
 #include "laia_pick.h"
 

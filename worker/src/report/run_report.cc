@@ -131,7 +131,8 @@ struct RunReport::Live {
     const std::pair<const char*, const ps::WireTally::Dir*> framed[] = {{"pull", &wire.framed.pull},
                                                                         {"push_grad", &wire.framed.push_grad},
                                                                         {"push_value", &wire.framed.push_value},
-                                                                        {"commit", &wire.framed.commit}};
+                                                                        {"commit", &wire.framed.commit},
+                                                                        {"read", &wire.framed.read}};
     for (const auto& [kind, dir] : framed) {
       out.counter("ember_worker_sent_bytes_total", "Bytes of PS requests sent, framed (headers included), by kind",
                   {{"rank", rank}, {"kind", kind}}, d(dir->out));
@@ -139,7 +140,7 @@ struct RunReport::Live {
                   {{"rank", rank}, {"kind", kind}}, d(dir->in));
     }
     const char* link_bytes_help =
-        "Bytes by link class (intra_host, cross_host) and peer: ps as framed by the transport, worker the all-reduces' payload, "
+        "Bytes by link class (intra_host, cross_host) and peer: ps as counted at the sockets, worker the all-reduces' payload, "
         "relay the rows handed within the host (per-host aggregation, peer sync)";
     const char* link_rows_help = "Rows carried to and from the PS shards by link class (intra_host, cross_host) and kind of request";
     for (const auto& [link, l] : {std::pair<const char*, const LinkTraffic*>{"intra_host", &wire.links.intra_host},
@@ -299,6 +300,8 @@ void RunReport::summary(const TrainSummary& sum) {
                   {"push_value_in", w.framed.push_value.in},
                   {"commit_out", w.framed.commit.out},
                   {"commit_in", w.framed.commit.in},
+                  {"read_out", w.framed.read.out},
+                  {"read_in", w.framed.read.in},
                   {"total", w.framed.out() + w.framed.in()}}},
                 {"links", {{"intra_host", link_json(w.links.intra_host)}, {"cross_host", link_json(w.links.cross_host)}}},
                 {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});

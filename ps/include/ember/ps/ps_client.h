@@ -91,9 +91,11 @@ struct WireTally {
     std::uint64_t out = 0, in = 0, rows = 0;
     Dir& operator+=(const Dir& o);
   };
-  Dir pull, push_grad, push_value, commit;
-  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out; }
-  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in; }
+  // `read`: pulls outside training (Pull::kRead: evaluations, dumps, loads), apart from
+  // the training's pulls.
+  Dir pull, push_grad, push_value, commit, read;
+  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out + read.out; }
+  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in + read.in; }
   WireTally& operator+=(const WireTally& o);
 };
 

@@ -45,7 +45,7 @@ struct WireCounts {
   std::uint64_t allreduce_bytes = 0;
   scheduler::RowFormat format;  // the job's rows: the bytes below
   // What the transport carried per kind of request, headers included (PsClient::tally):
-  // also the evaluation's pulls, not the final model dump's.
+  // the evaluation's and the final model dump's reads too.
   ps::WireTally framed;
   // The same framed bytes and rows, and the all-reduces' payload, by where they went:
   // within this worker's host or across hosts (hosts.h, link_traffic).

@@ -1,4 +1,6 @@
-// The test oracle: the single-process reference every job is compared with.
+// The oracle: the single-process reference every job of the tests is compared with, and
+// the e2e benchmark's baseline (ember-worker --reference). A library of its own
+// (ember_reference), apart from the daemon's.
 #pragma once
 
 #include <cstdint>

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-MODULES = ["common", "data", "cache", "scheduler", "transport", "ps", "worker", "serve", "planner", "monitor", "bench"]
+MODULES = ["common", "data", "cache", "scheduler", "transport", "ps", "worker", "serve", "planner", "monitor", "sim", "bench"]
 CONTROL = re.compile(r"^\s*(\}\s*)?(if|for|while|switch|else|do|catch|try|namespace|class|struct|enum|union|extern)\b")
 NAME = re.compile(r"([~\w:]+(?:<[^()]*>)?|operator\S+)\s*\(")
 

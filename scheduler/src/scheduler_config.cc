@@ -138,6 +138,11 @@ std::uint32_t cache_rows_for(double ratio, std::uint64_t total_rows) {
   return static_cast<std::uint32_t>(rows);
 }
 
+void set_hosts(SchedulerConfig& c, const SchedulerOptions& o, const std::vector<std::uint32_t>& host_of, std::uint32_t my_host) {
+  if (c.host_allocation || c.peer_sync || o.scheduler_per_host) c.host_of = host_of;  // the same map on every worker
+  if (o.scheduler_per_host) c.model_host = static_cast<int>(my_host);
+}
+
 data::BatchReader global_batch_reader(const data::Dataset& ds, const SchedulerOptions& o) {
   const std::uint64_t n = static_cast<std::uint64_t>(o.workers) * o.batch_per_worker;
   const data::SplitData& train = ds.split(data::Split::kTrain);

@@ -341,7 +341,9 @@ TEST_F(Training, HostHierarchyForRowsTrainsTheSameModel) {
     const std::uint64_t socket = w.at("links.intra_host.ps_bytes_out") + w.at("links.cross_host.ps_bytes_out") +
                                  w.at("links.intra_host.ps_bytes_in") + w.at("links.cross_host.ps_bytes_in");
     EXPECT_EQ(socket, served_bytes(job)) << c.name << ": bytes at the workers' sockets vs the shards'";
-    if (c.ps_on_host < 0) EXPECT_EQ(w.at("links.intra_host.ps_bytes_out") + w.at("links.intra_host.ps_bytes_in"), 0u) << c.name;
+    if (c.ps_on_host < 0) {
+      EXPECT_EQ(w.at("links.intra_host.ps_bytes_out") + w.at("links.intra_host.ps_bytes_in"), 0u) << c.name;
+    }
   }
 }
 

@@ -101,8 +101,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   report_.emplace(c_);
   CheckpointLife::check(c_);
   job_.join(*ds_);
-  if (sc.host_allocation || sc.peer_sync || c_.scheduler_per_host) sc.host_of = job_.hosts().host_of;  // the same map on every worker
-  if (c_.scheduler_per_host) sc.model_host = static_cast<int>(job_.hosts().host_of[job_.rank()]);
+  scheduler::set_hosts(sc, c_, job_.hosts().host_of, job_.hosts().host_of[job_.rank()]);
   report_->set_rank(job_.rank());
   life_.emplace(c_, job_);
   collective_.emplace(c_, job_.control(), job_.rank(), device_, job_.hosts());

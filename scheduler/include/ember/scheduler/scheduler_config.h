@@ -149,6 +149,12 @@ struct SchedulerOptions {
 // run (o.iterations). The Scheduler's constructor checks the rest.
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o);
 
+// The job's hosts, known once the workers joined (ember-worker; ember-sim's come from
+// --hosts): `host_of` (each worker's host, from 0) where two-level allocation, peer sync or
+// a scheduler per host needs it, and with o.scheduler_per_host the host this process
+// models (`my_host`). The one place o's host switches reach the configuration.
+void set_hosts(SchedulerConfig& c, const SchedulerOptions& o, const std::vector<std::uint32_t>& host_of, std::uint32_t my_host);
+
 // Configures `c` for `plan` (read_plan's): treatments, replicated and uncached keys, the
 // cache rows. ConfigError, naming `what`, for het:S or a plan of another number of tables.
 void configure_placement(const PlanFile& plan, const std::string& what, SchedulerConfig& c);

@@ -34,14 +34,6 @@ namespace ember::worker {
 
 namespace {
 
-// The slots of a plan's list of rows (a phase's: push_grads, end_pushes).
-std::vector<std::uint32_t> grad_slots(const std::vector<scheduler::KeySlot>& list) {
-  std::vector<std::uint32_t> slots;
-  slots.reserve(list.size());
-  for (const auto& e : list) slots.push_back(e.slot);
-  return slots;
-}
-
 class Worker {
  public:
   explicit Worker(TrainConfig c) : c_(std::move(c)), job_(c_) {}
@@ -154,7 +146,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // dirty values other workers need, acknowledged.
   const ps::OptimizerConfig& optimizer = job_.ps_config().optimizer;
   host_->finish_apply(optimizer);
-  exchange_->sync_pushes(p, false, s.host.sync, host_->hand_grads(s.host.sync, grad_slots(p.push_grads)));
+  exchange_->sync_pushes(p, false, s.host.sync, host_->hand_grads(s.host.sync, slots_of(p.push_grads)));
   // Peer sync hands rows over from the cache: in a resumed job's first step, once the
   // cache is restored (below). (Its sync pushes are all of flushed rows: none is made.)
   const bool restoring = t == life_->first() && t > 0;
@@ -195,7 +187,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   compute_->allreduce(*cache_, s.flush);
   lap(phases_.allreduce);
   // pushes: full-set policies' end pushes (they read the row gradients).
-  exchange_->end_pushes(p, row_of, t, s.host.end, host_->hand_grads(s.host.end, grad_slots(p.end_pushes)));
+  exchange_->end_pushes(p, row_of, t, s.host.end, host_->hand_grads(s.host.end, slots_of(p.end_pushes)));
   lap(phases_.push);
   // row updates: peer sync's gradients to their host's applier; local optimizer for rows
   // trained here alone (or applied in the host), partials kept, drops.
@@ -209,7 +201,7 @@ void Worker::flush(const Step& s) {
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
   host_->finish_apply(job_.ps_config().optimizer);
-  exchange_->sync_pushes(s.flush_plan, true, s.flush_host, host_->hand_grads(s.flush_host, grad_slots(s.flush_plan.push_grads)));
+  exchange_->sync_pushes(s.flush_plan, true, s.flush_host, host_->hand_grads(s.flush_host, slots_of(s.flush_plan.push_grads)));
   replicas_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);

@@ -18,25 +18,30 @@ HostChannel& HostExchange::channel(const char* what) {
   return *channel_;
 }
 
+template <typename SlotOf>
+void HostExchange::gradient_buffers(const HandOffs& h, SlotOf&& slot_of, std::vector<std::vector<float>>& send,
+                                    std::vector<std::vector<float>>& recv) {
+  send.assign(h.send.size(), {});
+  recv.assign(h.recv.size(), {});
+  for (std::size_t j = 0; j < h.send.size(); ++j) {
+    std::vector<std::uint32_t> slots;
+    for (std::uint32_t pos : h.send[j]) slots.push_back(slot_of(pos));
+    cache_.read_grads(slots, send[j]);
+    recv[j].resize(h.recv[j].size() * row_.dim);
+    wire_.relay.push_grad.out += send[j].size() * sizeof(float);
+    wire_.relay.push_grad.in += recv[j].size() * sizeof(float);
+  }
+  wire_.relay.push_grad.rows += h.sent();
+}
+
 HandedGrads HostExchange::hand_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots) {
   HandedGrads received;
   if (!h.any) return received;
   HostChannel& ch = channel("per-host aggregation");
-  std::vector<std::vector<float>> send(h.send.size());
-  received.assign(h.recv.size(), {});
-  std::uint64_t out = 0, in = 0;
-  for (std::size_t j = 0; j < h.send.size(); ++j) {
-    std::vector<std::uint32_t> from;
-    for (std::uint32_t pos : h.send[j]) from.push_back(slots[pos]);
-    cache_.read_grads(from, send[j]);
-    received[j].resize(h.recv[j].size() * row_.dim);
-    out += send[j].size();
-    in += received[j].size();
-  }
+  std::vector<std::vector<float>> send;
+  gradient_buffers(
+      h, [&](std::uint32_t pos) { return slots[pos]; }, send, received);
   ch.exchange(send, received);
-  wire_.relay.push_grad.rows += h.sent();
-  wire_.relay.push_grad.out += out * sizeof(float);
-  wire_.relay.push_grad.in += in * sizeof(float);
   return received;
 }
 
@@ -141,19 +146,11 @@ void HostExchange::start_apply(const StepPlan& p, const HandOffs& h) {
     if (r.host == scheduler::HostApply::kApplies) apply_own_.push_back(r.slot);
   if (!h.any) return;
   HostChannel& ch = channel("peer sync");
-  apply_send_.assign(h.send.size(), {});
-  apply_recv_.assign(h.recv.size(), {});
+  gradient_buffers(
+      h, [&](std::uint32_t pos) { return p.hand_grads[pos].slot; }, apply_send_, apply_recv_);
   apply_into_.assign(h.recv.size(), {});
-  for (std::size_t j = 0; j < h.send.size(); ++j) {
-    std::vector<std::uint32_t> slots;
-    for (std::uint32_t pos : h.send[j]) slots.push_back(p.hand_grads[pos].slot);
-    cache_.read_grads(slots, apply_send_[j]);
-    apply_recv_[j].resize(h.recv[j].size() * row_.dim);
+  for (std::size_t j = 0; j < h.recv.size(); ++j)
     for (std::uint32_t pos : h.recv[j]) apply_into_[j].push_back(p.rows[pos].slot);
-    wire_.relay.push_grad.out += apply_send_[j].size() * sizeof(float);
-    wire_.relay.push_grad.in += apply_recv_[j].size() * sizeof(float);
-  }
-  wire_.relay.push_grad.rows += h.sent();
   apply_wait_ = ch.start(apply_send_, apply_recv_);
 }
 

@@ -61,6 +61,11 @@ class HostExchange {
  private:
   // The channel, or Error naming what was planned without one.
   HostChannel& channel(const char* what);
+  // The gradients `h` hands over, per local rank: those of the slots slot_of(position)
+  // read into `send`, and `recv` sized for those coming here; counted in
+  // wire.relay.push_grad (hand_grads, start_apply).
+  template <typename SlotOf>
+  void gradient_buffers(const HandOffs& h, SlotOf&& slot_of, std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv);
 
   RowCache& cache_;
   WireCounts& wire_;

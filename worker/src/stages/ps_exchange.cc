@@ -15,6 +15,13 @@ U64Map<std::uint32_t> index_rows(const StepPlan& p) {
   return row_of;
 }
 
+std::vector<std::uint32_t> slots_of(const std::vector<scheduler::KeySlot>& list) {
+  std::vector<std::uint32_t> slots;
+  slots.reserve(list.size());
+  for (const auto& e : list) slots.push_back(e.slot);
+  return slots;
+}
+
 std::vector<std::uint32_t> evicted_partials(const StepPlan& p) {
   std::vector<std::uint32_t> slots;
   for (const auto& e : p.pulls)
@@ -71,9 +78,7 @@ void PsExchange::take_grads(const HandOffs& h, const std::vector<std::uint32_t>&
 
 void PsExchange::sync_pushes(const StepPlan& p, bool flush, const HandOffs& h, const HandedGrads& handed) {
   GradsByIteration grads;
-  std::vector<std::uint32_t> slots;
-  for (const auto& g : p.push_grads) slots.push_back(g.slot);
-  take_grads(h, slots, grads, handed);
+  take_grads(h, slots_of(p.push_grads), grads, handed);
   // The gradients and the write-backs in flight together.
   std::vector<ps::PsFuture> sent;
   push_partials(grads, sent);
@@ -141,7 +146,7 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h, co
     // Evicted rows' data is copied out first: the pull overwrites their slots.
     GradsByIteration evicted_grads;
     std::vector<Key> evicted_keys;
-    std::vector<std::uint32_t> evicted_slots, partial_slots;
+    std::vector<std::uint32_t> evicted_slots;
     std::vector<float> evicted_rows;
     // Rows the worker applies the optimizer to itself come with their state; the rest
     // (shared rows: their gradients go to the PS) without it. Rows another worker of
@@ -167,12 +172,11 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h, co
         evicted_slots.push_back(e.slot);
         ++wire_.rows.push_evict;
       } else if (e.kind == EvictKind::kPartial) {
-        partial_slots.push_back(e.slot);
         ++wire_.rows.push_evict;
         ++wire_.rows.evict_partial;
       }
     }
-    take_grads(h.evict, partial_slots, evicted_grads, evicted);
+    take_grads(h.evict, evicted_partials(p), evicted_grads, evicted);
     // Write-backs, evicted gradients and the pulls in flight together: one round trip.
     std::vector<ps::PsFuture> sent;
     if (!evicted_keys.empty()) {

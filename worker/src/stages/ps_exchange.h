@@ -39,6 +39,9 @@ struct CommitNews {
   std::uint64_t stop_at = 0;                  // a checkpoint after which the job stops (0: none)
 };
 
+// The slots of a phase's list of rows (push_grads, end_pushes): what HandOffs' positions
+// index there, for HostExchange::hand_grads and the pushes.
+std::vector<std::uint32_t> slots_of(const std::vector<scheduler::KeySlot>& list);
 // The slots of the pulls of `p` that evict a partial gradient, in pull order (the list
 // HostPlans::evict's positions index).
 std::vector<std::uint32_t> evicted_partials(const scheduler::StepPlan& p);

@@ -1,6 +1,6 @@
 // ember-bench scale: the scheduler from 8 to 1024 workers, as one process of the job
 // runs it. At each size, in two child processes on the same global batches (herald,
-// hosts of --per-host workers, the same key space and per-worker cache at every size):
+// hosts of --workers-per-host workers, the same key space and per-worker cache at every size):
 //   the whole job's scheduler: one Scheduler modelling every worker's cache (what every
 //     worker ran before schedulers per host);
 //   one host's scheduler: host 0's (SchedulerConfig::model_host), given the other
@@ -101,7 +101,7 @@ std::uint64_t host0_hash(const std::vector<scheduler::StepPlan>& plans, std::uin
 
 void add_scale_options(CLI::App& app, ScaleBenchOptions& o) {
   app.add_option("--workers", o.workers, "job sizes, comma-separated")->capture_default_str();
-  app.add_option("--per-host", o.per_host, "workers per host")->capture_default_str();
+  app.add_option("--workers-per-host", o.per_host, "workers per host")->capture_default_str();
   app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker per batch")->capture_default_str();
   app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale: the key space (the same at every size)")->capture_default_str();
   app.add_option("--cache-ratio", o.cache_ratio, "cache rows per worker / key rows (the same at every size)")->capture_default_str();
@@ -116,7 +116,7 @@ int run_scale_bench(const ScaleBenchOptions& o, bool json) {
   const std::vector<std::uint32_t> sizes = parse_sizes(o.workers);
   const std::uint32_t largest = *std::max_element(sizes.begin(), sizes.end());
   for (std::uint32_t W : sizes) {
-    if (W == 0 || W % o.per_host != 0) throw ConfigError(fmt::format("--per-host {} does not divide {} workers", o.per_host, W));
+    if (W == 0 || W % o.per_host != 0) throw ConfigError(fmt::format("--workers-per-host {} does not divide {} workers", o.per_host, W));
   }
   const TempDir tmp("ember-bench-scale");
   const fs::path& dir = tmp.path();

@@ -18,7 +18,7 @@
 namespace ember::bench {
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
-  scheduler::add_scheduler_options(app, o.shape, scheduler::FlagsFor::kShape);
+  scheduler::add_scheduler_options(app, o.shape, kShapeProgram);
   app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale")->capture_default_str();
   app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
   app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();

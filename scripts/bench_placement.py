@@ -44,7 +44,7 @@ def plan(a, calibration=""):
     """Writes the plan files into a.work (and all-replicated.json, for --calibrate); returns
     ember-plan's JSON prediction."""
     work = Path(a.work)
-    out = sh([f"{a.bin}/ember-plan", "--data", a.dataset, "--workers", str(a.workers), "--batch-per-worker", str(a.batch_per_worker),
+    out = sh([f"{a.bin}/ember-plan", "--dataset", a.dataset, "--workers", str(a.workers), "--batch-per-worker", str(a.batch_per_worker),
               "--ps", "1", "--memory", a.memory, "--link-mbit", str(a.link_mbit or 10000), "--worker-link-mbit", "100000",
               "--policy", "herald", "--sample", str(a.sample), "--warmup", str(a.plan_warmup), "--dim", str(a.dim),
               "--plan-out", str(work / "searched.json"), "--greedy-out", str(work / "greedy.json"), "--json"]

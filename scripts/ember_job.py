@@ -91,24 +91,44 @@ def resume_point(ckpt, who="ember-job", ember_ps=None):
 
 
 # The ember-worker flags the launchers take as settings of their own (ember_launch.py's
-# flags and --config keys, ember.sbatch's POLICY) and summary.json records: (flag, type,
-# the worker's default). They are passed to every worker as they are; ember-worker
-# checks them (`ember-worker --help` says what each does).
-WORKER_SETTINGS = (("policy", str, "herald"), ("lookahead", int, 0), ("eviction", str, "auto"), ("prefetch", bool, False),
-                   ("refine-allocation", bool, False), ("overlap-allreduce", bool, False), ("placement", str, ""))
+# flags and --config keys, ember.sbatch's POLICY) and summary.json records: those
+# ember-worker declares as job settings (`ember-worker --options-json`, from its option
+# registry), as (flag, type, the worker's default). They are passed to every worker as
+# they are; ember-worker checks them (`ember-worker --help` says what each does).
+_TYPES = {"flag": bool, "integer": int, "number": float, "text": str}
 
 
-def settings_of_worker_args(worker_args):
-    """The summary's worker settings from ember-worker arguments (the last of a flag wins,
-    as in ember-worker; defaults as the worker's), by summary key (refine_allocation)."""
+def worker_settings(bin_dir, who="ember-job"):
+    """The job settings of BIN_DIR/ember-worker: [(flag without dashes, type, default)]."""
+    worker = Path(bin_dir) / "ember-worker"
+    try:
+        r = subprocess.run([str(worker), "--options-json"], capture_output=True, text=True, timeout=60)
+    except OSError as e:
+        sys.exit(f"{who}: {worker} --options-json: {e.strerror} (build first: scripts/build.sh, or give --bin)")
+    if r.returncode != 0:
+        sys.exit(f"{who}: {worker} --options-json failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    out = []
+    for o in json.loads(r.stdout):
+        if not o["setting"]:
+            continue
+        kind = _TYPES[o["kind"]]
+        default = o["default"] == "on" if kind is bool else kind(o["default"])
+        out.append((o["flag"][2:], kind, default))
+    return out
+
+
+def settings_of_worker_args(settings, worker_args):
+    """The summary's worker settings (`settings`: worker_settings') from ember-worker
+    arguments (the last of a flag wins, as in ember-worker; defaults as the worker's), by
+    summary key (refine_allocation)."""
     p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    for flag, kind, default in WORKER_SETTINGS:
+    for flag, kind, default in settings:
         if kind is bool:
             p.add_argument(f"--{flag}", action="store_true")
         else:
             p.add_argument(f"--{flag}", type=kind, default=default)
     a, _ = p.parse_known_args(worker_args)
-    return {flag.replace("-", "_"): getattr(a, flag.replace("-", "_")) for flag, _, _ in WORKER_SETTINGS}
+    return {flag.replace("-", "_"): getattr(a, flag.replace("-", "_")) for flag, _, _ in settings}
 
 
 def write_token(out):
@@ -276,6 +296,8 @@ def main():
     s.add_argument("--checkpoint-dir", default="", help="where the job's checkpoints went (named when it stopped at one)")
     s.add_argument("--metrics-endpoints", default="", help="comma-separated HOST:PORT of the Prometheus endpoints")
     s.add_argument("-q", "--quiet", action="store_true", help="write summary.json, print nothing")
+    s.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(Path(__file__).resolve().parent.parent / "build" / "bin")),
+                   help="where ember-worker is (it names the job settings summary.json records)")
     t = sub.add_parser("token", help="write a new job token to OUT/token (mode 600)")
     t.add_argument("out", help="the job's output directory")
     r = sub.add_parser("resume-point", help="print the newest whole checkpoint under CKPT/ps with the workers' dense state")
@@ -297,7 +319,7 @@ def main():
     # The workers got --policy P before the worker arguments (which may override it).
     job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "checkpoint_dir": a.checkpoint_dir,
            "metrics_endpoints": [e for e in a.metrics_endpoints.split(",") if e],
-           **settings_of_worker_args(["--policy", a.policy, *worker_args])}
+           **settings_of_worker_args(worker_settings(a.bin), ["--policy", a.policy, *worker_args])}
     summarize(a.out, job, quiet=a.quiet)
 
 

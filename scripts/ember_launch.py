@@ -14,9 +14,10 @@ its job gets SIGTERM (Linux's parent-death signal).
 
 Arguments after `--` go to every ember-worker. --ps-args adds arguments for every ember-ps.
 The ember-worker flags the launcher also takes (--policy, --lookahead, --eviction,
---prefetch, --refine-allocation, --overlap-allreduce, --placement: ember_job.py's
-WORKER_SETTINGS) go to every worker unchecked: ember-worker refuses bad values (exit 2),
-and the launcher then stops the job showing the worker's own error.
+--prefetch, --refine-allocation, --overlap-allreduce, --placement, --model-file: those
+ember-worker declares as job settings, `ember-worker --options-json`) go to every worker unchecked:
+ember-worker refuses bad values (exit 2), and the launcher then stops the job showing
+the worker's own error.
 
 Checkpoints and resuming a job (the shards' rows under DIR/ps, the workers' dense models
 under DIR/dense):
@@ -49,7 +50,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from ember_job import WORKER_SETTINGS, resume_point, settings_of_worker_args, split_worker_args, summarize, write_token
+from ember_job import resume_point, settings_of_worker_args, worker_settings, split_worker_args, summarize, write_token
 
 
 PR_SET_PDEATHSIG = 1
@@ -79,7 +80,7 @@ def tail(path, n=15):
 
 
 class Job:
-    def __init__(self, args, worker_args):
+    def __init__(self, args, worker_args, settings):
         self.a = args
         self.worker_args = worker_args
         self.out = Path(args.out)
@@ -90,13 +91,13 @@ class Job:
         # before the [ember-worker] table's and those after `--`; what the workers then
         # run with (the last of a flag wins), for the summary and the progress lines.
         self.setting_args = []
-        for flag, kind, _ in WORKER_SETTINGS:
+        for flag, kind, _ in settings:
             v = getattr(args, flag.replace("-", "_"))
             if kind is bool:
                 self.setting_args += [f"--{flag}"] if v else []
             elif v is not None:
                 self.setting_args += [f"--{flag}", str(v)]
-        self.settings = settings_of_worker_args(self.setting_args + worker_args)
+        self.settings = settings_of_worker_args(settings, self.setting_args + worker_args)
 
     def start(self, name, cmd):
         log = self.out / f"{name}.log"
@@ -288,7 +289,7 @@ class Job:
 
 
 # Launcher settings that are paths: in a --config file, relative to the file's directory.
-PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir", "placement")
+PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir", "placement", "model_file")
 # Tables of a --config file: flags for every ember-ps, every ember-worker.
 ARG_TABLES = ("ember-ps", "ember-worker")
 
@@ -375,6 +376,14 @@ class Parser(argparse.ArgumentParser):
 def main():
     argv, worker_args = split_worker_args(sys.argv[1:])
     root = Path(__file__).resolve().parent.parent
+    default_bin = os.environ.get("EMBER_BIN", str(root / "build" / "bin"))
+    # The worker settings this launcher takes are those its ember-worker declares.
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--bin", default=default_bin)
+    pre.add_argument("-h", "--help", action="store_true")
+    known, _ = pre.parse_known_args(argv)
+    worker = Path(known.bin) / "ember-worker"
+    settings = [] if known.help and not os.access(worker, os.X_OK) else worker_settings(known.bin, "ember-launch")
     p = Parser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
                                 epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")
     p.add_argument("--config", default="", help="a TOML job file: the settings by these flags' names, [ember-ps] and [ember-worker] tables of flags; "
@@ -385,7 +394,7 @@ def main():
     p.add_argument("--transport", default="tcp", help="tcp or rdma")
     # ember-worker's own flags, passed to every worker as given (left out: the worker's
     # default); the workers check them.
-    for flag, kind, _ in WORKER_SETTINGS:
+    for flag, kind, _ in settings:
         if kind is bool:
             p.add_argument(f"--{flag}", action=argparse.BooleanOptionalAction, default=False,
                            help=f"ember-worker --{flag} for every worker (ember-worker --help)")
@@ -393,7 +402,7 @@ def main():
             p.add_argument(f"--{flag}", type=kind, default=None,
                            help=f"ember-worker --{flag} for every worker (ember-worker --help; default: the worker's)")
     p.add_argument("--out", default="", help="directory for logs, metrics and summary.json (required)")
-    p.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(root / "build" / "bin")), help="where the binaries are")
+    p.add_argument("--bin", default=default_bin, help="where the binaries are")
     p.add_argument("--ps-args", default="", help="extra arguments for every ember-ps (e.g. '--dim 16 --optimizer adagrad'); {shard} becomes the shard's index")
     p.add_argument("--dump-dir", default="", help="worker 0 writes the final model here")
     p.add_argument("--metrics-port", type=int, default=0,
@@ -440,7 +449,7 @@ def main():
     for b in ("ember-ps", "ember-worker"):
         if not os.access(Path(a.bin) / b, os.X_OK):
             p.error(f"{Path(a.bin) / b} is missing (bash scripts/build.sh)")
-    job = Job(a, worker_args)
+    job = Job(a, worker_args, settings)
 
     def on_signal(signum, frame):
         if job.stop_at_checkpoint(signum):

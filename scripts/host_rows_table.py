@@ -51,7 +51,7 @@ def flush_bytes(link, dim, state):
 
 def run_sim(a, data_args, hosts, workers, batch, iterations, warmup, policy, flags):
     cmd = [a.sim, *data_args, "--workers", str(workers), "--batch-per-worker", str(batch), "--cache-ratio", str(a.cache_ratio),
-           "--iterations", str(iterations), "--warmup", str(warmup), "--policies", policy, "--hosts", str(hosts), "--dim",
+           "--iterations", str(warmup + iterations), "--warmup", str(warmup), "--policy", policy, "--hosts", str(hosts), "--dim",
            str(a.dim), "--optimizer", a.optimizer, "--json", "-q", *flags]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -81,7 +81,7 @@ def main():
             for d in a.datasets.split(",") if d]
     if a.real:
         manifest = json.loads((Path(a.real) / "manifest.json").read_text())
-        sets.append({"name": f"real {Path(a.real).name}", "args": ["--data", a.real], "batch": a.real_batch,
+        sets.append({"name": f"real {Path(a.real).name}", "args": ["--dataset", a.real], "batch": a.real_batch,
                      "train_rows": manifest["rows"]["train"]})
     results = []
     for d in sets:

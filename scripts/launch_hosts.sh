@@ -168,4 +168,4 @@ if [ -n "$failed" ]; then
   exit 1
 fi
 python3 "$root/scripts/ember_job.py" summarize "$out" --ps "$ps" --workers "$workers" --policy "$policy" \
-  --transport "$transport" -- "${worker_args[@]}"
+  --transport "$transport" --bin "$bin" -- "${worker_args[@]}"

@@ -17,24 +17,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT.parent / "shared" / "data" / "real" / "criteo_kaggle_train_head10000.tsv"
 
-# name -> (ember-sim arguments, workers x batch, cache ratio, iterations after warm-up)
+# name -> ember-sim arguments (its --iterations include the --warmup ones)
 CASES = {
     "criteo-1": ["--synthetic", "criteo", "--scale", "1", "--batch-per-worker", "128", "--cache-ratio", "0.1",
-                 "--iterations", "500", "--warmup", "100"],
+                 "--iterations", "600", "--warmup", "100"],
     "criteo-0.01": ["--synthetic", "criteo", "--scale", "0.01", "--batch-per-worker", "128", "--cache-ratio", "0.1",
-                    "--iterations", "500", "--warmup", "100"],
+                    "--iterations", "600", "--warmup", "100"],
     "criteo-0.01-r0.01": ["--synthetic", "criteo", "--scale", "0.01", "--batch-per-worker", "128", "--cache-ratio", "0.01",
-                          "--iterations", "500", "--warmup", "100"],
+                          "--iterations", "600", "--warmup", "100"],
     "avazu-1": ["--synthetic", "avazu", "--scale", "1", "--batch-per-worker", "128", "--cache-ratio", "0.1",
-                "--iterations", "500", "--warmup", "100"],
-    "real-criteo": ["--batch-per-worker", "16", "--cache-ratio", "0.1", "--iterations", "60", "--warmup", "10"],
+                "--iterations", "600", "--warmup", "100"],
+    "real-criteo": ["--batch-per-worker", "16", "--cache-ratio", "0.1", "--iterations", "70", "--warmup", "10"],
 }
 
 
 def sim(a, case, extra, optimizer, data_dir):
     args = list(CASES[case])
     if case == "real-criteo":
-        args = ["--data", str(data_dir)] + args
+        args = ["--dataset", str(data_dir)] + args
     cmd = [str(Path(a.bin) / "ember-sim"), "--workers", "8", "--json", "-q", "--optimizer", optimizer] + args + extra
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -71,12 +71,12 @@ def main():
         if case == "real-criteo" and data_dir is None:
             print(f"## {case}: skipped ({REAL} absent)\n")
             continue
-        runs = [("vanilla", "-", ["--policies", "vanilla,herald", "--lookahead", "0"])]
-        runs += [(f"herald L={L}", "lookahead", ["--policies", "herald", "--lookahead", str(L), "--eviction", "lookahead"]) for L in windows]
+        runs = [("vanilla", "-", ["--policy", "vanilla,herald", "--lookahead", "0"])]
+        runs += [(f"herald L={L}", "lookahead", ["--policy", "herald", "--lookahead", str(L), "--eviction", "lookahead"]) for L in windows]
         if not a.no_belady:
-            runs += [("herald belady", "belady", ["--policies", "herald", "--eviction", "belady"])]
+            runs += [("herald belady", "belady", ["--policy", "herald", "--eviction", "belady"])]
         if a.refine:
-            refine = ["--policies", "herald", "--refine-allocation"]
+            refine = ["--policy", "herald", "--refine-allocation"]
             runs += [("herald refined", "-", refine + ["--lookahead", "0"])]
             runs += [(f"herald refined L={L}", "lookahead", refine + ["--lookahead", str(L), "--eviction", "lookahead"]) for L in windows]
         rows = []

@@ -21,7 +21,7 @@ def last_json(out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bin-dir", default="build/bin")
-    ap.add_argument("--data", required=True)
+    ap.add_argument("--dataset", required=True)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--batch-per-worker", type=int, default=128)
     ap.add_argument("--cache-ratio", default="0.1")
@@ -32,9 +32,9 @@ def main():
                     help="file: both in file order; shuffled: ember-sim --shuffle, ember-plan --order shuffled")
     ap.add_argument("--min-count", type=int, default=1000, help="judge tables with at least this many rows counted over the run")
     a = ap.parse_args()
-    common = ["--data", a.data, "--workers", str(a.workers), "--batch-per-worker", str(a.batch_per_worker), "--cache-ratio", a.cache_ratio,
-              "--warmup", str(a.warmup), "--iterations", str(a.iterations)]
-    sim = last_json(subprocess.run([f"{a.bin_dir}/ember-sim", *common, "--policies", "vanilla", "--json", "--quiet",
+    common = ["--dataset", a.dataset, "--workers", str(a.workers), "--batch-per-worker", str(a.batch_per_worker), "--cache-ratio", a.cache_ratio,
+              "--warmup", str(a.warmup), "--iterations", str(a.warmup + a.iterations)]
+    sim = last_json(subprocess.run([f"{a.bin_dir}/ember-sim", *common, "--policy", "vanilla", "--json", "--quiet",
                                     *(["--shuffle"] if a.order == "shuffled" else []), *a.sim_args.split()], check=True, capture_output=True, text=True).stdout)
     plan = last_json(subprocess.run([f"{a.bin_dir}/ember-plan", *common, "--order", a.order, "--json"], check=True, capture_output=True,
                                     text=True).stdout)

@@ -47,7 +47,7 @@ echo "== table skew and Herald's degree of infrequency (8 workers, 10% cache)"
 echo "== predicted embedding traffic per policy (ember-sim: 4 workers x 128 samples, 10% cache)"
 # The same flushes as the jobs below (an evaluation every 100 iterations) and their row
 # format (dim 16, Adagrad), so the prediction is what the jobs count on the wire.
-"$bin/ember-sim" --data "$work/criteo" --workers 4 --policies vanilla,laia,plan,herald --iterations ${EMBER_ITERATIONS:-300} --warmup 0 \
+"$bin/ember-sim" --dataset "$work/criteo" --workers 4 --policy vanilla,laia,plan,herald --iterations ${EMBER_ITERATIONS:-300} --warmup 0 \
   --eval-every 100 --dim 16 --optimizer adagrad -q
 
 # The jobs are examples/vanilla.toml and examples/herald.toml: DLRM with small MLPs so 4

@@ -23,7 +23,7 @@ data=$3
 work=${4:-$(mktemp -d)}
 mkdir -p "$work"
 
-common=(--data "$data" --workers 4 --batch-per-worker 128 --cache-ratio 0.1 --iterations 60 --warmup 0 --seed 1
+common=(--dataset "$data" --workers 4 --batch-per-worker 128 --cache-ratio 0.1 --iterations 60 --warmup 0 --seed 1
   --dim 16 --optimizer adagrad --digest --json -q)
 all=vanilla,laia,plan,herald,het:2,fae:0.05
 no_het=vanilla,laia,plan,herald,fae:0.05
@@ -34,9 +34,27 @@ flushes=(--eval-every 7 --checkpoint-every 10)
 # the same with cache shares for two cached tables (an LRU of their own each).
 plan=$work/plan.json
 shares=$work/plan-shares.json
+# Builds before the option registry spelt some flags otherwise, and counted ember-sim's
+# and ember-plan's --iterations after the --warmup ones: their names for a BIN_DIR.
+old_names() { ! "$1/ember-sim" --help | grep -q -- '--dataset'; }
+translate() {  # BIN_DIR ARGS...: ARGS as that build's ember-sim takes them
+  local bin=$1
+  shift
+  if ! old_names "$bin"; then
+    printf '%s\n' "$@"
+    return
+  fi
+  for a in "$@"; do
+    case $a in
+      --dataset) echo --data ;; --policy) echo --policies ;; --sched-threads) echo --threads ;;
+      --scheduler-per-host) echo --per-host ;; *) echo "$a" ;;
+    esac
+  done
+}
 if [[ ! -s $plan ]]; then
-  "$before/ember-plan" --data "$data" --workers 4 --batch-per-worker 128 --cache-ratio 0.1 --dim 16 --optimizer adagrad \
-    --memory 200K --link-mbit 50 --policy herald --sample 10 --iterations 20 --warmup 5 --plan-out "$plan" >"$work/plan.log"
+  if old_names "$before"; then plan_data=(--data "$data" --iterations 20); else plan_data=(--dataset "$data" --iterations 25); fi
+  "$before/ember-plan" "${plan_data[@]}" --workers 4 --batch-per-worker 128 --cache-ratio 0.1 --dim 16 --optimizer adagrad \
+    --memory 200K --link-mbit 50 --policy herald --sample 10 --warmup 5 --plan-out "$plan" >"$work/plan.log"
 fi
 jq '[.tables[] | select(.treatment == "cache") | .name][0:2] as $two
     | .tables |= map(if (.name | IN($two[])) then .cache_share = 150 else . end)' "$plan" >"$shares"
@@ -49,23 +67,23 @@ cases=(
   "belady|vanilla,herald|--lookahead 59 --eviction belady"
   "refine|laia,herald|--refine-allocation"
   "refine-window|herald|--refine-allocation ${window[*]}"
-  "partitions|laia,herald|--partitions 2 --refine-allocation --threads 2"
+  "partitions|laia,herald|--partitions 2 --refine-allocation --sched-threads 2"
   "adaptive-one|laia,herald|--budget-ms 0.000001"
   "adaptive-all|herald|--budget-ms 1000"
   "flushes|$all|${flushes[*]}"
   "flushes-window|$no_het|${flushes[*]} ${window[*]}"
-  "threads|$all|--threads 2"
-  "threads-window|$no_het|--threads 2 ${window[*]} ${flushes[*]}"
+  "threads|$all|--sched-threads 2"
+  "threads-window|$no_het|--sched-threads 2 ${window[*]} ${flushes[*]}"
   "shuffle|$all|--shuffle --ps 2"
   "placement|vanilla,laia,plan,herald|--placement $plan"
-  "placement-window|vanilla,herald|--placement $plan ${window[*]} ${flushes[*]} --threads 2"
+  "placement-window|vanilla,herald|--placement $plan ${window[*]} ${flushes[*]} --sched-threads 2"
   "placement-refine|herald|--placement $plan --refine-allocation"
   "shares|vanilla,laia,plan,herald|--placement $shares ${flushes[*]}"
-  "shares-window|herald|--placement $shares ${window[*]} --threads 2"
+  "shares-window|herald|--placement $shares ${window[*]} --sched-threads 2"
   "brute|brute,herald|--batch-per-worker 1 --cache-ratio 0.02"
   "hosts|herald|--workers 8 --hosts 2 --peer-sync --host-allocation ${window[*]} ${flushes[*]}"
-  "peer|plan,herald|--workers 8 --hosts 2 --peer-sync --threads 2"
-  "eight-refine|laia,herald|--workers 8 --refine-allocation --threads 2"
+  "peer|plan,herald|--workers 8 --hosts 2 --peer-sync --sched-threads 2"
+  "eight-refine|laia,herald|--workers 8 --refine-allocation --sched-threads 2"
 )
 
 # Timing fields (names with ms, seconds or time) vary from run to run, and the
@@ -90,7 +108,8 @@ for c in "${cases[@]}"; do
   for side in before after; do
     bin=$before
     [[ $side == after ]] && bin=$after
-    "$bin/ember-sim" "${args[@]}" --policies "$policies" "${flags[@]}" >"$work/$name.$side.raw"
+    mapfile -t given < <(translate "$bin" "${args[@]}" --policy "$policies" "${flags[@]}")
+    "$bin/ember-sim" "${given[@]}" >"$work/$name.$side.raw"
     jq -S -c "$strip" "$work/$name.$side.raw" >"$work/$name.$side.json"
   done
   lines=$(wc -l <"$work/$name.before.json")

@@ -290,15 +290,18 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string order = "file", policy = "vanilla";
   std::uint64_t sample = 20, seed = 1;
-  app.add_option("--data", data_dir, "dataset directory from `ember-data prep` (train split frequencies)")->required();
+  app.add_option("--dataset", data_dir, "dataset directory from `ember-data prep` (train split frequencies)")->required();
+  add_renamed_flag(app, "--data", "--dataset", true);
   // The job's shape, by the flags every scheduler program declares (ember-sim's, ember-worker's).
   scheduler::SchedulerOptions shape;
   shape.workers = topo.workers;
   shape.batch_per_worker = topo.batch_per_worker;
   shape.cache_ratio = topo.cache_ratio;
-  scheduler::add_scheduler_options(app, shape, scheduler::FlagsFor::kShape);
-  app.add_option("--warmup", topo.warmup, "iterations before the ones averaged (caches start empty)")->capture_default_str();
-  app.add_option("--iterations", topo.iterations, "iterations averaged over")->capture_default_str();
+  scheduler::add_scheduler_options(app, shape, kShapeProgram);
+  // As ember-sim's: the job's global batches, the first --warmup of them not averaged.
+  std::uint64_t iterations = topo.warmup + topo.iterations;
+  app.add_option("--warmup", topo.warmup, "of the --iterations, the first ones not averaged (caches start empty)")->capture_default_str();
+  app.add_option("--iterations", iterations, "global batches of the job (as ember-sim's), averaged after --warmup")->capture_default_str();
   app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
   app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
   app.add_option("--order", order,
@@ -344,6 +347,11 @@ int main(int argc, char** argv) {
     topo.workers = shape.workers;
     topo.batch_per_worker = shape.batch_per_worker;
     topo.cache_ratio = shape.cache_ratio;
+    if (topo.warmup >= iterations) {
+      throw ConfigError("--warmup " + std::to_string(topo.warmup) + " leaves none of the --iterations " + std::to_string(iterations) +
+                        " averaged");
+    }
+    topo.iterations = iterations - topo.warmup;
     if (dim < 1) throw ConfigError("--dim must be at least 1");
     if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};

@@ -1,53 +1,111 @@
 #include "ember/scheduler/scheduler_cli.h"
 
-#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "ember/common/fs.h"
+#include "ember/common/hash.h"
 
 namespace ember::scheduler {
 
-void add_scheduler_options(CLI::App& app, SchedulerOptions& o, FlagsFor who) {
-  const bool sim = who != FlagsFor::kTraining;
-  app.add_option("--workers", o.workers, sim ? "workers" : "workers in the job")->capture_default_str();
-  app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker per iteration")->capture_default_str();
-  app.add_option("--cache-ratio", o.cache_ratio,
-                 sim ? "cache rows per worker as a share of all rows" : "embedding cache rows per worker, as a fraction of all rows")
-      ->capture_default_str();
-  if (who == FlagsFor::kShape) return;
-  app.add_option("--seed", o.seed, sim ? "scheduler (and synthetic data) seed" : "data order, allocation ties, dense initialization")
-      ->capture_default_str();
-  app.add_flag("--shuffle", o.shuffle,
-               sim ? "global batches from a seeded permutation instead of dataset order"
-                   : "global batches from a seeded permutation of the training split");
-  app.add_option(sim ? "--threads" : "--sched-threads", o.threads, "scheduler threads")->capture_default_str();
-  if (sim) {
-    app.add_option("--budget-ms", o.budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)")->capture_default_str();
-    app.add_option("--partitions", o.partitions, "partitioned LAIA allocation (Herald's parallel variant)")->capture_default_str();
-  }
-  app.add_flag("--refine-allocation", o.refine_allocation,
-               "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch");
-  app.add_flag("--host-allocation", o.host_allocation,
-               sim ? "laia, herald: allocate samples to hosts first (--hosts), then to the workers of each host"
-                   : "laia, herald: allocate samples to hosts first, then to the workers of each host (two-level LAIA)");
-  app.add_flag("--peer-sync", o.peer_sync,
-               "plan, herald: a row latest on a worker goes to the other trainers of its host from there, not through the PS; "
-               "a row trained within one host only is applied there");
-  if (!sim) {
-    app.add_flag("--scheduler-per-host", o.scheduler_per_host,
-                 "each process models only its host's caches (not every worker's), the hosts' evictions exchanged after "
-                 "each iteration: the same plans, with state and time per process that do not grow with the job");
-  }
-  app.add_option("--lookahead", o.lookahead,
-                 sim ? "batches the scheduler sees beyond the one it schedules (0 = none)"
-                     : "batches the scheduler sees beyond the one it plans (0 = none)")
-      ->capture_default_str();
-  app.add_option("--eviction", o.eviction,
-                 sim ? "auto, lru, lookahead or belady (auto: lookahead when --lookahead > 0)"
-                     : "auto, lru or lookahead (auto: lookahead when --lookahead > 0)")
-      ->capture_default_str();
-  app.add_flag("--prefetch", o.prefetch,
-               sim ? "mark the pulls a worker may make during the previous iteration (counted as prefetched)"
-                   : "pull the next iteration's rows whose PS copy is final while this one computes");
-  app.add_option("--placement", o.placement,
-                 "plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the cache rows (replace --cache-ratio)");
+namespace {
+
+using Decl = OptionDecl<SchedulerOptions>;
+constexpr unsigned kAll = kWorkerProgram | kSimProgram | kShapeProgram;
+constexpr unsigned kJob = kWorkerProgram | kSimProgram;  // a training job, and its replay
+
+template <class T>
+Decl option(const char* flag, T SchedulerOptions::*member, const char* help, unsigned programs) {
+  return field_option<SchedulerOptions>(flag, member, help, programs);
+}
+
+std::vector<Decl> declare() {
+  // The workers agree on everything that shapes the plans: every worker runs the whole
+  // scheduler and follows the plans of all of them; on the global batches and their
+  // order; and on the flushes (barriers and commits of every worker). The thread count
+  // may differ (the plans do not depend on it: scheduler_test's
+  // SameInputsGiveIdenticalPlansWithAnyThreadCount).
+  return {
+      option("--workers", &SchedulerOptions::workers, "workers in the job", kAll),
+      option("--batch-per-worker", &SchedulerOptions::batch_per_worker, "samples per worker per iteration", kAll).must_agree(),
+      option("--cache-ratio", &SchedulerOptions::cache_ratio, "embedding cache rows per worker, as a fraction of all rows", kAll)
+          .must_agree(),
+      option("--policy", &SchedulerOptions::policy,
+             "vanilla, laia, plan, herald, het:S, fae:F (hottest fraction F replicated on every worker); ember-sim: several, "
+             "comma-separated, and brute (the bound on tiny jobs)",
+             kJob)
+          .must_agree()
+          .job_setting(),
+      option("--seed", &SchedulerOptions::seed, "data order, allocation ties, dense initialization (ember-sim: also synthetic data)", kJob)
+          .must_agree(),
+      option("--shuffle", &SchedulerOptions::shuffle, "global batches from a seeded permutation of the training split", kJob).must_agree(),
+      option("--iterations", &SchedulerOptions::iterations,
+             "global batches the job trains (ember-sim: schedules, the first --warmup of them not counted)", kJob)
+          .must_agree(),
+      option("--sched-threads", &SchedulerOptions::threads, "scheduler threads (the plans do not depend on them)", kJob),
+      option("--budget-ms", &SchedulerOptions::budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)", kSimProgram),
+      option("--partitions", &SchedulerOptions::partitions, "partitioned LAIA allocation (Herald's parallel variant)", kSimProgram),
+      option("--refine-allocation", &SchedulerOptions::refine_allocation,
+             "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch", kJob)
+          .must_agree()
+          .job_setting(),
+      option("--host-allocation", &SchedulerOptions::host_allocation,
+             "laia, herald: allocate samples to hosts first, then to the workers of each host (two-level LAIA; ember-sim: "
+             "with --hosts or --host-map)",
+             kJob)
+          .must_agree(),
+      option("--peer-sync", &SchedulerOptions::peer_sync,
+             "plan, herald: a row latest on a worker goes to the other trainers of its host from there, not through the PS; "
+             "a row trained within one host only is applied there",
+             kJob)
+          .must_agree(),
+      option("--scheduler-per-host", &SchedulerOptions::scheduler_per_host,
+             "each process models only its host's caches (not every worker's), the hosts' evictions exchanged after each "
+             "iteration: the same plans, with state and time per process that do not grow with the job (ember-sim: with "
+             "--hosts or --host-map; scheduler bytes and ms are one host's)",
+             kJob)
+          .must_agree(),
+      option("--lookahead", &SchedulerOptions::lookahead, "batches the scheduler sees beyond the one it plans (0 = none)", kJob)
+          .must_agree()
+          .job_setting(),
+      option("--eviction", &SchedulerOptions::eviction,
+             "auto, lru or lookahead (auto: lookahead when --lookahead > 0); ember-sim also belady", kJob)
+          .must_agree()
+          .job_setting()
+          .compared_as([](const SchedulerOptions& o) {
+            return o.eviction == "auto" ? std::string(o.lookahead > 0 ? "lookahead" : "lru") : o.eviction;
+          }),
+      option("--prefetch", &SchedulerOptions::prefetch,
+             "pull the next iteration's rows whose PS copy is final while this one computes (ember-sim: counts them as "
+             "prefetched)",
+             kJob)
+          .must_agree()
+          .job_setting(),
+      option("--placement", &SchedulerOptions::placement,
+             "plan file (ember-plan --plan-out): per table cache, replicated or uncached, and the cache rows (replace "
+             "--cache-ratio)",
+             kJob)
+          .must_agree()
+          .job_setting()
+          .compared_as([](const SchedulerOptions& o) { return placement_identity(o.placement); }),
+      option("--eval-every", &SchedulerOptions::eval_every,
+             "evaluate (and so flush the rows the workers hold) every N iterations (0: only at the end)", kJob)
+          .must_agree(),
+  };
+}
+
+}  // namespace
+
+const std::vector<OptionDecl<SchedulerOptions>>& scheduler_options() {
+  static const std::vector<Decl> decls = declare();  // immutable after its first use
+  return decls;
+}
+
+void add_scheduler_options(CLI::App& app, SchedulerOptions& o, Program program) { add_options(app, scheduler_options(), o, program); }
+
+std::string placement_identity(const std::string& path) {
+  if (path.empty()) return "none";
+  const std::string text = read_file(path);
+  return fmt::format("a plan of {} bytes, contents {:016x}", text.size(), fnv1a64(text));
 }
 
 }  // namespace ember::scheduler

@@ -166,7 +166,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   GlobalBatch g;
   const auto& offsets = sched.config().table_offsets;
   BatchStream batches(reader, offsets, sched.config().lookahead);
-  const FlushSchedule flush_schedule{total, o.eval_every, CheckpointSchedule(o.checkpoint_every)};
+  const FlushSchedule flush_schedule{total, o.scheduler.eval_every, CheckpointSchedule(o.checkpoint_every)};
   double tables_sum = 0, scoring_sum = 0;
   r.per_table.assign(offsets.size(), TrafficCounts{});
   if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
@@ -227,7 +227,7 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   SchedulerOptions job = o.scheduler;
   job.iterations = total;
   SchedulerConfig c = make_scheduler_config(ds, job);
-  if ((c.host_allocation || c.peer_sync || o.per_host) && o.host_of) {
+  if ((c.host_allocation || c.peer_sync || o.scheduler.scheduler_per_host) && o.host_of) {
     for (WorkerId w = 0; w < c.workers; ++w) c.host_of.push_back(o.host_of(w));
   }
   const data::BatchReader reader = global_batch_reader(ds, job);
@@ -237,8 +237,8 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   }
   const std::string policy = c.policy.name();
   const bool flushes = c.policy.sync() != Sync::kBoundedStaleness;
-  if (o.per_host) {
-    if (!o.host_of) throw ConfigError("--per-host needs the workers' hosts (--hosts or --host-map)");
+  if (o.scheduler.scheduler_per_host) {
+    if (!o.host_of) throw ConfigError("--scheduler-per-host needs the workers' hosts (--hosts or --host-map)");
     HostSchedulers sched(c);
     return replay(sched, reader, policy, flushes, total, o);
   }

@@ -75,6 +75,20 @@ std::string forward_code(const ModelConfig& c) {
     s += mlp_code("deep", "x", "h", c.deep.size(), true);
     s += "    o = torch.linear(torch.cat([c, h], 1), self.out_weight, self.out_bias)\n";
     s += "    return torch.squeeze(o, 1)\n";
+  } else if (c.kind == "dcnv2") {
+    if (c.num_dense > 0) {
+      s += mlp_code("bottom", "dense", "b", c.bottom.size() + 1, true);
+      s += "    x = torch.cat([b, torch.flatten(emb, 1)], 1)\n";
+    } else {
+      s += "    x = torch.flatten(emb, 1)\n";
+    }
+    s += "    c = x\n";
+    for (int l = 0; l < c.cross_layers; ++l) {
+      const std::string v = "self.cross_v" + std::to_string(l) + "_", w = "self.cross_w" + std::to_string(l) + "_";
+      s += "    c = x * torch.linear(torch.linear(c, " + v + "weight), " + w + "weight, " + w + "bias) + c\n";
+    }
+    s += mlp_code("top", "c", "h", c.top.size() + 1, false);
+    s += "    return torch.squeeze(h, 1)\n";
   } else if (c.kind == "dlrm") {
     if (c.num_dense > 0) {
       s += mlp_code("bottom", "dense", "b", c.bottom.size() + 1, true);
@@ -278,6 +292,11 @@ json export_manifest(const Source& s, const ExportReport& r, const data::Manifes
 }  // namespace
 
 torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
+  if (config.scripted()) {  // the user's own module, with the trained parameters
+    torch::jit::Module m = worker::scripted_copy(model);
+    if (!m.find_method("probability")) m.define(kProbabilityCode);
+    return m;
+  }
   torch::jit::Module m(c10::QualifiedName("__torch__.ember." + attribute_name(config.kind == "wide-deep" ? "wide_deep" : config.kind)));
   for (const auto& p : model.named_parameters()) {
     m.register_parameter(attribute_name(p.key()), p.value().detach().to(torch::kCPU).clone(), false);

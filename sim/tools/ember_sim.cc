@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "ember/common/cli.h"
 #include "ember/common/error.h"
 #include "ember/common/main.h"
 #include "ember/common/process.h"
@@ -254,7 +255,7 @@ void print_text(const Output& out, const scheduler::SimResult& r) {
 
 // ember-sim's command line.
 struct Flags {
-  std::string data_dir, synthetic, policies = "vanilla,laia,plan,herald";
+  std::string data_dir, synthetic;
   data::GenOptions gen;
   bool json = false, quiet = false;
   scheduler::SimOptions o;
@@ -299,7 +300,7 @@ std::vector<std::uint32_t> parse_host_map(const std::string& text, std::uint32_t
 void add_flags(CLI::App& app, Flags& f) {
   scheduler::SimOptions& o = f.o;
   data::GenOptions& gen = f.gen;
-  auto* data_opt = app.add_option("--data", f.data_dir, "dataset directory from `ember-data prep`");
+  auto* data_opt = app.add_option("--dataset", f.data_dir, "dataset directory from `ember-data prep`");
   auto* syn_opt = app.add_option("--synthetic", f.synthetic, "criteo or avazu: generate a dataset instead");
   data_opt->excludes(syn_opt);
   gen.rows = 0;
@@ -310,12 +311,11 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--session", gen.session, "synthetic: probability a row reuses the previous row's entity")->capture_default_str();
   app.add_option("--drift", gen.drift, "synthetic: popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   app.add_option("--entities", gen.entities, "synthetic: latent entities (0 = 1e6 x scale)")->capture_default_str();
-  scheduler::add_scheduler_options(app, o.scheduler, scheduler::FlagsFor::kSimulation);
-  app.add_option("--policies", f.policies, "comma-separated: vanilla, laia, plan, herald, het:S, fae:F, brute")->capture_default_str();
-  app.add_option("--iterations", o.iterations, "counted iterations")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "iterations run first and not counted")->capture_default_str();
-  app.add_option("--eval-every", o.eval_every, "the job's evaluations: flush after every N iterations (0 = at the end only)")
-      ->capture_default_str();
+  // The job's options, by the names ember-worker gives them (scheduler_cli.cc).
+  o.scheduler.policy = "vanilla,laia,plan,herald";
+  o.scheduler.iterations = 110;
+  scheduler::add_scheduler_options(app, o.scheduler, kSimProgram);
+  app.add_option("--warmup", o.warmup, "of the --iterations, the first ones run and not counted")->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
       ->capture_default_str();
   app.add_option("--ps", f.ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
@@ -333,10 +333,12 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
   app.add_flag("--json", f.json, "one JSON object per policy per line (with a per-table breakdown)");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
-  app.add_flag("--per-host", o.per_host,
-               "with --hosts or --host-map: one scheduler per host, each modelling its host's caches and exchanging evictions "
-               "with the others, as the job's processes do (the same plans; scheduler bytes and ms are one host's)");
   app.add_flag("--quiet,-q", f.quiet, "no progress lines");
+  // The names of earlier releases, now ember-worker's.
+  add_renamed_flag(app, "--data", "--dataset", true);
+  add_renamed_flag(app, "--policies", "--policy", true);
+  add_renamed_flag(app, "--threads", "--sched-threads", true);
+  add_renamed_flag(app, "--per-host", "--scheduler-per-host", false);
 }
 
 }  // namespace
@@ -345,13 +347,14 @@ int main(int argc, char** argv) {
   CLI::App app{"ember-sim: count embedding traffic per scheduling policy"};
   Flags f;
   add_flags(app, f);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-sim"); status >= 0) return status;
   return guarded_main("ember-sim", [&] {
-    if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --data DIR or --synthetic criteo|avazu");
+    if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --dataset DIR or --synthetic criteo|avazu");
+    if (f.o.warmup >= f.o.scheduler.iterations) {
+      throw ConfigError("--warmup " + std::to_string(f.o.warmup) + " leaves none of the --iterations " +
+                        std::to_string(f.o.scheduler.iterations) + " counted");
+    }
+    f.o.iterations = f.o.scheduler.iterations - f.o.warmup;  // counted
     if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
@@ -369,8 +372,8 @@ int main(int argc, char** argv) {
       f.o.host_of = [map](WorkerId w) { return map[w]; };
     }
     if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
-    if (f.o.per_host && f.hosts == 0) throw ConfigError("--per-host needs --hosts or --host-map");
-    auto list = scheduler::parse_policies(f.policies);
+    if (f.o.scheduler.scheduler_per_host && f.hosts == 0) throw ConfigError("--scheduler-per-host needs --hosts or --host-map");
+    auto list = scheduler::parse_policies(f.o.scheduler.policy);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     SyntheticDataset holder;
     fs::path dir = f.data_dir;

@@ -88,6 +88,7 @@ with tempfile.TemporaryDirectory() as d:
     stub.mkdir()
     for b in ("ember-ps", "ember-worker"):
         (stub / b).write_text(f"""#!/usr/bin/env bash
+[ "$1" = --options-json ] && exec "{BIN / b}" "$@"  # the launcher asks for the job settings
 args=()
 while [ $# -gt 0 ]; do
   if [ "$1" = --metrics-port ]; then echo "$2" > "{tmp}/port-$$"; shift 2; else args+=("$1"); shift; fi

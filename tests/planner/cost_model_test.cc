@@ -44,15 +44,15 @@ class CostModel : public test::TempDirTest {
 TEST_F(CostModel, VanillaRowsPerTableWithinTenPercentOfTheSimulator) {
   constexpr int kWorkers = 4, kBatch = 64, kWarmup = 5, kIterations = 60, kShards = 3;
   const fs::path ds = dataset(static_cast<std::uint64_t>(kWarmup + kIterations) * kWorkers * kBatch);
-  const std::string common = fmt::format(" --data {} --workers {} --batch-per-worker {} --warmup {} --iterations {} --ps {}", ds.string(),
-                                         kWorkers, kBatch, kWarmup, kIterations, kShards);
+  const std::string common = fmt::format(" --dataset {} --workers {} --batch-per-worker {} --warmup {} --iterations {} --ps {}",
+                                         ds.string(), kWorkers, kBatch, kWarmup, kWarmup + kIterations, kShards);
   // File order (both tools' default), and shuffled (ember-sim --shuffle: the split's
   // frequencies).
   for (const bool shuffled : {false, true}) {
     SCOPED_TRACE(shuffled ? "shuffled" : "file order");
     std::string sim_out, plan_out;
     ASSERT_EQ(
-        test::run_command(test::bin("ember-sim") + common + " --policies vanilla --json --quiet" + (shuffled ? " --shuffle" : ""), sim_out),
+        test::run_command(test::bin("ember-sim") + common + " --policy vanilla --json --quiet" + (shuffled ? " --shuffle" : ""), sim_out),
         0)
         << sim_out;
     ASSERT_EQ(test::run_command(test::bin("ember-plan") + common + " --json --order " + (shuffled ? "shuffled" : "file"), plan_out), 0)
@@ -126,11 +126,12 @@ TEST_F(CostModel, SampledHeraldIsTheSimulatorsCount) {
   constexpr int kWorkers = 4, kBatch = 64, kWarmup = 3, kSample = 8;
   const fs::path ds = dataset(static_cast<std::uint64_t>(kWarmup + kSample) * kWorkers * kBatch);
   const std::string common =
-      fmt::format(" --data {} --workers {} --batch-per-worker {} --warmup {} --ps 2", ds.string(), kWorkers, kBatch, kWarmup);
+      fmt::format(" --dataset {} --workers {} --batch-per-worker {} --warmup {} --ps 2", ds.string(), kWorkers, kBatch, kWarmup);
   std::string sim_out, plan_out;
-  ASSERT_EQ(test::run_command(test::bin("ember-sim") + common + fmt::format(" --iterations {} --policies herald --json --quiet", kSample),
-                              sim_out),
-            0)
+  ASSERT_EQ(
+      test::run_command(test::bin("ember-sim") + common + fmt::format(" --iterations {} --policy herald --json --quiet", kWarmup + kSample),
+                        sim_out),
+      0)
       << sim_out;
   ASSERT_EQ(test::run_command(test::bin("ember-plan") + common + fmt::format(" --policy herald --sample {} --json", kSample), plan_out), 0)
       << plan_out;
@@ -186,11 +187,11 @@ TEST_F(CostModel, MeansAndCacheLimitsAreConsistent) {
 
 TEST(EmberPlan, BadFlagsFailInOneLine) {
   std::string out;
-  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /nonexistent", out), 0);
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --dataset /nonexistent", out), 0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /tmp --workers 0", out), 0);
-  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --workers 8", out), 0);  // no --data
-  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --data /nonexistent --ps 0", out), 0);
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --dataset /tmp --workers 0", out), 0);
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --workers 8", out), 0);  // no --dataset
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --dataset /nonexistent --ps 0", out), 0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --ps 0 --quiet", out), 0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;

@@ -214,7 +214,7 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
   const std::string plan = (dir_ / "plan.json").string();
   std::string out;
   ASSERT_EQ(test::run_command(test::bin("ember-plan") +
-                                  fmt::format(" --data {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations 60 --memory 120K "
+                                  fmt::format(" --dataset {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations 65 --memory 120K "
                                               "--link-mbit 100 --plan-out {}",
                                               ds_dir.string(), plan),
                               out),
@@ -249,11 +249,12 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
 
   // Executed: ember-sim --placement counts the plan's replicated rows, and refuses a plan
   // of another dataset in one line, naming the table.
-  ASSERT_EQ(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
-                                                                   "20 --policies herald --placement {} --json -q",
-                                                                   ds_dir.string(), plan),
-                              out),
-            0)
+  ASSERT_EQ(
+      test::run_command(test::bin("ember-sim") + fmt::format(" --dataset {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
+                                                             "25 --policy herald --placement {} --json -q",
+                                                             ds_dir.string(), plan),
+                        out),
+      0)
       << out;
   const auto sim = nlohmann::json::parse(out.substr(0, out.find('\n')));
   const bool replicates = std::find(pf.treatments.begin(), pf.treatments.end(), Treatment::kReplicated) != pf.treatments.end();
@@ -277,23 +278,25 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
     EXPECT_THROW(read_plan(dir_ / "shared.json", ds), ConfigError);
   }
   // A plan is made for a batch size: another job's is refused, naming both.
-  EXPECT_NE(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 32 --warmup 5 --iterations "
-                                                                   "20 --policies herald --placement {} -q",
-                                                                   ds_dir.string(), plan),
-                              out),
-            0);
+  EXPECT_NE(
+      test::run_command(test::bin("ember-sim") + fmt::format(" --dataset {} --workers 4 --batch-per-worker 32 --warmup 5 --iterations "
+                                                             "25 --policy herald --placement {} -q",
+                                                             ds_dir.string(), plan),
+                        out),
+      0);
   EXPECT_NE(out.find("made for --batch-per-worker 64; the job runs 32"), std::string::npos) << out;
-  EXPECT_NE(test::run_command(test::bin("ember-sim") + fmt::format(" --data {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
-                                                                   "20 --policies herald --placement {} -q",
-                                                                   ds_dir.string(), (dir_ / "bad.json").string()),
-                              out),
-            0);
+  EXPECT_NE(
+      test::run_command(test::bin("ember-sim") + fmt::format(" --dataset {} --workers 4 --batch-per-worker 64 --warmup 5 --iterations "
+                                                             "25 --policy herald --placement {} -q",
+                                                             ds_dir.string(), (dir_ / "bad.json").string()),
+                        out),
+      0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_NE(out.find("table C3 has 1 rows"), std::string::npos) << out;  // the first mismatch
 
   // The batch size against the cache: each choice planned, the cheapest per sample written.
   ASSERT_EQ(test::run_command(
-                test::bin("ember-plan") + fmt::format(" --data {} --workers 4 --warmup 5 --iterations 30 --memory 120K --link-mbit 100 "
+                test::bin("ember-plan") + fmt::format(" --dataset {} --workers 4 --warmup 5 --iterations 35 --memory 120K --link-mbit 100 "
                                                       "--batch-choices 16,32,64 --plan-out {} --json",
                                                       ds_dir.string(), plan),
                 out),
@@ -313,7 +316,7 @@ TEST_F(PlacementTest, SearchNoWorseThanTheBestGreedyAndThePlanFile) {
   EXPECT_EQ(read_plan(plan, ds).batch_per_worker, best_b);
 
   // A budget below the smallest feasible plan: refused in one line, naming by how much.
-  EXPECT_NE(test::run_command(test::bin("ember-plan") + fmt::format(" --data {} --memory 1K", ds_dir.string()), out), 0);
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + fmt::format(" --dataset {} --memory 1K", ds_dir.string()), out), 0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_NE(out.find("below the smallest feasible plan"), std::string::npos) << out;
   EXPECT_NE(out.find(" by "), std::string::npos) << out;

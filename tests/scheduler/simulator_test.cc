@@ -124,8 +124,8 @@ TEST_F(Simulator, ImpossibleConfigurations) {
 // that is not a partition of the workers, a mechanism without hosts; a map of unequal
 // hosts is accepted and counts like the same hosts given as --hosts where they agree.
 TEST_F(Simulator, HostFlagsAreRefusedUnlessTheyPartitionTheWorkers) {
-  const std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 6 --warmup 1 --batch-per-worker 16 " +
-                           "--workers 4 --policies herald --json -q";
+  const std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 7 --warmup 1 --batch-per-worker 16 " +
+                           "--workers 4 --policy herald --json -q";
   const std::pair<const char*, const char*> refused[] = {
       {" --hosts 3", "--hosts 3 does not divide --workers 4"},
       {" --host-map 0,0,1", "gives 3 workers' hosts; --workers is 4"},
@@ -247,11 +247,11 @@ TEST_F(Simulator, TrainingRefusesSimulatorOnlyPolicies) {
 
 // Two processes, and one or two threads: byte-identical plans.
 TEST_F(Simulator, PlansAreIdenticalAcrossProcesses) {
-  std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 12 --warmup 2 --batch-per-worker 32 " +
-                     "--policies vanilla,herald,het:1 --digest --json -q";
+  std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 14 --warmup 2 --batch-per-worker 32 " +
+                     "--policy vanilla,herald,het:1 --digest --json -q";
   std::string a, b;
-  ASSERT_EQ(test::run_command(base + " --threads 1", a), 0) << a;
-  ASSERT_EQ(test::run_command(base + " --threads 2", b), 0) << b;
+  ASSERT_EQ(test::run_command(base + " --sched-threads 1", a), 0) << a;
+  ASSERT_EQ(test::run_command(base + " --sched-threads 2", b), 0) << b;
   EXPECT_NE(a.find("\"plan_digest\""), std::string::npos) << a;
   // Everything but the timing fields must match.
   auto strip = [](std::string s) {
@@ -267,24 +267,24 @@ TEST_F(Simulator, PlansAreIdenticalAcrossProcesses) {
   };
   EXPECT_EQ(strip(a), strip(b));
   EXPECT_EQ(std::count(a.begin(), a.end(), '\n'), 3);  // Refined allocation, with the batch in two partitions allocated in parallel.
-  std::string refined = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 12 --warmup 2 --batch-per-worker 32 " +
-                        "--policies herald --refine-allocation --partitions 2 --digest --json -q";
-  ASSERT_EQ(test::run_command(refined + " --threads 1", a), 0) << a;
-  ASSERT_EQ(test::run_command(refined + " --threads 2", b), 0) << b;
+  std::string refined = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 14 --warmup 2 --batch-per-worker 32 " +
+                        "--policy herald --refine-allocation --partitions 2 --digest --json -q";
+  ASSERT_EQ(test::run_command(refined + " --sched-threads 1", a), 0) << a;
+  ASSERT_EQ(test::run_command(refined + " --sched-threads 2", b), 0) << b;
   EXPECT_NE(a.find("\"refine_allocation\":true"), std::string::npos) << a;
   EXPECT_EQ(strip(a), strip(b));
 }
 
 // ember-sim past 64 workers, as a job of hosts runs it: 96 workers on 12 hosts, one
-// scheduler per host (--per-host, evictions exchanged) plans exactly as one scheduler of
+// scheduler per host (--scheduler-per-host, evictions exchanged) plans exactly as one scheduler of
 // every worker (the same digests and counts) and holds a fraction of its state.
 TEST_F(Simulator, PerHostReplayOfNinetySixWorkersPlansAsOneScheduler) {
-  const std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 10 --warmup 2 --workers 96 " +
-                           "--hosts 12 --batch-per-worker 8 --cache-ratio 0.02 --policies vanilla,herald --lookahead 2 --prefetch " +
+  const std::string base = test::bin("ember-sim") + " --synthetic criteo --scale 0.01 --iterations 12 --warmup 2 --workers 96 " +
+                           "--hosts 12 --batch-per-worker 8 --cache-ratio 0.02 --policy vanilla,herald --lookahead 2 --prefetch " +
                            "--eval-every 4 --digest --json -q";
   std::string whole, hosts;
   ASSERT_EQ(test::run_command(base, whole), 0) << whole;
-  ASSERT_EQ(test::run_command(base + " --per-host", hosts), 0) << hosts;
+  ASSERT_EQ(test::run_command(base + " --scheduler-per-host", hosts), 0) << hosts;
   std::istringstream a(whole), b(hosts);
   std::string la, lb;
   int lines = 0;
@@ -298,16 +298,22 @@ TEST_F(Simulator, PerHostReplayOfNinetySixWorkersPlansAsOneScheduler) {
   }
   EXPECT_EQ(lines, 2);
   std::string out;
-  EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --per-host 2>&1", out), 0);
-  EXPECT_NE(out.find("--per-host needs --hosts or --host-map"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --scheduler-per-host 2>&1", out), 0);
+  EXPECT_NE(out.find("--scheduler-per-host needs --hosts or --host-map"), std::string::npos) << out;
 }
 
 TEST_F(Simulator, CliErrors) {
   std::string out;
-  EXPECT_EQ(test::run_command(test::bin("ember-sim") + " --synthetic criteo --policies fastest", out), 2);
+  EXPECT_EQ(test::run_command(test::bin("ember-sim") + " --synthetic criteo --policy fastest", out), 2);
   EXPECT_NE(out.find("unknown policy 'fastest'"), std::string::npos) << out;
   EXPECT_EQ(test::run_command(test::bin("ember-sim") + " --workers 8", out), 2);
-  EXPECT_NE(out.find("--data"), std::string::npos) << out;
+  EXPECT_NE(out.find("--dataset"), std::string::npos) << out;
+  // The names of earlier releases say what they are now called.
+  EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --policies herald 2>&1", out), 0) << out;
+  EXPECT_NE(out.find("--policies is now called --policy"), std::string::npos) << out;
+  // --iterations include the --warmup ones, as a job's include every batch it trains.
+  EXPECT_EQ(test::run_command(test::bin("ember-sim") + " --synthetic criteo --iterations 10 --warmup 10 2>&1", out), 2) << out;
+  EXPECT_NE(out.find("--warmup 10 leaves none of the --iterations 10 counted"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -38,13 +38,14 @@ ModelConfig small_config(const std::string& kind, std::uint32_t num_dense) {
   c.top = {16};
   c.deep = {16, 8};
   c.cross_layers = 2;
+  c.cross_rank = 6;
   return c;
 }
 
 TEST(ScriptedModel, ComputesCtrModelsForwardForEveryKind) {
   torch::NoGradGuard no_grad;
   for (const auto& [kind, num_dense] : std::vector<std::pair<std::string, std::uint32_t>>{
-           {"dlrm", 13}, {"dlrm", 0}, {"wide-deep", 13}, {"deepfm", 13}, {"dcn", 13}, {"deepfm", 0}}) {
+           {"dlrm", 13}, {"dlrm", 0}, {"wide-deep", 13}, {"deepfm", 13}, {"dcn", 13}, {"deepfm", 0}, {"dcnv2", 13}, {"dcnv2", 0}}) {
     SCOPED_TRACE(kind + " with " + std::to_string(num_dense) + " dense features");
     const ModelConfig c = small_config(kind, num_dense);
     torch::manual_seed(11);

@@ -45,6 +45,7 @@ struct JobOptions {
   std::uint64_t iterations = kIterations;
   std::string cache_ratio = "0.15";
   std::string model = "dlrm";
+  std::string model_file;  // --model-file (instead of --model)
   std::string cache_backend = "auto";
   std::string device = "cpu";
   std::string dense_optimizer = "sgd";
@@ -152,6 +153,7 @@ class JobTest : public test::TempDirTest {
     c.iterations = o.iterations;
     c.seed = kSeed;
     c.model.kind = o.model;
+    c.model.file = o.model_file;
     c.model.bottom = {16};
     c.model.top = {16};
     c.model.deep = {16};
@@ -221,6 +223,7 @@ class JobTest : public test::TempDirTest {
     if (o.host_aggregation) a.push_back("--host-aggregation");
     if (o.host_allocation) a.push_back("--host-allocation");
     if (o.peer_sync) a.push_back("--peer-sync");
+    if (!o.model_file.empty()) a.insert(a.end(), {"--model-file", o.model_file});
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");
@@ -400,6 +403,25 @@ class JobTest : public test::TempDirTest {
     return o;
   }
 
+  // A 2 x 2 herald + Adagrad job `o` (checkpointing_job's, checkpointing every 4)
+  // trains the one-process model; resumed from its checkpoint of iteration 7 it ends bit
+  // for bit as the uninterrupted job. `what` names the job; the whole job's result.
+  JobResult expect_resumes_exactly(const fs::path& data, JobOptions o, const std::string& name, const std::string& what) {
+    o.optimizer = "adagrad";
+    o.dense_optimizer = "adagrad";
+    o.workers_per_host = 2;
+    const JobResult whole = run_job_like_one_process(data, o, name + "-whole", what + ", checkpointing");
+    const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
+    EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume proves nothing";
+    JobOptions resumed = o;
+    resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
+    resumed.worker_args.push_back("--resume");
+    const JobResult r = run_job_like_one_process(data, resumed, name + "-resumed", what + ", resumed at iteration 7");
+    EXPECT_EQ(max_abs_diff(whole.dump.rows, r.dump.rows), 0.0) << what;
+    EXPECT_EQ(max_abs_diff(whole.dump.dense, r.dump.dense), 0.0) << what;
+    return whole;
+  }
+
   // Expects the checkpoint of iteration `it` to hold one-process training of `it`
   // iterations, and every worker's dense state of it to be written; returns its rows.
   std::vector<float> expect_checkpoint_of(const fs::path& data, const JobOptions& o, std::uint64_t it) {
@@ -511,7 +533,7 @@ class JobTest : public test::TempDirTest {
   std::map<std::string, std::uint64_t> simulate(const fs::path& data, const JobOptions& o) {
     std::string out;
     const std::string cmd =
-        test::bin("ember-sim") + " --data " + data.string() + " --policies " + o.policy + " --workers " + std::to_string(o.workers) +
+        test::bin("ember-sim") + " --dataset " + data.string() + " --policy " + o.policy + " --workers " + std::to_string(o.workers) +
         " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio + " --iterations " +
         std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --lookahead " + std::to_string(o.lookahead) +
         " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +

@@ -13,13 +13,17 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/worker/worker_options.h"
 
 namespace ember::worker {
 namespace {
@@ -122,16 +126,59 @@ TEST(WorkerOptionsCompare, NamesEachOptionByItsFlagWithBothValues) {
             "--dataset other, the job has " + kDataset);
 }
 
-TEST(WorkerOptionsCompare, EveryFlagIsEmberWorkersAndAppearsOnce) {
-  // ember-worker's own flags, and the scheduler's it declares through add_scheduler_options.
-  const std::string source = read_file(fs::path(EMBER_SOURCE_DIR) / "worker/tools/ember_worker.cc") +
-                             read_file(fs::path(EMBER_SOURCE_DIR) / "scheduler/src/scheduler_cli.cc");
+TEST(WorkerOptionsCompare, EveryOptionIsDeclaredOnceAndRegistered) {
+  // ember-worker's command line is the registry's: every option that must agree is a flag
+  // of it, each declared once.
+  TrainConfig c = base_config();
+  CLI::App app;
+  add_worker_options(app, c);
   const OptionValues v = agreed_options(base_config(), kDataset);
   EXPECT_GE(v.size(), 20u);
   for (std::size_t i = 0; i < v.size(); ++i) {
-    EXPECT_NE(source.find("\"" + v[i].first + "\""), std::string::npos) << v[i].first << " is no flag of ember-worker";
+    EXPECT_NE(app.get_option_no_throw(v[i].first), nullptr) << v[i].first << " is no flag of ember-worker";
     for (std::size_t j = 0; j < i; ++j) EXPECT_NE(v[i].first, v[j].first);
   }
+  std::set<std::string> flags;
+  for (const auto& d : worker_options()) EXPECT_TRUE(flags.insert(d.flag).second) << d.flag << " declared twice";
+  // A command line sets the fields the registry binds, parsed as ember-worker parses.
+  const char* argv[] = {
+      "ember-worker",         "--dataset",    "d", "--lookahead", "3", "--bottom-mlp", "8-4", "--heartbeat-timeout-ms", "250",
+      "--scheduler-per-host", "--eval-every", "9"};
+  app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
+  EXPECT_EQ(c.dataset, "d");
+  EXPECT_EQ(c.lookahead, 3u);
+  EXPECT_EQ(c.model.bottom, (std::vector<std::int64_t>{8, 4}));
+  EXPECT_EQ(c.heartbeat_timeout, std::chrono::milliseconds(250));
+  EXPECT_TRUE(c.scheduler_per_host);
+  EXPECT_EQ(c.eval_every, 9u);
+  // A layer list that is not one fails the parse, naming the flag.
+  TrainConfig d;
+  CLI::App bad;
+  add_worker_options(bad, d);
+  const char* wrong[] = {"ember-worker", "--dataset", "d", "--top-mlp", "8-x"};
+  try {
+    bad.parse(static_cast<int>(std::size(wrong)), const_cast<char**>(wrong));
+    ADD_FAILURE() << "8-x parsed";
+  } catch (const CLI::ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("--top-mlp '8-x'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(WorkerOptionsCompare, OptionsJsonListsTheLaunchersSettings) {
+  // What scripts/ember_job.py reads: the job settings with their kinds and defaults.
+  const auto j = nlohmann::json::parse(worker_options_json(TrainConfig{}));
+  std::map<std::string, nlohmann::json> settings;
+  for (const auto& o : j) {
+    if (o.at("setting").get<bool>()) settings[o.at("flag")] = o;
+  }
+  ASSERT_EQ(settings.size(), 8u);
+  EXPECT_EQ(settings.at("--policy").at("default"), "herald");
+  EXPECT_EQ(settings.at("--lookahead").at("kind"), "integer");
+  EXPECT_EQ(settings.at("--eviction").at("default"), "auto");  // as written, not as resolved
+  EXPECT_EQ(settings.at("--prefetch").at("kind"), "flag");
+  EXPECT_EQ(settings.at("--prefetch").at("default"), "off");
+  EXPECT_EQ(settings.at("--placement").at("default"), "");
+  for (const char* f : {"--refine-allocation", "--overlap-allreduce", "--model-file"}) EXPECT_EQ(settings.count(f), 1u) << f;
 }
 
 TEST(WorkerOptionsCompare, TravelsAsJsonAndNamesFlagsOnlyOneSideKnows) {

@@ -37,25 +37,6 @@ using namespace test_jobs;
 
 class Training : public JobTest {
  protected:
-  // A 2 x 2 herald + Adagrad job `o` (checkpointing_job's, checkpointing every 4)
-  // trains the one-process model; resumed from its checkpoint of iteration 7 it ends bit
-  // for bit as the uninterrupted job. `what` names the job; the whole job's result.
-  JobResult expect_resumes_exactly(const fs::path& data, JobOptions o, const std::string& name, const std::string& what) {
-    o.optimizer = "adagrad";
-    o.dense_optimizer = "adagrad";
-    o.workers_per_host = 2;
-    const JobResult whole = run_job_like_one_process(data, o, name + "-whole", what + ", checkpointing");
-    const std::vector<float> at7 = expect_checkpoint_of(data, o, 7);
-    EXPECT_GT(max_abs_diff(at7, whole.dump.rows), 1e-4) << "iterations 7-9 changed nothing: the resume proves nothing";
-    JobOptions resumed = o;
-    resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
-    resumed.worker_args.push_back("--resume");
-    const JobResult r = run_job_like_one_process(data, resumed, name + "-resumed", what + ", resumed at iteration 7");
-    EXPECT_EQ(max_abs_diff(whole.dump.rows, r.dump.rows), 0.0) << what;
-    EXPECT_EQ(max_abs_diff(whole.dump.dense, r.dump.dense), 0.0) << what;
-    return whole;
-  }
-
   void expect_survivors_end_when_stopped(const JobOptions& o, std::uint32_t victim, const std::string& name) {
     const fs::path data = dataset(4000);
     Processes ps;

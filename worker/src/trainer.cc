@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -58,7 +59,7 @@ class Worker {
   void take_tallies() {
     wire_.framed = job_.ps().tally();
     wire_.links = link_traffic(job_.hosts(), job_.rank(), job_.ps().tally_by_shard(), job_.ps().socket_bytes_by_shard(),
-                               c_.allreduce == "hierarchical", wire_.allreduce_bytes, wire_.relay);
+                               c_.allreduce == "hierarchical", wire_.allreduce_bytes, wire_.handed);
   }
 
   TrainConfig c_;
@@ -96,10 +97,10 @@ scheduler::SchedulerConfig Worker::set_up() {
   scheduler::set_hosts(sc, c_, job_.hosts().host_of, job_.hosts().host_of[job_.rank()]);
   report_->set_rank(job_.rank());
   life_.emplace(c_, job_);
-  collective_.emplace(c_, job_.control(), job_.rank(), device_, job_.hosts());
+  collective_.emplace(c_, c_.workers, job_.control(), job_.rank(), device_, job_.hosts());
   if (c_.host_aggregation || c_.peer_sync) host_channel_ = make_host_channel(c_, job_.control(), job_.rank(), job_.hosts());
   if (c_.scheduler_per_host && job_.hosts().hosts() > 1) {
-    evictions_ = make_eviction_channel(c_, job_.control(), job_.rank());
+    evictions_ = make_eviction_channel(c_, c_.workers, job_.control(), job_.rank());
     spdlog::info("worker {}: its scheduler models host {}'s {} workers of {}; the hosts exchange their evictions", job_.rank(),
                  sc.model_host, job_.hosts().workers[job_.hosts().host_of[job_.rank()]].size(), c_.workers);
   }
@@ -114,6 +115,10 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
   c_.model.num_dense = static_cast<std::uint32_t>(ds_->num_dense());
   c_.model.num_tables = static_cast<std::uint32_t>(ds_->num_tables());
   c_.model.dim = dim;
+  if (c_.model.scripted()) {  // what checkpoints and dumps record, to be read back from anywhere
+    c_.model.file = std::filesystem::absolute(c_.model.file).string();
+    c_.model.file_identity = model_file_identity(c_.model.file);
+  }
   torch::manual_seed(c_.seed);
   model_ = make_model(c_.model);  // initialized on the CPU: the same weights on every device
   model_->to(device_);

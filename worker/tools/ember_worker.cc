@@ -16,9 +16,9 @@
 #include "ember/common/signals.h"
 #include "ember/monitor/exporter.h"
 #include "ember/ps/sparse_optimizer.h"
-#include "ember/scheduler/scheduler_cli.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
+#include "ember/worker/worker_options.h"
 #include "reference.h"
 
 namespace {
@@ -81,13 +81,12 @@ int main(int argc, char** argv) {
   using namespace ember;
   CLI::App app{"ember-worker: trains a CTR model on its share of every global batch, with a Herald-style scheduler"};
   worker::TrainConfig c;
-  std::string token_file, log_level = "info", bottom = "512-256-64", top = "512-256", deep = "400-400-400";
-  int heartbeat_ms = 10000, timeout_ms = 30000, join_timeout_ms = 120000;
+  std::string token_file, log_level = "info";
   std::uint16_t metrics_port = 0;
   std::string metrics_address;
   add_config_option(app);
-  app.add_option("--dataset", c.dataset, "ember-data dataset directory")->required();
-  app.add_option("--coordinator", c.coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)");
+  // Every option of the job (worker/src/job/worker_options.cc); below, this program's own.
+  worker::add_worker_options(app, c);
   bool reference = false;
   std::uint32_t ref_dim = 16;
   std::string ref_optimizer = "sgd";
@@ -98,61 +97,19 @@ int main(int argc, char** argv) {
   app.add_option("--dim", ref_dim, "--reference: embedding dimension (normally the PS's)")->capture_default_str();
   app.add_option("--optimizer", ref_optimizer, "--reference: sparse optimizer (normally the PS's)")->capture_default_str();
   app.add_option("--lr", ref_lr, "--reference: sparse learning rate (normally the PS's)")->capture_default_str();
-  app.add_option("--token", c.token, "job token");
   app.add_option("--token-file", token_file, "read the job token from this file");
-  app.add_option("--rank", c.rank, "this worker's rank (default: assigned at join)");
-  scheduler::add_scheduler_options(app, c, scheduler::FlagsFor::kTraining);
-  app.add_option("--policy", c.policy, "vanilla, laia, plan, herald, het:S, fae:F (hottest fraction F replicated on every worker)")
-      ->capture_default_str();
-  app.add_option("--device", c.device, "cpu, cuda or cuda:N (the embedding cache then lives in GPU memory)")->capture_default_str();
-  app.add_option("--cache-backend", c.cache_backend, "auto, host (CPU memory, the PS's optimizer code) or tensor (device memory)")
-      ->capture_default_str();
-  app.add_option("--transport", c.transport, "data plane to the PS shards: tcp or rdma")->capture_default_str();
-  app.add_option("--ps-connections", c.ps_connections, "data connections per PS shard (keys spread over them)")->capture_default_str();
-  app.add_option("--rdma-slot-mib", c.rdma_slot_mib, "RDMA: largest reply (pulled rows) in MiB")->capture_default_str();
-  app.add_option("--socket-buffer-kib", c.socket_buffer_kib, "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, 1u << 21));
-  app.add_option("--model", c.model.kind, "wide-deep, deepfm, dcn, dlrm")->capture_default_str();
-  app.add_option("--bottom-mlp", bottom, "dlrm bottom MLP (then the embedding dim)")->capture_default_str();
-  app.add_option("--top-mlp", top, "dlrm top MLP (then 1)")->capture_default_str();
-  app.add_option("--deep-mlp", deep, "wide-deep / deepfm / dcn deep MLP")->capture_default_str();
-  app.add_option("--cross-layers", c.model.cross_layers, "dcn cross layers")->capture_default_str();
-  app.add_option("--iterations", c.iterations, "global batches to train")->capture_default_str();
-  app.add_option("--dense-optimizer", c.dense_optimizer, "sgd or adagrad")->capture_default_str();
-  app.add_option("--dense-lr", c.dense_lr, "dense learning rate")->capture_default_str();
-  app.add_option("--eval-every", c.eval_every, "evaluate every N iterations (0: only at the end)")->capture_default_str();
-  app.add_flag("--overlap-allreduce", c.overlap_allreduce,
-               "sum the dense gradients over the workers while the PS exchange runs (waited for before the next forward pass)");
-  app.add_option("--eval-samples", c.eval_samples, "validation samples per evaluation (0: all)")->capture_default_str();
-  app.add_option("--torch-threads", c.torch_threads, "LibTorch intra-op threads")->capture_default_str();
-  app.add_option("--progress-every", c.progress_every, "iterations between progress lines (worker 0)")->capture_default_str();
-  app.add_option("--metrics", c.metrics_file, "JSON lines: one per iteration, evaluation and the summary");
-  app.add_option("--dump-dir", c.dump_dir, "worker 0 writes the final dense weights and every embedding row here");
-  app.add_option("--checkpoint-dir", c.checkpoint_dir,
-                 "write this worker's dense model and optimizer here at every PS checkpoint (ember-ps --checkpoint-every), for --resume; "
-                 "with it, SIGTERM/SIGINT stops the job at a checkpoint a few iterations on (a second signal stops now)");
-  app.add_option("--keep-checkpoints", c.keep_checkpoints, "keep this worker's newest N dense checkpoints (0: all)")->capture_default_str();
-  app.add_flag("--resume", c.resume,
-               "continue from the iteration the PS shards restored (ember-ps --restore), with the dense state of that iteration from "
-               "--checkpoint-dir");
   app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: none)")
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --gloo-host address)");
-  app.add_option("--gloo-host", c.gloo_host, "address the dense all-reduce (Gloo) binds on")->capture_default_str();
-  app.add_option("--host", c.host, "the host this worker runs on, as the job names it (default: this machine's host name)");
-  app.add_option("--allreduce", c.allreduce,
-                 "dense all-reduce: flat (one ring over every worker) or hierarchical (within each host, across the hosts' "
-                 "leaders, back within the host)")
-      ->check(CLI::IsMember({"flat", "hierarchical"}))
-      ->capture_default_str();
-  app.add_flag("--host-aggregation", c.host_aggregation,
-               "per-host aggregation: a row of a PS shard on another host crosses once per host and phase (pulled by one worker "
-               "of the host and handed to the others; gradients summed within the host and pushed once)");
-  app.add_option("--timeout-ms", timeout_ms, "PS request timeout")->capture_default_str();
-  app.add_option("--join-timeout-ms", join_timeout_ms, "wait this long for the job to form")->capture_default_str();
-  app.add_option("--heartbeat-timeout-ms", heartbeat_ms, "silence after which a peer is reported dead")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  // Before parsing: it needs no --dataset.
+  app.add_flag_callback(
+      "--options-json",
+      [&c] {
+        std::printf("%s\n", worker::worker_options_json(c).c_str());
+        throw CLI::Success();
+      },
+      "print every job option as JSON (flag, kind, default, help, agreed, setting; the launchers read it) and exit");
   if (const int status = parse_command_line(app, argc, argv, "ember-worker"); status >= 0) return status;
   return guarded_main("ember-worker", [&] {
     setup_logging(log_level);
@@ -160,12 +117,7 @@ int main(int argc, char** argv) {
     c.stop = &stop;
     const SignalThread signals = stop_signals(stop);
     if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
-    c.model.bottom = worker::parse_layers(bottom, "--bottom-mlp");
-    c.model.top = worker::parse_layers(top, "--top-mlp");
-    c.model.deep = worker::parse_layers(deep, "--deep-mlp");
-    c.timeout = std::chrono::milliseconds(timeout_ms);
-    c.heartbeat_timeout = std::chrono::milliseconds(heartbeat_ms);
-    c.join_timeout = std::chrono::milliseconds(join_timeout_ms);
+    if (c.model.scripted()) worker::check_model_file(c.model.file);  // before the job forms
     spdlog::info("{}", worker::describe(worker::select_device(false)));
     if (reference) return run_reference(c, ref_optimizer, ref_lr, ref_dim);
     return train(c, metrics_port, metrics_address);

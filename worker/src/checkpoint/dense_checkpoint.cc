@@ -112,7 +112,7 @@ fs::path dense_checkpoint_file(const fs::path& dir, std::uint32_t rank, std::uin
 
 json DenseCheckpoints::meta(std::uint64_t iteration) const {
   return {{"iteration", iteration},
-          {"model", c_.model.kind},
+          {"model", c_.model.effective_kind()},
           {"dense_optimizer", c_.dense_optimizer},
           {"dense_lr", c_.dense_lr},
           {"seed", c_.seed},

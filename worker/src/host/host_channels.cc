@@ -80,18 +80,19 @@ class GlooEvictionChannel : public EvictionChannel {
 
 }  // namespace
 
-std::unique_ptr<EvictionChannel> make_eviction_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank) {
+std::unique_ptr<EvictionChannel> make_eviction_channel(const ConnectOptions& c, std::uint32_t workers, transport::ControlMember& control,
+                                                       std::uint32_t rank) {
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<ControlStore>(control, "sched/", c.join_timeout);
   const auto timeout = group_timeout(c);
-  return std::make_unique<GlooEvictionChannel>(gloo_group(store, rank, c.workers, c, timeout), c.workers);
+  return std::make_unique<GlooEvictionChannel>(gloo_group(store, rank, workers, c, timeout), workers);
 }
 
-std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank,
+std::unique_ptr<HostChannel> make_host_channel(const ConnectOptions& c, transport::ControlMember& control, std::uint32_t rank,
                                                const HostMap& hosts) {
   const std::uint32_t h = hosts.host_of[rank];
   if (hosts.workers[h].size() < 2) return nullptr;
   c10::intrusive_ptr<c10d::Store> store =
-      c10::make_intrusive<ControlStore>(control, "relay/host" + std::to_string(h) + "/", c.join_timeout);
+      c10::make_intrusive<ControlStore>(control, "handoff/host" + std::to_string(h) + "/", c.join_timeout);
   const auto timeout = group_timeout(c);
   return std::make_unique<GlooHostChannel>(
       gloo_group(store, hosts.local_rank(rank), static_cast<std::uint32_t>(hosts.workers[h].size()), c, timeout));

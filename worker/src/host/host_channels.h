@@ -16,12 +16,13 @@ namespace ember::worker {
 // The channel per-host aggregation hands rows over (host_exchange.h): a Gloo group of this
 // worker's host of its own (apart from the all-reduce's, whose sums run on other
 // threads), rendezvous over the control plane. Null where the host has one worker.
-std::unique_ptr<HostChannel> make_host_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank,
+std::unique_ptr<HostChannel> make_host_channel(const ConnectOptions& c, transport::ControlMember& control, std::uint32_t rank,
                                                const HostMap& hosts);
 
 // The channel the hosts' schedulers exchange their evictions over
 // (eviction_exchange.h): a Gloo group of every worker of its own, used by the loader's
 // thread.
-std::unique_ptr<EvictionChannel> make_eviction_channel(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank);
+std::unique_ptr<EvictionChannel> make_eviction_channel(const ConnectOptions& c, std::uint32_t workers, transport::ControlMember& control,
+                                                       std::uint32_t rank);
 
 }  // namespace ember::worker

@@ -28,10 +28,10 @@ void HostExchange::gradient_buffers(const HandOffs& h, SlotOf&& slot_of, std::ve
     for (std::uint32_t pos : h.send[j]) slots.push_back(slot_of(pos));
     cache_.read_grads(slots, send[j]);
     recv[j].resize(h.recv[j].size() * row_.dim);
-    wire_.relay.push_grad.out += send[j].size() * sizeof(float);
-    wire_.relay.push_grad.in += recv[j].size() * sizeof(float);
+    wire_.handed.push_grad.out += send[j].size() * sizeof(float);
+    wire_.handed.push_grad.in += recv[j].size() * sizeof(float);
   }
-  wire_.relay.push_grad.rows += h.sent();
+  wire_.handed.push_grad.rows += h.sent();
 }
 
 HandedGrads HostExchange::hand_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots) {
@@ -58,12 +58,12 @@ void HostExchange::hand_values(const StepPlan& p, const HandOffs& h) {
     for (std::uint32_t pos : h.send[j]) slots.push_back(p.hand_values[pos].slot);
     cache_.read_rows(slots, send[j]);
     peer_rows_[j].resize(h.recv[j].size() * full);
-    wire_.relay.push_value.out += send[j].size() * sizeof(float);
-    wire_.relay.push_value.in += peer_rows_[j].size() * sizeof(float);
+    wire_.handed.push_value.out += send[j].size() * sizeof(float);
+    wire_.handed.push_value.in += peer_rows_[j].size() * sizeof(float);
   }
   ch.exchange(send, peer_rows_);
   peer_at_ = h.recv;
-  wire_.relay.push_value.rows += h.received();
+  wire_.handed.push_value.rows += h.received();
 }
 
 void HostExchange::take_peer_rows(const StepPlan& p, std::uint64_t t) {
@@ -133,9 +133,9 @@ void HostExchange::hand_pulled_rows(const StepPlan& p, const HandOffs& h) {
   }
   cache_.fill(with_state.slots, with_state.keys, with_state.rows.data(), true);
   cache_.fill(without_state.slots, without_state.keys, without_state.rows.data(), false);
-  wire_.relay.pull.rows += h.received();
-  wire_.relay.pull.out += out * sizeof(float);
-  wire_.relay.pull.in += in * sizeof(float);
+  wire_.handed.pull.rows += h.received();
+  wire_.handed.pull.out += out * sizeof(float);
+  wire_.handed.pull.in += in * sizeof(float);
 }
 
 void HostExchange::start_apply(const StepPlan& p, const HandOffs& h) {

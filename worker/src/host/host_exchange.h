@@ -39,7 +39,7 @@ class HostExchange {
   // Whether this worker shares its host with others under the host tier (a channel).
   bool active() const { return channel_ != nullptr; }
   // The gradients in `slots` (a phase's list) that `h` hands to other workers, sent;
-  // returns those handed here. Counted in wire.relay.push_grad.
+  // returns those handed here. Counted in wire.handed.push_grad.
   HandedGrads hand_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots);
   // Peer sync, in the sync phase: the plan's hand_values go to their trainers on this
   // host, and the rows handed here wait for take_peer_rows.
@@ -63,7 +63,7 @@ class HostExchange {
   HostChannel& channel(const char* what);
   // The gradients `h` hands over, per local rank: those of the slots slot_of(position)
   // read into `send`, and `recv` sized for those coming here; counted in
-  // wire.relay.push_grad (hand_grads, start_apply).
+  // wire.handed.push_grad (hand_grads, start_apply).
   template <typename SlotOf>
   void gradient_buffers(const HandOffs& h, SlotOf&& slot_of, std::vector<std::vector<float>>& send, std::vector<std::vector<float>>& recv);
 

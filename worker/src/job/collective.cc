@@ -98,8 +98,8 @@ std::function<std::function<void()>(std::vector<torch::Tensor>&)> hierarchical(G
 
 }  // namespace
 
-Collective::Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device,
-                       const HostMap& hosts) {
+Collective::Collective(const ConnectOptions& c, std::uint32_t workers, transport::ControlMember& control, std::uint32_t rank,
+                       torch::Device device, const HostMap& hosts) {
   // The rendezvous goes over the control plane (authenticated by the job token), not a
   // c10d TCPStore on an open port.
   c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<ControlStore>(control, "c10d/", c.join_timeout);
@@ -111,7 +111,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
   if (device.is_cuda()) {
     auto nccl = c10d::ProcessGroupNCCL::Options::create();
     nccl->timeout = timeout;
-    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(c.workers), nccl);
+    auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(workers), nccl);
     start_ = starter(pg, store);
     on_device_ = true;
     return;
@@ -128,7 +128,7 @@ Collective::Collective(const TrainConfig& c, transport::ControlMember& control, 
     start_ = hierarchical(host, leaders);
     return;
   }
-  start_ = starter(gloo_group(store, rank, c.workers, c, timeout), store);
+  start_ = starter(gloo_group(store, rank, workers, c, timeout), store);
 }
 
 }  // namespace ember::worker

@@ -20,7 +20,8 @@ class Collective {
   // `--allreduce hierarchical` (Gloo): a group per host and one of the hosts' leaders
   // (`hosts`); each sum is a reduce to the leader, an all-reduce over the leaders and a
   // broadcast back, so only the leaders' ring crosses hosts.
-  Collective(const TrainConfig& c, transport::ControlMember& control, std::uint32_t rank, torch::Device device, const HostMap& hosts);
+  Collective(const ConnectOptions& c, std::uint32_t workers, transport::ControlMember& control, std::uint32_t rank, torch::Device device,
+             const HostMap& hosts);
   // Starts summing `tensors` over the workers, in place (c10d runs it on its own
   // threads); the sum is there once the returned function, called once, returns.
   // `tensors` must live until then.

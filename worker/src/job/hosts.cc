@@ -91,9 +91,9 @@ PeerBytes allreduce_link_bytes(const HostMap& m, std::uint32_t rank, bool hierar
 
 Links link_traffic(const HostMap& m, std::uint32_t rank, const std::vector<ps::WireTally>& by_shard,
                    const std::vector<ps::PsClient::SocketBytes>& socket, bool hierarchical, std::uint64_t allreduce_bytes,
-                   const ps::WireTally& relay) {
+                   const ps::WireTally& handed) {
   Links l;
-  l.intra_host.relay = relay;
+  l.intra_host.handed = handed;
   const std::string& mine = m.names[m.host_of[rank]];
   for (std::size_t s = 0; s < by_shard.size(); ++s) {
     const bool local = s < m.shard_hosts.size() && m.shard_hosts[s] == mine;

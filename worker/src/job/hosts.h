@@ -48,10 +48,10 @@ PeerBytes allreduce_link_bytes(const HostMap& m, std::uint32_t rank, bool hierar
 // Worker `rank`'s traffic by link class: each shard's tally (PsClient::tally_by_shard)
 // and socket bytes (PsClient::socket_bytes_by_shard) within the host where the shard's
 // host is the worker's, across hosts otherwise; the rows handed within the host
-// (`relay`, WireCounts::relay) within it.
+// (`handed`, WireCounts::handed) within it.
 Links link_traffic(const HostMap& m, std::uint32_t rank, const std::vector<ps::WireTally>& by_shard,
                    const std::vector<ps::PsClient::SocketBytes>& socket, bool hierarchical, std::uint64_t allreduce_bytes,
-                   const ps::WireTally& relay = {});
+                   const ps::WireTally& handed = {});
 // What worker `rank` needs of the map to plan per-host aggregation (host/host_plans.h).
 HostGroup host_group(const HostMap& m, std::uint32_t rank);
 

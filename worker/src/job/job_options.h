@@ -5,8 +5,8 @@
 // training apart or failing later with a riddle (a barrier's generations, a gradient
 // aggregation not yet applied).
 //
-// The table of options and the decision for every TrainConfig field (agrees or may differ
-// per worker) are in job_options.cc.
+// Which options must agree is declared with each option (worker_options.cc, and the
+// scheduler's in scheduler_cli.cc).
 #pragma once
 
 #include <string>
@@ -21,7 +21,7 @@ namespace ember::worker {
 // The control-plane key worker 0 publishes its option values under.
 inline constexpr const char* kWorkerOptionsKey = "worker_options";
 
-// (flag, value) in the table's order, e.g. {"--dense-lr", "0.01"}.
+// (flag, value) in the registry's order, e.g. {"--dense-lr", "0.01"}.
 using OptionValues = std::vector<std::pair<std::string, std::string>>;
 
 // A dataset's identity as the workers compare it: its training rows, dense features,

@@ -1,8 +1,12 @@
 #include "ember/worker/model_config.h"
 
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
+#include "ember/common/fs.h"
+#include "ember/common/hash.h"
 
 namespace ember::worker {
 
@@ -26,16 +30,29 @@ std::vector<std::int64_t> parse_layers(const std::string& text, const std::strin
   return out;
 }
 
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelConfig, kind, num_dense, num_tables, dim, bottom, top, deep, cross_layers)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelConfig, kind, num_dense, num_tables, dim, bottom, top, deep, cross_layers, cross_rank, file,
+                                   file_identity)
 
 std::string model_config_json(const ModelConfig& c) { return nlohmann::json(c).dump(); }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
   try {
-    return nlohmann::json::parse(json_text).get<ModelConfig>();
+    nlohmann::json j = nlohmann::json::parse(json_text);
+    // Written before model files and dcnv2: their defaults.
+    const ModelConfig defaults;
+    if (!j.contains("cross_rank")) j["cross_rank"] = defaults.cross_rank;
+    if (!j.contains("file")) j["file"] = "";
+    if (!j.contains("file_identity")) j["file_identity"] = "";
+    return j.get<ModelConfig>();
   } catch (const nlohmann::json::exception& e) {
     throw DataError(origin + ": not a model configuration: " + e.what());
   }
+}
+
+std::string model_file_identity(const std::string& path) {
+  if (path.empty()) return "none";
+  const std::string bytes = read_file(path);
+  return fmt::format("a TorchScript file of {} bytes, contents {:016x}", bytes.size(), fnv1a64(bytes));
 }
 
 }  // namespace ember::worker

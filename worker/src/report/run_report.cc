@@ -64,9 +64,9 @@ json link_json(const LinkTraffic& l) {
           {"ps_bytes_in", l.ps_in},
           {"peer_bytes_out", l.peer_out},
           {"peer_bytes_in", l.peer_in},
-          {"relay_rows", {{"pull", l.relay.pull.rows}, {"push_grad", l.relay.push_grad.rows}, {"push_value", l.relay.push_value.rows}}},
-          {"relay_bytes_out", l.relay.out()},
-          {"relay_bytes_in", l.relay.in()},
+          {"relay_rows", {{"pull", l.handed.pull.rows}, {"push_grad", l.handed.push_grad.rows}, {"push_value", l.handed.push_value.rows}}},
+          {"relay_bytes_out", l.handed.out()},
+          {"relay_bytes_in", l.handed.in()},
           {"bytes_out", l.out()},
           {"bytes_in", l.in()}};
 }
@@ -146,8 +146,8 @@ struct RunReport::Live {
     for (const auto& [link, l] : {std::pair<const char*, const LinkTraffic*>{"intra_host", &wire.links.intra_host},
                                   std::pair<const char*, const LinkTraffic*>{"cross_host", &wire.links.cross_host}}) {
       const std::tuple<const char*, const char*, std::uint64_t> bytes[] = {
-          {"ps", "out", l->ps_out},     {"ps", "in", l->ps_in},           {"worker", "out", l->peer_out},
-          {"worker", "in", l->peer_in}, {"relay", "out", l->relay.out()}, {"relay", "in", l->relay.in()}};
+          {"ps", "out", l->ps_out},          {"ps", "in", l->ps_in},         {"worker", "out", l->peer_out}, {"worker", "in", l->peer_in},
+          {"relay", "out", l->handed.out()}, {"relay", "in", l->handed.in()}};
       for (const auto& [peer, dir, n] : bytes)
         out.counter("ember_worker_link_bytes_total", link_bytes_help, {{"rank", rank}, {"link", link}, {"peer", peer}, {"direction", dir}},
                     d(n));
@@ -156,10 +156,11 @@ struct RunReport::Live {
       for (const auto& [kind, n] : kinds)
         out.counter("ember_worker_link_rows_total", link_rows_help, {{"rank", rank}, {"link", link}, {"kind", kind}}, d(n));
     }
-    // The host hierarchy's hand-offs within the host (WireCounts::relay).
-    const std::pair<const char*, std::uint64_t> relay[] = {
-        {"pull", wire.relay.pull.rows}, {"push_grad", wire.relay.push_grad.rows}, {"push_value", wire.relay.push_value.rows}};
-    for (const auto& [kind, n] : relay)
+    // The host hierarchy's hand-offs within the host (WireCounts::handed; the metric keeps
+    // its older name, relay).
+    const std::pair<const char*, std::uint64_t> handed[] = {
+        {"pull", wire.handed.pull.rows}, {"push_grad", wire.handed.push_grad.rows}, {"push_value", wire.handed.push_value.rows}};
+    for (const auto& [kind, n] : handed)
       out.counter("ember_worker_relay_rows_total",
                   "Rows handed within the host instead of crossing to the PS: pulled rows received (pull), gradients handed over "
                   "(push_grad), latest rows received by peer sync (push_value)",

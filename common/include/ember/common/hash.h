@@ -20,6 +20,13 @@ inline std::uint64_t mix64(std::uint64_t x) {
 
 inline std::uint64_t hash_bytes(std::string_view s, std::uint64_t seed = 0) { return XXH3_64bits_withSeed(s.data(), s.size(), seed); }
 
+// FNV-1a, 64 bits: the identity of a file's contents that processes of a job compare
+// (a plan file, a model file, a dataset's checksums). Not a defence against forgery.
+inline std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char b : bytes) h = (h ^ b) * 0x100000001b3ull;
+  return h;
+}
+
 // Checksum of a byte range, as stored in Ember's binary files.
 inline std::uint64_t checksum64(const void* data, std::size_t len) { return XXH3_64bits(data, len); }
 

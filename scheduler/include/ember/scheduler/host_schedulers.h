@@ -3,7 +3,7 @@
 // host's caches and every row's state; after each iteration each one's evictions go to
 // all the others (Scheduler::evictions, apply_evictions), as the hosts exchange them.
 // Every worker's plan comes from its own host's scheduler, and equals the plan of one
-// Scheduler that models every worker (tests check it; `ember-sim --per-host` shows it).
+// Scheduler that models every worker (tests check it; `ember-sim --scheduler-per-host` shows it).
 // What one host's scheduler holds and takes is what one process of the job holds and
 // takes (docs/scheduler.md "State per process").
 #pragma once

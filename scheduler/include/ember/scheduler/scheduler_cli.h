@@ -1,28 +1,27 @@
-// The scheduler's flags, declared once for every program that takes them (ember-worker,
-// ember-sim, ember-bench sched): the same names, bound to the SchedulerOptions
-// make_scheduler_config reads.
+// The scheduler's options, declared once (common/option_registry.h) for every program
+// that takes them: ember-worker, ember-sim, and (the job's shape alone) ember-plan and
+// ember-bench sched. ember-worker's registry (worker/src/job/job_options.h) extends this
+// one with the worker's own options.
 #pragma once
 
-#include "ember/scheduler/scheduler_config.h"
+#include <vector>
 
-namespace CLI {
-class App;
-}
+#include "ember/common/option_registry.h"
+#include "ember/scheduler/scheduler_config.h"
 
 namespace ember::scheduler {
 
-// Who takes the flags: a training job (ember-worker), the simulator (ember-sim), or a
-// program that takes the job's shape alone (ember-bench sched). The help texts say what
-// each does there; the simulator also takes the bound (belady), the adaptive and
-// partitioned LAIA flags (--budget-ms, --partitions), and calls the thread count
-// --threads (the worker: --sched-threads). The policy (ember-sim: --policies) and the
-// iterations (ember-sim: counted after a warm-up) stay with each program.
-enum class FlagsFor { kTraining, kSimulation, kShape };
+// --workers, --batch-per-worker, --cache-ratio (every program); --policy, --seed,
+// --shuffle, --iterations, --sched-threads, --lookahead, --eviction, --prefetch,
+// --refine-allocation, --host-allocation, --peer-sync, --scheduler-per-host,
+// --placement, --eval-every (ember-worker and ember-sim); --budget-ms, --partitions
+// (ember-sim). Which the workers of a job must agree on, and which the launchers pass.
+const std::vector<OptionDecl<SchedulerOptions>>& scheduler_options();
 
-// Adds --workers, --batch-per-worker, --cache-ratio (kShape: only these), --seed,
-// --shuffle, the thread count, --lookahead, --eviction, --prefetch, --refine-allocation
-// and --placement (and for the simulator --budget-ms, --partitions), with o's values as
-// defaults.
-void add_scheduler_options(CLI::App& app, SchedulerOptions& o, FlagsFor who);
+// Registers the options `program` takes on `app`, bound to `o` (its values the defaults).
+void add_scheduler_options(CLI::App& app, SchedulerOptions& o, Program program);
+
+// A plan file as the workers compare it: its size and contents, not its path ("none").
+std::string placement_identity(const std::string& path);
 
 }  // namespace ember::scheduler

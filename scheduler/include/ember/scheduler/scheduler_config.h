@@ -131,6 +131,9 @@ struct SchedulerOptions {
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
   bool prefetch = false;  // SchedulerConfig::prefetch
+  // The job's evaluations: every worker flushes the rows it holds after every
+  // `eval_every` iterations (0: after the last only); ember-sim replays them.
+  std::uint64_t eval_every = 0;
   // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
   // worker, which replace cache_ratio's. Empty: every table cached.
   std::string placement;

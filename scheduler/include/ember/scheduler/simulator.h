@@ -21,15 +21,13 @@ struct SimOptions {
   SchedulerOptions scheduler;
   std::uint64_t iterations = 100;  // counted
   std::uint64_t warmup = 10;       // first iterations not counted
-  // The job's flushes (the worker's --eval-every and ember-ps --checkpoint-every): the
-  // rows it holds are pushed after these iterations and at the end, as a job does.
-  std::uint64_t eval_every = 0;
+  // The job's flushes (scheduler.eval_every and ember-ps --checkpoint-every): the rows
+  // it holds are pushed after these iterations and at the end, as a job does.
   std::uint64_t checkpoint_every = 0;
   bool digest = false;  // hash every plan of every worker (determinism checks)
-  // One scheduler per host (HostSchedulers; needs host_of), each modelling its own
-  // host's caches, as a job's processes do: the same plans; scheduler_bytes and the
-  // times are one host's (the largest, the slowest).
-  bool per_host = false;
+  // scheduler.scheduler_per_host: one scheduler per host (HostSchedulers; needs host_of),
+  // each modelling its own host's caches, as a job's processes do: the same plans;
+  // scheduler_bytes and the times are one host's (the largest, the slowest).
   std::function<void(const std::string& policy, std::uint64_t done, std::uint64_t total)> on_progress;
   // The PS shards, for per-shard counts: `shard_of` maps a key to its shard in
   // 0 .. shards - 1 (as the PS places it: ps::owner_shard); none when shards is 0.

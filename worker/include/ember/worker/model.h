@@ -3,7 +3,9 @@
 //   wide-deep  linear(x) + MLP(x)                       x = [dense, flattened embeddings]
 //   deepfm     linear(x) + FM(embeddings) + MLP(x)
 //   dcn        cross network (x0 * (x_l . w_l) + b_l + x_l) beside an MLP, then linear
+//   dcnv2      bottom MLP(dense) -> dim beside the embeddings, low-rank cross layers, top MLP
 //   dlrm       bottom MLP(dense) -> dim, pairwise dots of it and the embeddings, top MLP
+// or a TorchScript module of the same contract written in Python (--model-file).
 #pragma once
 
 #include <torch/torch.h>
@@ -24,8 +26,15 @@ class CtrModel : public torch::nn::Module {
 };
 
 // Parameters initialized from LibTorch's generator: seed it (torch::manual_seed) first so
-// every worker builds the same model. Throws ConfigError for an unknown kind.
+// every worker builds the same model; a model file's initial values are the file's.
+// Throws ConfigError for an unknown kind, and for a model file that is missing, is not
+// TorchScript, has another forward signature, returns another shape or dtype on this
+// dataset's shape, has no parameters, or is not the file it was trained from.
 std::shared_ptr<CtrModel> make_model(const ModelConfig& config);
+
+// A model file's module with the model's current parameters, on the CPU, in eval mode
+// (ember-export writes it). ConfigError for a built-in model.
+torch::jit::Module scripted_copy(CtrModel& model);
 
 // The dense optimizer `name` (sgd or adagrad) over `params`; ConfigError otherwise.
 std::unique_ptr<torch::optim::Optimizer> make_dense_optimizer(const std::string& name, std::vector<torch::Tensor> params, float lr);

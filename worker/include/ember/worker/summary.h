@@ -15,15 +15,15 @@ namespace ember::worker {
 // where they leave and enter the socket) and the rows its requests carried, by kind (`ps`,
 // as framed); with the other workers in the dense all-reduces (payload, by the
 // algorithm: allreduce_link_bytes); and, within the host, the rows handed between its
-// workers by the host tier (`relay`: pulled rows received, gradients handed over; their
+// workers by the host tier (`handed`: pulled rows received, gradients handed over; their
 // floats' bytes).
 struct LinkTraffic {
   ps::WireTally ps;
   std::uint64_t ps_out = 0, ps_in = 0;
   std::uint64_t peer_out = 0, peer_in = 0;
-  ps::WireTally relay;
-  std::uint64_t out() const { return ps_out + peer_out + relay.out(); }
-  std::uint64_t in() const { return ps_in + peer_in + relay.in(); }
+  ps::WireTally handed;
+  std::uint64_t out() const { return ps_out + peer_out + handed.out(); }
+  std::uint64_t in() const { return ps_in + peer_in + handed.in(); }
 };
 struct Links {
   LinkTraffic intra_host, cross_host;
@@ -53,7 +53,7 @@ struct WireCounts {
   // Rows handed within the host by per-host aggregation (host/host_plans.h): pull.rows the
   // pulled rows this worker received from another, push_grad.rows the gradients it handed
   // to another; bytes the floats sent (out) and received (in), every phase and flush.
-  ps::WireTally relay;
+  ps::WireTally handed;
   // --scheduler-per-host: the eviction words' bytes this worker sent to and received
   // from the other workers (worker/src/eviction_exchange.h), payload only.
   std::uint64_t exchange_bytes_out = 0, exchange_bytes_in = 0;

@@ -46,11 +46,30 @@ struct StopRequest {
   std::function<void(const std::string&)> tell_;
 };
 
+// How this worker reaches its job: the control plane (ember-ps shard 0), the PS data
+// plane, and the dense collective's and host tier's Gloo groups. What the job's
+// connections (job/, host/host_channels) take of the configuration.
+struct ConnectOptions {
+  std::string coordinator;  // tcp://host:port of the control plane
+  std::string token;
+  int rank = -1;                             // -1: assigned at join
+  std::string transport = "tcp";             // tcp or rdma (the PS shards must serve the same)
+  std::uint32_t rdma_slot_mib = 4;           // RDMA: largest reply (pulled rows) in MiB
+  std::uint32_t ps_connections = 1;          // data connections per PS shard
+  std::uint32_t socket_buffer_kib = 0;       // TCP send/receive buffers (0: kernel autotuning)
+  std::string gloo_host = "127.0.0.1";       // interface the dense collective binds on
+  std::string host;                          // this worker's host (empty: the machine's name), hosts.h
+  std::string allreduce = "flat";            // flat (one ring) or hierarchical (host, leaders, host)
+  std::chrono::milliseconds timeout{30000};  // PS requests
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  std::chrono::milliseconds join_timeout{120000};
+};
+
 // The scheduler's options (workers, batch_per_worker, cache_ratio, policy, seed, shuffle,
 // iterations, threads, lookahead, eviction, prefetch, refine_allocation, placement:
 // scheduler_config.h) are the job's: make_scheduler_config reads them from here as they
 // are, with a training job's defaults (4 workers of herald for 100 iterations).
-struct TrainConfig : scheduler::SchedulerOptions {
+struct TrainConfig : scheduler::SchedulerOptions, ConnectOptions {
   TrainConfig() {
     workers = 4;  // checked against the job's shape
     policy = "herald";
@@ -61,7 +80,6 @@ struct TrainConfig : scheduler::SchedulerOptions {
   ModelConfig model;                    // num_dense / num_tables / dim are filled from the job
   std::string dense_optimizer = "sgd";  // sgd or adagrad
   float dense_lr = 0.01f;
-  std::uint64_t eval_every = 0;  // 0: only at the end
   // Sum the dense gradients over the workers while the PS exchange runs: the all-reduce
   // of iteration t starts after its backward pass and is waited for before t+1's forward
   // pass (the same model; an iteration's progress line then shows the loss before it).
@@ -84,24 +102,9 @@ struct TrainConfig : scheduler::SchedulerOptions {
   // state of that iteration comes from checkpoint_dir.
   bool resume = false;
   StopRequest* stop = nullptr;  // none: the job stops only as the PS shards ask
-
-  // Job
-  std::string coordinator;  // tcp://host:port of the control plane
-  std::string token;
-  int rank = -1;                        // -1: assigned at join
-  std::string transport = "tcp";        // tcp or rdma (the PS shards must serve the same)
-  std::uint32_t rdma_slot_mib = 4;      // RDMA: largest reply (pulled rows) in MiB
-  std::uint32_t ps_connections = 1;     // data connections per PS shard
-  std::uint32_t socket_buffer_kib = 0;  // TCP send/receive buffers (0: kernel autotuning)
-  std::string gloo_host = "127.0.0.1";  // interface the dense collective binds on
-  std::string host;                     // this worker's host (empty: the machine's name), hosts.h
-  std::string allreduce = "flat";       // flat (one ring) or hierarchical (host, leaders, host)
   // Per-host aggregation of row traffic (host/host_plans.h): rows of a shard on another host
   // cross once per host and phase, handed within the host.
   bool host_aggregation = false;
-  std::chrono::milliseconds timeout{30000};  // PS requests
-  std::chrono::milliseconds heartbeat_timeout{10000};
-  std::chrono::milliseconds join_timeout{120000};
 };
 
 }  // namespace ember::worker

@@ -89,11 +89,14 @@ def main():
     p.add_argument("--iterations", type=int, default=60)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--no-job", action="store_true", help="one process only")
+    p.add_argument("--models", default="", help="comma-separated subset (dlrm, dlrm.pt, dcnv2, dcnv2.pt, autoint.pt; a twin needs its pair)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-models-"))
     try:
         ms = models(a, work)
+        if a.models:
+            ms = {n: v for n, v in ms.items() if n in a.models.split(",")}
         runs = {(how, n): [] for how in ("one process", "job") for n in ms}
         for _ in range(a.repeats):
             for name, args in ms.items():  # alternated: each repeat runs every model once
@@ -108,8 +111,9 @@ def main():
                 if not v:
                     continue
                 med = statistics.median(v)
-                base = statistics.median(runs[(how, twins[name])]) if name in twins else med
-                rows.append({"how": how, "model": name, "samples_s": round(med, 1), "vs": twins.get(name, "-"),
+                twin = twins.get(name) if runs.get((how, twins.get(name))) else None
+                base = statistics.median(runs[(how, twin)]) if twin else med
+                rows.append({"how": how, "model": name, "samples_s": round(med, 1), "vs": twin or "-",
                              "ratio": round(med / base, 3), "runs": [round(x, 1) for x in v]})
         if a.json:
             for r in rows:

@@ -196,6 +196,18 @@ TEST(WorkerOptionsCompare, TravelsAsJsonAndNamesFlagsOnlyOneSideKnows) {
 
 class WorkerOptionsFiles : public test::TempDirTest {};
 
+TEST_F(WorkerOptionsFiles, ModelFilesAgreeByTheirContents) {
+  TrainConfig f = base_config(), g = base_config();
+  f.model.file = (dir_ / "a.pt").string();
+  g.model.file = (dir_ / "b.pt").string();
+  write_file_atomic(f.model.file, "abc");
+  write_file_atomic(g.model.file, "abc");
+  EXPECT_EQ(differ(f, g), "");
+  write_file_atomic(g.model.file, "abcd");
+  EXPECT_NE(differ(f, g).find("--model-file a TorchScript file of 3 bytes, contents "), std::string::npos) << differ(f, g);
+  EXPECT_NE(differ(f, g).find("the job has a TorchScript file of 4 bytes"), std::string::npos) << differ(f, g);
+}
+
 TEST_F(WorkerOptionsFiles, PlacementComparedByContentsNotPath) {
   TrainConfig a = base_config(), b = base_config(), c = base_config();
   a.placement = write("a.json", "{\"plan\": 1}").string();

@@ -165,6 +165,13 @@ class ScriptedModel : public CtrModel {
       std::replace(name.begin(), name.end(), '.', '_');
       register_parameter(name, p.value);
     }
+    // Buffers too, so that checkpoints hold them (not all-reduced: a buffer that training
+    // changes, like BatchNorm's running statistics, would differ per worker).
+    for (const auto& b : m_.named_buffers(/*recurse=*/true)) {
+      std::string name = b.name;
+      std::replace(name.begin(), name.end(), '.', '_');
+      register_buffer(name, b.value);
+    }
   }
   torch::Tensor forward(const torch::Tensor& dense, const torch::Tensor& emb) override { return m_.forward({dense, emb}).toTensor(); }
   void train(bool on) override {

@@ -36,7 +36,11 @@ plan=$work/plan.json
 shares=$work/plan-shares.json
 # Builds before the option registry spelt some flags otherwise, and counted ember-sim's
 # and ember-plan's --iterations after the --warmup ones: their names for a BIN_DIR.
-old_names() { ! "$1/ember-sim" --help | grep -q -- '--dataset'; }
+old_names() {  # (the help read whole: grep -q's early exit would fail the pipe)
+  local help
+  help=$("$1/ember-sim" --help)
+  [[ $help != *--dataset* ]]
+}
 translate() {  # BIN_DIR ARGS...: ARGS as that build's ember-sim takes them
   local bin=$1
   shift

@@ -347,11 +347,7 @@ int main(int argc, char** argv) {
     topo.workers = shape.workers;
     topo.batch_per_worker = shape.batch_per_worker;
     topo.cache_ratio = shape.cache_ratio;
-    if (topo.warmup >= iterations) {
-      throw ConfigError("--warmup " + std::to_string(topo.warmup) + " leaves none of the --iterations " + std::to_string(iterations) +
-                        " averaged");
-    }
-    topo.iterations = iterations - topo.warmup;
+    topo.iterations = scheduler::counted_iterations(iterations, topo.warmup, "averaged");
     if (dim < 1) throw ConfigError("--dim must be at least 1");
     if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 
@@ -101,6 +102,14 @@ const std::vector<OptionDecl<SchedulerOptions>>& scheduler_options() {
 }
 
 void add_scheduler_options(CLI::App& app, SchedulerOptions& o, Program program) { add_options(app, scheduler_options(), o, program); }
+
+std::uint64_t counted_iterations(std::uint64_t iterations, std::uint64_t warmup, const char* counted) {
+  if (warmup >= iterations) {
+    throw ConfigError("--warmup " + std::to_string(warmup) + " leaves none of the --iterations " + std::to_string(iterations) + " " +
+                      counted);
+  }
+  return iterations - warmup;
+}
 
 std::string placement_identity(const std::string& path) {
   if (path.empty()) return "none";

@@ -350,11 +350,7 @@ int main(int argc, char** argv) {
   if (const int status = parse_command_line(app, argc, argv, "ember-sim"); status >= 0) return status;
   return guarded_main("ember-sim", [&] {
     if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --dataset DIR or --synthetic criteo|avazu");
-    if (f.o.warmup >= f.o.scheduler.iterations) {
-      throw ConfigError("--warmup " + std::to_string(f.o.warmup) + " leaves none of the --iterations " +
-                        std::to_string(f.o.scheduler.iterations) + " counted");
-    }
-    f.o.iterations = f.o.scheduler.iterations - f.o.warmup;  // counted
+    f.o.iterations = scheduler::counted_iterations(f.o.scheduler.iterations, f.o.warmup, "counted");
     if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };

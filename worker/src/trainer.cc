@@ -115,12 +115,12 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
   c_.model.num_dense = static_cast<std::uint32_t>(ds_->num_dense());
   c_.model.num_tables = static_cast<std::uint32_t>(ds_->num_tables());
   c_.model.dim = dim;
-  if (c_.model.scripted()) {  // what checkpoints and dumps record, to be read back from anywhere
-    c_.model.file = std::filesystem::absolute(c_.model.file).string();
-    c_.model.file_identity = model_file_identity(c_.model.file);
-  }
+  if (c_.model.scripted()) c_.model.file = std::filesystem::absolute(c_.model.file).string();  // readable from anywhere
   torch::manual_seed(c_.seed);
   model_ = make_model(c_.model);  // initialized on the CPU: the same weights on every device
+  // What checkpoints and dumps record, so that they are not read back through another
+  // file (make_model compares it then).
+  if (c_.model.scripted()) c_.model.file_identity = model_file_identity(c_.model.file);
   model_->to(device_);
   optimizer_ = make_dense_optimizer(c_.dense_optimizer, model_->parameters(), c_.dense_lr);
   life_->restore(*model_, *optimizer_, device_);

@@ -20,16 +20,8 @@ Decl option(const char* flag, T Base::*member, const char* help) {
 // A model option bound to a ModelConfig field.
 template <class T>
 Decl model_option(const char* flag, T ModelConfig::*member, const char* help) {
-  const OptionDecl<ModelConfig> m = field_option<ModelConfig>(flag, member, help, kWorker);
-  Decl d;
-  d.flag = m.flag;
-  d.help = m.help;
-  d.programs = m.programs;
-  d.kind = m.kind;
-  d.add = [add = m.add](CLI::App& app, TrainConfig& c) { return add(app, c.model); };
-  d.text = [text = m.text](const TrainConfig& c) { return text(c.model); };
-  d.value = d.text;
-  return d;
+  return rebind_option<TrainConfig>(
+      field_option<ModelConfig>(flag, member, help, kWorker), [](auto& c) -> auto& { return c.model; });
 }
 
 std::string layers(const std::vector<std::int64_t>& l) {

@@ -137,25 +137,32 @@ OptionDecl<Cfg> millis_option(std::string flag, std::chrono::milliseconds Base::
   return d;
 }
 
+// A declaration of a part of a configuration (a base, or a member struct) as one of the
+// whole: `part(cfg)` gives the part, for a Cfg& and a const Cfg& alike.
+template <class Cfg, class Part, class GetPart>
+OptionDecl<Cfg> rebind_option(const OptionDecl<Part>& p, GetPart part) {
+  OptionDecl<Cfg> d;
+  d.flag = p.flag;
+  d.help = p.help;
+  d.programs = p.programs;
+  d.kind = p.kind;
+  d.agreed = p.agreed;
+  d.setting = p.setting;
+  d.add = [add = p.add, part](CLI::App& app, Cfg& c) { return add(app, part(c)); };
+  d.text = [text = p.text, part](const Cfg& c) { return text(part(c)); };
+  d.value = [value = p.value, part](const Cfg& c) { return value(part(c)); };
+  return d;
+}
+
 // The declarations of a base configuration, for a configuration that extends it (the
 // worker's TrainConfig takes the scheduler's options so).
 template <class Cfg, class Base>
 std::vector<OptionDecl<Cfg>> lift_options(const std::vector<OptionDecl<Base>>& base) {
   static_assert(std::is_base_of_v<Base, Cfg>);
   std::vector<OptionDecl<Cfg>> out;
-  for (const OptionDecl<Base>& b : base) {
-    OptionDecl<Cfg> d;
-    d.flag = b.flag;
-    d.help = b.help;
-    d.programs = b.programs;
-    d.kind = b.kind;
-    d.agreed = b.agreed;
-    d.setting = b.setting;
-    d.add = [add = b.add](CLI::App& app, Cfg& c) { return add(app, c); };
-    d.text = [text = b.text](const Cfg& c) { return text(c); };
-    d.value = [value = b.value](const Cfg& c) { return value(c); };
-    out.push_back(std::move(d));
-  }
+  for (const OptionDecl<Base>& b : base)
+    out.push_back(rebind_option<Cfg>(
+        b, [](auto& c) -> auto& { return c; }));
   return out;
 }
 

@@ -4,6 +4,8 @@
 // one with the worker's own options.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ember/common/option_registry.h"
@@ -20,6 +22,10 @@ const std::vector<OptionDecl<SchedulerOptions>>& scheduler_options();
 
 // Registers the options `program` takes on `app`, bound to `o` (its values the defaults).
 void add_scheduler_options(CLI::App& app, SchedulerOptions& o, Program program);
+
+// ember-sim's and ember-plan's --iterations are the job's batches, the first --warmup of
+// them not `counted` (the word their outputs use): the rest, or ConfigError when none is.
+std::uint64_t counted_iterations(std::uint64_t iterations, std::uint64_t warmup, const char* counted);
 
 // A plan file as the workers compare it: its size and contents, not its path ("none").
 std::string placement_identity(const std::string& path);

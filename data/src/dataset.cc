@@ -65,8 +65,14 @@ std::string Manifest::to_json() const {
   j["dense_transform"] = "log1p(max(x, 0)); missing = 0";
   auto& tj = j["tables"] = nlohmann::ordered_json::array();
   for (const auto& t : tables) {
-    tj.push_back({{"name", t.name}, {"rows", t.rows}, {"id_bytes", t.id_bytes}, {"values_seen", t.values_seen}});
+    nlohmann::ordered_json tab = {{"name", t.name}, {"rows", t.rows}, {"id_bytes", t.id_bytes}, {"values_seen", t.values_seen}};
+    if (multi_hot) {
+      tab["max_bag"] = t.max_bag;
+      tab["mean_bag"] = t.mean_bag;
+    }
+    tj.push_back(std::move(tab));
   }
+  if (multi_hot) j["bags"] = "ids per (sample, table): offsets u32[rows * tables + 1] then ids u32, sample-major";
   j["reserved_rows"] = {{"missing", 0}, {"oov", 1}};
   j["min_count"] = min_count;
   j["shuffled"] = shuffled;
@@ -95,10 +101,11 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
   try {
     auto j = nlohmann::json::parse(text);
     m.format_version = j.at("format_version").get<std::uint32_t>();
-    if (m.format_version != kDatasetFormatVersion) {
+    if (m.format_version != kDatasetFormatVersion && m.format_version != kMultiHotFormatVersion) {
       throw DataError(origin + ": format_version " + std::to_string(m.format_version) + " is not supported (expected " +
-                      std::to_string(kDatasetFormatVersion) + ")");
+                      std::to_string(kDatasetFormatVersion) + " or " + std::to_string(kMultiHotFormatVersion) + ")");
     }
+    m.multi_hot = m.format_version == kMultiHotFormatVersion;
     m.source_format = j.at("source_format").get<std::string>();
     if (j.contains("inputs")) m.inputs = j.at("inputs").get<std::vector<std::string>>();
     for (int s = 0; s < 3; ++s) m.rows[s] = j.at("rows").at(kSplitNames[s]).get<std::uint64_t>();
@@ -114,6 +121,11 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
       ti.id_bytes = t.value("id_bytes", 4u);
       ti.values_seen = t.value("values_seen", std::uint64_t{0});
       if (ti.id_bytes != 4 && ti.id_bytes != 8) throw DataError(origin + ": table " + ti.name + ": id_bytes must be 4 or 8");
+      if (m.multi_hot) {
+        if (ti.id_bytes != 4) throw DataError(origin + ": table " + ti.name + ": multi-hot ids are 4 bytes");
+        ti.max_bag = t.value("max_bag", 1u);
+        ti.mean_bag = t.value("mean_bag", 1.0);
+      }
       m.tables.push_back(ti);
     }
     m.min_count = j.value("min_count", std::uint64_t{1});
@@ -167,12 +179,29 @@ ShardLayout shard_layout(std::uint64_t rows, std::uint32_t num_dense, const std:
   return l;
 }
 
+ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, std::uint32_t num_tables, std::uint64_t ids) {
+  ShardLayout l;
+  l.multi_hot = true;
+  l.header_bytes = align_up(sizeof(ShardHeader) + sizeof(BagSection) + sizeof(std::uint64_t));
+  std::uint64_t off = l.header_bytes;
+  l.labels_offset = off;
+  off = align_up(off + rows);
+  l.dense_offset = off;
+  off = align_up(off + rows * num_dense * sizeof(float));
+  l.bag_offsets_offset = off;
+  off = align_up(off + (rows * num_tables + 1) * sizeof(std::uint32_t));
+  l.bag_ids_offset = off;
+  l.bag_ids = ids;
+  l.file_bytes = align_up(off + ids * sizeof(std::uint32_t));
+  return l;
+}
+
 void finish_shard_header(char* base, const ShardLayout& l, std::uint64_t rows, std::uint32_t num_dense,
                          const std::vector<std::uint32_t>& id_bytes, std::uint64_t payload_checksum) {
   std::memset(base, 0, l.header_bytes);
   ShardHeader h{};
   std::memcpy(h.magic, kShardMagic, sizeof h.magic);
-  h.version = kDatasetFormatVersion;
+  h.version = l.multi_hot ? kMultiHotFormatVersion : kDatasetFormatVersion;
   h.header_bytes = static_cast<std::uint32_t>(l.header_bytes);
   h.rows = rows;
   h.file_bytes = l.file_bytes;
@@ -182,11 +211,18 @@ void finish_shard_header(char* base, const ShardLayout& l, std::uint64_t rows, s
   h.dense_offset = l.dense_offset;
   h.payload_checksum = payload_checksum;
   std::memcpy(base, &h, sizeof h);
-  for (std::size_t t = 0; t < id_bytes.size(); ++t) {
-    TableColumn c{l.table_offsets[t], id_bytes[t], 0};
-    std::memcpy(base + sizeof h + t * sizeof c, &c, sizeof c);
+  std::size_t covered = sizeof h;
+  if (l.multi_hot) {
+    BagSection b{l.bag_offsets_offset, l.bag_ids_offset, l.bag_ids, 0};
+    std::memcpy(base + covered, &b, sizeof b);
+    covered += sizeof b;
+  } else {
+    for (std::size_t t = 0; t < id_bytes.size(); ++t) {
+      TableColumn c{l.table_offsets[t], id_bytes[t], 0};
+      std::memcpy(base + sizeof h + t * sizeof c, &c, sizeof c);
+    }
+    covered += id_bytes.size() * sizeof(TableColumn);
   }
-  std::size_t covered = sizeof h + id_bytes.size() * sizeof(TableColumn);
   std::uint64_t hc = checksum64(base, covered);
   std::memcpy(base + covered, &hc, sizeof hc);
 }
@@ -199,8 +235,11 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
   ShardHeader h;
   std::memcpy(&h, file_.data(), sizeof h);
   if (std::memcmp(h.magic, kShardMagic, sizeof h.magic) != 0) fail("not an Ember shard (bad magic)");
-  if (h.version != kDatasetFormatVersion) fail("shard version " + std::to_string(h.version) + " is not supported");
-  std::size_t covered = sizeof h + static_cast<std::size_t>(h.num_tables) * sizeof(TableColumn);
+  const std::uint32_t want = m.multi_hot ? kMultiHotFormatVersion : kDatasetFormatVersion;
+  if (h.version != want) {
+    fail("shard version " + std::to_string(h.version) + " is not supported here (the manifest's format is " + std::to_string(want) + ")");
+  }
+  std::size_t covered = sizeof h + (m.multi_hot ? sizeof(BagSection) : static_cast<std::size_t>(h.num_tables) * sizeof(TableColumn));
   if (h.num_tables != m.tables.size() || h.num_dense != m.dense_names.size()) {
     fail("has " + std::to_string(h.num_tables) + " tables and " + std::to_string(h.num_dense) + " dense features; the manifest says " +
          std::to_string(m.tables.size()) + " and " + std::to_string(m.dense_names.size()));
@@ -214,18 +253,27 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
     fail("is " + std::to_string(file_.size()) + " bytes; its header says " + std::to_string(h.file_bytes) + " (truncated or extended)");
   }
   std::vector<std::uint32_t> widths;
-  std::vector<TableColumn> cols(h.num_tables);
-  std::memcpy(cols.data(), file_.data() + sizeof h, cols.size() * sizeof(TableColumn));
-  for (std::size_t t = 0; t < cols.size(); ++t) {
-    if (cols[t].id_bytes != m.tables[t].id_bytes) fail("table " + m.tables[t].name + ": id width differs from manifest");
-    widths.push_back(cols[t].id_bytes);
+  std::vector<TableColumn> cols;
+  ShardLayout l;
+  if (m.multi_hot) {
+    BagSection b;
+    std::memcpy(&b, file_.data() + sizeof h, sizeof b);
+    if (b.ids > UINT32_MAX) fail("holds " + std::to_string(b.ids) + " ids; a shard holds at most 2^32 - 1");
+    l = multi_hot_shard_layout(h.rows, h.num_dense, h.num_tables, b.ids);
+    if (l.bag_offsets_offset != b.offsets_offset || l.bag_ids_offset != b.ids_offset) fail("bag sections are inconsistent (corrupt header)");
+  } else {
+    cols.resize(h.num_tables);
+    std::memcpy(cols.data(), file_.data() + sizeof h, cols.size() * sizeof(TableColumn));
+    for (std::size_t t = 0; t < cols.size(); ++t) {
+      if (cols[t].id_bytes != m.tables[t].id_bytes) fail("table " + m.tables[t].name + ": id width differs from manifest");
+      widths.push_back(cols[t].id_bytes);
+    }
+    l = shard_layout(h.rows, h.num_dense, widths);
+    for (std::size_t t = 0; t < cols.size(); ++t) {
+      if (cols[t].offset != l.table_offsets[t]) fail("section offsets are inconsistent (corrupt header)");
+    }
   }
-  ShardLayout l = shard_layout(h.rows, h.num_dense, widths);
-  if (l.file_bytes != h.file_bytes || l.labels_offset != h.labels_offset || l.dense_offset != h.dense_offset || l.table_offsets != [&] {
-        std::vector<std::uint64_t> o;
-        for (auto& c : cols) o.push_back(c.offset);
-        return o;
-      }()) {
+  if (l.file_bytes != h.file_bytes || l.labels_offset != h.labels_offset || l.dense_offset != h.dense_offset) {
     fail("section offsets are inconsistent (corrupt header)");
   }
   if (h.payload_checksum != info.checksum) fail("checksum differs from the manifest's");
@@ -234,9 +282,24 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
   }
   rows_ = h.rows;
   num_dense_ = h.num_dense;
+  num_tables_ = h.num_tables;
   labels_ = reinterpret_cast<const std::uint8_t*>(file_.data() + l.labels_offset);
   dense_ = reinterpret_cast<const float*>(file_.data() + l.dense_offset);
-  for (std::size_t t = 0; t < cols.size(); ++t) cols_.push_back({file_.data() + l.table_offsets[t], widths[t]});
+  if (m.multi_hot) {
+    bag_offsets_ = reinterpret_cast<const std::uint32_t*>(file_.data() + l.bag_offsets_offset);
+    bag_ids_ = reinterpret_cast<const std::uint32_t*>(file_.data() + l.bag_ids_offset);
+    // Offsets index the ids: a bad one would read outside the file, so check every one
+    // (4 bytes a bag, read once at open).
+    const std::uint64_t n = h.rows * h.num_tables;
+    if (bag_offsets_[0] != 0 || bag_offsets_[n] != l.bag_ids) fail("bag offsets do not span the ids (corrupt file)");
+    for (std::uint64_t k = 0; k < n; ++k) {
+      if (bag_offsets_[k] > bag_offsets_[k + 1]) {
+        fail("bag offsets decrease at row " + std::to_string(k / h.num_tables) + " (corrupt file)");
+      }
+    }
+  } else {
+    for (std::size_t t = 0; t < cols.size(); ++t) cols_.push_back({file_.data() + l.table_offsets[t], widths[t]});
+  }
 }
 
 SplitData::SplitData(std::vector<std::unique_ptr<Shard>> shards, std::uint64_t shard_rows)

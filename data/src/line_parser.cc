@@ -200,8 +200,12 @@ bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std
   }
 }
 
-LineParser::LineParser(SourceFormat format, std::string_view first_line)
-    : schema_(&schema_for(format)), format_(format), sep_(format == SourceFormat::kCriteoTsv ? '\t' : ',') {
+LineParser::LineParser(SourceFormat format, std::string_view first_line, char multi_hot_sep)
+    : schema_(&schema_for(format)), format_(format), sep_(format == SourceFormat::kCriteoTsv ? '\t' : ','), bag_sep_(multi_hot_sep) {
+  if (bag_sep_ == sep_ || bag_sep_ == '"' || bag_sep_ == '\n' || bag_sep_ == '\r') {
+    throw ConfigError(std::string("--multi-hot-sep cannot be ") + (bag_sep_ == '\t' ? "a tab" : bag_sep_ == ',' ? "','" : "a quote or newline") +
+                      " in " + std::string(format_name(format)) + " files");
+  }
   first_line = strip_cr(first_line);
   if (format == SourceFormat::kCriteoTsv) {
     // label + 13 + 26 = 40 fields; Kaggle test.txt has no label (39).
@@ -281,6 +285,17 @@ bool LineParser::split(std::string_view line, std::string& error) const {
   return true;
 }
 
+bool LineParser::value_key(std::string_view f, std::uint16_t table, std::uint64_t& key, std::string& error) const {
+  if (format_ == SourceFormat::kAvazu) {
+    std::uint64_t h = hash_bytes(f);
+    key = h == kMissingKey ? h - 1 : h;
+    return true;
+  }
+  if (parse_hex(f, key)) return true;
+  error = "categorical " + schema_->table_names[table] + " = " + quote(f) + " is not hexadecimal";
+  return false;
+}
+
 bool LineParser::parse(std::string_view line, Record& out, std::string& error, bool dense_values) const {
   line = strip_cr(line);
   if (!split(line, error)) return false;
@@ -329,13 +344,26 @@ bool LineParser::parse(std::string_view line, Record& out, std::string& error, b
         break;
       }
       case Role::kTable: {
-        if (f.empty()) {
+        if (bag_sep_ != 0) {
+          auto& bag = out.bags[col.index];
+          bag.clear();
+          // An empty field is an empty bag; "a||b", "|a" and "a|" are malformed.
+          for (std::size_t begin = 0; !f.empty();) {
+            std::size_t end = std::min(f.find(bag_sep_, begin), f.size());
+            std::uint64_t key = 0;
+            if (end == begin) {
+              error = "categorical " + s.table_names[col.index] + " = " + quote(f) + " has an empty value in its bag (--multi-hot-sep '" +
+                      std::string(1, bag_sep_) + "')";
+              return false;
+            }
+            if (!value_key(f.substr(begin, end - begin), col.index, key, error)) return false;
+            bag.push_back(key);
+            if (end == f.size()) break;
+            begin = end + 1;
+          }
+        } else if (f.empty()) {
           out.keys[col.index] = kMissingKey;
-        } else if (format_ == SourceFormat::kAvazu) {
-          std::uint64_t h = hash_bytes(f);
-          out.keys[col.index] = h == kMissingKey ? h - 1 : h;
-        } else if (!parse_hex(f, out.keys[col.index])) {
-          error = "categorical " + s.table_names[col.index] + " = " + quote(f) + " is not hexadecimal";
+        } else if (!value_key(f, col.index, out.keys[col.index], error)) {
           return false;
         }
         break;
@@ -358,6 +386,10 @@ bool LineParser::parse(std::string_view line, Record& out, std::string& error, b
         int days = days_from_civil(2000 + yy, mm, dd);
         out.keys[hour_table_] = static_cast<std::uint64_t>(hh);
         out.keys[hour_table_ + 1] = static_cast<std::uint64_t>(((days % 7) + 10) % 7);  // 0 = Monday (1970-01-01 was a Thursday)
+        if (bag_sep_ != 0) {
+          out.bags[hour_table_].assign(1, out.keys[hour_table_]);
+          out.bags[hour_table_ + 1].assign(1, out.keys[hour_table_ + 1]);
+        }
         break;
       }
     }

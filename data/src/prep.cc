@@ -68,6 +68,10 @@ struct CountChunk {
   std::vector<std::vector<std::uint64_t>> keys;
   std::vector<std::pair<std::uint64_t, std::string>> bad;  // (line index in chunk, why), capped
   std::uint64_t bad_count = 0;
+  // Multi-hot: ids of each good row (all its bags), and each table's bag sizes.
+  std::vector<std::uint32_t> row_ids;
+  std::vector<std::uint64_t> bag_sum;
+  std::vector<std::uint32_t> bag_max;
 };
 
 using Vocab = Vocabulary::Map;
@@ -106,6 +110,8 @@ struct ShardOut {
   std::uint8_t* labels() { return reinterpret_cast<std::uint8_t*>(out->data() + layout.labels_offset); }
   float* dense() { return reinterpret_cast<float*>(out->data() + layout.dense_offset); }
   char* column(int t) { return out->data() + layout.table_offsets[static_cast<std::size_t>(t)]; }
+  std::uint32_t* bag_offsets() { return reinterpret_cast<std::uint32_t*>(out->data() + layout.bag_offsets_offset); }
+  std::uint32_t* bag_ids() { return reinterpret_cast<std::uint32_t*>(out->data() + layout.bag_ids_offset); }
 };
 
 void drop_pages(char* begin, char* end) {
@@ -123,6 +129,7 @@ class Preparer {
     threads_ = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, usable_cpus()));
     nt_ = schema_.num_tables();
     nd_ = schema_.num_dense();
+    multi_hot_ = o.multi_hot_sep != 0;
     validate();
   }
 
@@ -176,7 +183,7 @@ class Preparer {
       std::string first_line = read_first_line(p);
       if (first_line.empty()) throw DataError(p.string() + ":1: empty file");
       try {
-        f.parser = std::make_unique<LineParser>(opt_.format, first_line);
+        f.parser = std::make_unique<LineParser>(opt_.format, first_line, opt_.multi_hot_sep);
       } catch (const DataError& e) {
         throw DataError(p.string() + ":1: " + e.what());
       }
@@ -226,6 +233,8 @@ class Preparer {
 
   void count_pass() {
     const unsigned parts = static_cast<unsigned>(threads_);
+    bag_sum_.assign(static_cast<std::size_t>(nt_), 0);
+    bag_max_.assign(static_cast<std::size_t>(nt_), 0);
     vocab_.clear();
     vocab_.resize(static_cast<std::size_t>(nt_));
     for (auto& t : vocab_) t.resize(parts);
@@ -242,6 +251,9 @@ class Preparer {
             ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
             for (auto& k : ch.keys) k.clear();
             ch.bad.clear();
+            ch.row_ids.clear();
+            ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
+            ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
             LineParser parser = *file.parser;  // parsers keep per-thread scratch
             Record rec;
             std::string err;
@@ -253,10 +265,25 @@ class Preparer {
                 ++ch.bad_count;
                 return;
               }
-              for (int t = 0; t < nt_; ++t) {
-                std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
-                if (key == kMissingKey) continue;
+              auto count = [&](int t, std::uint64_t key) {
                 ch.keys[partition_of(Vocab::hash(key), parts) * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
+              };
+              if (multi_hot_) {
+                std::uint64_t ids = 0;
+                for (int t = 0; t < nt_; ++t) {
+                  const auto& bag = rec.bags[static_cast<std::size_t>(t)];
+                  for (std::uint64_t key : bag) count(t, key);
+                  ch.bag_sum[static_cast<std::size_t>(t)] += bag.size();
+                  ch.bag_max[static_cast<std::size_t>(t)] =
+                      std::max(ch.bag_max[static_cast<std::size_t>(t)], static_cast<std::uint32_t>(bag.size()));
+                  ids += bag.size();
+                }
+                ch.row_ids.push_back(static_cast<std::uint32_t>(std::min<std::uint64_t>(ids, UINT32_MAX)));
+              } else {
+                for (int t = 0; t < nt_; ++t) {
+                  std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
+                  if (key != kMissingKey) count(t, key);
+                }
               }
               ++ch.good;
             });
@@ -284,6 +311,13 @@ class Preparer {
           report_.bad_lines += uncounted;
         }
         first_line += ch.lines;
+        if (multi_hot_) {
+          row_ids_.insert(row_ids_.end(), ch.row_ids.begin(), ch.row_ids.end());
+          for (int t = 0; t < nt_; ++t) {
+            bag_sum_[static_cast<std::size_t>(t)] += ch.bag_sum[static_cast<std::size_t>(t)];
+            bag_max_[static_cast<std::size_t>(t)] = std::max(bag_max_[static_cast<std::size_t>(t)], ch.bag_max[static_cast<std::size_t>(t)]);
+          }
+        }
         chunk_rows_.push_back(ch.good);
         total_good_ += ch.good;
         report_.lines += ch.lines;
@@ -338,6 +372,10 @@ class Preparer {
       info.rows = kFirstValueRow + kept.size();
       info.id_bytes = 4;  // checked below; the format also allows 8
       info.values_seen = seen;
+      if (multi_hot_) {
+        info.max_bag = bag_max_[static_cast<std::size_t>(t)];
+        info.mean_bag = static_cast<double>(bag_sum_[static_cast<std::size_t>(t)]) / static_cast<double>(std::max<std::uint64_t>(1, total_good_));
+      }
       if (info.rows > UINT32_MAX) throw DataError("table " + info.name + " has more than 2^32 rows");
       keys.resize(kept.size());
       for (std::size_t i = 0; i < kept.size(); ++i) {
@@ -367,8 +405,19 @@ class Preparer {
     manifest_.shuffled = opt_.shuffle;
     manifest_.seed = opt_.seed;
     manifest_.bad_lines_skipped = report_.bad_lines;
+    manifest_.multi_hot = multi_hot_;
+    manifest_.format_version = multi_hot_ ? kMultiHotFormatVersion : kDatasetFormatVersion;
     for (int s = 0; s < 3; ++s) manifest_.rows[s] = split_rows_[s];
     for (const auto& t : manifest_.tables) id_bytes_.push_back(t.id_bytes);
+    if (opt_.shuffle) {
+      // Destination of each row; 8 bytes per row, only when shuffling was asked for.
+      perm_.resize(n);
+      for (std::uint64_t i = 0; i < n; ++i) perm_[i] = i;
+      std::mt19937_64 rng(mix64(opt_.seed + 0x5eed));
+      for (std::uint64_t i = n; i > 1; --i) std::swap(perm_[i - 1], perm_[rng() % i]);
+    }
+    if (multi_hot_) place_bags();
+    std::size_t shard_index = 0;  // in split order, as place_bags counts them
     for (int s = 0; s < 3; ++s) {
       std::uint64_t left = split_rows_[s];
       for (int i = 0; left > 0; ++i) {
@@ -378,17 +427,50 @@ class Preparer {
         char name[64];
         std::snprintf(name, sizeof name, "%s-%05d.ember", kSplitNames[s], i);
         sh->path = dir / name;
-        sh->layout = shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), id_bytes_);
+        if (multi_hot_) {
+          const std::uint64_t ids = shard_ids_[shard_index];
+          sh->layout = multi_hot_shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), static_cast<std::uint32_t>(nt_), ids);
+        } else {
+          sh->layout = shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), id_bytes_);
+        }
         sh->out = std::make_unique<MappedOutput>(sh->path, sh->layout.file_bytes);
+        if (multi_hot_) sh->bag_offsets()[sh->rows * static_cast<std::uint64_t>(nt_)] = static_cast<std::uint32_t>(sh->layout.bag_ids);
+        ++shard_index;
         shards_[s].push_back(std::move(sh));
       }
     }
-    if (opt_.shuffle) {
-      // Destination of each row; 8 bytes per row, only when shuffling was asked for.
-      perm_.resize(n);
-      for (std::uint64_t i = 0; i < n; ++i) perm_[i] = i;
-      std::mt19937_64 rng(mix64(opt_.seed + 0x5eed));
-      for (std::uint64_t i = n; i > 1; --i) std::swap(perm_[i - 1], perm_[rng() % i]);
+  }
+
+  // Multi-hot: where each row's ids start in its shard, in destination order (rows
+  // counted in pass 1, moved by the shuffle), and each shard's ids. 4 bytes per row.
+  void place_bags() {
+    const std::uint64_t n = total_good_;
+    if (row_ids_.size() != n) throw IoError("input changed between passes");
+    if (!perm_.empty()) {
+      std::vector<std::uint32_t> dest(n);
+      for (std::uint64_t g = 0; g < n; ++g) dest[perm_[g]] = row_ids_[g];
+      row_ids_.swap(dest);
+    }
+    // Destination positions to shard-local exclusive prefix sums, shard by shard (each
+    // split starts a new shard).
+    std::uint64_t pos = 0;
+    for (int s = 0; s < 3; ++s) {
+      for (std::uint64_t done = 0; done < split_rows_[s];) {
+        const std::uint64_t rows = std::min(opt_.shard_rows, split_rows_[s] - done);
+        std::uint64_t acc = 0;
+        for (std::uint64_t r = pos; r < pos + rows; ++r) {
+          const std::uint64_t ids = row_ids_[r];
+          row_ids_[r] = static_cast<std::uint32_t>(acc);
+          acc += ids;
+          if (acc > UINT32_MAX) {
+            throw DataError("shard " + std::string(kSplitNames[s]) + " " + std::to_string(shard_ids_.size()) +
+                            " would hold more than 2^32 - 1 ids; lower --shard-rows");
+          }
+        }
+        shard_ids_.push_back(acc);
+        pos += rows;
+        done += rows;
+      }
     }
   }
 
@@ -439,10 +521,28 @@ class Preparer {
                 std::memcpy(out.dense() + row * static_cast<std::uint64_t>(nd_), &er.dense[r * static_cast<std::size_t>(nd_)],
                             sizeof(float) * static_cast<std::size_t>(nd_));
             }
-            for (int t = 0; t < nt_; ++t) {
-              const std::uint32_t* ids = er.ids[static_cast<std::size_t>(t)].data();
-              for (std::size_t r = 0; r < rows; ++r)
-                reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = ids[r];
+            if (multi_hot_) {
+              const std::uint32_t* sizes = er.bag_sizes.data();
+              const std::uint32_t* ids = er.bag_ids.data();
+              for (std::size_t r = 0; r < rows; ++r) {
+                const std::uint64_t g = starts[c] + r;
+                std::uint32_t at = row_ids_[perm_.empty() ? g : perm_[g]];
+                auto [out, row] = ch.dest[r];
+                std::uint32_t* offsets = out->bag_offsets() + row * static_cast<std::uint64_t>(nt_);
+                const std::uint32_t begin = at;
+                for (int t = 0; t < nt_; ++t) {
+                  offsets[t] = at;
+                  at += *sizes++;
+                }
+                std::memcpy(out->bag_ids() + begin, ids, sizeof(std::uint32_t) * (at - begin));
+                ids += at - begin;
+              }
+            } else {
+              for (int t = 0; t < nt_; ++t) {
+                const std::uint32_t* ids = er.ids[static_cast<std::size_t>(t)].data();
+                for (std::size_t r = 0; r < rows; ++r)
+                  reinterpret_cast<std::uint32_t*>(ch.dest[r].first->column(t))[ch.dest[r].second] = ids[r];
+              }
             }
           },
           tbb::simple_partitioner());
@@ -475,9 +575,20 @@ class Preparer {
         std::uint64_t from = sh.released_rows;
         drop_pages(base + sh.layout.labels_offset + from, base + sh.layout.labels_offset + upto);
         drop_pages(base + sh.layout.dense_offset + from * nd_ * 4, base + sh.layout.dense_offset + upto * nd_ * 4);
-        for (int t = 0; t < nt_; ++t) {
-          std::uint64_t w = id_bytes_[static_cast<std::size_t>(t)];
-          drop_pages(sh.column(t) + from * w, sh.column(t) + upto * w);
+        if (multi_hot_) {
+          const std::uint64_t T = static_cast<std::uint64_t>(nt_);
+          char* offsets = reinterpret_cast<char*>(sh.bag_offsets());
+          drop_pages(offsets + from * T * 4, offsets + upto * T * 4);
+          // Rows' ids lie in row order: up to where row `upto` starts (or the end).
+          const std::uint64_t id_from = row_ids_[first + from];
+          const std::uint64_t id_to = upto == sh.rows ? sh.layout.bag_ids : row_ids_[first + upto];
+          char* ids = reinterpret_cast<char*>(sh.bag_ids());
+          drop_pages(ids + id_from * 4, ids + id_to * 4);
+        } else {
+          for (int t = 0; t < nt_; ++t) {
+            std::uint64_t w = id_bytes_[static_cast<std::size_t>(t)];
+            drop_pages(sh.column(t) + from * w, sh.column(t) + upto * w);
+          }
         }
         sh.released_rows = upto;
       }
@@ -530,6 +641,11 @@ class Preparer {
   std::uint64_t rows_written_ = 0;
   std::uint64_t split_rows_[3] = {0, 0, 0};
   std::vector<std::uint32_t> id_bytes_;
+  bool multi_hot_ = false;
+  std::vector<std::uint32_t> row_ids_;  // multi-hot: pass 1's ids per row; then each row's start in its shard
+  std::vector<std::uint64_t> bag_sum_;  // per table
+  std::vector<std::uint32_t> bag_max_;
+  std::vector<std::uint64_t> shard_ids_;  // multi-hot: ids of each shard, in split order
   std::vector<std::unique_ptr<ShardOut>> shards_[3];
   std::vector<std::uint64_t> perm_;
   Manifest manifest_;

@@ -33,12 +33,13 @@ std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t) {
   for (int s = 0; s < split.num_shards(); ++s) {
     const Shard& sh = split.shard(s);
     for (std::uint64_t r = 0; r < sh.rows(); ++r) {
-      std::uint64_t id = sh.id(t, r);
-      if (id >= info.rows) {
-        throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
-                        std::to_string(info.rows) + " rows");
-      }
-      if (counts[id] != UINT32_MAX) ++counts[id];
+      sh.for_each_id(t, r, [&](std::uint64_t id) {
+        if (id >= info.rows) {
+          throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
+                          std::to_string(info.rows) + " rows");
+        }
+        if (counts[id] != UINT32_MAX) ++counts[id];
+      });
     }
   }
   return counts;
@@ -54,6 +55,7 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
   out.workers = o.workers;
   out.cache_ratio = o.cache_ratio;
   out.window = o.window;
+  out.multi_hot = ds.manifest().multi_hot;
   if (split.rows() == 0) throw ConfigError("split " + out.split + " is empty");
   std::uint64_t pos = 0;
   for (int s = 0; s < split.num_shards(); ++s) {
@@ -71,6 +73,8 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
     TableStats& ts = out.tables[static_cast<std::size_t>(t)];
     ts.name = info.name;
     ts.rows = info.rows;
+    ts.mean_bag = info.mean_bag;
+    ts.max_bag = info.max_bag;
     std::vector<std::uint32_t> counts = row_counts(ds, o.split, t);
     std::uint64_t windows = 0, window_distinct = 0;
     if (o.window > 0) {
@@ -79,12 +83,13 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
       for (int s = 0; s < split.num_shards(); ++s) {
         const Shard& sh = split.shard(s);
         for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
-          std::uint64_t id = sh.id(t, r);
           std::uint32_t w = static_cast<std::uint32_t>(sample / o.window) + 1;
-          if (id != kMissingRow && stamp[id] != w) {
-            stamp[id] = w;
-            ++in_window;
-          }
+          sh.for_each_id(t, r, [&](std::uint64_t id) {
+            if (id != kMissingRow && stamp[id] != w) {
+              stamp[id] = w;
+              ++in_window;
+            }
+          });
           if ((sample + 1) % o.window == 0) {
             ++windows;
             window_distinct += in_window;
@@ -107,9 +112,12 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
       }
       ts.window_distinct_random = expected / w;
     }
-    ts.missing_share = static_cast<double>(counts[kMissingRow]) / static_cast<double>(split.rows());
+    // Shares of the table's accesses (one per sample when one-hot, a bag's ids when not).
+    double total = 0;
+    for (std::uint32_t c : counts) total += c;
+    total = std::max(total, 1.0);
+    ts.missing_share = static_cast<double>(counts[kMissingRow]) / total;
     ts.distinct = static_cast<std::uint64_t>(std::count_if(counts.begin(), counts.end(), [](std::uint32_t c) { return c > 0; }));
-    const double total = static_cast<double>(split.rows());
     ts.top1_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.01 * info.rows)))) / total;
     ts.top10_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.10 * info.rows)))) / total;
     ts.cached_rows = static_cast<std::uint64_t>(std::ceil(o.cache_ratio * static_cast<double>(info.rows)));
@@ -153,6 +161,10 @@ std::string stats_json(const DatasetStats& s) {
                                  {"cached_rows", t.cached_rows},
                                  {"doi", t.doi},
                                  {"missing_share", t.missing_share}};
+    if (s.multi_hot) {
+      tj["mean_bag"] = t.mean_bag;
+      tj["max_bag"] = t.max_bag;
+    }
     if (s.window > 0) {
       tj["window_distinct"] = t.window_distinct;
       tj["window_distinct_random"] = t.window_distinct_random;
@@ -166,11 +178,13 @@ std::string stats_table(const DatasetStats& s) {
   std::string out = fmt::format("split {}: {} samples, positive rate {:.3f}; DoI for {} workers, cache ratio {:g}\n", s.split, s.samples,
                                 s.positive_rate, s.workers, s.cache_ratio);
   out += fmt::format("{:<18}{:>11}{:>11}{:>8}{:>8}{:>8}{:>8}", "table", "rows", "distinct", "top1%", "top10%", "miss", "DoI");
+  if (s.multi_hot) out += fmt::format("{:>8}{:>6}", "bag", "max");
   if (s.window > 0) out += fmt::format("{:>10}{:>10}{:>9}", fmt::format("dist/{}", s.window), "random", "ratio");
   out += "\n";
   for (const auto& t : s.tables) {
     out += fmt::format("{:<18}{:>11}{:>11}{:>8.3f}{:>8.3f}{:>8.3f}{:>8.3f}", t.name, t.rows, t.distinct, t.top1_share, t.top10_share,
                        t.missing_share, t.doi);
+    if (s.multi_hot) out += fmt::format("{:>8.2f}{:>6}", t.mean_bag, t.max_bag);
     if (s.window > 0) {
       out += fmt::format("{:>10.3f}{:>10.3f}{:>9.3f}", t.window_distinct, t.window_distinct_random,
                          t.window_distinct_random > 0 ? t.window_distinct / t.window_distinct_random : 1.0);

@@ -5,7 +5,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <thread>
@@ -118,6 +120,13 @@ class Generator {
     entity_zipf_ = ZipfSampler(entities_, o.entity_alpha);
     double ctr = o.ctr >= 0 ? o.ctr : (criteo_ ? 0.25 : 0.17);
     if (!(ctr > 0 && ctr < 1)) throw ConfigError("--ctr must be in (0, 1)");
+    if (!o.multi_hot.empty() && o.multi_hot.size() != static_cast<std::size_t>(raw_tables)) {
+      throw ConfigError("--multi-hot has " + std::to_string(o.multi_hot.size()) + " bag sizes; " + (criteo_ ? "criteo" : "avazu") +
+                        " draws " + std::to_string(raw_tables) + " tables");
+    }
+    if (!o.multi_hot.empty() && (o.multi_hot_sep == '\t' || o.multi_hot_sep == ',' || o.multi_hot_sep == '"' || o.multi_hot_sep == '\n')) {
+      throw ConfigError("--multi-hot-sep cannot be a tab, comma, quote or newline");
+    }
     bias_ = fit_bias(ctr);
   }
 
@@ -241,6 +250,29 @@ class Generator {
     return logit;
   }
 
+  // Writes table t's bag of row r: the row's own value first (a fresh draw when it was
+  // missing: bags keep their size, as MLPerf's), then the extra values.
+  template <typename Put>
+  void put_bag(SplitMix64& rng, std::uint64_t r, int t, std::int64_t v, Put&& put, std::string& out) const {
+    const TableModel& m = tables_[static_cast<std::size_t>(t)];
+    const std::uint32_t size = o_.multi_hot[static_cast<std::size_t>(t)];
+    for (std::uint32_t k = 0; k < size; ++k) {
+      if (k > 0) out.push_back(o_.multi_hot_sep);
+      std::uint64_t x;
+      if (k == 0 && v >= 0) {
+        x = static_cast<std::uint64_t>(v);
+      } else if (o_.multi_hot_dist == MultiHotDist::kUniform) {
+        x = rng.below(m.rows);
+      } else {
+        const std::uint64_t shift = o_.iid ? 0
+                                           : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4 * static_cast<double>(m.rows) /
+                                                                        static_cast<double>(entities_));
+        x = (m.zipf(rng) + shift) % m.rows;
+      }
+      put(x);
+    }
+  }
+
   // Generates rows [c*kChunkRows, ...) into `out`; returns the number of clicks.
   std::uint64_t make_chunk(std::uint64_t c, std::string& out) const {
     out.clear();
@@ -271,7 +303,12 @@ class Generator {
         for (int t = 0; t < nt; ++t) {
           out.push_back('\t');
           std::int64_t v = value[static_cast<std::size_t>(t)];
-          if (v >= 0) put_hex8(out, permute32(static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(t)));
+          auto put = [&](std::uint64_t x) { put_hex8(out, permute32(static_cast<std::uint32_t>(x), static_cast<std::uint32_t>(t))); };
+          if (!o_.multi_hot.empty()) {
+            put_bag(rng, r, t, v, put, out);
+          } else if (v >= 0) {
+            put(static_cast<std::uint64_t>(v));
+          }
         }
         out.push_back('\n');
       } else {
@@ -289,12 +326,19 @@ class Generator {
           out.push_back(',');
           std::int64_t v = value[static_cast<std::size_t>(t)];
           std::int64_t base = kBase[static_cast<std::size_t>(t)];
-          if (base < 0) {
-            put_hex8(out, permute32(static_cast<std::uint32_t>(v), static_cast<std::uint32_t>(t)));
-          } else if (t == 19 && v == 0) {
-            out.append("-1");  // C20's most common value in the real data
+          auto put = [&](std::uint64_t x) {
+            if (base < 0) {
+              put_hex8(out, permute32(static_cast<std::uint32_t>(x), static_cast<std::uint32_t>(t)));
+            } else if (t == 19 && x == 0) {
+              out.append("-1");  // C20's most common value in the real data
+            } else {
+              put_uint(out, static_cast<std::uint64_t>(base) + x);
+            }
+          };
+          if (!o_.multi_hot.empty()) {
+            put_bag(rng, r, t, v, put, out);
           } else {
-            put_uint(out, static_cast<std::uint64_t>(base + v));
+            put(static_cast<std::uint64_t>(v));
           }
         }
         out.push_back('\n');
@@ -313,6 +357,44 @@ class Generator {
 };
 
 }  // namespace
+
+MultiHotDist parse_multi_hot_dist(const std::string& name) {
+  if (name == "uniform") return MultiHotDist::kUniform;
+  if (name == "zipf") return MultiHotDist::kZipf;
+  throw ConfigError("--multi-hot-dist must be uniform or zipf, not '" + name + "'");
+}
+
+const std::vector<std::uint32_t>& mlperf_bag_sizes() {
+  static const std::vector<std::uint32_t> sizes = {3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1};
+  return sizes;
+}
+
+std::vector<std::uint32_t> parse_bag_sizes(const std::string& text, SourceFormat like) {
+  const std::size_t tables = like == SourceFormat::kAvazu ? 21 : 26;
+  if (text == "mlperf") {
+    if (like == SourceFormat::kAvazu) throw ConfigError("--multi-hot mlperf is Criteo's 26 tables; give avazu 21 sizes");
+    return mlperf_bag_sizes();
+  }
+  std::vector<std::uint32_t> out;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    std::uint32_t v = 0;
+    auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || p != item.data() + item.size() || v > 65535) {
+      throw ConfigError("--multi-hot: '" + item + "' is not a bag size (0 to 65535)");
+    }
+    out.push_back(v);
+    if (end == text.size()) break;
+    begin = end + 1;
+  }
+  if (out.size() == 1) out.assign(tables, out[0]);
+  if (out.size() != tables) {
+    throw ConfigError("--multi-hot has " + std::to_string(out.size()) + " sizes; give one, or " + std::to_string(tables) + " (one per table)");
+  }
+  return out;
+}
 
 const std::vector<std::uint64_t>& real_cardinalities(SourceFormat like) { return like == SourceFormat::kAvazu ? kAvazuCard : kCriteoCard; }
 

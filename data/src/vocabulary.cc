@@ -186,9 +186,12 @@ VocabularyInfo VocabularyWriter::finish() {
 void encode_lines(const LineParser& parser, const Vocabulary& vocabulary, std::string_view text, EncodedRows& out, std::size_t max_bad) {
   const int nd = parser.schema().num_dense();
   const int nt = parser.schema().num_tables();
+  const bool bags = parser.multi_hot();
   out.labels.clear();
   out.dense.clear();
-  out.ids.resize(static_cast<std::size_t>(nt));
+  out.bag_sizes.clear();
+  out.bag_ids.clear();
+  out.ids.resize(bags ? 0 : static_cast<std::size_t>(nt));
   out.lines = 0;
   out.bad.clear();
   out.bad_count = 0;
@@ -213,9 +216,40 @@ void encode_lines(const LineParser& parser, const Vocabulary& vocabulary, std::s
     }
     out.labels.push_back(rec.label);
     out.dense.insert(out.dense.end(), rec.dense.begin(), rec.dense.begin() + nd);
-    for (int t = 0; t < nt; ++t) keys[static_cast<std::size_t>(t)].push_back(rec.keys[static_cast<std::size_t>(t)]);
+    for (int t = 0; t < nt; ++t) {
+      const auto ti = static_cast<std::size_t>(t);
+      if (bags) {
+        keys[ti].insert(keys[ti].end(), rec.bags[ti].begin(), rec.bags[ti].end());
+        out.bag_sizes.push_back(static_cast<std::uint32_t>(rec.bags[ti].size()));
+      } else {
+        keys[ti].push_back(rec.keys[ti]);
+      }
+    }
   }
   const std::size_t n = out.labels.size();
+  if (bags) {
+    // Each table's keys to rows in one sweep, then the bags interleaved row by row.
+    thread_local std::vector<std::vector<std::uint32_t>> rows;
+    rows.resize(static_cast<std::size_t>(nt));
+    std::size_t total = 0;
+    for (int t = 0; t < nt; ++t) {
+      const auto& k = keys[static_cast<std::size_t>(t)];
+      auto& r = rows[static_cast<std::size_t>(t)];
+      r.resize(k.size());
+      vocabulary.rows(t, k.data(), k.size(), r.data());
+      total += k.size();
+    }
+    out.bag_ids.reserve(total);
+    std::vector<std::size_t> next(static_cast<std::size_t>(nt), 0);
+    for (std::size_t b = 0; b < out.bag_sizes.size(); ++b) {
+      const std::size_t t = b % static_cast<std::size_t>(nt);
+      const auto& r = rows[t];
+      out.bag_ids.insert(out.bag_ids.end(), r.begin() + static_cast<std::ptrdiff_t>(next[t]),
+                         r.begin() + static_cast<std::ptrdiff_t>(next[t] + out.bag_sizes[b]));
+      next[t] += out.bag_sizes[b];
+    }
+    return;
+  }
   for (int t = 0; t < nt; ++t) {
     auto& ids = out.ids[static_cast<std::size_t>(t)];
     ids.resize(n);

@@ -81,6 +81,13 @@ int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
   return 0;
 }
 
+// A separator flag's one character; 0 when the flag was not given.
+char one_char(const char* flag, const std::string& value, bool given) {
+  if (!given) return 0;
+  if (value.size() != 1) throw ConfigError(std::string(flag) + " must be one character, not '" + value + "'");
+  return value[0];
+}
+
 int run_gen(GenOptions& o, const std::string& like, bool quiet) {
   o.like = parse_source_format(like);
   if (o.like == SourceFormat::kCriteoCsv) throw ConfigError("--like must be criteo or avazu");
@@ -136,6 +143,8 @@ int main(int argc, char** argv) {
   prep->add_option("--val-fraction", po.val_fraction, "share of rows for validation (after train, in file order)")->capture_default_str();
   prep->add_option("--test-fraction", po.test_fraction, "share of rows for test (last, in file order)")->capture_default_str();
   prep->add_option("--skip-bad", po.skip_bad, "skip up to N malformed lines instead of failing")->capture_default_str();
+  std::string prep_bag_sep;
+  prep->add_option("--multi-hot-sep", prep_bag_sep, "multi-hot input: each categorical field is a bag of values split by this character");
   prep->add_flag("--shuffle", po.shuffle, "shuffle rows (by --seed) before splitting");
   prep->add_option("--seed", po.seed, "seed for --shuffle")->capture_default_str();
   prep->add_option("--shard-rows", po.shard_rows, "rows per shard file (power of two)")->capture_default_str();
@@ -162,6 +171,11 @@ int main(int argc, char** argv) {
   gen->add_option("--drift", go.drift, "popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   gen->add_option("--ctr", go.ctr, "target click rate (default 0.25 Criteo, 0.17 Avazu)");
   gen->add_option("--threads", go.threads, "threads (0 = all cores; output does not depend on it)")->capture_default_str();
+  std::string gen_bags, gen_bag_dist = "uniform", gen_bag_sep = "|";
+  gen->add_option("--multi-hot", gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table");
+  gen->add_option("--multi-hot-dist", gen_bag_dist, "a bag's extra values: uniform over the table, or zipf (its popularity)")
+      ->capture_default_str();
+  gen->add_option("--multi-hot-sep", gen_bag_sep, "separator of a bag's values")->capture_default_str();
   gen->add_option("--output,-o", go.output, "output file (.gz: gzip)")->required();
   gen->add_flag("--force", go.overwrite, "replace an existing output file");
   gen->add_flag("--quiet,-q", gen_quiet, "no progress or summary");
@@ -191,9 +205,17 @@ int main(int argc, char** argv) {
     setup_logging(log_level);
     if (*prep) {
       for (auto& i : prep_inputs) po.inputs.emplace_back(i);
+      po.multi_hot_sep = one_char("--multi-hot-sep", prep_bag_sep, prep->get_option("--multi-hot-sep")->count() > 0);
       return run_prep(po, prep_format, prep_quiet || prep_json, prep_json);
     }
-    if (*gen) return run_gen(go, gen_like, gen_quiet);
+    if (*gen) {
+      if (!gen_bags.empty()) {
+        go.multi_hot = parse_bag_sizes(gen_bags, parse_source_format(gen_like));
+        go.multi_hot_dist = parse_multi_hot_dist(gen_bag_dist);
+        go.multi_hot_sep = one_char("--multi-hot-sep", gen_bag_sep, true);
+      }
+      return run_gen(go, gen_like, gen_quiet);
+    }
     if (*stats) {
       so.split = parse_split(stats_split);
       return run_stats(stats_dir, so, stats_json_out, !stats_no_verify);

@@ -1,12 +1,19 @@
 // Ember's binary dataset: a directory with manifest.json and shard files per split.
 //
-// Shard file layout (little-endian, every section 64-byte aligned):
+// Shard file layout (little-endian, every section 64-byte aligned). One-hot (version 1):
 //   ShardHeader | TableColumn[num_tables] | header checksum (u64) | pad
 //   labels  u8[rows]
 //   dense   f32[rows][num_dense]           (log(1+max(x,0)) already applied)
 //   ids[t]  u32 or u64 [rows], per table   (row ids within table t)
+// Multi-hot (version 2): a bag of ids per (row, table), sample-major, so that a sample's
+// ids are one span (what the scheduler reads) and each bag is a sub-span (what pooling
+// reads):
+//   ShardHeader | BagSection | header checksum (u64) | pad
+//   labels, dense                          (as above)
+//   offsets u32[rows * num_tables + 1]     (bag of (r, t): ids [offsets[r*T+t], offsets[r*T+t+1]))
+//   ids     u32[offsets[rows * num_tables]]
 // The header checksum covers everything before it; payload_checksum covers every byte
-// after the header. Columns are contiguous so a batch of one table is one memory span.
+// after the header. One-hot columns are contiguous so a batch of one table is one span.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +27,8 @@
 
 namespace ember::data {
 
-inline constexpr std::uint32_t kDatasetFormatVersion = 1;
+inline constexpr std::uint32_t kDatasetFormatVersion = 1;   // one-hot
+inline constexpr std::uint32_t kMultiHotFormatVersion = 2;  // bags of ids
 inline constexpr char kShardMagic[8] = {'E', 'M', 'B', 'R', 'S', 'H', 'R', 'D'};
 
 struct ShardHeader {
@@ -40,7 +48,13 @@ struct TableColumn {
   std::uint32_t id_bytes;  // 4 or 8
   std::uint32_t reserved;
 };
-static_assert(sizeof(ShardHeader) == 64 && sizeof(TableColumn) == 16);
+struct BagSection {
+  std::uint64_t offsets_offset;
+  std::uint64_t ids_offset;
+  std::uint64_t ids;  // ids in the shard (= offsets[rows * num_tables])
+  std::uint64_t reserved;
+};
+static_assert(sizeof(ShardHeader) == 64 && sizeof(TableColumn) == 16 && sizeof(BagSection) == 32);
 
 enum class Split { kTrain = 0, kVal = 1, kTest = 2 };
 inline constexpr const char* kSplitNames[3] = {"train", "val", "test"};
@@ -51,6 +65,9 @@ struct TableInfo {
   std::uint64_t rows = 0;         // rows of the embedding table (incl. missing + OOV)
   std::uint32_t id_bytes = 4;     // width of stored ids
   std::uint64_t values_seen = 0;  // distinct raw values in the input
+  // Multi-hot datasets: the largest bag and the mean bag size over every split.
+  std::uint32_t max_bag = 1;
+  double mean_bag = 1.0;
 };
 
 struct ShardInfo {
@@ -80,6 +97,8 @@ struct Manifest {
   bool shuffled = false;
   std::uint64_t seed = 0;
   std::uint64_t bad_lines_skipped = 0;
+  // Bags of ids per table (format version 2); false: one id per table (version 1).
+  bool multi_hot = false;
   std::vector<ShardInfo> shards[3];
   // Raw value -> row of every table (vocabulary.h); none in datasets prepared before
   // prep wrote one.
@@ -100,10 +119,16 @@ struct ShardLayout {
   std::uint64_t header_bytes = 0;
   std::uint64_t labels_offset = 0;
   std::uint64_t dense_offset = 0;
-  std::vector<std::uint64_t> table_offsets;
+  std::vector<std::uint64_t> table_offsets;  // one-hot
+  bool multi_hot = false;
+  std::uint64_t bag_offsets_offset = 0;  // multi-hot
+  std::uint64_t bag_ids_offset = 0;
+  std::uint64_t bag_ids = 0;
   std::uint64_t file_bytes = 0;
 };
 ShardLayout shard_layout(std::uint64_t rows, std::uint32_t num_dense, const std::vector<std::uint32_t>& id_bytes);
+// A multi-hot shard of `rows` rows of `num_tables` bags holding `ids` ids in all.
+ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, std::uint32_t num_tables, std::uint64_t ids);
 
 // Fills the header of a shard whose payload is written; computes both checksums.
 void finish_shard_header(char* file_base, const ShardLayout& layout, std::uint64_t rows, std::uint32_t num_dense,
@@ -119,10 +144,31 @@ class Shard {
   std::uint64_t rows() const { return rows_; }
   std::uint8_t label(std::uint64_t r) const { return labels_[r]; }
   const float* dense(std::uint64_t r) const { return dense_ + r * num_dense_; }
+  bool multi_hot() const { return bag_offsets_ != nullptr; }
+  // The one id of row r in a table of a one-hot shard.
   std::uint64_t id(int table, std::uint64_t r) const {
     const Column& c = cols_[static_cast<std::size_t>(table)];
     return c.bytes == 4 ? reinterpret_cast<const std::uint32_t*>(c.base)[r] : reinterpret_cast<const std::uint64_t*>(c.base)[r];
   }
+  // Ids in row r's bag of `table` (1 in a one-hot shard).
+  std::uint32_t bag_size(int table, std::uint64_t r) const {
+    if (bag_offsets_ == nullptr) return 1;
+    const std::uint32_t* o = bag_offsets_ + r * num_tables_ + static_cast<std::uint64_t>(table);
+    return o[1] - o[0];
+  }
+  // Calls f(id) for each id of row r's bag of `table`, in stored order.
+  template <typename F>
+  void for_each_id(int table, std::uint64_t r, F&& f) const {
+    if (bag_offsets_ == nullptr) {
+      f(id(table, r));
+      return;
+    }
+    const std::uint32_t* o = bag_offsets_ + r * num_tables_ + static_cast<std::uint64_t>(table);
+    for (std::uint32_t k = o[0]; k < o[1]; ++k) f(static_cast<std::uint64_t>(bag_ids_[k]));
+  }
+  // Multi-hot shards: the num_tables + 1 bag offsets of row r (into bag_ids()).
+  const std::uint32_t* bag_offsets(std::uint64_t r) const { return bag_offsets_ + r * num_tables_; }
+  const std::uint32_t* bag_ids() const { return bag_ids_; }
   const std::uint8_t* labels() const { return labels_; }
   // Raw column of table t: `id_bytes(t)`-wide ids, rows() of them.
   const void* column(int table) const { return cols_[static_cast<std::size_t>(table)].base; }
@@ -136,9 +182,12 @@ class Shard {
   MappedFile file_;
   std::uint64_t rows_ = 0;
   std::uint32_t num_dense_ = 0;
+  std::uint64_t num_tables_ = 0;
   const std::uint8_t* labels_ = nullptr;
   const float* dense_ = nullptr;
-  std::vector<Column> cols_;
+  std::vector<Column> cols_;                     // one-hot
+  const std::uint32_t* bag_offsets_ = nullptr;  // multi-hot
+  const std::uint32_t* bag_ids_ = nullptr;
 };
 
 // All shards of one split, addressed by a split-wide sample index.
@@ -200,9 +249,20 @@ class Batch {
     std::uint64_t r;
     return locate(i, r).dense(r);
   }
+  // The one id of sample i in `table` (one-hot datasets).
   std::uint64_t id(int table, std::size_t i) const {
     std::uint64_t r;
     return locate(i, r).id(table, r);
+  }
+  std::uint32_t bag_size(int table, std::size_t i) const {
+    std::uint64_t r;
+    return locate(i, r).bag_size(table, r);
+  }
+  // Calls f(id) for each id of sample i's bag of `table` (one call when one-hot).
+  template <typename F>
+  void for_each_id(int table, std::size_t i, F&& f) const {
+    std::uint64_t r;
+    locate(i, r).for_each_id(table, r, f);
   }
   // Split-wide sample index of the i-th sample.
   std::uint64_t sample(std::size_t i) const { return order_ != nullptr ? order_[begin_ + i] : begin_ + i; }

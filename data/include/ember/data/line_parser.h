@@ -18,7 +18,10 @@ inline constexpr std::uint64_t kMissingKey = ~std::uint64_t{0};
 struct Record {
   std::uint8_t label = 0;
   std::array<float, kMaxDense> dense{};          // log(1 + max(x, 0)); missing -> 0
-  std::array<std::uint64_t, kMaxTables> keys{};  // raw value key per table, kMissingKey if empty
+  std::array<std::uint64_t, kMaxTables> keys{};  // one-hot: raw value key per table, kMissingKey if empty
+  // Multi-hot parsers: the raw value keys of each table's bag (an empty field is an
+  // empty bag). Cleared, not freed, from line to line.
+  std::array<std::vector<std::uint64_t>, kMaxTables> bags;
 };
 
 class LineParser {
@@ -26,11 +29,13 @@ class LineParser {
   // `first_line` is the file's first line: the header of a CSV format (consumed: call
   // header_consumed()), or the first record of a TSV file (decides whether the file
   // has labels). Throws DataError("...: <why>") when it cannot be a valid start.
-  LineParser(SourceFormat format, std::string_view first_line);
+  // `multi_hot_sep` != 0: every categorical field is a bag of values separated by it.
+  LineParser(SourceFormat format, std::string_view first_line, char multi_hot_sep = 0);
 
   // True when the first line was a header and must not be parsed as a record.
   bool header_consumed() const { return header_consumed_; }
   bool has_label() const { return label_col_ >= 0; }
+  bool multi_hot() const { return bag_sep_ != 0; }
   const Schema& schema() const { return *schema_; }
 
   // Parses `line` (no newline; a trailing '\r' is tolerated). On failure returns false
@@ -48,10 +53,13 @@ class LineParser {
 
   void init_header(std::string_view header);
   bool split(std::string_view line, std::string& error) const;
+  // The raw key of one categorical value (not empty) of table `table`.
+  bool value_key(std::string_view f, std::uint16_t table, std::uint64_t& key, std::string& error) const;
 
   const Schema* schema_;
   SourceFormat format_;
   char sep_;
+  char bag_sep_ = 0;
   bool header_consumed_ = false;
   int label_col_ = -1;
   int hour_table_ = -1;  // Avazu: table index of `hour`; `weekday` follows it

@@ -29,6 +29,7 @@ struct PrepOptions {
   double val_fraction = 0.0;    // contiguous ranges after train (time order kept)
   double test_fraction = 0.0;
   std::uint64_t skip_bad = 0;  // bad lines tolerated (skipped) before failing
+  char multi_hot_sep = 0;      // != 0: categorical fields are bags of values split by it
   bool shuffle = false;        // permute rows by `seed` before splitting
   std::uint64_t seed = 0;
   std::uint64_t shard_rows = 1u << 20;  // power of two

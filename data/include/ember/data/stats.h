@@ -32,6 +32,8 @@ struct TableStats {
   // lower = values come in bursts.
   double window_distinct_random = 0;
   double missing_share = 0;  // accesses of the reserved "missing" row
+  double mean_bag = 1;       // ids per sample (multi-hot datasets; 1 when one-hot)
+  std::uint32_t max_bag = 1;
 };
 
 struct DatasetStats {
@@ -43,9 +45,10 @@ struct DatasetStats {
   std::uint64_t window = 0;
   std::vector<TableStats> tables;
   double doi = 0;  // over the union of every table's cached rows
+  bool multi_hot = false;
 };
 
-// How many samples of `split` access each row of table `table` (index = row; saturates at
+// How many times the samples of `split` access each row of table `table` (index = row; saturates at
 // UINT32_MAX). Throws DataError for an id beyond the table's rows.
 std::vector<std::uint32_t> row_counts(const Dataset& dataset, Split split, int table);
 

@@ -26,6 +26,18 @@
 
 namespace ember::data {
 
+enum class MultiHotDist {
+  kUniform,  // the extra values of a bag: uniform over the table (MLPerf's default)
+  kZipf,     // drawn like the row's value: the table's skewed popularity
+};
+MultiHotDist parse_multi_hot_dist(const std::string& name);  // uniform, zipf; ConfigError
+
+// MLPerf Training DLRM-DCNv2's bag sizes of Criteo's 26 tables (214 ids a sample).
+const std::vector<std::uint32_t>& mlperf_bag_sizes();
+// `--multi-hot`: "mlperf", one size for every table, or one size per drawn table (26
+// Criteo, 21 Avazu), comma-separated. ConfigError naming what is wrong.
+std::vector<std::uint32_t> parse_bag_sizes(const std::string& text, SourceFormat like);
+
 struct GenOptions {
   SourceFormat like = SourceFormat::kCriteoTsv;  // kCriteoTsv or kAvazu
   std::uint64_t rows = 100000;
@@ -39,6 +51,12 @@ struct GenOptions {
   double session = 0.02;
   double drift = 1.0;            // ranking positions shifted per 10,000 rows
   double ctr = -1;               // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
+  // Multi-hot: a bag of this many values per drawn table (empty: one value, or none when
+  // missing). A bag's first value is the row's usual draw (entity, label signal); the
+  // others come from `multi_hot_dist`. Values are joined by `multi_hot_sep`.
+  std::vector<std::uint32_t> multi_hot;
+  MultiHotDist multi_hot_dist = MultiHotDist::kUniform;
+  char multi_hot_sep = '|';
   int threads = 0;               // 0 = all cores; output is identical for any count
   std::filesystem::path output;  // ".gz" suffix: gzip-compressed
   bool overwrite = false;

@@ -95,7 +95,11 @@ class VocabularyWriter {
 struct EncodedRows {
   std::vector<std::uint8_t> labels;
   std::vector<float> dense;                     // [row][num_dense], transformed (line_parser.h)
-  std::vector<std::vector<std::uint32_t>> ids;  // [table][row]
+  std::vector<std::vector<std::uint32_t>> ids;  // one-hot: [table][row]
+  // Multi-hot parsers: each (row, table) bag's size, row-major, and the ids of every
+  // bag in that order (the dataset's sample-major layout).
+  std::vector<std::uint32_t> bag_sizes;
+  std::vector<std::uint32_t> bag_ids;
   std::uint64_t lines = 0;                      // lines of the text, blank and bad included
   // The first bad lines (index of the line in the text, from 0; what is wrong), at most
   // `max_bad` of them, and how many there were.

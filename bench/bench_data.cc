@@ -143,7 +143,7 @@ int run_data_bench(const DataBenchOptions& o, bool json) {
     Stopwatch sw;
     while (reader.next(b)) {
       for (int t = 0; t < nt; ++t) {
-        for (std::size_t s = 0; s < b.size(); ++s) sink += b.id(t, s);
+        for (std::size_t s = 0; s < b.size(); ++s) b.for_each_id(t, s, [&](std::uint64_t id) { sink += id; });
       }
     }
     return sw.seconds();

@@ -72,7 +72,10 @@ std::string Manifest::to_json() const {
     }
     tj.push_back(std::move(tab));
   }
-  if (multi_hot) j["bags"] = "ids per (sample, table): offsets u32[rows * tables + 1] then ids u32, sample-major";
+  if (multi_hot) {
+    j["bags"] = "ids per (sample, table): offsets u32[rows * tables + 1] then ids u32, sample-major";
+    j["multi_hot_sep"] = std::string(1, multi_hot_sep);
+  }
   j["reserved_rows"] = {{"missing", 0}, {"oov", 1}};
   j["min_count"] = min_count;
   j["shuffled"] = shuffled;
@@ -106,6 +109,11 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
                       std::to_string(kDatasetFormatVersion) + " or " + std::to_string(kMultiHotFormatVersion) + ")");
     }
     m.multi_hot = m.format_version == kMultiHotFormatVersion;
+    if (m.multi_hot) {
+      const std::string sep = j.value("multi_hot_sep", std::string("|"));
+      if (sep.size() != 1) throw DataError(origin + ": multi_hot_sep must be one character");
+      m.multi_hot_sep = sep[0];
+    }
     m.source_format = j.at("source_format").get<std::string>();
     if (j.contains("inputs")) m.inputs = j.at("inputs").get<std::vector<std::string>>();
     for (int s = 0; s < 3; ++s) m.rows[s] = j.at("rows").at(kSplitNames[s]).get<std::uint64_t>();

@@ -406,6 +406,7 @@ class Preparer {
     manifest_.seed = opt_.seed;
     manifest_.bad_lines_skipped = report_.bad_lines;
     manifest_.multi_hot = multi_hot_;
+    manifest_.multi_hot_sep = opt_.multi_hot_sep;
     manifest_.format_version = multi_hot_ ? kMultiHotFormatVersion : kDatasetFormatVersion;
     for (int s = 0; s < 3; ++s) manifest_.rows[s] = split_rows_[s];
     for (const auto& t : manifest_.tables) id_bytes_.push_back(t.id_bytes);

@@ -240,15 +240,23 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
     std::vector<std::int64_t> last(rows, -1);
     std::vector<double> sole(rows, 0.0);
     std::vector<std::uint64_t> touched;
+    // Multi-hot: the sample (+ 1) and batch that last counted each row.
+    std::vector<std::uint32_t> sample_of(rows, 0);
+    std::vector<std::int64_t> last_batch(rows, -1);
     data::BatchReader reader(train, {static_cast<std::size_t>(n), false, 0, true});
     data::Batch batch;
     TableCost& tc = out.tables[static_cast<std::size_t>(t)];
     tc.distinct_per_worker = tc.pulls = tc.pull_state = tc.push_grad = tc.hits = 0;
     for (std::uint64_t it = 0; it < t1 && reader.next(batch); ++it) {
       touched.clear();
+      // A sample counts once per row (an id repeated in its bag is one row).
       for (std::size_t i = 0; i < batch.size(); ++i) {
-        const std::uint64_t id = batch.id(t, i);
-        if (count[id]++ == 0) touched.push_back(id);
+        batch.for_each_id(t, i, [&](std::uint64_t id) {
+          if (sample_of[id] == i + 1 && last_batch[id] == static_cast<std::int64_t>(it)) return;
+          sample_of[id] = static_cast<std::uint32_t>(i + 1);
+          last_batch[id] = static_cast<std::int64_t>(it);
+          if (count[id]++ == 0) touched.push_back(id);
+        });
       }
       const bool counted = it >= t0;
       for (std::uint64_t id : touched) {

@@ -24,7 +24,7 @@ struct Candidate {
   std::uint16_t rows;  // the sample's rows it holds as latest
 };
 struct LaiaScratch {
-  std::vector<Candidate> candidates;  // sample * T + j
+  std::vector<Candidate> candidates;  // from each sample's first key position
   std::vector<std::uint16_t> count;   // sample -> its candidates
 };
 

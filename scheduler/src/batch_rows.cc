@@ -46,7 +46,13 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
   s.keys.clear();
   s.replicated_d.clear();
   s.uncached_d.clear();
-  s.dpos.resize(static_cast<std::size_t>(n) * T);
+  s.tables = T;
+  s.dpos.resize(batch.keys.size());
+  if (batch.multi_hot() ? batch.bags.size() != static_cast<std::size_t>(n) * T + 1 || batch.bags.back() != batch.keys.size()
+                        : batch.keys.size() != static_cast<std::size_t>(n) * T) {
+    throw ConfigError("batch " + std::to_string(batch.index) + ": its keys and bags do not match its " + std::to_string(n) +
+                      " samples of " + std::to_string(T) + " tables");
+  }
   for (std::size_t j = 0; j < s.dpos.size(); ++j) {
     const Key k = batch.keys[j];
     if (k >= c.num_keys)
@@ -61,6 +67,31 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
     s.dpos[j] = *d;
   }
   const std::size_t D = s.keys.size();
+  s.sstart.clear();
+  s.srows.clear();
+  if (batch.multi_hot()) {
+    // Each sample's distinct rows: stamp[d] = the last sample (+ 1) that listed d.
+    std::vector<std::uint32_t>& stamp = s.stamp;
+    stamp.assign(D, 0);
+    s.sstart.resize(n + 1);
+    s.srows.reserve(batch.keys.size());
+    for (std::uint32_t i = 0; i < n; ++i) {
+      s.sstart[i] = static_cast<std::uint32_t>(s.srows.size());
+      for (std::uint32_t j = batch.sample_begin(i), e = batch.sample_begin(i + 1); j < e; ++j) {
+        const std::uint32_t d = s.dpos[j];
+        if (stamp[d] == i + 1) continue;
+        stamp[d] = i + 1;
+        s.srows.push_back(d);
+      }
+    }
+    s.sstart[n] = static_cast<std::uint32_t>(s.srows.size());
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (s.sstart[i + 1] - s.sstart[i] > UINT16_MAX) {
+        throw ConfigError("batch " + std::to_string(batch.index) + ": sample " + std::to_string(i) + " has " +
+                          std::to_string(s.sstart[i + 1] - s.sstart[i]) + " distinct rows; at most 65535 are supported");
+      }
+    }
+  }
   s.owner_d.resize(D);
   s.partial_d.resize(D);
   s.cold_d.resize(D);
@@ -72,9 +103,9 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
   }
 }
 
-void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const std::vector<StepPlan>& plans,
+void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& /*batch*/, const std::vector<StepPlan>& plans,
                     const WorkerCache& shape, BatchRows& s) {
-  const std::uint32_t W = c.workers, T = batch.tables;
+  const std::uint32_t W = c.workers;
   const bool replicates = c.replicates();
   const std::uint32_t D = s.size();
   s.replicated_rows.clear();
@@ -93,8 +124,7 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
     kw.clear();
     std::size_t staged = 0;
     for (std::uint32_t i : plans[w].samples) {
-      for (std::uint32_t t = 0; t < T; ++t) {
-        std::uint32_t d = s.dpos[static_cast<std::size_t>(i) * T + t];
+      for (std::uint32_t d : s.sample_rows(i)) {
         if (s.stamp[d] == w + 1 || (replicates && s.replicated_d[d])) continue;
         s.stamp[d] = w + 1;
         kw.push_back(d);

@@ -24,7 +24,12 @@ struct BatchRows {
   // Filled by index_batch.
   U64Map<std::uint32_t> index;             // key -> d (distinct rows of the batch)
   std::vector<Key> keys;                   // d -> key
-  std::vector<std::uint32_t> dpos;         // (sample, table) -> d
+  std::vector<std::uint32_t> dpos;         // key position in the batch -> d
+  std::uint32_t tables = 0;
+  // Multi-hot batches: sample i's distinct rows are srows [sstart[i], sstart[i + 1]) (an
+  // id repeated in a sample's bags is one row). Empty when one-hot: a sample's T keys are
+  // distinct rows already (each table has its own key range).
+  std::vector<std::uint32_t> sstart, srows;
   std::vector<std::uint16_t> owner_d;      // d -> latest holder before the iteration
   std::vector<std::uint8_t> partial_d;     // d -> had partial holders before the iteration
   std::vector<std::uint8_t> replicated_d;  // d -> replicated row
@@ -48,6 +53,11 @@ struct BatchRows {
   std::vector<TrafficCounts> per_worker;          // the phases' counts, per worker
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }
+  // Sample i's distinct rows (d), in first-appearance order.
+  std::span<const std::uint32_t> sample_rows(std::uint32_t i) const {
+    if (sstart.empty()) return {dpos.data() + static_cast<std::size_t>(i) * tables, tables};
+    return {srows.data() + sstart[i], sstart[i + 1] - sstart[i]};
+  }
   // Row d's trainers, in increasing order.
   std::span<const std::uint16_t> trainers(std::uint32_t d) const { return {tw.data() + tstart[d], tw.data() + tstart[d + 1]}; }
   std::uint32_t count(std::uint32_t d) const { return tstart[d + 1] - tstart[d]; }

@@ -49,6 +49,9 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.table_offsets = key_space(ds, o.table_rows);
   c.num_keys = c.table_offsets.back();
   c.table_offsets.pop_back();
+  if (ds.manifest().multi_hot) {
+    for (const auto& t : ds.manifest().tables) c.bag_bound.push_back(t.max_bag);
+  }
   c.cache_rows = cache_rows_for(o.cache_ratio, c.num_keys);
   c.policy = parse_policy(o.policy);
   if (o.for_training && c.policy.simulator_only()) {
@@ -112,8 +115,13 @@ void configure_placement(const PlanFile& plan, const std::string& what, Schedule
 }
 
 std::uint32_t SchedulerConfig::staging_rows() const {
-  const auto n = static_cast<std::uint32_t>(std::count(treatments.begin(), treatments.end(), Treatment::kUncached));
-  return n * batch_per_worker;
+  // A micro-batch stages at most its samples' ids of each uncached table.
+  std::uint64_t n = 0;
+  for (std::size_t t = 0; t < treatments.size(); ++t) {
+    if (treatments[t] == Treatment::kUncached) n += static_cast<std::uint64_t>(batch_per_worker) * (bag_bound.empty() ? 1 : bag_bound[t]);
+  }
+  if (n > UINT32_MAX / 2) throw ConfigError("the uncached tables' staging would need " + std::to_string(n) + " rows per worker");
+  return static_cast<std::uint32_t>(n);
 }
 
 std::vector<std::uint64_t> key_space(const data::Dataset& ds, const std::vector<std::uint64_t>& table_rows) {

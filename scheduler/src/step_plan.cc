@@ -1,5 +1,6 @@
 #include "ember/scheduler/step_plan.h"
 
+#include "ember/common/error.h"
 #include "ember/scheduler/global_batch.h"
 
 namespace ember::scheduler {
@@ -52,8 +53,25 @@ WireBytes wire_bytes(const TrafficCounts& c, RowFormat f) {
   return b;
 }
 
-void global_keys(const data::Batch& batch, std::size_t n, const std::vector<std::uint64_t>& offsets, std::vector<Key>& out) {
+void global_keys(const data::Batch& batch, std::size_t n, const std::vector<std::uint64_t>& offsets, std::vector<Key>& out,
+                 std::vector<std::uint32_t>& bags) {
   const auto nt = static_cast<std::uint32_t>(offsets.size());
+  bags.clear();
+  if (n > 0 && batch.multi_hot()) {
+    // Sample by sample, bag by bag: the sample-major order the shards store.
+    out.clear();
+    bags.reserve(n * nt + 1);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::uint32_t t = 0; t < nt; ++t) {
+        bags.push_back(static_cast<std::uint32_t>(out.size()));
+        const std::uint64_t off = offsets[t];
+        batch.for_each_id(static_cast<int>(t), i, [&](std::uint64_t id) { out.push_back(off + id); });
+      }
+    }
+    if (out.size() > UINT32_MAX) throw ConfigError("a global batch of more than 2^32 - 1 ids; lower the batch size");
+    bags.push_back(static_cast<std::uint32_t>(out.size()));
+    return;
+  }
   out.resize(n * nt);
   if (const data::Shard* sh = batch.contiguous_shard()) {
     // Zero-copy columns: read table by table.
@@ -73,7 +91,7 @@ void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>&
   out.index = batch.index();
   out.samples = static_cast<std::uint32_t>(batch.size());
   out.tables = static_cast<std::uint32_t>(offsets.size());
-  global_keys(batch, batch.size(), offsets, out.keys);
+  global_keys(batch, batch.size(), offsets, out.keys, out.bags);
 }
 
 }  // namespace ember::scheduler

@@ -128,12 +128,18 @@ void pull_latest(Iteration& it, std::uint32_t w) {
   TrafficCounts& c = it.rows.per_worker[w];
   const auto& kw = s.kw[w];
   std::uint32_t next_staging = it.config.cache_rows;  // uncached rows' slots, past the cache's
+  const std::uint32_t staging_end = it.config.cache_rows + it.config.staging_rows();
   for (std::size_t j = 0; j < kw.size(); ++j) {
     RowRef& row = plan.rows[j];
     if (row.slot != kNoSlot) continue;
     const Key k = row.key;
     PullEntry pull{k, kNoSlot, 0, EvictKind::kNone};
     if (row.uncached) {
+      // Every slot past the staging's would write outside each worker's cache.
+      if (next_staging >= staging_end) {
+        throw Error("worker " + std::to_string(w) + " stages more uncached rows than its " + std::to_string(it.config.staging_rows()) +
+                    " staging slots");
+      }
       pull.slot = next_staging++;
     } else {
       if (lru.full(k)) evict_for(it, lru, w, k, pull, c);

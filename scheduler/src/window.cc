@@ -11,7 +11,10 @@ Window::Window(std::uint64_t num_keys, std::uint64_t first_iteration)
   if (first_iteration >= kNever) throw ConfigError("lookahead: iteration numbers beyond 2^32 are not supported");
 }
 
-std::uint64_t Window::digest(const GlobalBatch& b) { return XXH3_64bits_withSeed(b.keys.data(), b.keys.size() * sizeof(Key), b.samples); }
+std::uint64_t Window::digest(const GlobalBatch& b) {
+  const std::uint64_t keys = XXH3_64bits_withSeed(b.keys.data(), b.keys.size() * sizeof(Key), b.samples);
+  return b.bags.empty() ? keys : XXH3_64bits_withSeed(b.bags.data(), b.bags.size() * sizeof(std::uint32_t), keys);
+}
 
 void Window::pop(const GlobalBatch& b) {
   if (batches_.empty() || batches_.front().digest != digest(b)) {

@@ -270,6 +270,7 @@ json export_manifest(const Source& s, const ExportReport& r, const data::Manifes
   m["dense_names"] = dm.dense_names;
   m["dense_transform"] = "log1p(max(x, 0)); missing = 0";
   m["source_format"] = dm.source_format;
+  if (dm.multi_hot) m["multi_hot_sep"] = std::string(1, dm.multi_hot_sep);
   m["reserved_rows"] = {{"missing", data::kMissingRow}, {"oov", data::kOovRow}};
   m["min_count"] = dm.min_count;
   if (dm.vocabulary) {

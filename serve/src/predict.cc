@@ -15,6 +15,7 @@
 #include "ember/data/text_input.h"
 #include "ember/serve/export.h"
 #include "ember/worker/metrics.h"
+#include "ember/worker/model.h"
 
 namespace ember::serve {
 
@@ -73,6 +74,19 @@ class Scorer {
   Scorer(const ExportedModel& model, std::size_t batch, AtomicOutput& out)
       : model_(model), batch_(batch), out_(out), nd_(model.config().num_dense), nt_(model.config().num_tables), ids_(nt_) {}
 
+  // Multi-hot samples: each (sample, table) bag's size, row-major, and their ids in that order.
+  void add_bags(const std::uint8_t* labels, const float* dense, const std::uint32_t* sizes, const std::uint32_t* ids, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      labels_.push_back(labels[i]);
+      dense_.insert(dense_.end(), dense + i * nd_, dense + (i + 1) * nd_);
+      for (std::size_t t = 0; t < nt_; ++t) {
+        bag_sizes_.push_back(*sizes);
+        bag_ids_.insert(bag_ids_.end(), ids, ids + *sizes);
+        ids += *sizes++;
+      }
+      if (labels_.size() == batch_) score();
+    }
+  }
   void add(const std::uint8_t* labels, const float* dense, const std::vector<const std::uint32_t*>& ids, std::size_t n) {
     std::size_t i = 0;
     while (i < n) {
@@ -92,9 +106,14 @@ class Scorer {
 
  private:
   void score() {
-    std::vector<const std::uint32_t*> cols(nt_);
-    for (std::size_t t = 0; t < nt_; ++t) cols[t] = ids_[t].data();
-    const std::vector<float> p = model_.predict(dense_.data(), cols, labels_.size());
+    std::vector<float> p;
+    if (!bag_sizes_.empty()) {
+      p = model_.predict_bags(dense_.data(), bag_sizes_, bag_ids_, labels_.size());
+    } else {
+      std::vector<const std::uint32_t*> cols(nt_);
+      for (std::size_t t = 0; t < nt_; ++t) cols[t] = ids_[t].data();
+      p = model_.predict(dense_.data(), cols, labels_.size());
+    }
     std::string text;
     text.reserve(p.size() * 12);
     char buf[32];
@@ -108,6 +127,8 @@ class Scorer {
     labels_.clear();
     dense_.clear();
     for (auto& v : ids_) v.clear();
+    bag_sizes_.clear();
+    bag_ids_.clear();
   }
 
   const ExportedModel& model_;
@@ -117,6 +138,7 @@ class Scorer {
   std::vector<std::uint8_t> labels_;
   std::vector<float> dense_;
   std::vector<std::vector<std::uint32_t>> ids_;
+  std::vector<std::uint32_t> bag_sizes_, bag_ids_;  // multi-hot
   std::vector<float> probs_;
   std::vector<std::uint8_t> all_labels_;
 };
@@ -131,7 +153,7 @@ bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFo
   if (first.empty()) throw DataError(name + ":1: empty file");
   std::unique_ptr<data::LineParser> parser;
   try {
-    parser = std::make_unique<data::LineParser>(format, first);
+    parser = std::make_unique<data::LineParser>(format, first, model.multi_hot_sep());
   } catch (const DataError& e) {
     throw DataError(name + ":1: " + e.what());
   }
@@ -154,9 +176,13 @@ bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFo
     first_block = false;
     data::encode_lines(*parser, vocab, block, rows, 1);
     if (rows.bad_count > 0) throw DataError(name + ":" + std::to_string(line_no + rows.bad[0].first) + ": " + rows.bad[0].second);
-    std::vector<const std::uint32_t*> ids;
-    for (const auto& col : rows.ids) ids.push_back(col.data());
-    scorer.add(rows.labels.data(), rows.dense.data(), ids, rows.size());
+    if (parser->multi_hot()) {
+      scorer.add_bags(rows.labels.data(), rows.dense.data(), rows.bag_sizes.data(), rows.bag_ids.data(), rows.size());
+    } else {
+      std::vector<const std::uint32_t*> ids;
+      for (const auto& col : rows.ids) ids.push_back(col.data());
+      scorer.add(rows.labels.data(), rows.dense.data(), ids, rows.size());
+    }
     line_no += rows.lines;
     input.release_current();
   }
@@ -187,8 +213,25 @@ bool score_split(const ExportedModel& model, const fs::path& dir, const std::str
   std::vector<std::uint8_t> labels;
   std::vector<float> dense;
   std::vector<std::vector<std::uint32_t>> ids(nt);
+  std::vector<std::uint32_t> sizes, bag_ids;
   while (reader.next(b)) {
     const std::size_t n = b.size();
+    if (m.multi_hot) {
+      labels.resize(n);
+      dense.resize(n * nd);
+      sizes.clear();
+      bag_ids.clear();
+      for (std::size_t i = 0; i < n; ++i) {
+        labels[i] = b.label(i);
+        std::memcpy(&dense[i * nd], b.dense(i), nd * sizeof(float));
+        for (std::size_t t = 0; t < nt; ++t) {
+          sizes.push_back(b.bag_size(static_cast<int>(t), i));
+          b.for_each_id(static_cast<int>(t), i, [&](std::uint64_t id) { bag_ids.push_back(static_cast<std::uint32_t>(id)); });
+        }
+      }
+      scorer.add_bags(labels.data(), dense.data(), sizes.data(), bag_ids.data(), n);
+      continue;
+    }
     labels.resize(n);
     dense.resize(n * nd);
     for (auto& v : ids) v.resize(n);
@@ -219,6 +262,11 @@ ExportedModel ExportedModel::load(const fs::path& dir) {
     m.config_ = worker::parse_model_config(j.at("model").dump(), mf.string());
     m.format_ = data::parse_source_format(j.at("source_format").get<std::string>());
     m.iterations_ = j.at("iterations").get<std::int64_t>();
+    if (j.contains("multi_hot_sep")) {
+      const std::string sep = j.at("multi_hot_sep").get<std::string>();
+      if (sep.size() != 1) throw DataError(mf.string() + ": multi_hot_sep must be one character");
+      m.multi_hot_sep_ = sep[0];
+    }
     std::vector<std::string> files;
     for (const auto& t : j.at("tables")) {
       m.table_names_.push_back(t.at("name").get<std::string>());
@@ -280,6 +328,30 @@ std::vector<float> ExportedModel::predict(const float* dense, const std::vector<
     auto idx = torch::from_blob(const_cast<std::uint32_t*>(ids[static_cast<std::size_t>(t)]), {rows}, torch::kInt32).to(torch::kInt64);
     emb.select(1, t).copy_(tables_[static_cast<std::size_t>(t)].index_select(0, idx));
   }
+  auto p = torch::sigmoid(dense_.forward({x, emb}).toTensor()).contiguous();
+  return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + n);
+}
+
+std::vector<float> ExportedModel::predict_bags(const float* dense, const std::vector<std::uint32_t>& sizes,
+                                               const std::vector<std::uint32_t>& ids, std::size_t n) const {
+  torch::NoGradGuard no_grad;
+  const auto rows = static_cast<std::int64_t>(n);
+  const auto nt = static_cast<std::size_t>(config_.num_tables);
+  const auto dim = static_cast<std::int64_t>(config_.dim);
+  auto x = torch::from_blob(const_cast<float*>(dense), {rows, static_cast<std::int64_t>(config_.num_dense)}, torch::kFloat32);
+  // Every bag's rows, key position by key position as training holds them, then pooled
+  // by the worker's own code: the same additions in the same order.
+  std::vector<std::uint32_t> offsets(sizes.size() + 1, 0);
+  for (std::size_t b = 0; b < sizes.size(); ++b) offsets[b + 1] = offsets[b] + sizes[b];
+  auto flat = torch::empty({static_cast<std::int64_t>(ids.size()), dim}, torch::kFloat32);
+  float* out = flat.data_ptr<float>();
+  for (std::size_t b = 0; b < sizes.size(); ++b) {
+    const float* table = tables_[b % nt].data_ptr<float>();
+    for (std::uint32_t k = offsets[b]; k < offsets[b + 1]; ++k) {
+      std::memcpy(out + static_cast<std::size_t>(k) * dim, table + static_cast<std::size_t>(ids[k]) * dim, dim * sizeof(float));
+    }
+  }
+  const auto emb = worker::pool_bags(flat, worker::bag_index(offsets, config_.pooling, torch::kCPU)).view({rows, static_cast<std::int64_t>(nt), dim});
   auto p = torch::sigmoid(dense_.forward({x, emb}).toTensor()).contiguous();
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + n);
 }

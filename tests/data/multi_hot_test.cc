@@ -22,6 +22,12 @@ namespace ember::data {
 namespace {
 namespace fs = std::filesystem;
 
+std::string fmt_hex(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
 // A Criteo TSV line whose categorical fields are bags: bag t of row `seed` holds
 // (seed + t) % 5 values (so 0 to 4), drawn from a small range so that ids repeat within
 // a bag and across rows.
@@ -225,6 +231,47 @@ TEST_F(MultiHot, OneHotPrepIsUnchanged) {
   EXPECT_FALSE(ds.manifest().multi_hot);
   EXPECT_EQ(ds.split(Split::kTrain).shard(0).bag_size(3, 0), 1u);
   EXPECT_EQ(read_file(dir_ / "ds" / "manifest.json").find("max_bag"), std::string::npos);
+}
+
+// One-hot datasets are written byte for byte as before bags existed: the checksums of
+// the shards and vocabularies ember-data wrote at b166a4e (the commit before multi-hot)
+// from the same generated input. So datasets prepared then load and train the same model.
+TEST_F(MultiHot, OneHotBytesAreThoseOfThePrepBeforeBags) {
+  auto checksums = [](const Manifest& m) {
+    std::vector<std::string> out;
+    for (int s = 0; s < 3; ++s) {
+      for (const auto& sh : m.shards[s]) out.push_back(fmt_hex(sh.checksum));
+    }
+    out.push_back(fmt_hex(m.vocabulary->checksum));
+    return out;
+  };
+  GenOptions g;
+  g.rows = 3000;
+  g.scale = 0.001;
+  g.seed = 3;
+  g.output = dir_ / "c.tsv";
+  generate(g);
+  PrepOptions o;
+  o.inputs = {g.output};
+  o.output = dir_ / "c";
+  o.val_fraction = 0.1;
+  o.shard_rows = 1024;
+  EXPECT_EQ(checksums(prepare_dataset(o).manifest),
+            (std::vector<std::string>{"197a3ad588007629", "64db5c41752e2055", "66599bbf3cd344bd", "63f0ac5e13ca80ac", "5e8d44203937a351"}));
+  GenOptions a;
+  a.like = SourceFormat::kAvazu;
+  a.rows = 2000;
+  a.scale = 0.001;
+  a.seed = 4;
+  a.output = dir_ / "a.csv";
+  generate(a);
+  PrepOptions p;
+  p.format = SourceFormat::kAvazu;
+  p.inputs = {a.output};
+  p.output = dir_ / "a";
+  p.shuffle = true;
+  p.seed = 5;
+  EXPECT_EQ(checksums(prepare_dataset(p).manifest), (std::vector<std::string>{"121f197dc49b8827", "4c1366c256275974"}));
 }
 
 TEST_F(MultiHot, GeneratorWritesMlperfBags) {

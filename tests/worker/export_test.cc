@@ -93,7 +93,7 @@ class ExportRoundTrip : public test::TempDirTest {
   int run(const std::string& cmd, std::string& log) { return test::run_command(cmd, log); }
 
   // Runs the job; returns worker 0's final evaluation line.
-  json train(const fs::path& data, const std::string& model, std::uint64_t iterations) {
+  json train(const fs::path& data, const std::string& model, std::uint64_t iterations, const std::vector<std::string>& extra = {}) {
     std::vector<std::unique_ptr<test::Process>> ps, workers;
     const fs::path coord_file = dir_ / "coord";
     ps.push_back(std::make_unique<test::Process>(std::vector<std::string>{test::bin("ember-ps"),
@@ -178,6 +178,7 @@ class ExportRoundTrip : public test::TempDirTest {
                                     "--log-level",
                                     "warn"};
       if (w == 0) a.insert(a.end(), {"--dump-dir", (dir_ / "dump").string()});
+      a.insert(a.end(), extra.begin(), extra.end());
       workers.push_back(std::make_unique<test::Process>(a, dir_ / ("w" + std::to_string(w) + ".log")));
     }
     for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(workers[w]->wait(300s), 0) << "worker " << w << ":\n" << workers[w]->log_tail(20);
@@ -192,10 +193,10 @@ class ExportRoundTrip : public test::TempDirTest {
   }
 
   // ember-data prep of `input` with a validation split of 20%; returns its rows.
-  std::uint64_t prepare(const fs::path& input, const std::string& format, const fs::path& data) {
+  std::uint64_t prepare(const fs::path& input, const std::string& format, const fs::path& data, const std::string& extra = "") {
     std::string log;
-    EXPECT_EQ(run(test::bin("ember-data") + " prep --format " + format + " --val-fraction 0.2 --min-count 2 -q -o " + data.string() + " " +
-                      input.string(),
+    EXPECT_EQ(run(test::bin("ember-data") + " prep --format " + format + extra + " --val-fraction 0.2 --min-count 2 -q -o " + data.string() +
+                      " " + input.string(),
                   log),
               0)
         << log;
@@ -431,6 +432,40 @@ TEST_F(ExportRoundTrip, AvazuDeepFmFromGzipText) {
   EXPECT_EQ(r.at("samples").get<std::uint64_t>(), val_rows);
   EXPECT_NEAR(r.at("auc").get<double>(), eval.at("auc").get<double>(), 1e-6);
   EXPECT_NEAR(r.at("logloss").get<double>(), eval.at("logloss").get<double>(), 1e-6);
+}
+
+// Multi-hot Criteo-like text (bags split by '|', MLPerf-like sizes scaled down) with
+// DCNv2 and mean pooling: ember-predict pools the raw lines' bags as training did.
+TEST_F(ExportRoundTrip, MultiHotBagsArePooledAsTrained) {
+  const fs::path input = dir_ / "bags.tsv";
+  std::string log;
+  ASSERT_EQ(run(test::bin("ember-data") + " gen --like criteo --rows 6000 --scale 0.001 --seed 6 --multi-hot " +
+                    "3,2,1,2,6,1,1,1,1,7,3,8,0,6,9,5,1,1,1,12,4,2,10,3,1,1 --multi-hot-dist zipf -o " + input.string(),
+                log),
+            0)
+      << log;
+  const fs::path data = dir_ / "data";
+  const std::uint64_t val_rows = prepare(input, "criteo", data, " --multi-hot-sep '|'");
+  const json eval = train(data, "dcnv2", 20, {"--pooling", "mean"});
+  ASSERT_FALSE(eval.is_null()) << "no evaluation line";
+  ASSERT_EQ(eval.at("samples").get<std::uint64_t>(), val_rows);
+  ASSERT_EQ(run(test::bin("ember-export") + " --checkpoint " + (dir_ / "ckpt").string() + " --dense " + (dir_ / "dense").string() +
+                    " --dataset " + data.string() + " -o " + (dir_ / "model").string(),
+                log),
+            0)
+      << log;
+  const auto m = json::parse(read_file(dir_ / "model" / "manifest.json"));
+  EXPECT_EQ(m.at("model").at("pooling").get<std::string>(), "mean");
+  const fs::path val = write("val.tsv", tail_lines(input, val_rows, false));
+  const json r = predict("--model " + (dir_ / "model").string() + " " + val.string());
+  ASSERT_FALSE(r.is_null());
+  std::printf("multi-hot dcnv2 (mean): final evaluation AUC %.10f; ember-predict on the raw lines: AUC %.10f\n",
+              eval.at("auc").get<double>(), r.at("auc").get<double>());
+  EXPECT_EQ(r.at("samples").get<std::uint64_t>(), val_rows);
+  EXPECT_NEAR(r.at("auc").get<double>(), eval.at("auc").get<double>(), 1e-6);
+  EXPECT_NEAR(r.at("logloss").get<double>(), eval.at("logloss").get<double>(), 1e-6);
+  const json s = predict("--model " + (dir_ / "model").string() + " --dataset " + data.string() + " --split val");
+  EXPECT_NEAR(s.at("auc").get<double>(), eval.at("auc").get<double>(), 1e-6);
 }
 
 }  // namespace

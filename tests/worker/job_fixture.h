@@ -46,6 +46,7 @@ struct JobOptions {
   std::string cache_ratio = "0.15";
   std::string model = "dlrm";
   std::string model_file;  // --model-file (instead of --model)
+  std::string pooling = "sum";  // --pooling (multi-hot datasets)
   std::string cache_backend = "auto";
   std::string device = "cpu";
   std::string dense_optimizer = "sgd";
@@ -135,12 +136,15 @@ inline std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it
 
 class JobTest : public test::TempDirTest {
  protected:
-  fs::path dataset(std::uint64_t rows = 8000) {
+  // `bags`: ember-data gen --multi-hot's sizes (a multi-hot dataset, bags split by '|').
+  fs::path dataset(std::uint64_t rows = 8000, const std::string& bags = "") {
     fs::path tsv = dir_ / "data.tsv", out = dir_ / "data";
     std::string log;
-    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) +
-                            " --scale 0.0005 --seed 7 --force -o " + tsv.string() + " && " + test::bin("ember-data") +
-                            " prep --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
+    const std::string gen_bags = bags.empty() ? "" : " --multi-hot " + bags + " --multi-hot-dist zipf";
+    const std::string prep_bags = bags.empty() ? "" : " --multi-hot-sep '|'";
+    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) + gen_bags +
+                            " --scale 0.0005 --seed 7 --force -o " + tsv.string() + " && " + test::bin("ember-data") + " prep" + prep_bags +
+                            " --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
     EXPECT_EQ(test::run_command(cmd, log), 0) << log;
     return out;
   }
@@ -154,6 +158,7 @@ class JobTest : public test::TempDirTest {
     c.seed = kSeed;
     c.model.kind = o.model;
     c.model.file = o.model_file;
+    c.model.pooling = o.pooling;
     c.model.bottom = {16};
     c.model.top = {16};
     c.model.deep = {16};
@@ -224,6 +229,7 @@ class JobTest : public test::TempDirTest {
     if (o.host_allocation) a.push_back("--host-allocation");
     if (o.peer_sync) a.push_back("--peer-sync");
     if (!o.model_file.empty()) a.insert(a.end(), {"--model-file", o.model_file});
+    if (o.pooling != "sum") a.insert(a.end(), {"--pooling", o.pooling});
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
     if (rank == 0) {
       a.push_back("--dump-dir");

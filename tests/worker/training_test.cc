@@ -129,6 +129,63 @@ TEST_F(Training, LookaheadTrainsTheBspModelWithTheSimulatorsCounts) {
   }
 }
 
+// Multi-hot data (bags of 0 to 12 ids per table, repeats within bags and samples): one
+// process, vanilla and herald with every mechanism (lookahead eviction, prefetch, the
+// overlapped all-reduce, refined allocation, flushes, replicated tables, two hosts with
+// aggregation, host allocation and peer sync) train the same model, pooled by sum or
+// mean, and the rows on the wire are ember-sim's.
+TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
+  const fs::path data = dataset(8000, "3,2,1,2,6,1,1,1,1,7,3,8,0,6,9,5,1,1,1,12,4,2,10,3,1,1");
+  {
+    const data::Dataset ds = data::Dataset::open(data);
+    ASSERT_TRUE(ds.manifest().multi_hot);
+  }
+  const fs::path plan_file = mixed_placement(data);
+  struct Case {
+    const char* name;
+    std::string policy, optimizer, pooling;
+    bool mechanisms, placement, hosts;
+  };
+  for (const Case& c : {Case{"mh-vanilla-sum", "vanilla", "sgd", "sum", false, false, false},
+                        Case{"mh-herald-sum", "herald", "sgd", "sum", false, false, false},
+                        Case{"mh-herald-all-mean", "herald", "adagrad", "mean", true, false, false},
+                        Case{"mh-herald-placement", "herald", "sgd", "mean", true, true, false},
+                        Case{"mh-herald-hosts", "herald", "sgd", "sum", true, false, true}}) {
+    JobOptions o;
+    o.policy = c.policy;
+    o.optimizer = c.optimizer;
+    o.pooling = c.pooling;
+    o.model = "wide-deep";
+    o.cache_ratio = "0.12";
+    if (c.mechanisms) {
+      o.lookahead = 2;
+      o.eviction = "lookahead";
+      o.prefetch = true;
+      o.overlap_allreduce = true;
+      o.refine_allocation = !c.hosts;
+      o.eval_every = 7;
+    }
+    if (c.placement) o.placement = plan_file.string();
+    if (c.hosts) {
+      o.workers_per_host = 2;
+      o.host_aggregation = true;
+      o.host_allocation = true;
+      o.peer_sync = true;
+    }
+    const JobResult job = run_job_like_one_process(data, o, c.name, c.name);
+    auto sim = simulate(data, o);
+    EXPECT_GT(sim["pulls"], 0u) << c.name;
+    if (c.mechanisms) {
+      EXPECT_GT(sim["push_evict"], 0u) << c.name << ": the cache must be small enough to evict";
+    }
+    if (c.placement) {
+      EXPECT_GT(sim["hot_sync"], 0u) << c.name;
+    }
+    expect_served_as_simulated(job, sim, o, c.name);
+    expect_plans_as_simulated(job, sim, c.name);
+  }
+}
+
 TEST_F(Training, AdagradRowsMatchOneProcessTraining) {
   const fs::path data = dataset();
   JobOptions o;

@@ -53,6 +53,7 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   std::uint64_t epoch = 0;
   const std::int64_t n = static_cast<std::int64_t>(batch_size);
   std::vector<Key> keys(batch_size * T);
+  std::vector<std::uint32_t> bags;
   std::vector<float> dense(batch_size * D), labels(batch_size);
   Stopwatch clock;
   for (std::uint64_t t = 0; t < c.iterations; ++t) {
@@ -60,15 +61,18 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
       reader.start_epoch(++epoch);
       reader.next(b);
     }
-    scheduler::global_keys(b, batch_size, offsets, keys);
+    scheduler::global_keys(b, batch_size, offsets, keys, bags);
     for (std::size_t i = 0; i < batch_size; ++i) {
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels[i] = static_cast<float>(b.label(i));
     }
-    auto emb = torch::empty({n, static_cast<std::int64_t>(T), dim});
-    float* e = emb.data_ptr<float>();
+    // Every key's row (one-hot: the model's input; multi-hot: pooled into it).
+    auto leaf = torch::empty({static_cast<std::int64_t>(keys.size()), dim});
+    float* e = leaf.data_ptr<float>();
     for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(e + i * dim, &r.rows[keys[i] * dim], dim * sizeof(float));
-    emb.set_requires_grad(true);
+    leaf.set_requires_grad(true);
+    const torch::Tensor emb = (bags.empty() ? leaf : pool_bags(leaf, bag_index(bags, c.model.pooling, torch::kCPU)))
+                                  .view({n, static_cast<std::int64_t>(T), dim});
     opt->zero_grad();
     auto logits = model->forward(torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}), emb);
     auto loss = torch::binary_cross_entropy_with_logits(logits, torch::from_blob(labels.data(), {n}), {}, {}, at::Reduction::Sum) /
@@ -77,7 +81,7 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
     opt->step();
     r.losses.push_back(loss.item<double>());
     // Sum each row's gradient over the batch, then one optimizer step per row.
-    auto g = emb.grad().contiguous();
+    auto g = leaf.grad().contiguous();
     const float* gp = g.data_ptr<float>();
     U64Map<std::uint32_t> index;
     std::vector<Key> order;

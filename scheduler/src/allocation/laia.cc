@@ -14,7 +14,7 @@ using laia::score_samples;
 
 LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
                         const std::vector<std::uint32_t>& tables, LaiaScratch& x, std::vector<std::uint32_t>& worker_of) {
-  const std::uint32_t n = batch.samples, W = c.workers, T = batch.tables;
+  const std::uint32_t n = batch.samples, W = c.workers;
   LaiaStats st{score_samples(
                    c, batch, rows, tables, [](std::uint32_t o) { return o; }, x),
                static_cast<std::uint32_t>(tables.size())};
@@ -27,7 +27,7 @@ LaiaStats allocate_laia(const SchedulerConfig& c, std::uint64_t iteration, const
     std::vector<std::uint32_t> ties;
     const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
     for (std::uint32_t i = begin; i < end; ++i) {
-      const std::uint32_t w = pick(x, T, i, room, rng, ties);
+      const std::uint32_t w = pick(x, batch, i, room, rng, ties);
       worker_of[i] = w;
       room.take(w);
     }

@@ -55,29 +55,52 @@ class Room {
   std::uint32_t with_room_ = 0, top_ = 0;
 };
 
+// Calls f(d) once for each distinct row of sample i in `tables` (in increasing order
+// when multi-hot, where a repeated id is one row).
+template <typename F>
+inline void for_each_scored_row(const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables, std::uint32_t i,
+                                F&& f) {
+  if (!batch.multi_hot()) {
+    const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * batch.tables];
+    for (std::uint32_t t : tables) f(d[t]);
+    return;
+  }
+  if (tables.size() == batch.tables) {
+    for (std::uint32_t d : rows.sample_rows(i)) f(d);
+    return;
+  }
+  thread_local std::vector<std::uint32_t> ds;
+  ds.clear();
+  for (std::uint32_t t : tables) {
+    for (std::uint32_t j = batch.bag_begin(i, t), e = batch.bag_end(i, t); j < e; ++j) ds.push_back(rows.dpos[j]);
+  }
+  std::sort(ds.begin(), ds.end());
+  ds.erase(std::unique(ds.begin(), ds.end()), ds.end());
+  for (std::uint32_t d : ds) f(d);
+}
+
 // Sample i's candidates: the ids (id_of(owner)) holding its scored rows as latest, with
-// their counts, in increasing id order.
+// their counts, in increasing id order. They start at the sample's first key position
+// (a sample has no more candidates than keys).
 template <typename IdOf>
 inline void collect_candidates(const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables, std::uint32_t i,
                                IdOf&& id_of, LaiaScratch& x) {
-  const std::uint32_t T = batch.tables;
-  Candidate* c = &x.candidates[static_cast<std::size_t>(i) * T];
+  Candidate* c = &x.candidates[batch.sample_begin(i)];
   std::uint32_t n = 0;
-  const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
-  for (std::uint32_t t : tables) {
-    const std::uint16_t o = rows.owner_d[d[t]];
-    if (o == cache::LocationMap::kNoOwner) continue;
+  for_each_scored_row(batch, rows, tables, i, [&](std::uint32_t d) {
+    const std::uint16_t o = rows.owner_d[d];
+    if (o == cache::LocationMap::kNoOwner) return;
     const auto id = static_cast<std::uint16_t>(id_of(o));
     std::uint32_t j = 0;
     while (j < n && c[j].id < id) ++j;
     if (j < n && c[j].id == id) {
       ++c[j].rows;
-      continue;
+      return;
     }
     for (std::uint32_t m = n; m > j; --m) c[m] = c[m - 1];
     c[j] = {id, 1};
     ++n;
-  }
+  });
   x.count[i] = static_cast<std::uint16_t>(n);
 }
 
@@ -85,7 +108,7 @@ template <typename IdOf>
 inline double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows,
                             const std::vector<std::uint32_t>& tables, IdOf&& id_of, LaiaScratch& x) {
   const std::uint32_t n = batch.samples;
-  x.candidates.resize(static_cast<std::size_t>(n) * batch.tables);
+  x.candidates.resize(batch.keys.size());
   x.count.resize(n);
   Stopwatch sw;
   auto range = [&](std::uint32_t begin, std::uint32_t end) {
@@ -102,9 +125,9 @@ inline double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, 
 
 // Algorithm 1's choice for sample i: the candidate with the most rows among those with
 // room; none with room (or none at all): any with room. Seeded random ties.
-inline std::uint32_t pick(const LaiaScratch& x, std::uint32_t T, std::uint32_t i, const Room& room, data::SplitMix64& rng,
+inline std::uint32_t pick(const LaiaScratch& x, const GlobalBatch& batch, std::uint32_t i, const Room& room, data::SplitMix64& rng,
                           std::vector<std::uint32_t>& ties) {
-  const Candidate* c = &x.candidates[static_cast<std::size_t>(i) * T];
+  const Candidate* c = &x.candidates[batch.sample_begin(i)];
   int best = 0;
   ties.clear();
   for (std::uint32_t j = 0; j < x.count[i]; ++j) {

@@ -29,7 +29,7 @@ struct RefineRows {
 // hundredths of a row, and the change of moving a sample.
 class SwapRefiner {
  public:
-  SwapRefiner(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
+  SwapRefiner(const SchedulerConfig& c, const GlobalBatch& /*batch*/, const BatchRows& rows, const cache::LocationMap& loc,
               std::vector<std::uint32_t>& worker_of, const std::vector<std::uint32_t>& group, const std::vector<std::uint32_t>& samples,
               const std::vector<std::uint32_t>& local_of, RefineRows& shared)
       : rows_(rows),
@@ -37,26 +37,23 @@ class SwapRefiner {
         local_of_(local_of),
         shared_(shared),
         G_(static_cast<std::uint32_t>(group.size())),
-        T_(batch.tables),
         on_demand_(c.policy.sync() == Sync::kOnDemand),
         worker_at_(group) {
     // The group's rows, in order of first appearance.
     for (std::uint32_t i : samples) {
-      const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T_];
-      for (std::uint32_t t = 0; t < T_; ++t) {
-        if (shared_.local[dp[t]] != 0) continue;
-        shared_.local[dp[t]] = static_cast<std::uint32_t>(d_.size()) + 1;
-        d_.push_back(dp[t]);
+      for (std::uint32_t d : rows.sample_rows(i)) {
+        if (shared_.local[d] != 0) continue;
+        shared_.local[d] = static_cast<std::uint32_t>(d_.size()) + 1;
+        d_.push_back(d);
       }
     }
     const std::size_t L = d_.size();
     count_.assign(L * G_, 0);
     mask_.assign(L, 0);
     for (std::uint32_t i : samples) {
-      const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T_];
       const std::uint32_t lw = local_of_[worker_of[i]];
-      for (std::uint32_t t = 0; t < T_; ++t) {
-        const std::uint32_t l = shared_.local[dp[t]] - 1;
+      for (std::uint32_t d : rows.sample_rows(i)) {
+        const std::uint32_t l = shared_.local[d] - 1;
         ++count_[static_cast<std::size_t>(l) * G_ + lw];
         mask_[l] |= bit(lw);
       }
@@ -98,9 +95,8 @@ class SwapRefiner {
   // The change in cost if sample i moves from worker a to b (local indexes).
   std::int64_t move_delta(std::uint32_t i, std::uint32_t a, std::uint32_t b) const {
     std::int64_t delta = 0;
-    const std::uint32_t* dp = &rows_.dpos[static_cast<std::size_t>(i) * T_];
-    for (std::uint32_t t = 0; t < T_; ++t) {
-      const std::uint32_t l = shared_.local[dp[t]] - 1;
+    for (std::uint32_t d : rows_.sample_rows(i)) {
+      const std::uint32_t l = shared_.local[d] - 1;
       const std::uint64_t U = mask_[l];
       std::uint64_t U2 = U | bit(b);
       if (count_[static_cast<std::size_t>(l) * G_ + a] == 1) U2 &= ~bit(a);
@@ -110,9 +106,8 @@ class SwapRefiner {
   }
 
   void move(std::uint32_t i, std::uint32_t a, std::uint32_t b) {
-    const std::uint32_t* dp = &rows_.dpos[static_cast<std::size_t>(i) * T_];
-    for (std::uint32_t t = 0; t < T_; ++t) {
-      const std::uint32_t l = shared_.local[dp[t]] - 1;
+    for (std::uint32_t d : rows_.sample_rows(i)) {
+      const std::uint32_t l = shared_.local[d] - 1;
       if (--count_[static_cast<std::size_t>(l) * G_ + a] == 0) mask_[l] &= ~bit(a);
       ++count_[static_cast<std::size_t>(l) * G_ + b];
       mask_[l] |= bit(b);
@@ -183,7 +178,7 @@ class SwapRefiner {
   std::vector<std::uint32_t>& worker_of_;
   const std::vector<std::uint32_t>& local_of_;
   RefineRows& shared_;
-  const std::uint32_t G_, T_;
+  const std::uint32_t G_;
   const bool on_demand_;
   const std::vector<std::uint32_t> worker_at_;  // local index -> worker
   std::vector<std::uint32_t> d_;                // local row -> d
@@ -278,7 +273,7 @@ void refine_group(const SchedulerConfig& c, const GlobalBatch& batch, const Batc
 
 void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const BatchRows& rows, const cache::LocationMap& loc,
                        std::vector<std::uint32_t>& worker_of) {
-  const std::uint32_t n = batch.samples, W = c.workers, T = batch.tables;
+  const std::uint32_t n = batch.samples, W = c.workers;
   const std::uint32_t D = rows.size();
   // Every row's distinct trainers, and whether its latest holder is one of them.
   RefineRows shared{std::vector<std::uint32_t>(D, 0), std::vector<std::uint8_t>(D, 0), std::vector<std::uint32_t>(D, 0)};
@@ -288,12 +283,11 @@ void refine_allocation(const SchedulerConfig& c, const GlobalBatch& batch, const
     std::vector<std::uint32_t>& stamp = shared.local;
     for (std::uint32_t w = 0; w < W; ++w) {
       for (std::uint32_t i : of[w]) {
-        const std::uint32_t* dp = &rows.dpos[static_cast<std::size_t>(i) * T];
-        for (std::uint32_t t = 0; t < T; ++t) {
-          if (stamp[dp[t]] == w + 1) continue;
-          stamp[dp[t]] = w + 1;
-          ++shared.trainers[dp[t]];
-          shared.owner_trains[dp[t]] |= rows.owner_d[dp[t]] == w;
+        for (std::uint32_t d : rows.sample_rows(i)) {
+          if (stamp[d] == w + 1) continue;
+          stamp[d] = w + 1;
+          ++shared.trainers[d];
+          shared.owner_trains[d] |= rows.owner_d[d] == w;
         }
       }
     }

@@ -14,7 +14,7 @@ using laia::score_samples;
 
 LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const BatchRows& rows,
                                 const std::vector<std::uint32_t>& tables, LaiaScratch& x, std::vector<std::uint32_t>& worker_of) {
-  const std::uint32_t n = batch.samples, T = batch.tables;
+  const std::uint32_t n = batch.samples;
   const std::vector<std::uint32_t>& host_of = c.host_of;
   const std::uint32_t H = *std::max_element(host_of.begin(), host_of.end()) + 1;
   std::vector<std::vector<std::uint32_t>> members(H);
@@ -41,7 +41,7 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
     std::fill(cap.begin(), cap.end(), cap0);
     const std::uint32_t begin = p * per, end = p + 1 == P ? n : begin + per;
     for (std::uint32_t i = begin; i < end; ++i) {
-      const std::uint32_t h = pick(x, T, i, hosts, rng, ties);
+      const std::uint32_t h = pick(x, batch, i, hosts, rng, ties);
       host_pick[i] = h;
       hosts.take(h);
     }
@@ -50,11 +50,10 @@ LaiaStats allocate_laia_by_host(const SchedulerConfig& c, std::uint64_t iteratio
       const std::uint32_t h = host_pick[i];
       const auto& ws = members[h];
       local_score.assign(ws.size(), 0);
-      const std::uint32_t* d = &rows.dpos[static_cast<std::size_t>(i) * T];
-      for (std::uint32_t t : tables) {
-        const std::uint16_t o = rows.owner_d[d[t]];
+      laia::for_each_scored_row(batch, rows, tables, i, [&](std::uint32_t d) {
+        const std::uint16_t o = rows.owner_d[d];
         if (o != cache::LocationMap::kNoOwner && host_of[o] == h) ++local_score[local[o]];
-      }
+      });
       int best = -1;
       ties.clear();
       for (std::uint32_t l = 0; l < ws.size(); ++l) {

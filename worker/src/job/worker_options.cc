@@ -92,6 +92,10 @@ std::vector<Decl> declare() {
       model_option("--cross-rank", &ModelConfig::cross_rank, "dcnv2: rank of each cross layer (MLPerf: 512)")
           .must_agree()
           .compared_as([](const TrainConfig& c) { return for_models(c, "dcnv2", std::to_string(c.model.cross_rank)); }),
+      model_option("--pooling", &ModelConfig::pooling,
+                   "multi-hot datasets: a table's bag of rows into one vector by sum or mean (one-hot: no effect)")
+          .must_agree()
+          .checked(CLI::IsMember({"sum", "mean"})),
       option("--dense-optimizer", &TrainConfig::dense_optimizer, "sgd or adagrad").must_agree(),
       option("--dense-lr", &TrainConfig::dense_lr, "dense learning rate").must_agree(),
   };

@@ -31,18 +31,23 @@ std::vector<std::int64_t> parse_layers(const std::string& text, const std::strin
 }
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelConfig, kind, num_dense, num_tables, dim, bottom, top, deep, cross_layers, cross_rank, file,
-                                   file_identity)
+                                   file_identity, pooling)
+
+void check_pooling(const std::string& pooling) {
+  if (pooling != "sum" && pooling != "mean") throw ConfigError("--pooling must be sum or mean, not '" + pooling + "'");
+}
 
 std::string model_config_json(const ModelConfig& c) { return nlohmann::json(c).dump(); }
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
   try {
     nlohmann::json j = nlohmann::json::parse(json_text);
-    // Written before model files and dcnv2: their defaults.
+    // Written before model files, dcnv2 and multi-hot pooling: their defaults.
     const ModelConfig defaults;
     if (!j.contains("cross_rank")) j["cross_rank"] = defaults.cross_rank;
     if (!j.contains("file")) j["file"] = "";
     if (!j.contains("file_identity")) j["file_identity"] = "";
+    if (!j.contains("pooling")) j["pooling"] = defaults.pooling;
     return j.get<ModelConfig>();
   } catch (const nlohmann::json::exception& e) {
     throw DataError(origin + ": not a model configuration: " + e.what());

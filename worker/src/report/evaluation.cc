@@ -33,12 +33,13 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
   const std::uint32_t T = c.model.num_tables, D = c.model.num_dense;
   const auto offsets = ds.manifest().table_offsets();
   std::vector<Key> keys;
+  std::vector<std::uint32_t> bags;
   std::vector<float> rows, dense;
   while (reader.next(b)) {
     std::size_t n = b.size();
     if (c.eval_samples > 0) n = std::min<std::size_t>(n, c.eval_samples - probs.size());
     if (n == 0) break;
-    scheduler::global_keys(b, n, offsets, keys);
+    scheduler::global_keys(b, n, offsets, keys, bags);
     dense.resize(n * D);
     for (std::size_t i = 0; i < n; ++i) {
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
@@ -46,7 +47,13 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
     }
     client.read(keys, rows, false, iteration);
     const auto rows_n = static_cast<std::int64_t>(n);
-    auto emb = torch::from_blob(rows.data(), {rows_n, static_cast<std::int64_t>(T), dim}, torch::kFloat32).to(device);
+    torch::Tensor emb;
+    if (bags.empty()) {
+      emb = torch::from_blob(rows.data(), {rows_n, static_cast<std::int64_t>(T), dim}, torch::kFloat32).to(device);
+    } else {
+      auto flat = torch::from_blob(rows.data(), {static_cast<std::int64_t>(keys.size()), dim}, torch::kFloat32).to(device);
+      emb = pool_bags(flat, bag_index(bags, c.model.pooling, device)).view({rows_n, static_cast<std::int64_t>(T), dim});
+    }
     auto x = torch::from_blob(dense.data(), {rows_n, static_cast<std::int64_t>(D)}, torch::kFloat32).to(device);
     auto p = torch::sigmoid(model.forward(x, emb)).to(torch::kCPU).contiguous();
     probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + n);

@@ -15,6 +15,7 @@ ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Co
       num_dense_(c.model.num_dense),
       global_n_(c.workers * c.batch_per_worker),
       dim_(dim),
+      pooling_(c.model.pooling),
       sparse_(sparse),
       overlap_(c.overlap_allreduce),
       wire_(wire) {}
@@ -22,7 +23,7 @@ ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Co
 void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache) {
   const scheduler::StepPlan& p = s.plan;
   const auto n = static_cast<std::int64_t>(p.samples.size());
-  const std::size_t cells = static_cast<std::size_t>(n) * num_tables_;
+  const std::size_t cells = s.keys.size();  // n x tables, or every id of the samples' bags
   slots_.clear();
   replica_h_.clear();
   cached_pos_.clear();
@@ -49,15 +50,19 @@ void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of,
     if (!cached_pos_.empty()) emb_flat.index_copy_(0, cached_idx_, cache.gather(slots_));
     emb_flat.index_copy_(0, replica_idx_, replicas_.values(replica_h_).to(device_));
   }
-  auto emb = emb_flat.view({n, static_cast<std::int64_t>(num_tables_), dim_});
-  emb.set_requires_grad(true);
+  // One-hot: the rows are the model's input; multi-hot: pooled bag by bag into it, so
+  // that the gradient reaching each row is its bag's.
+  const std::int64_t T = num_tables_;
+  torch::Tensor leaf = s.bags.empty() ? emb_flat.view({n, T, dim_}) : emb_flat;
+  leaf.set_requires_grad(true);
+  torch::Tensor emb = s.bags.empty() ? leaf : pool_bags(leaf, bag_index(s.bags, pooling_, device_)).view({n, T, dim_});
   auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(num_dense_)}, torch::kFloat32).to(device_);
   auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32).to(device_);
   optimizer_.zero_grad();
   auto logits = model_.forward(dense, emb);
   loss_ = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n_);
   loss_.backward();
-  emb_grad_ = emb.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
+  emb_grad_ = leaf.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
 }
 
 void ComputeStep::allreduce(RowCache& cache, bool flush) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "ember/common/flat_map.h"
@@ -52,6 +53,7 @@ class ComputeStep {
   Replicas& replicas_;
   torch::Device device_;
   std::uint32_t num_tables_, num_dense_, global_n_, dim_;
+  std::string pooling_;  // multi-hot steps' pooling
   ps::OptimizerConfig sparse_;
   bool overlap_;
   WireCounts& wire_;

@@ -94,12 +94,16 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   if (host_) s.host = host_plans(*host_, plans);
   s.plan = std::move(plans[rank_]);
   for (std::uint32_t i : s.plan.samples) {
-    s.keys.insert(s.keys.end(), g.keys.begin() + static_cast<std::ptrdiff_t>(i) * T,
-                  g.keys.begin() + static_cast<std::ptrdiff_t>(i + 1) * T);
+    if (g.multi_hot()) {
+      const std::uint32_t first = g.sample_begin(i);
+      for (std::uint32_t t = 0; t < T; ++t) s.bags.push_back(static_cast<std::uint32_t>(s.keys.size()) + g.bag_begin(i, t) - first);
+    }
+    s.keys.insert(s.keys.end(), g.keys.begin() + g.sample_begin(i), g.keys.begin() + g.sample_begin(i + 1));
     const float* d = b.dense(i);
     s.dense.insert(s.dense.end(), d, d + D);
     s.labels.push_back(static_cast<float>(b.label(i)));
   }
+  if (g.multi_hot()) s.bags.push_back(static_cast<std::uint32_t>(s.keys.size()));
   // A stopped job skips the final evaluation (it takes long, and the stop may have a
   // deadline); the resumed job evaluates at its end.
   s.last = flushes_.last(t) || stop_at_.load() == t + 1;

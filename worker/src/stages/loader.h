@@ -47,7 +47,9 @@ class AskedCheckpoints {
 struct Step {
   std::uint64_t iteration = 0;
   scheduler::StepPlan plan;
-  std::vector<Key> keys;      // samples x tables, global keys
+  std::vector<Key> keys;  // global keys: samples x tables, or each sample's bags in table order
+  // Multi-hot: bag (i, t) of the step's samples is keys [bags[i * T + t], bags[i * T + t + 1]).
+  std::vector<std::uint32_t> bags;
   std::vector<float> dense;   // samples x num_dense
   std::vector<float> labels;  // samples
   double sched_ms = 0;

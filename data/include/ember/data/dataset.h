@@ -99,6 +99,7 @@ struct Manifest {
   std::uint64_t bad_lines_skipped = 0;
   // Bags of ids per table (format version 2); false: one id per table (version 1).
   bool multi_hot = false;
+  char multi_hot_sep = 0;  // the separator of the text's bags (ember-predict reads text alike)
   std::vector<ShardInfo> shards[3];
   // Raw value -> row of every table (vocabulary.h); none in datasets prepared before
   // prep wrote one.
@@ -240,6 +241,7 @@ class Batch {
  public:
   std::size_t size() const { return size_; }
   std::uint64_t index() const { return index_; }  // batch number within the epoch
+  bool multi_hot() const { return split_ != nullptr && split_->num_shards() > 0 && split_->shard(0).multi_hot(); }
 
   std::uint8_t label(std::size_t i) const {
     std::uint64_t r;

@@ -33,6 +33,9 @@ struct SchedulerConfig {
   std::uint32_t cache_rows = 0;              // LRU capacity per worker, in rows
   std::vector<std::uint64_t> table_offsets;  // global key = offset[t] + row; size T
   std::uint64_t num_keys = 0;                // total rows of all tables
+  // Per table: the most ids one sample's bag holds (multi-hot datasets); empty: one each.
+  // Sizes what a micro-batch can stage of an uncached table.
+  std::vector<std::uint32_t> bag_bound;
   Policy policy;
   std::uint64_t seed = 1;
   int threads = 1;  // TBB threads for scoring and cache updates

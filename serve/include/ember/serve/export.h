@@ -79,6 +79,12 @@ class ExportedModel {
 
   // Probabilities of n samples: dense[i * num_dense + d], ids[t][i] (sample i's row of table t).
   std::vector<float> predict(const float* dense, const std::vector<const std::uint32_t*>& ids, std::size_t n) const;
+  // Multi-hot: bag (i, t) holds sizes[i * T + t] rows, the bags' rows in that order in
+  // `ids`; pooled as the model was trained (config().pooling), the same sums in the same order.
+  std::vector<float> predict_bags(const float* dense, const std::vector<std::uint32_t>& sizes, const std::vector<std::uint32_t>& ids,
+                                  std::size_t n) const;
+  // The separator of the training text's bags; 0: one-hot.
+  char multi_hot_sep() const { return multi_hot_sep_; }
 
  private:
   std::filesystem::path dir_;
@@ -87,6 +93,7 @@ class ExportedModel {
   std::vector<std::string> table_names_;
   std::vector<std::uint64_t> table_rows_;
   std::int64_t iterations_ = -1;
+  char multi_hot_sep_ = 0;
   std::shared_ptr<data::Vocabulary> vocabulary_;
   mutable torch::jit::Module dense_;
   std::vector<torch::Tensor> tables_;

@@ -24,6 +24,9 @@ struct ModelConfig {
   // model_file_identity(file) when the model was trained, so that a checkpoint or dump
   // is not read back through a file that has changed since.
   std::string file_identity;
+  // How a table's bag of rows becomes the one [dim] vector the model sees (multi-hot
+  // datasets; a bag of one is its row either way): "sum" or "mean" (an empty bag: zeros).
+  std::string pooling = "sum";
 
   bool scripted() const { return !file.empty(); }
   // What the model is: `kind`, or "file" for a model file.
@@ -37,6 +40,9 @@ std::string model_file_identity(const std::string& path);
 // What can be checked of a model file before the job forms (make_model's checks but the
 // probe on the dataset's shape; model.cc, with LibTorch): ConfigError otherwise.
 void check_model_file(const std::string& file);
+
+// "sum" or "mean"; ConfigError naming --pooling otherwise.
+void check_pooling(const std::string& pooling);
 
 // "512-256-64" -> {512, 256, 64}; ConfigError otherwise ("" -> {}).
 std::vector<std::int64_t> parse_layers(const std::string& text, const std::string& flag);

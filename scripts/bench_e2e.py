@@ -203,7 +203,8 @@ def run_sweep(a, w4):
     configs = sweep_configs(a.lookahead)
     rows, skipped = [], []
     sweep_json = Path(a.work) / "sweep.json"
-    title = (f"Ember, 4 workers + 1 PS, DLRM dim {a.dim}, batch {a.batch}: median of {a.repeats} runs "
+    model_name = a.model_args.split()[a.model_args.split().index("--model") + 1] if a.model_args and "--model" in a.model_args.split() else "dlrm"
+    title = (f"Ember, 4 workers + 1 PS, {model_name} dim {a.dim}, batch {a.batch}: median of {a.repeats} runs "
              f"x {a.iterations} iterations")
     t0 = time.time()
 
@@ -275,6 +276,8 @@ def main():
     p.add_argument("--iterations", type=int, default=200)
     p.add_argument("--batch", type=int, default=512, help="global batch")
     p.add_argument("--dim", type=int, default=16)
+    p.add_argument("--model-args", help="ember-worker's model flags in place of the default DLRM's (e.g. '--model dcnv2 "
+                   "--pooling sum ...' for the MLPerf shape)")
     p.add_argument("--repeats", type=int, default=3, help="runs per case (the median is reported)")
     p.add_argument("--json", action="store_true", help="also one JSON object per case")
     p.add_argument("--link-mbit", type=int, default=100, help="rate of the bandwidth-limited link (tc tbf), Mbit/s")
@@ -292,7 +295,8 @@ def main():
         tsv = Path(a.work) / "criteo.tsv"
         sh([f"{a.bin}/ember-data", "gen", "--like", "criteo", "--rows", "300000", "--scale", "0.01", "--seed", "1", "--force", "-o", str(tsv)])
         sh([f"{a.bin}/ember-data", "prep", "--format", "criteo", "--val-fraction", "0.02", "--force", "-o", a.dataset, str(tsv)])
-    model = ["--model", "dlrm", "--bottom-mlp", "64-32", "--top-mlp", "64-32", "--dense-lr", "0.05", "--seed", "1"]
+    model = a.model_args.split() if a.model_args else ["--model", "dlrm", "--bottom-mlp", "64-32", "--top-mlp", "64-32", "--dense-lr",
+                                                       "0.05", "--seed", "1"]
     med = lambda xs: sorted(xs)[len(xs) // 2]
     cases = []
 

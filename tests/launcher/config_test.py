@@ -6,6 +6,7 @@
   - relative paths in the file are relative to the file;
   - flags on the command line override the file, worker arguments after `--` come last;
   - examples/herald.toml runs (a 5-iteration job, 2 workers) and its summary.json says so;
+  - examples/mlperf-dcnv2.toml runs on multi-hot data (MLPerf's bag sizes, 6 iterations);
   - --metrics-port BASE gives shard s BASE+s and worker r BASE+S+r, listed in summary.json
     (the daemons run through wrappers that drop the flag), and out of range is refused.
 
@@ -81,6 +82,21 @@ with tempfile.TemporaryDirectory() as d:
               "--model dlrm" in cmd and cmd.index("--iterations 300") < cmd.index("--iterations 5"), cmd)
         check("[ember-ps] reaches the shards", "--dim 16 --optimizer adagrad --lr 0.05" in (out / "ps0.log").read_text().splitlines()[0])
         check("no metrics endpoints without --metrics-port", s["metrics_endpoints"] == [], s["metrics_endpoints"])
+
+    # The MLPerf-shaped example on multi-hot data (small tables, so smaller micro-batches).
+    bags = tmp / "bags"
+    subprocess.run([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "4000", "--scale", "0.002", "--seed", "5",
+                    "--multi-hot", "mlperf", "--force", "-o", str(tmp / "b.tsv")], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(BIN / "ember-data"), "prep", "--format", "criteo", "--multi-hot-sep", "|", "--val-fraction", "0.1", "--force",
+                    "-o", str(bags), str(tmp / "b.tsv")], check=True, capture_output=True, timeout=60)
+    out = tmp / "run-mlperf"
+    r = launch(["--config", str(SRC / "examples" / "mlperf-dcnv2.toml"), "--bin", str(BIN), "--dataset", str(bags), "--out", str(out),
+                "--workers", "2", "-q", "--", "--iterations", "6", "--eval-every", "0", "--batch-per-worker", "8"], cwd=str(tmp),
+               timeout=120)
+    check("examples/mlperf-dcnv2.toml runs on multi-hot data", r.returncode == 0, f"rc {r.returncode}: {r.stderr[-2000:]}")
+    if r.returncode == 0:
+        cmd = (out / "worker0.log").read_text().splitlines()[0]
+        check("the MLPerf example trains dcnv2 with sum pooling", "--model dcnv2" in cmd and "--pooling sum" in cmd, cmd)
 
     # --metrics-port BASE: shard s gets BASE+s, worker r BASE+S+r, and summary.json lists
     # them. Wrappers note the port each daemon got and run the real one without it.

@@ -42,8 +42,8 @@ class ReferenceModel {
                                 const std::vector<scheduler::GlobalBatch>* window = nullptr) {
     scheduler::TrafficCounts c;
     auto first_use = [&](Key k) -> std::size_t {
-      for (std::uint32_t i = 0; i < b.samples * b.tables; ++i) {
-        if (b.keys[i] == k) return 0;
+      for (Key x : b.keys) {
+        if (x == k) return 0;
       }
       for (std::size_t j = 0; window && j < window->size(); ++j) {
         for (Key x : (*window)[j].keys) {
@@ -56,9 +56,10 @@ class ReferenceModel {
     std::vector<Key> order;
     std::map<Key, std::set<int>> users;
     std::vector<std::vector<Key>> kw(W);
+    // A sample's keys: one per table, or its bags' ids (a repeated id is one row).
     for (std::uint32_t i = 0; i < b.samples; ++i) {
-      for (std::uint32_t t = 0; t < b.tables; ++t) {
-        Key k = b.key(i, t);
+      for (std::uint32_t j = b.sample_begin(i); j < b.sample_begin(i + 1); ++j) {
+        Key k = b.keys[j];
         if (!users.count(k)) order.push_back(k);
         users[k].insert(static_cast<int>(worker_of[i]));
       }
@@ -66,8 +67,8 @@ class ReferenceModel {
     for (int w = 0; w < W; ++w) {
       for (std::uint32_t i = 0; i < b.samples; ++i) {
         if (static_cast<int>(worker_of[i]) != w) continue;
-        for (std::uint32_t t = 0; t < b.tables; ++t) {
-          Key k = b.key(i, t);
+        for (std::uint32_t j = b.sample_begin(i); j < b.sample_begin(i + 1); ++j) {
+          Key k = b.keys[j];
           if (std::find(kw[w].begin(), kw[w].end(), k) == kw[w].end()) kw[w].push_back(k);
         }
       }

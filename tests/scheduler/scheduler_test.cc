@@ -24,6 +24,7 @@ struct Workload {
   std::uint64_t num_keys = 444;
   data::ZipfSampler z[3] = {data::ZipfSampler(4, 0.8), data::ZipfSampler(40, 1.0), data::ZipfSampler(400, 1.1)};
   data::SplitMix64 rng{7};
+  bool multi_hot = false;  // bags of 0 to 3 ids per table, repeats included
 
   GlobalBatch next(std::uint32_t n, std::uint64_t index) {
     GlobalBatch b;
@@ -31,8 +32,16 @@ struct Workload {
     b.samples = n;
     b.tables = 3;
     for (std::uint32_t i = 0; i < n; ++i) {
-      for (int t = 0; t < 3; ++t) b.keys.push_back(offsets[static_cast<std::size_t>(t)] + z[t](rng));
+      for (int t = 0; t < 3; ++t) {
+        if (!multi_hot) {
+          b.keys.push_back(offsets[static_cast<std::size_t>(t)] + z[t](rng));
+          continue;
+        }
+        b.bags.push_back(static_cast<std::uint32_t>(b.keys.size()));
+        for (std::uint64_t k = rng.below(4); k > 0; --k) b.keys.push_back(offsets[static_cast<std::size_t>(t)] + z[t](rng));
+      }
     }
+    if (multi_hot) b.bags.push_back(static_cast<std::uint32_t>(b.keys.size()));
     return b;
   }
 };
@@ -170,6 +179,46 @@ TEST_P(AgainstReference, CountsAndCachesAgreeEveryIteration) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, AgainstReference, ::testing::Values("vanilla", "plan", "het:0", "het:2"));
+
+// Multi-hot batches (bags of 0 to 3 ids, repeated ids within a bag, a sample and the
+// batch): a sample's rows are the set of its ids, so the counts and caches are the
+// plain model's, which reads the ids one by one; and LAIA's scores count a repeated id once.
+TEST(Scheduler, MultiHotBatchesAgainstReference) {
+  for (const std::string policy : {"vanilla", "plan", "het:1"}) {
+    Workload wl;
+    wl.multi_hot = true;
+    const std::uint32_t W = 4, B = 6, cache = 80;
+    Scheduler s(config(policy, W, B, cache, wl));
+    Policy p = parse_policy(policy);
+    test::ReferenceModel ref(W, cache, p.sync() == Sync::kOnDemand, p.sync() == Sync::kBoundedStaleness, p.staleness());
+    run_against_reference(s, ref, wl, W, B, 5, [](const TrafficCounts&, const std::vector<StepPlan>&) {});
+  }
+  // A sample whose bags repeat one id holds it once: LAIA sends it where the row is.
+  Workload wl;
+  SchedulerConfig c = config("herald", 2, 1, 10, wl);
+  Scheduler s(c);
+  std::vector<StepPlan> plans;
+  GlobalBatch first;
+  first.samples = 2;
+  first.tables = 3;
+  first.keys = {0, 4, 5, 44, 1, 6};
+  first.bags = {0, 1, 3, 4, 5, 6, 6};
+  s.schedule_with(first, {0, 1}, plans);  // worker 0 holds 0, 4, 5, 44; worker 1 holds 1, 6
+  GlobalBatch second;
+  second.index = 1;
+  second.samples = 2;
+  second.tables = 3;
+  // Sample 0: row 6 three times (worker 1's), rows 0 and 4 once (worker 0's): two rows
+  // are worker 0's, one is worker 1's, whatever the repeats.
+  second.keys = {0, 6, 6, 6, 4, 100};
+  second.bags = {0, 1, 4, 5, 5, 6, 6};
+  s.schedule(second, plans);
+  EXPECT_EQ(plans[0].samples, (std::vector<std::uint32_t>{0}));
+  // Keys and bags that disagree are refused with the batch named.
+  GlobalBatch bad = second;
+  bad.bags.back() = 5;
+  EXPECT_THROW(s.schedule(bad, plans), ConfigError);
+}
 
 // Peer sync against the plain model: 4 workers on 2 hosts, random allocations. The
 // handed rows, the rows that still travel through the PS and every cache agree each

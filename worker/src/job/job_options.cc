@@ -18,8 +18,8 @@ std::string dataset_identity(const data::Manifest& m) {
   for (const auto& t : m.tables) bytes += std::to_string(t.rows) + ",";
   for (const auto& sh : m.shards[static_cast<int>(data::Split::kTrain)])
     bytes += std::to_string(sh.rows) + ":" + std::to_string(sh.checksum) + ",";
-  return fmt::format("{} training rows, {} dense features, {} tables of {} rows, contents {:016x}", m.rows[0], m.dense_names.size(),
-                     m.tables.size(), m.total_table_rows(), fnv1a64(bytes));
+  return fmt::format("{} training rows, {} dense features, {} {}tables of {} rows, contents {:016x}", m.rows[0], m.dense_names.size(),
+                     m.tables.size(), m.multi_hot ? "multi-hot " : "", m.total_table_rows(), fnv1a64(bytes));
 }
 
 OptionValues agreed_options(const TrainConfig& c, const std::string& dataset) {

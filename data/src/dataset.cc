@@ -268,7 +268,8 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
     std::memcpy(&b, file_.data() + sizeof h, sizeof b);
     if (b.ids > UINT32_MAX) fail("holds " + std::to_string(b.ids) + " ids; a shard holds at most 2^32 - 1");
     l = multi_hot_shard_layout(h.rows, h.num_dense, h.num_tables, b.ids);
-    if (l.bag_offsets_offset != b.offsets_offset || l.bag_ids_offset != b.ids_offset) fail("bag sections are inconsistent (corrupt header)");
+    if (l.bag_offsets_offset != b.offsets_offset || l.bag_ids_offset != b.ids_offset)
+      fail("bag sections are inconsistent (corrupt header)");
   } else {
     cols.resize(h.num_tables);
     std::memcpy(cols.data(), file_.data() + sizeof h, cols.size() * sizeof(TableColumn));

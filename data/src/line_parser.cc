@@ -203,7 +203,10 @@ bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std
 LineParser::LineParser(SourceFormat format, std::string_view first_line, char multi_hot_sep)
     : schema_(&schema_for(format)), format_(format), sep_(format == SourceFormat::kCriteoTsv ? '\t' : ','), bag_sep_(multi_hot_sep) {
   if (bag_sep_ == sep_ || bag_sep_ == '"' || bag_sep_ == '\n' || bag_sep_ == '\r') {
-    throw ConfigError(std::string("--multi-hot-sep cannot be ") + (bag_sep_ == '\t' ? "a tab" : bag_sep_ == ',' ? "','" : "a quote or newline") +
+    throw ConfigError(std::string("--multi-hot-sep cannot be ") +
+                      (bag_sep_ == '\t'  ? "a tab"
+                       : bag_sep_ == ',' ? "','"
+                                         : "a quote or newline") +
                       " in " + std::string(format_name(format)) + " files");
   }
   first_line = strip_cr(first_line);

@@ -315,7 +315,8 @@ class Preparer {
           row_ids_.insert(row_ids_.end(), ch.row_ids.begin(), ch.row_ids.end());
           for (int t = 0; t < nt_; ++t) {
             bag_sum_[static_cast<std::size_t>(t)] += ch.bag_sum[static_cast<std::size_t>(t)];
-            bag_max_[static_cast<std::size_t>(t)] = std::max(bag_max_[static_cast<std::size_t>(t)], ch.bag_max[static_cast<std::size_t>(t)]);
+            bag_max_[static_cast<std::size_t>(t)] =
+                std::max(bag_max_[static_cast<std::size_t>(t)], ch.bag_max[static_cast<std::size_t>(t)]);
           }
         }
         chunk_rows_.push_back(ch.good);
@@ -374,7 +375,8 @@ class Preparer {
       info.values_seen = seen;
       if (multi_hot_) {
         info.max_bag = bag_max_[static_cast<std::size_t>(t)];
-        info.mean_bag = static_cast<double>(bag_sum_[static_cast<std::size_t>(t)]) / static_cast<double>(std::max<std::uint64_t>(1, total_good_));
+        info.mean_bag =
+            static_cast<double>(bag_sum_[static_cast<std::size_t>(t)]) / static_cast<double>(std::max<std::uint64_t>(1, total_good_));
       }
       if (info.rows > UINT32_MAX) throw DataError("table " + info.name + " has more than 2^32 rows");
       keys.resize(kept.size());

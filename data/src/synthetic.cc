@@ -265,8 +265,8 @@ class Generator {
         x = rng.below(m.rows);
       } else {
         const std::uint64_t shift = o_.iid ? 0
-                                           : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4 * static_cast<double>(m.rows) /
-                                                                        static_cast<double>(entities_));
+                                           : static_cast<std::uint64_t>(static_cast<double>(r) * o_.drift * 1e-4 *
+                                                                        static_cast<double>(m.rows) / static_cast<double>(entities_));
         x = (m.zipf(rng) + shift) % m.rows;
       }
       put(x);
@@ -391,7 +391,8 @@ std::vector<std::uint32_t> parse_bag_sizes(const std::string& text, SourceFormat
   }
   if (out.size() == 1) out.assign(tables, out[0]);
   if (out.size() != tables) {
-    throw ConfigError("--multi-hot has " + std::to_string(out.size()) + " sizes; give one, or " + std::to_string(tables) + " (one per table)");
+    throw ConfigError("--multi-hot has " + std::to_string(out.size()) + " sizes; give one, or " + std::to_string(tables) +
+                      " (one per table)");
   }
   return out;
 }

@@ -128,6 +128,7 @@ Frequencies load_frequencies(const data::Dataset& ds, data::Split split) {
     TableFrequencies& tf = f.tables[static_cast<std::size_t>(t)];
     tf.name = info.name;
     tf.rows = info.rows;
+    tf.max_bag = ds.manifest().multi_hot ? info.max_bag : 1;
     tf.counts = data::row_counts(ds, split, t);
   });
   return f;

@@ -20,6 +20,7 @@ std::vector<TableShape> table_shapes(const Frequencies& f, const Topology& topo)
     TableShape s;
     s.name = t.name;
     s.rows = t.rows;
+    s.max_bag = t.max_bag;
     for (std::uint32_t c : t.counts) {
       if (c == 0) continue;
       const double l = std::log1p(-std::min(static_cast<double>(c) / n, 1.0 - 1e-15));
@@ -38,13 +39,17 @@ Placement::Placement(PlacementInput in) : in_(std::move(in)) {
 
 double Placement::slot_bytes() const { return 4.0 * (in_.row.dim + in_.row.state); }
 
+double Placement::micro_batch_rows(const TableShape& t) const {
+  return static_cast<double>(std::min<std::uint64_t>(t.rows, static_cast<std::uint64_t>(in_.batch_per_worker) * t.max_bag));
+}
+
 double Placement::replicated_bytes(std::size_t t) const { return static_cast<double>(in_.tables[t].rows) * slot_bytes(); }
 
 std::uint64_t Placement::min_memory() const {
   // Replicating a table of r <= b rows costs r slots, the staging of one not replicated
   // min(b, r): the cheapest plan costs the sum of min(b, r) slots.
   double m = 0;
-  for (const auto& t : in_.tables) m += static_cast<double>(std::min<std::uint64_t>(t.rows, in_.batch_per_worker)) * slot_bytes();
+  for (const auto& t : in_.tables) m += micro_batch_rows(t) * slot_bytes();
   return static_cast<std::uint64_t>(std::ceil(m));
 }
 
@@ -92,9 +97,9 @@ PlanCost Placement::evaluate(const std::vector<Treatment>& plan) {
     if (plan[t] == Treatment::kReplicated) {
       rep += replicated_bytes(t);
     } else if (plan[t] == Treatment::kUncached) {
-      staging += in_.batch_per_worker;
+      staging += static_cast<double>(in_.batch_per_worker) * in_.tables[t].max_bag;  // as SchedulerConfig::staging_rows
     } else {
-      need += static_cast<double>(std::min<std::uint64_t>(in_.tables[t].rows, in_.batch_per_worker));
+      need += micro_batch_rows(in_.tables[t]);
       cached_rows += static_cast<double>(in_.tables[t].rows);
       any_cache = true;
     }
@@ -196,7 +201,7 @@ ShareChoice choose_shares(const Placement& pl, const std::vector<Treatment>& pla
   const double bar = 0.99 * best.cost.busiest_s();
   if (cached.size() < 2 || !c.feasible) return best;
   const double C = c.cache_rows;
-  auto least = [&](std::size_t t) { return static_cast<double>(std::min<std::uint64_t>(in.tables[t].rows, in.batch_per_worker)); };
+  auto least = [&](std::size_t t) { return pl.micro_batch_rows(in.tables[t]); };
   auto try_shares = [&](const std::string& label, std::vector<std::uint32_t> shares) {
     // Each share, and the pool, must hold a micro-batch's rows of its tables (the pool a row
     // at least).

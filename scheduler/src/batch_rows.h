@@ -22,9 +22,9 @@ namespace ember::scheduler {
 
 struct BatchRows {
   // Filled by index_batch.
-  U64Map<std::uint32_t> index;             // key -> d (distinct rows of the batch)
-  std::vector<Key> keys;                   // d -> key
-  std::vector<std::uint32_t> dpos;         // key position in the batch -> d
+  U64Map<std::uint32_t> index;      // key -> d (distinct rows of the batch)
+  std::vector<Key> keys;            // d -> key
+  std::vector<std::uint32_t> dpos;  // key position in the batch -> d
   std::uint32_t tables = 0;
   // Multi-hot batches: sample i's distinct rows are srows [sstart[i], sstart[i + 1]) (an
   // id repeated in a sample's bags is one row). Empty when one-hot: a sample's T keys are

@@ -172,7 +172,8 @@ TEST_F(MultiHot, ShuffleMovesWholeRows) {
   auto rows_of = [](const Dataset& ds) {
     const auto bags = stored_bags(ds);
     std::vector<std::vector<std::vector<std::uint64_t>>> rows;
-    for (std::size_t i = 0; i < bags.size(); i += 26) rows.emplace_back(bags.begin() + static_cast<std::ptrdiff_t>(i), bags.begin() + static_cast<std::ptrdiff_t>(i + 26));
+    for (std::size_t i = 0; i < bags.size(); i += 26)
+      rows.emplace_back(bags.begin() + static_cast<std::ptrdiff_t>(i), bags.begin() + static_cast<std::ptrdiff_t>(i + 26));
     return rows;
   };
   auto plain = rows_of(Dataset::open(dir_ / "plain"));
@@ -272,6 +273,41 @@ TEST_F(MultiHot, OneHotBytesAreThoseOfThePrepBeforeBags) {
   p.shuffle = true;
   p.seed = 5;
   EXPECT_EQ(checksums(prepare_dataset(p).manifest), (std::vector<std::string>{"121f197dc49b8827", "4c1366c256275974"}));
+}
+
+// Avazu's layout (a CSV with a header; hour and weekday derived, one id each): bags of
+// two in every drawn table, and the stored rows are the vocabulary's.
+TEST_F(MultiHot, AvazuLayoutReadsBags) {
+  GenOptions g;
+  g.like = SourceFormat::kAvazu;
+  g.rows = 1500;
+  g.scale = 0.001;
+  g.multi_hot = parse_bag_sizes("2", SourceFormat::kAvazu);
+  g.output = dir_ / "a.csv";
+  generate(g);
+  PrepOptions o = options(g.output);
+  o.format = SourceFormat::kAvazu;
+  prepare_dataset(o);
+  Dataset ds = Dataset::open(dir_ / "ds");
+  ASSERT_EQ(ds.num_tables(), 23);
+  const Shard& sh = ds.split(Split::kTrain).shard(0);
+  for (int t = 0; t < 21; ++t) EXPECT_EQ(sh.bag_size(t, 3), 2u) << t;
+  EXPECT_EQ(sh.bag_size(21, 3), 1u);  // hour
+  EXPECT_EQ(sh.bag_size(22, 3), 1u);  // weekday
+  const std::string text = read_file(g.output);
+  const std::string header = text.substr(0, text.find('\n'));
+  LineParser parser(SourceFormat::kAvazu, header, '|');
+  const Vocabulary vocab = Vocabulary::of_dataset(dir_ / "ds", ds.manifest());
+  const std::size_t l1 = text.find('\n') + 1;
+  Record rec;
+  std::string err;
+  ASSERT_TRUE(parser.parse(text.substr(l1, text.find('\n', l1) - l1), rec, err)) << err;
+  for (int t = 0; t < 23; ++t) {
+    std::vector<std::uint64_t> got, want;
+    ds.split(Split::kTrain).shard(0).for_each_id(t, 0, [&](std::uint64_t id) { got.push_back(id); });
+    for (std::uint64_t k : rec.bags[static_cast<std::size_t>(t)]) want.push_back(vocab.row(t, k));
+    EXPECT_EQ(got, want) << "table " << t;
+  }
 }
 
 TEST_F(MultiHot, GeneratorWritesMlperfBags) {

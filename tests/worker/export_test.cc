@@ -195,8 +195,8 @@ class ExportRoundTrip : public test::TempDirTest {
   // ember-data prep of `input` with a validation split of 20%; returns its rows.
   std::uint64_t prepare(const fs::path& input, const std::string& format, const fs::path& data, const std::string& extra = "") {
     std::string log;
-    EXPECT_EQ(run(test::bin("ember-data") + " prep --format " + format + extra + " --val-fraction 0.2 --min-count 2 -q -o " + data.string() +
-                      " " + input.string(),
+    EXPECT_EQ(run(test::bin("ember-data") + " prep --format " + format + extra + " --val-fraction 0.2 --min-count 2 -q -o " +
+                      data.string() + " " + input.string(),
                   log),
               0)
         << log;

@@ -45,7 +45,7 @@ struct JobOptions {
   std::uint64_t iterations = kIterations;
   std::string cache_ratio = "0.15";
   std::string model = "dlrm";
-  std::string model_file;  // --model-file (instead of --model)
+  std::string model_file;       // --model-file (instead of --model)
   std::string pooling = "sum";  // --pooling (multi-hot datasets)
   std::string cache_backend = "auto";
   std::string device = "cpu";

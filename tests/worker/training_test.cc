@@ -131,9 +131,9 @@ TEST_F(Training, LookaheadTrainsTheBspModelWithTheSimulatorsCounts) {
 
 // Multi-hot data (bags of 0 to 12 ids per table, repeats within bags and samples): one
 // process, vanilla and herald with every mechanism (lookahead eviction, prefetch, the
-// overlapped all-reduce, refined allocation, flushes, replicated tables, two hosts with
-// aggregation, host allocation and peer sync) train the same model, pooled by sum or
-// mean, and the rows on the wire are ember-sim's.
+// overlapped all-reduce, refined allocation, flushes, replicated and uncached tables, two
+// hosts with aggregation, host allocation and peer sync, a scheduler per host) train the
+// same model, pooled by sum or mean, and the rows on the wire are ember-sim's.
 TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
   const fs::path data = dataset(8000, "3,2,1,2,6,1,1,1,1,7,3,8,0,6,9,5,1,1,1,12,4,2,10,3,1,1");
   {
@@ -144,13 +144,14 @@ TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
   struct Case {
     const char* name;
     std::string policy, optimizer, pooling;
-    bool mechanisms, placement, hosts;
+    bool mechanisms, placement, hosts, per_host = false;
   };
   for (const Case& c : {Case{"mh-vanilla-sum", "vanilla", "sgd", "sum", false, false, false},
                         Case{"mh-herald-sum", "herald", "sgd", "sum", false, false, false},
                         Case{"mh-herald-all-mean", "herald", "adagrad", "mean", true, false, false},
                         Case{"mh-herald-placement", "herald", "sgd", "mean", true, true, false},
-                        Case{"mh-herald-hosts", "herald", "sgd", "sum", true, false, true}}) {
+                        Case{"mh-herald-hosts", "herald", "sgd", "sum", true, false, true},
+                        Case{"mh-herald-per-host", "herald", "sgd", "mean", true, false, true, true}}) {
     JobOptions o;
     o.policy = c.policy;
     o.optimizer = c.optimizer;
@@ -168,10 +169,11 @@ TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
     if (c.placement) o.placement = plan_file.string();
     if (c.hosts) {
       o.workers_per_host = 2;
-      o.host_aggregation = true;
-      o.host_allocation = true;
+      o.host_aggregation = !c.per_host;
+      o.host_allocation = !c.per_host;
       o.peer_sync = true;
     }
+    if (c.per_host) o.worker_args = {"--scheduler-per-host"};
     const JobResult job = run_job_like_one_process(data, o, c.name, c.name);
     auto sim = simulate(data, o);
     EXPECT_GT(sim["pulls"], 0u) << c.name;

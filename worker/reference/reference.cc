@@ -71,8 +71,8 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
     float* e = leaf.data_ptr<float>();
     for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(e + i * dim, &r.rows[keys[i] * dim], dim * sizeof(float));
     leaf.set_requires_grad(true);
-    const torch::Tensor emb = (bags.empty() ? leaf : pool_bags(leaf, bag_index(bags, c.model.pooling, torch::kCPU)))
-                                  .view({n, static_cast<std::int64_t>(T), dim});
+    const torch::Tensor emb =
+        (bags.empty() ? leaf : pool_bags(leaf, bag_index(bags, c.model.pooling, torch::kCPU))).view({n, static_cast<std::int64_t>(T), dim});
     opt->zero_grad();
     auto logits = model->forward(torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}), emb);
     auto loss = torch::binary_cross_entropy_with_logits(logits, torch::from_blob(labels.data(), {n}), {}, {}, at::Reduction::Sum) /

@@ -186,7 +186,7 @@ class Shard {
   std::uint64_t num_tables_ = 0;
   const std::uint8_t* labels_ = nullptr;
   const float* dense_ = nullptr;
-  std::vector<Column> cols_;                     // one-hot
+  std::vector<Column> cols_;                    // one-hot
   const std::uint32_t* bag_offsets_ = nullptr;  // multi-hot
   const std::uint32_t* bag_ids_ = nullptr;
 };

@@ -49,8 +49,8 @@ struct GenOptions {
   double entity_alpha = 1.05;
   double coupling = 0.7;  // calibrated: docs/data.md "Calibration"
   double session = 0.02;
-  double drift = 1.0;            // ranking positions shifted per 10,000 rows
-  double ctr = -1;               // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
+  double drift = 1.0;  // ranking positions shifted per 10,000 rows
+  double ctr = -1;     // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
   // Multi-hot: a bag of this many values per drawn table (empty: one value, or none when
   // missing). A bag's first value is the row's usual draw (entity, label signal); the
   // others come from `multi_hot_dist`. Values are joined by `multi_hot_sep`.

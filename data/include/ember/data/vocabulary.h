@@ -100,7 +100,7 @@ struct EncodedRows {
   // bag in that order (the dataset's sample-major layout).
   std::vector<std::uint32_t> bag_sizes;
   std::vector<std::uint32_t> bag_ids;
-  std::uint64_t lines = 0;                      // lines of the text, blank and bad included
+  std::uint64_t lines = 0;  // lines of the text, blank and bad included
   // The first bad lines (index of the line in the text, from 0; what is wrong), at most
   // `max_bad` of them, and how many there were.
   std::vector<std::pair<std::uint64_t, std::string>> bad;

@@ -19,6 +19,7 @@ struct TableFrequencies {
   std::string name;
   std::uint64_t rows = 0;             // vocabulary (embedding rows)
   std::vector<std::uint32_t> counts;  // per row, as `ember-data stats` counts them
+  std::uint32_t max_bag = 1;          // most ids of one sample (multi-hot datasets)
 };
 
 struct Frequencies {

@@ -36,6 +36,7 @@ struct TableShape {
   std::uint64_t rows = 0;
   double distinct_per_worker = 0;  // E(b)
   double distinct_global = 0;      // E(n)
+  std::uint32_t max_bag = 1;       // most ids of one sample: a micro-batch stages up to b x this
 };
 std::vector<TableShape> table_shapes(const Frequencies& f, const Topology& topo);
 
@@ -84,6 +85,8 @@ class Placement {
   // b rows of every table not replicated).
   double slot_bytes() const;
   double replicated_bytes(std::size_t table) const;
+  // The most rows of a table one micro-batch holds: min(rows, batch x largest bag).
+  double micro_batch_rows(const TableShape& table) const;
   std::uint64_t min_memory() const;
   PlanCost evaluate(const std::vector<Treatment>& plan);
   // `c` (evaluate's) with its cached tables' bytes taken from `est` instead.

@@ -79,6 +79,9 @@ def main():
     m = json.loads((d / "manifest.json").read_text())
     if m["source_format"] != "criteo" or m["vocabulary"] is None:
         sys.exit(f"{d}: this example reads Criteo TSV exports with a vocabulary")
+    if "multi_hot_sep" in m:
+        sys.exit(f"{d}: a multi-hot export (bags pooled by {m['model'].get('pooling', 'sum')}); this example reads one-hot "
+                 "exports: score it with ember-predict")
     tables = [torch.load(d / t["file"]) for t in m["tables"]]
     model = torch.jit.load(str(d / "dense.pt"))
     vocab = read_vocabulary(d / m["vocabulary"]["file"], [t["rows"] for t in m["tables"]])

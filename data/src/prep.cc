@@ -531,6 +531,14 @@ class Preparer {
                 const std::uint64_t g = starts[c] + r;
                 std::uint32_t at = row_ids_[perm_.empty() ? g : perm_[g]];
                 auto [out, row] = ch.dest[r];
+                // The row's ids must fill exactly the room pass 1 counted for it (up to the
+                // next row's start, or the shard's end): a bag that grew would write over
+                // another row.
+                const std::uint64_t p = perm_.empty() ? g : perm_[g];
+                const std::uint64_t end = row + 1 < out->rows ? row_ids_[p + 1] : out->layout.bag_ids;
+                std::uint64_t total = 0;
+                for (int t = 0; t < nt_; ++t) total += sizes[t];
+                if (at + total != end) throw IoError(file.path.string() + ": input changed between passes (a bag's size)");
                 std::uint32_t* offsets = out->bag_offsets() + row * static_cast<std::uint64_t>(nt_);
                 const std::uint32_t begin = at;
                 for (int t = 0; t < nt_; ++t) {

@@ -26,20 +26,29 @@ std::uint64_t top_sum(std::vector<std::uint32_t>& counts, std::uint64_t k) {
 
 }  // namespace
 
-std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t) {
+std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t, bool once_per_sample) {
   const SplitData& split = ds.split(which);
   const TableInfo& info = ds.manifest().tables[static_cast<std::size_t>(t)];
   std::vector<std::uint32_t> counts(info.rows, 0);
   for (int s = 0; s < split.num_shards(); ++s) {
     const Shard& sh = split.shard(s);
+    std::vector<std::uint64_t> bag;
     for (std::uint64_t r = 0; r < sh.rows(); ++r) {
+      bag.clear();
       sh.for_each_id(t, r, [&](std::uint64_t id) {
         if (id >= info.rows) {
           throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
                           std::to_string(info.rows) + " rows");
         }
-        if (counts[id] != UINT32_MAX) ++counts[id];
+        bag.push_back(id);
       });
+      if (once_per_sample && bag.size() > 1) {
+        std::sort(bag.begin(), bag.end());
+        bag.erase(std::unique(bag.begin(), bag.end()), bag.end());
+      }
+      for (std::uint64_t id : bag) {
+        if (counts[id] != UINT32_MAX) ++counts[id];
+      }
     }
   }
   return counts;

@@ -129,7 +129,7 @@ Frequencies load_frequencies(const data::Dataset& ds, data::Split split) {
     tf.name = info.name;
     tf.rows = info.rows;
     tf.max_bag = ds.manifest().multi_hot ? info.max_bag : 1;
-    tf.counts = data::row_counts(ds, split, t);
+    tf.counts = data::row_counts(ds, split, t, /*once_per_sample=*/true);
   });
   return f;
 }
@@ -242,8 +242,9 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
     std::vector<double> sole(rows, 0.0);
     std::vector<std::uint64_t> touched;
     // Multi-hot: the sample (+ 1) and batch that last counted each row.
-    std::vector<std::uint32_t> sample_of(rows, 0);
-    std::vector<std::int64_t> last_batch(rows, -1);
+    const bool bags = ds.manifest().multi_hot;
+    std::vector<std::uint32_t> sample_of(bags ? rows : 0, 0);
+    std::vector<std::int64_t> last_batch(bags ? rows : 0, -1);
     data::BatchReader reader(train, {static_cast<std::size_t>(n), false, 0, true});
     data::Batch batch;
     TableCost& tc = out.tables[static_cast<std::size_t>(t)];
@@ -253,9 +254,11 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
       // A sample counts once per row (an id repeated in its bag is one row).
       for (std::size_t i = 0; i < batch.size(); ++i) {
         batch.for_each_id(t, i, [&](std::uint64_t id) {
-          if (sample_of[id] == i + 1 && last_batch[id] == static_cast<std::int64_t>(it)) return;
-          sample_of[id] = static_cast<std::uint32_t>(i + 1);
-          last_batch[id] = static_cast<std::int64_t>(it);
+          if (bags) {
+            if (sample_of[id] == i + 1 && last_batch[id] == static_cast<std::int64_t>(it)) return;
+            sample_of[id] = static_cast<std::uint32_t>(i + 1);
+            last_batch[id] = static_cast<std::int64_t>(it);
+          }
           if (count[id]++ == 0) touched.push_back(id);
         });
       }

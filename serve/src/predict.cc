@@ -347,7 +347,12 @@ std::vector<float> ExportedModel::predict_bags(const float* dense, const std::ve
   float* out = flat.data_ptr<float>();
   for (std::size_t b = 0; b < sizes.size(); ++b) {
     const float* table = tables_[b % nt].data_ptr<float>();
+    const std::uint64_t table_rows = table_rows_[b % nt];
     for (std::uint32_t k = offsets[b]; k < offsets[b + 1]; ++k) {
+      if (ids[k] >= table_rows) {
+        throw DataError("row " + std::to_string(ids[k]) + " of table " + table_names_[b % nt] + " is beyond its " +
+                        std::to_string(table_rows) + " rows");
+      }
       std::memcpy(out + static_cast<std::size_t>(k) * dim, table + static_cast<std::size_t>(ids[k]) * dim, dim * sizeof(float));
     }
   }

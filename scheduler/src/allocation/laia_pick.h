@@ -85,7 +85,7 @@ inline void for_each_scored_row(const GlobalBatch& batch, const BatchRows& rows,
 template <typename IdOf>
 inline void collect_candidates(const GlobalBatch& batch, const BatchRows& rows, const std::vector<std::uint32_t>& tables, std::uint32_t i,
                                IdOf&& id_of, LaiaScratch& x) {
-  Candidate* c = &x.candidates[batch.sample_begin(i)];
+  Candidate* c = x.candidates.data() + batch.sample_begin(i);
   std::uint32_t n = 0;
   for_each_scored_row(batch, rows, tables, i, [&](std::uint32_t d) {
     const std::uint16_t o = rows.owner_d[d];
@@ -127,7 +127,7 @@ inline double score_samples(const SchedulerConfig& c, const GlobalBatch& batch, 
 // room; none with room (or none at all): any with room. Seeded random ties.
 inline std::uint32_t pick(const LaiaScratch& x, const GlobalBatch& batch, std::uint32_t i, const Room& room, data::SplitMix64& rng,
                           std::vector<std::uint32_t>& ties) {
-  const Candidate* c = &x.candidates[batch.sample_begin(i)];
+  const Candidate* c = x.candidates.data() + batch.sample_begin(i);
   int best = 0;
   ties.clear();
   for (std::uint32_t j = 0; j < x.count[i]; ++j) {

@@ -37,7 +37,11 @@ void check_pooling(const std::string& pooling) {
   if (pooling != "sum" && pooling != "mean") throw ConfigError("--pooling must be sum or mean, not '" + pooling + "'");
 }
 
-std::string model_config_json(const ModelConfig& c) { return nlohmann::json(c).dump(); }
+std::string model_config_json(const ModelConfig& c) {
+  nlohmann::json j(c);
+  if (c.pooling == "sum") j.erase("pooling");  // the default: one-hot jobs write what they wrote before pooling existed
+  return j.dump();
+}
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin) {
   try {

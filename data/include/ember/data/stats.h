@@ -48,9 +48,11 @@ struct DatasetStats {
   bool multi_hot = false;
 };
 
-// How many times the samples of `split` access each row of table `table` (index = row; saturates at
-// UINT32_MAX). Throws DataError for an id beyond the table's rows.
-std::vector<std::uint32_t> row_counts(const Dataset& dataset, Split split, int table);
+// How many times the samples of `split` access each row of table `table` (index = row;
+// saturates at UINT32_MAX); with `once_per_sample`, how many samples do (an id repeated
+// in a bag counts once; the same for one-hot data). Throws DataError for an id beyond the
+// table's rows.
+std::vector<std::uint32_t> row_counts(const Dataset& dataset, Split split, int table, bool once_per_sample = false);
 
 DatasetStats compute_stats(const Dataset& dataset, const StatsOptions& options);
 std::string stats_json(const DatasetStats& stats);   // one JSON object

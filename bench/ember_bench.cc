@@ -2,6 +2,7 @@
 // and prints ratios against it (shared machines are noisy: absolute times are not).
 #include <CLI/CLI.hpp>
 
+#include "bench_cache.h"
 #include "bench_data.h"
 #include "bench_ps.h"
 #include "bench_scale.h"
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
   ember::bench::PsBenchOptions ps_opts;
   auto* ps = app.add_subcommand("ps", "PS pull/push throughput over TCP loopback vs raw sockets; small-pull latency");
   ember::bench::add_ps_options(*ps, ps_opts);
+  ember::bench::CacheBenchOptions cache_opts;
+  auto* cache = app.add_subcommand("cache", "embedding cache gather / scatter-add GB/s vs a copy of the same bytes (GPU or host)");
+  ember::bench::add_cache_options(*cache, cache_opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -35,6 +39,7 @@ int main(int argc, char** argv) {
     if (*data) return ember::bench::run_data_bench(data_opts, json);
     if (*sched) return ember::bench::run_sched_bench(sched_opts, json);
     if (*scale) return ember::bench::run_scale_bench(scale_opts, json);
+    if (*cache) return ember::bench::run_cache_bench(cache_opts, json);
     return ember::bench::run_ps_bench(ps_opts, json);
   });
 }

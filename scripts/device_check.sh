@@ -71,11 +71,13 @@ if [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]; then rdma_up=1; say "soft-R
 # 2. Build: the CUDA targets first, so that a failure elsewhere still leaves them to run.
 blog="$out/build.log"
 if [ "$do_build" = 1 ]; then
-  # One GPU holds every worker of these jobs, and NCCL refuses two ranks on one device:
-  # the all-reduce runs on Gloo (EMBER_TORCH_NCCL=OFF).
-  if ! EMBER_TORCH_NCCL=OFF step "configure (LibTorch + CUDA)" "$blog" 300 bash "$root/scripts/device_build.sh" --configure-only; then
+  if ! step "configure (LibTorch + CUDA)" "$blog" 300 bash "$root/scripts/device_build.sh" --configure-only; then
     step "configure without LibTorch (the CUDA cache alone)" "$blog" 120 bash "$root/scripts/device_build.sh" --configure-only --no-torch
   fi
+  # gtest_discover_tests runs each test binary at build time: the bundle's libraries
+  # (libzmq's libsodium, found through no RUNPATH) must be on the path then too.
+  # shellcheck source=/dev/null
+  [ -f "$build/device-env.sh" ] && . "$build/device-env.sh"
   keep=(-k 0)
   grep -q "CMAKE_GENERATOR:INTERNAL=Ninja" "$build/CMakeCache.txt" 2>/dev/null || keep=(-k)
   step "build the CUDA cache, its test and ember-bench" "$blog" "$(left)" cmake --build "$build" -j "$jobs" --target cuda_cache_test ember-bench -- "${keep[@]}"

@@ -1,10 +1,14 @@
 #include "job/collective.h"
 
+#include <unistd.h>
+
 #include <condition_variable>
 #include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <spdlog/spdlog.h>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -26,6 +30,27 @@ template <typename Group>
 std::function<std::function<void()>(std::vector<torch::Tensor>&)> starter(c10::intrusive_ptr<Group> pg,
                                                                           c10::intrusive_ptr<c10d::Store> store) {
   return [pg, store](std::vector<torch::Tensor>& t) -> std::function<void()> { return [work = pg->allreduce(t)] { work->wait(); }; };
+}
+
+// NCCL refuses two ranks of one communicator on one GPU, and a job's workers may share
+// one (a test, a benchmark, a machine with fewer GPUs than workers). Every worker states
+// its machine and device on the store; all read the same list, so all choose alike.
+// (Processes with different CUDA_VISIBLE_DEVICES that both say cuda:0 count as sharing:
+// Gloo then, slower but right.)
+bool gpu_shared(c10d::Store& store, std::uint32_t rank, std::uint32_t workers, const torch::Device& device) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string mine = std::string(host) + "/cuda:" + std::to_string(device.has_index() ? device.index() : 0);
+  store.set("gpu/" + std::to_string(rank), std::vector<std::uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> keys;
+  for (std::uint32_t r = 0; r < workers; ++r) keys.push_back("gpu/" + std::to_string(r));
+  store.wait(keys);
+  std::set<std::string> seen;
+  for (const auto& k : keys) {
+    const std::vector<std::uint8_t> v = store.get(k);
+    if (!seen.insert(std::string(v.begin(), v.end())).second) return true;
+  }
+  return false;
 }
 
 // One thread that runs the hierarchical sums' chains in the order they were started:
@@ -107,8 +132,11 @@ Collective::Collective(const ConnectOptions& c, std::uint32_t workers, transport
   if (c.allreduce == "hierarchical" && device.is_cuda()) {
     throw ConfigError("--allreduce hierarchical runs on Gloo (host tensors): use --allreduce flat with --device cuda");
   }
+  // LibTorch's CMake config defines USE_C10D_NCCL for its CUDA builds.
+  [[maybe_unused]] const bool shared = device.is_cuda() && workers > 1 && gpu_shared(*store, rank, workers, device);
 #ifdef USE_C10D_NCCL
-  if (device.is_cuda()) {
+  if (shared) spdlog::info("workers share a GPU: the dense all-reduce runs on Gloo (NCCL takes one rank per GPU)");
+  if (device.is_cuda() && !shared) {
     auto nccl = c10d::ProcessGroupNCCL::Options::create();
     nccl->timeout = timeout;
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, static_cast<int>(rank), static_cast<int>(workers), nccl);

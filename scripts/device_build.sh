@@ -17,7 +17,8 @@
 # bundle. It writes BUILD/device-env.sh (LD_LIBRARY_PATH for the binaries and tests) and
 # prints its export line. Environment: EMBER_DEVICE_DEPS (the bundle), EMBER_BUILD_DIR
 # (default build-device/), EMBER_BUILD_TYPE (RelWithDebInfo), EMBER_CUDA_ARCHS (90),
-# EMBER_TORCH_NCCL (on when LibTorch has NCCL and nccl.h is found), EMBER_JOBS (nproc),
+# EMBER_TORCH_NCCL (on when LibTorch has NCCL and nccl.h is found; a CUDA wheel's
+# CMake config defines USE_C10D_NCCL itself, so NCCL is compiled in either way), EMBER_JOBS (nproc),
 # PYTHON (python3).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -188,9 +189,11 @@ printf '# Written by scripts/device_build.sh: the libraries of the bundle (and L
   "$lib${torch_lib:+:$torch_lib}" >"$build/device-env.sh"
 if [ "$configure_only" = 1 ]; then say "configured in $build; for the binaries and tests: . $build/device-env.sh"; exit 0; fi
 
-cmake --build "$build" -j "$jobs"
+# gtest_discover_tests runs every test binary at build time, and libzmq's own needs
+# (libsodium) are found through no RUNPATH: the bundle's folder goes on the path first.
 # shellcheck source=/dev/null
 . "$build/device-env.sh"
+cmake --build "$build" -j "$jobs"
 missing="$(for f in "$build"/bin/*; do [ -x "$f" ] && [ -f "$f" ] && ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$(basename "$f"): |"; done | sort -u || true)"
 [ -z "$missing" ] || die "libraries not found at run time: $missing"
 say "built into $build/bin; for the binaries and tests: . $build/device-env.sh"

@@ -31,7 +31,8 @@ def check(name, cond, detail=""):
 
 
 def launch(args, cwd=None, timeout=60):
-    return subprocess.run(LAUNCH + args, capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    # Cases without --bin still find this build's ember-worker (EMBER_BIN; default build/bin).
+    return subprocess.run(LAUNCH + args, capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**os.environ, "EMBER_BIN": str(BIN)})
 
 
 def refused(name, toml, *want, extra=(), where=None):

@@ -1,5 +1,6 @@
 #include "job/collective.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -8,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <spdlog/spdlog.h>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #ifdef USE_C10D_NCCL

@@ -99,12 +99,12 @@ CaseTimes cuda_case(std::uint32_t rows, std::uint32_t dim, const CacheBenchOptio
     return ms * 1e-3;
   };
   CaseTimes t;
-  t.gather_s = median_seconds(o.repeats, [&] { return timed([&] { cache.gather(d_slots.as<std::uint32_t>(), rows, d_out.as<float>()); }); });
+  t.gather_s =
+      median_seconds(o.repeats, [&] { return timed([&] { cache.gather(d_slots.as<std::uint32_t>(), rows, d_out.as<float>()); }); });
   t.scatter_s = median_seconds(
       o.repeats, [&] { return timed([&] { cache.scatter_add_grad(d_slots.as<std::uint32_t>(), rows, d_src.as<float>()); }); });
-  t.copy_s = median_seconds(o.repeats, [&] {
-    return timed([&] { cuda_check(cudaMemcpyAsync(d_out.p, d_src.p, bytes, cudaMemcpyDeviceToDevice), "copy"); });
-  });
+  t.copy_s = median_seconds(
+      o.repeats, [&] { return timed([&] { cuda_check(cudaMemcpyAsync(d_out.p, d_src.p, bytes, cudaMemcpyDeviceToDevice), "copy"); }); });
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return t;

@@ -245,6 +245,10 @@ def summarize(out, job, who="ember-job", quiet=False):
         if result["checkpoints"]["failed"]:
             print(f"{who}: warning: {result['checkpoints']['failed']} shard checkpoint(s) failed to write "
                   f"(see ps*.log); the newest whole checkpoint is the one --resume uses", file=sys.stderr, flush=True)
+    if job.get("restarts") is not None:  # a launcher that restarts failed jobs (--max-restarts)
+        result["restarts"] = job["restarts"]
+        result["restart_count"] = len(job["restarts"])
+        result["iterations_recomputed"] = sum(r["iterations_lost"] for r in job["restarts"])
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(out / "summary.json")

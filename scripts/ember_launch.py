@@ -79,6 +79,52 @@ def tail(path, n=15):
     return "\n".join("    " + l for l in lines[-n:])
 
 
+class JobFailure(Exception):
+    """A job that ended before its last iteration: the member that failed first, why, its
+    log, and its exit status (None: not a process's exit, e.g. the --timeout)."""
+
+    def __init__(self, name, why, log, rc):
+        super().__init__(f"{name} {why}")
+        self.name, self.why, self.log, self.rc = name, why, log, rc
+
+
+# Exit statuses of Ember's programs (common/error.cc) that a restart cannot mend: 2, a
+# setting refused (ConfigError); 3, bad data or a refused model (DataError).
+UNMENDABLE_EXITS = {2: "a setting was refused", 3: "the data or the model was refused"}
+
+
+def unmendable(f):
+    """Why a restart cannot mend failure `f` ("" when it may)."""
+    if f.rc in UNMENDABLE_EXITS:
+        return UNMENDABLE_EXITS[f.rc]
+    try:
+        text = Path(f.log).read_text(errors="replace")[-20000:]
+    except OSError:
+        text = ""
+    if "No space left on device" in text:
+        return "the disk is full"
+    if f.rc is None and "--timeout" in f.why:
+        return "the job ran past --timeout"
+    return ""
+
+
+def last_iteration(out):
+    """The last iteration worker 0 finished in OUT/w0.jsonl (-1: none)."""
+    last = -1
+    try:
+        with open(Path(out) / "w0.jsonl") as f:
+            for line in f:
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if "iteration" in j and not j.get("eval") and not j.get("summary"):
+                    last = max(last, int(j["iteration"]))
+    except OSError:
+        pass
+    return last
+
+
 class Job:
     def __init__(self, args, worker_args, settings):
         self.a = args
@@ -87,6 +133,9 @@ class Job:
         self.bin = Path(args.bin)
         self.procs = []  # (name, Popen, log path)
         self.stopping = 0  # the signal that asked the job to stop at a checkpoint (0: none)
+        self.training_at = None  # when worker 0 first reported an iteration (time.time())
+        self.restarts = None  # --max-restarts: what the earlier attempts lost (summary.json)
+        self.lost_at = None  # when the previous attempt failed (time.time())
         # The worker settings given (flags or --config keys), as ember-worker arguments
         # before the [ember-worker] table's and those after `--`; what the workers then
         # run with (the last of a flag wins), for the summary and the progress lines.
@@ -136,10 +185,10 @@ class Job:
               file=sys.stderr, flush=True)
         return True
 
-    def fail(self, name, why, log):
-        print(f"ember-launch: {name} {why}; its last log lines:\n{tail(log)}", file=sys.stderr)
+    def fail(self, name, why, log, rc=None):
+        print(f"ember-launch: {name} {why}; its last log lines:\n{tail(log)}", file=sys.stderr, flush=True)
         self.stop_all()
-        sys.exit(1)
+        raise JobFailure(name, why, log, rc)
 
     def control_plane_word(self, wait):
         """The coordinator's record of the first failure ({"member", "cause"}), waiting up
@@ -160,16 +209,17 @@ class Job:
         exits too, after its all-reduce or a PS request breaks), so wait for its word, up to
         the heartbeat timeout and the workers' grace."""
         if rc < 0:
-            self.fail(name, f"was killed by signal {-rc}", log)
+            self.fail(name, f"was killed by signal {-rc}", log, rc)
         if rc == 2:  # a ConfigError: it refused its own settings (the launcher passes them on unchecked)
-            self.fail(name, "refused its settings (exit 2)", log)
+            self.fail(name, "refused its settings (exit 2)", log, rc)
         word = self.control_plane_word(self.a.heartbeat_timeout_ms / 1000 + 5)
         if word:
             failed = member_process(word.get("member", ""))
-            logs = {n: l for n, _, l in self.procs}
-            if failed in logs:
-                self.fail(failed, f"failed first, by the control plane: {word.get('cause', '?')}", logs[failed])
-        self.fail(name, f"exited with status {rc}", log)
+            procs = {n: (p, l) for n, p, l in self.procs}
+            if failed in procs:
+                p, flog = procs[failed]
+                self.fail(failed, f"failed first, by the control plane: {word.get('cause', '?')}", flog, p.poll())
+        self.fail(name, f"exited with status {rc}", log, rc)
 
     def run(self):
         a = self.a
@@ -257,6 +307,10 @@ class Job:
                         continue
                     if not self.a.quiet and ("iteration" in line or "eval" in line or "error" in line):
                         print(f"[{self.settings['policy']}] {line.split('] ', 2)[-1]}", flush=True)
+            if self.training_at is None and (self.out / "w0.jsonl").exists() and (self.out / "w0.jsonl").stat().st_size > 0:
+                self.training_at = time.time()
+                if self.restarts and self.lost_at is not None:  # from the loss to training again
+                    self.restarts[-1]["recovery_s"] = round(self.training_at - self.lost_at, 3)
             workers_done = True
             for name, p, log in self.procs:
                 rc = p.poll()
@@ -284,7 +338,7 @@ class Job:
     def summarize(self):
         a = self.a
         job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "metrics_endpoints": self.metrics_endpoints,
-               "checkpoint_dir": a.checkpoint_dir, **self.settings}
+               "checkpoint_dir": a.checkpoint_dir, "restarts": self.restarts, **self.settings}
         return summarize(self.out, job, who="ember-launch")
 
 
@@ -373,6 +427,32 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"ember-launch: {message}\n")
 
 
+def restart(a, job, f, n):
+    """Prepares attempt n + 1 after failure `f`: the failed attempt's logs and metrics move
+    to OUT/attempt-n/, --resume is set when a checkpoint verifies, and one line says what
+    failed, where the job goes on from and how many iterations it recomputes."""
+    out = Path(a.out)
+    reached = last_iteration(out) + 1  # iterations finished before the loss
+    keep = out / f"attempt-{n}"
+    keep.mkdir(exist_ok=True)
+    for x in [*out.glob("*.log"), *out.glob("*.jsonl"), *out.glob("ps*.json"), *out.glob("failure.json")]:
+        x.replace(keep / x.name)
+    point, start = None, 0
+    if a.checkpoint_dir and (Path(a.checkpoint_dir) / "ps").is_dir():
+        try:
+            point = resume_point(Path(a.checkpoint_dir), who="ember-launch", ember_ps=job.bin / "ember-ps")
+            start = int(point.name.split("-")[-1])
+        except SystemExit as e:  # no checkpoint verifies: from the start
+            print(e.code if isinstance(e.code, str) else "ember-launch: no checkpoint to resume from", file=sys.stderr)
+    a.resume = point is not None
+    lost = max(0, reached - start)
+    where = f"checkpoint {point} (iteration {start})" if point else "the start (no checkpoint verifies)"
+    print(f"ember-launch: restart {n}/{a.max_restarts}: {f.name} {f.why}; from {where}; {lost} iteration(s) lost; "
+          f"the failed attempt's logs in {keep}", file=sys.stderr, flush=True)
+    return {"attempt": n, "member": f.name, "cause": f.why, "exit": f.rc, "checkpoint": str(point) if point else "",
+            "resumed_at": start, "iterations_lost": lost, "recovery_s": None}
+
+
 def main():
     argv, worker_args = split_worker_args(sys.argv[1:])
     root = Path(__file__).resolve().parent.parent
@@ -421,6 +501,10 @@ def main():
     p.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every N iterations (with --checkpoint-dir)")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=False,
                    help="continue from the newest whole checkpoint in --checkpoint-dir")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="restart a failed job up to N times, from the newest checkpoint that verifies (with --checkpoint-dir; "
+                        "else from the start); a failure a restart cannot mend (a refused setting, bad data, a full disk) "
+                        "ends the job at once")
     p.add_argument("-q", "--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
     pre = Parser(add_help=False)
     pre.add_argument("--config", default="")
@@ -449,18 +533,39 @@ def main():
     for b in ("ember-ps", "ember-worker"):
         if not os.access(Path(a.bin) / b, os.X_OK):
             p.error(f"{Path(a.bin) / b} is missing (bash scripts/build.sh)")
-    job = Job(a, worker_args, settings)
+    if a.max_restarts < 0:
+        p.error(f"--max-restarts {a.max_restarts}: must be 0 or more")
+    restarts = [] if a.max_restarts else None
+    lost_at = None
+    while True:
+        job = Job(a, worker_args, settings)
+        job.restarts, job.lost_at = restarts, lost_at
 
-    def on_signal(signum, frame):
-        if job.stop_at_checkpoint(signum):
-            return
-        print("ember-launch: interrupted; stopping the job", file=sys.stderr)
-        job.stop_all()
-        sys.exit(128 + signum)
+        def on_signal(signum, frame, job=job):
+            if job.stop_at_checkpoint(signum):
+                return
+            print("ember-launch: interrupted; stopping the job", file=sys.stderr)
+            job.stop_all()
+            sys.exit(128 + signum)
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    job.run()
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        try:
+            job.run()
+            break
+        except JobFailure as f:
+            why = unmendable(f)
+            if why:
+                if a.max_restarts:
+                    print(f"ember-launch: not restarted: {why} ({f.name}, exit {f.rc})", file=sys.stderr)
+                sys.exit(1)
+            if restarts is None or len(restarts) >= a.max_restarts:
+                if a.max_restarts:
+                    print(f"ember-launch: giving up: the job failed {len(restarts) + 1} times, --max-restarts {a.max_restarts}",
+                          file=sys.stderr)
+                sys.exit(1)
+            lost_at = time.time()
+            restarts.append(restart(a, job, f, len(restarts) + 1))
     if job.stopping:  # stopped at a checkpoint: the summary is written, the exit says why
         sys.exit(128 + job.stopping)
 

@@ -17,6 +17,18 @@
 # resolved on that host); each process states the entry as its host (ember-ps and
 # ember-worker --host), which decides what counts as traffic within a host.
 #
+# Checkpoints and restarts, as ember_launch.py: --checkpoint-dir DIR (the shards' rows in
+# DIR/ps, the workers' dense state in DIR/dense; shared by every host), --checkpoint-every
+# N, --resume (from the newest checkpoint that verifies), and --max-restarts N: a failed
+# job is started again, up to N times, from the newest checkpoint that verifies (from the
+# start without one), with one line per restart naming the cause, the checkpoint and the
+# iterations lost; the failed attempt's logs move to OUT/attempt-K. A failure a restart
+# cannot mend (a process refusing its settings or its data: exit 2 or 3; a full disk; a
+# bad launcher option) ends the job at once. summary.json then lists the restarts.
+# --spares K: the hostfile's last K entries are spare hosts; before a restart, a host of
+# the job that does not answer ssh is replaced by the next spare (all its entries: its
+# processes keep their ranks, and the job its model); none left ends the job saying so.
+#
 # --ssh-config FILE runs every ssh with -F FILE (for example a cluster_local.sh
 # cluster's STATE/ssh_config, to launch from outside the cluster). --ps-args: extra
 # arguments for every ember-ps, split on white space, {shard} becoming the shard's index;
@@ -34,7 +46,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 die() { echo "launch_hosts: $*" >&2; exit 2; }
 hostfile="" ps=1 workers=1 dataset="" policy=herald out="" port=29600 ps_args="" bin="$root/build/bin" transport=tcp
-ssh_config=""
+ssh_config="" ckpt="" every=0 resume=0 max_restarts=0 attempt=0 spares=0
+args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
     --hostfile) hostfile="$2"; shift 2;;
@@ -48,6 +61,12 @@ while [ $# -gt 0 ]; do
     --ps-args) ps_args="$2"; shift 2;;
     --bin) bin="$2"; shift 2;;
     --ssh-config) ssh_config="$2"; shift 2;;
+    --checkpoint-dir) ckpt="$2"; shift 2;;
+    --checkpoint-every) every="$2"; shift 2;;
+    --resume) resume=1; shift;;
+    --max-restarts) max_restarts="$2"; shift 2;;
+    --spares) spares="$2"; shift 2;;
+    --attempt) attempt="$2"; shift 2;;  # internal: one attempt of a job with --max-restarts
     --) shift; break;;
     *) die "unknown option $1";;
   esac
@@ -57,12 +76,104 @@ if [ -z "$hostfile" ] || [ -z "$dataset" ] || [ -z "$out" ]; then die "--hostfil
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers $workers: not a positive integer"
 if ! [[ "$port" =~ ^[0-9]+$ ]] || [ "$port" -gt 65535 ]; then die "--port $port: not a port (0: any free port)"; fi
 [ -z "$ssh_config" ] || [ -r "$ssh_config" ] || die "--ssh-config $ssh_config: not a readable file"
+[[ "$every" =~ ^[0-9]+$ ]] || die "--checkpoint-every $every: not a number"
+[[ "$max_restarts" =~ ^[0-9]+$ ]] || die "--max-restarts $max_restarts: not a number"
+[[ "$spares" =~ ^[0-9]+$ ]] || die "--spares $spares: not a number"
+{ [ "$every" -eq 0 ] && [ "$resume" = 0 ]; } || [ -n "$ckpt" ] || die "--checkpoint-every and --resume need --checkpoint-dir"
+
+# --max-restarts: this invocation runs the attempts (each this script again, with
+# --attempt K) and restarts the failed ones. An attempt exits 3 for a failure a restart
+# cannot mend, 2 for a bad launcher option, 1 for any other failure.
+if [ "$max_restarts" -gt 0 ] && [ "$attempt" = 0 ]; then
+  mkdir -p "$out"
+  out="$(cd "$out" && pwd)"
+  restarts=()
+  k=1 again=()
+  [ "$resume" = 1 ] && again=(--resume)
+  # The launcher's own arguments and the workers' (after `--`): each attempt gets the
+  # hosts it runs on (the hostfile's first entries; spares replace lost hosts) after the
+  # former, so that they win.
+  pre=() post=() seen=0
+  for x in "${args[@]}"; do
+    if [ "$seen" = 0 ] && [ "$x" = -- ]; then seen=1; continue; fi
+    if [ "$seen" = 0 ]; then pre+=("$x"); else post+=("$x"); fi
+  done
+  mapfile -t entries < <(grep -v '^\s*#' "$hostfile" | awk 'NF{print $1}')
+  [ "${#entries[@]}" -gt "$spares" ] || die "$hostfile lists ${#entries[@]} host(s), not more than --spares $spares"
+  active=("${entries[@]:0:$(( ${#entries[@]} - spares ))}")
+  spare=("${entries[@]:$(( ${#entries[@]} - spares ))}")
+  ssh_probe=(-o BatchMode=yes -o ConnectTimeout=5)
+  [ -z "$ssh_config" ] || ssh_probe=(-F "$ssh_config" "${ssh_probe[@]}")
+  while :; do
+    rc=0
+    printf '%s\n' "${active[@]}" > "$out/hosts-attempt-$k"
+    bash "${BASH_SOURCE[0]}" --attempt "$k" "${again[@]}" "${pre[@]}" --hostfile "$out/hosts-attempt-$k" --spares 0 -- "${post[@]}" || rc=$?
+    if [ "$rc" = 0 ]; then
+      if [ ${#restarts[@]} -gt 0 ]; then  # the restarts into summary.json
+        printf '%s\n' "${restarts[@]}" | python3 -c '
+import json, sys
+p = sys.argv[1]
+s = json.load(open(p))
+s["restarts"] = [json.loads(l) for l in sys.stdin if l.strip()]
+s["restart_count"] = len(s["restarts"])
+s["iterations_recomputed"] = sum(r["iterations_lost"] for r in s["restarts"])
+open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
+' "$out/summary.json" && mv "$out/summary.json.tmp" "$out/summary.json"
+      fi
+      exit 0
+    fi
+    [ "$rc" = 3 ] && { echo "launch_hosts: not restarted: a restart cannot mend this failure (above)" >&2; exit 1; }
+    [ "$rc" = 2 ] && exit 2
+    if [ "$k" -gt "$max_restarts" ]; then
+      echo "launch_hosts: giving up: the job failed $k times, --max-restarts $max_restarts" >&2
+      exit 1
+    fi
+    # A host that does not answer ssh is replaced by a spare: its processes keep their
+    # ranks (the same hostfile entries), so the job trains the same model.
+    replaced=""
+    for h in $(printf '%s\n' "${active[@]}" | awk '!seen[$0]++'); do
+      timeout 15 ssh "${ssh_probe[@]}" "$h" true < /dev/null > /dev/null 2>&1 && continue
+      [ ${#spare[@]} -gt 0 ] || { echo "launch_hosts: host $h is lost and no spare host is left: the job needs $(printf '%s\n' "${active[@]}" | sort -u | wc -l) hosts" >&2; exit 1; }
+      for i in "${!active[@]}"; do [ "${active[$i]}" = "$h" ] && active[$i]="${spare[0]}"; done
+      replaced+=" $h by the spare ${spare[0]};"
+      spare=("${spare[@]:1}")
+    done
+    reached="$(grep -o '"iteration":[0-9]*' "$out/w0.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 || true)"
+    reached=$(( ${reached:-"-1"} + 1 ))
+    mkdir -p "$out/attempt-$k"
+    mv "$out"/*.log "$out"/*.jsonl "$out"/failure.json "$out/attempt-$k/" 2> /dev/null || true
+    point="" start=0 again=()
+    if [ -n "$ckpt" ] && [ -d "$ckpt/ps" ] && point="$(python3 "$root/scripts/ember_job.py" resume-point "$ckpt" --bin "$bin")"; then
+      start="$(basename "$point" | sed 's/^iter-0*//')"
+      start="${start:-0}"
+      again=(--resume)
+    fi
+    lost=$(( reached > start ? reached - start : 0 ))
+    echo "launch_hosts: restart $k/$max_restarts: from ${point:-the start (no checkpoint verifies)}; $lost iteration(s) lost;${replaced:+ replaced$replaced} the failed attempt's logs in $out/attempt-$k" >&2
+    restarts+=("{\"attempt\": $k, \"checkpoint\": \"$point\", \"resumed_at\": $start, \"iterations_lost\": $lost, \"replaced\": \"${replaced# }\"}")
+    k=$((k + 1))
+  done
+fi
 mapfile -t hosts < <(grep -v '^\s*#' "$hostfile" | awk 'NF{print $1}')
-[ ${#hosts[@]} -gt 0 ] || die "$hostfile lists no hosts"
+[ ${#hosts[@]} -gt "$spares" ] || die "$hostfile lists ${#hosts[@]} host(s), not more than --spares $spares"
+hosts=("${hosts[@]:0:$(( ${#hosts[@]} - spares ))}")  # the last --spares entries wait for a lost host
 ssh_opts=(-o BatchMode=yes -tt)
 [ -z "$ssh_config" ] || ssh_opts=(-F "$ssh_config" "${ssh_opts[@]}")
 read -ra user_ps <<< "$ps_args"
 worker_args=("$@")
+if [ -n "$ckpt" ]; then
+  mkdir -p "$ckpt"
+  ckpt="$(cd "$ckpt" && pwd)"
+  ckpt_ps=(--checkpoint-dir "$ckpt/ps" --checkpoint-every "$every" --checkpoint-on-exit)
+  if [ "$resume" = 1 ]; then
+    restore="$(python3 "$root/scripts/ember_job.py" resume-point "$ckpt" --bin "$bin")" || exit 1
+    ckpt_ps=(--restore "$restore" "${ckpt_ps[@]}")
+    worker_args=(--checkpoint-dir "$ckpt/dense" --resume "${worker_args[@]}")
+  else
+    worker_args=(--checkpoint-dir "$ckpt/dense" "${worker_args[@]}")
+  fi
+  user_ps=("${ckpt_ps[@]}" "${user_ps[@]}")
+fi
 # The heartbeat timeout the processes run with (the last one given wins, as in them).
 hb_ms=10000
 set -- "${user_ps[@]}" "${worker_args[@]}"
@@ -165,6 +276,11 @@ if [ -n "$failed" ]; then
   fi
   echo "== last lines of $log" >&2
   tail -n 15 "$log" >&2
+  # For --max-restarts: 3 when a restart cannot mend it (exit 2: settings refused; 3: data
+  # or model refused; a full disk), else 1.
+  if [ "$attempt" != 0 ] && { [ "$failed_rc" = 2 ] || [ "$failed_rc" = 3 ] || grep -q "No space left on device" "$log" "$out/$failed.log" 2> /dev/null; }; then
+    exit 3
+  fi
   exit 1
 fi
 python3 "$root/scripts/ember_job.py" summarize "$out" --ps "$ps" --workers "$workers" --policy "$policy" \

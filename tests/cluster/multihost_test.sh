@@ -146,11 +146,11 @@ wait_job_gone() {  # JOBID WHAT SECONDS
   fail "$2: Slurm job $1 still in the queue $3 s on: $(squeue -h -j "$1" -o '%i %T %R' 2> /dev/null)"
 }
 
-echo "== up: 3 hosts, unshaped"
-timeout 90 bash "$cl" up --state "$state" --hosts 3 || fail "cluster_local.sh up failed"
+echo "== up: 4 hosts (the 4th a spare), unshaped"
+timeout 90 bash "$cl" up --state "$state" --hosts 4 || fail "cluster_local.sh up failed"
 # The job's hostfile, by name: shard 0 on the first host, two workers on each other one.
 mapfile -t names < <(grep -v '^\s*#' "$state/hostfile")
-[ "${#names[@]}" -eq 3 ] || fail "$state/hostfile lists ${#names[@]} hosts, not 3"
+[ "${#names[@]}" -eq 4 ] || fail "$state/hostfile lists ${#names[@]} hosts, not 4"
 printf '%s\n' "${names[0]}" "${names[1]}" "${names[1]}" "${names[2]}" "${names[2]}" > "$work/hosts"
 
 echo "== data"
@@ -168,14 +168,14 @@ ssh_job() {
     -- "${wargs[@]}" --iterations "$2" --heartbeat-timeout-ms "$HB_MS" --checkpoint-dir "$d/ckpt/dense" --dump-dir "$d/dump" \
     > "$work/$1.launcher" 2>&1
 }
-# The 3 nodes idle: slurmctld sets a node it has not heard from for SlurmdTimeout DOWN,
+# The 4 nodes idle: slurmctld sets a node it has not heard from for SlurmdTimeout DOWN,
 # at its next ping, which may come after the node is back (a link down for a while).
 nodes_idle() {  # WHAT
   for _ in $(seq 900); do
-    [ "$(sinfo -h -N -o '%N %T' | awk '$2 == "idle"' | wc -l)" -eq 3 ] && return 0
+    [ "$(sinfo -h -N -o '%N %T' | awk '$2 == "idle"' | wc -l)" -eq 4 ] && return 0
     sleep 0.1
   done
-  fail "$1: the nodes are not all idle after 90 s: $(sinfo -h -N -o '%N %T' | paste -sd,)"
+  fail "$1: the 4 nodes are not all idle after 90 s: $(sinfo -h -N -o '%N %T' | paste -sd,)"
 }
 # (c): ember.sbatch. NAME ITERATIONS [sbatch options]; the job id in $work/NAME.jobid.
 slurm_job() {
@@ -183,7 +183,7 @@ slurm_job() {
   nodes_idle "$name"
   (cd "$work" && EMBER_ROOT="$src" EMBER_BIN="$bin" EMBER_OUT="$d/run" EMBER_DUMP_DIR="$d/dump" EMBER_CHECKPOINT_DIR="$d/ckpt" \
     EMBER_CHECKPOINT_EVERY=10 EMBER_HEARTBEAT_TIMEOUT_MS="$HB_MS" EMBER_PS_ARGS="$ps_args" \
-    sbatch --parsable --nodes=3 -o "$work/$name.out" "$@" "$src/scripts/ember.sbatch" "$work/data" herald 1 4 \
+    sbatch --parsable --nodes=3 --exclude="${names[3]}" -o "$work/$name.out" "$@" "$src/scripts/ember.sbatch" "$work/data" herald 1 4 \
     -- "${wargs[@]}" --iterations "$iters" > "$work/$name.jobid")
 }
 
@@ -195,8 +195,8 @@ timeout 180 python3 "$src/scripts/ember_launch.py" --bin "$bin" --dataset "$work
 a_s=$((SECONDS - t0))
 
 # The model of run $1 against the reference's: max abs difference, and the counts.
-same_as_reference() {  # NAME WHAT
-  python3 - "$work/a" "$work/$1" "$2" <<'EOF' || exit 1
+same_as_reference() {  # NAME WHAT [model: the model alone, as a restarted job's counts cover its last attempt]
+  python3 - "$work/a" "$work/$1" "$2" "${3:-}" <<'EOF' || exit 1
 import json, sys
 from array import array
 from pathlib import Path
@@ -219,6 +219,9 @@ for name in ("dense.bin", "rows.bin"):
         if not d <= 1e-5:
             bad(f"{name}: max abs difference {d} from the reference's (more than 1e-5)")
         worst = max(worst, d)
+if sys.argv[4] == "model":
+    print(f"model: max abs difference {worst:g} ({'byte-equal' if worst == 0 else 'within 1e-5'})")
+    sys.exit(0)
 keys = ("iterations", "pulls", "pushes", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")
 sa, sb = (json.loads(Path(d, "run", "summary.json").read_text()) for d in (ref, run))
 diff = [f"{k} {sb.get(k)} (reference {sa[k]})" for k in keys if sb.get(k) != sa[k]]
@@ -354,6 +357,79 @@ print(f'{max(j[\"iter_ms\"] for j in map(json.loads, open(sys.argv[1])) if \"ite
   echo "(iv) $kind: link down at iteration $at, the job completed in ${ends[iv-$kind]} s, its longest iteration ${stall[$kind]} s; $model"
 done
 
+# (v) launch_hosts.sh --max-restarts 1: host3's processes killed once; the job restarts
+# by itself from the newest checkpoint and ends with the reference model.
+name="v-ssh"
+echo "== (v) host3's processes killed under launch_hosts.sh --max-restarts 1: the job heals itself"
+d="$work/$name"
+t0s=$SECONDS
+timeout 300 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts" --bin "$bin" \
+  --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS" \
+  --checkpoint-dir "$d/ckpt" --checkpoint-every 10 --max-restarts 1 \
+  -- "${wargs[@]}" --iterations "$ITERATIONS" --heartbeat-timeout-ms "$HB_MS" --dump-dir "$d/dump" > "$work/$name.launcher" 2>&1 &
+pid=$!
+bg_pids+=("$pid")
+wait_iterations "$d/run" 20 "(v)"
+victims="$(host3_job_procs "$d/")"
+[ -n "$victims" ] || fail "(v): no process of the job on host3"
+# shellcheck disable=SC2086  # one pid a word
+kill -KILL $victims
+wait "$pid" || { cat "$work/$name.launcher" >&2; fail "(v): the job did not heal (launch_hosts.sh failed)"; }
+grep -q "launch_hosts: restart 1/1: from $d/ckpt/ps/iter-" "$work/$name.launcher" ||
+  { cat "$work/$name.launcher" >&2; fail "(v): no restart line naming the checkpoint"; }
+ends[v]=$((SECONDS - t0s))
+model="$(same_as_reference "$name" "(v) healed" model)"
+restart="$(grep "launch_hosts: restart 1/1" "$work/$name.launcher" | sed 's/^launch_hosts: //')"
+echo "(v) healed in one restart ($restart); the job completed in ${ends[v]} s; $model"
+
+# (vi) host3's link down for good under launch_hosts.sh --max-restarts 1 --spares 1: the
+# restart finds host3 gone (ssh), puts its workers on the spare host4, same ranks, and
+# the job ends with the reference model.
+name="vi-ssh"
+echo "== (vi) host3 lost (link down) under launch_hosts.sh --max-restarts 1 --spares 1: host4 takes its place"
+d="$work/$name"
+printf '%s\n' "${names[0]}" "${names[1]}" "${names[1]}" "${names[2]}" "${names[2]}" "${names[3]}" > "$work/hosts-spare"
+t0s=$SECONDS
+timeout 300 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts-spare" --spares 1 --bin "$bin" \
+  --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS" \
+  --checkpoint-dir "$d/ckpt" --checkpoint-every 10 --max-restarts 1 \
+  -- "${wargs[@]}" --iterations "$ITERATIONS" --heartbeat-timeout-ms "$HB_MS" --dump-dir "$d/dump" > "$work/$name.launcher" 2>&1 &
+pid=$!
+bg_pids+=("$pid")
+wait_iterations "$d/run" 20 "(vi)"
+ip link set ember-v3 down
+rc=0
+wait "$pid" || rc=$?
+ip link set ember-v3 up
+[ "$rc" -eq 0 ] || { cat "$work/$name.launcher" >&2; fail "(vi): the job did not heal (launch_hosts.sh exited $rc)"; }
+grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/$name.launcher" ||
+  { cat "$work/$name.launcher" >&2; fail "(vi): no line saying host3 was replaced by host4"; }
+[ "$(paste -sd' ' "$d/run/hosts-attempt-2")" = "${names[0]} ${names[1]} ${names[1]} ${names[3]} ${names[3]}" ] ||
+  fail "(vi): the restart's hosts are $(paste -sd' ' "$d/run/hosts-attempt-2"), not host3's workers on the spare"
+ends[vi]=$((SECONDS - t0s))
+model="$(same_as_reference "$name" "(vi) on a spare host" model)"
+echo "(vi) host3 replaced by host4 at the restart; the job completed in ${ends[vi]} s; $model"
+
+# (vii) ember.sbatch with EMBER_MAX_RESTARTS=1: host3's processes killed once; the script
+# has Slurm requeue the job (the same id), which resumes from its newest checkpoint and
+# ends with the reference model.
+name="vii-slurm"
+echo "== (vii) host3's processes killed under sbatch with EMBER_MAX_RESTARTS=1: Slurm requeues the job"
+d="$work/$name"
+t0s=$SECONDS
+EMBER_MAX_RESTARTS=1 slurm_job "$name" "$ITERATIONS" --requeue --open-mode=append
+wait_iterations "$d/run" 20 "(vii)"
+victims="$(host3_job_procs "$d/")"
+[ -n "$victims" ] || fail "(vii): no process of the job on host3"
+# shellcheck disable=SC2086  # one pid a word
+kill -KILL $victims
+wait_job_gone "$(cat "$work/$name.jobid")" "(vii)" 240
+grep -q "ember.sbatch: restart 1/1: requeued" "$work/$name.out" || { cat "$work/$name.out" >&2; fail "(vii): no requeue line"; }
+[ -s "$d/run/summary.json" ] || { cat "$work/$name.out" >&2; fail "(vii): the requeued job wrote no summary"; }
+ends[vii]=$((SECONDS - t0s))
+model="$(same_as_reference "$name" "(vii) requeued" model)"
+echo "(vii) requeued once by Slurm; the job completed in ${ends[vii]} s; $model"
+
 for kind in ssh slurm; do
   name="iii-$kind"
   echo "== (iii) host3's link down for 30 s under $kind (bound $BOUND_S s)"
@@ -387,4 +463,5 @@ pulled="$(python3 -c "import json, sys; s = json.load(open(sys.argv[1])); print(
 echo "PASS: (b) ssh ${b_s} s and (c) sbatch ${c_s} s = (a) loopback ${a_s} s (model and counts: rows pulled/pushed ${pulled/ //}); ends after" \
   "scancel ${i_end} s (checkpoint ${i_at}), host3 killed ${ends[ii-ssh]}/${ends[ii-slurm]} s, link down 30 s" \
   "${ends[iii-ssh]}/${ends[iii-slurm]} s (ssh/slurm; bound ${BOUND_S} s, heartbeat ${HB_MS} ms); link down 2 s: same model," \
+  "healed by a restart in ${ends[v]} s, on a spare host in ${ends[vi]} s, by Slurm's requeue in ${ends[vii]} s;" \
   "an iteration of ${stall[ssh]}/${stall[slurm]} s; in $((SECONDS - t_start)) s"

@@ -98,6 +98,8 @@ def main():
                   s.get("iterations_recomputed"))
             check("the time from the loss to training again is measured", (r[0].get("recovery_s") or 0) > 0, r[0])
             check("the failed attempt's logs are kept", (out / "attempt-1" / "worker1.log").exists())
+            print(f"     {restart_lines[0] if restart_lines else ''}\n     recovery_s {r[0].get('recovery_s')}, "
+                  f"iterations recomputed {s.get('iterations_recomputed')}")
             for f in ("rows.bin", "dense.bin"):
                 a, b = (tmp / "whole-model" / f).read_bytes(), (tmp / "healed-model" / f).read_bytes()
                 check(f"the healed job's {f} is the uninterrupted job's, byte for byte", a == b and len(a) > 0, f"{len(a)} vs {len(b)} bytes")

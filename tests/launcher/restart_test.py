@@ -114,7 +114,8 @@ case " $* " in *" --rank 1 "*) ("{BIN / 'ember-worker'}" "$@" & pid=$!; sleep 2;
 exec "{BIN / 'ember-worker'}" "$@"
 """)
         (stub / "ember-worker").chmod(0o755)
-        p, out = job(tmp, data, "doomed", ["--max-restarts", "2"], bin_dir=stub)
+        # (A job that would not end before the kill: every attempt fails.)
+        p, out = job(tmp, data, "doomed", ["--max-restarts", "2"], bin_dir=stub, worker=["--iterations", "100000"])
         _, err = p.communicate(timeout=300)
         restart_lines = [l for l in err.splitlines() if l.startswith("ember-launch: restart ")]
         check("a job failing every time ends after the third failure", p.returncode != 0 and len(restart_lines) == 2

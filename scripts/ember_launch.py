@@ -218,7 +218,13 @@ class Job:
             procs = {n: (p, l) for n, p, l in self.procs}
             if failed in procs:
                 p, flog = procs[failed]
-                self.fail(failed, f"failed first, by the control plane: {word.get('cause', '?')}", flog, p.poll())
+                # It may still be on its way out (logging, closing sockets): its exit
+                # status says whether a restart can mend this, so wait for it a little.
+                try:
+                    rc_failed = p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    rc_failed = word.get("exit")  # the status it said it exits with
+                self.fail(failed, f"failed first, by the control plane: {word.get('cause', '?')}", flog, rc_failed)
         self.fail(name, f"exited with status {rc}", log, rc)
 
     def run(self):

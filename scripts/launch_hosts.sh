@@ -271,6 +271,10 @@ if [ -n "$failed" ]; then
     echo "launch_hosts: the job failed; by the control plane: $(cat "$out/failure.json")" >&2
     member="$(sed -n 's/.*"member":"\([a-z]*\) \([0-9]*\)".*/\1\2/p' "$out/failure.json")"
     [ -n "$member" ] && [ -f "$out/$member.log" ] && log="$out/$member.log"
+    # Whether a restart can mend it is the failed member's exit status (it says which on
+    # the control plane: "exit"), not the status of the first survivor to notice.
+    said="$(sed -n 's/.*"exit":\([0-9]*\).*/\1/p' "$out/failure.json")"
+    if [ -n "$member" ] && [ -n "$said" ]; then failed="$member" failed_rc="$said"; fi
   else
     echo "launch_hosts: $failed exited with status $failed_rc" >&2
   fi

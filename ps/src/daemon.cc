@@ -217,9 +217,11 @@ void PsDaemon::host_coordinator(std::string& endpoint, const transport::ControlT
   if (bind.size() > 2 && bind.compare(bind.size() - 2, 2, ":0") == 0) bind = bind.substr(0, bind.size() - 1) + "*";
   coord_ = std::make_unique<transport::Coordinator>(bind, c_.token, transport::JobShape{c_.store.shards, c_.workers}, timeouts);
   if (!c_.failure_file.empty()) {
-    coord_->on_failure([failure_file = c_.failure_file](const std::string& who, const std::string& cause) {
+    coord_->on_failure([failure_file = c_.failure_file](const transport::JobFailure& f) {
       try {
-        write_file_atomic(failure_file, nlohmann::json{{"member", who}, {"cause", cause}}.dump() + "\n");
+        nlohmann::json word{{"member", f.member}, {"cause", f.cause}};
+        if (f.exit_status != 0) word["exit"] = f.exit_status;  // 2, 3: a restart cannot mend it
+        write_file_atomic(failure_file, word.dump() + "\n");
       } catch (const std::exception& e) {
         spdlog::error("--failure-file: {}", e.what());
       }
@@ -233,7 +235,7 @@ void PsDaemon::host_coordinator(std::string& endpoint, const transport::ControlT
 void PsDaemon::publish_job_config() {
   const auto lookup = [this](const std::string& key) { return member_->lookup(key, std::chrono::seconds(30)); };
   if (auto why = restored_disagree(lookup, c_.store.shards)) {
-    member_->abort(*why);
+    member_->abort(*why, exit_code(ConfigError(*why)));
     throw ConfigError(*why);
   }
   const StoreConfig& sc = c_.store;

@@ -127,6 +127,9 @@ exec "{BIN / 'ember-worker'}" "$@"
         check("a job refused for a bad option ends after the first failure, saying why",
               p.returncode != 0 and "ember-launch: restart" not in err and "not restarted: a setting was refused" in err,
               f"rc {p.returncode}: {err[-2000:]}")
+        word = json.loads((out / "failure.json").read_text()) if (out / "failure.json").exists() else {}
+        check("the control plane's word carries the refusing worker's exit status (2)",
+              word.get("member", "").startswith("worker ") and word.get("exit") == 2, str(word))
 
     if failures:
         print(f"{len(failures)} check(s) failed: {', '.join(failures)}")

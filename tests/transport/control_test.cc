@@ -243,9 +243,10 @@ TEST(Control, MemberGoneWithoutLeavingFailsTheJobNamingIt) {
   Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 2}, fast());
   std::string failed_member, failed_cause;
   std::promise<void> reported;
-  c.on_failure([&](const std::string& m, const std::string& cause) {
-    failed_member = m;
-    failed_cause = cause;
+  c.on_failure([&](const JobFailure& f) {
+    failed_member = f.member;
+    failed_cause = f.cause;
+    EXPECT_EQ(f.exit_status, 0);  // a process gone without a word said no status
     reported.set_value();
   });
   auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
@@ -264,19 +265,27 @@ TEST(Control, MemberGoneWithoutLeavingFailsTheJobNamingIt) {
   EXPECT_FALSE(c.finished());
 }
 
-// A member that fails says why; the first failure is the one the job reports.
+// A member that fails says why, and the status it exits with (3: bad data, which a
+// restart cannot mend); the first failure is the one the job reports.
 TEST(Control, AbortNamesTheMemberAndItsCause) {
   Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 2}, fast());
+  std::promise<JobFailure> reported;
+  c.on_failure([&](const JobFailure& f) { reported.set_value(f); });
   auto ps = std::async(std::launch::async, [&] { return std::make_unique<ControlMember>(member(c, Role::kPs, 0)); });
   auto workers = join_workers(c, 2);
   auto p = ps.get();
-  workers[0]->abort("bad data: f.tsv:3: 12 fields");
+  workers[0]->abort("bad data: f.tsv:3: 12 fields", 3);
   ASSERT_TRUE(p->wait_shutdown(std::chrono::milliseconds(3000)));
-  workers[1]->abort("all-reduce: connection closed by peer");
+  workers[1]->abort("all-reduce: connection closed by peer", 5);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const std::string first = "worker " + std::to_string(workers[0]->rank()) + ": bad data: f.tsv:3: 12 fields";
   EXPECT_EQ(c.failure().value_or(""), first);
   EXPECT_EQ(p->failure().value_or(""), first);
+  auto f = reported.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(1)), std::future_status::ready);
+  const JobFailure word = f.get();
+  EXPECT_EQ(word.member, "worker " + std::to_string(workers[0]->rank()));
+  EXPECT_EQ(word.exit_status, 3);
 }
 
 // A member that says it is ending (a signal) is not named while another member, silent
@@ -287,7 +296,7 @@ TEST(Control, AnEndingMemberIsNamedOnlyIfNoOtherWasLostFirst) {
   for (const bool other_lost : {true, false}) {
     Coordinator c("tcp://127.0.0.1:*", kToken, JobShape{1, 3}, fast());
     std::promise<std::pair<std::string, std::string>> reported;
-    c.on_failure([&](const std::string& m, const std::string& cause) { reported.set_value({m, cause}); });
+    c.on_failure([&](const JobFailure& f) { reported.set_value({f.member, f.cause}); });
     // Worker 2: a raw peer that heartbeats by hand, then falls silent (killed).
     zmq::context_t ctx;
     zmq::socket_t raw(ctx, zmq::socket_type::dealer);

@@ -81,7 +81,7 @@ struct Coordinator::Impl {
   std::atomic<std::uint32_t> alive{0};  // joined, neither left nor dead (counted every tick)
   mutable std::mutex mutex;             // guards failure and on_failure (used by other threads)
   std::optional<std::string> failure;
-  std::function<void(const std::string&, const std::string&)> on_failure;
+  std::function<void(const JobFailure&)> on_failure;
   LogLimiter malformed_log, refused_log, stray_log;
 
   // Owned by the thread.
@@ -143,8 +143,8 @@ struct Coordinator::Impl {
     handle(id.to_string(), msg, peer);
   }
 
-  void fail(const std::string& member, const std::string& cause) {
-    std::function<void(const std::string&, const std::string&)> callback;
+  void fail(const std::string& member, const std::string& cause, int exit_status = 0) {
+    std::function<void(const JobFailure&)> callback;
     {
       std::lock_guard lock(mutex);
       if (failure) return;
@@ -154,7 +154,7 @@ struct Coordinator::Impl {
     spdlog::error("control: job failed: {}: {}", member, cause);
     for (auto& [id, m] : members)
       if (!m.dead && !m.left) send_to(id, codec::Dead{member, cause});
-    if (callback) callback(member, cause);
+    if (callback) callback(JobFailure{member, cause, exit_status});
   }
 
   std::string name_of(const Member& m) const { return m.rank >= 0 ? peer_name(m.role, m.rank) : std::string(role_name(m.role)); }
@@ -240,7 +240,7 @@ struct Coordinator::Impl {
     } else if (auto* ab = std::get_if<codec::Abort>(&msg)) {
       if (m.left || m.dead) return;
       m.dead = true;
-      fail(name_of(m), ab->why);
+      fail(name_of(m), ab->why, ab->exit_status);
     } else if (auto* e = std::get_if<codec::Ending>(&msg)) {
       if (m.left || m.dead) return;
       spdlog::warn("control: {} is ending: {}", name_of(m), e->why);
@@ -424,7 +424,7 @@ std::optional<std::string> Coordinator::failure() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->failure;
 }
-void Coordinator::on_failure(std::function<void(const std::string&, const std::string&)> callback) {
+void Coordinator::on_failure(std::function<void(const JobFailure&)> callback) {
   std::lock_guard lock(impl_->mutex);
   impl_->on_failure = std::move(callback);
 }
@@ -697,9 +697,9 @@ void ControlMember::leave() {
   impl_->post(codec::Leave{});
 }
 
-void ControlMember::abort(const std::string& why) {
+void ControlMember::abort(const std::string& why, int exit_status) {
   if (impl_->left.exchange(true)) return;
-  impl_->post(codec::Abort{why});
+  impl_->post(codec::Abort{why, exit_status});
 }
 
 void ControlMember::ending(const std::string& why) {

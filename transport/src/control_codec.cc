@@ -125,7 +125,7 @@ ToCoordinator decode_to_coordinator(std::string_view frame) {
         integer<std::uint64_t>(j, "id", 0, std::numeric_limits<std::uint64_t>::max()), str(j, "key"),
         integer<std::int64_t>(j, "delta", std::numeric_limits<std::int64_t>::min() / 2, std::numeric_limits<std::int64_t>::max() / 2)};
   if (op == "leave") return Leave{};
-  if (op == "abort") return Abort{str(j, "why")};
+  if (op == "abort") return Abort{str(j, "why"), j.contains("exit") ? integer<int>(j, "exit", 0, 255) : 0};
   if (op == "ending") return Ending{str(j, "why")};
   throw ProtocolError("unknown op '" + op.substr(0, 32) + "'");
 }
@@ -201,7 +201,9 @@ std::string encode(const ToCoordinator& m) {
             return json{{"op", "leave"}};
           },
           [](const Abort& x) {
-            return json{{"op", "abort"}, {"why", x.why}};
+            json out{{"op", "abort"}, {"why", x.why}};
+            if (x.exit_status != 0) out["exit"] = x.exit_status;
+            return out;
           },
           [](const Ending& x) {
             return json{{"op", "ending"}, {"why", x.why}};

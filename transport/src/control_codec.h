@@ -59,6 +59,7 @@ struct Add {  // adds to a counter on the board (the c10d store's add)
 struct Leave {};
 struct Abort {  // the member fails, and says why
   std::string why;
+  int exit_status = 0;  // the status it exits with; 0: not said
 };
 struct Ending {  // the member is about to end (a signal), and says why
   std::string why;

@@ -116,16 +116,20 @@ void Job::fail(std::exception_ptr error) {
   if (!control_) std::rethrow_exception(error);
   std::string what = "unknown error";
   bool own = false;  // errors of this worker's own input: never caused by a peer
+  int status = 1;    // what main() exits with for it
   try {
     std::rethrow_exception(error);
   } catch (const ConfigError& e) {
     what = e.what();
     own = true;
+    status = exit_code(e);
   } catch (const DataError& e) {
     what = e.what();
     own = true;
+    status = exit_code(e);
   } catch (const std::exception& e) {
     what = e.what();
+    status = exit_code(e);
   } catch (...) {
   }
   auto why = control_->failure();
@@ -139,7 +143,7 @@ void Job::fail(std::exception_ptr error) {
     if (what.find(*why) != std::string::npos) throw JobFailed(what);
     throw JobFailed("job failed: " + *why + " (here: " + what + ")");
   }
-  control_->abort(what);
+  control_->abort(what, status);
   std::rethrow_exception(error);
 }
 

@@ -53,6 +53,13 @@ struct Peer {
   std::string data_address;  // "host:port" of its data plane (empty for workers)
 };
 
+// The first failure of a job, as the coordinator names it.
+struct JobFailure {
+  std::string member;   // "worker 2", "ps 0"
+  std::string cause;    // "no heartbeat for 5000 ms", or what the member said
+  int exit_status = 0;  // what the member said it exits with (abort); 0: not said
+};
+
 class Coordinator {
  public:
   // endpoint: a ZeroMQ endpoint to bind, e.g. "tcp://127.0.0.1:5555" or
@@ -68,9 +75,9 @@ class Coordinator {
   std::uint64_t refused() const;
   // The first failure reported to the job ("worker 2: no heartbeat for 5000 ms"), if any.
   std::optional<std::string> failure() const;
-  // Called once, on the coordinator's thread, with the first failure: the member
-  // ("worker 2") and the cause. For a failure record a launcher reads.
-  void on_failure(std::function<void(const std::string& member, const std::string& cause)> callback);
+  // Called once, on the coordinator's thread, with the first failure. For a failure
+  // record a launcher reads.
+  void on_failure(std::function<void(const JobFailure&)> callback);
   // True once every worker has left and the PS members were told to stop.
   bool finished() const;
   // Waits until every PS member left (so they heard the shutdown before this process,
@@ -133,8 +140,11 @@ class ControlMember {
   // Leaves the job cleanly (workers: after the last iteration).
   void leave();
   // Tells the coordinator this member failed, and why: the job fails naming this member.
+  // `exit_status`: the status this process will end with (common/error.h's exit_code),
+  // 0 when not known; a launcher reads it to tell a refused setting (2) or refused data
+  // (3), which a restart cannot mend, from a crash.
   // A member destroyed without leave() or abort() aborts ("exited without leaving").
-  void abort(const std::string& why);
+  void abort(const std::string& why, int exit_status = 0);
   // Tells the coordinator this member is about to end (a signal that ends the process),
   // and why. It is named as the job's failure with `why` only if no other member is lost
   // within the heartbeat timeout: a cluster manager that kills the survivors of a lost

@@ -19,6 +19,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The summary's "tier": the disk tier's counters (row_tier.h).
+nlohmann::json tier_json(const TierStats& t) {
+  return {{"rows_touched", t.rows_touched}, {"misses", t.misses},
+          {"miss_per_row", t.rows_touched ? static_cast<double>(t.misses) / static_cast<double>(t.rows_touched) : 0.0},
+          {"hinted_rows", t.hinted_rows}, {"hint_loads", t.hint_loads}, {"evicted_pages", t.evicted},
+          {"bytes_read", t.bytes_read()}, {"bytes_written", t.bytes_written()}, {"resident_pages", t.resident},
+          {"budget_pages", t.budget_pages}, {"file_bytes", t.file_bytes}};
+}
+
 // The summary's "served": per kind, what this shard answered (ServedCounts).
 nlohmann::json served_json(const ServedCounts& served) {
   nlohmann::json j = nlohmann::json::object();
@@ -252,6 +261,7 @@ void PsDaemon::publish_job_config() {
   job.checkpoints = !c_.checkpoint_dir.empty();
   // -1: none, or a checkpoint of no iteration (iter-initial).
   job.restored_iteration = std::max<std::int64_t>(service_->restored_iteration(), -1);
+  job.row_tier = !sc.tier.dir.empty();
   member_->publish(kJobConfigKey, job.to_json());
 }
 
@@ -358,16 +368,16 @@ void PsDaemon::write_summary(int exit_status) {
   if (c_.summary_file.empty()) return;
   try {
     const CheckpointCoordinator& cp = service_->checkpoints();
-    write_file_atomic(c_.summary_file, nlohmann::json{{"shard", c_.store.shard},
-                                                      {"requests", server_->requests_served()},
-                                                      {"rows_served", service_->rows_served()},
-                                                      {"served", served_json(service_->served())},
-                                                      {"peers_dropped", server_->connections_dropped()},
-                                                      {"checkpoints_written", cp.written()},
-                                                      {"checkpoint_failures", cp.failures() + cp.exit_failures()},
-                                                      {"exit_status", exit_status}}
-                                               .dump() +
-                                           "\n");
+    nlohmann::json summary{{"shard", c_.store.shard},
+                           {"requests", server_->requests_served()},
+                           {"rows_served", service_->rows_served()},
+                           {"served", served_json(service_->served())},
+                           {"peers_dropped", server_->connections_dropped()},
+                           {"checkpoints_written", cp.written()},
+                           {"checkpoint_failures", cp.failures() + cp.exit_failures()},
+                           {"exit_status", exit_status}};
+    if (const auto t = service_->store().tier_stats()) summary["tier"] = tier_json(*t);
+    write_file_atomic(c_.summary_file, summary.dump() + "\n");
   } catch (const std::exception& e) {
     spdlog::error("--summary-file: {}", e.what());
   }

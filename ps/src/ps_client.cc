@@ -49,6 +49,7 @@ WireTally& WireTally::operator+=(const WireTally& o) {
   push_value += o.push_value;
   commit += o.commit;
   read += o.read;
+  hint += o.hint;
   return *this;
 }
 
@@ -315,7 +316,7 @@ void PsClient::complete_front(std::uint32_t lane) {
 
 PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state, std::uint64_t iteration, Dedup dedup,
                               Pull when) {
-  const std::uint32_t S = lanes(), per = with_state ? dim_ + state_ : dim_;
+  const std::uint32_t S = lanes(), per = when == Pull::kHint ? 0 : with_state ? dim_ + state_ : dim_;
   const std::size_t n = keys.size();
   out.resize(n * per);
   auto op = std::make_shared<PsFuture::Op>();
@@ -326,9 +327,9 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.op = op;
     e.pull = true;
     e.per = per;
-    e.flags = (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0) | (when == Pull::kRead ? kRead : 0);
+    e.flags = when == Pull::kHint ? kHint : (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0) | (when == Pull::kRead ? kRead : 0);
     e.iteration = iteration;
-    e.kind = when == Pull::kRead ? &WireTally::read : &WireTally::pull;
+    e.kind = when == Pull::kRead ? &WireTally::read : when == Pull::kHint ? &WireTally::hint : &WireTally::pull;
   }
   if (dedup == Dedup::kYes) {
     op->out = out.data();
@@ -353,7 +354,7 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
       }
       Entry& e = entries[lane_of(keys[i])];
       e.keys.push_back(keys[i]);
-      e.dst.push_back(&out[i * per]);
+      e.dst.push_back(out.data() + i * per);
     }
   }
   // One request per lane, all in flight before the first reply is read.

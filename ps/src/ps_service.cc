@@ -24,7 +24,7 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
 }
 
 const char* ServedCounts::name(int kind) {
-  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit", "read"};
+  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit", "read", "hint"};
   return kind >= 0 && kind < kKinds ? names[kind] : "unknown";
 }
 
@@ -39,7 +39,8 @@ void PsService::count(const transport::MessageHeader& h, const transport::OutMes
   std::uint64_t rows = 0;
   switch (h.type) {
     case MessageType::kPull:
-      kind = (h.flags & kRead) != 0        ? ServedCounts::kRead
+      kind = (h.flags & kHint) != 0        ? ServedCounts::kHint
+             : (h.flags & kRead) != 0      ? ServedCounts::kRead
              : (h.flags & kPrefetch) != 0  ? ServedCounts::kPrefetch
              : (h.flags & kWithState) != 0 ? ServedCounts::kPullState
                                            : ServedCounts::kPull;
@@ -87,6 +88,13 @@ void PsService::serve_pull(const transport::Message& req, transport::OutMessage&
   if (h.value_count != 0) throw ProtocolError("pull with values");
   const std::int64_t committed = checkpoints_.committed_iteration();
   std::span<const Key> keys(req.keys, h.key_count);
+  if ((h.flags & kHint) != 0) {
+    if ((h.flags & ~kHint) != 0) throw ProtocolError("a hint with other pull flags");
+    store_.hint(keys, h.iteration);
+    reply.header.type = MessageType::kPullReply;
+    reply.header.flags = h.flags;
+    return;
+  }
   if ((h.flags & kPrefetch) != 0) {
     if (h.iteration == 0 || static_cast<std::int64_t>(h.iteration) > committed + 1) {
       throw ProtocolError("prefetch for iteration " + std::to_string(h.iteration) +

@@ -31,9 +31,16 @@ RowArena::RowArena(const StoreConfig& c, std::uint32_t row_floats)
                       " rows): add shards");
   }
   for (std::uint64_t i = 0; i < chunk_count_; ++i) chunks_[i].store(nullptr);
+  if (!c.tier.dir.empty()) {
+    // Every chunk in the tier's file; no on_chunk: its memory is not pinned for RDMA
+    // (replies of rows on the tier are copied).
+    tier_ = std::make_unique<RowTier>(c.tier, shard_, shards_, chunk_count_ * kChunkRows, std::uint64_t{row_floats_} * sizeof(float));
+    for (std::uint64_t i = 0; i < chunk_count_; ++i) chunks_[i].store(reinterpret_cast<float*>(tier_->base() + i * chunk_bytes()));
+  }
 }
 
 RowArena::~RowArena() {
+  if (tier_) return;  // the chunks are the tier's mapping
   for (std::uint64_t i = 0; chunks_ && i < chunk_count_; ++i) huge_free(chunks_[i].load(), chunk_bytes());
 }
 
@@ -51,7 +58,8 @@ RowArena::RowArena(RowArena&& o) noexcept
       chunks_(std::move(o.chunks_)),
       chunk_count_(o.chunk_count_),
       states_(std::move(o.states_)),
-      initialized_count_(o.initialized_count_.load()) {
+      initialized_count_(o.initialized_count_.load()),
+      tier_(std::move(o.tier_)) {
   o.chunk_count_ = 0;
 }
 
@@ -84,6 +92,7 @@ float* RowArena::first_touch(Key key) {
   if (state.load(std::memory_order_acquire) < kIdle) {
     std::uint8_t expected = kNew;
     if (state.compare_exchange_strong(expected, kInitializing, std::memory_order_acq_rel)) {
+      if (tier_) tier_->touch(local, true);
       initial_row(seed_, key, dim_, p);
       init_state(optimizer_, dim_, p + dim_);
       state.store(kIdle, std::memory_order_release);

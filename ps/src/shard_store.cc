@@ -69,7 +69,8 @@ StoreConfig ShardStore::checked(StoreConfig config) {
 ShardStore::ShardStore(StoreConfig config)
     : config_(checked(std::move(config))),
       state_(state_floats(config_.optimizer.kind, config_.dim)),
-      arena_(config_, config_.dim + state_) {
+      arena_(config_, config_.dim + state_),
+      tier_(arena_.tier()) {
   stripes_ = std::make_unique<Stripe[]>(kStripes);
   if (config_.apply_threads == 0 || config_.apply_threads > 256) {
     throw ConfigError("apply threads: " + std::to_string(config_.apply_threads) + " (1 to 256)");
@@ -83,6 +84,26 @@ ShardStore::ShardStore(StoreConfig config)
                         std::to_string(config_.shard) + "'s rows up front: add shards, or allocate on first use");
     }
   }
+}
+
+void ShardStore::use_tiered(std::uint64_t local, bool write) {
+  if (tier_->failed()) [[unlikely]]
+    throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
+  tier_->touch(local, write);
+}
+
+void ShardStore::hint(std::span<const Key> keys, std::uint64_t iteration) {
+  for (Key k : keys) check_key(k);
+  if (tier_ == nullptr) return;
+  thread_local std::vector<std::uint64_t> locals;
+  locals.resize(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) locals[i] = local_of(keys[i]);
+  tier_->hint(locals, iteration);
+}
+
+std::optional<TierStats> ShardStore::tier_stats() const {
+  if (tier_ == nullptr) return std::nullopt;
+  return tier_->stats();
 }
 
 const float* ShardStore::row(Key key) {
@@ -126,6 +147,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
   if (!shares.empty() && shares.size() != keys.size()) throw ProtocolError("push-grad: one share per key, or none");
   lending_.check_not_lent(arena_, keys, "push-grad");
+  if (tier_ != nullptr) tier_->advance(iteration);
   // Shares (rows summed by a host) take the general path, which validates them.
   if (shares.empty() && claim_single_trainer_rows(iteration, keys, trainers)) {
     append_ready(iteration, keys, grads, std::move(grads_owner));
@@ -150,6 +172,7 @@ bool ShardStore::claim_single_trainer_rows(std::uint64_t iteration, std::span<co
     const Key k = keys[claimed];
     if (k >= config_.num_keys || !owns(k) || trainers[claimed] != 1) break;
     const std::uint64_t local = local_of(k);
+    use(k, true);
     if (claim(local)) continue;  // idle: initialized, and now aggregating
     row_ptr(k);                  // a row never touched is initialized first, so that its state can say "aggregating"
     if (!claim(local) && (wait_applied(local), !claim(local))) {
@@ -248,7 +271,7 @@ bool ShardStore::validate_push(std::span<const Key> keys, std::span<const std::u
       throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " sums " + std::to_string(shares[i]) + " of its " +
                           std::to_string(trainers[i]) + " trainers' gradients");
     }
-    read_row(keys[i]);
+    read_row(keys[i], true);
     some_aggregating |= aggregating(local_of(keys[i]));
   }
   // A key twice in one request would be half-applied when its second copy is refused.
@@ -331,7 +354,7 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   lending_.check_not_lent(arena_, keys, "push-value");
   for (Key k : keys) {
     check_key(k);
-    read_row(k);
+    read_row(k, true);
     if (aggregating(local_of(k))) {
       throw ProtocolError("push-value: key " + std::to_string(k) + " has a gradient aggregation not yet applied");
     }

@@ -104,11 +104,18 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   h.iteration = iteration;
   std::memcpy(buf.data(), &h, sizeof h);
   char* p = buf.data() + sizeof h;
-  for (const std::uint64_t local : listed) {
+  std::uint64_t scanned_from = 0;
+  for (std::size_t i = 0; i < listed.size(); ++i) {
+    const std::uint64_t local = listed[i];
     const Key key = local * config_.shards + config_.shard;
     std::memcpy(p, &key, sizeof key);
     std::memcpy(p + sizeof key, row_address(local), rf * sizeof(float));
     p += record;
+    // Rows on a tier's disk read for this are dropped again as the scan goes.
+    if (tier_ != nullptr && (i + 1 == listed.size() || (i + 1) % RowArena::kChunkRows == 0)) {
+      tier_->release_scanned(scanned_from, local + 1);
+      scanned_from = local + 1;
+    }
   }
   std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));
   std::memcpy(p, &sum, sizeof sum);
@@ -150,6 +157,7 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
       std::memcpy(&key, p, sizeof key);
       if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
       if (!owns(key)) continue;
+      use(key, true);
       std::memcpy(row_ptr(key), p + sizeof key, rf * sizeof(float));
     }
   }

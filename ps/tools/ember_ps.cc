@@ -24,6 +24,8 @@ namespace fs = std::filesystem;
 struct Flags {
   ps::DaemonConfig c;
   std::string optimizer = "sgd", listen = "127.0.0.1:0", token_file, dataset, allocate = "lazy", verify_dir, log_level = "info";
+  std::string store_dir;
+  double ram_budget_mb = 0;
 };
 
 std::uint64_t rows_of_dataset(const fs::path& dir) {
@@ -50,6 +52,10 @@ void add_store_options(CLI::App& app, Flags& f) {
   app.add_option("--weight-decay", sc.optimizer.weight_decay, "L2 weight decay")->capture_default_str();
   app.add_option("--seed", sc.seed, "initial rows from (seed, key)")->capture_default_str();
   app.add_option("--allocate", f.allocate, "rows allocated 'lazy' (on first use) or 'upfront' (all at start)")->capture_default_str();
+  app.add_option("--store-dir", f.store_dir,
+                 "keep the rows in a file under DIR on local disk, at most --ram-budget-mb of them in memory (docs/row-tier.md)");
+  app.add_option("--ram-budget-mb", f.ram_budget_mb,
+                 "with --store-dir: MB of rows and optimizer state kept in memory, at most (0.0625 and up)");
 }
 
 void add_serving_options(CLI::App& app, Flags& f) {
@@ -165,6 +171,18 @@ void resolve(Flags& f) {
     throw ConfigError("--shard " + std::to_string(sc.shard) + " is not below --shards " + std::to_string(sc.shards));
   if (f.allocate != "lazy" && f.allocate != "upfront") throw ConfigError("--allocate '" + f.allocate + "': choose lazy or upfront");
   sc.allocate_up_front = f.allocate == "upfront";
+  if (f.store_dir.empty() != (f.ram_budget_mb == 0)) throw ConfigError("--store-dir and --ram-budget-mb go together");
+  if (f.ram_budget_mb < 0 || f.ram_budget_mb > 1e9)
+    throw ConfigError("--ram-budget-mb " + std::to_string(f.ram_budget_mb) + ": out of range");
+  if (!f.store_dir.empty()) {
+    sc.tier.dir = f.store_dir;
+    sc.tier.ram_budget_bytes = static_cast<std::uint64_t>(f.ram_budget_mb * 1048576.0);
+    // What the tier's file holds: another table's directory is refused (row_tier.h).
+    std::error_code ec;
+    const fs::path data = f.dataset.empty() ? fs::path() : fs::weakly_canonical(f.dataset, ec);
+    sc.tier.table = "dataset " + (data.empty() ? std::string("(none)") : data.string()) + ", " + std::to_string(sc.num_keys) +
+                    " keys, dim " + std::to_string(sc.dim) + ", " + f.optimizer;
+  }
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ void BatchStream::look_ahead(Scheduler& s, std::uint64_t t, std::uint64_t end) {
   s.look_ahead_through(t, end, [&](GlobalBatch& next) {
     ahead_.next(ahead_batch_);
     to_global_batch(ahead_batch_, offsets_, next);
+    if (on_ahead_) on_ahead_(ahead_next_, next);
+    ++ahead_next_;
   });
 }
 
@@ -30,6 +32,8 @@ void BatchStream::look_ahead(HostSchedulers& s, std::uint64_t t, std::uint64_t e
   s.look_ahead_through(t, end, [&](GlobalBatch& next) {
     ahead_.next(ahead_batch_);
     to_global_batch(ahead_batch_, offsets_, next);
+    if (on_ahead_) on_ahead_(ahead_next_, next);
+    ++ahead_next_;
   });
 }
 
@@ -38,6 +42,7 @@ void BatchStream::skip(std::uint64_t n) {
   for (std::uint64_t t = 0; t < n; ++t) main_.next(b);
   if (lookahead_ > 0) {
     for (std::uint64_t t = 0; t < n; ++t) ahead_.next(b);
+    ahead_next_ += n;
   }
 }
 

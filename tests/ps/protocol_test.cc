@@ -26,13 +26,14 @@ JobConfig sample() {
   c.checkpoint_every = 5;
   c.checkpoints = true;
   c.restored_iteration = 40;
+  c.row_tier = true;
   return c;
 }
 
 // The published text is the format workers of other builds read: its keys must not change.
 TEST(JobConfig, PublishesTheKeysWorkersRead) {
   EXPECT_EQ(sample().to_json(), R"({"checkpoint_every":5,"checkpoints":true,"dim":16,"lr":0.5,"num_keys":1000,"optimizer":"adagrad",)"
-                                R"("restored_iteration":40,"seed":7,"shards":2,"transport":"rdma","weight_decay":0.25})");
+                                R"("restored_iteration":40,"row_tier":true,"seed":7,"shards":2,"transport":"rdma","weight_decay":0.25})");
   EXPECT_STREQ(kJobConfigKey, "ps_config");
 }
 
@@ -48,6 +49,7 @@ TEST(JobConfig, ReadsBackWhatItWrites) {
   EXPECT_EQ(r.optimizer.weight_decay, c.optimizer.weight_decay);
   EXPECT_EQ(r.seed, c.seed);
   EXPECT_EQ(r.shards, c.shards);
+  EXPECT_TRUE(r.row_tier);
   EXPECT_EQ(r.transport, c.transport);
   EXPECT_EQ(r.checkpoint_every, c.checkpoint_every);
   EXPECT_EQ(r.checkpoints, c.checkpoints);

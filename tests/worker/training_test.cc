@@ -129,6 +129,69 @@ TEST_F(Training, LookaheadTrainsTheBspModelWithTheSimulatorsCounts) {
   }
 }
 
+// A disk tier under each shard (--store-dir, --ram-budget-mb 0.0625: a fraction of each
+// shard's rows) trains the model all-RAM shards train, bit for bit, serving the same
+// rows; the workers name each iteration's rows --lookahead iterations ahead (hints), and
+// the shards' summaries count the tier's reads and evictions.
+TEST_F(Training, DiskTierTrainsTheAllRamModelBitForBit) {
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "herald";
+  o.optimizer = "adagrad";
+  o.model = "wide-deep";
+  o.cache_ratio = "0.06";
+  o.lookahead = 2;
+  o.eviction = "lookahead";
+  o.prefetch = true;
+  o.eval_every = 7;
+  const JobResult ram = run_job(data, o, "tier-ram");
+  JobOptions t = o;
+  t.ps_args = {"--store-dir", (dir_ / "tier").string(), "--ram-budget-mb", "0.0625"};
+  const JobResult disk = run_job(data, t, "tier-disk");
+  ASSERT_FALSE(ram.dump.rows.empty());
+  EXPECT_EQ(max_abs_diff(ram.dump.rows, disk.dump.rows), 0.0f);
+  EXPECT_EQ(max_abs_diff(ram.dump.dense, disk.dump.dense), 0.0f);
+  for (const char* kind : {"pull", "pull_state", "prefetch", "push_grad", "push_value"})
+    EXPECT_EQ(ram.served.at(std::string(kind) + ".rows"), disk.served.at(std::string(kind) + ".rows")) << kind;
+  EXPECT_EQ(ram.served.at("hint.rows"), 0u) << "hints are sent to shards with a tier only";
+  EXPECT_GT(disk.served.at("hint.rows"), 0u);
+  std::uint64_t evicted = 0, hint_loads = 0, touched = 0;
+  std::string tiers;
+  for (int s = 0; s < 2; ++s) {
+    const json summary = json::parse(read_file(dir_ / ("tier-disk-ps" + std::to_string(s) + ".json")));
+    const json& tier = summary.at("tier");
+    tiers += tier.dump() + " ";
+    evicted += tier.at("evicted_pages").get<std::uint64_t>();
+    hint_loads += tier.at("hint_loads").get<std::uint64_t>();
+    touched += tier.at("rows_touched").get<std::uint64_t>();
+  }
+  EXPECT_GT(evicted, 0u) << "the rows never outgrew the budget: the tier was not exercised; " << tiers;
+  EXPECT_GT(hint_loads, 0u) << tiers;
+  EXPECT_GT(touched, 0u) << tiers;
+}
+
+// Tiered shards checkpoint and resume exactly: a job resumed at iteration 7 from a
+// tiered job's checkpoint, into tiered shards again (their store directories reused: the
+// same table), ends bit for bit as the uninterrupted tiered job, which trains the
+// one-process model.
+TEST_F(Training, DiskTierJobsResumeExactly) {
+  const fs::path data = dataset();
+  const std::vector<std::string> tier = {"--store-dir", (dir_ / "tier").string(), "--ram-budget-mb", "0.0625"};
+  JobOptions o = checkpointing_job({"--checkpoint-every", "4"});
+  o.ps_args.insert(o.ps_args.end(), tier.begin(), tier.end());
+  o.optimizer = "adagrad";
+  o.dense_optimizer = "adagrad";
+  const JobResult whole = run_job_like_one_process(data, o, "tier-whole", "herald + adagrad on a disk tier, checkpointing");
+  JobOptions resumed = o;
+  resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
+  resumed.ps_args.insert(resumed.ps_args.end(), tier.begin(), tier.end());
+  resumed.worker_args.push_back("--resume");
+  const JobResult r = run_job(data, resumed, "tier-resumed");
+  ASSERT_FALSE(whole.dump.rows.empty());
+  EXPECT_EQ(max_abs_diff(whole.dump.rows, r.dump.rows), 0.0f);
+  EXPECT_EQ(max_abs_diff(whole.dump.dense, r.dump.dense), 0.0f);
+}
+
 // Multi-hot data (bags of 0 to 12 ids per table, repeats within bags and samples): one
 // process, vanilla and herald with every mechanism (lookahead eviction, prefetch, the
 // overlapped all-reduce, refined allocation, flushes, replicated and uncached tables, two

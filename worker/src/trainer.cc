@@ -176,6 +176,8 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   } else {
     exchange_->pull(p, t, s.host);
   }
+  // A PS disk tier reads the rows of an iteration --lookahead ahead meanwhile.
+  if (!s.hint_keys.empty()) exchange_->hint(s.hint_keys, s.hint_iteration);
   if (c_.prefetch && !s.last) {
     ahead = loader.next();
     exchange_->prefetch(ahead->plan, t, ahead->host);
@@ -232,7 +234,7 @@ TrainSummary Worker::run() {
     host->peer = c_.peer_sync;
   }
   Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host),
-                evictions_.get());
+                evictions_.get(), job_.ps_config().row_tier);
   Stopwatch total;
   report_->start(first);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped

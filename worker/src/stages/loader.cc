@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "ember/common/error.h"
@@ -35,7 +36,7 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
                ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at,
-               std::optional<HostGroup> host, EvictionChannel* evictions)
+               std::optional<HostGroup> host, EvictionChannel* evictions, bool hint_rows)
     : ds_(ds),
       first_(sc.first_iteration),
       replay_(replays(sc)),
@@ -46,7 +47,8 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       asked_(asked),
       stop_at_(stop_at),
       host_(std::move(host)),
-      evictions_(evictions) {
+      evictions_(evictions),
+      hint_rows_(hint_rows && sched_.config().lookahead > 0) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -125,6 +127,14 @@ void Loader::run() {
     scheduler::GlobalBatch g;
     std::vector<scheduler::StepPlan> plans;
     scheduler::BatchStream batches(reader, sched_.config().table_offsets, sched_.config().lookahead);
+    if (hint_rows_) {
+      const std::uint32_t workers = sched_.config().workers;
+      batches.on_ahead([this, workers](std::uint64_t it, const scheduler::GlobalBatch& next) {
+        for (Key k : next.keys)
+          if (k % workers == rank_) hints_.push_back(k);
+        hints_for_ = it;
+      });
+    }
     const std::uint64_t first = first_;
     std::vector<scheduler::KeySlot> restore;
     if (replay_) {
@@ -144,10 +154,17 @@ void Loader::run() {
       batches.skip(first);  // the batches trained before the checkpoint
     }
     for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
+      hints_.clear();
       batches.look_ahead(sched_, t, c_.iterations);
       batches.next(b, g);
       Handoff h;
       h.step = make_step(t, b, g, plans, restore);
+      if (!hints_.empty()) {
+        std::sort(hints_.begin(), hints_.end());
+        hints_.erase(std::unique(hints_.begin(), hints_.end()), hints_.end());
+        h.step.hint_keys.swap(hints_);
+        h.step.hint_iteration = hints_for_;
+      }
       const bool last = h.step.last;
       queue_.push(std::move(h));
       if (last) return;

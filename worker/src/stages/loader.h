@@ -69,6 +69,12 @@ struct Step {
   // (in the scheduler's replayed model), to pull with their state into these slots
   // before the step's own pulls.
   std::vector<scheduler::KeySlot> restore;
+  // The PS keeps rows on disk (JobConfig::row_tier) and the scheduler looks ahead: the
+  // rows of iteration hint_iteration (a batch the lookahead read while this step was
+  // planned), this worker's share of them (key mod workers = rank), to name to the
+  // shards now (protocol.h kHint).
+  std::vector<Key> hint_keys;
+  std::uint64_t hint_iteration = 0;
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
@@ -89,7 +95,7 @@ class Loader {
   // hosts than one), the channel the hosts' evictions go over after each iteration.
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
          const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt,
-         EvictionChannel* evictions = nullptr);
+         EvictionChannel* evictions = nullptr, bool hint_rows = false);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -124,6 +130,9 @@ class Loader {
   const std::atomic<std::uint64_t>& stop_at_;
   std::optional<HostGroup> host_;
   EvictionChannel* evictions_;
+  bool hint_rows_ = false;
+  std::vector<Key> hints_;  // collected while planning the next step
+  std::uint64_t hints_for_ = 0;
   ExchangeBytes exchanged_;                       // since the last step made
   tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
   std::atomic<bool> stop_{false};

@@ -130,6 +130,11 @@ void PsExchange::prefetch(const StepPlan& next, std::uint64_t t, const HostPlans
   ahead_plain_.start(client_, false, t + 1, ps::PsClient::Pull::kAhead);
 }
 
+void PsExchange::hint(const std::vector<Key>& keys, std::uint64_t iteration) {
+  if (hint_sent_.valid()) hint_sent_.wait();
+  hint_sent_ = client_.start_pull(keys, no_rows_, false, iteration, ps::PsClient::Dedup::kNo, ps::PsClient::Pull::kHint);
+}
+
 void PsExchange::restore(const std::vector<scheduler::KeySlot>& rows, std::uint64_t t) {
   Pulled r;
   for (const auto& e : rows) {

@@ -69,6 +69,9 @@ class PsExchange {
   // an update pending, and any push of a prefetched row before commit(t + 1).
   // Rows another worker of this host pulls for it (next_h.pull) are not pulled here.
   void prefetch(const scheduler::StepPlan& next, std::uint64_t t, const HostPlans& next_h = {});
+  // Names rows of iteration `iteration` to the shards' disk tiers (Step::hint_keys); the
+  // replies are awaited at the next hint.
+  void hint(const std::vector<Key>& keys, std::uint64_t iteration);
   // Full-set sync: every trained row's gradient, with its trainer count (`h`, `handed`:
   // as for sync_pushes).
   void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h = {},
@@ -122,6 +125,8 @@ class PsExchange {
   std::vector<std::uint32_t> partial_trainers_;  // per slot: workers that trained it then
   // Prefetched rows (with their state, without), for iteration ahead_for_.
   Pulled ahead_state_, ahead_plain_;
+  ps::PsFuture hint_sent_;
+  std::vector<float> no_rows_;  // a hint's reply carries none
   std::uint64_t ahead_for_ = 0;
 };
 

@@ -11,6 +11,10 @@
 //               commit(t - 1) is in; refused if a row has an update not applied yet, and
 //               until commit(t) any push of these rows is refused (it would change a row
 //               already served for t).
+//               flags & kHint: the rows a worker will pull for iteration t, sent
+//               --lookahead iterations ahead -> kPullReply with no values. A shard with
+//               a disk tier reads them into memory meanwhile (row_tier.h); counted as
+//               ServedCounts::kHint.
 //               flags & kRead: a read outside training (an evaluation, the model dump,
 //               replicated rows loaded, a resumed job's cached rows): served as any
 //               pull, counted apart (ServedCounts::kRead).
@@ -52,6 +56,8 @@ inline constexpr std::uint32_t kWithState = 1;
 inline constexpr std::uint32_t kPrefetch = 2;
 // A pull's flag: a read outside training (above).
 inline constexpr std::uint32_t kRead = 4;
+// A pull's flag: a hint of rows to be pulled later (above).
+inline constexpr std::uint32_t kHint = 8;
 
 // A commit's flag: the workers flushed the rows they own (and their partial gradients)
 // for this iteration's commit; write a checkpoint of it.

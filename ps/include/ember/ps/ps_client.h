@@ -93,9 +93,10 @@ struct WireTally {
   };
   // `read`: pulls outside training (Pull::kRead: evaluations, dumps, loads), apart from
   // the training's pulls.
-  Dir pull, push_grad, push_value, commit, read;
-  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out + read.out; }
-  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in + read.in; }
+  // `hint`: rows named ahead for a shard's disk tier (Pull::kHint).
+  Dir pull, push_grad, push_value, commit, read, hint;
+  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out + read.out + hint.out; }
+  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in + read.in + hint.in; }
   WireTally& operator+=(const WireTally& o);
 };
 
@@ -154,7 +155,9 @@ class PsClient {
   // once commit(iteration - 1) is in, which no push may change until commit(iteration).
   // With Pull::kRead, a read outside training (protocol.h kRead): the shards count it
   // apart from the training's pulls.
-  enum class Pull { kCommitted, kAhead, kRead };
+  // With Pull::kHint, a hint (protocol.h kHint): the rows are named, none comes back
+  // (`out` is left empty).
+  enum class Pull { kCommitted, kAhead, kRead, kHint };
   PsFuture start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
                       Dedup dedup = Dedup::kYes, Pull when = Pull::kCommitted);
   // `shares` (empty: 1 each): how many of the row's trainers each gradient sums (a host's

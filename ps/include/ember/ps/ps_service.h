@@ -65,7 +65,7 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
 // compare with ember-sim's prediction. Pulls are counted by flag: a prefetch, with
 // state, plain, or a read outside training (kRead: evaluations, dumps, loads).
 struct ServedCounts {
-  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kRead, kKinds };
+  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kRead, kHint, kKinds };
   static const char* name(int kind);
   struct PerKind {
     std::atomic<std::uint64_t> requests{0}, rows{0}, bytes_in{0}, bytes_out{0};

@@ -3,6 +3,8 @@
 // compare-and-swap, on huge pages where the host allows) and never moved, each row with
 // a state byte: new, being initialized, idle, aggregating. A row is initialized exactly
 // once, from (seed, key), whichever thread touches it first. Used by ShardStore only.
+// With a row tier (StoreConfig::tier), every chunk is in place from the start, in the
+// tier's file mapping (row_tier.h), and the RAM budget decides which rows stay in memory.
 #pragma once
 
 #include <atomic>
@@ -14,6 +16,7 @@
 #include "ember/common/fast_div.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
+#include "ember/ps/row_tier.h"
 #include "ember/ps/sparse_optimizer.h"
 
 namespace ember::ps {
@@ -38,6 +41,8 @@ class RowArena {
   static std::uint64_t local_rows(const StoreConfig& c);
   std::uint64_t local_rows() const { return local_rows_; }
   std::uint64_t initialized() const { return initialized_count_.load(); }
+  // The disk tier under the rows, or null (all in RAM).
+  RowTier* tier() const { return tier_.get(); }
 
   bool owns(Key key) const { return div_.remainder(key) == shard_; }
   // A key of the tables that this shard owns.
@@ -87,6 +92,7 @@ class RowArena {
   // Per row: its Lifecycle (huge pages: looked up at random, as the rows are).
   std::vector<std::atomic<std::uint8_t>, HugePageAllocator<std::atomic<std::uint8_t>>> states_;
   std::atomic<std::uint64_t> initialized_count_{0};
+  std::unique_ptr<RowTier> tier_;
 };
 
 }  // namespace ember::ps

@@ -43,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <vector>
@@ -78,6 +79,9 @@ struct StoreConfig {
   // they live (ember-ps adds them to its RDMA send regions; replies from a chunk before
   // that are copied). Chunks stay in place until the store is destroyed.
   std::function<void(const void* addr, std::size_t bytes)> on_chunk;
+  // A disk tier under the rows (row_tier.h): with tier.dir set, the rows live in a file
+  // there and at most tier.ram_budget_bytes of them in memory; on_chunk is not called.
+  TierConfig tier;
 };
 
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }
@@ -116,6 +120,12 @@ class ShardStore {
   void lend_ahead(std::span<const Key> keys, std::uint64_t iteration);
   // commit(iteration) is in: rows lent for it (or earlier) may be updated again.
   void end_lending(std::uint64_t iteration);
+  // Rows a worker will pull for `iteration` (protocol.h kHint): a tier reads them in
+  // before they are asked for. ProtocolError for a key this shard does not hold; without
+  // a tier, nothing else.
+  void hint(std::span<const Key> keys, std::uint64_t iteration);
+  // The tier's counters, if the store has one.
+  std::optional<TierStats> tier_stats() const;
   // Adds `grads` (dim floats per key) for rows trained in `iteration` by `trainers` workers.
   // With `grads_owner` (it keeps `grads` valid while it lives), rows that complete with
   // this push keep their gradients where they are, held until applied, instead of copying
@@ -211,8 +221,16 @@ class ShardStore {
     if (aggregating(local)) [[unlikely]]
       help_until_applied(&arena_.state(local));
   }
-  // The row of `key` once no update of it is being applied.
-  float* read_row(Key key) {
+  // A request uses the row: the tier (if any) counts it and keeps its page in memory.
+  // IoError once the tier failed.
+  void use(Key key, bool write) {
+    if (tier_ != nullptr) [[unlikely]]
+      use_tiered(local_of(key), write);
+  }
+  void use_tiered(std::uint64_t local, bool write);
+  // The row of `key` once no update of it is being applied (`write`: the caller changes it).
+  float* read_row(Key key, bool write = false) {
+    use(key, write);
     float* p = row_ptr(key);
     wait_applied(local_of(key));
     return p;
@@ -290,6 +308,7 @@ class ShardStore {
   StoreConfig config_;
   std::uint32_t state_ = 0;  // optimizer state floats per row
   RowArena arena_;
+  RowTier* tier_ = nullptr;  // arena_'s, if any
   RowLending lending_;
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "ember/common/checkpoint_schedule.h"
@@ -34,6 +35,9 @@ class BatchStream {
   // trained before its checkpoint, when it does not replay them): the lookahead's
   // reader too when there is a window.
   void skip(std::uint64_t n);
+  // Called with each batch the lookahead reads, and its iteration (a PS disk tier's
+  // hints: the rows iteration it will use, named --lookahead iterations ahead).
+  void on_ahead(std::function<void(std::uint64_t iteration, const GlobalBatch&)> f) { on_ahead_ = std::move(f); }
 
  private:
   struct Epochs {
@@ -44,7 +48,9 @@ class BatchStream {
   Epochs main_, ahead_;
   std::vector<std::uint64_t> offsets_;
   std::uint32_t lookahead_;
-  data::Batch ahead_batch_;  // the lookahead's, reused
+  data::Batch ahead_batch_;       // the lookahead's, reused
+  std::uint64_t ahead_next_ = 0;  // the iteration of the lookahead's next batch
+  std::function<void(std::uint64_t, const GlobalBatch&)> on_ahead_;
 };
 
 // After which iterations a job flushes (brings the PS up to date: Scheduler::flush):

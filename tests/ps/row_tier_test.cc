@@ -1,0 +1,190 @@
+// A shard whose rows live on a disk tier (row_tier.h) trains the rows an all-RAM shard
+// trains, bit for bit, with a RAM budget far below the table (and below one iteration's
+// rows); hints read rows in before they are used; bad store directories are refused.
+#include "ember/ps/row_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <set>
+#include <span>
+#include <thread>
+
+#include "../data/test_util.h"
+#include "ember/common/error.h"
+#include "ember/ps/shard_store.h"
+
+namespace ember::ps {
+namespace {
+
+constexpr std::uint32_t kDim = 16;
+constexpr std::uint64_t kKeys = 80000;  // 2 shards x 40000 rows; with Adagrad 128 B a row: 5 MB per shard
+
+StoreConfig config(OptimizerKind kind, std::uint32_t shard, const std::filesystem::path& dir = {}) {
+  StoreConfig c;
+  c.num_keys = kKeys;
+  c.dim = kDim;
+  c.shard = shard;
+  c.shards = 2;
+  c.seed = 5;
+  c.optimizer.kind = kind;
+  c.optimizer.lr = 0.05f;
+  c.lr_at = [](std::uint64_t it) { return 0.05f / (1.0f + 0.1f * static_cast<float>(it)); };
+  if (!dir.empty()) {
+    c.tier.dir = dir;
+    c.tier.ram_budget_bytes = 1 << 20;  // 1 MiB: an eighth of the table or less
+    c.tier.table = "test table";
+  }
+  return c;
+}
+
+class RowTierTest : public test::TempDirTest {};
+
+// Waits until the pager brought the tier within its budget.
+bool within_budget(const ShardStore& s) {
+  for (int i = 0; i < 200; ++i) {
+    const TierStats t = *s.tier_stats();
+    if (t.resident <= t.budget_pages) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// Iterations of pulls, gradient pushes (one and two trainers), write-backs and commits
+// against an all-RAM shard and a tiered one, every optimizer: each pull, and every row
+// at the end, the same bytes. An iteration uses 4,000 rows (0.5 MB with Adagrad state)
+// of which hot ones repeat; the budget holds 8,192.
+TEST_F(RowTierTest, TrainsTheRowsAnAllRamShardTrains) {
+  for (const OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowWiseAdagrad, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(optimizer_name(kind));
+    const std::filesystem::path dir = dir_ / optimizer_name(kind);
+    ShardStore ram(config(kind, 1)), disk(config(kind, 1, dir));
+    ASSERT_TRUE(disk.tier_stats().has_value());
+    std::mt19937_64 rng(11);
+    const std::uint32_t rf = ram.row_floats();
+    for (std::uint64_t it = 1; it <= 5; ++it) {
+      // Keys of shard 1: odd; a quarter from a hot range, the rest anywhere.
+      std::vector<Key> keys;
+      std::set<Key> seen;
+      while (keys.size() < 4000) {
+        const std::uint64_t local = rng() % 4 == 0 ? rng() % 2000 : rng() % (kKeys / 2);
+        if (seen.insert(local * 2 + 1).second) keys.push_back(local * 2 + 1);
+      }
+      if (it % 3 == 0) disk.hint(keys, it);
+      std::vector<float> a(keys.size() * rf), b(keys.size() * rf);
+      ram.pull_with_state(keys, a.data());
+      disk.pull_with_state(keys, b.data());
+      ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << "iteration " << it;
+      // Gradients: the first half by one trainer; the next by two (two pushes); the last
+      // eighth written back instead.
+      const std::size_t half = keys.size() / 2, grads_end = keys.size() - keys.size() / 8;
+      std::vector<float> g(keys.size() * kDim), g2(keys.size() * kDim);
+      for (float& x : g) x = static_cast<float>(static_cast<std::int64_t>(rng() % 2001) - 1000) / 1000.0f;
+      for (float& x : g2) x = static_cast<float>(static_cast<std::int64_t>(rng() % 2001) - 1000) / 1000.0f;
+      std::span<const Key> k(keys);
+      std::vector<std::uint32_t> one(half, 1), two(grads_end - half, 2);
+      for (ShardStore* s : {&ram, &disk}) {
+        s->push_grad(it, k.subspan(0, half), one, g.data());
+        s->push_grad(it, k.subspan(half, grads_end - half), two, g.data() + half * kDim);
+        s->push_grad(it, k.subspan(half, grads_end - half), two, g2.data() + half * kDim);
+        std::vector<float> rows(a.begin() + static_cast<std::ptrdiff_t>(grads_end * rf), a.end());
+        for (float& x : rows) x *= 0.5f;
+        s->push_value(k.subspan(grads_end), rows.data());
+        if (it % 2 == 0)
+          s->commit();
+        else
+          s->commit_async();
+      }
+    }
+    std::vector<Key> all;
+    for (Key key = 1; key < kKeys; key += 2) all.push_back(key);
+    std::vector<float> a(all.size() * rf), b(all.size() * rf);
+    ram.pull_with_state(all, a.data());
+    disk.pull_with_state(all, b.data());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+    const TierStats t = *disk.tier_stats();
+    EXPECT_GT(t.evicted, 0u) << "the table never outgrew the budget";
+    EXPECT_GT(t.written_back, 0u);
+    EXPECT_GT(t.hint_loads + t.misses, 0u);
+    EXPECT_TRUE(within_budget(disk)) << t.resident << " pages resident, budget " << t.budget_pages;
+  }
+}
+
+// A checkpoint of a tiered shard restores into an all-RAM one, and back, exactly.
+TEST_F(RowTierTest, CheckpointsMoveBetweenTieredAndAllRamShards) {
+  ShardStore disk(config(OptimizerKind::kAdagrad, 0, dir_ / "tier"));
+  std::vector<Key> keys;
+  for (Key k = 0; k < kKeys; k += 6) keys.push_back(k);
+  std::vector<float> g(keys.size() * kDim, 0.25f);
+  disk.push_grad(1, keys, std::vector<std::uint32_t>(keys.size(), 1), g.data());
+  disk.commit();
+  disk.save(dir_ / "ckpt.bin", 1);
+  EXPECT_TRUE(within_budget(disk));
+  ShardStore ram(config(OptimizerKind::kAdagrad, 0));
+  ASSERT_EQ(ram.load({dir_ / "ckpt.bin"}, true), 1);
+  ShardStore back(config(OptimizerKind::kAdagrad, 0, dir_ / "tier2"));
+  ASSERT_EQ(back.load({dir_ / "ckpt.bin"}, true), 1);
+  const std::uint32_t rf = ram.row_floats();
+  std::vector<float> a(keys.size() * rf), b(keys.size() * rf), c(keys.size() * rf);
+  disk.pull_with_state(keys, a.data());
+  ram.pull_with_state(keys, b.data());
+  back.pull_with_state(keys, c.data());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(a.data(), c.data(), a.size() * 4), 0);
+  EXPECT_TRUE(within_budget(back));
+}
+
+// Rows hinted ahead are read in by the tier's thread: their pull then misses no page.
+TEST_F(RowTierTest, HintedRowsAreInMemoryBeforeTheyArePulled) {
+  ShardStore disk(config(OptimizerKind::kSgd, 0, dir_ / "tier"));
+  std::vector<Key> keys;
+  for (Key k = 0; k < 4000; k += 2) keys.push_back(k);
+  std::vector<float> out(keys.size() * kDim);
+  disk.pull(keys, out.data());  // first use: initialized (written)
+  // Push them out of memory: use the rest of the table.
+  std::vector<Key> rest;
+  for (Key k = 20000; k < kKeys; k += 2) rest.push_back(k);
+  std::vector<float> big(rest.size() * kDim);
+  disk.pull(rest, big.data());
+  ASSERT_TRUE(within_budget(disk));
+  disk.hint(keys, 2);
+  for (int i = 0; i < 500 && disk.tier_stats()->hint_queue > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const TierStats before = *disk.tier_stats();
+  EXPECT_GT(before.hint_loads, 0u);
+  disk.pull(keys, out.data());
+  EXPECT_EQ(disk.tier_stats()->misses, before.misses) << "a hinted row was read on the critical path";
+}
+
+// Bad store directories: another table's, one in use, one that is a file, too small a budget.
+TEST_F(RowTierTest, RefusesDirectoriesItCannotUse) {
+  const std::filesystem::path dir = dir_ / "store";
+  {
+    ShardStore first(config(OptimizerKind::kSgd, 0, dir));
+    try {
+      ShardStore second(config(OptimizerKind::kSgd, 0, dir));
+      ADD_FAILURE() << "a store directory in use was taken";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("shard-0-of-2.rows is in use"), std::string::npos) << e.what();
+    }
+  }
+  StoreConfig other = config(OptimizerKind::kSgd, 0, dir);
+  other.tier.table = "another table";
+  try {
+    ShardStore s(other);
+    ADD_FAILURE() << "another table's directory was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard-0-of-2.json holds another table"), std::string::npos) << e.what();
+  }
+  { ShardStore again(config(OptimizerKind::kSgd, 0, dir)); }  // the same table's: reused
+  std::ofstream(dir_ / "a-file") << "x";
+  EXPECT_THROW(ShardStore(config(OptimizerKind::kSgd, 0, dir_ / "a-file")), ConfigError);
+  StoreConfig tiny = config(OptimizerKind::kSgd, 0, dir_ / "tiny");
+  tiny.tier.ram_budget_bytes = 32 << 10;
+  EXPECT_THROW(ShardStore{tiny}, ConfigError);
+}
+
+}  // namespace
+}  // namespace ember::ps

@@ -327,7 +327,9 @@ PsFuture PsClient::start_pull(const std::vector<Key>& keys, std::vector<float>& 
     e.op = op;
     e.pull = true;
     e.per = per;
-    e.flags = when == Pull::kHint ? kHint : (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0) | (when == Pull::kRead ? kRead : 0);
+    e.flags = when == Pull::kHint
+                  ? kHint
+                  : (with_state ? kWithState : 0) | (when == Pull::kAhead ? kPrefetch : 0) | (when == Pull::kRead ? kRead : 0);
     e.iteration = iteration;
     e.kind = when == Pull::kRead ? &WireTally::read : when == Pull::kHint ? &WireTally::hint : &WireTally::pull;
   }

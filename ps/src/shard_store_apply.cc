@@ -183,7 +183,7 @@ void ShardStore::apply_batch_as(const Batch& b) {
       lr = config_.lr_at(r.iteration);
     }
     if (tier_ != nullptr) tier_->touch(r.local, true);  // its page may have been written back since the push
-    float* row = row_address(r.local);  // claimed, so initialized
+    float* row = row_address(r.local);                  // claimed, so initialized
     const float* grad = r.lent;
     if (grad == nullptr) {
       grad = copied;

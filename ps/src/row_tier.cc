@@ -63,7 +63,8 @@ RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards,
     pages_ = (bytes_ + kPage - 1) / kPage;
     budget_pages_ = c.ram_budget_bytes / kPage;
     if (::ftruncate(fd_, static_cast<off_t>(pages_ * kPage)) != 0) {
-      throw ConfigError("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(pages_ * kPage) + " bytes: " + why_errno());
+      throw ConfigError("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(pages_ * kPage) +
+                        " bytes: " + why_errno());
     }
     // Reserve every block now: a full disk then fails here, not in a page fault (SIGBUS).
     if (::fallocate(fd_, 0, 0, static_cast<off_t>(pages_ * kPage)) != 0) {
@@ -82,7 +83,8 @@ RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards,
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
     state_ = std::make_unique<std::atomic<std::uint8_t>[]>(pages_);
     last_use_ = std::make_unique<std::atomic<std::uint32_t>[]>(pages_);
-    for (std::uint64_t i = 0; i < pages_; ++i) state_[i].store(kOut, std::memory_order_relaxed), last_use_[i].store(0, std::memory_order_relaxed);
+    for (std::uint64_t i = 0; i < pages_; ++i)
+      state_[i].store(kOut, std::memory_order_relaxed), last_use_[i].store(0, std::memory_order_relaxed);
   } catch (...) {
     if (base_ != nullptr) ::munmap(base_, pages_ * kPage);
     ::close(fd_);

@@ -39,7 +39,7 @@
 namespace ember::ps {
 
 struct TierConfig {
-  std::filesystem::path dir;         // empty: no tier
+  std::filesystem::path dir;           // empty: no tier
   std::uint64_t ram_budget_bytes = 0;  // rows and state in memory, at most
   // What the file holds, checked against DIR's record of it (a directory of another
   // table is refused): the dataset's fingerprint, dim, optimizer, key count.
@@ -48,15 +48,15 @@ struct TierConfig {
 
 // Totals since start (relaxed counters: for monitoring).
 struct TierStats {
-  std::uint64_t rows_touched = 0;   // rows used by requests
-  std::uint64_t misses = 0;         // pages a request found on disk (faulted in on the critical path)
-  std::uint64_t hinted_rows = 0;    // rows named by hints
-  std::uint64_t hint_loads = 0;     // pages read in by hints before use
-  std::uint64_t evicted = 0;        // pages dropped from memory
-  std::uint64_t written_back = 0;   // of those, pages dirty (written to the file)
-  std::uint64_t resident = 0;       // pages in memory now (as the tier counts them)
-  std::uint64_t budget_pages = 0;   // the budget, in pages
-  std::uint64_t hint_queue = 0;     // hints waiting for the loader thread
+  std::uint64_t rows_touched = 0;  // rows used by requests
+  std::uint64_t misses = 0;        // pages a request found on disk (faulted in on the critical path)
+  std::uint64_t hinted_rows = 0;   // rows named by hints
+  std::uint64_t hint_loads = 0;    // pages read in by hints before use
+  std::uint64_t evicted = 0;       // pages dropped from memory
+  std::uint64_t written_back = 0;  // of those, pages dirty (written to the file)
+  std::uint64_t resident = 0;      // pages in memory now (as the tier counts them)
+  std::uint64_t budget_pages = 0;  // the budget, in pages
+  std::uint64_t hint_queue = 0;    // hints waiting for the loader thread
   std::uint64_t file_bytes = 0;
   std::uint64_t bytes_read() const { return (misses + hint_loads) * kPage; }
   std::uint64_t bytes_written() const { return written_back * kPage; }

@@ -21,11 +21,17 @@ namespace fs = std::filesystem;
 
 // The summary's "tier": the disk tier's counters (row_tier.h).
 nlohmann::json tier_json(const TierStats& t) {
-  return {{"rows_touched", t.rows_touched}, {"misses", t.misses},
+  return {{"rows_touched", t.rows_touched},
+          {"misses", t.misses},
           {"miss_per_row", t.rows_touched ? static_cast<double>(t.misses) / static_cast<double>(t.rows_touched) : 0.0},
-          {"hinted_rows", t.hinted_rows}, {"hint_loads", t.hint_loads}, {"evicted_pages", t.evicted},
-          {"bytes_read", t.bytes_read()}, {"bytes_written", t.bytes_written()}, {"resident_pages", t.resident},
-          {"budget_pages", t.budget_pages}, {"file_bytes", t.file_bytes}};
+          {"hinted_rows", t.hinted_rows},
+          {"hint_loads", t.hint_loads},
+          {"evicted_pages", t.evicted},
+          {"bytes_read", t.bytes_read()},
+          {"bytes_written", t.bytes_written()},
+          {"resident_pages", t.resident},
+          {"budget_pages", t.budget_pages},
+          {"file_bytes", t.file_bytes}};
 }
 
 // The summary's "served": per kind, what this shard answered (ServedCounts).

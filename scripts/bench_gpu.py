@@ -13,22 +13,20 @@ A markdown table on stdout, every job's figures in <work>/gpu.json.
 """
 import argparse
 import array
+import functools
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+import bench_util
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("sync", "commit", "pull", "compute", "allreduce", "push", "update")
 CONFIGS = {"vanilla": ("vanilla", []), "herald+lookahead": ("herald", ["--lookahead", "4", "--prefetch", "--overlap-allreduce"])}
 
 
-def sh(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"bench_gpu: {' '.join(map(str, cmd))} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
-    return r.stdout
+sh = functools.partial(bench_util.sh, who="bench_gpu")
 
 
 def floats(path):

@@ -16,6 +16,7 @@ file within 10% of its built-in twin's samples/s.
 Needs a python3 with PyTorch (python3-torch) to write the model files.
 """
 import argparse
+import functools
 import json
 import shutil
 import statistics
@@ -24,14 +25,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+import bench_util
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sh(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"bench_models: {' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stderr[-2000:]}")
-    return r.stdout
+sh = functools.partial(bench_util.sh, who="bench_models")
 
 
 def python_with_torch():

@@ -14,20 +14,18 @@ generator) and drawn from the table's skewed popularity (--multi-hot-dist zipf).
 Everything lands in --work; the tables print as markdown.
 """
 import argparse
+import functools
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+import bench_util
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sh(cmd):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"bench_multi_hot: {' '.join(map(str, cmd))} failed:\n{r.stderr[-2000:]}")
-    return r.stdout
+sh = functools.partial(bench_util.sh, who="bench_multi_hot")
 
 
 def main():

@@ -46,12 +46,16 @@ void fsync_dir(const fs::path& dir) {
 }
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  write_file_atomic(path, [bytes](const std::function<void(std::string_view)>& write) { write(bytes); });
+}
+
+void write_file_atomic(const fs::path& path, const std::function<void(const std::function<void(std::string_view)>&)>& produce) {
   fs::path tmp = path;
   tmp += ".tmp-" + unique_suffix();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw IoError(errno_message("create " + tmp.string()));
   try {
-    write_all(fd, bytes, tmp);
+    produce([&](std::string_view bytes) { write_all(fd, bytes, tmp); });
     if (::fsync(fd) != 0) throw IoError(errno_message("fsync " + tmp.string()));
   } catch (...) {
     ::close(fd);

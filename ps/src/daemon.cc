@@ -1,6 +1,7 @@
 #include "daemon.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,6 +19,12 @@ namespace ember::ps {
 namespace {
 
 namespace fs = std::filesystem;
+
+// This process's peak resident set (rows on a tier count while mapped in).
+std::uint64_t peak_rss_bytes() {
+  rusage u{};
+  return getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<std::uint64_t>(u.ru_maxrss) * 1024 : 0;
+}
 
 // The summary's "tier": the disk tier's counters (row_tier.h).
 nlohmann::json tier_json(const TierStats& t) {
@@ -267,7 +274,7 @@ void PsDaemon::publish_job_config() {
   job.checkpoints = !c_.checkpoint_dir.empty();
   // -1: none, or a checkpoint of no iteration (iter-initial).
   job.restored_iteration = std::max<std::int64_t>(service_->restored_iteration(), -1);
-  job.row_tier = !sc.tier.dir.empty();
+  job.row_tier = !sc.tier.dir.empty() && sc.tier.hints;
   member_->publish(kJobConfigKey, job.to_json());
 }
 
@@ -381,7 +388,8 @@ void PsDaemon::write_summary(int exit_status) {
                            {"peers_dropped", server_->connections_dropped()},
                            {"checkpoints_written", cp.written()},
                            {"checkpoint_failures", cp.failures() + cp.exit_failures()},
-                           {"exit_status", exit_status}};
+                           {"exit_status", exit_status},
+                           {"peak_rss_bytes", peak_rss_bytes()}};
     if (const auto t = service_->store().tier_stats()) summary["tier"] = tier_json(*t);
     write_file_atomic(c_.summary_file, summary.dump() + "\n");
   } catch (const std::exception& e) {

@@ -15,10 +15,6 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22  // Linux 5.14
-#endif
-
 namespace ember::ps {
 
 namespace {
@@ -151,7 +147,9 @@ void RowTier::loader_loop() {
         }
         std::size_t j = i + 1;
         while (j < pages.size() && pages[j] == pages[j - 1] + 1 && state_[pages[j]].load(std::memory_order_relaxed) == kOut) ++j;
-        if (::madvise(base_ + pages[i] * kPage, (j - i) * kPage, MADV_POPULATE_READ) != 0 && errno != EINVAL) {
+        // Queued, not waited for: the reads of a whole hint are in flight at once (the
+        // disk's queue depth), and a request that comes first waits only for its page.
+        if (::madvise(base_ + pages[i] * kPage, (j - i) * kPage, MADV_WILLNEED) != 0) {
           fail("reading rows in from " + file_.string() + ": " + why_errno());
         }
         for (std::size_t k = i; k < j; ++k) {

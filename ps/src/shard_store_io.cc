@@ -2,8 +2,11 @@
 // geometry, the optimizer and the iteration, then every initialized row of the shard as
 // its key and its value and optimizer state, then a checksum of everything before it.
 // The store's serving side is shard_store.cc.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <shared_mutex>
 #include <string>
@@ -52,22 +55,45 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
   return h;
 }
 
-// The header of a checkpoint file held whole in `buf`, after checking that its size fits
-// its rows and that its checksum holds.
-CheckpointHeader read_whole(const std::string& name, const std::string& buf, std::size_t record) {
-  const CheckpointHeader h = read_header(name, buf);
-  if (buf.size() != header_bytes(h.version) + h.rows * record + sizeof(std::uint64_t)) {
-    throw DataError(name + ": size does not match its " + std::to_string(h.rows) + " rows (truncated or corrupt)");
-  }
-  std::uint64_t sum;
-  std::memcpy(&sum, buf.data() + buf.size() - sizeof sum, sizeof sum);
-  if (sum != checksum64(buf.data(), buf.size() - sizeof sum)) throw DataError(name + ": checksum mismatch (corrupt checkpoint)");
-  return h;
-}
-
 // The header of a checkpoint file, read without the rest of it.
 CheckpointHeader header_of(const std::filesystem::path& file) {
   return read_header(file.string(), read_file_head(file, sizeof(CheckpointHeader) + sizeof(std::uint64_t)));
+}
+
+// Reads bytes [from, to) of `file` in blocks of `block` bytes (the last may be shorter),
+// handing each to `take`: a checkpoint of a tiered shard may not fit in memory.
+void read_blocks(const std::filesystem::path& file, std::uint64_t from, std::uint64_t to, std::size_t block,
+                 const std::function<void(const char*, std::size_t)>& take) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw IoError(errno_message("open " + file.string()));
+  in.seekg(static_cast<std::streamoff>(from));
+  std::string buf(block, '\0');
+  for (std::uint64_t at = from; at < to;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(block, to - at));
+    if (!in.read(buf.data(), static_cast<std::streamsize>(n))) throw DataError(file.string() + ": truncated checkpoint (read failed)");
+    take(buf.data(), n);
+    at += n;
+  }
+}
+
+// The header of a checkpoint file, after checking that its size fits its rows (records
+// of `record` bytes; 0: as its header says) and that its checksum holds, read in blocks.
+CheckpointHeader read_checked(const std::filesystem::path& file, std::size_t record) {
+  const std::string name = file.string();
+  const CheckpointHeader h = header_of(file);
+  if (record == 0) record = sizeof(Key) + (static_cast<std::size_t>(h.dim) + h.state) * sizeof(float);
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(file, ec);
+  if (ec) throw IoError(name + ": " + ec.message());
+  if (size != header_bytes(h.version) + h.rows * record + sizeof(std::uint64_t)) {
+    throw DataError(name + ": size does not match its " + std::to_string(h.rows) + " rows (truncated or corrupt)");
+  }
+  Checksum64 sum;
+  read_blocks(file, 0, size - sizeof(std::uint64_t), 4u << 20, [&](const char* p, std::size_t n) { sum.update(p, n); });
+  std::uint64_t stored = 0;
+  read_blocks(file, size - sizeof stored, size, sizeof stored, [&](const char* p, std::size_t) { std::memcpy(&stored, p, sizeof stored); });
+  if (stored != sum.digest()) throw DataError(name + ": checksum mismatch (corrupt checkpoint)");
+  return h;
 }
 
 }  // namespace
@@ -86,12 +112,12 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   // The rows to write, listed once: pulls may initialize rows meanwhile (a worker that
   // had its commit acknowledged reads on). Those are left out; they hold their initial
   // values, which a restore gives them again from (seed, key).
-  std::vector<std::uint64_t> listed;
+  // (A bit a row: a tiered shard's rows may be more than its memory holds.)
+  std::vector<bool> listed(local_rows());
+  std::uint64_t rows = 0;
   for (std::uint64_t local = 0; local < local_rows(); ++local) {
-    if (arena_.state(local).load(std::memory_order_acquire) >= kIdle) listed.push_back(local);
+    if (arena_.state(local).load(std::memory_order_acquire) >= kIdle) listed[local] = true, ++rows;
   }
-  const std::uint64_t rows = listed.size();
-  std::string buf(sizeof(CheckpointHeader) + rows * record + sizeof(std::uint64_t), '\0');
   CheckpointHeader h{};
   write_binary_header(kCheckpointFormat, &h);
   h.dim = config_.dim;
@@ -102,24 +128,39 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   h.num_keys = config_.num_keys;
   h.rows = rows;
   h.iteration = iteration;
-  std::memcpy(buf.data(), &h, sizeof h);
-  char* p = buf.data() + sizeof h;
-  std::uint64_t scanned_from = 0;
-  for (std::size_t i = 0; i < listed.size(); ++i) {
-    const std::uint64_t local = listed[i];
-    const Key key = local * config_.shards + config_.shard;
-    std::memcpy(p, &key, sizeof key);
-    std::memcpy(p + sizeof key, row_address(local), rf * sizeof(float));
-    p += record;
-    // Rows on a tier's disk read for this are dropped again as the scan goes.
-    if (tier_ != nullptr && (i + 1 == listed.size() || (i + 1) % RowArena::kChunkRows == 0)) {
-      tier_->release_scanned(scanned_from, local + 1);
-      scanned_from = local + 1;
+  // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
+  // its memory.
+  write_file_atomic(file, [&](const std::function<void(std::string_view)>& write) {
+    Checksum64 sum;
+    const auto out = [&](const char* p, std::size_t n) {
+      sum.update(p, n);
+      write(std::string_view(p, n));
+    };
+    out(reinterpret_cast<const char*>(&h), sizeof h);
+    const std::size_t per_block = std::max<std::size_t>(1, (4u << 20) / record);
+    std::string block;
+    block.reserve(per_block * record);
+    std::uint64_t scanned_from = 0;
+    std::uint64_t written = 0;
+    for (std::uint64_t local = 0; local < listed.size(); ++local) {
+      if (!listed[local]) continue;
+      const Key key = local * config_.shards + config_.shard;
+      block.append(reinterpret_cast<const char*>(&key), sizeof key);
+      block.append(reinterpret_cast<const char*>(row_address(local)), rf * sizeof(float));
+      ++written;
+      if (block.size() >= per_block * record || written == rows) {
+        out(block.data(), block.size());
+        block.clear();
+        // Rows on a tier's disk read for this are dropped again as the scan goes.
+        if (tier_ != nullptr) {
+          tier_->release_scanned(scanned_from, local + 1);
+          scanned_from = local + 1;
+        }
+      }
     }
-  }
-  std::uint64_t sum = checksum64(buf.data(), buf.size() - sizeof(std::uint64_t));
-  std::memcpy(p, &sum, sizeof sum);
-  write_file_atomic(file, buf);
+    const std::uint64_t digest = sum.digest();
+    write(std::string_view(reinterpret_cast<const char*>(&digest), sizeof digest));
+  });
   return left_out;
 }
 
@@ -140,9 +181,8 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
   for (const auto& f : files) {
-    const std::string buf = read_file(f);
     const std::string name = f.string();
-    const CheckpointHeader h = read_whole(name, buf, record);
+    const CheckpointHeader h = read_checked(f, record);
     const std::size_t hb = header_bytes(h.version);
     if (h.dim != config_.dim || h.state != state_ || h.optimizer != static_cast<std::uint32_t>(config_.optimizer.kind) ||
         h.num_keys != config_.num_keys) {
@@ -151,15 +191,17 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
                       " keys; this PS has dim " + std::to_string(config_.dim) + ", " + optimizer_name(config_.optimizer.kind) + ", " +
                       std::to_string(config_.num_keys) + " keys");
     }
-    const char* p = buf.data() + hb;
-    for (std::uint64_t i = 0; i < h.rows; ++i, p += record) {
-      Key key;
-      std::memcpy(&key, p, sizeof key);
-      if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
-      if (!owns(key)) continue;
-      use(key, true);
-      std::memcpy(row_ptr(key), p + sizeof key, rf * sizeof(float));
-    }
+    const std::size_t block = std::max<std::size_t>(1, (4u << 20) / record) * record;
+    read_blocks(f, hb, hb + h.rows * record, block, [&](const char* p, std::size_t n) {
+      for (const char* end = p + n; p < end; p += record) {
+        Key key;
+        std::memcpy(&key, p, sizeof key);
+        if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
+        if (!owns(key)) continue;
+        use(key, true);
+        std::memcpy(row_ptr(key), p + sizeof key, rf * sizeof(float));
+      }
+    });
   }
   return iteration;
 }
@@ -167,10 +209,7 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
 void verify_checkpoint_file(const std::filesystem::path& file) {
   // The record size follows from the header (dim and optimizer state floats), so the file
   // is checked without a store of its geometry.
-  const std::string buf = read_file(file);
-  const CheckpointHeader h = read_header(file.string(), buf);
-  const std::size_t record = sizeof(Key) + (static_cast<std::size_t>(h.dim) + h.state) * sizeof(float);
-  read_whole(file.string(), buf, record);
+  read_checked(file, 0);
 }
 
 ShardStore::CheckpointInfo ShardStore::checkpoint_info(const std::filesystem::path& file) {

@@ -26,6 +26,7 @@ struct Flags {
   std::string optimizer = "sgd", listen = "127.0.0.1:0", token_file, dataset, allocate = "lazy", verify_dir, log_level = "info";
   std::string store_dir;
   double ram_budget_mb = 0;
+  bool no_hints = false;
 };
 
 std::uint64_t rows_of_dataset(const fs::path& dir) {
@@ -54,6 +55,8 @@ void add_store_options(CLI::App& app, Flags& f) {
   app.add_option("--allocate", f.allocate, "rows allocated 'lazy' (on first use) or 'upfront' (all at start)")->capture_default_str();
   app.add_option("--store-dir", f.store_dir,
                  "keep the rows in a file under DIR on local disk, at most --ram-budget-mb of them in memory (docs/row-tier.md)");
+  app.add_flag("--no-hints", f.no_hints,
+               "with --store-dir: do not ask the workers to name rows ahead (the tier reads a row when first asked for it)");
   app.add_option("--ram-budget-mb", f.ram_budget_mb,
                  "with --store-dir: MB of rows and optimizer state kept in memory, at most (0.0625 and up)");
 }
@@ -176,6 +179,7 @@ void resolve(Flags& f) {
     throw ConfigError("--ram-budget-mb " + std::to_string(f.ram_budget_mb) + ": out of range");
   if (!f.store_dir.empty()) {
     sc.tier.dir = f.store_dir;
+    sc.tier.hints = !f.no_hints;
     sc.tier.ram_budget_bytes = static_cast<std::uint64_t>(f.ram_budget_mb * 1048576.0);
     // What the tier's file holds: another table's directory is refused (row_tier.h).
     std::error_code ec;

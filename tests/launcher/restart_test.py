@@ -8,6 +8,7 @@
     from the loss to training again;
   - a job that fails every time (a worker killed in every attempt) with --max-restarts 2
     ends after its third failure, saying so;
+  - a shard on a disk tier killed with SIGKILL: restarted, the same model;
   - a job refused for a bad option ends after its first failure, not restarted, saying why.
 
   python3 tests/launcher/restart_test.py BIN_DIR SOURCE_DIR
@@ -32,13 +33,13 @@ def check(name, cond, detail=""):
         failures.append(name)
 
 
-def job(tmp, data, name, extra, bin_dir=BIN, worker=()):
+def job(tmp, data, name, extra, bin_dir=BIN, worker=(), ps=()):
     """Starts a job: 1 shard, 2 workers, herald + Adagrad, checkpoints every 4 iterations."""
     out = tmp / name
     cmd = LAUNCH + ["--dataset", str(data), "--ps", "1", "--workers", "2", "--policy", "herald", "--bin", str(bin_dir),
                     "--out", str(out), "-q", "--timeout", "200", "--heartbeat-timeout-ms", "3000",
                     "--checkpoint-dir", str(tmp / f"{name}-ckpt"), "--checkpoint-every", "4", "--dump-dir", str(tmp / f"{name}-model"),
-                    "--ps-args", "--dim 8 --optimizer adagrad --lr 0.05"] + list(extra) + [
+                    "--ps-args", " ".join(["--dim 8 --optimizer adagrad --lr 0.05", *ps])] + list(extra) + [
                     "--", "--iterations", "30", "--batch-per-worker", "32", "--eval-every", "0", "--progress-every", "0",
                     "--dense-optimizer", "adagrad"] + list(worker)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out
@@ -51,11 +52,28 @@ def lines(path):
         return 0
 
 
-def worker_pid(out, rank):
-    """The pid of the running ember-worker of `rank` in job OUT (its --metrics file names it)."""
-    r = subprocess.run(["pgrep", "-f", f"ember-worker .*--metrics {out}/w{rank}.jsonl"], capture_output=True, text=True)
+def pid_of(pattern):
+    r = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     pids = [int(x) for x in r.stdout.split()]
     return pids[0] if pids else None
+
+
+def worker_pid(out, rank):
+    """The pid of the running ember-worker of `rank` in job OUT (its --metrics file names it)."""
+    return pid_of(f"ember-worker .*--metrics {out}/w{rank}.jsonl")
+
+
+def kill_when(p, out, victim_pid, at_line=11):
+    """SIGKILL to `victim_pid(out)` once worker 1 has logged `at_line` iterations; whether it was sent."""
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        if lines(out / "w1.jsonl") >= at_line:
+            pid = victim_pid(out)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                return True
+        time.sleep(0.05)
+    return False
 
 
 def main():
@@ -74,16 +92,7 @@ def main():
 
         # Worker 1 killed once past iteration 10: one restart, then the same model.
         p, out = job(tmp, data, "healed", ["--max-restarts", "2"])
-        deadline = time.time() + 120
-        killed = False
-        while time.time() < deadline and p.poll() is None and not killed:
-            if lines(out / "w1.jsonl") >= 11:
-                pid = worker_pid(out, 1)
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
-            time.sleep(0.05)
-        check("worker 1 was killed mid-job", killed)
+        check("worker 1 was killed mid-job", kill_when(p, out, lambda o: worker_pid(o, 1)))
         _, err = p.communicate(timeout=240)
         check("the healed job finishes by itself", p.returncode == 0, err[-2000:])
         restart_lines = [l for l in err.splitlines() if l.startswith("ember-launch: restart ")]
@@ -103,6 +112,18 @@ def main():
             for f in ("rows.bin", "dense.bin"):
                 a, b = (tmp / "whole-model" / f).read_bytes(), (tmp / "healed-model" / f).read_bytes()
                 check(f"the healed job's {f} is the uninterrupted job's, byte for byte", a == b and len(a) > 0, f"{len(a)} vs {len(b)} bytes")
+
+        # A shard whose rows are on a disk tier (a 64 KiB budget) killed mid-job: the restarted
+        # shard takes its store directory again and the job ends with the same model.
+        tier = ["--store-dir", str(tmp / "tier"), "--ram-budget-mb", "0.0625"]
+        p, out = job(tmp, data, "tier-healed", ["--max-restarts", "2"], ps=tier)
+        check("a tiered shard was killed mid-job", kill_when(p, out, lambda o: pid_of(f"ember-ps .*--summary-file {o}/ps0.json")))
+        _, err = p.communicate(timeout=240)
+        check("the job of the killed tiered shard finishes by itself", p.returncode == 0 and "restart 1/2: ps0" in err, err[-2000:])
+        for f in ("rows.bin", "dense.bin"):
+            a, b = (tmp / "whole-model" / f).read_bytes(), (tmp / "tier-healed-model" / f).read_bytes() if p.returncode == 0 else b""
+            check(f"after kill -9 of a tiered shard, {f} is the uninterrupted all-RAM job's, byte for byte", a == b and len(a) > 0,
+                  f"{len(a)} vs {len(b)} bytes")
 
         # A worker that dies in every attempt: --max-restarts 2 gives up after the third failure.
         stub = tmp / "stub-bin"

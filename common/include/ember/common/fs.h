@@ -2,6 +2,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -10,6 +11,9 @@ namespace ember {
 // Writes `bytes` to `path` through a temp file in the same directory, fsync, rename.
 // Readers see either the old file or the whole new one.
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+// The same for a file too large to hold in memory: `produce` hands its bytes, in order,
+// to the writer it is given.
+void write_file_atomic(const std::filesystem::path& path, const std::function<void(const std::function<void(std::string_view)>&)>& produce);
 
 // Writes all of `bytes` to `fd` (retrying short writes and EINTR); IoError naming `path`.
 void write_all(int fd, std::string_view bytes, const std::filesystem::path& path);

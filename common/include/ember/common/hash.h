@@ -29,5 +29,18 @@ inline std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t h = 0xcbf29ce
 
 // Checksum of a byte range, as stored in Ember's binary files.
 inline std::uint64_t checksum64(const void* data, std::size_t len) { return XXH3_64bits(data, len); }
+// checksum64 of bytes given in pieces (a file written as it is made).
+class Checksum64 {
+ public:
+  Checksum64() : s_(XXH3_createState()) { XXH3_64bits_reset(s_); }
+  ~Checksum64() { XXH3_freeState(s_); }
+  Checksum64(const Checksum64&) = delete;
+  Checksum64& operator=(const Checksum64&) = delete;
+  void update(const void* data, std::size_t len) { XXH3_64bits_update(s_, data, len); }
+  std::uint64_t digest() const { return XXH3_64bits_digest(s_); }
+
+ private:
+  XXH3_state_t* s_;
+};
 
 }  // namespace ember

@@ -11,7 +11,7 @@
 //   - touch(): a request marks the pages of the rows it uses (two relaxed stores); one
 //     not in memory is a miss on the critical path (the request faults it in);
 //   - hint(): rows a worker will pull iterations ahead (protocol.h kHint) are read in on
-//     the tier's loader thread (MADV_POPULATE_READ) before they are asked for;
+//     the tier's loader thread (MADV_WILLNEED: queued at once) before they are asked for;
 //   - the pager thread: over the budget, writes the least recently used pages back
 //     (sync_file_range) and drops them (MADV_DONTNEED, then POSIX_FADV_DONTNEED so that
 //     the page cache does not keep them either), down to 7/8 of the budget.
@@ -44,6 +44,9 @@ struct TierConfig {
   // What the file holds, checked against DIR's record of it (a directory of another
   // table is refused): the dataset's fingerprint, dim, optimizer, key count.
   std::string table;
+  // Ask the workers for hints (JobConfig::row_tier); off, the tier reads a row when it is
+  // first asked for (an LRU alone), to measure what the hints buy.
+  bool hints = true;
 };
 
 // Totals since start (relaxed counters: for monitoring).

@@ -17,12 +17,6 @@
 
 namespace ember::ps {
 
-namespace {
-
-std::string why_errno() { return std::strerror(errno); }
-
-}  // namespace
-
 RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes)
     : row_bytes_(row_bytes) {
   const std::string name = "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards);
@@ -33,10 +27,10 @@ RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards,
   std::filesystem::create_directories(c.dir, ec);
   if (ec) throw ConfigError("--store-dir " + c.dir.string() + ": " + ec.message());
   fd_ = ::open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw ConfigError("--store-dir: " + file_.string() + ": " + why_errno());
+  if (fd_ < 0) throw ConfigError(errno_message("--store-dir: " + file_.string()));
   try {
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      throw ConfigError("--store-dir: " + file_.string() + " is in use by another ember-ps (" + why_errno() + ")");
+      throw ConfigError("--store-dir: " + file_.string() + " is in use by another ember-ps (" + std::strerror(errno) + ")");
     }
     // The record of what the file holds: another table's directory is refused (its file
     // may be needed by whoever made it), the same table's is reused.
@@ -59,20 +53,20 @@ RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards,
     pages_ = (bytes_ + kPage - 1) / kPage;
     budget_pages_ = c.ram_budget_bytes / kPage;
     if (::ftruncate(fd_, static_cast<off_t>(pages_ * kPage)) != 0) {
-      throw ConfigError("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(pages_ * kPage) +
-                        " bytes: " + why_errno());
+      throw ConfigError(
+          errno_message("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(pages_ * kPage) + " bytes"));
     }
     // Reserve every block now: a full disk then fails here, not in a page fault (SIGBUS).
     if (::fallocate(fd_, 0, 0, static_cast<off_t>(pages_ * kPage)) != 0) {
       if (errno != EOPNOTSUPP) {
-        throw ConfigError("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(pages_ * kPage >> 20) +
-                          " MiB for the rows: " + why_errno());
+        throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(pages_ * kPage >> 20) +
+                                        " MiB for the rows"));
       }
       spdlog::warn("row tier: {}: the file system cannot reserve space (fallocate); a full disk will fail the shard later", file_.string());
     }
     ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
     void* p = ::mmap(nullptr, pages_ * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) throw ConfigError("--store-dir: " + file_.string() + ": cannot map it: " + why_errno());
+    if (p == MAP_FAILED) throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot map it"));
     base_ = static_cast<char*>(p);
     ::madvise(base_, pages_ * kPage, MADV_RANDOM);
     // Whatever an earlier run left in memory is not counted: drop it.
@@ -150,7 +144,7 @@ void RowTier::loader_loop() {
         // Queued, not waited for: the reads of a whole hint are in flight at once (the
         // disk's queue depth), and a request that comes first waits only for its page.
         if (::madvise(base_ + pages[i] * kPage, (j - i) * kPage, MADV_WILLNEED) != 0) {
-          fail("reading rows in from " + file_.string() + ": " + why_errno());
+          fail(errno_message("reading rows in from " + file_.string()));
         }
         for (std::size_t k = i; k < j; ++k) {
           std::uint8_t out = kOut;
@@ -230,7 +224,7 @@ void RowTier::evict_run(std::uint64_t first, std::uint64_t count) {
   // or mapped again), never lost; the kernel drops it only once clean and unmapped.
   const auto off = static_cast<off_t>(first * kPage), len = static_cast<off_t>(count * kPage);
   if (dirty && ::sync_file_range(fd_, off, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
-    fail("writing rows back to " + file_.string() + ": " + why_errno());
+    fail(errno_message("writing rows back to " + file_.string()));
   }
   ::madvise(base_ + first * kPage, static_cast<std::size_t>(len), MADV_DONTNEED);
   ::posix_fadvise(fd_, off, len, POSIX_FADV_DONTNEED);

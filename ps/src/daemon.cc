@@ -95,7 +95,6 @@ int PsDaemon::run() {
   open_store();
   serve();
   join_job();
-  before_serving_.reset();  // the loop takes the signals from here
   const int status = signal_loop();
   // Requests being handled finish and their replies go out; then no more come in, so
   // the final checkpoint sees a quiet store.
@@ -225,6 +224,11 @@ void PsDaemon::join_job() {
   mo.timeouts = ct;
   spdlog::info("joining the job at {}", endpoint);
   member_ = std::make_unique<transport::ControlMember>(mo);
+  // The job has formed: the loop takes the signals from here (they wait, blocked, until
+  // it runs). This comes before the restored iteration is published, which shard 0 waits
+  // for before it publishes the job's config that workers start on, so no worker can
+  // train before every shard would answer a SIGTERM with its exit checkpoint.
+  before_serving_.reset();
   member_->publish(shard_host_key(c_.store.shard), c_.host.empty() ? this_host_name() : c_.host);
   member_->publish(shard_machine_key(c_.store.shard), this_host_name());
   member_->publish(restored_key(c_.store.shard), std::to_string(std::max<std::int64_t>(service_->restored_iteration(), -1)));

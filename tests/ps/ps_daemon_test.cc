@@ -242,6 +242,9 @@ struct TwoHostJob {
     mo.token = kToken;
     mo.role = transport::Role::kWorker;
     worker.emplace(mo);
+    // As a worker does before it trains: the job's config, published once every shard
+    // has joined and answers signals as a serving shard.
+    worker->lookup(kJobConfigKey, std::chrono::seconds(30));
   }
   fs::path roots[2];
   std::optional<Daemon> d0, d1;

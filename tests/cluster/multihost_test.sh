@@ -431,14 +431,16 @@ victims="$(host3_job_procs "$d/")"
 # shellcheck disable=SC2086  # one pid a word
 kill -KILL $victims
 # Slurm holds a requeued job back for a while (about 2 minutes here) before it may start
-# again: the test lets it start at once.
+# again: the test lets it start 3 s later. Not at once: slurmd revokes the old run's
+# credential at the requeue's second, and a new run whose credential dates from that
+# same second is killed as "non-startable batch job: Job credential revoked".
 jobid="$(cat "$work/$name.jobid")"
 for _ in $(seq 600); do
   [ "$(squeue -h -j "$jobid" -o '%T' 2> /dev/null)" = PENDING ] && grep -q "restart 1/1: requeued" "$work/$name.out" && break
   sleep 0.1
 done
 held_s=$(( SECONDS - t0s ))
-scontrol update JobId="$jobid" StartTime=now 2> /dev/null || true
+scontrol update JobId="$jobid" StartTime=now+3 2> /dev/null || true
 wait_job_gone "$jobid" "(vii)" 240
 grep -q "ember.sbatch: restart 1/1: requeued" "$work/$name.out" || { cat "$work/$name.out" >&2; fail "(vii): no requeue line"; }
 [ -s "$d/run/summary.json" ] || { cat "$work/$name.out" >&2; fail "(vii): the requeued job wrote no summary"; }

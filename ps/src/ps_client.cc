@@ -416,14 +416,15 @@ PsFuture PsClient::send_routed(MessageType type, std::uint64_t iteration, std::u
 }
 
 PsFuture PsClient::start_push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
-                                   const std::vector<float>& grads, const std::vector<std::uint32_t>& shares) {
+                                   const std::vector<float>& grads, const std::vector<std::uint32_t>& shares, std::uint32_t group) {
+  if (group > kMaxGroup) throw ConfigError("push-grad: host group " + std::to_string(group) + " over " + std::to_string(kMaxGroup));
   route_rows(keys, grads.data(), dim_);
-  // Keys, then trainer counts (with their shares: protocol.h).
-  if (lanes() == 1 && shares.empty()) {
+  // Keys, then trainer counts (with their shares and group: protocol.h).
+  if (lanes() == 1 && shares.empty() && group == 0) {
     by_shard_[0].insert(by_shard_[0].end(), trainers.begin(), trainers.end());
   } else {
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      by_shard_[lanes() == 1 ? 0 : lane_[i]].push_back(encode_trainers(trainers[i], shares.empty() ? 1 : shares[i]));
+      by_shard_[lanes() == 1 ? 0 : lane_[i]].push_back(encode_trainers(trainers[i], shares.empty() ? 1 : shares[i], group));
     }
   }
   return send_routed(MessageType::kPushGrad, iteration, dim_, 2, &WireTally::push_grad);

@@ -135,22 +135,26 @@ void PsService::serve_push_grad(const transport::Message& req, transport::OutMes
                         std::to_string(dim));
   }
   // Each count: the row's trainers in its low 32 bits and, from a host that summed
-  // several of them (per-host aggregation), the share this gradient sums in the high 32
-  // bits (0: one). protocol.h.
+  // several of them (per-host aggregation), the share this gradient sums and the host
+  // (0: one, none). protocol.h. One group per request: a request comes from one host.
   thread_local std::vector<std::uint32_t> trainers, shares;  // reused: no allocation per request
   trainers.resize(n);
   shares.clear();
+  std::uint32_t group = 0;
   for (std::uint32_t i = 0; i < n; ++i) {
-    const auto [count, share] = decode_trainers(req.keys[n + i]);
+    const auto [count, share, g] = decode_trainers(req.keys[n + i]);
     if (count > ShardStore::kMaxTrainers)
       throw ProtocolError("push-grad: trainer count " + std::to_string(count) + " is not a worker count");
+    if (i == 0) group = g;
+    if (g != group)
+      throw ProtocolError("push-grad: rows of hosts " + std::to_string(group) + " and " + std::to_string(g) + " in one request");
     trainers[i] = count;
     if (share > 1 && shares.empty()) shares.assign(n, 1);
     if (!shares.empty()) shares[i] = std::max<std::uint32_t>(share, 1);
   }
   // The gradients stay in the request's payload where the transport lends it (TCP).
   store_.push_grad(h.iteration, std::span<const Key>(req.keys, n), trainers, req.values, req.lend_payload ? req.lend_payload() : nullptr,
-                   shares);
+                   shares, group);
   reply.header.type = MessageType::kAck;
 }
 

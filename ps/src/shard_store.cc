@@ -143,7 +143,7 @@ void ShardStore::lend_ahead(std::span<const Key> keys, std::uint64_t iteration) 
 void ShardStore::end_lending(std::uint64_t iteration) { lending_.end(iteration); }
 
 void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
-                           std::shared_ptr<const void> grads_owner, std::span<const std::uint32_t> shares) {
+                           std::shared_ptr<const void> grads_owner, std::span<const std::uint32_t> shares, std::uint32_t group) {
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
   if (!shares.empty() && shares.size() != keys.size()) throw ProtocolError("push-grad: one share per key, or none");
   lending_.check_not_lent(arena_, keys, "push-grad");
@@ -153,7 +153,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
     append_ready(iteration, keys, grads, std::move(grads_owner));
     return;
   }
-  push_grad_general(iteration, keys, trainers, grads, shares);
+  push_grad_general(iteration, keys, trainers, group, grads, shares);
 }
 
 bool ShardStore::claim_single_trainer_rows(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers) {
@@ -219,7 +219,7 @@ struct ShardStore::PushPlan {
 };
 
 void ShardStore::push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers,
-                                   const float* grads, std::span<const std::uint32_t> shares) {
+                                   std::uint32_t group, const float* grads, std::span<const std::uint32_t> shares) {
   const bool some_aggregating = validate_push(keys, trainers, shares);
   const auto share_of = [&](std::size_t i) { return shares.empty() ? 1u : shares[i]; };
   thread_local PushPlan plan;
@@ -249,7 +249,7 @@ void ShardStore::push_grad_general(std::uint64_t iteration, std::span<const Key>
       tbb::spin_mutex::scoped_lock lock(st.mu);
       for (std::uint32_t j = plan.start[s]; j < plan.start[s + 1]; ++j) {
         const std::uint32_t i = plan.order[j];
-        add_contribution(st, iteration, keys[i], trainers[i], share_of(i), grads + static_cast<std::size_t>(i) * config_.dim, plan);
+        add_contribution(st, iteration, keys[i], trainers[i], share_of(i), group, grads + static_cast<std::size_t>(i) * config_.dim, plan);
       }
     }
   } catch (...) {
@@ -310,8 +310,8 @@ void ShardStore::check_partial(const Stripe& st, Key k, std::uint64_t iteration,
   }
 }
 
-void ShardStore::add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, std::uint32_t share, const float* g,
-                                  PushPlan& plan) {
+void ShardStore::add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, std::uint32_t share,
+                                  std::uint32_t group, const float* g, PushPlan& plan) {
   const std::uint32_t dim = config_.dim;
   auto complete = [&](std::uint64_t it, const float* sum) {
     plan.done_rows.push_back({local_of(k), it, nullptr});
@@ -321,6 +321,7 @@ void ShardStore::add_contribution(Stripe& st, std::uint64_t iteration, Key k, st
     if (share == trainers) return complete(iteration, g);
     const std::uint32_t offset = st.take_blocks(blocks_for(trainers), dim);
     std::memcpy(st.partial_grads.data() + offset, g, dim * sizeof(float));
+    st.partial_groups[offset / dim] = static_cast<std::uint16_t>(group);
     st.partial.try_emplace(k, Pending{iteration, trainers, share, 1, offset});
     return;
   }
@@ -331,11 +332,12 @@ void ShardStore::add_contribution(Stripe& st, std::uint64_t iteration, Key k, st
     for (std::uint32_t d = 0; d < dim; ++d) acc[d] += g[d];
   } else {
     std::memcpy(acc + static_cast<std::size_t>(p->parts) * dim, g, dim * sizeof(float));
+    st.partial_groups[p->offset / dim + p->parts] = static_cast<std::uint16_t>(group);
   }
   ++p->parts;
   p->received += share;
   if (p->received == p->expected) {
-    if (blocks_for(p->expected) > 1) sum_in_canonical_order(acc, p->parts, dim);
+    if (blocks_for(p->expected) > 1) sum_in_canonical_order(acc, st.partial_groups.data() + p->offset / dim, p->parts, dim);
     complete(p->iteration, acc);  // copied: its blocks may be reused
     st.give_blocks(p->offset, blocks_for(p->expected));
     st.partial.erase(k);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -194,6 +195,47 @@ TEST(ShardStore, HostSumsCountAsTheTrainersTheySum) {
     EXPECT_EQ(hosts.commit(), 1u);
     EXPECT_EQ(hosts.pending(), 0u);
   }
+}
+
+// A host's gradients (one group) are summed first, then the hosts' sums: the same bits
+// whether a host's two workers' gradients left it summed (a sync, a flush) or one by one
+// (evictions), in any order of arrival. Which two share a host changes the rounding
+// here, so the test can tell a grouping from none.
+TEST(ShardStore, AHostsGradientsSumAlikeSummedThereOrPushedOneByOne) {
+  std::vector<std::vector<float>> g(3, std::vector<float>(kDim));
+  for (std::uint32_t d = 0; d < kDim; ++d) {
+    g[0][d] = 1e8f * static_cast<float>(d + 1);
+    g[1][d] = 3.0f + static_cast<float>(d);
+    g[2][d] = -1e8f * static_cast<float>(d + 1);
+  }
+  Key k = 5;
+  std::uint32_t three = 3, one = 1, two = 2;
+  auto row_after = [&](const std::function<void(ShardStore&)>& pushes) {
+    ShardStore s(store_config(OptimizerKind::kAdagrad, 0, 1));
+    pushes(s);
+    EXPECT_EQ(s.commit(), 1u);
+    return std::vector<float>(s.row(k), s.row(k) + kDim);
+  };
+  std::set<std::vector<float>> by_pairing;
+  for (int alone = 0; alone < 3; ++alone) {
+    const int p = alone == 0 ? 1 : 0, q = alone == 2 ? 1 : 2;  // the host of two
+    std::vector<float> pair(kDim);
+    for (std::uint32_t d = 0; d < kDim; ++d) pair[d] = g[p][d] + g[q][d];
+    const auto group_of = [&](int c) { return c == alone ? 2u : 1u; };
+    const std::vector<float> summed = row_after([&](ShardStore& s) {
+      s.push_grad(4, {&k, 1}, {&three, 1}, g[alone].data(), nullptr, {&one, 1}, 2);
+      s.push_grad(4, {&k, 1}, {&three, 1}, pair.data(), nullptr, {&two, 1}, 1);
+    });
+    for (const std::vector<int>& order : {std::vector<int>{0, 1, 2}, {2, 1, 0}, {1, 2, 0}}) {
+      const std::vector<float> apart = row_after([&](ShardStore& s) {
+        for (int c : order) s.push_grad(4, {&k, 1}, {&three, 1}, g[c].data(), nullptr, {}, group_of(c));
+      });
+      EXPECT_EQ(std::memcmp(apart.data(), summed.data(), kDim * sizeof(float)), 0)
+          << "alone " << alone << ", order " << order[0] << order[1] << order[2];
+    }
+    by_pairing.insert(summed);
+  }
+  EXPECT_GT(by_pairing.size(), 1u) << "every grouping rounds alike here: the test proves less";
 }
 
 // Gradients pushed with an owner (a TCP request's payload, lent by the transport) are

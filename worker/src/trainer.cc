@@ -232,6 +232,7 @@ TrainSummary Worker::run() {
     host = host_group(job_.hosts(), job_.rank());
     host->aggregate = c_.host_aggregation;
     host->peer = c_.peer_sync;
+    if (host->aggregate) exchange_->group_as(host->ranks.front() + 1);  // one id per host
   }
   Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host),
                 evictions_.get(), job_.ps_config().row_tier);

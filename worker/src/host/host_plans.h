@@ -6,7 +6,9 @@
 //     full-set end pushes, flushes) are handed to the first of them, which adds them to
 //     its own in rank order and pushes the sum once, saying how many trainers it holds
 //     (protocol.h, encode_trainers): the PS completes the row when all its trainers are
-//     in, as before.
+//     in, as before. Every gradient pushed names its host, summed or not, and the PS
+//     sums a host's first, so the sum does not depend on which phase a gradient left in
+//     (docs/checkpoints.md, flushes under per-host aggregation).
 // Only rows whose PS shard runs on another host travel this way; values (write-backs,
 // dirty evictions) have one sender and go as before. Every worker runs the same
 // scheduler, so each knows every plan of its host, and with them what it sends to and

@@ -59,7 +59,7 @@ void PsExchange::push_partials(GradsByIteration& by_iter, std::vector<ps::PsFutu
       for (std::uint32_t d = 0; d < row_.dim; ++d) to[d] += g[d];
     }
     const bool summed = std::any_of(b.shares.begin(), b.shares.end(), [](std::uint32_t s) { return s > 1; });
-    sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads, summed ? b.shares : std::vector<std::uint32_t>{}));
+    sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads, summed ? b.shares : std::vector<std::uint32_t>{}, group_));
   }
 }
 

@@ -79,6 +79,10 @@ class PsExchange {
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
   // stays in the cache until a plan pushes it.
   void keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t trainers);
+  // Per-host aggregation: every gradient pushed names this worker's host (protocol.h), so
+  // that the shards sum a host's gradients alike whether they left it summed or one by
+  // one (a flush then changes no sum).
+  void group_as(std::uint32_t host) { group_ = host; }
 
  private:
   // Partial gradients to push, grouped by the iteration that computed them (one push each).
@@ -118,6 +122,7 @@ class PsExchange {
   void take_grads(const HandOffs& h, const std::vector<std::uint32_t>& slots, GradsByIteration& by_iter,
                   const std::vector<std::vector<float>>& received);
   ps::PsClient& client_;
+  std::uint32_t group_ = 0;
   RowCache& cache_;
   WireCounts& wire_;
   scheduler::RowFormat row_;                     // dim and state floats of a row

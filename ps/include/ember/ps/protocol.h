@@ -21,7 +21,8 @@
 //   kPushGrad   keys[n], then one trainer count per key (2n keys in all: the workers that
 //               trained the row in the header's iteration), values[n * dim] gradients
 //               -> kAck. A gradient a host summed over several of the row's trainers
-//               (per-host aggregation) says how many in its count's high 32 bits
+//               (per-host aggregation) says how many in its count's bits 32-47, and
+//               every gradient from an aggregating host names the host in bits 48-63
 //               (encode_trainers); the row is complete once its trainers are all in.
 //   kPushValue  keys[n], values[n * (dim + state)] rows written back -> kAck
 //   kCommit     (empty; flags: kCommitCheckpoint, kCommitStop) -> kAck (CommitAck)
@@ -38,16 +39,19 @@
 
 namespace ember::ps {
 
-// A push-grad's count: the row's trainers, and how many of them the gradient sums (1:
-// the pusher's own alone, sent as 0).
-inline std::uint64_t encode_trainers(std::uint32_t trainers, std::uint32_t share) {
-  return trainers | (share > 1 ? std::uint64_t{share} << 32 : 0);
+// A push-grad's count: the row's trainers, how many of them the gradient sums (1: the
+// pusher's own alone, sent as 0), and the group it was summed in (0: none; per-host
+// aggregation: the host, so that the shard sums a row's gradients host by host whether
+// they came summed or one by one; ShardStore::push_grad).
+inline constexpr std::uint32_t kMaxGroup = 0xffff;
+inline std::uint64_t encode_trainers(std::uint32_t trainers, std::uint32_t share, std::uint32_t group = 0) {
+  return trainers | (share > 1 ? std::uint64_t{share & 0xffff} << 32 : 0) | (std::uint64_t{group & kMaxGroup} << 48);
 }
 struct TrainerCount {
-  std::uint32_t trainers, share;
+  std::uint32_t trainers, share, group;
 };
 inline TrainerCount decode_trainers(std::uint64_t count) {
-  return {static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(count >> 32)};
+  return {static_cast<std::uint32_t>(count), static_cast<std::uint32_t>((count >> 32) & 0xffff), static_cast<std::uint32_t>(count >> 48)};
 }
 
 // A pull's flag: each row with its optimizer state (for a worker that will own the row).

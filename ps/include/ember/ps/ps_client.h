@@ -161,9 +161,9 @@ class PsClient {
   PsFuture start_pull(const std::vector<Key>& keys, std::vector<float>& out, bool with_state = false, std::uint64_t iteration = 0,
                       Dedup dedup = Dedup::kYes, Pull when = Pull::kCommitted);
   // `shares` (empty: 1 each): how many of the row's trainers each gradient sums (a host's
-  // sum, per-host aggregation; protocol.h).
+  // sum, per-host aggregation; protocol.h); `group`: the aggregating host (0: none).
   PsFuture start_push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
-                           const std::vector<float>& grads, const std::vector<std::uint32_t>& shares = {});
+                           const std::vector<float>& grads, const std::vector<std::uint32_t>& shares = {}, std::uint32_t group = 0);
   PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
   // Sent once every request before it is answered (its pushes on the shards' other
   // connections must be in before the commit applies them). `flags` (protocol.h):

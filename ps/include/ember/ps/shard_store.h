@@ -132,9 +132,14 @@ class ShardStore {
   // them (the daemon passes a TCP request's payload, lent by the transport). `shares`
   // (empty: 1 each): how many of the trainers' gradients each pushed gradient sums (a
   // host that summed its workers' parts, per-host aggregation); the row's update is
-  // complete once the shares pushed reach its trainers.
+  // complete once the shares pushed reach its trainers. `group` (0: none): the host of
+  // an aggregating host's gradients, whether summed there or pushed one by one. A row of
+  // three or more trainers sums each group's gradients first, then the groups' sums
+  // (store_stripes.h), so a host's sum is the same whether its workers' gradients left
+  // together (a sync, a flush) or one by one (evictions): with two workers a host, the
+  // model then does not depend on when flushes come.
   void push_grad(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
-                 std::shared_ptr<const void> grads_owner = nullptr, std::span<const std::uint32_t> shares = {});
+                 std::shared_ptr<const void> grads_owner = nullptr, std::span<const std::uint32_t> shares = {}, std::uint32_t group = 0);
   // Overwrites rows (value + state, row_floats() each) written back by their owner.
   void push_value(std::span<const Key> keys, const float* rows);
   // Applies every complete aggregation; returns how many rows were updated.
@@ -293,15 +298,15 @@ class ShardStore {
   // push_grad's general path: validates in full, then adds each contribution under its
   // stripe's lock, one pass per stripe.
   struct PushPlan;
-  void push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, const float* grads,
-                         std::span<const std::uint32_t> shares);
+  void push_grad_general(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint32_t> trainers, std::uint32_t group,
+                         const float* grads, std::span<const std::uint32_t> shares);
   // ProtocolError for a bad key, trainer count or share, or a key twice; returns whether
   // a row already has an aggregation.
   bool validate_push(std::span<const Key> keys, std::span<const std::uint32_t> trainers, std::span<const std::uint32_t> shares);
   void group_by_stripe(std::span<const Key> keys, PushPlan& plan) const;
   void check_partial(const Stripe& st, Key k, std::uint64_t iteration, std::uint32_t share) const;
-  void add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, std::uint32_t share, const float* g,
-                        PushPlan& plan);
+  void add_contribution(Stripe& st, std::uint64_t iteration, Key k, std::uint32_t trainers, std::uint32_t share, std::uint32_t group,
+                        const float* g, PushPlan& plan);
   void flush_done(PushPlan& plan);
   struct Applier;
 

@@ -146,6 +146,19 @@ def write_token(out):
     return token_file
 
 
+def write_restart_record(path, restarts, lost_at):
+    """What a restarted attempt's workers report (ember-worker --restart-record): the
+    restarts so far, the iterations they lost (recomputed), and when the last loss was
+    noticed (Unix seconds). Written to a temp file, then renamed."""
+    path = Path(path)
+    record = {"restarts": len(restarts), "iterations_recomputed": sum(int(r.get("iterations_lost", 0)) for r in restarts),
+              "lost_at": float(lost_at or 0)}
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
 def sum_links(per_worker):
     """The workers' summary "links" summed field by field (nested dicts of counts)."""
     def add(a, b):
@@ -247,6 +260,8 @@ def summarize(out, job, who="ember-job", quiet=False):
                   f"(see ps*.log); the newest whole checkpoint is the one --resume uses", file=sys.stderr, flush=True)
     if job.get("restarts") is not None:  # a launcher that restarts failed jobs (--max-restarts)
         result["restarts"] = job["restarts"]
+        if job["restarts"] and job["restarts"][-1].get("recovery_s") is None and w0.get("recovery_s") is not None:
+            job["restarts"][-1]["recovery_s"] = w0["recovery_s"]  # from the loss to training again, by worker 0
         result["restart_count"] = len(job["restarts"])
         result["iterations_recomputed"] = sum(r["iterations_lost"] for r in job["restarts"])
     tmp = out / "summary.json.tmp"
@@ -299,6 +314,7 @@ def main():
     s.add_argument("--transport", default="tcp", help="tcp or rdma")
     s.add_argument("--checkpoint-dir", default="", help="where the job's checkpoints went (named when it stopped at one)")
     s.add_argument("--metrics-endpoints", default="", help="comma-separated HOST:PORT of the Prometheus endpoints")
+    s.add_argument("--restarts", default="", help="the job's restarts, one JSON object a line (ember.sbatch's OUT/restarts.jsonl)")
     s.add_argument("-q", "--quiet", action="store_true", help="write summary.json, print nothing")
     s.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(Path(__file__).resolve().parent.parent / "build" / "bin")),
                    help="where ember-worker is (it names the job settings summary.json records)")
@@ -308,7 +324,18 @@ def main():
     r.add_argument("ckpt", help="a launcher's checkpoint directory (CKPT/ps, CKPT/dense)")
     r.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(Path(__file__).resolve().parent.parent / "build" / "bin")),
                    help="where ember-ps is (it verifies the shard files' checksums; without it they are not checked)")
+    rr = sub.add_parser("restart-record", help="write a restarted attempt's record for its workers (--restart-record)")
+    rr.add_argument("path", help="the record's file")
+    rr.add_argument("--restarts", default="", help="the restarts so far, one JSON object a line (iterations_lost each)")
+    rr.add_argument("--lost-at", type=float, default=0, help="when the last loss was noticed (Unix seconds)")
     a = p.parse_args(argv)
+    if a.cmd == "restart-record":
+        try:
+            restarts = [json.loads(line) for line in Path(a.restarts).read_text().splitlines() if line.strip()] if a.restarts else []
+        except (OSError, ValueError) as e:
+            p.error(f"--restarts {a.restarts}: {e}")
+        write_restart_record(a.path, restarts, a.lost_at)
+        return
     if a.cmd == "token":
         write_token(a.out)
         return
@@ -324,6 +351,12 @@ def main():
     job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "checkpoint_dir": a.checkpoint_dir,
            "metrics_endpoints": [e for e in a.metrics_endpoints.split(",") if e],
            **settings_of_worker_args(worker_settings(a.bin), ["--policy", a.policy, *worker_args])}
+    if a.restarts:
+        try:
+            path = Path(a.restarts)
+            job["restarts"] = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        except ValueError as e:
+            p.error(f"--restarts {a.restarts}: {e}")
     summarize(a.out, job, quiet=a.quiet)
 
 

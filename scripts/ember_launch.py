@@ -50,7 +50,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from ember_job import resume_point, settings_of_worker_args, worker_settings, split_worker_args, summarize, write_token
+from ember_job import (resume_point, settings_of_worker_args, worker_settings, split_worker_args, summarize, write_restart_record,
+                       write_token)
 
 
 PR_SET_PDEATHSIG = 1
@@ -249,6 +250,10 @@ class Job:
             if a.resume:
                 ps_extra = ["--restore", str(resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps"))] + ps_extra
             worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
+        if self.restarts:  # the workers report the restarts on /metrics and in their summaries
+            record = self.out / "restart-record.json"
+            write_restart_record(record, self.restarts, self.lost_at)
+            worker_extra += ["--restart-record", str(record)]
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
         # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS
         # shards in one, the workers in another, joined by a veth pair.

@@ -107,7 +107,11 @@ if [ "$max_restarts" -gt 0 ] && [ "$attempt" = 0 ]; then
   while :; do
     rc=0
     printf '%s\n' "${active[@]}" > "$out/hosts-attempt-$k"
-    bash "${BASH_SOURCE[0]}" --attempt "$k" "${again[@]}" "${pre[@]}" --hostfile "$out/hosts-attempt-$k" --spares 0 -- "${post[@]}" || rc=$?
+    # A restarted attempt's workers report the restarts (ember-worker --restart-record).
+    record=()
+    [ "$k" -gt 1 ] && record=(--restart-record "$out/restart-record.json")
+    bash "${BASH_SOURCE[0]}" --attempt "$k" "${again[@]}" "${pre[@]}" --hostfile "$out/hosts-attempt-$k" --spares 0 -- "${post[@]}" "${record[@]}" || rc=$?
+    lost_at="$(date +%s.%N)"
     if [ "$rc" = 0 ]; then
       if [ ${#restarts[@]} -gt 0 ]; then  # the restarts into summary.json
         printf '%s\n' "${restarts[@]}" | python3 -c '
@@ -117,8 +121,13 @@ s = json.load(open(p))
 s["restarts"] = [json.loads(l) for l in sys.stdin if l.strip()]
 s["restart_count"] = len(s["restarts"])
 s["iterations_recomputed"] = sum(r["iterations_lost"] for r in s["restarts"])
+# From the last loss to training again, as worker 0 measured it (--restart-record).
+for line in open(sys.argv[2]):
+    w = json.loads(line)
+    if w.get("summary") and "recovery_s" in w:
+        s["restarts"][-1]["recovery_s"] = w["recovery_s"]
 open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
-' "$out/summary.json" && mv "$out/summary.json.tmp" "$out/summary.json"
+' "$out/summary.json" "$out/w0.jsonl" && mv "$out/summary.json.tmp" "$out/summary.json"
       fi
       exit 0
     fi
@@ -151,6 +160,8 @@ open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
     lost=$(( reached > start ? reached - start : 0 ))
     echo "launch_hosts: restart $k/$max_restarts: from ${point:-the start (no checkpoint verifies)}; $lost iteration(s) lost;${replaced:+ replaced$replaced} the failed attempt's logs in $out/attempt-$k" >&2
     restarts+=("{\"attempt\": $k, \"checkpoint\": \"$point\", \"resumed_at\": $start, \"iterations_lost\": $lost, \"replaced\": \"${replaced# }\"}")
+    printf '%s\n' "${restarts[@]}" > "$out/restarts.jsonl"
+    python3 "$root/scripts/ember_job.py" restart-record "$out/restart-record.json" --restarts "$out/restarts.jsonl" --lost-at "$lost_at"
     k=$((k + 1))
   done
 fi

@@ -364,6 +364,19 @@ print(f'{max(j[\"iter_ms\"] for j in map(json.loads, open(sys.argv[1])) if \"ite
   echo "(iv) $kind: link down at iteration $at, the job completed in ${ends[iv-$kind]} s, its longest iteration ${stall[$kind]} s; $model"
 done
 
+# What a healed job's summary.json counts: one restart, the iterations recomputed, and
+# the seconds from the loss to training again (worker 0's, from its --restart-record).
+restart_counted() {  # RUN_DIR WHAT: prints "recovery X s, N iteration(s) recomputed"
+  python3 - "$1/summary.json" "$2" << 'PY' || fail "$2: summary.json does not count the restart"
+import json, sys
+s = json.load(open(sys.argv[1]))
+r = (s.get("restarts") or [{}])[-1]
+ok = s.get("restart_count") == 1 and s.get("iterations_recomputed", -1) >= 0 and (r.get("recovery_s") or 0) > 0
+print(f"recovery {r.get('recovery_s')} s, {s.get('iterations_recomputed')} iteration(s) recomputed")
+sys.exit(0 if ok else print(f"{sys.argv[2]}: {json.dumps(s.get('restarts'))}", file=sys.stderr) or 1)
+PY
+}
+
 # (v) launch_hosts.sh --max-restarts 1: host3's processes killed once; the job restarts
 # by itself from the newest checkpoint and ends with the reference model.
 name="v-ssh"
@@ -387,7 +400,8 @@ grep -q "launch_hosts: restart 1/1: from $d/ckpt/ps/iter-" "$work/$name.launcher
 ends[v]=$((SECONDS - t0s))
 model="$(same_as_reference "$name" "(v) healed" model)"
 restart="$(grep "launch_hosts: restart 1/1" "$work/$name.launcher" | sed 's/^launch_hosts: //')"
-echo "(v) healed in one restart ($restart); the job completed in ${ends[v]} s; $model"
+counted="$(restart_counted "$d/run" "(v)")"
+echo "(v) healed in one restart ($restart); $counted; the job completed in ${ends[v]} s; $model"
 
 # (vi) host3's link down for good under launch_hosts.sh --max-restarts 1 --spares 1: the
 # restart finds host3 gone (ssh), puts its workers on the spare host4, same ranks, and
@@ -446,7 +460,8 @@ grep -q "ember.sbatch: restart 1/1: requeued" "$work/$name.out" || { cat "$work/
 [ -s "$d/run/summary.json" ] || { cat "$work/$name.out" >&2; fail "(vii): the requeued job wrote no summary"; }
 ends[vii]=$((SECONDS - t0s))
 model="$(same_as_reference "$name" "(vii) requeued" model)"
-echo "(vii) requeued once by Slurm (pending again ${held_s} s after the start); the job completed in ${ends[vii]} s; $model"
+counted="$(restart_counted "$d/run" "(vii)")"
+echo "(vii) requeued once by Slurm (pending again ${held_s} s after the start); $counted; the job completed in ${ends[vii]} s; $model"
 
 for kind in ssh slurm; do
   name="iii-$kind"

@@ -107,6 +107,11 @@ def main():
                   s.get("iterations_recomputed"))
             check("the time from the loss to training again is measured", (r[0].get("recovery_s") or 0) > 0, r[0])
             check("the failed attempt's logs are kept", (out / "attempt-1" / "worker1.log").exists())
+            w0 = [json.loads(l) for l in (out / "w0.jsonl").read_text().splitlines() if '"summary"' in l]
+            w0 = w0[-1] if w0 else {}
+            check("worker 0 reports the restart from its --restart-record (summary; /metrics: ember_worker_job_*)",
+                  w0.get("restarts") == 1 and w0.get("iterations_recomputed") == s.get("iterations_recomputed")
+                  and (w0.get("recovery_s") or 0) > 0, {k: w0.get(k) for k in ("restarts", "iterations_recomputed", "recovery_s")})
             print(f"     {restart_lines[0] if restart_lines else ''}\n     recovery_s {r[0].get('recovery_s')}, "
                   f"iterations recomputed {s.get('iterations_recomputed')}")
             for f in ("rows.bin", "dense.bin"):

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <fstream>
 #include <regex>
@@ -149,34 +150,41 @@ TEST_F(Prometheus, PrometheusScrapesARunningJob) {
                    dir_ / "ps.log");
   const std::string coord = test::wait_for_file(dir_ / "coord", 30s);
   ASSERT_FALSE(coord.empty()) << ps.log_tail(20);
+  // Worker 0 as a restarted job's launcher starts it (ember_job.py restart-record): two
+  // restarts, 7 iterations recomputed, the last loss 5 s ago.
+  const fs::path record = dir_ / "restart-record.json";
+  const double lost_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - 5;
+  std::ofstream(record) << "{\"restarts\": 2, \"iterations_recomputed\": 7, \"lost_at\": " << std::fixed << lost_at << "}\n";
   std::vector<std::unique_ptr<test::Process>> workers;
-  for (int r = 0; r < 2; ++r)
-    workers.push_back(std::make_unique<test::Process>(std::vector<std::string>{test::bin("ember-worker"),
-                                                                               "--dataset",
-                                                                               data.string(),
-                                                                               "--coordinator",
-                                                                               coord,
-                                                                               "--token-file",
-                                                                               token.string(),
-                                                                               "--workers",
-                                                                               "2",
-                                                                               "--rank",
-                                                                               std::to_string(r),
-                                                                               "--iterations",
-                                                                               "1000000",
-                                                                               "--model",
-                                                                               "dlrm",
-                                                                               "--bottom-mlp",
-                                                                               "16",
-                                                                               "--top-mlp",
-                                                                               "16",
-                                                                               "--batch-per-worker",
-                                                                               "64",
-                                                                               "--progress-every",
-                                                                               "0",
-                                                                               "--metrics-port",
-                                                                               std::to_string(r == 0 ? w0 : w1)},
-                                                      dir_ / ("w" + std::to_string(r) + ".log")));
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {test::bin("ember-worker"),
+                                     "--dataset",
+                                     data.string(),
+                                     "--coordinator",
+                                     coord,
+                                     "--token-file",
+                                     token.string(),
+                                     "--workers",
+                                     "2",
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--iterations",
+                                     "1000000",
+                                     "--model",
+                                     "dlrm",
+                                     "--bottom-mlp",
+                                     "16",
+                                     "--top-mlp",
+                                     "16",
+                                     "--batch-per-worker",
+                                     "64",
+                                     "--progress-every",
+                                     "0",
+                                     "--metrics-port",
+                                     std::to_string(r == 0 ? w0 : w1)};
+    if (r == 0) args.insert(args.end(), {"--restart-record", record.string()});
+    workers.push_back(std::make_unique<test::Process>(args, dir_ / ("w" + std::to_string(r) + ".log")));
+  }
 
   // Training runs once worker 0 counts iterations.
   std::string w0_text;
@@ -203,6 +211,11 @@ TEST_F(Prometheus, PrometheusScrapesARunningJob) {
   EXPECT_GT(sample(w0_text, "ember_worker_rows_total{rank=\"0\",kind=\"pull\",direction=\"in\"}"), 0) << w0_text;
   EXPECT_GT(sample(w0_text, "ember_worker_sent_bytes_total{rank=\"0\",kind=\"commit\"}"), 0) << w0_text;
   EXPECT_GT(sample(w0_text, "ember_worker_phase_seconds_total{rank=\"0\",phase=\"compute\"}"), 0) << w0_text;
+  EXPECT_EQ(sample(w0_text, "ember_worker_job_restarts{rank=\"0\"}"), 2) << w0_text;
+  EXPECT_EQ(sample(w0_text, "ember_worker_job_iterations_recomputed{rank=\"0\"}"), 7) << w0_text;
+  const double recovery = sample(w0_text, "ember_worker_job_recovery_seconds{rank=\"0\"}");
+  EXPECT_TRUE(recovery >= 5 && recovery < 120) << "from the loss 5 s before the start to the first iteration: " << recovery;
+  EXPECT_EQ(sample(http_get(w1, "/metrics"), "ember_worker_job_restarts{rank=\"1\"}"), -1) << "worker 1 has no record: none served";
   const double ratio = sample(w0_text, "ember_worker_cache_hit_ratio{rank=\"0\"}");
   EXPECT_TRUE(ratio >= 0 && ratio <= 1) << w0_text;
 

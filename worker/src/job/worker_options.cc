@@ -134,6 +134,9 @@ std::vector<Decl> declare() {
       option("--torch-threads", &TrainConfig::torch_threads, "LibTorch intra-op threads"),
       option("--progress-every", &TrainConfig::progress_every, "iterations between progress lines (worker 0)"),
       option("--metrics", &TrainConfig::metrics_file, "JSON lines: one per iteration, evaluation and the summary"),
+      option("--restart-record", &TrainConfig::restart_record,
+             "a restarted job's record from its launcher (JSON: restarts, iterations_recomputed, lost_at): reported in the "
+             "summary and on /metrics, with the seconds from the loss to training again"),
       option("--dump-dir", &TrainConfig::dump_dir, "worker 0 writes the final dense weights and every embedding row here"),
       option("--checkpoint-dir", &TrainConfig::checkpoint_dir,
              "write this worker's dense model and optimizer here at every PS checkpoint (ember-ps --checkpoint-every), for "

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -83,6 +84,7 @@ struct RunReport::Live {
   PhaseTimes phases;
   std::optional<double> auc, logloss;
   std::optional<monitor::Histogram> iteration_seconds;
+  std::optional<RunReport::Restarts> restarts;  // a restarted job's (--restart-record)
 
   void fill(monitor::Sink& out) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -176,16 +178,42 @@ struct RunReport::Live {
     out.gauge("ember_worker_cache_hit_ratio", "Cache hits over lookups in the last iteration", r, last_hit_ratio);
     if (auc) out.gauge("ember_worker_eval_auc", "AUC of the last evaluation on the validation split", r, *auc);
     if (logloss) out.gauge("ember_worker_eval_logloss", "Log loss of the last evaluation on the validation split", r, *logloss);
+    if (restarts) {
+      out.gauge("ember_worker_job_restarts", "Restarts of this job before this process started (its launcher's record)", r,
+                d(restarts->restarts));
+      out.gauge("ember_worker_job_iterations_recomputed", "Iterations the job's restarts trained again (lost since their checkpoints)", r,
+                d(restarts->iterations_recomputed));
+      if (restarts->recovery_s)
+        out.gauge("ember_worker_job_recovery_seconds", "Seconds from the last loss to this process's first iteration trained", r,
+                  *restarts->recovery_s);
+    }
   }
 };
 
+RunReport::Restarts RunReport::read_restart_record(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(errno_message("--restart-record: open " + path));
+  Restarts r;
+  try {
+    const json j = json::parse(in);
+    r.restarts = j.at("restarts").get<std::uint64_t>();
+    r.iterations_recomputed = j.at("iterations_recomputed").get<std::uint64_t>();
+    r.lost_at = j.value("lost_at", 0.0);
+  } catch (const json::exception& e) {
+    throw ConfigError("--restart-record " + path + ": not a restart record (restarts, iterations_recomputed, lost_at): " + e.what());
+  }
+  return r;
+}
+
 RunReport::RunReport(const TrainConfig& c) : c_(c), global_n_(static_cast<double>(c.workers) * c.batch_per_worker) {
+  if (!c_.restart_record.empty()) restarts_ = read_restart_record(c_.restart_record);
   if (!c_.metrics_file.empty()) {
     metrics_.open(c_.metrics_file, std::ios::trunc);
     if (!metrics_) throw IoError(errno_message("open " + c_.metrics_file));
   }
   if (c_.exporter != nullptr) {
     live_ = std::make_shared<Live>();
+    if (!c_.restart_record.empty()) live_->restarts = restarts_;
     c_.exporter->on_scrape([live = live_](monitor::Sink& out) { live->fill(out); });
   }
 }
@@ -214,8 +242,13 @@ void RunReport::begin(const WireCounts& wire, const PhaseTimes& phases) {
 void RunReport::iteration(const Step& s, double ms, double wait_ms, std::optional<double> loss, const WireCounts& wire,
                           const PhaseTimes& phases) {
   const std::uint64_t t = s.iteration;
+  if (restarts_.lost_at > 0 && !restarts_.recovery_s) {  // training again
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    restarts_.recovery_s = std::max(0.0, now - restarts_.lost_at);
+  }
   if (live_) {
     std::lock_guard<std::mutex> lock(live_->mutex);
+    if (live_->restarts) live_->restarts->recovery_s = restarts_.recovery_s;
     live_->iterations += 1;
     live_->iteration = t + 1;
     live_->samples += s.labels.size();
@@ -307,6 +340,11 @@ void RunReport::summary(const TrainSummary& sum) {
                 {"links", {{"intra_host", link_json(w.links.intra_host)}, {"cross_host", link_json(w.links.cross_host)}}},
                 {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});
   j["bytes"]["peer"] = bytes.peer;  // every worker's summary has the same fields, alone on its host or not
+  if (!c_.restart_record.empty()) {
+    j["restarts"] = restarts_.restarts;
+    j["iterations_recomputed"] = restarts_.iterations_recomputed;
+    j["recovery_s"] = restarts_.recovery_s ? json(*restarts_.recovery_s) : json(nullptr);
+  }
   write(j.dump());
   const PhaseTimes& f = sum.phases;
   const double all = std::max(1e-9, f.total());

@@ -36,6 +36,15 @@ class RunReport {
   void evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples);
   void summary(const TrainSummary& sum);
 
+  // What a launcher's --restart-record says (none: restarts == 0 and lost_at == 0).
+  struct Restarts {
+    std::uint64_t restarts = 0, iterations_recomputed = 0;
+    double lost_at = 0;                // Unix seconds
+    std::optional<double> recovery_s;  // from lost_at to this process's first iteration
+  };
+  // ConfigError naming the file when it cannot be read or is not such a record.
+  static Restarts read_restart_record(const std::string& path);
+
  private:
   struct Live;  // what Prometheus reads: a snapshot taken once per iteration
   void write(const std::string& line);
@@ -48,6 +57,7 @@ class RunReport {
   PhaseTimes phases_before_;
   Stopwatch window_;
   std::uint64_t window_first_ = 0;
+  Restarts restarts_;
   std::shared_ptr<Live> live_;  // shared with the exporter's scrape (it may outlive this)
 };
 

@@ -90,6 +90,10 @@ struct TrainConfig : scheduler::SchedulerOptions, ConnectOptions {
   int torch_threads = 1;
   std::uint64_t progress_every = 10;
   std::string metrics_file;  // JSON lines (one per iteration, evaluation, summary)
+  // A restarted job's record, written by its launcher (JSON: "restarts",
+  // "iterations_recomputed", "lost_at" in Unix seconds): reported in the summary and on
+  // /metrics with the time from the loss to this process's first iteration. Empty: none.
+  std::string restart_record;
   // Prometheus endpoint (ember-worker --metrics-port) the run's counters are served on;
   // none: not served. Outlives run_worker.
   monitor::Exporter* exporter = nullptr;

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "ember/common/checkpoint_schedule.h"
 #include "ember/common/error.h"
 #include "ember/common/hash.h"
 #include "ember/scheduler/batch_stream.h"
+#include "tier_model.h"
 
 namespace ember::scheduler {
 namespace {
@@ -153,6 +155,50 @@ void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, c
   for (std::size_t l = 0; l < 2; ++l) per_link[l] += flat[l];
 }
 
+// Every shard's disk tier, without hints and with them (SimResult::per_shard_tier).
+class Tiers {
+ public:
+  Tiers(const SimOptions& o) : o_(o) {
+    for (std::uint32_t s = 0; s < o.shards; ++s) {
+      plain_.emplace_back(o.tier_budget_bytes, o.tier_row_bytes);
+      hinted_.emplace_back(o.tier_budget_bytes, o.tier_row_bytes);
+    }
+  }
+  // The rows the plans' requests read or write at the shards, in iteration `it`.
+  void touch(std::uint64_t it, const std::vector<StepPlan>& plans) {
+    auto row = [&](Key k) {
+      const std::uint32_t s = o_.shard_of(k);
+      plain_[s].touch(it, k / o_.shards);
+      hinted_[s].touch(it, k / o_.shards);
+    };
+    for (const StepPlan& p : plans) {
+      for (const PullEntry& e : p.pulls) {
+        if (!e.peer) row(e.key);
+        if (e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial) row(e.evicted);
+      }
+      for (const auto* list : {&p.push_grads, &p.push_values, &p.end_pushes})
+        for (const KeySlot& ks : *list) row(ks.key);
+    }
+  }
+  // A hint at iteration `now` of the batch of iteration `until`.
+  void hint(std::uint64_t now, std::uint64_t until, const GlobalBatch& g) {
+    for (Key k : g.keys) hinted_[o_.shard_of(k)].hint(now, until, k / o_.shards);
+  }
+  // The counts so far.
+  void read(std::vector<TierReads>& plain, std::vector<TierReads>& hinted) const {
+    auto of = [](const std::vector<TierModel>& m, std::vector<TierReads>& out) {
+      out.clear();
+      for (const TierModel& t : m) out.push_back({t.pages_touched(), t.reads(), t.critical_reads()});
+    };
+    of(plain_, plain);
+    of(hinted_, hinted);
+  }
+
+ private:
+  const SimOptions& o_;
+  std::vector<TierModel> plain_, hinted_;
+};
+
 // Replays the job's batches through `sched` (a Scheduler, or HostSchedulers).
 template <typename S>
 SimResult replay(S& sched, const data::BatchReader& reader, const std::string& policy, bool flushes, std::uint64_t total,
@@ -174,10 +220,21 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   const std::function<std::size_t(WorkerId, Key)> shard_of = [&](WorkerId, Key k) -> std::size_t { return o.shard_of(k); };
   if (o.link_of) r.per_link.assign(2, TrafficCounts{});
   if (o.link_of && o.host_of) r.per_link_aggregated.assign(2, TrafficCounts{});
+  std::optional<Tiers> tiers;
+  std::vector<TierReads> tier_warm, tier_warm_hinted;  // at the end of the warmup
+  std::uint64_t now = 0;
+  if (o.tier_budget_bytes > 0) {
+    if (o.shards == 0) throw ConfigError("a disk tier's prediction needs the PS shards (--ps)");
+    tiers.emplace(o);
+    batches.on_ahead([&](std::uint64_t until, const GlobalBatch& next) { tiers->hint(now, until, next); });
+  }
   for (std::uint64_t it = 0; it < total; ++it) {
+    now = it;
+    if (tiers && it == o.warmup) tiers->read(tier_warm, tier_warm_hinted);
     batches.next(b, g);
     batches.look_ahead(sched, it, total);
     IterationStats st = sched.schedule(g, plans);
+    if (tiers) tiers->touch(it, plans);
     const bool counted = it >= o.warmup;
     if (counted) {
       count_per_table(plans, offsets, false, r.per_table);
@@ -191,6 +248,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     // The flushes a job makes after this iteration (worker/src/loader.cc).
     if (flushes && flush_schedule.flushes_after(it)) {
       TrafficCounts f = sched.flush(plans);
+      if (tiers) tiers->touch(it, plans);
       if (counted) {
         count_per_table(plans, offsets, true, r.per_table);
         if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
@@ -216,6 +274,16 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     r.sched_ms_median = median(times);
     r.laia_tables_mean = tables_sum / static_cast<double>(times.size());
     r.scoring_ms_mean = scoring_sum / static_cast<double>(times.size());
+  }
+  if (tiers) {
+    tiers->read(r.per_shard_tier, r.per_shard_tier_hinted);
+    for (auto [all, warm] : {std::pair{&r.per_shard_tier, &tier_warm}, std::pair{&r.per_shard_tier_hinted, &tier_warm_hinted}}) {
+      for (std::size_t s = 0; s < all->size() && s < warm->size(); ++s) {
+        (*all)[s].pages_touched -= (*warm)[s].pages_touched;
+        (*all)[s].reads -= (*warm)[s].reads;
+        (*all)[s].critical_reads -= (*warm)[s].critical_reads;
+      }
+    }
   }
   r.scheduler_bytes = sched.memory_bytes();
   for (std::uint32_t w = 0; w < sched.config().workers; ++w) r.cached_rows += sched.cache_of(w).size();

@@ -124,6 +124,24 @@ nlohmann::ordered_json counts(nlohmann::ordered_json head, const scheduler::Traf
   return head;
 }
 
+// A disk tier's prediction (--ram-budget-mb): per shard, pages read from disk per
+// iteration and those a request waited for, without hints and with them.
+nlohmann::ordered_json tier_json(const Output& out, const scheduler::SimResult& r) {
+  const double its = std::max<double>(1, static_cast<double>(r.iterations));
+  auto side = [&](const scheduler::TierReads& t) {
+    return nlohmann::ordered_json{
+        {"pages_touched_per_iteration", static_cast<double>(t.pages_touched) / its},
+        {"reads_per_iteration", static_cast<double>(t.reads) / its},
+        {"critical_reads_per_iteration", static_cast<double>(t.critical_reads) / its},
+        {"critical_per_page_touched", t.pages_touched ? static_cast<double>(t.critical_reads) / t.pages_touched : 0.0}};
+  };
+  nlohmann::ordered_json j = {{"ram_budget_bytes", out.o.tier_budget_bytes}, {"page_bytes", 4096}, {"row_bytes", out.o.tier_row_bytes}};
+  auto& shards = j["shards"] = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < r.per_shard_tier.size(); ++s)
+    shards.push_back({{"shard", s}, {"no_hints", side(r.per_shard_tier[s])}, {"hints", side(r.per_shard_tier_hinted[s])}});
+  return j;
+}
+
 // The breakdowns of one policy's counts: per table (the table of each row's key: they
 // add up to the totals), per PS shard (the shard of each row's key: the rows and bytes
 // it serves, and the busiest over the mean), per link class (--hosts: the PS rows and
@@ -141,6 +159,7 @@ void add_breakdowns(nlohmann::ordered_json& j, const Output& out, const schedule
       {"pushes", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); })},
       {"transmissions", scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.transmissions(); })},
       {"bytes", scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); })}};
+  if (!r.per_shard_tier.empty()) j["tier"] = tier_json(out, r);
   if (!r.per_link.empty()) {
     j["links"] = {{"intra_host", counts({}, r.per_link[0], row)}, {"cross_host", counts({}, r.per_link[1], row)}};
     // Per-host aggregation, modelled (SimResult::per_link_aggregated).
@@ -247,6 +266,19 @@ void print_text(const Output& out, const scheduler::SimResult& r) {
                              scheduler::max_over_mean(r.per_shard, [](const auto& c) { return c.pushes(); }),
                              scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
   }
+  for (std::size_t s = 0; s < r.per_shard_tier.size(); ++s) {
+    const double its = std::max<double>(1, static_cast<double>(r.iterations));
+    const auto& a = r.per_shard_tier[s];
+    const auto& h = r.per_shard_tier_hinted[s];
+    std::cout << fmt::format(
+        "{:<10}shard {} disk tier ({:g} MB budget): {:.0f} pages used per iteration; reads per iteration {:.0f} without hints, {:.0f} with "
+        "them, of which a request waited for {:.0f} ({:.1f}% of pages used) and {:.0f} ({:.1f}%)\n",
+        "", s, static_cast<double>(out.o.tier_budget_bytes) / (1024 * 1024), static_cast<double>(a.pages_touched) / its,
+        static_cast<double>(a.reads) / its, static_cast<double>(h.reads) / its, static_cast<double>(a.critical_reads) / its,
+        a.pages_touched ? 100.0 * static_cast<double>(a.critical_reads) / static_cast<double>(a.pages_touched) : 0.0,
+        static_cast<double>(h.critical_reads) / its,
+        h.pages_touched ? 100.0 * static_cast<double>(h.critical_reads) / static_cast<double>(h.pages_touched) : 0.0);
+  }
   if (t.hot_sync > 0) {
     std::cout << fmt::format("{:<10}replicated rows all-reduced among workers (summed over workers): {}; written back at flushes: {}\n", "",
                              t.hot_sync, t.hot_flush);
@@ -260,6 +292,7 @@ struct Flags {
   bool json = false, quiet = false;
   scheduler::SimOptions o;
   std::uint32_t dim = 16, ps_shards = 1, hosts = 0;
+  double ram_budget_mb = 0;  // a disk tier under each shard (ember-ps --ram-budget-mb)
   std::string optimizer = "sgd", ps_hosts = "own", host_map;
 };
 
@@ -331,6 +364,10 @@ void add_flags(CLI::App& app, Flags& f) {
       ->capture_default_str();
   app.add_option("--dim", f.dim, "embedding dimension, for bytes")->capture_default_str();
   app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
+  app.add_option("--ram-budget-mb", f.ram_budget_mb,
+                 "a disk tier under each PS shard with this budget (ember-ps --ram-budget-mb): predict its disk reads per "
+                 "iteration, without hints and with the workers' hints (--lookahead iterations ahead)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--json", f.json, "one JSON object per policy per line (with a per-table breakdown)");
   app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
   app.add_flag("--quiet,-q", f.quiet, "no progress lines");
@@ -371,6 +408,10 @@ int main(int argc, char** argv) {
     if (f.o.scheduler.scheduler_per_host && f.hosts == 0) throw ConfigError("--scheduler-per-host needs --hosts or --host-map");
     auto list = scheduler::parse_policies(f.o.scheduler.policy);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
+    if (f.ram_budget_mb > 0) {
+      f.o.tier_budget_bytes = static_cast<std::uint64_t>(f.ram_budget_mb * 1024 * 1024);
+      f.o.tier_row_bytes = (row.dim + row.state) * 4;
+    }
     SyntheticDataset holder;
     fs::path dir = f.data_dir;
     if (!f.synthetic.empty()) {

@@ -11,6 +11,7 @@
 #include "ember/scheduler/fae_profile.h"
 #include "synthetic_dataset.h"
 #include "test_util.h"
+#include "tier_model.h"
 
 namespace ember::scheduler {
 namespace {
@@ -25,6 +26,82 @@ class Simulator : public test::TempDirTest {
     return test::prepare_synthetic(dir_, g);
   }
 };
+
+// The tier model (ember-sim --ram-budget-mb) keeps the budget's pages, drops the least
+// recently used, and keeps a hinted page until its iteration is done.
+TEST(TierModel, KeepsTheBudgetsPagesAndHintedOnesUntilTheirIteration) {
+  TierModel t(2 * TierModel::kPageBytes, TierModel::kPageBytes);  // 2 pages, a row a page
+  t.touch(0, 0);
+  t.touch(0, 1);
+  t.touch(0, 0);  // in memory
+  EXPECT_EQ(t.critical_reads(), 2u);
+  t.touch(1, 2);  // drops row 1's page, the least recently used
+  t.touch(1, 0);
+  EXPECT_EQ(t.critical_reads(), 3u);
+  t.touch(1, 1);
+  EXPECT_EQ(t.critical_reads(), 4u) << "row 1 was dropped";
+  // A hint at iteration 1 for iteration 3: read now, kept while iterations 1-3 run.
+  t.hint(1, 3, 7);
+  EXPECT_EQ(t.reads(), 5u);
+  EXPECT_EQ(t.critical_reads(), 4u) << "a hinted read is off the critical path";
+  for (std::uint64_t row : {8, 9, 10}) t.touch(2, row);
+  t.touch(3, 7);
+  EXPECT_EQ(t.critical_reads(), 7u) << "the hinted page was kept through iteration 2's reads";
+  for (std::uint64_t row : {11, 12, 13}) t.touch(4, row);
+  t.touch(4, 7);
+  EXPECT_EQ(t.critical_reads(), 11u) << "after iteration 3 it may go";
+  // A row over two pages reads both.
+  TierModel wide(64 * TierModel::kPageBytes, 6000);
+  wide.touch(0, 1);  // bytes 6000-11999: pages 1 and 2
+  EXPECT_EQ(wide.reads(), 2u);
+  EXPECT_EQ(wide.pages_touched(), 2u);
+}
+
+// ember-sim's disk-tier prediction: with room for every row, each page is read once, on
+// first use; with a budget under one iteration's pages, hints at the lookahead's distance
+// take reads off the critical path; without lookahead there are no hints.
+TEST_F(Simulator, DiskTierReadsWithAndWithoutHints) {
+  data::Dataset ds = data::Dataset::open(dataset(40 * 4 * 256, 0.01));
+  SimOptions o;
+  o.scheduler.workers = 4;
+  o.scheduler.batch_per_worker = 256;
+  o.scheduler.policy = "herald";
+  o.scheduler.cache_ratio = 0.1;
+  o.iterations = 30;
+  o.warmup = 0;
+  o.shards = 2;
+  o.shard_of = [](Key k) { return static_cast<std::uint32_t>(k % 2); };
+  o.tier_row_bytes = 64 * 4;
+  o.tier_budget_bytes = std::uint64_t{1} << 40;
+  o.scheduler.lookahead = 2;
+  const SimResult all = simulate(ds, o);
+  ASSERT_EQ(all.per_shard_tier.size(), 2u);
+  for (std::size_t s = 0; s < 2; ++s) {
+    const TierReads& t = all.per_shard_tier[s];
+    EXPECT_GT(t.reads, 0u);
+    EXPECT_EQ(t.critical_reads, t.reads) << "no hints: every read is waited for";
+    EXPECT_LT(t.reads, t.pages_touched) << "pages used again stay in memory";
+    EXPECT_LT(all.per_shard_tier_hinted[s].critical_reads, t.critical_reads) << "hints read the first uses ahead";
+  }
+  o.tier_budget_bytes = 64 * TierModel::kPageBytes;  // far under an iteration's pages
+  const SimResult small = simulate(ds, o);
+  std::uint64_t plain = 0, hinted = 0;
+  for (std::size_t s = 0; s < 2; ++s) {
+    plain += small.per_shard_tier[s].critical_reads;
+    hinted += small.per_shard_tier_hinted[s].critical_reads;
+    EXPECT_GT(small.per_shard_tier[s].reads, all.per_shard_tier[s].reads) << "a small budget reads pages again";
+  }
+  EXPECT_LT(hinted, plain);
+  o.scheduler.lookahead = 0;
+  const SimResult none = simulate(ds, o);
+  for (std::size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(none.per_shard_tier_hinted[s].critical_reads, none.per_shard_tier[s].critical_reads) << "no lookahead, no hints";
+    EXPECT_EQ(none.per_shard_tier_hinted[s].reads, none.per_shard_tier[s].reads);
+  }
+  // A tier needs the shards.
+  o.shards = 0;
+  EXPECT_THROW(simulate(ds, o), ConfigError);
+}
 
 TEST_F(Simulator, HeraldMovesFewerRowsThanVanillaAndPartsAddUp) {
   data::Dataset ds = data::Dataset::open(dataset(40 * 8 * 64, 0.01));

@@ -40,6 +40,16 @@ struct SimOptions {
   // With link_of: `host_of(worker)` numbers the workers' hosts, for the per-link counts
   // of per-host aggregation (SimResult::per_link_aggregated); none without it.
   std::function<std::uint32_t(WorkerId worker)> host_of;
+  // A disk tier under each shard (ember-ps --store-dir --ram-budget-mb; needs shards):
+  // its budget, and the bytes of a row with its optimizer state. SimResult::per_shard_tier.
+  std::uint64_t tier_budget_bytes = 0;
+  std::uint32_t tier_row_bytes = 0;
+};
+
+// A shard's disk tier over the counted iterations (SimOptions::tier_budget_bytes): 4 KiB
+// pages its requests used, pages read from disk, and those a request waited for.
+struct TierReads {
+  std::uint64_t pages_touched = 0, reads = 0, critical_reads = 0;
 };
 
 struct SimResult {
@@ -71,6 +81,11 @@ struct SimResult {
   // there and cross once (the others are sums within the host). Values cross as they
   // do. Empty without SimOptions::host_of.
   std::vector<TrafficCounts> per_link_aggregated;
+  // Per shard, with a disk tier (SimOptions::tier_budget_bytes): without hints (an LRU over
+  // pages) and with the workers' hints (--lookahead iterations ahead; none without
+  // lookahead). The rows a request touches: pulled, pushed (gradients, values, evictions,
+  // flushes); those a hint names: every row of the batch. Empty without a tier.
+  std::vector<TierReads> per_shard_tier, per_shard_tier_hinted;
 
   double hit_rate() const {
     // Misses: pulls, and rows peer sync handed over.

@@ -8,6 +8,8 @@
     from the loss to training again;
   - a job that fails every time (a worker killed in every attempt) with --max-restarts 2
     ends after its third failure, saying so;
+  - two faults in one job (a worker, then the shard hosting the coordinator): two
+    restarts, the same model;
   - a shard on a disk tier killed with SIGKILL: restarted, the same model;
   - a job refused for a bad option ends after its first failure, not restarted, saying why.
 
@@ -117,6 +119,30 @@ def main():
             for f in ("rows.bin", "dense.bin"):
                 a, b = (tmp / "whole-model" / f).read_bytes(), (tmp / "healed-model" / f).read_bytes()
                 check(f"the healed job's {f} is the uninterrupted job's, byte for byte", a == b and len(a) > 0, f"{len(a)} vs {len(b)} bytes")
+
+        # Two faults in one job: worker 1 killed, then, in the restarted attempt, the shard
+        # that hosts the coordinator: two restarts, then the same model.
+        p, out = job(tmp, data, "twice", ["--max-restarts", "2"])
+        check("worker 1 was killed in the first attempt", kill_when(p, out, lambda o: worker_pid(o, 1)))
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not (out / "attempt-1" / "w1.jsonl").exists():
+            time.sleep(0.05)
+        check("the shard hosting the coordinator was killed in the second attempt",
+              kill_when(p, out, lambda o: pid_of(f"ember-ps .*--summary-file {o}/ps0.json"), at_line=6))
+        _, err = p.communicate(timeout=240)
+        restart_lines = [l for l in err.splitlines() if l.startswith("ember-launch: restart ")]
+        check("the job killed twice finishes by itself after two restarts", p.returncode == 0 and len(restart_lines) == 2
+              and "restart 1/2: worker1" in restart_lines[0] and "restart 2/2: ps0" in restart_lines[1], err[-3000:])
+        if p.returncode == 0:
+            s = json.loads((out / "summary.json").read_text())
+            w0 = [json.loads(l) for l in (out / "w0.jsonl").read_text().splitlines() if '"summary"' in l]
+            check("summary.json and worker 0 count both restarts", s.get("restart_count") == 2 and w0 and w0[-1].get("restarts") == 2,
+                  s.get("restarts"))
+            print(f"     recovery_s {[r.get('recovery_s') for r in s.get('restarts', [])]}, "
+                  f"iterations recomputed {s.get('iterations_recomputed')}")
+            for f in ("rows.bin", "dense.bin"):
+                a, b = (tmp / "whole-model" / f).read_bytes(), (tmp / "twice-model" / f).read_bytes()
+                check(f"after two faults, {f} is the uninterrupted job's, byte for byte", a == b and len(a) > 0, f"{len(a)} vs {len(b)} bytes")
 
         # A shard whose rows are on a disk tier (a 64 KiB budget) killed mid-job: the restarted
         # shard takes its store directory again and the job ends with the same model.

@@ -131,10 +131,12 @@ TEST_F(Resume, FromAPeriodicCheckpointEveryPolicyEndsWithTheUninterruptedModel) 
     for (const char* opt : {"sgd", "adagrad"})
       for (int m = 0; m < 3; ++m) cases.push_back({p, opt, m == 1, m == 2});
 #else
-  const std::vector<Case> cases = {{"herald", "sgd", false, false},       {"vanilla", "adagrad", false, false},
-                                   {"laia", "adagrad", false, false},     {"plan", "adagrad", false, false},
-                                   {"fae:0.05", "adagrad", false, false}, {"herald", "adagrad", true, false},
-                                   {"plan", "sgd", true, false},          {"herald", "adagrad", false, true}};
+  // The default run: one case per sync mode and mechanism set (the matrix has the rest).
+  const std::vector<Case> cases = {{"vanilla", "adagrad", false, false},
+                                   {"fae:0.05", "adagrad", false, false},
+                                   {"herald", "adagrad", true, false},
+                                   {"plan", "sgd", true, false},
+                                   {"herald", "adagrad", false, true}};
 #endif
   const fs::path plan = mixed_placement(data);
   for (const Case& c : cases) {

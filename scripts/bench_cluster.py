@@ -22,6 +22,10 @@ Medians over the repeats; ratios within one run of the script: hierarchical over
 
   sudo scripts/bench_cluster.py --dataset DIR [--links 25,50,100,0] [--repeats 3] [--iterations 60]
 
+--net-only brings the cluster up without sshd or Slurm (`cluster_local.sh up --net-only`)
+and launches through `cluster_local.sh rsh` in place of ssh: for a machine that has
+iproute2 but no openssh-server or Slurm (the GPU machine, scripts/device_check.sh).
+
 Needs root and the cluster's packages (cluster_local.sh says which are missing); brings
 the cluster up (or reshapes one that is up) and leaves it up unless --down. Writes
 WORK/cluster.json with every run, and prints a markdown table.
@@ -80,7 +84,10 @@ def run_job(a, state, hostfile, name, policy, flags, allreduce):
     subprocess.run(["rm", "-rf", str(out)])
     cmd = [str(ROOT / "scripts" / "launch_hosts.sh"), "--hostfile", str(hostfile), "--ps", "1", "--workers", str(a.workers),
            "--dataset", a.dataset, "--policy", policy, "--out", str(out), "--bin", a.bin,
-           "--ps-args", f"--dim {a.dim} --optimizer adagrad --lr 0.05", "--",
+           "--ps-args", f"--dim {a.dim} --optimizer adagrad --lr 0.05"]
+    if a.net_only:
+        cmd += ["--rsh", f"bash {CLUSTER} --state {state} rsh"]
+    cmd += ["--",
            "--iterations", str(a.iterations), "--batch-per-worker", str(a.batch), "--eval-every", "0",
            "--allreduce", allreduce, "--log-level", "warn"] + a.model.split() + flags
     worker_hosts = ["host2", "host3"]
@@ -126,6 +133,8 @@ def main():
     p.add_argument("--configs", default=",".join(c[0] for c in CONFIGS))
     p.add_argument("--allreduce", default=",".join(ALLREDUCE), help="dense all-reduces to run (flat, hierarchical)")
     p.add_argument("--down", action="store_true", help="take the cluster down at the end")
+    p.add_argument("--net-only", action="store_true",
+                   help="no sshd or Slurm: namespaces and links alone, launched through cluster_local.sh rsh")
     p.add_argument("--table", nargs="+", metavar="JSON", help="print the table of earlier runs (their cluster.json files) and exit")
     a = p.parse_args()
     if a.table:
@@ -146,7 +155,8 @@ def main():
     results = []
     try:
         for mbit in [int(x) for x in a.links.split(",")]:
-            sh(["bash", CLUSTER, "--state", a.state, "up", "--hosts", "3", "--link-mbit", str(mbit)])
+            sh(["bash", CLUSTER, "--state", a.state, "up", "--hosts", "3", "--link-mbit", str(mbit)] +
+               (["--net-only"] if a.net_only else []))
             for rep in range(a.repeats):
                 for cfg, policy, flags in configs:
                     for ar in a.allreduce.split(","):

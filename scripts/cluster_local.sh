@@ -7,6 +7,7 @@
 #   scripts/cluster_local.sh up [--hosts N] [--link-mbit R] [--intra-mbit R] [--cpus C]
 #   scripts/cluster_local.sh status        # prints what is up (exit 0) or not (exit 3)
 #   scripts/cluster_local.sh exec HOST CMD...   # runs CMD on HOST (its network, name, /etc/hosts)
+#   scripts/cluster_local.sh rsh HOST 'CMD'     # the same through sh -c, as ssh takes a command
 #   scripts/cluster_local.sh down          # stops everything, removes namespaces, links, mounts
 #   ssh -F /var/lib/ember-cluster/ssh_config host1 hostname
 #   export SLURM_CONF=/var/lib/ember-cluster/slurm.conf; sinfo; srun --nodes=3 hostname
@@ -15,7 +16,9 @@
 # $EMBER_CLUSTER_DIR or /var/lib/ember-cluster), --hosts N (default 3, at most 200),
 # --link-mbit R (each host's link, both directions, Mbit/s; 0, the default: unshaped),
 # --intra-mbit R (each host's loopback; 0: unshaped), --cpus C (CPUs each node declares
-# to Slurm, default 4). Hosts are host1..hostN at 10.77.0.11.., the root namespace
+# to Slurm, default 4), --net-only (up: the namespaces, names and links alone, no sshd,
+# munge or Slurm; for a machine without them, with launch_hosts.sh --rsh 'cluster_local.sh
+# rsh' in place of ssh). Hosts are host1..hostN at 10.77.0.11.., the root namespace
 # 10.77.0.1, on bridge ember-br0. `up` on a cluster that is up with the same settings does
 # nothing; with other rates it reshapes the links in place; with another host count it
 # refuses. A half-up cluster is taken down and brought up again.
@@ -31,9 +34,9 @@ set -euo pipefail
 
 prog=cluster_local
 die() { echo "$prog: $*" >&2; exit 1; }
-usage="usage: cluster_local.sh up|down|status|exec HOST CMD... [--state DIR] [--hosts N] [--link-mbit R] [--intra-mbit R] [--cpus C]"
+usage="usage: cluster_local.sh up|down|status|exec HOST CMD...|rsh HOST CMD [--state DIR] [--hosts N] [--link-mbit R] [--intra-mbit R] [--cpus C] [--net-only]"
 
-cmd="" state="${EMBER_CLUSTER_DIR:-/var/lib/ember-cluster}" hosts=3 link_mbit=0 intra_mbit=0 cpus=4
+cmd="" state="${EMBER_CLUSTER_DIR:-/var/lib/ember-cluster}" hosts=3 link_mbit=0 intra_mbit=0 cpus=4 net_only=0
 exec_host="" exec_argv=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +47,14 @@ while [ $# -gt 0 ]; do
       [ $# -gt 0 ] || die "exec $exec_host: no command"
       exec_argv=("$@")
       break ;;
+    rsh)
+      cmd="exec"
+      exec_host="${2:?rsh needs a host and a command}"
+      [ $# -ge 3 ] || die "rsh $exec_host: no command"
+      shift 2
+      exec_argv=(/bin/sh -c "$*")
+      break ;;
+    --net-only) net_only=1 ;;
     --state) state="${2:?--state needs a directory}"; shift ;;
     --hosts) hosts="${2:?--hosts needs a number}"; shift ;;
     --link-mbit) link_mbit="${2:?--link-mbit needs Mbit/s}"; shift ;;
@@ -61,6 +72,8 @@ done
 [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "--cpus $cpus: not a positive integer"
 [ "$EUID" -eq 0 ] || die "needs root (network namespaces, a bridge, sshd and slurmd)"
 PATH="$PATH:/usr/sbin:/sbin"
+# A cluster that is up keeps the kind it was brought up as (cluster.env's up_net_only).
+if [ "$cmd" != up ] && [ -s "$state/cluster.env" ] && grep -qx "up_net_only=1" "$state/cluster.env"; then net_only=1; fi
 missing=()
 need() {  # PACKAGE COMMAND...
   local pkg="$1" b; shift
@@ -70,11 +83,13 @@ need() {  # PACKAGE COMMAND...
 }
 need iproute2 ip tc
 need util-linux unshare nsenter mountpoint runuser
-need openssh-server sshd
-need openssh-client ssh ssh-keygen
-need munge munged
-need slurm-wlm slurmctld slurmd sinfo scontrol squeue scancel srun
-id munge > /dev/null 2>&1 || missing+=(munge)
+if [ "$net_only" = 0 ]; then
+  need openssh-server sshd
+  need openssh-client ssh ssh-keygen
+  need munge munged
+  need slurm-wlm slurmctld slurmd sinfo scontrol squeue scancel srun
+  id munge > /dev/null 2>&1 || missing+=(munge)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   die "missing package(s): $(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')(apt-get install them, or bash scripts/install_deps.sh --ops)"
 fi
@@ -95,7 +110,7 @@ uts_of() { echo "$state/ns/host$1.uts"; }
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2> /dev/null; }
 
 # Settings of the cluster that is up (or was), from cluster.env.
-up_hosts=0 up_link=0 up_intra=0 up_cpus=0 made_run_netns=0 made_run_sshd=0
+up_hosts=0 up_link=0 up_intra=0 up_cpus=0 up_net_only=0 made_run_netns=0 made_run_sshd=0
 # shellcheck disable=SC1090
 [ -s "$env_file" ] && . "$env_file"
 
@@ -106,10 +121,12 @@ up_hosts=0 up_link=0 up_intra=0 up_cpus=0 made_run_netns=0 made_run_sshd=0
 on_host() {
   local k="$1"; shift
   nsenter --net="/run/netns/$(ns_of "$k")" --uts="$(uts_of "$k")" -- \
-    unshare --mount --propagation slave -- /bin/sh -c 'd="$1"; shift
-      mount --bind "$d/etc/hosts" /etc/hosts && mount --bind "$d/ssh_config" /etc/ssh/ssh_config &&
-        mount --bind "$d/etc/slurm" /etc/slurm || exit 1
-      exec "$@"' on_host "$state" env SLURM_CONF="$conf" "$@"
+    unshare --mount --propagation slave -- /bin/sh -c 'd="$1" n="$2"; shift 2
+      mount --bind "$d/etc/hosts" /etc/hosts || exit 1
+      if [ "$n" = 0 ]; then
+        mount --bind "$d/ssh_config" /etc/ssh/ssh_config && mount --bind "$d/etc/slurm" /etc/slurm || exit 1
+      fi
+      exec "$@"' on_host "$state" "$net_only" env SLURM_CONF="$conf" "$@"
 }
 
 bridge_owner() { ip -o link show "$bridge" 2> /dev/null | sed -n 's/.* alias \(.*\)$/\1/p' || true; }
@@ -119,11 +136,14 @@ missing_parts() {
   local k
   [ "$up_hosts" -gt 0 ] || { echo "nothing"; return; }
   [ "$(bridge_owner)" = "$state" ] || echo "bridge $bridge"
-  alive "$state/munge/munged.pid" || echo "munged"
-  alive "$state/slurm/run/slurmctld.pid" || echo "slurmctld"
+  if [ "$up_net_only" = 0 ]; then
+    alive "$state/munge/munged.pid" || echo "munged"
+    alive "$state/slurm/run/slurmctld.pid" || echo "slurmctld"
+  fi
   for k in $(seq "$up_hosts"); do
     [ -e "/run/netns/$(ns_of "$k")" ] || echo "namespace $(ns_of "$k")"
     mountpoint -q "$(uts_of "$k")" 2> /dev/null || echo "host$k's UTS namespace"
+    [ "$up_net_only" = 1 ] && continue
     alive "$state/ssh/host$k/sshd.pid" || echo "host$k's sshd"
     alive "$state/slurm/run/slurmd-host$k.pid" || echo "host$k's slurmd"
   done
@@ -168,6 +188,7 @@ up_hosts=$up_hosts
 up_link=$up_link
 up_intra=$up_intra
 up_cpus=$up_cpus
+up_net_only=$up_net_only
 made_run_netns=$made_run_netns
 made_run_sshd=$made_run_sshd
 EOF
@@ -242,7 +263,7 @@ teardown() {
   rm -rf "${state:?}/ssh" "${state:?}/ns" "${state:?}/etc" "$state/slurm/run" "$state/munge/munge.socket.2"* \
     "$state/ssh_config" "$state/hostfile" "$state/hostfile.addr"
   rm -f "$env_file"
-  up_hosts=0 made_run_netns=0 made_run_sshd=0
+  up_hosts=0 up_net_only=0 made_run_netns=0 made_run_sshd=0
 }
 
 case "$cmd" in
@@ -250,6 +271,10 @@ status)
   gaps="$(missing_parts)"
   if [ -z "$gaps" ]; then
     echo "$prog: up ($state): $up_hosts hosts on $bridge $net.0/24 (this namespace $head_ip), $(shape_desc "$up_link" "$up_intra")"
+    if [ "$up_net_only" = 1 ]; then
+      echo "  namespaces and links only (--net-only): cluster_local.sh rsh HOST 'CMD' in place of ssh"
+      exit 0
+    fi
     declare -A st=()
     while read -r n s; do [ -n "$n" ] && st[$n]="$s"; done < <(node_states)
     for k in $(seq "$up_hosts"); do
@@ -285,6 +310,7 @@ up)
       exit 0
     fi
     [ "$up_cpus" -eq "$cpus" ] || die "up with --cpus $up_cpus ($state); cluster_local.sh down first to change it"
+    [ "$up_net_only" -eq "$net_only" ] || die "up with --net-only $up_net_only ($state); cluster_local.sh down first to change it"
     shape_all "$link_mbit" "$intra_mbit"
     up_link="$link_mbit" up_intra="$intra_mbit"
     write_env
@@ -299,9 +325,9 @@ up)
     die "$net.0/24 is routed here already ($(ip route show | grep "^$net\.0/24 "))"
   # Half up (a crash, a partial start) or left over: start over.
   [ "$up_hosts" -gt 0 ] && { echo "$prog: half up ($(missing_parts | paste -sd, )); starting over" >&2; teardown; }
-  up_hosts="$hosts" up_link="$link_mbit" up_intra="$intra_mbit" up_cpus="$cpus"
+  up_hosts="$hosts" up_link="$link_mbit" up_intra="$intra_mbit" up_cpus="$cpus" up_net_only="$net_only"
   [ -d /run/netns ] || made_run_netns=1
-  [ -d /run/sshd ] || { mkdir -p /run/sshd; chmod 755 /run/sshd; made_run_sshd=1; }
+  [ "$net_only" = 1 ] || [ -d /run/sshd ] || { mkdir -p /run/sshd; chmod 755 /run/sshd; made_run_sshd=1; }
   write_env
   up_failed() {
     local rc=$?
@@ -342,6 +368,11 @@ up)
     unshare --uts="$(uts_of "$k")" hostname "host$k" || die "cannot create host$k's UTS namespace"
   done
   shape_all "$link_mbit" "$intra_mbit"
+  if [ "$net_only" = 1 ]; then
+    trap - EXIT
+    echo "$prog: up ($state): host1..host$hosts at $(host_ip 1)..$(host_ip "$hosts") on $bridge, $(shape_desc "$link_mbit" "$intra_mbit"); namespaces and links only (--net-only)"
+    exit 0
+  fi
 
   # ssh: one client key, a host key per host, sshd on each host's address only.
   ssh-keygen -q -t ed25519 -N "" -C "ember-cluster" -f "$state/ssh/id_ed25519" <<< y > /dev/null

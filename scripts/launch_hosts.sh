@@ -30,7 +30,9 @@
 # processes keep their ranks, and the job its model); none left ends the job saying so.
 #
 # --ssh-config FILE runs every ssh with -F FILE (for example a cluster_local.sh
-# cluster's STATE/ssh_config, to launch from outside the cluster). --ps-args: extra
+# cluster's STATE/ssh_config, to launch from outside the cluster). --rsh 'PROGRAM ARGS'
+# runs `PROGRAM ARGS HOST COMMAND` in place of ssh (as mpirun's rsh agent), for hosts that
+# have no sshd: `cluster_local.sh --state DIR rsh` on a --net-only cluster. --ps-args: extra
 # arguments for every ember-ps, split on white space, {shard} becoming the shard's index;
 # after `--`: arguments for every ember-worker (a --heartbeat-timeout-ms among either is
 # also how long the launcher waits for the control plane's word on a failure).
@@ -46,7 +48,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 die() { echo "launch_hosts: $*" >&2; exit 2; }
 hostfile="" ps=1 workers=1 dataset="" policy=herald out="" port=29600 ps_args="" bin="$root/build/bin" transport=tcp
-ssh_config="" ckpt="" every=0 resume=0 max_restarts=0 attempt=0 spares=0
+ssh_config="" rsh="" ckpt="" every=0 resume=0 max_restarts=0 attempt=0 spares=0
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -61,6 +63,7 @@ while [ $# -gt 0 ]; do
     --ps-args) ps_args="$2"; shift 2;;
     --bin) bin="$2"; shift 2;;
     --ssh-config) ssh_config="$2"; shift 2;;
+    --rsh) rsh="$2"; shift 2;;
     --checkpoint-dir) ckpt="$2"; shift 2;;
     --checkpoint-every) every="$2"; shift 2;;
     --resume) resume=1; shift;;
@@ -102,8 +105,9 @@ if [ "$max_restarts" -gt 0 ] && [ "$attempt" = 0 ]; then
   [ "${#entries[@]}" -gt "$spares" ] || die "$hostfile lists ${#entries[@]} host(s), not more than --spares $spares"
   active=("${entries[@]:0:$(( ${#entries[@]} - spares ))}")
   spare=("${entries[@]:$(( ${#entries[@]} - spares ))}")
-  ssh_probe=(-o BatchMode=yes -o ConnectTimeout=5)
-  [ -z "$ssh_config" ] || ssh_probe=(-F "$ssh_config" "${ssh_probe[@]}")
+  ssh_probe=(ssh -o BatchMode=yes -o ConnectTimeout=5)
+  [ -z "$ssh_config" ] || ssh_probe=(ssh -F "$ssh_config" "${ssh_probe[@]:1}")
+  [ -z "$rsh" ] || read -ra ssh_probe <<< "$rsh"
   while :; do
     rc=0
     printf '%s\n' "${active[@]}" > "$out/hosts-attempt-$k"
@@ -141,7 +145,7 @@ open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
     # ranks (the same hostfile entries), so the job trains the same model.
     replaced=""
     for h in $(printf '%s\n' "${active[@]}" | awk '!seen[$0]++'); do
-      timeout 15 ssh "${ssh_probe[@]}" "$h" true < /dev/null > /dev/null 2>&1 && continue
+      timeout 15 "${ssh_probe[@]}" "$h" true < /dev/null > /dev/null 2>&1 && continue
       [ ${#spare[@]} -gt 0 ] || { echo "launch_hosts: host $h is lost and no spare host is left: the job needs $(printf '%s\n' "${active[@]}" | sort -u | wc -l) hosts" >&2; exit 1; }
       for i in "${!active[@]}"; do [ "${active[$i]}" = "$h" ] && active[$i]="${spare[0]}"; done
       replaced+=" $h by the spare ${spare[0]};"
@@ -168,8 +172,9 @@ fi
 mapfile -t hosts < <(grep -v '^\s*#' "$hostfile" | awk 'NF{print $1}')
 [ ${#hosts[@]} -gt "$spares" ] || die "$hostfile lists ${#hosts[@]} host(s), not more than --spares $spares"
 hosts=("${hosts[@]:0:$(( ${#hosts[@]} - spares ))}")  # the last --spares entries wait for a lost host
-ssh_opts=(-o BatchMode=yes -tt)
-[ -z "$ssh_config" ] || ssh_opts=(-F "$ssh_config" "${ssh_opts[@]}")
+remote=(ssh -o BatchMode=yes -tt)
+[ -z "$ssh_config" ] || remote=(ssh -F "$ssh_config" "${remote[@]:1}")
+[ -z "$rsh" ] || read -ra remote <<< "$rsh"
 read -ra user_ps <<< "$ps_args"
 worker_args=("$@")
 if [ -n "$ckpt" ]; then
@@ -209,7 +214,7 @@ run() {
   local name="$1" host="$2" log="$out/$1.log"; shift 2
   : > "$log"
   # shellcheck disable=SC2029  # expanded here on purpose: the remote shell gets it quoted
-  ssh "${ssh_opts[@]}" "$host" "cd $(printf '%q' "$root") && exec $(printf '%q ' "$@") >> $(printf '%q' "$log") 2>&1" \
+  "${remote[@]}" "$host" "cd $(printf '%q' "$root") && exec $(printf '%q ' "$@") >> $(printf '%q' "$log") 2>&1" \
     >> "$log" 2>&1 < /dev/null &
   pids+=($!); names+=("$name")
 }

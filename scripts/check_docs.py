@@ -32,7 +32,7 @@ from urllib.parse import unquote
 BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench", "ember-export", "ember-predict", "ember-plan")
 PY_SCRIPTS = ("ember_launch.py", "bench_e2e.py", "experiments.py", "compare_runs.py")
 # Shell scripts: their flags are the `--x)` patterns of their option loop.
-SH_SCRIPTS = ("launch_hosts.sh", "ember.sbatch", "slurm_local.sh", "device_check.sh", "device_build.sh")
+SH_SCRIPTS = ("launch_hosts.sh", "ember.sbatch", "slurm_local.sh", "cluster_local.sh", "device_check.sh", "device_build.sh")
 # Programs that hand everything after a bare `--` to every ember-worker.
 FORWARD_TO_WORKER = {"ember_launch.py", "launch_hosts.sh", "ember.sbatch"}
 # Options whose (quoted) value is a list of ember-ps arguments.

@@ -60,7 +60,7 @@ while [ $# -gt 0 ]; do
     --link-mbit) link_mbit="${2:?--link-mbit needs Mbit/s}"; shift ;;
     --intra-mbit) intra_mbit="${2:?--intra-mbit needs Mbit/s}"; shift ;;
     --cpus) cpus="${2:?--cpus needs a number}"; shift ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' ($usage)" ;;
   esac
   shift

@@ -208,7 +208,12 @@ void PsDaemon::serve() {
 }
 
 void PsDaemon::join_job() {
-  if (c_.coordinator.empty()) return;
+  if (c_.coordinator.empty()) {
+    // No job to form: the loop takes the signals now. (Left to the thread, a SIGTERM
+    // went to whichever of the two waited first: stopped at once or by the loop.)
+    before_serving_.reset();
+    return;
+  }
   // Control plane: shard 0 coordinates; every shard joins and publishes its address.
   transport::ControlTimeouts ct;
   ct.heartbeat_timeout = std::chrono::milliseconds(c_.heartbeat_timeout_ms);

@@ -109,12 +109,12 @@ inline std::uint64_t transmissions(const std::map<std::string, std::uint64_t>& w
   return w.at("pulls") + w.at("push_grad") + w.at("push_value") + w.at("push_evict");
 }
 
-inline void expect_same_model(const ReferenceResult& ref, const JobResult& job, const std::string& what) {
+inline void expect_same_model(const ReferenceResult& ref, const JobResult& job, const std::string& what, double tolerance = 2e-5) {
   ASSERT_FALSE(job.dump.dense.empty()) << what << ": no model dump";
   EXPECT_EQ(job.dump.dense.size(), ref.dense.size()) << what;
   EXPECT_EQ(job.dump.rows.size(), ref.rows.size()) << what;
-  EXPECT_LT(max_abs_diff(ref.dense, job.dump.dense), 2e-5) << what << ": dense weights differ from one-process training";
-  EXPECT_LT(max_abs_diff(ref.rows, job.dump.rows), 2e-5) << what << ": embedding rows differ from one-process training";
+  EXPECT_LT(max_abs_diff(ref.dense, job.dump.dense), tolerance) << what << ": dense weights differ from one-process training";
+  EXPECT_LT(max_abs_diff(ref.rows, job.dump.rows), tolerance) << what << ": embedding rows differ from one-process training";
 }
 
 // The rows of a PS checkpoint: every shard's file of iteration `it` under `root`,
@@ -136,6 +136,10 @@ inline std::vector<float> checkpoint_rows(const fs::path& root, std::uint64_t it
 
 class JobTest : public test::TempDirTest {
  protected:
+  // How far a job may stray from one-process training (float rounding of sums taken in
+  // another order); a test of a model that magnifies it raises it.
+  double one_process_tolerance_ = 2e-5;
+
   // `bags`: ember-data gen --multi-hot's sizes (a multi-hot dataset, bags split by '|').
   fs::path dataset(std::uint64_t rows = 8000, const std::string& bags = "") {
     fs::path tsv = dir_ / "data.tsv", out = dir_ / "data";
@@ -392,7 +396,7 @@ class JobTest : public test::TempDirTest {
     sparse.lr = 0.05f;
     const ReferenceResult ref = train_reference(reference_config(data, o), sparse, kDim);
     JobResult job = run_job(data, o, name);
-    expect_same_model(ref, job, what);
+    expect_same_model(ref, job, what, one_process_tolerance_);
     return job;
   }
 
@@ -438,7 +442,8 @@ class JobTest : public test::TempDirTest {
     part.iterations = it;
     const ReferenceResult ref = train_reference(reference_config(data, part), sparse, kDim);
     std::vector<float> rows = checkpoint_rows(dir_ / "ckpt", it, sparse, ref.rows.size() / kDim);
-    EXPECT_LT(max_abs_diff(ref.rows, rows), 2e-5) << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
+    EXPECT_LT(max_abs_diff(ref.rows, rows), one_process_tolerance_)
+        << "the checkpoint of iteration " << it << " is not the model of " << it << " iterations";
     for (std::uint32_t w = 0; w < o.workers; ++w) {
       const fs::path file = dense_checkpoint_file(dir_ / "dense", w, it);
       EXPECT_TRUE(fs::exists(file)) << file;

@@ -206,6 +206,9 @@ TEST_F(ModelFile, JobsTrainTheOneProcessModel) {
 TEST_F(ModelFile, JobsResumeExactly) {
   JobOptions o = checkpointing_job({"--checkpoint-every", "4"});
   o.model_file = example("dlrm", "--tables 26 --dense 13 --dim 8 --bottom 16 --top 16");
+  // DLRM's first Adagrad steps magnify float rounding (LibTorch 2.11 on an H200
+  // machine's CPU: 2.4e-5 from one-process training); the resume is still exact.
+  one_process_tolerance_ = 1e-4;
   expect_resumes_exactly(dataset(), o, "file", "a model file");
 }
 

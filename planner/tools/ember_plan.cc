@@ -278,6 +278,42 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   std::cout << shares_text;
   return 0;
 }
+
+// The disk tier's prediction (--ram-budget-mb), per shard and iteration: 4 KiB pages
+// used, read from disk, and read while a request waited, without and with hints.
+nlohmann::ordered_json tier_json(const planner::CostEstimate& est, const planner::Topology& topo, scheduler::RowFormat row) {
+  auto side = [](const planner::ShardCost::Tier& t) {
+    // Named as ember-sim's --json names them.
+    return nlohmann::ordered_json{{"pages_touched_per_iteration", t.pages_touched},
+                                  {"reads_per_iteration", t.reads},
+                                  {"critical_reads_per_iteration", t.critical_reads}};
+  };
+  nlohmann::ordered_json j = {{"ram_budget_bytes", topo.tier_budget_bytes},
+                              {"page_bytes", 4096},
+                              {"row_bytes", (row.dim + row.state) * 4},
+                              {"lookahead", topo.lookahead}};
+  auto& shards = j["shards"] = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < est.shards.size(); ++s) {
+    shards.push_back({{"shard", s}, {"no_hints", side(est.shards[s].tier)}, {"hints", side(est.shards[s].tier_hinted)}});
+  }
+  return j;
+}
+
+void print_tier(const planner::CostEstimate& est, const planner::Topology& topo, scheduler::RowFormat row) {
+  const std::string hints =
+      topo.lookahead > 0 ? fmt::format("hints {} iteration(s) ahead", topo.lookahead) : "no hints without --lookahead";
+  std::cout << fmt::format("disk tier: {:.1f} MB of rows in memory per shard, {}-byte rows, 4 KiB pages; {}; pages per iteration\n",
+                           static_cast<double>(topo.tier_budget_bytes) / (1024 * 1024), (row.dim + row.state) * 4, hints);
+  std::cout << fmt::format("{:<8}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "shard", "pages used", "read", "waited for", "read, hints",
+                           "waited, hints");
+  for (std::size_t s = 0; s < est.shards.size(); ++s) {
+    const auto& a = est.shards[s].tier;
+    const auto& h = est.shards[s].tier_hinted;
+    std::cout << fmt::format("{:<8}{:>14.1f}{:>14.1f}{:>14.1f}{:>14.1f}{:>14.1f}\n", s, a.pages_touched, a.reads, a.critical_reads, h.reads,
+                             h.critical_reads);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -315,6 +351,14 @@ int main(int argc, char** argv) {
   app.add_option("--sample", sample, "policies other than vanilla: iterations simulated (after --warmup) for their rows")
       ->capture_default_str();
   app.add_option("--seed", seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
+  double ram_budget_mb = 0;
+  app.add_option("--ram-budget-mb", ram_budget_mb,
+                 "a disk tier under each PS shard with this RAM budget (ember-ps --ram-budget-mb): predict its disk reads per "
+                 "iteration without and with hints (from a simulator sample, vanilla too)");
+  app.add_option("--lookahead", topo.lookahead,
+                 "sampled policies: batches the scheduler sees beyond the one it plans, and how far ahead the tier's hints come "
+                 "(ember-sim's --lookahead)")
+      ->capture_default_str();
   app.add_flag("--json", json, "one JSON object");
   std::string memory_arg, plan_out, greedy_out, calibration_file;
   std::vector<std::uint32_t> batch_choices;
@@ -352,11 +396,17 @@ int main(int argc, char** argv) {
     if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
     const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
     data::Dataset ds = data::Dataset::open(data_dir, {false});
-    const bool analytic = scheduler::parse_policy(policy).name() == "vanilla";
+    if (ram_budget_mb < 0) throw ConfigError("--ram-budget-mb must not be negative");
+    topo.tier_budget_bytes = static_cast<std::uint64_t>(ram_budget_mb * 1024 * 1024);
+    // The tier is modelled by the simulator only: with a budget, vanilla is sampled too.
+    const bool analytic = scheduler::parse_policy(policy).name() == "vanilla" && topo.tier_budget_bytes == 0;
+    if (analytic && topo.lookahead > 0)
+      throw ConfigError("--lookahead applies to a sampled policy or --ram-budget-mb, not analytic vanilla");
     if ((!plan_out.empty() || !greedy_out.empty() || !batch_choices.empty()) && memory_arg.empty()) {
       throw ConfigError("--plan-out, --greedy-out and --batch-choices need --memory");
     }
     if (!memory_arg.empty()) {
+      if (topo.tier_budget_bytes > 0) throw ConfigError("--ram-budget-mb does not combine with --memory (the placement search)");
       if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
       if (worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
       PlanOptions o;
@@ -437,6 +487,7 @@ int main(int argc, char** argv) {
         const auto& c = est.shards[s];
         sh.push_back({{"shard", s}, {"pulls", c.pulls}, {"pull_state", c.pull_state}, {"pushes", c.pushes}, {"bytes", c.bytes}});
       }
+      if (topo.tier_budget_bytes > 0) j["tier"] = tier_json(est, topo, row);
       j["shard_balance"] = {{"pulls", scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls)},
                             {"pushes", scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes)},
                             {"bytes", scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes)}};
@@ -475,6 +526,7 @@ int main(int argc, char** argv) {
                                scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes),
                                scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes));
     }
+    if (topo.tier_budget_bytes > 0) print_tier(est, topo, row);
     return 0;
   });
 }

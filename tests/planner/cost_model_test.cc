@@ -154,6 +154,49 @@ TEST_F(CostModel, SampledHeraldIsTheSimulatorsCount) {
   }
 }
 
+TEST_F(CostModel, TheTiersReadsAreTheSimulatorsPrediction) {
+  // ember-plan --ram-budget-mb samples the simulator with the tier modelled: per shard,
+  // the pages it predicts read with and without hints are ember-sim's over the same
+  // iterations, for a sampled policy and for vanilla (sampled when a tier is asked for).
+  constexpr int kWorkers = 2, kBatch = 128, kWarmup = 2, kSample = 6;
+  const fs::path ds = dataset(static_cast<std::uint64_t>(kWarmup + kSample + 2) * kWorkers * kBatch);
+  for (const char* policy : {"herald", "vanilla"}) {
+    const std::string common = fmt::format(
+        " --dataset {} --workers {} --batch-per-worker {} --warmup {} --ps 2 --dim 16 --optimizer adagrad --ram-budget-mb 0.25 "
+        "--cache-ratio 0.5 "
+        "--lookahead 2 --policy {}",
+        ds.string(), kWorkers, kBatch, kWarmup, policy);
+    std::string sim_out, plan_out;
+    ASSERT_EQ(
+        test::run_command(test::bin("ember-sim") + common + fmt::format(" --iterations {} --json --quiet", kWarmup + kSample), sim_out), 0)
+        << sim_out;
+    ASSERT_EQ(test::run_command(test::bin("ember-plan") + common + fmt::format(" --sample {} --json", kSample), plan_out), 0) << plan_out;
+    const nlohmann::json sim = last_json(sim_out)["tier"], plan = last_json(plan_out)["tier"];
+    EXPECT_EQ(plan["row_bytes"], sim["row_bytes"]) << policy;
+    EXPECT_EQ(plan["ram_budget_bytes"], sim["ram_budget_bytes"]) << policy;
+    ASSERT_EQ(plan["shards"].size(), 2u) << plan_out;
+    ASSERT_EQ(sim["shards"].size(), 2u) << sim_out;
+    double waited = 0, waited_hinted = 0;
+    for (std::size_t s = 0; s < 2; ++s) {
+      for (const char* side : {"no_hints", "hints"}) {
+        for (const char* k : {"pages_touched_per_iteration", "reads_per_iteration", "critical_reads_per_iteration"}) {
+          EXPECT_DOUBLE_EQ(plan["shards"][s][side][k].get<double>(), sim["shards"][s][side][k].get<double>())
+              << policy << " shard " << s << " " << side << " " << k;
+        }
+      }
+      waited += plan["shards"][s]["no_hints"]["critical_reads_per_iteration"].get<double>();
+      waited_hinted += plan["shards"][s]["hints"]["critical_reads_per_iteration"].get<double>();
+    }
+    // A quarter of a MB holds 64 pages: the tier reads, and the hints take some of the
+    // reads off the critical path.
+    EXPECT_GT(waited, 0.0) << policy;
+    EXPECT_LT(waited_hinted, waited) << policy;
+  }
+  std::string out;
+  EXPECT_NE(test::run_command(test::bin("ember-plan") + " --dataset " + ds.string() + " --ram-budget-mb 1 --memory 1G 2>&1", out), 0);
+  EXPECT_NE(out.find("--ram-budget-mb does not combine with --memory"), std::string::npos) << out;
+}
+
 TEST_F(CostModel, MeansAndCacheLimitsAreConsistent) {
   // Two tables: one value (every worker trains it every iteration: never alone), and
   // 1000 values drawn uniformly.

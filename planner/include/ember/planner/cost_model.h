@@ -40,6 +40,12 @@ struct Topology {
   std::uint64_t warmup = 10;
   std::uint64_t iterations = 100;
   std::uint32_t shards = 1;  // PS shards; a key's shard is ps::owner_shard's
+  // A disk tier under each shard with this RAM budget (ember-ps --ram-budget-mb); 0: none.
+  // Modelled by the simulator's sample only (sampled_cost).
+  std::uint64_t tier_budget_bytes = 0;
+  // Batches the scheduler sees beyond the one it plans (ember-sim's --lookahead): the
+  // sample's plans, and how far ahead the tier's hints come. Sampled policies only.
+  std::uint32_t lookahead = 0;
 };
 
 // Predicted traffic of one table, per iteration (means over the run), in rows.
@@ -66,6 +72,13 @@ struct ShardCost {
   double pull_state = 0;  // ... of them with the optimizer state
   double pushes = 0;      // rows pushed to it (gradients, values, evictions)
   double bytes = 0;       // payload bytes of those pulls and pushes
+  // With a disk tier (Topology::tier_budget_bytes), 4 KiB pages per iteration: used by
+  // its requests, read from disk, and read while a request waited; without hints (an
+  // LRU alone) and with the workers' lookahead hints.
+  struct Tier {
+    double pages_touched = 0, reads = 0, critical_reads = 0;
+  };
+  Tier tier, tier_hinted;
 };
 
 struct CostEstimate {

@@ -131,6 +131,24 @@ def settings_of_worker_args(settings, worker_args):
     return {flag.replace("-", "_"): getattr(a, flag.replace("-", "_")) for flag, _, _ in settings}
 
 
+def iterations_finished(out):
+    """How many iterations worker 0 finished, by OUT/w0.jsonl (0: none): what a restart
+    loses is this less the iteration it resumes at."""
+    last = -1
+    try:
+        with open(Path(out) / "w0.jsonl") as f:
+            for line in f:
+                try:
+                    j = json.loads(line)
+                except ValueError:
+                    continue
+                if "iteration" in j and not j.get("eval") and not j.get("summary"):
+                    last = max(last, int(j["iteration"]))
+    except OSError:
+        pass
+    return last + 1
+
+
 def write_token(out):
     """A new job token in OUT/token: created 0600 (never readable by others, not even
     briefly), then renamed in place. Every launcher writes it so (ember.sbatch and
@@ -328,7 +346,12 @@ def main():
     rr.add_argument("path", help="the record's file")
     rr.add_argument("--restarts", default="", help="the restarts so far, one JSON object a line (iterations_lost each)")
     rr.add_argument("--lost-at", type=float, default=0, help="when the last loss was noticed (Unix seconds)")
+    rc = sub.add_parser("reached", help="print how many iterations worker 0 finished (OUT/w0.jsonl; 0: none)")
+    rc.add_argument("out", help="the job's output directory")
     a = p.parse_args(argv)
+    if a.cmd == "reached":
+        print(iterations_finished(a.out))
+        return
     if a.cmd == "restart-record":
         try:
             restarts = [json.loads(line) for line in Path(a.restarts).read_text().splitlines() if line.strip()] if a.restarts else []

@@ -50,8 +50,8 @@ import time
 import tomllib
 from pathlib import Path
 
-from ember_job import (resume_point, settings_of_worker_args, worker_settings, split_worker_args, summarize, write_restart_record,
-                       write_token)
+from ember_job import (iterations_finished, resume_point, settings_of_worker_args, worker_settings, split_worker_args, summarize,
+                       write_restart_record, write_token)
 
 
 PR_SET_PDEATHSIG = 1
@@ -107,23 +107,6 @@ def unmendable(f):
     if f.rc is None and "--timeout" in f.why:
         return "the job ran past --timeout"
     return ""
-
-
-def last_iteration(out):
-    """The last iteration worker 0 finished in OUT/w0.jsonl (-1: none)."""
-    last = -1
-    try:
-        with open(Path(out) / "w0.jsonl") as f:
-            for line in f:
-                try:
-                    j = json.loads(line)
-                except ValueError:
-                    continue
-                if "iteration" in j and not j.get("eval") and not j.get("summary"):
-                    last = max(last, int(j["iteration"]))
-    except OSError:
-        pass
-    return last
 
 
 class Job:
@@ -443,7 +426,7 @@ def restart(a, job, f, n):
     to OUT/attempt-n/, --resume is set when a checkpoint verifies, and one line says what
     failed, where the job goes on from and how many iterations it recomputes."""
     out = Path(a.out)
-    reached = last_iteration(out) + 1  # iterations finished before the loss
+    reached = iterations_finished(out)  # before the loss
     keep = out / f"attempt-{n}"
     keep.mkdir(exist_ok=True)
     for x in [*out.glob("*.log"), *out.glob("*.jsonl"), *out.glob("ps*.json"), *out.glob("failure.json")]:

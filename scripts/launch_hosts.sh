@@ -151,8 +151,7 @@ open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
       replaced+=" $h by the spare ${spare[0]};"
       spare=("${spare[@]:1}")
     done
-    reached="$(grep -o '"iteration":[0-9]*' "$out/w0.jsonl" 2> /dev/null | tail -1 | cut -d: -f2 || true)"
-    reached=$(( ${reached:-"-1"} + 1 ))
+    reached="$(python3 "$root/scripts/ember_job.py" reached "$out")"
     mkdir -p "$out/attempt-$k"
     mv "$out"/*.log "$out"/*.jsonl "$out"/failure.json "$out/attempt-$k/" 2> /dev/null || true
     point="" start=0 again=()

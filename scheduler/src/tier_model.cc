@@ -7,8 +7,12 @@ namespace ember::scheduler {
 TierModel::TierModel(std::uint64_t budget_bytes, std::uint64_t row_bytes)
     : budget_(std::max<std::uint64_t>(budget_bytes / kPageBytes, 1)), row_bytes_(std::max<std::uint64_t>(row_bytes, 1)) {}
 
+std::pair<std::uint64_t, std::uint64_t> TierModel::pages_of(std::uint64_t local) const {
+  return {local * row_bytes_ / kPageBytes, (local * row_bytes_ + row_bytes_ - 1) / kPageBytes};
+}
+
 void TierModel::touch(std::uint64_t iteration, std::uint64_t local) {
-  const std::uint64_t first = local * row_bytes_ / kPageBytes, last = (local * row_bytes_ + row_bytes_ - 1) / kPageBytes;
+  const auto [first, last] = pages_of(local);
   for (std::uint64_t p = first; p <= last; ++p) {
     ++touched_;
     if (use(p, iteration, 0)) ++critical_;
@@ -16,7 +20,7 @@ void TierModel::touch(std::uint64_t iteration, std::uint64_t local) {
 }
 
 void TierModel::hint(std::uint64_t now, std::uint64_t until, std::uint64_t local) {
-  const std::uint64_t first = local * row_bytes_ / kPageBytes, last = (local * row_bytes_ + row_bytes_ - 1) / kPageBytes;
+  const auto [first, last] = pages_of(local);
   for (std::uint64_t p = first; p <= last; ++p) use(p, now, until + 1);
 }
 

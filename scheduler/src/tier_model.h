@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <list>
 #include <unordered_map>
+#include <utility>
 
 #include "ember/common/types.h"
 
@@ -44,6 +45,7 @@ class TierModel {
   // while iterations before `keep_before` run; true when it was out.
   bool use(std::uint64_t page, std::uint64_t iteration, std::uint64_t keep_before);
   void make_room(std::uint64_t iteration);
+  std::pair<std::uint64_t, std::uint64_t> pages_of(std::uint64_t local) const;  // the first and last page of a row
 
   std::uint64_t budget_, row_bytes_;
   std::list<std::uint64_t> lru_;

@@ -29,13 +29,20 @@
 #            host4 takes host3's workers, ranks kept;
 #      (vii) host3's processes killed under sbatch with EMBER_MAX_RESTARTS=1: Slurm
 #            requeues the job (the test lets the requeued job start at once).
-#   They run in the order i, ii, iv, v, vi, vii, iii: after a link down for 30 s
+#   4. with the host hierarchy (--host-aggregation --host-allocation --peer-sync,
+#      lookahead 3, prefetch), under launch_hosts.sh --max-restarts 2, each job ending
+#      byte-identical to the same job uninterrupted (viii-ref), with the seconds from each
+#      loss to training again (the test's clock: the kill to the next attempt's first
+#      iteration) and the iterations recomputed:
+#      (viii) host3's processes killed; (ix) the PS host's shard killed; (x) host3's
+#      processes killed, then the PS's shard in the restarted attempt.
+#   They run in the order i, ii, iv, v, vi, vii, viii-x, iii: after a link down for 30 s
 #   slurmctld may set host3 DOWN at a later ping, for a while (every sbatch waits for the
 #   4 nodes idle).
 #   Nothing is left: no job process, no Slurm job, and after `down` no namespace or link.
 # Skips (exit 77, the reason printed) when not root, when a package is missing, when
 # namespaces cannot be made, or when a cluster is up already (bridge ember-br0). The
-# cluster goes down on any exit. About 6 minutes on the 2-core development host.
+# cluster goes down on any exit. About 7.5 minutes on the 2-core development host.
 #   tests/cluster/multihost_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin="$(cd "${1:?usage: multihost_test.sh BIN_DIR SOURCE_DIR}" && pwd)"
@@ -73,6 +80,15 @@ cleanup() {
 trap cleanup EXIT
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$(now)"; }
+
+# The job's ember-* processes in host K's network namespace (TAG: a path of the job's).
+host_job_procs() {  # K TAG
+  local p
+  for p in $(ip netns pids "ember-host$1"); do
+    case "$(cat "/proc/$p/comm" 2> /dev/null)" in ember-*) ;; *) continue ;; esac
+    if tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -qF "$2"; then echo "$p"; fi
+  done
+}
 
 # The ember-ps and ember-worker processes of a job (their command line names TAG, a path
 # of the job's), wherever they run: "host3:PID:ember-worker" lines (root: this namespace).
@@ -285,14 +301,7 @@ EOF
 )" || fail "(i) the job did not stop at a whole checkpoint"
 echo "(i) scancel: every Ember process gone after $i_end s; stopped at iteration $i_at, a whole checkpoint"
 
-# Fault on host3 during job NAME (ssh or slurm): kill | down SECONDS.
-host3_job_procs() {  # TAG: the job's ember-* processes in host3's network namespace
-  local p
-  for p in $(ip netns pids ember-host3); do
-    case "$(cat "/proc/$p/comm" 2> /dev/null)" in ember-*) ;; *) continue ;; esac
-    if tr '\0' ' ' < "/proc/$p/cmdline" 2> /dev/null | grep -qF "$1"; then echo "$p"; fi
-  done
-}
+host3_job_procs() { host_job_procs 3 "$1"; }
 start_job() {  # KIND NAME ITERATIONS: in the background; the launcher's pid or the job id
   if [ "$1" = ssh ]; then
     ssh_job "$2" "$3" &
@@ -463,6 +472,91 @@ model="$(same_as_reference "$name" "(vii) requeued" model)"
 counted="$(restart_counted "$d/run" "(vii)")"
 echo "(vii) requeued once by Slurm (pending again ${held_s} s after the start); $counted; the job completed in ${ends[vii]} s; $model"
 
+# (viii)-(x): the host hierarchy for rows under launch_hosts.sh --max-restarts 2.
+hier=(--host-aggregation --host-allocation --peer-sync --lookahead 3 --prefetch)
+hier_job() {  # NAME: in the background, its launcher's pid in $work/NAME.pid
+  local d="$work/$1"
+  timeout 400 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts" --bin "$bin" \
+    --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS" \
+    --checkpoint-dir "$d/ckpt" --checkpoint-every 10 --max-restarts 2 \
+    -- "${wargs[@]}" "${hier[@]}" --iterations "$ITERATIONS" --heartbeat-timeout-ms "$HB_MS" --dump-dir "$d/dump" \
+    > "$work/$1.launcher" 2>&1 &
+  echo $! > "$work/$1.pid"
+  bg_pids+=("$(cat "$work/$1.pid")")
+}
+# Kills the job's processes on host K once worker 0 of its current attempt has logged 15
+# iterations; then waits for the next attempt's first iteration. Prints the seconds from
+# the kill to it.
+kill_and_time() {  # NAME K ATTEMPT WHAT
+  local d="$work/$1" victims t0
+  wait_iterations "$d/run" 15 "$4"
+  victims="$(host_job_procs "$2" "$d/")"
+  [ -n "$victims" ] || fail "$4: no process of the job on host$2"
+  t0=$(now)
+  # shellcheck disable=SC2086  # one pid a word
+  kill -KILL $victims
+  for _ in $(seq 1200); do  # 120 s
+    # The restart line comes after the failed attempt's logs moved away.
+    grep -q "launch_hosts: restart $3/" "$work/$1.launcher" && [ "$(iterations_of "$d/run")" -ge 1 ] && { since "$t0"; return 0; }
+    sleep 0.1
+  done
+  fail "$4: the job was not training again 120 s after the kill: $(tail -n 3 "$work/$1.launcher")"
+}
+# The job healed with RESTARTS restarts, byte-identical to viii-ref; what it counted in
+# $work/NAME.result. (Not in a command substitution: `wait` needs this shell.)
+hier_done() {  # NAME RESTARTS WHAT
+  local rc=0
+  wait "$(cat "$work/$1.pid")" || rc=$?
+  [ "$rc" -eq 0 ] || { cat "$work/$1.launcher" >&2; fail "$3: the job did not heal (launch_hosts.sh exited $rc)"; }
+  python3 - "$work/viii-ref" "$work/$1" "$2" "$3" << 'PY' || exit 1
+import json, sys
+from pathlib import Path
+ref, run, n, what = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+for name in ("dense.bin", "rows.bin"):
+    if (ref / "dump" / name).read_bytes() != (run / "dump" / name).read_bytes():
+        sys.exit(f"FAIL: {what}: {name} is not byte-identical to the uninterrupted job's")
+s = json.loads((run / "run" / "summary.json").read_text())
+if s.get("restart_count") != n:
+    sys.exit(f"FAIL: {what}: {s.get('restart_count')} restart(s) counted, not {n}: {s.get('restarts')}")
+lost = ", ".join(f"{r['iterations_lost']} from iteration {r['resumed_at']}" for r in s["restarts"])
+rec = s["restarts"][-1].get("recovery_s") or 0
+print(f"byte-identical to the uninterrupted job; iterations recomputed {s['iterations_recomputed']} ({lost}); "
+      f"worker 0: training {rec:.1f} s after the launcher saw the last loss")
+PY
+}
+
+echo "== (viii-ref) the host hierarchy, uninterrupted, under launch_hosts.sh"
+hier_job viii-ref
+rc=0
+wait "$(cat "$work/viii-ref.pid")" || rc=$?
+[ "$rc" -eq 0 ] || { cat "$work/viii-ref.launcher" >&2; fail "(viii-ref) launch_hosts.sh failed"; }
+# The hierarchy at work: 2 hosts, rows relayed within them, peer hand-offs.
+python3 - "$work/viii-ref/run/summary.json" << 'PY' || fail "(viii-ref) the job did not run the host hierarchy"
+import json, sys
+s = json.load(open(sys.argv[1]))
+intra = s["links"]["intra_host"]
+ok = s["hosts"] == 2 and intra["relay_rows"]["pull"] > 0 and intra["peer_bytes_out"] > 0
+print(f"(viii-ref) 2 hosts: {intra['relay_rows']['pull']} rows pulled through a host's aggregator, {intra['peer_bytes_out']} peer bytes within hosts")
+sys.exit(0 if ok else 1)
+PY
+declare -A healed=()
+echo "== (viii) the host hierarchy: host3's processes killed; the job heals itself"
+hier_job viii
+healed[viii]="$(kill_and_time viii 3 1 "(viii)")"
+hier_done viii 1 "(viii)" > "$work/viii.result"
+echo "(viii) training again ${healed[viii]} s after the kill; $(cat "$work/viii.result")"
+echo "== (ix) the host hierarchy: the PS host's shard killed; the job heals itself"
+hier_job ix
+healed[ix]="$(kill_and_time ix 1 1 "(ix)")"
+hier_done ix 1 "(ix)" > "$work/ix.result"
+echo "(ix) training again ${healed[ix]} s after the kill; $(cat "$work/ix.result")"
+echo "== (x) the host hierarchy: host3's processes killed, then the PS's shard in the restarted attempt"
+hier_job x
+healed[x1]="$(kill_and_time x 3 1 "(x) first fault")"
+healed[x2]="$(kill_and_time x 1 2 "(x) second fault")"
+hier_done x 2 "(x)" > "$work/x.result"
+echo "(x) training again ${healed[x1]} s and ${healed[x2]} s after the kills; $(cat "$work/x.result")"
+
 for kind in ssh slurm; do
   name="iii-$kind"
   echo "== (iii) host3's link down for 30 s under $kind (bound $BOUND_S s)"
@@ -497,4 +591,6 @@ echo "PASS: (b) ssh ${b_s} s and (c) sbatch ${c_s} s = (a) loopback ${a_s} s (mo
   "scancel ${i_end} s (checkpoint ${i_at}), host3 killed ${ends[ii-ssh]}/${ends[ii-slurm]} s, link down 30 s" \
   "${ends[iii-ssh]}/${ends[iii-slurm]} s (ssh/slurm; bound ${BOUND_S} s, heartbeat ${HB_MS} ms); link down 2 s: same model," \
   "healed by a restart in ${ends[v]} s, on a spare host in ${ends[vi]} s, by Slurm's requeue in ${ends[vii]} s;" \
+  "host hierarchy healed byte-identical, training again after: host3 killed ${healed[viii]} s, PS killed ${healed[ix]} s," \
+  "both ${healed[x1]}+${healed[x2]} s;" \
   "an iteration of ${stall[ssh]}/${stall[slurm]} s; in $((SECONDS - t_start)) s"

@@ -35,10 +35,12 @@
 #      loss to training again (the test's clock: the kill to the next attempt's first
 #      iteration) and the iterations recomputed:
 #      (viii) host3's processes killed; (ix) the PS host's shard killed; (x) host3's
-#      processes killed, then the PS's shard in the restarted attempt.
-#   They run in the order i, ii, iv, v, vi, vii, viii-x, iii: after a link down for 30 s
-#   slurmctld may set host3 DOWN at a later ping, for a while (every sbatch waits for the
-#   4 nodes idle).
+#      processes killed, then the PS's shard in the restarted attempt; and (xi) host3's
+#      processes killed under sbatch with EMBER_MAX_RESTARTS=1 (Slurm's requeue).
+#   They run in the order i, ii, iv, v, vii, viii-xi, vi, iii: after a link down
+#   slurmctld may find host3 not responding or set it DOWN at a later ping, for a while
+#   (every sbatch waits for the 4 nodes idle, but a job started before that ping has its
+#   steps held back).
 #   Nothing is left: no job process, no Slurm job, and after `down` no namespace or link.
 # Skips (exit 77, the reason printed) when not root, when a package is missing, when
 # namespaces cannot be made, or when a cluster is up already (bridge ember-br0). The
@@ -200,14 +202,16 @@ nodes_idle() {  # WHAT
   done
   fail "$1: the 4 nodes are not all idle after 90 s: $(sinfo -h -N -o '%N %T' | paste -sd,)"
 }
-# (c): ember.sbatch. NAME ITERATIONS [sbatch options]; the job id in $work/NAME.jobid.
+# (c): ember.sbatch. NAME ITERATIONS [sbatch options]; the job id in $work/NAME.jobid;
+# slurm_extra: more worker arguments.
+slurm_extra=()
 slurm_job() {
   local d="$work/$1" name="$1" iters="$2"; shift 2
   nodes_idle "$name"
   (cd "$work" && EMBER_ROOT="$src" EMBER_BIN="$bin" EMBER_OUT="$d/run" EMBER_DUMP_DIR="$d/dump" EMBER_CHECKPOINT_DIR="$d/ckpt" \
     EMBER_CHECKPOINT_EVERY=10 EMBER_HEARTBEAT_TIMEOUT_MS="$HB_MS" EMBER_PS_ARGS="$ps_args" \
     sbatch --parsable --nodes=3 --exclude="${names[3]}" -o "$work/$name.out" "$@" "$src/scripts/ember.sbatch" "$work/data" herald 1 4 \
-    -- "${wargs[@]}" --iterations "$iters" > "$work/$name.jobid")
+    -- "${wargs[@]}" "${slurm_extra[@]}" --iterations "$iters" > "$work/$name.jobid")
 }
 
 echo "== (a) the reference: ember_launch.py on this machine, $ITERATIONS iterations"
@@ -412,65 +416,39 @@ restart="$(grep "launch_hosts: restart 1/1" "$work/$name.launcher" | sed 's/^lau
 counted="$(restart_counted "$d/run" "(v)")"
 echo "(v) healed in one restart ($restart); $counted; the job completed in ${ends[v]} s; $model"
 
-# (vi) host3's link down for good under launch_hosts.sh --max-restarts 1 --spares 1: the
-# restart finds host3 gone (ssh), puts its workers on the spare host4, same ranks, and
-# the job ends with the reference model.
-name="vi-ssh"
-echo "== (vi) host3 lost (link down) under launch_hosts.sh --max-restarts 1 --spares 1: host4 takes its place"
-d="$work/$name"
-printf '%s\n' "${names[0]}" "${names[1]}" "${names[1]}" "${names[2]}" "${names[2]}" "${names[3]}" > "$work/hosts-spare"
-t0s=$SECONDS
-timeout 300 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts-spare" --spares 1 --bin "$bin" \
-  --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS" \
-  --checkpoint-dir "$d/ckpt" --checkpoint-every 10 --max-restarts 1 \
-  -- "${wargs[@]}" --iterations "$ITERATIONS" --heartbeat-timeout-ms "$HB_MS" --dump-dir "$d/dump" > "$work/$name.launcher" 2>&1 &
-pid=$!
-bg_pids+=("$pid")
-wait_iterations "$d/run" 20 "(vi)"
-ip link set ember-v3 down
-rc=0
-wait "$pid" || rc=$?
-ip link set ember-v3 up
-[ "$rc" -eq 0 ] || { cat "$work/$name.launcher" >&2; fail "(vi): the job did not heal (launch_hosts.sh exited $rc)"; }
-grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/$name.launcher" ||
-  { cat "$work/$name.launcher" >&2; fail "(vi): no line saying host3 was replaced by host4"; }
-[ "$(paste -sd' ' "$d/run/hosts-attempt-2")" = "${names[0]} ${names[1]} ${names[1]} ${names[3]} ${names[3]}" ] ||
-  fail "(vi): the restart's hosts are $(paste -sd' ' "$d/run/hosts-attempt-2"), not host3's workers on the spare"
-ends[vi]=$((SECONDS - t0s))
-model="$(same_as_reference "$name" "(vi) on a spare host" model)"
-echo "(vi) host3 replaced by host4 at the restart; the job completed in ${ends[vi]} s; $model"
-
 # (vii) ember.sbatch with EMBER_MAX_RESTARTS=1: host3's processes killed once; the script
-# has Slurm requeue the job (the same id), which resumes from its newest checkpoint and
-# ends with the reference model.
+# has Slurm requeue the job (the same id), which resumes from its newest checkpoint.
+requeued_job() {  # NAME WHAT: prints "pending again N s after the start; ..."
+  local name="$1" what="$2" d="$work/$1" t0s=$SECONDS jobid victims held_s
+  EMBER_MAX_RESTARTS=1 slurm_job "$name" "$ITERATIONS" --requeue --open-mode=append
+  wait_iterations "$d/run" 20 "$what"
+  victims="$(host3_job_procs "$d/")"
+  [ -n "$victims" ] || fail "$what: no process of the job on host3"
+  # shellcheck disable=SC2086  # one pid a word
+  kill -KILL $victims
+  # Slurm holds a requeued job back for a while (about 2 minutes here) before it may
+  # start again: the test lets it start 3 s later. Not at once: slurmd revokes the old
+  # run's credential at the requeue's second, and a new run whose credential dates from
+  # that same second is killed as "non-startable batch job: Job credential revoked".
+  jobid="$(cat "$work/$name.jobid")"
+  for _ in $(seq 600); do
+    [ "$(squeue -h -j "$jobid" -o '%T' 2> /dev/null)" = PENDING ] && grep -q "restart 1/1: requeued" "$work/$name.out" && break
+    sleep 0.1
+  done
+  held_s=$(( SECONDS - t0s ))
+  scontrol update JobId="$jobid" StartTime=now+3 2> /dev/null || true
+  wait_job_gone "$jobid" "$what" 240
+  grep -q "ember.sbatch: restart 1/1: requeued" "$work/$name.out" || { cat "$work/$name.out" >&2; fail "$what: no requeue line"; }
+  [ -s "$d/run/summary.json" ] || { cat "$work/$name.out" >&2; fail "$what: the requeued job wrote no summary"; }
+  echo "pending again ${held_s} s after the start; the job completed in $((SECONDS - t0s)) s"
+}
 name="vii-slurm"
 echo "== (vii) host3's processes killed under sbatch with EMBER_MAX_RESTARTS=1: Slurm requeues the job"
-d="$work/$name"
-t0s=$SECONDS
-EMBER_MAX_RESTARTS=1 slurm_job "$name" "$ITERATIONS" --requeue --open-mode=append
-wait_iterations "$d/run" 20 "(vii)"
-victims="$(host3_job_procs "$d/")"
-[ -n "$victims" ] || fail "(vii): no process of the job on host3"
-# shellcheck disable=SC2086  # one pid a word
-kill -KILL $victims
-# Slurm holds a requeued job back for a while (about 2 minutes here) before it may start
-# again: the test lets it start 3 s later. Not at once: slurmd revokes the old run's
-# credential at the requeue's second, and a new run whose credential dates from that
-# same second is killed as "non-startable batch job: Job credential revoked".
-jobid="$(cat "$work/$name.jobid")"
-for _ in $(seq 600); do
-  [ "$(squeue -h -j "$jobid" -o '%T' 2> /dev/null)" = PENDING ] && grep -q "restart 1/1: requeued" "$work/$name.out" && break
-  sleep 0.1
-done
-held_s=$(( SECONDS - t0s ))
-scontrol update JobId="$jobid" StartTime=now+3 2> /dev/null || true
-wait_job_gone "$jobid" "(vii)" 240
-grep -q "ember.sbatch: restart 1/1: requeued" "$work/$name.out" || { cat "$work/$name.out" >&2; fail "(vii): no requeue line"; }
-[ -s "$d/run/summary.json" ] || { cat "$work/$name.out" >&2; fail "(vii): the requeued job wrote no summary"; }
-ends[vii]=$((SECONDS - t0s))
+requeued_job "$name" "(vii)" > "$work/$name.result"
 model="$(same_as_reference "$name" "(vii) requeued" model)"
-counted="$(restart_counted "$d/run" "(vii)")"
-echo "(vii) requeued once by Slurm (pending again ${held_s} s after the start); $counted; the job completed in ${ends[vii]} s; $model"
+counted="$(restart_counted "$work/$name/run" "(vii)")"
+ends[vii]="$(sed -n 's/.*completed in \([0-9]*\) s.*/\1/p' "$work/$name.result")"
+echo "(vii) requeued once by Slurm ($(cat "$work/$name.result")); $counted; $model"
 
 # (viii)-(x): the host hierarchy for rows under launch_hosts.sh --max-restarts 2.
 hier=(--host-aggregation --host-allocation --peer-sync --lookahead 3 --prefetch)
@@ -508,6 +486,9 @@ hier_done() {  # NAME RESTARTS WHAT
   local rc=0
   wait "$(cat "$work/$1.pid")" || rc=$?
   [ "$rc" -eq 0 ] || { cat "$work/$1.launcher" >&2; fail "$3: the job did not heal (launch_hosts.sh exited $rc)"; }
+  hier_same "$@"
+}
+hier_same() {  # NAME RESTARTS WHAT
   python3 - "$work/viii-ref" "$work/$1" "$2" "$3" << 'PY' || exit 1
 import json, sys
 from pathlib import Path
@@ -556,6 +537,41 @@ healed[x1]="$(kill_and_time x 3 1 "(x) first fault")"
 healed[x2]="$(kill_and_time x 1 2 "(x) second fault")"
 hier_done x 2 "(x)" > "$work/x.result"
 echo "(x) training again ${healed[x1]} s and ${healed[x2]} s after the kills; $(cat "$work/x.result")"
+echo "== (xi) the host hierarchy under sbatch with EMBER_MAX_RESTARTS=1: host3's processes killed, Slurm requeues"
+slurm_extra=("${hier[@]}")
+requeued_job xi-slurm "(xi)" > "$work/xi-slurm.held"
+slurm_extra=()
+hier_same xi-slurm 1 "(xi)" > "$work/xi-slurm.result"
+echo "(xi) requeued once by Slurm ($(cat "$work/xi-slurm.held")); $(cat "$work/xi-slurm.result")"
+
+# (vi) host3's link down for good under launch_hosts.sh --max-restarts 1 --spares 1: the
+# restart finds host3 gone (ssh), puts its workers on the spare host4, same ranks, and
+# the job ends with the reference model. After every sbatch job: slurmctld may find host3
+# not responding at a ping in the outage and then hold a new job's steps back.
+name="vi-ssh"
+echo "== (vi) host3 lost (link down) under launch_hosts.sh --max-restarts 1 --spares 1: host4 takes its place"
+d="$work/$name"
+printf '%s\n' "${names[0]}" "${names[1]}" "${names[1]}" "${names[2]}" "${names[2]}" "${names[3]}" > "$work/hosts-spare"
+t0s=$SECONDS
+timeout 300 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts-spare" --spares 1 --bin "$bin" \
+  --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS" \
+  --checkpoint-dir "$d/ckpt" --checkpoint-every 10 --max-restarts 1 \
+  -- "${wargs[@]}" --iterations "$ITERATIONS" --heartbeat-timeout-ms "$HB_MS" --dump-dir "$d/dump" > "$work/$name.launcher" 2>&1 &
+pid=$!
+bg_pids+=("$pid")
+wait_iterations "$d/run" 20 "(vi)"
+ip link set ember-v3 down
+rc=0
+wait "$pid" || rc=$?
+ip link set ember-v3 up
+[ "$rc" -eq 0 ] || { cat "$work/$name.launcher" >&2; fail "(vi): the job did not heal (launch_hosts.sh exited $rc)"; }
+grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/$name.launcher" ||
+  { cat "$work/$name.launcher" >&2; fail "(vi): no line saying host3 was replaced by host4"; }
+[ "$(paste -sd' ' "$d/run/hosts-attempt-2")" = "${names[0]} ${names[1]} ${names[1]} ${names[3]} ${names[3]}" ] ||
+  fail "(vi): the restart's hosts are $(paste -sd' ' "$d/run/hosts-attempt-2"), not host3's workers on the spare"
+ends[vi]=$((SECONDS - t0s))
+model="$(same_as_reference "$name" "(vi) on a spare host" model)"
+echo "(vi) host3 replaced by host4 at the restart; the job completed in ${ends[vi]} s; $model"
 
 for kind in ssh slurm; do
   name="iii-$kind"
@@ -592,5 +608,5 @@ echo "PASS: (b) ssh ${b_s} s and (c) sbatch ${c_s} s = (a) loopback ${a_s} s (mo
   "${ends[iii-ssh]}/${ends[iii-slurm]} s (ssh/slurm; bound ${BOUND_S} s, heartbeat ${HB_MS} ms); link down 2 s: same model," \
   "healed by a restart in ${ends[v]} s, on a spare host in ${ends[vi]} s, by Slurm's requeue in ${ends[vii]} s;" \
   "host hierarchy healed byte-identical, training again after: host3 killed ${healed[viii]} s, PS killed ${healed[ix]} s," \
-  "both ${healed[x1]}+${healed[x2]} s;" \
+  "both ${healed[x1]}+${healed[x2]} s, and by Slurm's requeue;" \
   "an iteration of ${stall[ssh]}/${stall[slurm]} s; in $((SECONDS - t_start)) s"

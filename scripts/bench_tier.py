@@ -7,17 +7,20 @@ data, one PS shard whose table is many times its RAM budget:
      LRU that reads a row when a worker first asks for it);
   3. the tier with the workers' hints (--lookahead iterations ahead).
 
-  scripts/bench_tier.py [--rows 1000000] [--dim 64] [--budget-mb 64] [--iterations 100]
+  scripts/bench_tier.py [--rows 1000000] [--dim 64] [--budget-mb 64] [--iterations 100] [--repeats 3]
 
-The page cache is kept out of the picture twice over: the tier drops the pages it evicts
-from the page cache itself (POSIX_FADV_DONTNEED), and each tiered shard runs in a memory
-cgroup (v1) limited to the budget plus --overhead-mb, which charges its page cache too;
-the caches are dropped before each run. Reported per run: samples/s and its ratio to all
-RAM, the workers' pull and push rows/s (rows over the seconds spent in those phases), the
-shard's peak RSS, the cgroup's peak charge (page cache included), the rows file's peak
-page-cache residency (fincore), and the tier's counters: misses on the critical path per
-row used, hint loads, bytes read and written. Without root (no cgroup, no cache drop)
-it says so and runs anyway. Everything lands in --work; the table prints as markdown.
+The page cache is kept out of the picture twice over: the tier reads and writes its file
+with direct I/O (O_DIRECT), and each tiered shard runs in a memory cgroup (v1) limited to
+the budget plus --overhead-mb, which charges its page cache too; the caches are dropped
+before each run. The three configurations alternate within each repeat; per
+configuration the table shows the median run by samples/s: samples/s and the median of
+the per-repeat ratios to all RAM, the workers' pull and push rows/s (rows over the
+seconds spent in those phases), the shard's peak RSS, the cgroup's peak charge (page
+cache included), the rows file's peak page-cache residency (fincore), and the tier's
+counters: rows a request waited for the disk for (misses on the critical path) per row
+pulled, rows read by hints, bytes read and written. Without root (no cgroup, no cache
+drop) it says so and runs anyway. Everything lands in --work; the table prints as
+markdown.
 """
 import argparse
 import json
@@ -98,7 +101,7 @@ def run_case(a, name, ps_extra, data, work, bin_dir, cgroup):
     served = ps["served"]
     pulled = served["pull"]["rows"] + served["pull_state"]["rows"] + served["prefetch"]["rows"]
     pushed = served["push_grad"]["rows"] + served["push_value"]["rows"]
-    r = {"case": name, "samples_s": s["samples_s"], "pull_rows_s": pulled / max(phases["pull"], 1e-9),
+    r = {"case": name, "samples_s": s["samples_s"], "rows_pulled": pulled, "pull_rows_s": pulled / max(phases["pull"], 1e-9),
          "push_rows_s": pushed / max(phases["push"], 1e-9), "peak_rss_mb": ps.get("peak_rss_bytes", 0) / 2**20,
          "page_cache_peak_mb": peak[0] / 2**20, "tier": ps.get("tier")}
     if cgroup is not None:
@@ -121,6 +124,7 @@ def main():
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--lookahead", type=int, default=2)
     p.add_argument("--cache-ratio", type=float, default=0.02)
+    p.add_argument("--repeats", type=int, default=3, help="rounds of the three configurations (medians are reported)")
     a = p.parse_args()
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -139,31 +143,39 @@ def main():
               file=sys.stderr)
     store = work / "store"
     tier = ["--store-dir", str(store), "--ram-budget-mb", f"{a.budget_mb:g}"]
+    cases = [("all RAM", []), ("tier, no hints", tier + ["--no-hints"]), ("tier + hints", tier)]
+    runs = {name: [] for name, _ in cases}
+    for rep in range(a.repeats):
+        for name, extra in cases:
+            cgroup, bin_dir = None, a.bin
+            if extra and use_cgroup:
+                cgroup = make_cgroup("ember-bench-tier", int((a.budget_mb + a.overhead_mb) * 2**20))
+                bin_dir = wrapped_bin(a.bin, work, cgroup)
+            shutil.rmtree(store, ignore_errors=True)
+            print(f"bench_tier: repeat {rep + 1}/{a.repeats}: {name} ...", file=sys.stderr)
+            runs[name].append(run_case(a, name, extra, data, work, bin_dir, cgroup))
+            if cgroup is not None:
+                time.sleep(0.5)
+                cgroup.rmdir()
+    (work / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
+    base_runs = runs["all RAM"]
     results = []
-    for name, extra in [("all RAM", []), ("tier, no hints", tier + ["--no-hints"]), ("tier + hints", tier)]:
-        cgroup, bin_dir = None, a.bin
-        if extra and use_cgroup:
-            cgroup = make_cgroup("ember-bench-tier", int((a.budget_mb + a.overhead_mb) * 2**20))
-            bin_dir = wrapped_bin(a.bin, work, cgroup)
-        shutil.rmtree(store, ignore_errors=True)
-        print(f"bench_tier: {name} ...", file=sys.stderr)
-        results.append(run_case(a, name, extra, data, work, bin_dir, cgroup))
-        if cgroup is not None:
-            time.sleep(0.5)
-            cgroup.rmdir()
-    (work / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    base = results[0]["samples_s"]
+    for name, _ in cases:
+        ratios = sorted(r["samples_s"] / b["samples_s"] for r, b in zip(runs[name], base_runs))
+        median = sorted(runs[name], key=lambda r: r["samples_s"])[len(runs[name]) // 2]
+        results.append(dict(median, ratio=ratios[len(ratios) // 2], ratios=[f"{x:.2f}" for x in
+                                                                          (r["samples_s"] / b["samples_s"] for r, b in zip(runs[name], base_runs))]))
     print(f"{keys} rows x dim {a.dim} + Adagrad = {table_mb:.0f} MB on one shard, RAM budget {a.budget_mb:g} MB "
           f"({table_mb / a.budget_mb:.1f}x); {a.workers} workers, herald, --lookahead {a.lookahead}, {a.iterations} iterations of "
-          f"{a.batch_per_worker} a worker\n")
-    print("| run | samples/s | vs all RAM | pull rows/s | push rows/s | shard peak RSS MB | cgroup peak MB (limit) | rows file in page cache, "
-          "peak MB | critical-path misses / row used | hint loads (pages) | read MB | written MB |")
+          f"{a.batch_per_worker} a worker; {a.repeats} repeat(s), the median run of each\n")
+    print("| run | samples/s | vs all RAM (per repeat) | pull rows/s | push rows/s | shard peak RSS MB | cgroup peak MB (limit) | "
+          "rows file in page cache, peak MB | critical-path misses / row pulled | rows read by hints | read MB | written MB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         t = r["tier"] or {}
         cg = f"{r['cgroup_peak_mb']:.0f} ({r['cgroup_limit_mb']:.0f})" if "cgroup_peak_mb" in r else "-"
-        miss = f"{t['misses'] / max(t['rows_touched'], 1):.4%}" if t else "-"
-        print(f"| {r['case']} | {r['samples_s']:.0f} | {r['samples_s'] / base:.2f}x | {r['pull_rows_s']:.0f} | {r['push_rows_s']:.0f} | "
+        miss = f"{t['misses'] / max(r['rows_pulled'], 1):.3%}" if t else "-"
+        print(f"| {r['case']} | {r['samples_s']:.0f} | {r['ratio']:.2f}x ({', '.join(r['ratios'])}) | {r['pull_rows_s']:.0f} | {r['push_rows_s']:.0f} | "
               f"{r['peak_rss_mb']:.0f} | {cg} | {r['page_cache_peak_mb']:.1f} | {miss} | {t.get('hint_loads', '-')} | "
               f"{t['bytes_read'] / 2**20 if t else 0:.0f} | {t['bytes_written'] / 2**20 if t else 0:.0f} |")
 

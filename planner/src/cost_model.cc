@@ -326,7 +326,7 @@ CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, schedul
   o.shards = S;
   o.shard_of = [S](Key k) { return ps::owner_shard(k, S); };
   o.tier_budget_bytes = topo.tier_budget_bytes;
-  o.tier_row_bytes = (row.dim + row.state) * 4;  // the value and its optimizer state, as the shard stores them
+  o.tier_row_bytes = row.stored_bytes();
   const auto start = std::chrono::steady_clock::now();
   const scheduler::SimResult r = scheduler::simulate(ds, o);
   CostEstimate out;
@@ -357,15 +357,12 @@ CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, schedul
     tc.bytes = static_cast<double>(scheduler::wire_bytes(moved, row).total()) / iters;
     out.tables.push_back(std::move(tc));
   }
-  auto tier = [&](const scheduler::TierReads& t) {
-    return ShardCost::Tier{per_iteration(t.pages_touched), per_iteration(t.reads), per_iteration(t.critical_reads)};
-  };
   for (std::size_t s = 0; s < r.per_shard.size(); ++s) {
     const auto& c = r.per_shard[s];
     ShardCost sc;
     if (s < r.per_shard_tier.size()) {
-      sc.tier = tier(r.per_shard_tier[s]);
-      sc.tier_hinted = tier(r.per_shard_tier_hinted[s]);
+      sc.tier = scheduler::per_iteration(r.per_shard_tier[s], r.iterations);
+      sc.tier_hinted = scheduler::per_iteration(r.per_shard_tier_hinted[s], r.iterations);
     }
     sc.pulls = per_iteration(c.pulls);
     sc.pull_state = per_iteration(c.pull_state);

@@ -20,6 +20,7 @@
 #include "ember/scheduler/policy.h"
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/simulator.h"
+#include "ember/scheduler/tier_report.h"
 
 namespace {
 using namespace ember;
@@ -279,37 +280,28 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   return 0;
 }
 
-// The disk tier's prediction (--ram-budget-mb), per shard and iteration: 4 KiB pages
-// used, read from disk, and read while a request waited, without and with hints.
+// The disk tier's prediction (--ram-budget-mb), per shard and iteration: rows used,
+// read from disk, and read while a request waited, without and with hints (the shape
+// ember-sim prints), and how far ahead the hints come.
 nlohmann::ordered_json tier_json(const planner::CostEstimate& est, const planner::Topology& topo, scheduler::RowFormat row) {
-  auto side = [](const planner::ShardCost::Tier& t) {
-    // Named as ember-sim's --json names them.
-    return nlohmann::ordered_json{{"pages_touched_per_iteration", t.pages_touched},
-                                  {"reads_per_iteration", t.reads},
-                                  {"critical_reads_per_iteration", t.critical_reads}};
-  };
-  nlohmann::ordered_json j = {{"ram_budget_bytes", topo.tier_budget_bytes},
-                              {"page_bytes", 4096},
-                              {"row_bytes", (row.dim + row.state) * 4},
-                              {"lookahead", topo.lookahead}};
-  auto& shards = j["shards"] = nlohmann::ordered_json::array();
-  for (std::size_t s = 0; s < est.shards.size(); ++s) {
-    shards.push_back({{"shard", s}, {"no_hints", side(est.shards[s].tier)}, {"hints", side(est.shards[s].tier_hinted)}});
-  }
+  std::vector<std::pair<scheduler::TierRates, scheduler::TierRates>> shards;
+  for (const auto& s : est.shards) shards.emplace_back(s.tier, s.tier_hinted);
+  nlohmann::ordered_json j = scheduler::tier_json(topo.tier_budget_bytes, row.stored_bytes(), shards);
+  j["lookahead"] = topo.lookahead;
   return j;
 }
 
 void print_tier(const planner::CostEstimate& est, const planner::Topology& topo, scheduler::RowFormat row) {
   const std::string hints =
       topo.lookahead > 0 ? fmt::format("hints {} iteration(s) ahead", topo.lookahead) : "no hints without --lookahead";
-  std::cout << fmt::format("disk tier: {:.1f} MB of rows in memory per shard, {}-byte rows, 4 KiB pages; {}; pages per iteration\n",
-                           static_cast<double>(topo.tier_budget_bytes) / (1024 * 1024), (row.dim + row.state) * 4, hints);
-  std::cout << fmt::format("{:<8}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "shard", "pages used", "read", "waited for", "read, hints",
+  std::cout << fmt::format("disk tier: {:.1f} MB of rows in memory per shard, {}-byte rows; {}; rows per iteration\n",
+                           static_cast<double>(topo.tier_budget_bytes) / (1024 * 1024), row.stored_bytes(), hints);
+  std::cout << fmt::format("{:<8}{:>14}{:>14}{:>14}{:>14}{:>14}\n", "shard", "rows used", "read", "waited for", "read, hints",
                            "waited, hints");
   for (std::size_t s = 0; s < est.shards.size(); ++s) {
     const auto& a = est.shards[s].tier;
     const auto& h = est.shards[s].tier_hinted;
-    std::cout << fmt::format("{:<8}{:>14.1f}{:>14.1f}{:>14.1f}{:>14.1f}{:>14.1f}\n", s, a.pages_touched, a.reads, a.critical_reads, h.reads,
+    std::cout << fmt::format("{:<8}{:>14.1f}{:>14.1f}{:>14.1f}{:>14.1f}{:>14.1f}\n", s, a.rows_touched, a.reads, a.critical_reads, h.reads,
                              h.critical_reads);
   }
 }

@@ -33,11 +33,13 @@ nlohmann::json tier_json(const TierStats& t) {
           {"miss_per_row", t.rows_touched ? static_cast<double>(t.misses) / static_cast<double>(t.rows_touched) : 0.0},
           {"hinted_rows", t.hinted_rows},
           {"hint_loads", t.hint_loads},
-          {"evicted_pages", t.evicted},
-          {"bytes_read", t.bytes_read()},
-          {"bytes_written", t.bytes_written()},
-          {"resident_pages", t.resident},
-          {"budget_pages", t.budget_pages},
+          {"evicted_rows", t.evicted},
+          {"written_back_rows", t.written_back},
+          {"bytes_read", t.bytes_read},
+          {"bytes_written", t.bytes_written},
+          {"resident_rows", t.resident},
+          {"budget_rows", t.budget_rows},
+          {"slot_waits", t.slot_waits},
           {"file_bytes", t.file_bytes}};
 }
 

@@ -108,6 +108,16 @@ void PsService::serve_pull(const transport::Message& req, transport::OutMessage&
   reply.header.type = MessageType::kPullReply;
   reply.header.flags = h.flags;
   reply.value_count = h.key_count * per;
+  if (store_.tiered()) {
+    // Rows on a disk tier move between memory and disk: copied while pinned.
+    scratch.values.resize(static_cast<std::size_t>(h.key_count) * per);
+    if (with_state)
+      store_.pull_with_state(keys, scratch.values.data());
+    else
+      store_.pull(keys, scratch.values.data());
+    reply.values = scratch.values.data();
+    return;
+  }
   // Rows that follow each other in the store (consecutive keys) form one segment; when
   // segments are long the reply leaves straight from the store, else a copy is cheaper.
   scratch.rows.resize(h.key_count);

@@ -32,10 +32,9 @@ RowArena::RowArena(const StoreConfig& c, std::uint32_t row_floats)
   }
   for (std::uint64_t i = 0; i < chunk_count_; ++i) chunks_[i].store(nullptr);
   if (!c.tier.dir.empty()) {
-    // Every chunk in the tier's file; no on_chunk: its memory is not pinned for RDMA
-    // (replies of rows on the tier are copied).
-    tier_ = std::make_unique<RowTier>(c.tier, shard_, shards_, chunk_count_ * kChunkRows, std::uint64_t{row_floats_} * sizeof(float));
-    for (std::uint64_t i = 0; i < chunk_count_; ++i) chunks_[i].store(reinterpret_cast<float*>(tier_->base() + i * chunk_bytes()));
+    // No chunks, and no on_chunk: rows on the tier move between memory and disk, so
+    // replies of them are copied.
+    tier_ = std::make_unique<RowTier>(c.tier, shard_, shards_, local_rows_, std::uint64_t{row_floats_} * sizeof(float));
   }
 }
 
@@ -92,7 +91,6 @@ float* RowArena::first_touch(Key key) {
   if (state.load(std::memory_order_acquire) < kIdle) {
     std::uint8_t expected = kNew;
     if (state.compare_exchange_strong(expected, kInitializing, std::memory_order_acq_rel)) {
-      if (tier_) tier_->touch(local, true);
       initial_row(seed_, key, dim_, p);
       init_state(optimizer_, dim_, p + dim_);
       state.store(kIdle, std::memory_order_release);
@@ -102,6 +100,33 @@ float* RowArena::first_touch(Key key) {
     }
   }
   return p;
+}
+
+float* RowArena::pin(Key key, bool write, bool no_read) {
+  const std::uint64_t local = local_of(key);
+  std::atomic<std::uint8_t>& state = states_[local];
+  if (state.load(std::memory_order_acquire) < kIdle) {
+    std::uint8_t expected = kNew;
+    if (state.compare_exchange_strong(expected, kInitializing, std::memory_order_acq_rel)) {
+      float* p = nullptr;
+      try {
+        p = tier_->pin(local, true, true);  // never written: nothing to read
+      } catch (...) {
+        state.store(kNew, std::memory_order_release);
+        throw;
+      }
+      initial_row(seed_, key, dim_, p);
+      init_state(optimizer_, dim_, p + dim_);
+      state.store(kIdle, std::memory_order_release);
+      initialized_count_.fetch_add(1, std::memory_order_relaxed);
+      return p;
+    }
+    while (state.load(std::memory_order_acquire) < kIdle) {
+      if (state.load(std::memory_order_acquire) == kNew) return pin(key, write, no_read);  // its initializer failed
+      std::this_thread::yield();  // another thread is initializing it
+    }
+  }
+  return tier_->pin(local, write, no_read);
 }
 
 }  // namespace ember::ps

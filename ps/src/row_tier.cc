@@ -3,33 +3,70 @@
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/common/huge_pages.h"
 
 namespace ember::ps {
+namespace {
+
+constexpr std::uint64_t kPage = 4096;
+// An extent read or written in one system call: at most this many bytes (neighbouring
+// rows of a hint or of a round of write-backs; a checkpoint's scan reads its own blocks).
+constexpr std::uint64_t kMaxExtent = 1 << 20;
+// A hint's rows are read in chunks of this many: a request waiting for one of them waits
+// for its chunk, not the whole hint.
+constexpr std::size_t kHintChunk = 512;
+
+std::uint64_t align_down(std::uint64_t x, std::uint64_t a) { return x / a * a; }
+std::uint64_t align_up(std::uint64_t x, std::uint64_t a) { return (x + a - 1) / a * a; }
+
+// Memory aligned for direct I/O (a thread's buffer, grown as needed).
+class AlignedBuffer {
+ public:
+  ~AlignedBuffer() { std::free(p_); }
+  char* get(std::uint64_t bytes) {
+    if (bytes > size_) {
+      std::free(p_);
+      size_ = align_up(bytes, kPage);
+      p_ = static_cast<char*>(std::aligned_alloc(kPage, size_));
+      if (p_ == nullptr) throw std::bad_alloc();
+    }
+    return p_;
+  }
+
+ private:
+  char* p_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+thread_local AlignedBuffer io_buffer;
+
+}  // namespace
 
 RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes)
-    : row_bytes_(row_bytes) {
+    : rows_(rows), row_bytes_(row_bytes), io_threads_(std::max<std::uint32_t>(c.io_threads, 1)) {
   const std::string name = "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards);
   file_ = c.dir / (name + ".rows");
   const std::filesystem::path record = c.dir / (name + ".json");
-  if (c.ram_budget_bytes < kMinBudget) throw ConfigError("--ram-budget-mb: at least 0.0625 MB (16 pages) of rows in memory");
+  if (c.ram_budget_bytes < kMinBudget) throw ConfigError("--ram-budget-mb: at least 0.0625 MB of rows in memory");
   std::error_code ec;
   std::filesystem::create_directories(c.dir, ec);
   if (ec) throw ConfigError("--store-dir " + c.dir.string() + ": " + ec.message());
-  fd_ = ::open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw ConfigError(errno_message("--store-dir: " + file_.string()));
+  lock_fd_ = ::open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) throw ConfigError(errno_message("--store-dir: " + file_.string()));
   try {
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       throw ConfigError("--store-dir: " + file_.string() + " is in use by another ember-ps (" + std::strerror(errno) + ")");
     }
     // The record of what the file holds: another table's directory is refused (its file
@@ -49,41 +86,66 @@ RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards,
       }
     }
     write_file_atomic(record, mine.dump() + "\n");
-    bytes_ = rows * row_bytes;
-    pages_ = (bytes_ + kPage - 1) / kPage;
-    budget_pages_ = c.ram_budget_bytes / kPage;
-    if (::ftruncate(fd_, static_cast<off_t>(pages_ * kPage)) != 0) {
-      throw ConfigError(
-          errno_message("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(pages_ * kPage) + " bytes"));
+    file_bytes_ = align_up(std::max<std::uint64_t>(rows * row_bytes, 1), kPage);
+    if (::ftruncate(lock_fd_, static_cast<off_t>(file_bytes_)) != 0) {
+      throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(file_bytes_) + " bytes"));
     }
-    // Reserve every block now: a full disk then fails here, not in a page fault (SIGBUS).
-    if (::fallocate(fd_, 0, 0, static_cast<off_t>(pages_ * kPage)) != 0) {
+    // Reserve every block now: a full disk then fails here, not in the middle of a job.
+    if (::fallocate(lock_fd_, 0, 0, static_cast<off_t>(file_bytes_)) != 0) {
       if (errno != EOPNOTSUPP) {
-        throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(pages_ * kPage >> 20) +
+        throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(file_bytes_ >> 20) +
                                         " MiB for the rows"));
       }
       spdlog::warn("row tier: {}: the file system cannot reserve space (fallocate); a full disk will fail the shard later", file_.string());
     }
-    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
-    void* p = ::mmap(nullptr, pages_ * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (p == MAP_FAILED) throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot map it"));
-    base_ = static_cast<char*>(p);
-    ::madvise(base_, pages_ * kPage, MADV_RANDOM);
-    // Whatever an earlier run left in memory is not counted: drop it.
-    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
-    state_ = std::make_unique<std::atomic<std::uint8_t>[]>(pages_);
-    last_use_ = std::make_unique<std::atomic<std::uint32_t>[]>(pages_);
-    for (std::uint64_t i = 0; i < pages_; ++i)
-      state_[i].store(kOut, std::memory_order_relaxed), last_use_[i].store(0, std::memory_order_relaxed);
+    // Direct I/O where the file system has it (the page cache would hold what the budget
+    // does not allow), with the smallest alignment it takes: a row is read by its sectors.
+    fd_ = ::open(file_.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT);
+    if (fd_ >= 0) {
+      char* probe = io_buffer.get(kPage);
+      sector_ = 0;
+      for (std::uint64_t a : {std::uint64_t{512}, kPage}) {
+        if (::pread(fd_, probe, a, static_cast<off_t>(a == kPage ? 0 : 512)) == static_cast<ssize_t>(a)) {
+          sector_ = a;
+          break;
+        }
+      }
+      if (sector_ == 0) ::close(fd_), fd_ = -1;
+    }
+    if (fd_ < 0) {
+      direct_ = false;
+      sector_ = 1;
+      fd_ = ::dup(lock_fd_);
+      if (fd_ < 0) throw ConfigError(errno_message("--store-dir: " + file_.string()));
+      ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+      spdlog::warn("row tier: {}: no direct I/O on this file system; rows pass through the page cache", file_.string());
+    }
+    slot_count_ = std::max<std::uint64_t>(c.ram_budget_bytes / row_bytes, kMinSlots);
+    if (slot_count_ > kSlotMask - 1) throw ConfigError("--ram-budget-mb: more than 2^32 rows in memory");
+    low_ = std::max<std::uint64_t>(slot_count_ / 16, 8);
+    high_ = std::max<std::uint64_t>(slot_count_ / 8, 16);
+    slots_ = static_cast<char*>(huge_alloc(slot_count_ * row_bytes_));
+    word_ = std::make_unique<std::atomic<std::uint64_t>[]>(rows_);
+    for (std::uint64_t i = 0; i < rows_; ++i) word_[i].store(0, std::memory_order_relaxed);
+    owner_ = std::make_unique<std::atomic<std::uint64_t>[]>(slot_count_);
+    last_use_ = std::make_unique<std::atomic<std::uint32_t>[]>(slot_count_);
+    free_.reserve(slot_count_);
+    for (std::uint64_t s = slot_count_; s-- > 0;) {
+      owner_[s].store(kNoOwner, std::memory_order_relaxed);
+      last_use_[s].store(0, std::memory_order_relaxed);
+      free_.push_back(static_cast<std::uint32_t>(s));
+    }
   } catch (...) {
-    if (base_ != nullptr) ::munmap(base_, pages_ * kPage);
-    ::close(fd_);
+    if (slots_ != nullptr) huge_free(slots_, slot_count_ * row_bytes_);
+    if (fd_ >= 0) ::close(fd_);
+    ::close(lock_fd_);
     throw;
   }
   pager_ = std::thread([this] { pager_loop(); });
   loader_ = std::thread([this] { loader_loop(); });
-  spdlog::info("row tier: {} rows of {} B in {} ({} MiB), at most {} MiB in memory", rows, row_bytes, file_.string(), pages_ * kPage >> 20,
-               budget_pages_ * kPage >> 20);
+  spdlog::info("row tier: {} rows of {} B in {} ({} MiB, {}), {} rows in memory ({} MiB)", rows, row_bytes, file_.string(),
+               file_bytes_ >> 20, direct_ ? "direct I/O, " + std::to_string(sector_) + " B sectors" : "buffered I/O", slot_count_,
+               slot_count_ * row_bytes_ >> 20);
 }
 
 RowTier::~RowTier() {
@@ -93,25 +155,198 @@ RowTier::~RowTier() {
   }
   pager_cv_.notify_all();
   loader_cv_.notify_all();
+  free_cv_.notify_all();
   if (pager_.joinable()) pager_.join();
   if (loader_.joinable()) loader_.join();
-  if (base_ != nullptr) ::munmap(base_, pages_ * kPage);
-  if (fd_ >= 0) ::close(fd_);  // and its lock
+  huge_free(slots_, slot_count_ * row_bytes_);
+  ::close(fd_);
+  ::close(lock_fd_);  // and its lock
+}
+
+float* RowTier::pin(std::uint64_t local, bool write, bool no_read) {
+  std::atomic<std::uint64_t>& w = word_[local];
+  touched_.fetch_add(1, std::memory_order_relaxed);
+  bool waited = false;
+  for (int spins = 0;;) {
+    std::uint64_t v = w.load(std::memory_order_acquire);
+    if ((v & kBusy) != 0) {
+      // Being read in (a hint's read in flight) or written out: the request waits for the disk.
+      if (!waited) waited = true, misses_.fetch_add(1, std::memory_order_relaxed);
+      if (++spins < 32)
+        std::this_thread::yield();
+      else
+        w.wait(v, std::memory_order_acquire);
+      continue;
+    }
+    const auto now = static_cast<std::uint32_t>(now_.load(std::memory_order_relaxed));
+    if ((v & kSlotMask) != 0) {
+      if (!w.compare_exchange_weak(v, (v + kPin) | (write ? kDirty : 0), std::memory_order_acq_rel)) continue;
+      const std::uint64_t s = (v & kSlotMask) - 1;
+      if (last_use_[s].load(std::memory_order_relaxed) < now) last_use_[s].store(now, std::memory_order_relaxed);
+      return reinterpret_cast<float*>(slot(s));
+    }
+    if (!w.compare_exchange_weak(v, kBusy, std::memory_order_acq_rel)) continue;
+    // Not in memory, and ours to bring in.
+    std::uint32_t s = 0;
+    bool have_slot = false;
+    try {
+      s = take_slot();
+      have_slot = true;
+      if (!no_read) {
+        if (!waited) misses_.fetch_add(1, std::memory_order_relaxed);
+        read_rows({local}, {s});
+      }
+    } catch (const std::exception& e) {
+      if (have_slot) give_slots({s});
+      w.store(0, std::memory_order_release);
+      w.notify_all();
+      fail(e.what());
+      throw IoError("row tier " + file_.string() + ": " + e.what());
+    }
+    owner_[s].store(local, std::memory_order_relaxed);
+    last_use_[s].store(now, std::memory_order_relaxed);
+    resident_.fetch_add(1, std::memory_order_relaxed);
+    w.store((s + 1) | kPin | (write || no_read ? kDirty : 0), std::memory_order_release);
+    w.notify_all();
+    return reinterpret_cast<float*>(slot(s));
+  }
+}
+
+std::uint32_t RowTier::take_slot() {
+  std::unique_lock lock(mu_);
+  if (free_.size() <= low_ && !pager_wanted_) {
+    pager_wanted_ = true;
+    pager_cv_.notify_one();
+  }
+  if (free_.empty()) {
+    slot_waits_.fetch_add(1, std::memory_order_relaxed);
+    while (free_.empty()) {
+      if (stop_) throw IoError("the row tier is shutting down");
+      if (failed_.load()) throw IoError(error_);
+      pager_wanted_ = true;
+      pager_cv_.notify_one();
+      free_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    }
+  }
+  const std::uint32_t s = free_.back();
+  free_.pop_back();
+  return s;
+}
+
+void RowTier::give_slots(const std::vector<std::uint32_t>& freed) {
+  if (freed.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    free_.insert(free_.end(), freed.begin(), freed.end());
+  }
+  free_cv_.notify_all();
+}
+
+std::vector<RowTier::Extent> RowTier::extents_of(const std::vector<std::uint64_t>& locals) const {
+  std::vector<Extent> out;
+  for (std::size_t i = 0; i < locals.size(); ++i) {
+    const std::uint64_t from = align_down(locals[i] * row_bytes_, sector_), to = align_up((locals[i] + 1) * row_bytes_, sector_);
+    // Sectors shared with the extent before: the same extent (two threads must never
+    // read-modify-write one sector); touching ones: joined while the extent is small.
+    if (!out.empty() && (from < out.back().to || (from == out.back().to && to - out.back().from <= kMaxExtent))) {
+      out.back().to = std::max(out.back().to, to);
+      out.back().end = i + 1;
+    } else {
+      out.push_back({i, i + 1, from, to});
+    }
+  }
+  return out;
+}
+
+void RowTier::pread_all(char* buf, std::uint64_t bytes, std::uint64_t offset) {
+  for (std::uint64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd_, buf + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw IoError(n < 0 ? errno_message("reading rows from " + file_.string()) : file_.string() + ": ends early (truncated?)");
+    done += static_cast<std::uint64_t>(n);
+  }
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  if (!direct_) ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
+}
+
+void RowTier::pwrite_all(const char* buf, std::uint64_t bytes, std::uint64_t offset) {
+  for (std::uint64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pwrite(fd_, buf + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw IoError(errno_message("writing rows back to " + file_.string()));
+    done += static_cast<std::uint64_t>(n);
+  }
+  bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  if (!direct_) {
+    // Written through, then dropped: the page cache does not keep what the budget does not.
+    const auto off = static_cast<off_t>(offset), len = static_cast<off_t>(bytes);
+    if (::sync_file_range(fd_, off, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+      throw IoError(errno_message("writing rows back to " + file_.string()));
+    }
+    ::posix_fadvise(fd_, off, len, POSIX_FADV_DONTNEED);
+  }
+}
+
+void RowTier::on_io_threads(std::size_t n, const std::function<void(std::size_t)>& fn) {
+  const std::size_t threads = std::min<std::size_t>(io_threads_, n);
+  if (threads <= 1) {
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr first_error;
+  std::mutex error_mu;
+  auto work = [&] {
+    try {
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    } catch (...) {
+      std::lock_guard lock(error_mu);
+      if (!first_error) first_error = std::current_exception();
+      next.store(n);
+    }
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(threads - 1);
+  for (std::size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& t : helpers) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+}
+
+void RowTier::read_rows(const std::vector<std::uint64_t>& locals, const std::vector<std::uint32_t>& dest) {
+  const std::vector<Extent> extents = extents_of(locals);
+  on_io_threads(extents.size(), [&](std::size_t i) {
+    const Extent& e = extents[i];
+    char* buf = io_buffer.get(e.to - e.from);
+    pread_all(buf, e.to - e.from, e.from);
+    for (std::size_t j = e.first; j < e.end; ++j) std::memcpy(slot(dest[j]), buf + (locals[j] * row_bytes_ - e.from), row_bytes_);
+  });
+}
+
+void RowTier::write_rows(const std::vector<std::uint64_t>& locals, const std::vector<std::uint32_t>& src) {
+  const std::vector<Extent> extents = extents_of(locals);
+  on_io_threads(extents.size(), [&](std::size_t i) {
+    const Extent& e = extents[i];
+    char* buf = io_buffer.get(e.to - e.from);
+    // Sectors the rows do not cover whole are read first (the file's only writer is this
+    // thread's round, so what it reads of other rows is what it writes back).
+    const bool whole = locals[e.first] * row_bytes_ == e.from && (locals[e.end - 1] + 1) * row_bytes_ == e.to &&
+                       locals[e.end - 1] - locals[e.first] == e.end - 1 - e.first;
+    if (!whole) pread_all(buf, e.to - e.from, e.from);
+    for (std::size_t j = e.first; j < e.end; ++j) std::memcpy(buf + (locals[j] * row_bytes_ - e.from), slot(src[j]), row_bytes_);
+    pwrite_all(buf, e.to - e.from, e.from);
+  });
 }
 
 void RowTier::hint(std::span<const std::uint64_t> locals, std::uint64_t iteration) {
-  std::vector<std::uint64_t> pages;
-  pages.reserve(locals.size());
-  for (std::uint64_t l : locals) {
-    if (l * row_bytes_ >= bytes_) continue;
-    pages.push_back(l * row_bytes_ / kPage);
-    const std::uint64_t last = (l * row_bytes_ + row_bytes_ - 1) / kPage;
-    if (last != pages.back()) pages.push_back(last);
-  }
+  std::vector<std::uint64_t> rows;
+  rows.reserve(locals.size());
+  for (std::uint64_t l : locals)
+    if (l < rows_) rows.push_back(l);
   hinted_.fetch_add(locals.size(), std::memory_order_relaxed);
   {
     std::lock_guard lock(mu_);
-    hints_.emplace_back(std::move(pages), iteration);
+    hints_.emplace_back(std::move(rows), iteration);
   }
   hint_queue_.fetch_add(1, std::memory_order_relaxed);
   loader_cv_.notify_one();
@@ -126,123 +361,160 @@ void RowTier::loader_loop() {
       if (stop_) return;
       work.swap(hints_);
     }
-    for (auto& [pages, iteration] : work) {
-      std::sort(pages.begin(), pages.end());
-      pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-      // Kept until used: a page hinted for a later iteration is among the last to go.
-      const auto until = static_cast<std::uint32_t>(iteration);
-      for (std::uint64_t p : pages)
-        if (last_use_[p].load(std::memory_order_relaxed) < until) last_use_[p].store(until, std::memory_order_relaxed);
-      // Read the pages on disk in runs of consecutive pages.
-      for (std::size_t i = 0; i < pages.size();) {
-        if (state_[pages[i]].load(std::memory_order_relaxed) != kOut) {
-          ++i;
-          continue;
+    for (auto& [locals, iteration] : work) {
+      if (!failed()) {
+        try {
+          load_hinted(locals, iteration);
+        } catch (const std::exception& e) {
+          fail(e.what());
         }
-        std::size_t j = i + 1;
-        while (j < pages.size() && pages[j] == pages[j - 1] + 1 && state_[pages[j]].load(std::memory_order_relaxed) == kOut) ++j;
-        // Queued, not waited for: the reads of a whole hint are in flight at once (the
-        // disk's queue depth), and a request that comes first waits only for its page.
-        if (::madvise(base_ + pages[i] * kPage, (j - i) * kPage, MADV_WILLNEED) != 0) {
-          fail(errno_message("reading rows in from " + file_.string()));
-        }
-        for (std::size_t k = i; k < j; ++k) {
-          std::uint8_t out = kOut;
-          if (state_[pages[k]].compare_exchange_strong(out, kClean, std::memory_order_relaxed)) {
-            hint_loads_.fetch_add(1, std::memory_order_relaxed);
-            became_resident();
-          }
-        }
-        i = j;
       }
       hint_queue_.fetch_sub(1, std::memory_order_relaxed);
     }
   }
 }
 
-void RowTier::wake_pager() {
-  {
-    std::lock_guard lock(mu_);
-    if (pager_wanted_) return;
-    pager_wanted_ = true;
+void RowTier::load_hinted(std::vector<std::uint64_t>& locals, std::uint64_t iteration) {
+  std::sort(locals.begin(), locals.end());
+  locals.erase(std::unique(locals.begin(), locals.end()), locals.end());
+  const auto until = static_cast<std::uint32_t>(iteration);
+  // At most half the slots for one hint: more would push out the hint's own rows.
+  const std::size_t most = slot_count_ / 2;
+  std::vector<std::uint64_t> mine;
+  std::vector<std::uint32_t> slots;
+  std::size_t taken = 0;
+  auto read_chunk = [&] {
+    if (mine.empty()) return;
+    slots.clear();
+    try {
+      for (std::size_t i = 0; i < mine.size(); ++i) slots.push_back(take_slot());
+      read_rows(mine, slots);
+    } catch (...) {
+      give_slots(slots);
+      for (std::uint64_t l : mine) word_[l].store(0, std::memory_order_release), word_[l].notify_all();
+      throw;
+    }
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      owner_[slots[i]].store(mine[i], std::memory_order_relaxed);
+      last_use_[slots[i]].store(until, std::memory_order_relaxed);
+      word_[mine[i]].store(slots[i] + 1, std::memory_order_release);
+      word_[mine[i]].notify_all();
+    }
+    resident_.fetch_add(mine.size(), std::memory_order_relaxed);
+    hint_loads_.fetch_add(mine.size(), std::memory_order_relaxed);
+    mine.clear();
+  };
+  for (std::uint64_t l : locals) {
+    std::uint64_t v = word_[l].load(std::memory_order_acquire);
+    if ((v & kSlotMask) != 0 && (v & kBusy) == 0) {
+      // In memory: kept until the iteration named.
+      std::atomic<std::uint32_t>& use = last_use_[(v & kSlotMask) - 1];
+      if (use.load(std::memory_order_relaxed) < until) use.store(until, std::memory_order_relaxed);
+      continue;
+    }
+    if (v != 0 || taken >= most || !word_[l].compare_exchange_strong(v, kBusy, std::memory_order_acq_rel)) continue;
+    mine.push_back(l);
+    ++taken;
+    if (mine.size() == kHintChunk) read_chunk();
   }
-  pager_cv_.notify_one();
+  read_chunk();
 }
 
 void RowTier::pager_loop() {
   for (;;) {
+    std::uint64_t want = 0;
     {
       std::unique_lock lock(mu_);
       pager_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_ || pager_wanted_; });
       if (stop_) return;
+      const bool asked = pager_wanted_;
       pager_wanted_ = false;
+      if (free_.size() < high_ && (asked || free_.size() <= low_)) want = high_ - free_.size();
     }
-    if (resident_.load(std::memory_order_relaxed) > budget_pages_) evict_to(budget_pages_ - budget_pages_ / 8);
+    if (want > 0 && !failed()) evict(want);
   }
 }
 
-void RowTier::evict_to(std::uint64_t target) {
-  // The least recently used pages first (a page hinted for a later iteration counts as
-  // used then).
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> in;  // last use, page
-  in.reserve(resident_.load(std::memory_order_relaxed) + 1024);
-  for (std::uint64_t p = 0; p < pages_; ++p)
-    if (state_[p].load(std::memory_order_relaxed) != kOut) in.emplace_back(last_use_[p].load(std::memory_order_relaxed), p);
-  if (in.size() <= target) return;
-  const std::size_t n = in.size() - target;
-  std::nth_element(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(n - 1), in.end());
-  std::vector<std::uint64_t> victims(n);
-  for (std::size_t i = 0; i < n; ++i) victims[i] = in[i].second;
-  std::sort(victims.begin(), victims.end());
-  // A run spans victims with nothing resident between them: one set of system calls
-  // (and one TLB shootdown) for the run, not one per page. With the table far larger
-  // than the budget, most pages between two victims are on disk.
-  const auto out_between = [&](std::uint64_t a, std::uint64_t b) {
-    if (b - a > 1024) return false;
-    for (std::uint64_t p = a + 1; p < b; ++p)
-      if (state_[p].load(std::memory_order_relaxed) != kOut) return false;
-    return true;
-  };
-  for (std::size_t i = 0; i < victims.size();) {
-    std::size_t j = i + 1;
-    while (j < victims.size() && out_between(victims[j - 1], victims[j])) ++j;
-    evict_run(victims[i], victims[j - 1] + 1 - victims[i]);
-    i = j;
+void RowTier::evict(std::uint64_t want) {
+  const std::lock_guard round(evict_mu_);
+  // The least recently used rows that nobody pins (a row hinted for a later iteration
+  // counts as used then).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> candidates;  // last use, slot
+  candidates.reserve(slot_count_);
+  for (std::uint64_t s = 0; s < slot_count_; ++s) {
+    const std::uint64_t o = owner_[s].load(std::memory_order_acquire);
+    if (o == kNoOwner) continue;
+    const std::uint64_t v = word_[o].load(std::memory_order_relaxed);
+    if ((v & (kBusy | kPinMask)) != 0 || (v & kSlotMask) != s + 1) continue;
+    candidates.emplace_back(last_use_[s].load(std::memory_order_relaxed), static_cast<std::uint32_t>(s));
   }
-}
-
-void RowTier::evict_run(std::uint64_t first, std::uint64_t count) {
-  bool dirty = false;
-  for (std::uint64_t p = first; p < first + count; ++p) {
-    const std::uint8_t was = state_[p].exchange(kOut, std::memory_order_relaxed);
-    if (was == kOut) continue;
-    resident_.fetch_sub(1, std::memory_order_relaxed);
-    evicted_.fetch_add(1, std::memory_order_relaxed);
-    if (was == kDirty) written_back_.fetch_add(1, std::memory_order_relaxed), dirty = true;
+  if (candidates.size() > want) {
+    std::nth_element(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(want), candidates.end());
+    candidates.resize(want);
   }
-  // A request may write these rows meanwhile: the page stays the page cache's (dirty,
-  // or mapped again), never lost; the kernel drops it only once clean and unmapped.
-  const auto off = static_cast<off_t>(first * kPage), len = static_cast<off_t>(count * kPage);
-  if (dirty && ::sync_file_range(fd_, off, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
-    fail(errno_message("writing rows back to " + file_.string()));
-  }
-  ::madvise(base_ + first * kPage, static_cast<std::size_t>(len), MADV_DONTNEED);
-  ::posix_fadvise(fd_, off, len, POSIX_FADV_DONTNEED);
-}
-
-void RowTier::release_scanned(std::uint64_t first_row, std::uint64_t end_row) {
-  if (end_row <= first_row) return;
-  const std::uint64_t first = first_row * row_bytes_ / kPage, end = std::min(pages_, (end_row * row_bytes_ + kPage - 1) / kPage);
-  for (std::uint64_t p = first; p < end;) {
-    if (state_[p].load(std::memory_order_relaxed) != kOut) {
-      ++p;
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> dirty;  // row, slot
+  std::vector<std::uint32_t> freed;
+  for (const auto& [use, s] : candidates) {
+    const std::uint64_t o = owner_[s].load(std::memory_order_acquire);
+    if (o == kNoOwner) continue;
+    std::uint64_t v = word_[o].load(std::memory_order_acquire);
+    if ((v & (kBusy | kPinMask)) != 0 || (v & kSlotMask) != s + 1) continue;
+    if (!word_[o].compare_exchange_strong(v, v | kBusy, std::memory_order_acq_rel)) continue;  // pinned meanwhile
+    if ((v & kDirty) != 0) {
+      dirty.emplace_back(o, s);
       continue;
     }
-    std::uint64_t q = p + 1;
-    while (q < end && state_[q].load(std::memory_order_relaxed) == kOut) ++q;
-    ::madvise(base_ + p * kPage, (q - p) * kPage, MADV_DONTNEED);
-    ::posix_fadvise(fd_, static_cast<off_t>(p * kPage), static_cast<off_t>((q - p) * kPage), POSIX_FADV_DONTNEED);
-    p = q;
+    owner_[s].store(kNoOwner, std::memory_order_relaxed);
+    word_[o].store(0, std::memory_order_release);
+    word_[o].notify_all();
+    freed.push_back(s);
+  }
+  const std::uint64_t clean = freed.size();
+  give_slots(freed);
+  std::sort(dirty.begin(), dirty.end());
+  std::vector<std::uint64_t> rows(dirty.size());
+  std::vector<std::uint32_t> from(dirty.size());
+  for (std::size_t i = 0; i < dirty.size(); ++i) rows[i] = dirty[i].first, from[i] = dirty[i].second;
+  try {
+    write_rows(rows, from);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    // Nothing is lost: the rows stay in memory, dirty (the store refuses requests now).
+    for (const auto& [o, s] : dirty) word_[o].store((s + 1) | kDirty, std::memory_order_release), word_[o].notify_all();
+    resident_.fetch_sub(clean, std::memory_order_relaxed);
+    evicted_.fetch_add(clean, std::memory_order_relaxed);
+    return;
+  }
+  freed.clear();
+  for (const auto& [o, s] : dirty) {
+    owner_[s].store(kNoOwner, std::memory_order_relaxed);
+    word_[o].store(0, std::memory_order_release);
+    word_[o].notify_all();
+    freed.push_back(s);
+  }
+  give_slots(freed);
+  resident_.fetch_sub(clean + dirty.size(), std::memory_order_relaxed);
+  evicted_.fetch_add(clean + dirty.size(), std::memory_order_relaxed);
+  written_back_.fetch_add(dirty.size(), std::memory_order_relaxed);
+}
+
+void RowTier::scan(std::uint64_t first, std::uint64_t end, const std::vector<bool>& listed,
+                   const std::function<void(std::uint64_t, const char*)>& fn) {
+  if (end <= first) return;
+  const std::lock_guard no_writes(evict_mu_);  // what is on disk stays there, what is in memory stays there
+  const std::uint64_t from = align_down(first * row_bytes_, sector_), to = align_up(end * row_bytes_, sector_);
+  const std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kPage, align_up(to - from, kPage))),
+                                                         &std::free);
+  if (!buf) throw std::bad_alloc();
+  pread_all(buf.get(), to - from, from);
+  for (std::uint64_t l = first; l < end; ++l) {
+    if (!listed[l]) continue;
+    const std::uint64_t v = word_[l].load(std::memory_order_acquire);
+    // A row being read in is on disk as it is; none is being written out.
+    if ((v & kSlotMask) != 0 && (v & kBusy) == 0)
+      fn(l, slot((v & kSlotMask) - 1));
+    else
+      fn(l, buf.get() + (l * row_bytes_ - from));
   }
 }
 
@@ -270,9 +542,13 @@ TierStats RowTier::stats() const {
   s.evicted = evicted_.load(r);
   s.written_back = written_back_.load(r);
   s.resident = resident_.load(r);
-  s.budget_pages = budget_pages_;
+  s.budget_rows = slot_count_;
   s.hint_queue = hint_queue_.load(r);
-  s.file_bytes = pages_ * kPage;
+  s.slot_waits = slot_waits_.load(r);
+  s.bytes_read = bytes_read_.load(r);
+  s.bytes_written = bytes_written_.load(r);
+  s.file_bytes = file_bytes_;
+  s.row_bytes = row_bytes_;
   return s;
 }
 

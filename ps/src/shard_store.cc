@@ -39,6 +39,8 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
 std::uint64_t ShardStore::local_rows(const StoreConfig& c) { return RowArena::local_rows(c); }
 
 std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
+  // On a tier: its budget, and per row a state byte and the tier's word (row_tier.h).
+  if (!c.tier.dir.empty()) return c.tier.ram_budget_bytes + local_rows(c) * (1 + 8);
   return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1);
 }
 
@@ -78,7 +80,7 @@ ShardStore::ShardStore(StoreConfig config)
   applier_ = std::make_unique<Applier>(config_.apply_threads);
   if (config_.allocate_up_front) {
     try {
-      for (std::uint64_t local = 0; local < local_rows(); ++local) row_ptr(arena_.key_of(local));
+      for (std::uint64_t local = 0; local < local_rows(); ++local) prepare_row(arena_.key_of(local));
     } catch (const std::bad_alloc&) {
       throw ConfigError("cannot allocate the " + std::to_string(bytes_when_full() >> 20) + " MiB of shard " +
                         std::to_string(config_.shard) + "'s rows up front: add shards, or allocate on first use");
@@ -86,18 +88,34 @@ ShardStore::ShardStore(StoreConfig config)
   }
 }
 
-void ShardStore::use_tiered(std::uint64_t local, bool write) {
+ShardStore::RowRef ShardStore::pin_tiered(Key key, bool write, bool no_read) {
   if (tier_->failed()) [[unlikely]]
     throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
-  tier_->touch(local, write);
+  return {arena_.pin(key, write, no_read), tier_, local_of(key)};
+}
+
+void ShardStore::prepare_row(Key key) {
+  const std::uint64_t local = local_of(key);
+  if (tier_ == nullptr) {
+    row_ptr(key);
+  } else if (tier_->failed()) [[unlikely]] {
+    throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
+  } else if (arena_.state(local).load(std::memory_order_acquire) < kIdle) {
+    pin_tiered(key, true, true);  // initialized in memory, unpinned again
+  }
+  wait_applied(local);
 }
 
 void ShardStore::hint(std::span<const Key> keys, std::uint64_t iteration) {
   for (Key k : keys) check_key(k);
   if (tier_ == nullptr) return;
   thread_local std::vector<std::uint64_t> locals;
-  locals.resize(keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) locals[i] = local_of(keys[i]);
+  locals.clear();
+  for (Key k : keys) {
+    // A row never used is not on disk: its first use initializes it, no read.
+    const std::uint64_t local = local_of(k);
+    if (arena_.state(local).load(std::memory_order_relaxed) >= kIdle) locals.push_back(local);
+  }
   tier_->hint(locals, iteration);
 }
 
@@ -108,30 +126,32 @@ std::optional<TierStats> ShardStore::tier_stats() const {
 
 const float* ShardStore::row(Key key) {
   check_key(key);
-  return read_row(key);
+  if (tier_ != nullptr) throw Error("ShardStore::row: a tiered store's rows move (pull them)");
+  return read_row(key).get();
 }
 
 void ShardStore::pull(std::span<const Key> keys, float* out) {
   for (Key k : keys) check_key(k);  // all first: a refused pull touches nothing
-  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * config_.dim, read_row(keys[i]), sizeof(float) * config_.dim);
+  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * config_.dim, read_row(keys[i]).get(), sizeof(float) * config_.dim);
 }
 
 void ShardStore::pull_with_state(std::span<const Key> keys, float* out) {
   for (Key k : keys) check_key(k);
   const std::uint32_t rf = row_floats();
-  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * rf, read_row(keys[i]), sizeof(float) * rf);
+  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(out + i * rf, read_row(keys[i]).get(), sizeof(float) * rf);
 }
 
 void ShardStore::row_pointers(std::span<const Key> keys, const float** out) {
   for (Key k : keys) check_key(k);
-  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = read_row(keys[i]);
+  if (tier_ != nullptr) throw Error("ShardStore::row_pointers: a tiered store's rows move (pull them)");
+  for (std::size_t i = 0; i < keys.size(); ++i) out[i] = read_row(keys[i]).get();
 }
 
 void ShardStore::lend_ahead(std::span<const Key> keys, std::uint64_t iteration) {
   for (Key k : keys) check_key(k);
   lending_.lend(arena_, keys, iteration, local_rows(), [&] {
     for (Key k : keys) {
-      read_row(k);  // an update in flight is applied first
+      wait_applied(local_of(k));  // an update in flight is applied first
       if (aggregating(local_of(k))) {
         throw ProtocolError("prefetch of key " + std::to_string(k) + " for iteration " + std::to_string(iteration) +
                             ": an update of it is not applied yet, so its row is not final");
@@ -147,7 +167,11 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   if (trainers.size() != keys.size()) throw ProtocolError("push-grad: one trainer count per key is required");
   if (!shares.empty() && shares.size() != keys.size()) throw ProtocolError("push-grad: one share per key, or none");
   lending_.check_not_lent(arena_, keys, "push-grad");
-  if (tier_ != nullptr) tier_->advance(iteration);
+  if (tier_ != nullptr) {
+    if (tier_->failed()) [[unlikely]]
+      throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
+    tier_->advance(iteration);
+  }
   // Shares (rows summed by a host) take the general path, which validates them.
   if (shares.empty() && claim_single_trainer_rows(iteration, keys, trainers)) {
     append_ready(iteration, keys, grads, std::move(grads_owner));
@@ -172,9 +196,8 @@ bool ShardStore::claim_single_trainer_rows(std::uint64_t iteration, std::span<co
     const Key k = keys[claimed];
     if (k >= config_.num_keys || !owns(k) || trainers[claimed] != 1) break;
     const std::uint64_t local = local_of(k);
-    use(k, true);
     if (claim(local)) continue;  // idle: initialized, and now aggregating
-    row_ptr(k);                  // a row never touched is initialized first, so that its state can say "aggregating"
+    prepare_row(k);              // a row never touched is initialized first, so that its state can say "aggregating"
     if (!claim(local) && (wait_applied(local), !claim(local))) {
       // A row with one trainer has one contribution: if it is aggregating already, this
       // push repeats one.
@@ -271,7 +294,7 @@ bool ShardStore::validate_push(std::span<const Key> keys, std::span<const std::u
       throw ProtocolError("push-grad: key " + std::to_string(keys[i]) + " sums " + std::to_string(shares[i]) + " of its " +
                           std::to_string(trainers[i]) + " trainers' gradients");
     }
-    read_row(keys[i], true);
+    prepare_row(keys[i]);
     some_aggregating |= aggregating(local_of(keys[i]));
   }
   // A key twice in one request would be half-applied when its second copy is refused.
@@ -356,7 +379,7 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   lending_.check_not_lent(arena_, keys, "push-value");
   for (Key k : keys) {
     check_key(k);
-    read_row(k, true);
+    prepare_row(k);
     if (aggregating(local_of(k))) {
       throw ProtocolError("push-value: key " + std::to_string(k) + " has a gradient aggregation not yet applied");
     }
@@ -364,7 +387,7 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   const std::uint32_t rf = row_floats();
   // Held off while a checkpoint is written, as applies are: it must not hold half a row.
   std::shared_lock<std::shared_mutex> no_save(applier_->gate);
-  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(row_ptr(keys[i]), rows + i * rf, sizeof(float) * rf);
+  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(read_row(keys[i], true, true).get(), rows + i * rf, sizeof(float) * rf);
 }
 
 }  // namespace ember::ps

@@ -171,25 +171,40 @@ void ShardStore::apply_batch_as(const Batch& b) {
     for (std::size_t o = 0; o < rf * sizeof(float); o += 64) __builtin_prefetch(p + o, 1);
     __builtin_prefetch(&arena_.state(local), 1);  // set idle once applied
   };
-  for (std::size_t j = 0; j < std::min(ahead, b.rows.size()); ++j) prefetch(b.rows[j].local);
+  // On a tier each row is pinned in turn instead (its slot is known once pinned).
+  const bool tiered = tier_ != nullptr;
+  if (!tiered)
+    for (std::size_t j = 0; j < std::min(ahead, b.rows.size()); ++j) prefetch(b.rows[j].local);
   std::uint64_t lr_iteration = ~std::uint64_t{0};
   float lr = 0;
   const float* copied = b.grads.data();  // the next copied gradient
   for (std::size_t j = 0; j < b.rows.size(); ++j) {
-    if (j + ahead < b.rows.size()) prefetch(b.rows[j + ahead].local);
+    if (!tiered && j + ahead < b.rows.size()) prefetch(b.rows[j + ahead].local);
     const Ready& r = b.rows[j];
     if (r.iteration != lr_iteration) {
       lr_iteration = r.iteration;
       lr = config_.lr_at(r.iteration);
     }
-    if (tier_ != nullptr) tier_->touch(r.local, true);  // its page may have been written back since the push
-    float* row = row_address(r.local);                  // claimed, so initialized
     const float* grad = r.lent;
     if (grad == nullptr) {
       grad = copied;
       copied += dim;
     }
+    float* row = nullptr;  // claimed, so initialized
+    if (!tiered) {
+      row = row_address(r.local);
+    } else {
+      try {
+        row = tier_->pin(r.local, true);
+      } catch (const std::exception&) {
+        // The tier failed (it names the file): every request from now on is refused with
+        // that error; the row is released so that nothing waits for it forever.
+        arena_.state(r.local).store(kIdle, std::memory_order_release);
+        continue;
+      }
+    }
     apply_as<K>(config_.optimizer, lr, dim, row, row + dim, grad);
+    if (tiered) tier_->unpin(r.local);
     arena_.state(r.local).store(kIdle, std::memory_order_release);
   }
 }

@@ -140,23 +140,23 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     const std::size_t per_block = std::max<std::size_t>(1, (4u << 20) / record);
     std::string block;
     block.reserve(per_block * record);
-    std::uint64_t scanned_from = 0;
     std::uint64_t written = 0;
-    for (std::uint64_t local = 0; local < listed.size(); ++local) {
-      if (!listed[local]) continue;
+    const auto add = [&](std::uint64_t local, const char* row) {
       const Key key = local * config_.shards + config_.shard;
       block.append(reinterpret_cast<const char*>(&key), sizeof key);
-      block.append(reinterpret_cast<const char*>(row_address(local)), rf * sizeof(float));
-      ++written;
-      if (block.size() >= per_block * record || written == rows) {
+      block.append(row, rf * sizeof(float));
+      if (++written == rows || block.size() >= per_block * record) {
         out(block.data(), block.size());
         block.clear();
-        // Rows on a tier's disk read for this are dropped again as the scan goes.
-        if (tier_ != nullptr) {
-          tier_->release_scanned(scanned_from, local + 1);
-          scanned_from = local + 1;
-        }
       }
+    };
+    if (tier_ == nullptr) {
+      for (std::uint64_t local = 0; local < listed.size(); ++local)
+        if (listed[local]) add(local, reinterpret_cast<const char*>(row_address(local)));
+    } else {
+      // A block of the table at a time, read from the file, rows in memory from there.
+      for (std::uint64_t first = 0; first < listed.size(); first += per_block)
+        tier_->scan(first, std::min<std::uint64_t>(first + per_block, listed.size()), listed, add);
     }
     const std::uint64_t digest = sum.digest();
     write(std::string_view(reinterpret_cast<const char*>(&digest), sizeof digest));
@@ -198,8 +198,7 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
         std::memcpy(&key, p, sizeof key);
         if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
         if (!owns(key)) continue;
-        use(key, true);
-        std::memcpy(row_ptr(key), p + sizeof key, rf * sizeof(float));
+        std::memcpy(read_row(key, true, true).get(), p + sizeof key, rf * sizeof(float));
       }
     });
   }

@@ -35,18 +35,20 @@ void export_ps_metrics(monitor::Exporter& exporter, PsService& service, const tr
     out.gauge("ember_ps_connections", "Data connections open", shard, server.connections_open());
     if (const auto t = service.store().tier_stats()) {
       out.counter("ember_ps_tier_rows_touched_total", "Rows requests used on the disk tier", shard, static_cast<double>(t->rows_touched));
-      out.counter("ember_ps_tier_misses_total", "Pages a request found on disk (read on the critical path)", shard,
+      out.counter("ember_ps_tier_misses_total", "Rows a request waited for the disk for (read on the critical path, or a hinted read in flight)", shard,
                   static_cast<double>(t->misses));
-      out.counter("ember_ps_tier_hint_loads_total", "Pages read in from disk by hints before use", shard,
+      out.counter("ember_ps_tier_hint_loads_total", "Rows read in from disk by hints before use", shard,
                   static_cast<double>(t->hint_loads));
       out.counter("ember_ps_tier_read_bytes_total", "Bytes read from the tier's file (misses and hints)", shard,
-                  static_cast<double>(t->bytes_read()));
-      out.counter("ember_ps_tier_written_bytes_total", "Bytes of dirty pages written back to the tier's file", shard,
-                  static_cast<double>(t->bytes_written()));
+                  static_cast<double>(t->bytes_read));
+      out.counter("ember_ps_tier_written_bytes_total", "Bytes of dirty rows written back to the tier's file (whole sectors)", shard,
+                  static_cast<double>(t->bytes_written));
       out.gauge("ember_ps_tier_resident_bytes", "Rows and state in memory, as the tier counts them", shard,
-                static_cast<double>(t->resident * TierStats::kPage));
+                static_cast<double>(t->resident * t->row_bytes));
       out.gauge("ember_ps_tier_budget_bytes", "The tier's RAM budget (--ram-budget-mb)", shard,
-                static_cast<double>(t->budget_pages * TierStats::kPage));
+                static_cast<double>(t->budget_rows * t->row_bytes));
+      out.counter("ember_ps_tier_slot_waits_total", "Requests that waited for the pager to free a row's slot", shard,
+                  static_cast<double>(t->slot_waits));
       out.gauge("ember_ps_tier_hint_queue", "Hints waiting for the tier's loader thread", shard, static_cast<double>(t->hint_queue));
     }
     out.counter("ember_ps_connections_dropped_total", "Data connections dropped for misbehaving (bad message, wrong token, timeout)", shard,

@@ -188,7 +188,7 @@ class Tiers {
   void read(std::vector<TierReads>& plain, std::vector<TierReads>& hinted) const {
     auto of = [](const std::vector<TierModel>& m, std::vector<TierReads>& out) {
       out.clear();
-      for (const TierModel& t : m) out.push_back({t.pages_touched(), t.reads(), t.critical_reads()});
+      for (const TierModel& t : m) out.push_back({t.rows_touched(), t.reads(), t.critical_reads()});
     };
     of(plain_, plain);
     of(hinted_, hinted);
@@ -279,7 +279,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     tiers->read(r.per_shard_tier, r.per_shard_tier_hinted);
     for (auto [all, warm] : {std::pair{&r.per_shard_tier, &tier_warm}, std::pair{&r.per_shard_tier_hinted, &tier_warm_hinted}}) {
       for (std::size_t s = 0; s < all->size() && s < warm->size(); ++s) {
-        (*all)[s].pages_touched -= (*warm)[s].pages_touched;
+        (*all)[s].rows_touched -= (*warm)[s].rows_touched;
         (*all)[s].reads -= (*warm)[s].reads;
         (*all)[s].critical_reads -= (*warm)[s].critical_reads;
       }

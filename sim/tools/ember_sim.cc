@@ -21,6 +21,7 @@
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/simulator.h"
+#include "ember/scheduler/tier_report.h"
 
 namespace {
 
@@ -124,22 +125,15 @@ nlohmann::ordered_json counts(nlohmann::ordered_json head, const scheduler::Traf
   return head;
 }
 
-// A disk tier's prediction (--ram-budget-mb): per shard, pages read from disk per
+// A disk tier's prediction (--ram-budget-mb): per shard, rows read from disk per
 // iteration and those a request waited for, without hints and with them.
 nlohmann::ordered_json tier_json(const Output& out, const scheduler::SimResult& r) {
-  const double its = std::max<double>(1, static_cast<double>(r.iterations));
-  auto side = [&](const scheduler::TierReads& t) {
-    return nlohmann::ordered_json{
-        {"pages_touched_per_iteration", static_cast<double>(t.pages_touched) / its},
-        {"reads_per_iteration", static_cast<double>(t.reads) / its},
-        {"critical_reads_per_iteration", static_cast<double>(t.critical_reads) / its},
-        {"critical_per_page_touched", t.pages_touched ? static_cast<double>(t.critical_reads) / t.pages_touched : 0.0}};
-  };
-  nlohmann::ordered_json j = {{"ram_budget_bytes", out.o.tier_budget_bytes}, {"page_bytes", 4096}, {"row_bytes", out.o.tier_row_bytes}};
-  auto& shards = j["shards"] = nlohmann::ordered_json::array();
-  for (std::size_t s = 0; s < r.per_shard_tier.size(); ++s)
-    shards.push_back({{"shard", s}, {"no_hints", side(r.per_shard_tier[s])}, {"hints", side(r.per_shard_tier_hinted[s])}});
-  return j;
+  std::vector<std::pair<scheduler::TierRates, scheduler::TierRates>> shards;
+  for (std::size_t s = 0; s < r.per_shard_tier.size(); ++s) {
+    shards.emplace_back(scheduler::per_iteration(r.per_shard_tier[s], r.iterations),
+                        scheduler::per_iteration(r.per_shard_tier_hinted[s], r.iterations));
+  }
+  return scheduler::tier_json(out.o.tier_budget_bytes, out.o.tier_row_bytes, shards);
 }
 
 // The breakdowns of one policy's counts: per table (the table of each row's key: they
@@ -267,17 +261,14 @@ void print_text(const Output& out, const scheduler::SimResult& r) {
                              scheduler::max_over_mean(r.per_shard, [&](const auto& c) { return scheduler::wire_bytes(c, row).total(); }));
   }
   for (std::size_t s = 0; s < r.per_shard_tier.size(); ++s) {
-    const double its = std::max<double>(1, static_cast<double>(r.iterations));
-    const auto& a = r.per_shard_tier[s];
-    const auto& h = r.per_shard_tier_hinted[s];
+    const auto a = scheduler::per_iteration(r.per_shard_tier[s], r.iterations);
+    const auto h = scheduler::per_iteration(r.per_shard_tier_hinted[s], r.iterations);
+    auto share = [](double part, double of) { return of > 0 ? 100.0 * part / of : 0.0; };
     std::cout << fmt::format(
-        "{:<10}shard {} disk tier ({:g} MB budget): {:.0f} pages used per iteration; reads per iteration {:.0f} without hints, {:.0f} with "
-        "them, of which a request waited for {:.0f} ({:.1f}% of pages used) and {:.0f} ({:.1f}%)\n",
-        "", s, static_cast<double>(out.o.tier_budget_bytes) / (1024 * 1024), static_cast<double>(a.pages_touched) / its,
-        static_cast<double>(a.reads) / its, static_cast<double>(h.reads) / its, static_cast<double>(a.critical_reads) / its,
-        a.pages_touched ? 100.0 * static_cast<double>(a.critical_reads) / static_cast<double>(a.pages_touched) : 0.0,
-        static_cast<double>(h.critical_reads) / its,
-        h.pages_touched ? 100.0 * static_cast<double>(h.critical_reads) / static_cast<double>(h.pages_touched) : 0.0);
+        "{:<10}shard {} disk tier ({:g} MB budget): {:.0f} rows used per iteration; reads per iteration {:.0f} without hints, {:.0f} with "
+        "them, of which a request waited for {:.0f} ({:.1f}% of rows used) and {:.0f} ({:.1f}%)\n",
+        "", s, static_cast<double>(out.o.tier_budget_bytes) / (1024 * 1024), a.rows_touched, a.reads, h.reads, a.critical_reads,
+        share(a.critical_reads, a.rows_touched), h.critical_reads, share(h.critical_reads, h.rows_touched));
   }
   if (t.hot_sync > 0) {
     std::cout << fmt::format("{:<10}replicated rows all-reduced among workers (summed over workers): {}; written back at flushes: {}\n", "",
@@ -410,7 +401,7 @@ int main(int argc, char** argv) {
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     if (f.ram_budget_mb > 0) {
       f.o.tier_budget_bytes = static_cast<std::uint64_t>(f.ram_budget_mb * 1024 * 1024);
-      f.o.tier_row_bytes = (row.dim + row.state) * 4;
+      f.o.tier_row_bytes = row.stored_bytes();
     }
     SyntheticDataset holder;
     fs::path dir = f.data_dir;

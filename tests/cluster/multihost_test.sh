@@ -221,13 +221,15 @@ timeout 180 python3 "$src/scripts/ember_launch.py" --bin "$bin" --dataset "$work
   --heartbeat-timeout-ms "$HB_MS" --timeout 150 -- "${wargs[@]}" --iterations "$ITERATIONS" || fail "(a) ember_launch.py failed"
 a_s=$((SECONDS - t0))
 
-# The model of run $1 against the reference's: max abs difference, and the counts.
-same_as_reference() {  # NAME WHAT [model: the model alone, as a restarted job's counts cover its last attempt]
-  python3 - "$work/a" "$work/$1" "$2" "${3:-}" <<'EOF' || exit 1
+# Run NAME's model against run REF's (both under $work): MODE `counts`, within 1e-5 and
+# the same counts; `model`, within 1e-5 alone (a restarted job's counts cover its last
+# attempt); `exact`, byte-identical with RESTARTS restarts counted. Prints what it found.
+compare_run() {  # REF NAME WHAT MODE [RESTARTS]
+  python3 - "$work/$1" "$work/$2" "$3" "$4" "${5:-0}" <<'EOF' || exit 1
 import json, sys
 from array import array
 from pathlib import Path
-ref, run, what = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+ref, run, what, mode, restarts = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 def bad(msg):
     print(f"FAIL: {what}: {msg}", file=sys.stderr)
     sys.exit(1)
@@ -240,17 +242,28 @@ for name in ("dense.bin", "rows.bin"):
     if len(a) != len(b):
         bad(f"{name}: {len(b)} bytes against the reference's {len(a)}")
     if a != b:
+        if mode == "exact":
+            bad(f"{name} is not byte-identical to the uninterrupted job's")
         # float32 arrays (docs/training.md, --dump-dir); rows.bin's keys compare as floats too
         fa, fb = array("f", a[:len(a) // 4 * 4]), array("f", b[:len(b) // 4 * 4])
         d = max(abs(x - y) for x, y in zip(fa, fb))
         if not d <= 1e-5:
             bad(f"{name}: max abs difference {d} from the reference's (more than 1e-5)")
         worst = max(worst, d)
-if sys.argv[4] == "model":
+sb = json.loads(Path(run, "run", "summary.json").read_text())
+if mode == "exact":
+    if sb.get("restart_count") != restarts:
+        bad(f"{sb.get('restart_count')} restart(s) counted, not {restarts}: {sb.get('restarts')}")
+    lost = ", ".join(f"{r['iterations_lost']} from iteration {r['resumed_at']}" for r in sb["restarts"])
+    rec = sb["restarts"][-1].get("recovery_s") or 0
+    print(f"byte-identical to the uninterrupted job; iterations recomputed {sb['iterations_recomputed']} ({lost}); "
+          f"worker 0: training {rec:.1f} s after the launcher saw the last loss")
+    sys.exit(0)
+if mode == "model":
     print(f"model: max abs difference {worst:g} ({'byte-equal' if worst == 0 else 'within 1e-5'})")
     sys.exit(0)
 keys = ("iterations", "pulls", "pushes", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")
-sa, sb = (json.loads(Path(d, "run", "summary.json").read_text()) for d in (ref, run))
+sa = json.loads(Path(ref, "run", "summary.json").read_text())
 diff = [f"{k} {sb.get(k)} (reference {sa[k]})" for k in keys if sb.get(k) != sa[k]]
 if diff:
     bad("counts differ: " + ", ".join(diff))
@@ -258,6 +271,8 @@ print(f"model: max abs difference {worst:g} ({'byte-equal' if worst == 0 else 'w
       f"pushed {sb['pushes']}, hits {sb['hits']} as the reference")
 EOF
 }
+# Run NAME against (a), the reference: `same_as_reference NAME WHAT [model]`.
+same_as_reference() { compare_run a "$1" "$2" "${3:-counts}"; }
 
 echo "== (b) launch_hosts.sh over ssh, hostfile of names ($(paste -sd' ' "$work/hosts"))"
 t0=$SECONDS
@@ -488,23 +503,8 @@ hier_done() {  # NAME RESTARTS WHAT
   [ "$rc" -eq 0 ] || { cat "$work/$1.launcher" >&2; fail "$3: the job did not heal (launch_hosts.sh exited $rc)"; }
   hier_same "$@"
 }
-hier_same() {  # NAME RESTARTS WHAT
-  python3 - "$work/viii-ref" "$work/$1" "$2" "$3" << 'PY' || exit 1
-import json, sys
-from pathlib import Path
-ref, run, n, what = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-for name in ("dense.bin", "rows.bin"):
-    if (ref / "dump" / name).read_bytes() != (run / "dump" / name).read_bytes():
-        sys.exit(f"FAIL: {what}: {name} is not byte-identical to the uninterrupted job's")
-s = json.loads((run / "run" / "summary.json").read_text())
-if s.get("restart_count") != n:
-    sys.exit(f"FAIL: {what}: {s.get('restart_count')} restart(s) counted, not {n}: {s.get('restarts')}")
-lost = ", ".join(f"{r['iterations_lost']} from iteration {r['resumed_at']}" for r in s["restarts"])
-rec = s["restarts"][-1].get("recovery_s") or 0
-print(f"byte-identical to the uninterrupted job; iterations recomputed {s['iterations_recomputed']} ({lost}); "
-      f"worker 0: training {rec:.1f} s after the launcher saw the last loss")
-PY
-}
+# Run NAME byte-identical to viii-ref, the hierarchy's uninterrupted job, with RESTARTS.
+hier_same() { compare_run viii-ref "$1" "$3" exact "$2"; }  # NAME RESTARTS WHAT
 
 echo "== (viii-ref) the host hierarchy, uninterrupted, under launch_hosts.sh"
 hier_job viii-ref

@@ -179,7 +179,7 @@ TEST_F(CostModel, TheTiersReadsAreTheSimulatorsPrediction) {
     double waited = 0, waited_hinted = 0;
     for (std::size_t s = 0; s < 2; ++s) {
       for (const char* side : {"no_hints", "hints"}) {
-        for (const char* k : {"pages_touched_per_iteration", "reads_per_iteration", "critical_reads_per_iteration"}) {
+        for (const char* k : {"rows_touched_per_iteration", "reads_per_iteration", "critical_reads_per_iteration"}) {
           EXPECT_DOUBLE_EQ(plan["shards"][s][side][k].get<double>(), sim["shards"][s][side][k].get<double>())
               << policy << " shard " << s << " " << side << " " << k;
         }
@@ -187,7 +187,7 @@ TEST_F(CostModel, TheTiersReadsAreTheSimulatorsPrediction) {
       waited += plan["shards"][s]["no_hints"]["critical_reads_per_iteration"].get<double>();
       waited_hinted += plan["shards"][s]["hints"]["critical_reads_per_iteration"].get<double>();
     }
-    // A quarter of a MB holds 64 pages: the tier reads, and the hints take some of the
+    // A quarter of a MB holds 2,048 rows: the tier reads, and the hints take some of the
     // reads off the critical path.
     EXPECT_GT(waited, 0.0) << policy;
     EXPECT_LT(waited_hinted, waited) << policy;

@@ -27,39 +27,39 @@ class Simulator : public test::TempDirTest {
   }
 };
 
-// The tier model (ember-sim --ram-budget-mb) keeps the budget's pages, drops the least
-// recently used, and keeps a hinted page until its iteration is done.
-TEST(TierModel, KeepsTheBudgetsPagesAndHintedOnesUntilTheirIteration) {
-  TierModel t(2 * TierModel::kPageBytes, TierModel::kPageBytes);  // 2 pages, a row a page
+// The tier model (ember-sim --ram-budget-mb) keeps the budget's rows, drops the least
+// recently used, reads no row on its first use (it is initialized), and keeps a hinted
+// row until its iteration is done.
+TEST(TierModel, KeepsTheBudgetsRowsAndHintedOnesUntilTheirIteration) {
+  TierModel t(2 * 512, 512);  // 2 rows
   t.touch(0, 0);
   t.touch(0, 1);
   t.touch(0, 0);  // in memory
-  EXPECT_EQ(t.critical_reads(), 2u);
-  t.touch(1, 2);  // drops row 1's page, the least recently used
+  t.touch(1, 2);  // a first use: drops row 1, the least recently used
   t.touch(1, 0);
-  EXPECT_EQ(t.critical_reads(), 3u);
+  EXPECT_EQ(t.reads(), 0u) << "first uses are not read";
   t.touch(1, 1);
-  EXPECT_EQ(t.critical_reads(), 4u) << "row 1 was dropped";
-  // A hint at iteration 1 for iteration 3: read now, kept while iterations 1-3 run.
-  t.hint(1, 3, 7);
-  EXPECT_EQ(t.reads(), 5u);
-  EXPECT_EQ(t.critical_reads(), 4u) << "a hinted read is off the critical path";
+  EXPECT_EQ(t.critical_reads(), 1u) << "row 1 was dropped";
+  // A hint at iteration 1 for iteration 3 of row 2 (used, dropped): read now, kept while
+  // iterations 1-3 run.
+  t.hint(1, 3, 2);
+  EXPECT_EQ(t.reads(), 2u);
+  EXPECT_EQ(t.critical_reads(), 1u) << "a hinted read is off the critical path";
   for (std::uint64_t row : {8, 9, 10}) t.touch(2, row);
-  t.touch(3, 7);
-  EXPECT_EQ(t.critical_reads(), 7u) << "the hinted page was kept through iteration 2's reads";
+  t.touch(3, 2);
+  EXPECT_EQ(t.critical_reads(), 1u) << "the hinted row was kept through iteration 2's rows";
   for (std::uint64_t row : {11, 12, 13}) t.touch(4, row);
-  t.touch(4, 7);
-  EXPECT_EQ(t.critical_reads(), 11u) << "after iteration 3 it may go";
-  // A row over two pages reads both.
-  TierModel wide(64 * TierModel::kPageBytes, 6000);
-  wide.touch(0, 1);  // bytes 6000-11999: pages 1 and 2
-  EXPECT_EQ(wide.reads(), 2u);
-  EXPECT_EQ(wide.pages_touched(), 2u);
+  t.touch(4, 2);
+  EXPECT_EQ(t.critical_reads(), 2u) << "after iteration 3 it may go";
+  t.hint(4, 5, 99);
+  EXPECT_EQ(t.reads(), 3u) << "a row never used is not hinted (the shard has nothing to read)";
+  EXPECT_EQ(t.rows_touched(), 14u);
 }
 
-// ember-sim's disk-tier prediction: with room for every row, each page is read once, on
-// first use; with a budget under one iteration's pages, hints at the lookahead's distance
-// take reads off the critical path; without lookahead there are no hints.
+// ember-sim's disk-tier prediction: with room for every row, nothing is read (first uses
+// are initialized in memory); with a budget under one iteration's rows, rows are read
+// again, and hints at the lookahead's distance take reads off the critical path; without
+// lookahead there are no hints.
 TEST_F(Simulator, DiskTierReadsWithAndWithoutHints) {
   data::Dataset ds = data::Dataset::open(dataset(40 * 4 * 256, 0.01));
   SimOptions o;
@@ -77,19 +77,20 @@ TEST_F(Simulator, DiskTierReadsWithAndWithoutHints) {
   const SimResult all = simulate(ds, o);
   ASSERT_EQ(all.per_shard_tier.size(), 2u);
   for (std::size_t s = 0; s < 2; ++s) {
-    const TierReads& t = all.per_shard_tier[s];
-    EXPECT_GT(t.reads, 0u);
-    EXPECT_EQ(t.critical_reads, t.reads) << "no hints: every read is waited for";
-    EXPECT_LT(t.reads, t.pages_touched) << "pages used again stay in memory";
-    EXPECT_LT(all.per_shard_tier_hinted[s].critical_reads, t.critical_reads) << "hints read the first uses ahead";
+    EXPECT_GT(all.per_shard_tier[s].rows_touched, 0u);
+    EXPECT_EQ(all.per_shard_tier[s].reads, 0u) << "every row stays in memory";
+    EXPECT_EQ(all.per_shard_tier_hinted[s].reads, 0u);
   }
-  o.tier_budget_bytes = 64 * TierModel::kPageBytes;  // far under an iteration's pages
+  o.tier_budget_bytes = 1024 * o.tier_row_bytes;  // far under an iteration's rows
   const SimResult small = simulate(ds, o);
   std::uint64_t plain = 0, hinted = 0;
   for (std::size_t s = 0; s < 2; ++s) {
-    plain += small.per_shard_tier[s].critical_reads;
+    const TierReads& t = small.per_shard_tier[s];
+    plain += t.critical_reads;
     hinted += small.per_shard_tier_hinted[s].critical_reads;
-    EXPECT_GT(small.per_shard_tier[s].reads, all.per_shard_tier[s].reads) << "a small budget reads pages again";
+    EXPECT_GT(t.reads, 0u) << "a small budget reads rows again";
+    EXPECT_EQ(t.critical_reads, t.reads) << "no hints: every read is waited for";
+    EXPECT_LT(t.reads, t.rows_touched) << "rows used again within the budget stay in memory";
   }
   EXPECT_LT(hinted, plain);
   o.scheduler.lookahead = 0;

@@ -161,7 +161,7 @@ TEST_F(Training, DiskTierTrainsTheAllRamModelBitForBit) {
     const json summary = json::parse(read_file(dir_ / ("tier-disk-ps" + std::to_string(s) + ".json")));
     const json& tier = summary.at("tier");
     tiers += tier.dump() + " ";
-    evicted += tier.at("evicted_pages").get<std::uint64_t>();
+    evicted += tier.at("evicted_rows").get<std::uint64_t>();
     hint_loads += tier.at("hint_loads").get<std::uint64_t>();
     touched += tier.at("rows_touched").get<std::uint64_t>();
   }

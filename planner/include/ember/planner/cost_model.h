@@ -10,6 +10,7 @@
 
 #include "ember/data/dataset.h"
 #include "ember/scheduler/plan_file.h"
+#include "ember/scheduler/simulator.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::planner {
@@ -72,13 +73,10 @@ struct ShardCost {
   double pull_state = 0;  // ... of them with the optimizer state
   double pushes = 0;      // rows pushed to it (gradients, values, evictions)
   double bytes = 0;       // payload bytes of those pulls and pushes
-  // With a disk tier (Topology::tier_budget_bytes), 4 KiB pages per iteration: used by
-  // its requests, read from disk, and read while a request waited; without hints (an
-  // LRU alone) and with the workers' lookahead hints.
-  struct Tier {
-    double pages_touched = 0, reads = 0, critical_reads = 0;
-  };
-  Tier tier, tier_hinted;
+  // With a disk tier (Topology::tier_budget_bytes), rows per iteration: used by its
+  // requests, read from disk, and read while a request waited; without hints (an LRU
+  // alone) and with the workers' lookahead hints.
+  scheduler::TierRates tier, tier_hinted;
 };
 
 struct CostEstimate {

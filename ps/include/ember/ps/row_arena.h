@@ -3,8 +3,9 @@
 // compare-and-swap, on huge pages where the host allows) and never moved, each row with
 // a state byte: new, being initialized, idle, aggregating. A row is initialized exactly
 // once, from (seed, key), whichever thread touches it first. Used by ShardStore only.
-// With a row tier (StoreConfig::tier), every chunk is in place from the start, in the
-// tier's file mapping (row_tier.h), and the RAM budget decides which rows stay in memory.
+// With a row tier (StoreConfig::tier) there are no chunks: the rows live in the tier
+// (row_tier.h), which keeps a RAM budget of them in memory, and a user pins a row
+// (pin(), tier()->unpin()) while it uses it.
 #pragma once
 
 #include <atomic>
@@ -56,15 +57,19 @@ class RowArena {
       refuse_key(key);
   }
 
-  // The row of `key`, initialized on first use. Inline for the common case (a row in
-  // place), out of line for a first touch.
+  // The row of `key`, initialized on first use (not with a tier: pin()). Inline for the
+  // common case (a row in place), out of line for a first touch.
   float* row(Key key) {
     const std::uint64_t local = local_of(key);
     float* chunk = chunks_[local / kChunkRows].load(std::memory_order_acquire);
     if (chunk != nullptr && states_[local].load(std::memory_order_acquire) >= kIdle) return chunk + (local % kChunkRows) * row_floats_;
     return first_touch(key);
   }
-  // Where the row at a local index lives; its chunk must exist (the row was touched).
+  // With a tier: the row of `key`, initialized on first use, pinned in memory until
+  // tier()->unpin(local_of(key)) (row_tier.h: `write`, `no_read`). IoError from the tier.
+  float* pin(Key key, bool write, bool no_read = false);
+  // Where the row at a local index lives; its chunk must exist (the row was touched). Not
+  // with a tier.
   float* row_address(std::uint64_t local) const {
     return chunks_[local / kChunkRows].load(std::memory_order_acquire) + (local % kChunkRows) * row_floats_;
   }

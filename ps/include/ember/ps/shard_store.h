@@ -46,6 +46,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ember/common/fast_div.h"
@@ -112,6 +113,7 @@ class ShardStore {
   // Same, value and optimizer state (row_floats() each): for a worker that will own the row.
   void pull_with_state(std::span<const Key> keys, float* out);
   // Where each row lives (value, then state), for replies sent straight from the store.
+  // Not with a tier (tiered()): Error.
   void row_pointers(std::span<const Key> keys, const float** out);
   // Prefetch (protocol.h kPrefetch): the rows are about to be served for `iteration`
   // before its commit. ProtocolError if one has an update not applied yet (the commit
@@ -189,11 +191,15 @@ class ShardStore {
   };
   static CheckpointInfo checkpoint_info(const std::filesystem::path& file);
 
-  // Direct access for tests and the daemon's stats.
+  // Direct access for tests and the daemon's stats. Not with a tier (its rows move):
+  // Error.
   const float* row(Key key);
+  // Whether the rows live on a disk tier (replies of them are then copied).
+  bool tiered() const { return tier_ != nullptr; }
   std::uint64_t initialized_rows() const { return arena_.initialized(); }
   // Rows this shard owns, and the bytes they take once all are allocated (values and
-  // optimizer state, plus one byte of row state each).
+  // optimizer state, plus one byte of row state each; on a tier, its budget and 9 bytes
+  // a row).
   std::uint64_t local_rows() const { return arena_.local_rows(); }
   std::uint64_t bytes_when_full() const { return bytes_when_full(config_); }
   // The same from a configuration alone (before deciding to build a store).
@@ -226,20 +232,36 @@ class ShardStore {
     if (aggregating(local)) [[unlikely]]
       help_until_applied(&arena_.state(local));
   }
-  // A request uses the row: the tier (if any) counts it and keeps its page in memory.
-  // IoError once the tier failed.
-  void use(Key key, bool write) {
-    if (tier_ != nullptr) [[unlikely]]
-      use_tiered(local_of(key), write);
-  }
-  void use_tiered(std::uint64_t local, bool write);
-  // The row of `key` once no update of it is being applied (`write`: the caller changes it).
-  float* read_row(Key key, bool write = false) {
-    use(key, write);
-    float* p = row_ptr(key);
+  // A row in use: with a tier, pinned in memory while this lives (row_tier.h).
+  class RowRef {
+   public:
+    RowRef(float* p, RowTier* tier, std::uint64_t local) : p_(p), tier_(tier), local_(local) {}
+    RowRef(RowRef&& o) noexcept : p_(o.p_), tier_(std::exchange(o.tier_, nullptr)), local_(o.local_) {}
+    RowRef(const RowRef&) = delete;
+    RowRef& operator=(const RowRef&) = delete;
+    RowRef& operator=(RowRef&&) = delete;
+    ~RowRef() {
+      if (tier_ != nullptr) tier_->unpin(local_);
+    }
+    float* get() const { return p_; }
+
+   private:
+    float* p_;
+    RowTier* tier_;
+    std::uint64_t local_;
+  };
+  // The row of `key` once no update of it is being applied (`write`: the caller changes
+  // it; `no_read`: it overwrites all of it). IoError once the tier failed.
+  RowRef read_row(Key key, bool write = false, bool no_read = false) {
     wait_applied(local_of(key));
-    return p;
+    if (tier_ == nullptr) [[likely]]
+      return {row_ptr(key), nullptr, 0};
+    return pin_tiered(key, write, no_read);
   }
+  RowRef pin_tiered(Key key, bool write, bool no_read);
+  // The row of `key` initialized (a push claims initialized rows only), with no update of
+  // it being applied; a tier does not read it in (the apply will).
+  void prepare_row(Key key);
   void wait_all_applied() { help_until_applied(nullptr); }
   // Returns once every commit so far is applied, with applies held off while the lock it
   // returns lives (their threads wait): save() writes rows no apply is changing.

@@ -43,14 +43,19 @@ struct SimOptions {
   // A disk tier under each shard (ember-ps --store-dir --ram-budget-mb; needs shards):
   // its budget, and the bytes of a row with its optimizer state. SimResult::per_shard_tier.
   std::uint64_t tier_budget_bytes = 0;
-  std::uint32_t tier_row_bytes = 0;
+  std::uint64_t tier_row_bytes = 0;  // RowFormat::stored_bytes()
 };
 
-// A shard's disk tier over the counted iterations (SimOptions::tier_budget_bytes): 4 KiB
-// pages its requests used, pages read from disk, and those a request waited for.
+// A shard's disk tier over the counted iterations (SimOptions::tier_budget_bytes): rows
+// its requests used, rows read from disk, and those a request waited for.
 struct TierReads {
-  std::uint64_t pages_touched = 0, reads = 0, critical_reads = 0;
+  std::uint64_t rows_touched = 0, reads = 0, critical_reads = 0;
 };
+// The same per iteration (means over `iterations`); tier_report.h prints them.
+struct TierRates {
+  double rows_touched = 0, reads = 0, critical_reads = 0;
+};
+TierRates per_iteration(const TierReads& t, std::uint64_t iterations);
 
 struct SimResult {
   std::string policy;

@@ -165,6 +165,8 @@ struct TrafficCounts {
 struct RowFormat {
   std::uint32_t dim = 16;
   std::uint32_t state = 0;
+  // A row and its optimizer state as a PS shard stores them (floats).
+  std::uint64_t stored_bytes() const { return (std::uint64_t{dim} + state) * sizeof(float); }
 };
 
 // Payload bytes on the wire per kind (both directions): keys (8 bytes), a gradient's

@@ -21,6 +21,10 @@ counters: rows a request waited for the disk for (misses on the critical path) p
 pulled, rows read by hints, bytes read and written. Without root (no cgroup, no cache
 drop) it says so and runs anyway. Everything lands in --work; the table prints as
 markdown.
+
+Then one more run of the tier with hints checkpoints every --checkpoint-every iterations
+(one whole checkpoint in 8, incremental ones between: docs/checkpoints.md), and a
+second table gives what a whole and an incremental checkpoint cost (MB, seconds).
 """
 import argparse
 import json
@@ -72,7 +76,7 @@ def page_cache_watch(files, stop, peak):
         stop.wait(0.5)
 
 
-def run_case(a, name, ps_extra, data, work, bin_dir, cgroup):
+def run_case(a, name, ps_extra, data, work, bin_dir, cgroup, launch_extra=()):
     out = work / name.replace(" ", "-").replace(",", "")
     shutil.rmtree(out, ignore_errors=True)
     if os.geteuid() == 0:
@@ -82,7 +86,7 @@ def run_case(a, name, ps_extra, data, work, bin_dir, cgroup):
     watch = threading.Thread(target=page_cache_watch, args=(rows_files, stop, peak), daemon=True)
     watch.start()
     cmd = [sys.executable, ROOT / "scripts" / "ember_launch.py", "--dataset", data, "--ps", 1, "--workers", a.workers, "--policy", "herald",
-           "--lookahead", a.lookahead, "--prefetch", "--out", out, "--bin", bin_dir,
+           "--lookahead", a.lookahead, "--prefetch", "--out", out, "--bin", bin_dir, *launch_extra,
            "--ps-args", " ".join([f"--dim {a.dim} --optimizer adagrad"] + ps_extra), "--",
            "--iterations", a.iterations, "--batch-per-worker", a.batch_per_worker, "--eval-every", 0, "--progress-every", 0,
            "--model", "wide-deep", "--cache-ratio", a.cache_ratio]
@@ -103,7 +107,7 @@ def run_case(a, name, ps_extra, data, work, bin_dir, cgroup):
     pushed = served["push_grad"]["rows"] + served["push_value"]["rows"]
     r = {"case": name, "samples_s": s["samples_s"], "rows_pulled": pulled, "pull_rows_s": pulled / max(phases["pull"], 1e-9),
          "push_rows_s": pushed / max(phases["push"], 1e-9), "peak_rss_mb": ps.get("peak_rss_bytes", 0) / 2**20,
-         "page_cache_peak_mb": peak[0] / 2**20, "tier": ps.get("tier")}
+         "page_cache_peak_mb": peak[0] / 2**20, "tier": ps.get("tier"), "checkpoint_cost": ps.get("checkpoint_cost")}
     if cgroup is not None:
         r["cgroup_peak_mb"] = int((cgroup / "memory.max_usage_in_bytes").read_text()) / 2**20
         r["cgroup_limit_mb"] = int((cgroup / "memory.limit_in_bytes").read_text()) / 2**20
@@ -125,6 +129,7 @@ def main():
     p.add_argument("--lookahead", type=int, default=2)
     p.add_argument("--cache-ratio", type=float, default=0.02)
     p.add_argument("--repeats", type=int, default=3, help="rounds of the three configurations (medians are reported)")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="the checkpointing run's interval (0: no such run)")
     a = p.parse_args()
     work = Path(a.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -158,6 +163,13 @@ def main():
                 time.sleep(0.5)
                 cgroup.rmdir()
     (work / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
+    if a.repeats > 0:
+        table(a, keys, table_mb, cases, runs)
+    if a.checkpoint_every > 0:
+        checkpoint_cost(a, data, work, tier, use_cgroup, runs["all RAM"])
+
+
+def table(a, keys, table_mb, cases, runs):
     base_runs = runs["all RAM"]
     results = []
     for name, _ in cases:
@@ -178,6 +190,34 @@ def main():
         print(f"| {r['case']} | {r['samples_s']:.0f} | {r['ratio']:.2f}x ({', '.join(r['ratios'])}) | {r['pull_rows_s']:.0f} | {r['push_rows_s']:.0f} | "
               f"{r['peak_rss_mb']:.0f} | {cg} | {r['page_cache_peak_mb']:.1f} | {miss} | {t.get('hint_loads', '-')} | "
               f"{t['bytes_read'] / 2**20 if t else 0:.0f} | {t['bytes_written'] / 2**20 if t else 0:.0f} |")
+
+
+def checkpoint_cost(a, data, work, tier, use_cgroup, base_runs):
+    """The tier with hints, checkpointing: what a whole and an incremental checkpoint cost."""
+    store = work / "store"
+    cgroup, bin_dir = None, a.bin
+    if use_cgroup:
+        cgroup = make_cgroup("ember-bench-tier", int((a.budget_mb + a.overhead_mb) * 2**20))
+        bin_dir = wrapped_bin(a.bin, work, cgroup)
+    shutil.rmtree(store, ignore_errors=True)
+    ckpt = work / "ckpt"
+    shutil.rmtree(ckpt, ignore_errors=True)
+    print("bench_tier: tier + hints, checkpointing ...", file=sys.stderr)
+    r = run_case(a, "tier + hints, checkpointing", tier, data, work, bin_dir, cgroup,
+                 ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(a.checkpoint_every)])
+    if cgroup is not None:
+        time.sleep(0.5)
+        cgroup.rmdir()
+    c = r["checkpoint_cost"] or {}
+    base = sorted(b["samples_s"] for b in base_runs)[len(base_runs) // 2] if base_runs else None
+    vs = f" ({r['samples_s'] / base:.2f}x the median all-RAM run above)" if base else ""
+    print(f"\nThe tier with hints, a checkpoint every {a.checkpoint_every} iterations: {r['samples_s']:.0f} samples/s{vs}\n")
+    print("| checkpoint | count | MB each (mean) | seconds each (mean) |")
+    print("|---|---|---|---|")
+    for kind in ("whole", "incremental"):
+        k = c.get(kind) or {"count": 0}
+        n = max(k["count"], 1)
+        print(f"| {kind} | {k['count']} | {k.get('bytes', 0) / n / 2**20:.1f} | {k.get('seconds', 0) / n:.2f} |")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@
 
 namespace ember::ps {
 
-void CheckpointCoordinator::checkpoint_every(std::uint64_t every, CheckpointDir dir) {
+void CheckpointCoordinator::checkpoint_every(std::uint64_t every, CheckpointDir dir, std::uint32_t full_every) {
   schedule_ = CheckpointSchedule(every);
   dir_.emplace(std::move(dir));
+  full_every_ = std::max<std::uint32_t>(full_every, 1);
 }
 
 void CheckpointCoordinator::set_peers(std::optional<CheckpointPeers> peers) {
@@ -91,9 +92,17 @@ void CheckpointCoordinator::write_at_commit(std::uint64_t iteration) {
   }
   const auto it = static_cast<std::int64_t>(iteration);
   std::filesystem::path file;
+  // Incremental on the last one written, while the chain is shorter than full_every and
+  // that file is still there.
+  std::optional<std::int64_t> base;
+  if (full_every_ > 1 && saved_ != kNone && since_whole_ + 1 < full_every_) {
+    std::error_code ec;
+    if (std::filesystem::exists(checkpoint_dir(dir_->root(), saved_) / dir_->file_for(it).filename(), ec)) base = saved_;
+  }
+  const Stopwatch took;
   try {
     file = dir_->file_for(it);
-    store_.save(file, it);
+    store_.save(file, it, ShardStore::Unapplied::kRefuse, base);
   } catch (const std::exception& e) {
     // The commit stands and the earlier checkpoints are intact (files are written whole):
     // training goes on, and the next checkpoint iteration tries again.
@@ -105,6 +114,18 @@ void CheckpointCoordinator::write_at_commit(std::uint64_t iteration) {
   }
   ++checkpoints_written_;
   written_ = it;
+  saved_ = it;
+  since_whole_ = base ? since_whole_ + 1 : 0;
+  if (base) ++incremental_written_;
+  {
+    std::error_code ec;
+    const std::uint64_t bytes = std::filesystem::file_size(file, ec);
+    std::lock_guard<std::mutex> lock(cost_mutex_);
+    Cost& c = base ? incremental_cost_ : whole_cost_;
+    ++c.count;
+    c.bytes += ec ? 0 : bytes;
+    c.seconds += took.seconds();
+  }
   bool whole = false;
   try {
     whole = dir_->finish(it);
@@ -114,7 +135,8 @@ void CheckpointCoordinator::write_at_commit(std::uint64_t iteration) {
   }
   if (!whole && dir_->has_peers()) unsettled_ = it;  // the last shard's word may come later
   prune_pending_ = dir_->pruning_pending();
-  spdlog::info("iteration {}: checkpoint written to {}{}", iteration, file.string(),
+  spdlog::info("iteration {}: checkpoint written to {}{}{}", iteration, file.string(),
+               base ? " (incremental, on iteration " + std::to_string(*base) + "'s)" : "",
                whole ? " (every shard's file is in: manifest written)" : "");
 }
 

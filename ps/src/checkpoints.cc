@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <utility>
 
 #include "ember/common/error.h"
@@ -212,9 +213,27 @@ void CheckpointDir::prune(bool completed_here) const {
   const std::string mine = checkpoint_file_name(shard_, shards_);
   std::size_t newer_whole = 0;
   recheck_ = false;
+  // A checkpoint kept keeps those its incremental files add to (their bases, older).
+  std::set<std::int64_t> bases;
+  const auto keep_bases_of = [&](const fs::path& dir) {
+    std::error_code ec;
+    for (fs::directory_iterator e(dir, ec), end; !ec && e != end; e.increment(ec)) {
+      if (e->path().extension() != ".ckpt") continue;
+      try {
+        if (const auto base = ShardStore::checkpoint_info(e->path()).base) bases.insert(*base);
+      } catch (const std::exception&) {
+        // not a checkpoint (or half written): it needs nothing kept
+      }
+    }
+  };
   for (const auto& [it, dir] : checkpoints_under(root_)) {
     if (newer_whole < keep_) {
       newer_whole += whole_for_job(it, dir);
+      keep_bases_of(dir);
+      continue;
+    }
+    if (bases.contains(it)) {
+      keep_bases_of(dir);
       continue;
     }
     // Older than the newest `keep` whole checkpoints. The shard that just completed one

@@ -43,6 +43,13 @@ nlohmann::json tier_json(const TierStats& t) {
           {"file_bytes", t.file_bytes}};
 }
 
+// The summary's "checkpoint_cost": what the checkpoints at commits cost, whole and
+// incremental ones apart (count, bytes, seconds).
+nlohmann::json cost_json(const CheckpointCoordinator& cp) {
+  auto one = [](const CheckpointCoordinator::Cost& c) { return nlohmann::json{{"count", c.count}, {"bytes", c.bytes}, {"seconds", c.seconds}}; };
+  return {{"whole", one(cp.whole_cost())}, {"incremental", one(cp.incremental_cost())}};
+}
+
 // The summary's "served": per kind, what this shard answered (ServedCounts).
 nlohmann::json served_json(const ServedCounts& served) {
   nlohmann::json j = nlohmann::json::object();
@@ -140,7 +147,8 @@ void PsDaemon::open_store() {
                apply.where == CommitApply::kApplier ? "applier" : "handler", apply.why, c_.io_threads, sc.apply_threads);
   if (!c_.checkpoint_dir.empty()) {  // periodic checkpoints, and those asked for (SIGUSR1, workers)
     fs::create_directories(c_.checkpoint_dir);
-    service_->checkpoint_every(c_.checkpoint_every, CheckpointDir(c_.checkpoint_dir, sc.shard, sc.shards, c_.keep_checkpoints));
+    service_->checkpoint_every(c_.checkpoint_every, CheckpointDir(c_.checkpoint_dir, sc.shard, sc.shards, c_.keep_checkpoints),
+                               sc.track_changes ? c_.checkpoint_full_every : 1);
   }
   spdlog::info("ember-ps shard {}/{}: {} rows, dim {}, {} ({} state floats), {} bytes per row", sc.shard, sc.shards, sc.num_keys, sc.dim,
                c_.optimizer_name, rf - sc.dim, rf * 4);
@@ -398,6 +406,8 @@ void PsDaemon::write_summary(int exit_status) {
                            {"served", served_json(service_->served())},
                            {"peers_dropped", server_->connections_dropped()},
                            {"checkpoints_written", cp.written()},
+                           {"checkpoints_incremental", cp.incremental_written()},
+                           {"checkpoint_cost", cost_json(cp)},
                            {"checkpoint_failures", cp.failures() + cp.exit_failures()},
                            {"exit_status", exit_status},
                            {"peak_rss_bytes", peak_rss_bytes()}};

@@ -40,6 +40,9 @@ struct DaemonConfig {
   bool checkpoint_on_exit = false;
   double stop_wait_s = 60;
   std::uint64_t checkpoint_every = 0;
+  // One checkpoint in N whole, those between incremental (CheckpointCoordinator); 0: 8
+  // with a disk tier (its table may be far larger than its changes), else 1.
+  std::uint32_t checkpoint_full_every = 0;
   std::size_t keep_checkpoints = 3;
   std::string coordinator, coordinator_file, failure_file, summary_file;
   std::uint32_t max_connections = 1024;

@@ -366,6 +366,10 @@ void RowTier::loader_loop() {
         try {
           load_hinted(locals, iteration);
         } catch (const std::exception& e) {
+          {
+            std::lock_guard lock(mu_);
+            if (stop_) return;  // cut short by the shutdown: not an error
+          }
           fail(e.what());
         }
       }

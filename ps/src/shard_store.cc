@@ -32,6 +32,8 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
     : config_(std::move(o.config_)),
       state_(o.state_),
       arena_(std::move(o.arena_)),
+      tier_(arena_.tier()),
+      changed_(std::move(o.changed_)),
       lending_(std::move(o.lending_)),
       stripes_(std::move(o.stripes_)),
       applier_(std::move(o.applier_)) {}  // jobs name their store: moved only while none is in flight
@@ -74,6 +76,11 @@ ShardStore::ShardStore(StoreConfig config)
       arena_(config_, config_.dim + state_),
       tier_(arena_.tier()) {
   stripes_ = std::make_unique<Stripe[]>(kStripes);
+  if (config_.track_changes) {
+    const std::uint64_t words = (local_rows() + 63) / 64;
+    changed_ = std::make_unique<std::atomic<std::uint64_t>[]>(words);
+    for (std::uint64_t w = 0; w < words; ++w) changed_[w].store(0, std::memory_order_relaxed);
+  }
   if (config_.apply_threads == 0 || config_.apply_threads > 256) {
     throw ConfigError("apply threads: " + std::to_string(config_.apply_threads) + " (1 to 256)");
   }
@@ -387,7 +394,10 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   const std::uint32_t rf = row_floats();
   // Held off while a checkpoint is written, as applies are: it must not hold half a row.
   std::shared_lock<std::shared_mutex> no_save(applier_->gate);
-  for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(read_row(keys[i], true, true).get(), rows + i * rf, sizeof(float) * rf);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::memcpy(read_row(keys[i], true, true).get(), rows + i * rf, sizeof(float) * rf);
+    mark_changed(local_of(keys[i]));
+  }
 }
 
 }  // namespace ember::ps

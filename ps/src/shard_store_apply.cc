@@ -205,6 +205,7 @@ void ShardStore::apply_batch_as(const Batch& b) {
     }
     apply_as<K>(config_.optimizer, lr, dim, row, row + dim, grad);
     if (tiered) tier_->unpin(r.local);
+    mark_changed(r.local);
     arena_.state(r.local).store(kIdle, std::memory_order_release);
   }
 }

@@ -1,12 +1,15 @@
 // A shard's checkpoint files (ShardStore::save, load): a header naming the table
-// geometry, the optimizer and the iteration, then every initialized row of the shard as
-// its key and its value and optimizer state, then a checksum of everything before it.
+// geometry, the optimizer, the iteration and the base (an incremental checkpoint's: the
+// iteration of the same shard's checkpoint it adds to), then every initialized row of
+// the shard (an incremental one: every row changed since its base) as its key and its
+// value and optimizer state, then a checksum of everything before it.
 // The store's serving side is shard_store.cc.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <shared_mutex>
 #include <string>
@@ -21,8 +24,10 @@
 namespace ember::ps {
 namespace {
 
-// Version 2 carries the iteration; version 1 files (48-byte header, no iteration) still load.
-constexpr BinaryFormat kCheckpointFormat{{'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'}, "checkpoint", 2, 1};
+// Version 3 carries the base; version 2 files (the iteration, no base) and version 1
+// files (48-byte header, no iteration) still load.
+constexpr BinaryFormat kCheckpointFormat{{'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'}, "checkpoint", 3, 1};
+constexpr std::int64_t kNoBase = std::numeric_limits<std::int64_t>::min();
 
 struct CheckpointHeader {
   char magic[8];  // binary_header.h's
@@ -35,11 +40,14 @@ struct CheckpointHeader {
   std::uint64_t num_keys;
   std::uint64_t rows;
   std::int64_t iteration;  // last iteration committed into the rows (-1: none, or a version 1 file)
+  std::int64_t base;       // an incremental checkpoint's base iteration; kNoBase: whole (and before version 3)
 };
-static_assert(sizeof(CheckpointHeader) == 56 && offsetof(CheckpointHeader, dim) == kBinaryHeaderBytes);
-constexpr std::size_t kHeaderV1Bytes = 48;
+static_assert(sizeof(CheckpointHeader) == 64 && offsetof(CheckpointHeader, dim) == kBinaryHeaderBytes);
+constexpr std::size_t kHeaderV1Bytes = 48, kHeaderV2Bytes = 56;
 
-std::size_t header_bytes(std::uint32_t version) { return version == 1 ? kHeaderV1Bytes : sizeof(CheckpointHeader); }
+std::size_t header_bytes(std::uint32_t version) {
+  return version == 1 ? kHeaderV1Bytes : version == 2 ? kHeaderV2Bytes : sizeof(CheckpointHeader);
+}
 
 // The header of a checkpoint file (its first bytes), checked for magic and version.
 CheckpointHeader read_header(const std::string& name, const std::string& buf) {
@@ -48,9 +56,15 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
   read_binary_header(kCheckpointFormat, name, buf);
   std::memcpy(&h, buf.data(), kHeaderV1Bytes);
   h.iteration = -1;
+  h.base = kNoBase;
   if (h.version != 1) {
-    if (buf.size() < sizeof h + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
-    std::memcpy(&h, buf.data(), sizeof h);
+    const std::size_t n = header_bytes(h.version);
+    if (buf.size() < n + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
+    std::memcpy(&h, buf.data(), n);
+  }
+  if (h.base != kNoBase && h.base >= h.iteration) {
+    throw DataError(name + ": an incremental checkpoint of iteration " + std::to_string(h.iteration) + " on a base of iteration " +
+                    std::to_string(h.base) + " (not older: corrupt)");
   }
   return h;
 }
@@ -96,9 +110,30 @@ CheckpointHeader read_checked(const std::filesystem::path& file, std::size_t rec
   return h;
 }
 
+// The file an incremental checkpoint `file` adds to: the same shard's file of its base
+// iteration, beside its own checkpoint directory (checkpoints.h's layout). DataError
+// naming both when it is not there, or is not that shard's checkpoint of that iteration.
+std::filesystem::path base_file(const std::filesystem::path& file, const CheckpointHeader& h) {
+  const std::filesystem::path base = checkpoint_dir(file.parent_path().parent_path(), h.base) / file.filename();
+  std::error_code ec;
+  if (!std::filesystem::exists(base, ec)) {
+    throw DataError(file.string() + ": an incremental checkpoint on iteration " + std::to_string(h.base) + "'s, whose file " +
+                    base.string() + " is missing (restore a whole checkpoint, or put it back)");
+  }
+  const CheckpointHeader b = header_of(base);
+  if (b.iteration != h.base || b.shard != h.shard || b.shards != h.shards) {
+    throw DataError(file.string() + ": its base " + base.string() + " holds shard " + std::to_string(b.shard) + " of " +
+                    std::to_string(b.shards) + " at iteration " + std::to_string(b.iteration) + ", not shard " + std::to_string(h.shard) +
+                    " of " + std::to_string(h.shards) + " at " + std::to_string(h.base));
+  }
+  return base;
+}
+
 }  // namespace
 
-std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t iteration, Unapplied leave) {
+std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t iteration, Unapplied leave, std::optional<std::int64_t> base) {
+  if (base && !changed_) throw Error("an incremental checkpoint of shard " + std::to_string(config_.shard) + " without tracked changes");
+  if (base && *base >= iteration) throw Error("an incremental checkpoint's base must be older than it");
   // Every commit so far applied, and no apply while the rows are written out: a commit
   // meanwhile waits (its rows belong to the next checkpoint).
   const std::unique_lock<std::shared_mutex> no_applies = hold_off_applies();
@@ -112,11 +147,12 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   // The rows to write, listed once: pulls may initialize rows meanwhile (a worker that
   // had its commit acknowledged reads on). Those are left out; they hold their initial
   // values, which a restore gives them again from (seed, key).
-  // (A bit a row: a tiered shard's rows may be more than its memory holds.)
+  // (A bit a row: a tiered shard's rows may be more than its memory holds.) An
+  // incremental checkpoint lists the rows changed since the last one (its base).
   std::vector<bool> listed(local_rows());
   std::uint64_t rows = 0;
   for (std::uint64_t local = 0; local < local_rows(); ++local) {
-    if (arena_.state(local).load(std::memory_order_acquire) >= kIdle) listed[local] = true, ++rows;
+    if (arena_.state(local).load(std::memory_order_acquire) >= kIdle && (!base || changed(local))) listed[local] = true, ++rows;
   }
   CheckpointHeader h{};
   write_binary_header(kCheckpointFormat, &h);
@@ -128,6 +164,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   h.num_keys = config_.num_keys;
   h.rows = rows;
   h.iteration = iteration;
+  h.base = base.value_or(kNoBase);
   // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
   // its memory.
   write_file_atomic(file, [&](const std::function<void(std::string_view)>& write) {
@@ -161,6 +198,11 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     const std::uint64_t digest = sum.digest();
     write(std::string_view(reinterpret_cast<const char*>(&digest), sizeof digest));
   });
+  // Written: the next incremental checkpoint counts changes from here (none can come
+  // meanwhile: applies and write-backs are held off).
+  if (changed_) {
+    for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) changed_[w].store(0, std::memory_order_relaxed);
+  }
   return left_out;
 }
 
@@ -180,9 +222,11 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
   }
   const std::uint32_t rf = row_floats();
   const std::size_t record = sizeof(Key) + rf * sizeof(float);
-  for (const auto& f : files) {
+  // An incremental checkpoint's file: its base's rows first (recursively), then its own.
+  std::function<void(const std::filesystem::path&)> load_file = [&](const std::filesystem::path& f) {
     const std::string name = f.string();
     const CheckpointHeader h = read_checked(f, record);
+    if (h.base != kNoBase) load_file(base_file(f, h));
     const std::size_t hb = header_bytes(h.version);
     if (h.dim != config_.dim || h.state != state_ || h.optimizer != static_cast<std::uint32_t>(config_.optimizer.kind) ||
         h.num_keys != config_.num_keys) {
@@ -201,14 +245,16 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
         std::memcpy(read_row(key, true, true).get(), p + sizeof key, rf * sizeof(float));
       }
     });
-  }
+  };
+  for (const auto& f : files) load_file(f);
   return iteration;
 }
 
 void verify_checkpoint_file(const std::filesystem::path& file) {
   // The record size follows from the header (dim and optimizer state floats), so the file
-  // is checked without a store of its geometry.
-  read_checked(file, 0);
+  // is checked without a store of its geometry. An incremental one's bases are too.
+  const CheckpointHeader h = read_checked(file, 0);
+  if (h.base != kNoBase) verify_checkpoint_file(base_file(file, h));
 }
 
 ShardStore::CheckpointInfo ShardStore::checkpoint_info(const std::filesystem::path& file) {
@@ -224,6 +270,7 @@ ShardStore::CheckpointInfo ShardStore::checkpoint_info(const std::filesystem::pa
   info.num_keys = h.num_keys;
   info.rows = h.rows;
   info.iteration = h.iteration;
+  if (h.base != kNoBase) info.base = h.base;
   return info;
 }
 

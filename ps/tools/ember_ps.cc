@@ -114,8 +114,13 @@ void add_checkpoint_options(CLI::App& app, Flags& f) {
   app.add_option("--drain-ms", c.drain_ms, "on SIGTERM/SIGINT: how long requests in flight may take to finish")->capture_default_str();
   app.add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint after committing every N iterations")->capture_default_str();
   app.add_option("--keep-checkpoints", c.keep_checkpoints,
-                 "keep the newest N whole checkpoints (and newer ones), remove older ones (0: keep all)")
+                 "keep the newest N whole checkpoints (and newer ones, and those they add to), remove older ones (0: keep all)")
       ->capture_default_str();
+  app.add_option("--checkpoint-full-every", c.checkpoint_full_every,
+                 "one checkpoint in N holds every row; those between hold the rows changed since the one before (incremental; "
+                 "0: 8 with --store-dir, else 1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
 }
 
 void add_job_options(CLI::App& app, Flags& f) {
@@ -180,6 +185,8 @@ void resolve(Flags& f) {
   if (f.store_dir.empty() != (f.ram_budget_mb == 0)) throw ConfigError("--store-dir and --ram-budget-mb go together");
   if (f.ram_budget_mb < 0 || f.ram_budget_mb > 1e9)
     throw ConfigError("--ram-budget-mb " + std::to_string(f.ram_budget_mb) + ": out of range");
+  if (c.checkpoint_full_every == 0) c.checkpoint_full_every = f.store_dir.empty() ? 1 : 8;
+  sc.track_changes = c.checkpoint_full_every > 1 && !c.checkpoint_dir.empty();
   if (!f.store_dir.empty()) {
     sc.tier.dir = f.store_dir;
     sc.tier.hints = !f.no_hints;

@@ -121,6 +121,79 @@ TEST_F(CheckpointDirs, PruningKeepsTheNewestWholeCheckpointsAndAnyNewer) {
   EXPECT_TRUE(fs::exists(at(9) / "manifest.json"));
 }
 
+// Incremental checkpoints (ShardStore::save with a base): each holds the rows changed
+// since the one before; a restore loads the chain oldest first and gives every row the
+// store had; pruning keeps the bases that a kept checkpoint needs and lets them go once
+// a whole one follows; a missing base is refused by name and passed over from the root.
+TEST_F(CheckpointDirs, IncrementalCheckpointsRestoreWithTheirBases) {
+  std::vector<ShardStore> s;
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    StoreConfig c = config(i, 2);
+    c.track_changes = true;
+    s.emplace_back(c);
+  }
+  // Iteration 1 trains keys 0-39, 2 trains 0-9, 3 trains 100-109 (each shard its own).
+  auto train_keys = [&](std::int64_t it, Key from, Key to) {
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      std::vector<Key> keys;
+      for (Key k = from + i; k < to; k += 2) keys.push_back(k);
+      std::vector<std::uint32_t> one(keys.size(), 1);
+      std::vector<float> g(keys.size() * 4, 0.1f * static_cast<float>(it + 2));
+      s[i].push_grad(static_cast<std::uint64_t>(it), keys, one, g.data());
+      s[i].commit();
+    }
+  };
+  auto save_all = [&](std::int64_t it, std::optional<std::int64_t> base) {
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      const CheckpointDir dir(root(), i, 2, 1);  // keep 1
+      s[i].save(dir.file_for(it), it, ShardStore::Unapplied::kRefuse, base);
+      dir.finish(it);
+    }
+  };
+  train_keys(1, 0, 40);
+  save_all(1, std::nullopt);
+  train_keys(2, 0, 10);
+  save_all(2, 1);
+  train_keys(3, 100, 110);
+  save_all(3, 2);
+  const auto info = ShardStore::checkpoint_info(at(3) / "shard-0-of-2.ckpt");
+  EXPECT_EQ(info.rows, 5u) << "only the rows changed since iteration 2's";
+  EXPECT_EQ(info.base, std::optional<std::int64_t>(2));
+  EXPECT_EQ(ShardStore::checkpoint_info(at(2) / "shard-1-of-2.ckpt").rows, 5u);
+  EXPECT_EQ(ShardStore::checkpoint_info(at(1) / "shard-1-of-2.ckpt").rows, 20u);
+  EXPECT_FALSE(ShardStore::checkpoint_info(at(1) / "shard-1-of-2.ckpt").base.has_value());
+  for (std::int64_t it : {1, 2}) EXPECT_TRUE(fs::exists(at(it) / "manifest.json")) << "keep 1, but 3 needs " << it;
+  // Restored from the root into three shards: every row the two had.
+  const RestorePlan plan = plan_restore(root());
+  ASSERT_EQ(plan.dir, at(3));
+  std::vector<ShardStore> three;
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    three.emplace_back(config(i, 3));
+    EXPECT_EQ(three[i].load(plan.files), 3);
+  }
+  for (Key k = 0; k < 400; ++k) {
+    for (int j = 0; j < 8; ++j) ASSERT_EQ(three[k % 3].row(k)[j], s[k % 2].row(k)[j]) << "key " << k;
+  }
+  // Without its base, an incremental checkpoint is refused by name, and passed over.
+  const fs::path lone = dir_ / "lone";
+  fs::create_directories(checkpoint_dir(lone, 3));
+  fs::copy(at(3), checkpoint_dir(lone, 3), fs::copy_options::recursive);
+  fs::create_directories(checkpoint_dir(lone, 2));
+  fs::copy(at(2) / "shard-0-of-2.ckpt", checkpoint_dir(lone, 2));
+  try {
+    verify_checkpoint_file(checkpoint_dir(lone, 3) / "shard-0-of-2.ckpt");
+    ADD_FAILURE() << "a chain without its whole base verified";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("iter-000000001/shard-0-of-2.ckpt is missing"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_restore(lone), DataError);
+  // A whole checkpoint at 4: the chain behind it goes (keep 1).
+  train_keys(4, 0, 4);
+  save_all(4, std::nullopt);
+  for (std::int64_t it : {1, 2, 3}) EXPECT_FALSE(fs::exists(at(it))) << it;
+  EXPECT_EQ(ShardStore::checkpoint_info(at(4) / "shard-0-of-2.ckpt").rows, 200u) << "every row (the comparison above read them all)";
+}
+
 TEST_F(CheckpointDirs, ATruncatedFileIsPassedOverFromTheRootAndRefusedByName) {
   checkpoint(0, 1);
   checkpoint(1, 1);

@@ -182,6 +182,11 @@ TEST_F(Training, DiskTierJobsResumeExactly) {
   o.optimizer = "adagrad";
   o.dense_optimizer = "adagrad";
   const JobResult whole = run_job_like_one_process(data, o, "tier-whole", "herald + adagrad on a disk tier, checkpointing");
+  // A tiered shard checkpoints incrementally (one whole in 8): 7's files add to 3's.
+  for (const char* f : {"shard-0-of-2.ckpt", "shard-1-of-2.ckpt"}) {
+    const auto info = ps::ShardStore::checkpoint_info(dir_ / "ckpt" / "iter-000000007" / f);
+    EXPECT_EQ(info.base, std::optional<std::int64_t>(3)) << f;
+  }
   JobOptions resumed = o;
   resumed.ps_args = {"--restore", (dir_ / "ckpt" / "iter-000000007").string()};
   resumed.ps_args.insert(resumed.ps_args.end(), tier.begin(), tier.end());

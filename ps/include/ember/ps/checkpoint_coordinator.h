@@ -30,8 +30,11 @@ class CheckpointCoordinator {
   explicit CheckpointCoordinator(ShardStore& store) : store_(store) {}
 
   // Checkpoint into `dir` at every commit the schedule names (none with every = 0), and
-  // at those asked for by a commit's flag or request_checkpoint.
-  void checkpoint_every(std::uint64_t every, CheckpointDir dir);
+  // at those asked for by a commit's flag or request_checkpoint. With full_every > 1 (the
+  // store tracks changes), one checkpoint in full_every is whole and those between are
+  // incremental: the rows changed since the one before, on it (the first after a start
+  // or a failure is whole).
+  void checkpoint_every(std::uint64_t every, CheckpointDir dir, std::uint32_t full_every = 1);
   bool enabled() const { return dir_.has_value(); }
 
   // See PsService::request_checkpoint, request_stop, stop_at, restored_from.
@@ -74,6 +77,20 @@ class CheckpointCoordinator {
   // Checkpoints at commits that failed (the exit checkpoint's apart: exit_failures()).
   std::uint64_t failures() const { return checkpoint_failures_.load(); }
   std::uint64_t exit_failures() const { return exit_failures_.load(); }
+  std::uint64_t incremental_written() const { return incremental_written_.load(); }
+  // What the checkpoints written at commits cost, whole ones and incremental ones apart.
+  struct Cost {
+    std::uint64_t count = 0, bytes = 0;
+    double seconds = 0;
+  };
+  Cost whole_cost() const {
+    std::lock_guard<std::mutex> lock(cost_mutex_);
+    return whole_cost_;
+  }
+  Cost incremental_cost() const {
+    std::lock_guard<std::mutex> lock(cost_mutex_);
+    return incremental_cost_;
+  }
   std::int64_t last_due() const { return checkpointed_.load(); }
   std::int64_t restored_iteration() const { return restored_.load(); }
   std::int64_t last_written() const { return written_.load(); }
@@ -95,13 +112,21 @@ class CheckpointCoordinator {
   std::atomic<std::int64_t> written_{-1};       // iteration of the last checkpoint written (or restored)
   std::atomic<std::int64_t> stop_at_{-1};       // the requested checkpoint is the job's last (-1: none)
   std::atomic<std::int64_t> restored_{-2};      // iteration restored from (-2: none)
-  std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0}, exit_failures_{0};
+  std::atomic<std::uint64_t> checkpoints_written_{0}, checkpoint_failures_{0}, exit_failures_{0}, incremental_written_{0};
   // The checkpoint directory waits for the workers' word to prune (settle).
   std::atomic<bool> prune_pending_{false};
   static constexpr std::int64_t kNone = -2;     // (-1 is iter-initial)
   std::atomic<std::int64_t> unsettled_{kNone};  // the newest checkpoint written, not yet whole
   CheckpointSchedule schedule_;
   std::optional<CheckpointDir> dir_;
+  // Incremental checkpoints (checkpoint_every's full_every): the last checkpoint this
+  // process wrote at a commit (kNone: none yet, so the next is whole) and how many
+  // incremental ones since the last whole one. mutex_ held.
+  std::uint32_t full_every_ = 1;
+  mutable std::mutex cost_mutex_;  // guards the costs (read by the stats while a checkpoint is written)
+  Cost whole_cost_, incremental_cost_;
+  std::int64_t saved_ = kNone;
+  std::uint32_t since_whole_ = 0;
 };
 
 }  // namespace ember::ps

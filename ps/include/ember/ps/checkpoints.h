@@ -51,8 +51,9 @@ struct CheckpointPeers {
 // One shard's side of a job's checkpoint root.
 class CheckpointDir {
  public:
-  // Keeps the newest `keep` whole checkpoints (0: all) and any newer than those; never
-  // the newest whole one.
+  // Keeps the newest `keep` whole checkpoints (0: all) and any newer than those, and the
+  // checkpoints their incremental files add to (ShardStore::save with a base); never the
+  // newest whole one.
   CheckpointDir(std::filesystem::path root, std::uint32_t shard, std::uint32_t shards, std::size_t keep);
 
   // From now on, also with the other shards' word (see above); none: files alone.

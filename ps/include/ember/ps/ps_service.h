@@ -82,7 +82,9 @@ class PsService {
   // Checkpoint into `dir` (a directory per checkpoint, a manifest once whole, older ones
   // pruned: checkpoints.h) at every commit the schedule names (none with every = 0), and
   // at those asked for by a commit's flag or request_checkpoint.
-  void checkpoint_every(std::uint64_t every, CheckpointDir dir) { checkpoints_.checkpoint_every(every, std::move(dir)); }
+  void checkpoint_every(std::uint64_t every, CheckpointDir dir, std::uint32_t full_every = 1) {
+    checkpoints_.checkpoint_every(every, std::move(dir), full_every);
+  }
 
   // Asks for a checkpoint at the first commit of the iteration kCheckpointLead after the
   // last committed one (or the one already asked for and still ahead: the workers may

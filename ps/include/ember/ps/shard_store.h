@@ -80,6 +80,9 @@ struct StoreConfig {
   // they live (ember-ps adds them to its RDMA send regions; replies from a chunk before
   // that are copied). Chunks stay in place until the store is destroyed.
   std::function<void(const void* addr, std::size_t bytes)> on_chunk;
+  // Track which rows change between checkpoints (a bit a row), for incremental ones
+  // (save with a base).
+  bool track_changes = false;
   // A disk tier under the rows (row_tier.h): with tier.dir set, the rows live in a file
   // there and at most tier.ram_budget_bytes of them in memory; on_chunk is not called.
   TierConfig tier;
@@ -166,12 +169,18 @@ class ShardStore {
   // with kLeaveOut left out (the rows as of the last commit are written; returns how
   // many rows'). A file already there is replaced whole (a checkpoint per directory keeps
   // the earlier ones: checkpoints.h).
+  // With `base` (needs StoreConfig::track_changes): an incremental checkpoint, only the
+  // rows changed since the last save, on the last save's checkpoint of iteration `base`,
+  // which must be this shard's file in checkpoint_dir(ROOT, base) beside `file`'s
+  // directory (load finds it there). Every save starts the changes afresh.
   enum class Unapplied { kRefuse, kLeaveOut };
-  std::size_t save(const std::filesystem::path& file, std::int64_t iteration = -1, Unapplied leave = Unapplied::kRefuse);
+  std::size_t save(const std::filesystem::path& file, std::int64_t iteration = -1, Unapplied leave = Unapplied::kRefuse,
+                   std::optional<std::int64_t> base = std::nullopt);
   // Loads the rows this shard owns from one checkpoint written by any number of shards:
-  // the files of its every shard, all of one iteration. Returns that iteration. Throws
-  // DataError for a corrupt, truncated or mismatched file, a shard's file missing or
-  // given twice, or files of different checkpoints.
+  // the files of its every shard, all of one iteration (an incremental file with its
+  // bases, oldest first). Returns that iteration. Throws DataError for a corrupt,
+  // truncated or mismatched file, a base missing, a shard's file missing or given twice,
+  // or files of different checkpoints.
   // With `own_file_only`, `files` is this shard's own file (same shard and shard count)
   // of a checkpoint the caller knows is whole (its manifest lists every shard's file,
   // written elsewhere): it holds every row this shard owns.
@@ -186,8 +195,9 @@ class ShardStore {
     OptimizerKind optimizer = OptimizerKind::kSgd;
     std::uint32_t shard = 0, shards = 1;
     std::uint64_t num_keys = 0;
-    std::uint64_t rows = 0;       // rows written (the rows touched)
+    std::uint64_t rows = 0;       // rows written (the rows touched; an incremental file: those changed)
     std::int64_t iteration = -1;  // as load() returns it
+    std::optional<std::int64_t> base;  // an incremental checkpoint's base iteration
   };
   static CheckpointInfo checkpoint_info(const std::filesystem::path& file);
 
@@ -336,6 +346,14 @@ class ShardStore {
   std::uint32_t state_ = 0;  // optimizer state floats per row
   RowArena arena_;
   RowTier* tier_ = nullptr;  // arena_'s, if any
+  // With StoreConfig::track_changes: a bit per row changed since the last save.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> changed_;
+  void mark_changed(std::uint64_t local) {
+    if (changed_) changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
+  }
+  bool changed(std::uint64_t local) const {
+    return (changed_[local >> 6].load(std::memory_order_relaxed) >> (local & 63) & 1) != 0;
+  }
   RowLending lending_;
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

@@ -162,8 +162,8 @@ def main():
             if cgroup is not None:
                 time.sleep(0.5)
                 cgroup.rmdir()
-    (work / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
     if a.repeats > 0:
+        (work / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
         table(a, keys, table_mb, cases, runs)
     if a.checkpoint_every > 0:
         checkpoint_cost(a, data, work, tier, use_cgroup, runs["all RAM"])

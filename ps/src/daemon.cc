@@ -46,7 +46,9 @@ nlohmann::json tier_json(const TierStats& t) {
 // The summary's "checkpoint_cost": what the checkpoints at commits cost, whole and
 // incremental ones apart (count, bytes, seconds).
 nlohmann::json cost_json(const CheckpointCoordinator& cp) {
-  auto one = [](const CheckpointCoordinator::Cost& c) { return nlohmann::json{{"count", c.count}, {"bytes", c.bytes}, {"seconds", c.seconds}}; };
+  auto one = [](const CheckpointCoordinator::Cost& c) {
+    return nlohmann::json{{"count", c.count}, {"bytes", c.bytes}, {"seconds", c.seconds}};
+  };
   return {{"whole", one(cp.whole_cost())}, {"incremental", one(cp.incremental_cost())}};
 }
 

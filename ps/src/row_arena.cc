@@ -123,7 +123,7 @@ float* RowArena::pin(Key key, bool write, bool no_read) {
     }
     while (state.load(std::memory_order_acquire) < kIdle) {
       if (state.load(std::memory_order_acquire) == kNew) return pin(key, write, no_read);  // its initializer failed
-      std::this_thread::yield();  // another thread is initializing it
+      std::this_thread::yield();                                                           // another thread is initializing it
     }
   }
   return tier_->pin(local, write, no_read);

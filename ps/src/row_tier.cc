@@ -508,7 +508,7 @@ void RowTier::scan(std::uint64_t first, std::uint64_t end, const std::vector<boo
   const std::lock_guard no_writes(evict_mu_);  // what is on disk stays there, what is in memory stays there
   const std::uint64_t from = align_down(first * row_bytes_, sector_), to = align_up(end * row_bytes_, sector_);
   const std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(kPage, align_up(to - from, kPage))),
-                                                         &std::free);
+                                                        &std::free);
   if (!buf) throw std::bad_alloc();
   pread_all(buf.get(), to - from, from);
   for (std::uint64_t l = first; l < end; ++l) {

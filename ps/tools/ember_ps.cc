@@ -59,7 +59,8 @@ void add_store_options(CLI::App& app, Flags& f) {
                "with --store-dir: do not ask the workers to name rows ahead (the tier reads a row when first asked for it)");
   app.add_option("--ram-budget-mb", f.ram_budget_mb,
                  "with --store-dir: MB of rows and optimizer state kept in memory, at most (0.0625 and up)");
-  app.add_option("--tier-io-threads", sc.tier.io_threads, "with --store-dir: threads reading and writing rows at once (the disk's queue depth)")
+  app.add_option("--tier-io-threads", sc.tier.io_threads,
+                 "with --store-dir: threads reading and writing rows at once (the disk's queue depth)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
 }

@@ -35,7 +35,8 @@ void export_ps_metrics(monitor::Exporter& exporter, PsService& service, const tr
     out.gauge("ember_ps_connections", "Data connections open", shard, server.connections_open());
     if (const auto t = service.store().tier_stats()) {
       out.counter("ember_ps_tier_rows_touched_total", "Rows requests used on the disk tier", shard, static_cast<double>(t->rows_touched));
-      out.counter("ember_ps_tier_misses_total", "Rows a request waited for the disk for (read on the critical path, or a hinted read in flight)", shard,
+      out.counter("ember_ps_tier_misses_total",
+                  "Rows a request waited for the disk for (read on the critical path, or a hinted read in flight)", shard,
                   static_cast<double>(t->misses));
       out.counter("ember_ps_tier_hint_loads_total", "Rows read in from disk by hints before use", shard,
                   static_cast<double>(t->hint_loads));

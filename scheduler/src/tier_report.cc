@@ -19,7 +19,8 @@ nlohmann::ordered_json tier_json(std::uint64_t budget_bytes, std::uint64_t row_b
   };
   nlohmann::ordered_json j = {{"ram_budget_bytes", budget_bytes}, {"row_bytes", row_bytes}};
   auto& out = j["shards"] = nlohmann::ordered_json::array();
-  for (std::size_t s = 0; s < shards.size(); ++s) out.push_back({{"shard", s}, {"no_hints", side(shards[s].first)}, {"hints", side(shards[s].second)}});
+  for (std::size_t s = 0; s < shards.size(); ++s)
+    out.push_back({{"shard", s}, {"no_hints", side(shards[s].first)}, {"hints", side(shards[s].second)}});
   return j;
 }
 

@@ -195,8 +195,8 @@ class ShardStore {
     OptimizerKind optimizer = OptimizerKind::kSgd;
     std::uint32_t shard = 0, shards = 1;
     std::uint64_t num_keys = 0;
-    std::uint64_t rows = 0;       // rows written (the rows touched; an incremental file: those changed)
-    std::int64_t iteration = -1;  // as load() returns it
+    std::uint64_t rows = 0;            // rows written (the rows touched; an incremental file: those changed)
+    std::int64_t iteration = -1;       // as load() returns it
     std::optional<std::int64_t> base;  // an incremental checkpoint's base iteration
   };
   static CheckpointInfo checkpoint_info(const std::filesystem::path& file);
@@ -351,9 +351,7 @@ class ShardStore {
   void mark_changed(std::uint64_t local) {
     if (changed_) changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
   }
-  bool changed(std::uint64_t local) const {
-    return (changed_[local >> 6].load(std::memory_order_relaxed) >> (local & 63) & 1) != 0;
-  }
+  bool changed(std::uint64_t local) const { return (changed_[local >> 6].load(std::memory_order_relaxed) >> (local & 63) & 1) != 0; }
   RowLending lending_;
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

@@ -95,9 +95,13 @@ ShardStore::ShardStore(StoreConfig config)
   }
 }
 
-ShardStore::RowRef ShardStore::pin_tiered(Key key, bool write, bool no_read) {
+void ShardStore::check_tier() const {
   if (tier_->failed()) [[unlikely]]
     throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
+}
+
+ShardStore::RowRef ShardStore::pin_tiered(Key key, bool write, bool no_read) {
+  check_tier();
   return {arena_.pin(key, write, no_read), tier_, local_of(key)};
 }
 
@@ -105,10 +109,9 @@ void ShardStore::prepare_row(Key key) {
   const std::uint64_t local = local_of(key);
   if (tier_ == nullptr) {
     row_ptr(key);
-  } else if (tier_->failed()) [[unlikely]] {
-    throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
-  } else if (arena_.state(local).load(std::memory_order_acquire) < kIdle) {
-    pin_tiered(key, true, true);  // initialized in memory, unpinned again
+  } else {
+    check_tier();
+    if (arena_.state(local).load(std::memory_order_acquire) < kIdle) pin_tiered(key, true, true);  // initialized in memory, unpinned again
   }
   wait_applied(local);
 }
@@ -175,8 +178,7 @@ void ShardStore::push_grad(std::uint64_t iteration, std::span<const Key> keys, s
   if (!shares.empty() && shares.size() != keys.size()) throw ProtocolError("push-grad: one share per key, or none");
   lending_.check_not_lent(arena_, keys, "push-grad");
   if (tier_ != nullptr) {
-    if (tier_->failed()) [[unlikely]]
-      throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
+    check_tier();
     tier_->advance(iteration);
   }
   // Shares (rows summed by a host) take the general path, which validates them.

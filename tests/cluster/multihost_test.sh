@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-host runs for real (issue 43 part 5) on a 4-host scripts/cluster_local.sh cluster
-# (unshaped links) of its own, host4 a spare that only (vi) uses:
+# (unshaped links) of its own, host4 a spare that only (vi) and (xii) use:
 #   1. one job (1 PS shard on host1; workers 0-1 on host2, 2-3 on host3; herald; Adagrad;
 #      checkpoints every 10 iterations; a small DLRM, ITERATIONS global batches) run
 #      (a) on this machine over loopback by ember_launch.py: the reference;
@@ -35,9 +35,10 @@
 #      loss to training again (the test's clock: the kill to the next attempt's first
 #      iteration) and the iterations recomputed:
 #      (viii) host3's processes killed; (ix) the PS host's shard killed; (x) host3's
-#      processes killed, then the PS's shard in the restarted attempt; and (xi) host3's
-#      processes killed under sbatch with EMBER_MAX_RESTARTS=1 (Slurm's requeue).
-#   They run in the order i, ii, iv, v, vii, viii-xi, vi, iii: after a link down
+#      processes killed, then the PS's shard in the restarted attempt; (xi) host3's
+#      processes killed under sbatch with EMBER_MAX_RESTARTS=1 (Slurm's requeue); and
+#      (xii) host3's link down for good with --spares 1: host4 takes its workers.
+#   They run in the order i, ii, iv, v, vii, viii-xi, vi, xii, iii: after a link down
 #   slurmctld may find host3 not responding or set it DOWN at a later ping, for a while
 #   (every sbatch waits for the 4 nodes idle, but a job started before that ping has its
 #   steps held back).
@@ -467,15 +468,16 @@ echo "(vii) requeued once by Slurm ($(cat "$work/$name.result")); $counted; $mod
 
 # (viii)-(x): the host hierarchy for rows under launch_hosts.sh --max-restarts 2.
 hier=(--host-aggregation --host-allocation --peer-sync --lookahead 3 --prefetch)
-hier_job() {  # NAME: in the background, its launcher's pid in $work/NAME.pid
-  local d="$work/$1"
-  timeout 400 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$work/hosts" --bin "$bin" \
+hier_job() {  # NAME [HOSTFILE [LAUNCHER ARGS...]]: in the background, its launcher's pid in $work/NAME.pid
+  local name="$1" d="$work/$1" hostfile="${2:-$work/hosts}"
+  shift $(($# < 2 ? $# : 2))
+  timeout 400 bash "$src/scripts/launch_hosts.sh" --ssh-config "$state/ssh_config" --hostfile "$hostfile" "$@" --bin "$bin" \
     --ps 1 --workers 4 --dataset "$work/data" --policy herald --out "$d/run" --ps-args "$ps_args --heartbeat-timeout-ms $HB_MS" \
     --checkpoint-dir "$d/ckpt" --checkpoint-every 10 --max-restarts 2 \
     -- "${wargs[@]}" "${hier[@]}" --iterations "$ITERATIONS" --heartbeat-timeout-ms "$HB_MS" --dump-dir "$d/dump" \
-    > "$work/$1.launcher" 2>&1 &
-  echo $! > "$work/$1.pid"
-  bg_pids+=("$(cat "$work/$1.pid")")
+    > "$work/$name.launcher" 2>&1 &
+  echo $! > "$work/$name.pid"
+  bg_pids+=("$(cat "$work/$name.pid")")
 }
 # Kills the job's processes on host K once worker 0 of its current attempt has logged 15
 # iterations; then waits for the next attempt's first iteration. Prints the seconds from
@@ -572,6 +574,27 @@ grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/$name.launcher" 
 ends[vi]=$((SECONDS - t0s))
 model="$(same_as_reference "$name" "(vi) on a spare host" model)"
 echo "(vi) host3 replaced by host4 at the restart; the job completed in ${ends[vi]} s; $model"
+
+# (xii) the same under the host hierarchy: host4 takes host3's workers, the same ranks and
+# the same host grouping, so the healed job is byte-identical to viii-ref.
+echo "== (xii) the host hierarchy: host3 lost (link down) with a spare; host4 takes its place"
+hier_job xii "$work/hosts-spare" --spares 1
+wait_iterations "$work/xii/run" 20 "(xii)"
+t0=$(now)
+ip link set ember-v3 down
+for _ in $(seq 1200); do  # 120 s
+  grep -q "launch_hosts: restart 1/" "$work/xii.launcher" && [ "$(iterations_of "$work/xii/run")" -ge 1 ] && break
+  sleep 0.1
+done
+healed[xii]="$(since "$t0")"
+rc=0
+wait "$(cat "$work/xii.pid")" || rc=$?
+ip link set ember-v3 up
+[ "$rc" -eq 0 ] || { cat "$work/xii.launcher" >&2; fail "(xii): the job did not heal (launch_hosts.sh exited $rc)"; }
+grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/xii.launcher" ||
+  { cat "$work/xii.launcher" >&2; fail "(xii): no line saying host3 was replaced by host4"; }
+hier_same xii 1 "(xii)" > "$work/xii.result"
+echo "(xii) host3 replaced by host4; training again ${healed[xii]} s after the link went down; $(cat "$work/xii.result")"
 
 for kind in ssh slurm; do
   name="iii-$kind"

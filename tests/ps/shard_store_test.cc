@@ -635,24 +635,29 @@ TEST_F(ShardStoreTest, OnlyAWholeCheckpointIsRestored) {
   refused({two[0], two[0], two[1]}, "both hold shard 0");
   ShardStore st(store_config(OptimizerKind::kSgd, 0, 1));
   EXPECT_EQ(st.load(three), 7);
-  // A version 1 file (no iteration in its 48-byte header) still loads.
+  // Files of earlier versions still load: version 1 (a 48-byte header, no iteration)
+  // and version 2 (56 bytes: the iteration, no base), made from a version 3 file.
   ShardStore trained(store_config(OptimizerKind::kSgd, 0, 1));
   Key k = 3;
   std::uint32_t t1 = 1;
   float gr[kDim] = {1, 2, 3, 4};
   trained.push_grad(0, {&k, 1}, {&t1, 1}, gr);
   trained.commit();
-  trained.save(dir_ / "v2.ckpt", 0);
-  const std::string v2 = read_file(dir_ / "v2.ckpt");
-  std::string v1 = v2.substr(0, 48) + v2.substr(56, v2.size() - 56 - 8);
-  const std::uint32_t version1 = 1;
-  std::memcpy(v1.data() + 8, &version1, sizeof version1);
-  const std::uint64_t sum = checksum64(v1.data(), v1.size());
-  v1.append(reinterpret_cast<const char*>(&sum), sizeof sum);
-  write_file_atomic(dir_ / "v1.ckpt", v1);
-  ShardStore from_v1(store_config(OptimizerKind::kSgd, 0, 1));
-  EXPECT_EQ(from_v1.load({dir_ / "v1.ckpt"}), -1);
-  for (std::uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(from_v1.row(k)[j], trained.row(k)[j]);
+  trained.save(dir_ / "v3.ckpt", 0);
+  const std::string v3 = read_file(dir_ / "v3.ckpt");
+  for (const std::uint32_t version : {1u, 2u}) {
+    SCOPED_TRACE(version);
+    const std::size_t header = version == 1 ? 48 : 56;
+    std::string old = v3.substr(0, header) + v3.substr(64, v3.size() - 64 - 8);
+    std::memcpy(old.data() + 8, &version, sizeof version);
+    const std::uint64_t sum = checksum64(old.data(), old.size());
+    old.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+    const std::filesystem::path file = dir_ / ("v" + std::to_string(version) + ".ckpt");
+    write_file_atomic(file, old);
+    ShardStore from_old(store_config(OptimizerKind::kSgd, 0, 1));
+    EXPECT_EQ(from_old.load({file}), version == 1 ? -1 : 0);
+    for (std::uint32_t j = 0; j < kDim; ++j) EXPECT_EQ(from_old.row(k)[j], trained.row(k)[j]);
+  }
 }
 
 // A checkpoint written while a worker whose commit was acknowledged reads on (pulls of

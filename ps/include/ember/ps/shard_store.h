@@ -269,6 +269,8 @@ class ShardStore {
     return pin_tiered(key, write, no_read);
   }
   RowRef pin_tiered(Key key, bool write, bool no_read);
+  // IoError, naming the tier's error, once the tier failed.
+  void check_tier() const;
   // The row of `key` initialized (a push claims initialized rows only), with no update of
   // it being applied; a tier does not read it in (the apply will).
   void prepare_row(Key key);

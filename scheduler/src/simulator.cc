@@ -100,59 +100,76 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
   }
 }
 
-void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& link_of,
-                               const std::function<std::uint32_t(WorkerId)>& host_of, std::vector<TrafficCounts>& per_link) {
-  // Everything as without aggregation, then the cross-host pulls and gradients of each
-  // host made distinct: the repeats become hand-offs (pulls) or sums (gradients) within
-  // the host.
-  std::vector<TrafficCounts> flat(2);
-  count_per_group(plans, flush, link_of, flat, true);
-  std::set<std::pair<std::uint32_t, Key>> pulled, pulled_state, prefetched, grads;
-  std::uint64_t pulls = 0, grad_rows = 0, partial = 0;
-  std::set<std::pair<std::uint32_t, Key>> partials;
+template <typename List>
+std::uint64_t AggregatedLinks::summed(const std::vector<StepPlan>& plans, List&& list) {
+  std::map<std::pair<std::uint32_t, Key>, std::uint32_t> parts;  // (host, row) -> parts in this phase
   for (const StepPlan& p : plans) {
-    const std::uint32_t h = host_of(p.worker);
-    const auto across = [&](Key k) { return link_of(p.worker, k) == 1; };
-    const auto grad = [&](Key k) {
-      if (!across(k)) return;
-      ++grad_rows;
-      grads.insert({h, k});
-    };
-    if (flush) {
-      for (const KeySlot& ks : p.push_grads) grad(ks.key);
-      continue;
-    }
-    for (const KeySlot& ks : p.push_grads) grad(ks.key);
-    for (const KeySlot& ks : p.end_pushes) grad(ks.key);
-    for (const PullEntry& e : p.pulls) {
-      if (e.kind == EvictKind::kPartial && across(e.evicted)) {
-        ++partial;
-        partials.insert({h, e.evicted});
-      }
-      if (e.peer || !across(e.key)) continue;
-      ++pulls;
-      pulled.insert({h, e.key});
-      if (e.with_state) pulled_state.insert({h, e.key});
-      if (e.prefetch) prefetched.insert({h, e.key});
-    }
+    const std::uint32_t h = host_of_(p.worker);
+    list(p, [&](Key k) {
+      if (link_of_(p.worker, k) == 1) ++parts[{h, k}];
+    });
   }
+  std::uint64_t n = 0;
+  for (const auto& [at, c] : parts)
+    if (parts_[at.first].take(at.second, c)) n += c - 1;
+  return n;
+}
+
+void AggregatedLinks::count(const std::vector<StepPlan>& plans, bool flush, std::vector<TrafficCounts>* per_link) {
+  // Everything as without aggregation, then the cross-host pulls of each host made
+  // distinct (the repeats handed within the host) and its gradients summed where it may
+  // (the repeats summed within the host), phase by phase as the workers do.
+  const auto grads = [](const std::vector<KeySlot>& rows, auto&& add) {
+    for (const KeySlot& ks : rows) add(ks.key);
+  };
+  std::uint64_t summed_grads = 0, summed_partial = 0;
+  summed_grads += summed(plans, [&](const StepPlan& p, auto&& add) { grads(p.push_grads, add); });
+  std::set<std::pair<std::uint32_t, Key>> pulled, pulled_state, prefetched;
+  std::uint64_t pulls = 0;
+  if (!flush) {
+    summed_partial = summed(plans, [](const StepPlan& p, auto&& add) {
+      for (const PullEntry& e : p.pulls)
+        if (e.kind == EvictKind::kPartial) add(e.evicted);
+    });
+    for (const StepPlan& p : plans) {
+      const std::uint32_t h = host_of_(p.worker);
+      for (const PullEntry& e : p.pulls) {
+        if (e.peer || link_of_(p.worker, e.key) != 1) continue;
+        ++pulls;
+        pulled.insert({h, e.key});
+        if (e.with_state) pulled_state.insert({h, e.key});
+        if (e.prefetch) prefetched.insert({h, e.key});
+      }
+    }
+    std::map<std::uint32_t, std::vector<const StepPlan*>> by_host;
+    for (const StepPlan& p : plans) by_host[host_of_(p.worker)].push_back(&p);
+    for (const auto& [h, host_plans] : by_host) {
+      const WorkerId w = host_plans.front()->worker;
+      parts_[h].trained(host_plans, [&](Key k) { return link_of_(w, k) == 1; });
+    }
+    summed_grads += summed(plans, [&](const StepPlan& p, auto&& add) { grads(p.end_pushes, add); });
+  }
+  if (per_link == nullptr) return;
+  std::vector<TrafficCounts> flat(2);
+  count_per_group(plans, flush, link_of_, flat, true);
   TrafficCounts& in = flat[0];
   TrafficCounts& out = flat[1];
   // Pulls: one per host and row; a copy with state where any worker asked for it.
-  const std::uint64_t handed = pulls - pulled.size();
-  out.pulls -= handed;
-  in.pulls += handed;
-  out.pull_state = pulled_state.size();
-  out.prefetched = prefetched.size();
-  // Gradients: sync, end and flush pushes, and partial evictions, one per host and row.
-  const std::uint64_t summed = grad_rows - grads.size(), summed_partial = partial - partials.size();
-  (flush ? out.flush_grad : out.push_grad) -= summed;
-  (flush ? in.flush_grad : in.push_grad) += summed;
+  if (!flush) {
+    const std::uint64_t handed = pulls - pulled.size();
+    out.pulls -= handed;
+    in.pulls += handed;
+    out.pull_state = pulled_state.size();
+    out.prefetched = prefetched.size();
+  }
+  // Gradients: sync, end and flush pushes, and partial evictions, summed in the host.
+  (flush ? out.flush_grad : out.push_grad) -= summed_grads;
+  (flush ? in.flush_grad : in.push_grad) += summed_grads;
   out.push_evict -= summed_partial;
   out.evict_partial -= summed_partial;
   in.push_evict += summed_partial;
   in.evict_partial += summed_partial;
-  for (std::size_t l = 0; l < 2; ++l) per_link[l] += flat[l];
+  for (std::size_t l = 0; l < 2; ++l) (*per_link)[l] += flat[l];
 }
 
 // Every shard's disk tier, without hints and with them (SimResult::per_shard_tier).
@@ -220,6 +237,8 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   const std::function<std::size_t(WorkerId, Key)> shard_of = [&](WorkerId, Key k) -> std::size_t { return o.shard_of(k); };
   if (o.link_of) r.per_link.assign(2, TrafficCounts{});
   if (o.link_of && o.host_of) r.per_link_aggregated.assign(2, TrafficCounts{});
+  std::optional<AggregatedLinks> aggregated;
+  if (o.link_of && o.host_of) aggregated.emplace(o.link_of, o.host_of);
   std::optional<Tiers> tiers;
   std::vector<TierReads> tier_warm, tier_warm_hinted;  // at the end of the warmup
   std::uint64_t now = 0;
@@ -240,8 +259,8 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
       count_per_table(plans, offsets, false, r.per_table);
       if (o.shards > 0) count_per_group(plans, false, shard_of, r.per_shard);
       if (o.link_of) count_per_group(plans, false, o.link_of, r.per_link, true);
-      if (o.link_of && o.host_of) count_per_link_aggregated(plans, false, o.link_of, o.host_of, r.per_link_aggregated);
     }
+    if (aggregated) aggregated->count(plans, false, counted ? &r.per_link_aggregated : nullptr);
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
     }
@@ -253,8 +272,8 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
         count_per_table(plans, offsets, true, r.per_table);
         if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
         if (o.link_of) count_per_group(plans, true, o.link_of, r.per_link, true);
-        if (o.link_of && o.host_of) count_per_link_aggregated(plans, true, o.link_of, o.host_of, r.per_link_aggregated);
       }
+      if (aggregated) aggregated->count(plans, true, counted ? &r.per_link_aggregated : nullptr);
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;
       st.traffic.hot_flush += f.hot_flush;

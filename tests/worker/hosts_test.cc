@@ -129,7 +129,10 @@ TEST(Hosts, HandOffsGoThroughTheHostsFirstWorkerOfEachRow) {
   for (std::uint32_t w = 0; w < 4; ++w)
     plans[w].push_grads =
         plans[w].pulls.size() > 2 ? std::vector<scheduler::KeySlot>{{1, 0}, {9, 1}} : std::vector<scheduler::KeySlot>{{9, 0}};
-  HostPlans h0 = host_plans(host_group(m, 0), plans), h1 = host_plans(host_group(m, 1), plans), h2 = host_plans(host_group(m, 2), plans);
+  // (No row was trained: every worker's parts are whole.)
+  scheduler::HostParts p0, p1, p2, p3;
+  HostPlans h0 = host_plans(host_group(m, 0), plans, p0), h1 = host_plans(host_group(m, 1), plans, p1),
+            h2 = host_plans(host_group(m, 2), plans, p2);
   // Key 1 (workers 0, 1, 2): worker 0 pulls it and hands it to 1 and 2. Key 3 (1, 2):
   // worker 1 to 2. Key 7 (0 with its state, 1 without): worker 0 pulls it with its state
   // and hands it so. Key 2 is within the host, key 5 pulled by one worker: not handed.
@@ -151,9 +154,50 @@ TEST(Hosts, HandOffsGoThroughTheHostsFirstWorkerOfEachRow) {
   EXPECT_EQ(h2.sync.send, (std::vector<std::vector<std::uint32_t>>{{0, 1}, {}, {}}));
   EXPECT_EQ(h2.sync.share, (std::vector<std::uint32_t>{0, 0}));
   // Alone on its host: nothing to hand.
-  const HostPlans h3 = host_plans(host_group(m, 3), plans);
+  const HostPlans h3 = host_plans(host_group(m, 3), plans, p3);
   EXPECT_FALSE(h3.pull.any || h3.sync.any || h3.evict.any || h3.end.any);
   EXPECT_FALSE(h0.evict.any || h0.end.any);
+}
+
+// A host's gradient parts of a row are summed there only when a phase holds all of them;
+// then in the order of their bytes (as the shard sums a host's parts that came one by
+// one), so that the shard's sum does not depend on which phases they left in. Key 1 is
+// trained by the host's three workers: two of them evict it at the next iteration, the
+// third pushes it at a flush; none is summed. Key 3 (the same three) leaves in one phase:
+// summed at worker 0. Key 5 has two parts (0 and 1), evicted together: summed.
+TEST(Hosts, AHostsPartsAreSummedOnlyWhenAPhaseHoldsThemAll) {
+  using scheduler::EvictKind;
+  using scheduler::StepPlan;
+  const HostMap m = map_of({"a", "a", "a"}, {"c"});  // every key's shard on another host
+  const auto trained = [](std::vector<Key> keys) {
+    StepPlan p;
+    for (Key k : keys) p.rows.push_back({k, 0, 3});
+    return p;
+  };
+  std::vector<StepPlan> it0 = {trained({1, 3, 5}), trained({1, 3, 5}), trained({1, 3})};
+  it0[2].rows[0].trainers = it0[2].rows[1].trainers = 3;
+  it0[0].rows[2].trainers = it0[1].rows[2].trainers = 2;
+  std::vector<scheduler::HostParts> parts(3);
+  for (std::uint32_t w = 0; w < 3; ++w) host_plans(host_group(m, w), it0, parts[w]);
+  EXPECT_EQ(parts[0].pending(), 3u);
+  const auto evict = [](Key k) { return scheduler::PullEntry{100 + k, 0, k, EvictKind::kPartial, false, false}; };
+  std::vector<StepPlan> it1(3);
+  it1[0].pulls = {evict(1), evict(3), evict(5)};
+  it1[1].pulls = {evict(3), evict(5), evict(1)};
+  it1[2].pulls = {evict(3)};
+  std::vector<HostPlans> h;
+  for (std::uint32_t w = 0; w < 3; ++w) h.push_back(host_plans(host_group(m, w), it1, parts[w]));
+  // Worker 0 takes key 3 from 1 and 2 (a share of 3) and key 5 from 1 (a share of 2).
+  EXPECT_EQ(h[0].evict.recv, (std::vector<std::vector<std::uint32_t>>{{}, {1, 2}, {1}}));
+  EXPECT_EQ(h[0].evict.share, (std::vector<std::uint32_t>{1, 3, 2}));
+  EXPECT_EQ(h[1].evict.send, (std::vector<std::vector<std::uint32_t>>{{0, 1}, {}, {}}));
+  EXPECT_EQ(h[1].evict.share, (std::vector<std::uint32_t>{0, 0, 1})) << "key 1: two of its three parts, pushed one by one";
+  EXPECT_EQ(h[2].evict.send, (std::vector<std::vector<std::uint32_t>>{{0}, {}, {}}));
+  // The flush pushes key 1's last part.
+  std::vector<StepPlan> flush(3);
+  flush[2].push_grads = {{1, 0}};
+  for (std::uint32_t w = 0; w < 3; ++w) EXPECT_FALSE(host_flush(host_group(m, w), flush, parts[w]).any);
+  for (std::uint32_t w = 0; w < 3; ++w) EXPECT_EQ(parts[w].pending(), 0u) << "worker " << w;
 }
 
 }  // namespace

@@ -41,8 +41,10 @@ enum class Flow { kToFirst, kFromFirst };  // gradients gather at the first; pul
 
 // The hand-offs over one list per worker of the host (`lists[local]`, keys and
 // classes). A row in two or more lists, of one class, whose shard is on another host, is
-// moved by the first of them (lowest local rank).
-HandOffs hand_offs(const HostGroup& g, const std::vector<std::vector<std::pair<Key, std::uint32_t>>>& lists, Flow flow) {
+// moved by the first of them (lowest local rank). Gradients (`parts`, with kToFirst) are
+// summed only where the phase holds all of the host's parts of the row (HostParts).
+HandOffs hand_offs(const HostGroup& g, const std::vector<std::vector<std::pair<Key, std::uint32_t>>>& lists, Flow flow,
+                   scheduler::HostParts* parts) {
   const auto m = static_cast<std::uint32_t>(g.ranks.size());
   HandOffs h;
   std::vector<Item> items;
@@ -65,7 +67,8 @@ HandOffs hand_offs(const HostGroup& g, const std::vector<std::vector<std::pair<K
       one_class &= (items[j].cls & ~kState) == (items[i].cls & ~kState);
       state |= items[j].cls & kState;
     }
-    if (j - i >= 2 && one_class) {
+    const bool whole = parts == nullptr || parts->take(items[i].key, static_cast<std::uint32_t>(j - i));
+    if (j - i >= 2 && one_class && whole) {
       if (h.share.empty()) h.share.assign(mine, 1);
       h.any = true;
       const Item& first = items[i];
@@ -95,10 +98,10 @@ HandOffs hand_offs(const HostGroup& g, const std::vector<std::vector<std::pair<K
 }
 
 template <typename List>
-HandOffs over(const HostGroup& g, const std::vector<StepPlan>& plans, Flow flow, List&& list) {
+HandOffs over(const HostGroup& g, const std::vector<StepPlan>& plans, Flow flow, scheduler::HostParts* parts, List&& list) {
   std::vector<std::vector<std::pair<Key, std::uint32_t>>> lists(g.ranks.size());
   for (std::size_t l = 0; l < g.ranks.size(); ++l) list(plans[g.ranks[l]], lists[l]);
-  return hand_offs(g, lists, flow);
+  return hand_offs(g, lists, flow, parts);
 }
 
 void grads_of(const std::vector<scheduler::KeySlot>& rows, std::vector<std::pair<Key, std::uint32_t>>& out) {
@@ -143,7 +146,7 @@ HandOffs peer_hand_offs(const HostGroup& g, const std::vector<StepPlan>& plans, 
 
 }  // namespace
 
-HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
+HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans, scheduler::HostParts& parts) {
   HostPlans h;
   if (!g.active()) return h;
   if (g.peer) {
@@ -165,21 +168,25 @@ HostPlans host_plans(const HostGroup& g, const std::vector<StepPlan>& plans) {
         });
   }
   if (!g.aggregate) return h;
-  h.sync = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
-  h.evict = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) {
+  // Parts of earlier iterations first (sync, evictions), then this one's (end pushes).
+  h.sync = over(g, plans, Flow::kToFirst, &parts, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
+  h.evict = over(g, plans, Flow::kToFirst, &parts, [](const StepPlan& p, auto& out) {
     for (const auto& e : p.pulls)
       if (e.kind == EvictKind::kPartial) out.emplace_back(e.evicted, 0);
   });
-  h.pull = over(g, plans, Flow::kFromFirst, [](const StepPlan& p, auto& out) {
+  h.pull = over(g, plans, Flow::kFromFirst, nullptr, [](const StepPlan& p, auto& out) {
     for (const auto& e : p.pulls) out.emplace_back(e.key, (e.with_state ? kState : 0u) | (e.prefetch ? 2u : 0u));
   });
-  h.end = over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.end_pushes, out); });
+  std::vector<const StepPlan*> mine;
+  for (WorkerId r : g.ranks) mine.push_back(&plans[r]);
+  parts.trained(mine, g.across);
+  h.end = over(g, plans, Flow::kToFirst, &parts, [](const StepPlan& p, auto& out) { grads_of(p.end_pushes, out); });
   return h;
 }
 
-HandOffs host_flush(const HostGroup& g, const std::vector<StepPlan>& plans) {
+HandOffs host_flush(const HostGroup& g, const std::vector<StepPlan>& plans, scheduler::HostParts& parts) {
   if (!g.active() || !g.aggregate) return {};
-  return over(g, plans, Flow::kToFirst, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
+  return over(g, plans, Flow::kToFirst, &parts, [](const StepPlan& p, auto& out) { grads_of(p.push_grads, out); });
 }
 
 }  // namespace ember::worker

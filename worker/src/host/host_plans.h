@@ -4,11 +4,13 @@
 //     handed to the others.
 //   - The gradients of a row that several of them push (sync pushes, partial evictions,
 //     full-set end pushes, flushes) are handed to the first of them, which adds them to
-//     its own in rank order and pushes the sum once, saying how many trainers it holds
-//     (protocol.h, encode_trainers): the PS completes the row when all its trainers are
-//     in, as before. Every gradient pushed names its host, summed or not, and the PS
-//     sums a host's first, so the sum does not depend on which phase a gradient left in
-//     (docs/checkpoints.md, flushes under per-host aggregation).
+//     its own and pushes the sum once, saying how many trainers it holds (protocol.h,
+//     encode_trainers): the PS completes the row when all its trainers are in, as
+//     before. Every gradient pushed names its host, summed or not, and the PS sums a
+//     host's first, in the order of their bytes; a phase sums a host's gradients of a
+//     row only when it holds all of them (scheduler/host_parts.h), in that same order,
+//     so the sum does not depend on which phase a gradient left in (docs/checkpoints.md,
+//     flushes under per-host aggregation).
 // Only rows whose PS shard runs on another host travel this way; values (write-backs,
 // dirty evictions) have one sender and go as before. Every worker runs the same
 // scheduler, so each knows every plan of its host, and with them what it sends to and
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "ember/common/types.h"
+#include "ember/scheduler/host_parts.h"
 #include "ember/scheduler/step_plan.h"
 
 namespace ember::worker {
@@ -91,8 +94,10 @@ struct HostGroup {
   bool active() const { return ranks.size() > 1; }
 };
 
-// `plans`: every worker's plans of the iteration (by rank).
-HostPlans host_plans(const HostGroup& g, const std::vector<scheduler::StepPlan>& plans);
-HandOffs host_flush(const HostGroup& g, const std::vector<scheduler::StepPlan>& plans);
+// `plans`: every worker's plans of the iteration (by rank); `parts`: the host's parts
+// still to push, kept across iterations by the caller (one per host, from the job's
+// first iteration or a checkpoint's, where none are left).
+HostPlans host_plans(const HostGroup& g, const std::vector<scheduler::StepPlan>& plans, scheduler::HostParts& parts);
+HandOffs host_flush(const HostGroup& g, const std::vector<scheduler::StepPlan>& plans, scheduler::HostParts& parts);
 
 }  // namespace ember::worker

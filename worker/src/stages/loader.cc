@@ -93,7 +93,7 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
       for (auto& e : p.pulls) e.prefetch = false;
     s.restore = std::move(restore);
   }
-  if (host_) s.host = host_plans(*host_, plans);
+  if (host_) s.host = host_plans(*host_, plans, host_parts_);
   s.plan = std::move(plans[rank_]);
   for (std::uint32_t i : s.plan.samples) {
     if (g.multi_hot()) {
@@ -114,7 +114,7 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   s.flush = s.evaluate || s.checkpoint || s.last;
   if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
     sched_.flush(plans);
-    if (host_) s.flush_host = host_flush(*host_, plans);
+    if (host_) s.flush_host = host_flush(*host_, plans, host_parts_);
     s.flush_plan = std::move(plans[rank_]);
   }
   return s;

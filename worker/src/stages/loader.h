@@ -129,6 +129,7 @@ class Loader {
   const AskedCheckpoints& asked_;
   const std::atomic<std::uint64_t>& stop_at_;
   std::optional<HostGroup> host_;
+  scheduler::HostParts host_parts_;  // the host's gradient parts still to push (host_plans)
   EvictionChannel* evictions_;
   bool hint_rows_ = false;
   std::vector<Key> hints_;  // collected while planning the next step

@@ -1,6 +1,7 @@
 #include "stages/ps_exchange.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ember/common/error.h"
 
@@ -49,15 +50,41 @@ std::pair<std::uint64_t, std::uint32_t> PsExchange::take_grad(std::uint32_t slot
   return {it, static_cast<std::uint32_t>(b.keys.size() - 1)};
 }
 
+namespace {
+
+// Adds the parts other workers of this host handed over (`added`, by row) to this
+// worker's, in the order of their bytes, left to right: the order in which a shard sums
+// a host's parts that came one by one (sum_in_canonical_order, ps/src/store_stripes.h).
+// The host sums only all of a row's parts (scheduler/host_parts.h), so the shard's sum
+// has the same bits whichever phases the parts left in.
+void sum_host_parts(std::vector<std::pair<std::uint32_t, const float*>>& added, float* grads, std::uint32_t dim) {
+  std::stable_sort(added.begin(), added.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const std::size_t bytes = std::size_t{dim} * sizeof(float);
+  std::vector<const float*> parts;
+  std::vector<float> own, sum(dim);
+  for (std::size_t i = 0; i < added.size();) {
+    const std::uint32_t r = added[i].first;
+    float* row = grads + std::size_t{r} * dim;
+    own.assign(row, row + dim);
+    parts.assign(1, own.data());
+    for (; i < added.size() && added[i].first == r; ++i) parts.push_back(added[i].second);
+    std::sort(parts.begin(), parts.end(), [&](const float* a, const float* b) { return std::memcmp(a, b, bytes) < 0; });
+    std::copy(parts[0], parts[0] + dim, sum.begin());
+    for (std::size_t p = 1; p < parts.size(); ++p) {
+      const float* __restrict x = parts[p];
+      for (std::uint32_t d = 0; d < dim; ++d) sum[d] += x[d];
+    }
+    std::copy(sum.begin(), sum.end(), row);
+  }
+}
+
+}  // namespace
+
 void PsExchange::push_partials(GradsByIteration& by_iter, std::vector<ps::PsFuture>& sent) {
   for (auto& [iter, b] : by_iter) {
     b.grads.clear();
     cache_.read_grads(b.slots, b.grads);
-    // Other workers' parts after this one's, in their rank order: a fixed order of sums.
-    for (const auto& [row, g] : b.added) {
-      float* __restrict to = b.grads.data() + static_cast<std::size_t>(row) * row_.dim;
-      for (std::uint32_t d = 0; d < row_.dim; ++d) to[d] += g[d];
-    }
+    sum_host_parts(b.added, b.grads.data(), row_.dim);
     const bool summed = std::any_of(b.shares.begin(), b.shares.end(), [](std::uint32_t s) { return s > 1; });
     sent.push_back(client_.start_push_grad(iter, b.keys, b.trainers, b.grads, summed ? b.shares : std::vector<std::uint32_t>{}, group_));
   }

@@ -92,7 +92,8 @@ class PsExchange {
     std::vector<std::uint32_t> shares;  // trainers each gradient sums (host/host_plans.h); empty: 1 each
     std::vector<std::uint32_t> slots;   // their gradients are read from the cache when pushed
     std::vector<float> grads;
-    // Gradients other workers of this host handed over, added to row `first` in order.
+    // Gradients other workers of this host handed over, for row `first`: summed with
+    // this worker's in the order of their bytes (sum_host_parts).
     std::vector<std::pair<std::uint32_t, const float*>> added;
   };
   using GradsByIteration = std::map<std::uint64_t, GradBatch>;

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ember/data/dataset.h"
+#include "ember/scheduler/host_parts.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"
 
@@ -114,10 +116,27 @@ void count_per_table(const std::vector<StepPlan>& plans, const std::vector<std::
 void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& group_of,
                      std::vector<TrafficCounts>& per_group, bool peer_within = false);
 
-// Adds one iteration's plans to per-link counts with per-host aggregation
-// (SimResult::per_link_aggregated): `link_of` and `host_of` as in SimOptions.
-void count_per_link_aggregated(const std::vector<StepPlan>& plans, bool flush, const std::function<std::size_t(WorkerId, Key)>& link_of,
-                               const std::function<std::uint32_t(WorkerId)>& host_of, std::vector<TrafficCounts>& per_link);
+// Per-link counts with per-host aggregation (SimResult::per_link_aggregated), an
+// iteration at a time: `link_of` and `host_of` as in SimOptions. It follows each host's
+// gradient parts still to push (HostParts) from iteration to iteration, so every
+// iteration and flush goes through count(), the uncounted ones (warmup) with `per_link`
+// null.
+class AggregatedLinks {
+ public:
+  AggregatedLinks(std::function<std::size_t(WorkerId, Key)> link_of, std::function<std::uint32_t(WorkerId)> host_of)
+      : link_of_(std::move(link_of)), host_of_(std::move(host_of)) {}
+  void count(const std::vector<StepPlan>& plans, bool flush, std::vector<TrafficCounts>* per_link);
+
+ private:
+  // The gradient rows of one phase (`list` of each plan) that cross summed into others:
+  // a host's parts of a row become one where HostParts allows it.
+  template <typename List>
+  std::uint64_t summed(const std::vector<StepPlan>& plans, List&& list);
+
+  std::function<std::size_t(WorkerId, Key)> link_of_;
+  std::function<std::uint32_t(WorkerId)> host_of_;
+  std::map<std::uint32_t, HostParts> parts_;  // by host
+};
 
 // Runs the policy of options.scheduler. Throws ConfigError for impossible configurations.
 SimResult simulate(const data::Dataset& ds, const SimOptions& options);

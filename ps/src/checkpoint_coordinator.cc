@@ -97,7 +97,7 @@ void CheckpointCoordinator::write_at_commit(std::uint64_t iteration) {
   std::optional<std::int64_t> base;
   if (full_every_ > 1 && saved_ != kNone && since_whole_ + 1 < full_every_) {
     std::error_code ec;
-    if (std::filesystem::exists(checkpoint_dir(dir_->root(), saved_) / dir_->file_for(it).filename(), ec)) base = saved_;
+    if (std::filesystem::exists(checkpoint_dir(dir_->root(), saved_) / dir_->file_name(), ec)) base = saved_;
   }
   const Stopwatch took;
   try {

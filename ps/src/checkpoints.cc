@@ -122,10 +122,12 @@ fs::path checkpoint_dir(const fs::path& root, std::int64_t iteration) {
 CheckpointDir::CheckpointDir(fs::path root, std::uint32_t shard, std::uint32_t shards, std::size_t keep)
     : root_(std::move(root)), shard_(shard), shards_(shards), keep_(keep) {}
 
+std::string CheckpointDir::file_name() const { return checkpoint_file_name(shard_, shards_); }
+
 fs::path CheckpointDir::file_for(std::int64_t iteration) const {
   const fs::path dir = checkpoint_dir(root_, iteration);
   fs::create_directories(dir);
-  return dir / checkpoint_file_name(shard_, shards_);
+  return dir / file_name();
 }
 
 bool write_manifest_if_whole(const fs::path& dir) {

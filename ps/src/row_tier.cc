@@ -338,15 +338,12 @@ void RowTier::write_rows(const std::vector<std::uint64_t>& locals, const std::ve
   });
 }
 
-void RowTier::hint(std::span<const std::uint64_t> locals, std::uint64_t iteration) {
-  std::vector<std::uint64_t> rows;
-  rows.reserve(locals.size());
-  for (std::uint64_t l : locals)
-    if (l < rows_) rows.push_back(l);
+void RowTier::hint(std::vector<std::uint64_t> locals, std::uint64_t iteration) {
   hinted_.fetch_add(locals.size(), std::memory_order_relaxed);
+  std::erase_if(locals, [&](std::uint64_t l) { return l >= rows_; });
   {
     std::lock_guard lock(mu_);
-    hints_.emplace_back(std::move(rows), iteration);
+    hints_.emplace_back(std::move(locals), iteration);
   }
   hint_queue_.fetch_add(1, std::memory_order_relaxed);
   loader_cv_.notify_one();

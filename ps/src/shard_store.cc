@@ -119,14 +119,14 @@ void ShardStore::prepare_row(Key key) {
 void ShardStore::hint(std::span<const Key> keys, std::uint64_t iteration) {
   for (Key k : keys) check_key(k);
   if (tier_ == nullptr) return;
-  thread_local std::vector<std::uint64_t> locals;
-  locals.clear();
+  std::vector<std::uint64_t> locals;  // handed to the tier's loader thread
+  locals.reserve(keys.size());
   for (Key k : keys) {
     // A row never used is not on disk: its first use initializes it, no read.
     const std::uint64_t local = local_of(k);
     if (arena_.state(local).load(std::memory_order_relaxed) >= kIdle) locals.push_back(local);
   }
-  tier_->hint(locals, iteration);
+  tier_->hint(std::move(locals), iteration);
 }
 
 std::optional<TierStats> ShardStore::tier_stats() const {

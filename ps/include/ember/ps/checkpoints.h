@@ -61,6 +61,8 @@ class CheckpointDir {
   bool has_peers() const { return peers_.has_value(); }
 
   const std::filesystem::path& root() const { return root_; }
+  // The name of this shard's file in every checkpoint directory.
+  std::string file_name() const;
   // This shard's file of the checkpoint of `iteration` (-1: before any commit); creates
   // its directory.
   std::filesystem::path file_for(std::int64_t iteration) const;

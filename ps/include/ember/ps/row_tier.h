@@ -98,8 +98,8 @@ class RowTier {
   float* pin(std::uint64_t local, bool write, bool no_read = false);
   void unpin(std::uint64_t local) { word_[local].fetch_sub(kPin, std::memory_order_release); }
   // Rows to be used in iteration `iteration` (a hint), all written before (initialized
-  // rows): read in on the loader thread.
-  void hint(std::span<const std::uint64_t> locals, std::uint64_t iteration);
+  // rows): read in on the loader thread, which takes the list.
+  void hint(std::vector<std::uint64_t> locals, std::uint64_t iteration);
   // The shard's commits reached `iteration`: rows last used before it may go first.
   void advance(std::uint64_t iteration) {
     if (iteration > now_.load(std::memory_order_relaxed)) now_.store(iteration, std::memory_order_relaxed);

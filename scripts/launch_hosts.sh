@@ -27,7 +27,9 @@
 # bad launcher option) ends the job at once. summary.json then lists the restarts.
 # --spares K: the hostfile's last K entries are spare hosts; before a restart, a host of
 # the job that does not answer ssh is replaced by the next spare (all its entries: its
-# processes keep their ranks, and the job its model); none left ends the job saying so.
+# processes keep their ranks, and the job its model). With no spare left, the launcher
+# waits up to --host-wait S seconds (default 60) for the host to answer again (a link or
+# a reboot that comes back), then ends the job saying so.
 #
 # --ssh-config FILE runs every ssh with -F FILE (for example a cluster_local.sh
 # cluster's STATE/ssh_config, to launch from outside the cluster). --rsh 'PROGRAM ARGS'
@@ -48,7 +50,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 die() { echo "launch_hosts: $*" >&2; exit 2; }
 hostfile="" ps=1 workers=1 dataset="" policy=herald out="" port=29600 ps_args="" bin="$root/build/bin" transport=tcp
-ssh_config="" rsh="" ckpt="" every=0 resume=0 max_restarts=0 attempt=0 spares=0
+ssh_config="" rsh="" ckpt="" every=0 resume=0 max_restarts=0 attempt=0 spares=0 host_wait=60
 args=("$@")
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -69,6 +71,7 @@ while [ $# -gt 0 ]; do
     --resume) resume=1; shift;;
     --max-restarts) max_restarts="$2"; shift 2;;
     --spares) spares="$2"; shift 2;;
+    --host-wait) host_wait="$2"; shift 2;;
     --attempt) attempt="$2"; shift 2;;  # internal: one attempt of a job with --max-restarts
     --) shift; break;;
     *) die "unknown option $1";;
@@ -82,6 +85,7 @@ if ! [[ "$port" =~ ^[0-9]+$ ]] || [ "$port" -gt 65535 ]; then die "--port $port:
 [[ "$every" =~ ^[0-9]+$ ]] || die "--checkpoint-every $every: not a number"
 [[ "$max_restarts" =~ ^[0-9]+$ ]] || die "--max-restarts $max_restarts: not a number"
 [[ "$spares" =~ ^[0-9]+$ ]] || die "--spares $spares: not a number"
+[[ "$host_wait" =~ ^[0-9]+$ ]] || die "--host-wait $host_wait: not a number of seconds"
 { [ "$every" -eq 0 ] && [ "$resume" = 0 ]; } || [ -n "$ckpt" ] || die "--checkpoint-every and --resume need --checkpoint-dir"
 
 # --max-restarts: this invocation runs the attempts (each this script again, with
@@ -108,6 +112,7 @@ if [ "$max_restarts" -gt 0 ] && [ "$attempt" = 0 ]; then
   ssh_probe=(ssh -o BatchMode=yes -o ConnectTimeout=5)
   [ -z "$ssh_config" ] || ssh_probe=(ssh -F "$ssh_config" "${ssh_probe[@]:1}")
   [ -z "$rsh" ] || read -ra ssh_probe <<< "$rsh"
+  answers() { timeout 15 "${ssh_probe[@]}" "$1" true < /dev/null > /dev/null 2>&1; }
   while :; do
     rc=0
     printf '%s\n' "${active[@]}" > "$out/hosts-attempt-$k"
@@ -142,11 +147,24 @@ open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
       exit 1
     fi
     # A host that does not answer ssh is replaced by a spare: its processes keep their
-    # ranks (the same hostfile entries), so the job trains the same model.
-    replaced=""
+    # ranks (the same hostfile entries), so the job trains the same model. With no spare
+    # left, it may come back (a link down for a while, a reboot): waited for, --host-wait.
+    replaced="" waited=""
     for h in $(printf '%s\n' "${active[@]}" | awk '!seen[$0]++'); do
-      timeout 15 "${ssh_probe[@]}" "$h" true < /dev/null > /dev/null 2>&1 && continue
-      [ ${#spare[@]} -gt 0 ] || { echo "launch_hosts: host $h is lost and no spare host is left: the job needs $(printf '%s\n' "${active[@]}" | sort -u | wc -l) hosts" >&2; exit 1; }
+      answers "$h" && continue
+      if [ ${#spare[@]} -eq 0 ]; then
+        echo "launch_hosts: host $h does not answer ssh and no spare host is left: waiting up to $host_wait s for it (--host-wait)" >&2
+        from=$SECONDS
+        until answers "$h"; do
+          if [ $((SECONDS - from)) -ge "$host_wait" ]; then
+            echo "launch_hosts: host $h is lost (no answer for $((SECONDS - from)) s) and no spare host is left: the job needs $(printf '%s\n' "${active[@]}" | sort -u | wc -l) hosts" >&2
+            exit 1
+          fi
+          sleep 2
+        done
+        waited+=" $h answered again after $((SECONDS - from)) s;"
+        continue
+      fi
       for i in "${!active[@]}"; do [ "${active[$i]}" = "$h" ] && active[$i]="${spare[0]}"; done
       replaced+=" $h by the spare ${spare[0]};"
       spare=("${spare[@]:1}")
@@ -161,8 +179,8 @@ open(p + ".tmp", "w").write(json.dumps(s, indent=1) + "\n")
       again=(--resume)
     fi
     lost=$(( reached > start ? reached - start : 0 ))
-    echo "launch_hosts: restart $k/$max_restarts: from ${point:-the start (no checkpoint verifies)}; $lost iteration(s) lost;${replaced:+ replaced$replaced} the failed attempt's logs in $out/attempt-$k" >&2
-    restarts+=("{\"attempt\": $k, \"checkpoint\": \"$point\", \"resumed_at\": $start, \"iterations_lost\": $lost, \"replaced\": \"${replaced# }\"}")
+    echo "launch_hosts: restart $k/$max_restarts: from ${point:-the start (no checkpoint verifies)}; $lost iteration(s) lost;${waited}${replaced:+ replaced$replaced} the failed attempt's logs in $out/attempt-$k" >&2
+    restarts+=("{\"attempt\": $k, \"checkpoint\": \"$point\", \"resumed_at\": $start, \"iterations_lost\": $lost, \"replaced\": \"${replaced# }\", \"waited\": \"${waited# }\"}")
     printf '%s\n' "${restarts[@]}" > "$out/restarts.jsonl"
     python3 "$root/scripts/ember_job.py" restart-record "$out/restart-record.json" --restarts "$out/restarts.jsonl" --lost-at "$lost_at"
     k=$((k + 1))

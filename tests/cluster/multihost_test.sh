@@ -37,15 +37,17 @@
 #      (viii) host3's processes killed; (ix) the PS host's shard killed; (x) host3's
 #      processes killed, then the PS's shard in the restarted attempt; (xi) host3's
 #      processes killed under sbatch with EMBER_MAX_RESTARTS=1 (Slurm's requeue); and
-#      (xii) host3's link down for good with --spares 1: host4 takes its workers.
-#   They run in the order i, ii, iv, v, vii, viii-xi, vi, xii, iii: after a link down
+#      (xii) host3's link down for good with --spares 1: host4 takes its workers; and
+#      (xiii) host3's link down for 30 s with no spare: the launcher waits for host3 to
+#      answer again (--host-wait) and restarts the job on the same hosts.
+#   They run in the order i, ii, iv, v, vii, viii-xi, vi, xii, xiii, iii: after a link down
 #   slurmctld may find host3 not responding or set it DOWN at a later ping, for a while
 #   (every sbatch waits for the 4 nodes idle, but a job started before that ping has its
 #   steps held back).
 #   Nothing is left: no job process, no Slurm job, and after `down` no namespace or link.
 # Skips (exit 77, the reason printed) when not root, when a package is missing, when
 # namespaces cannot be made, or when a cluster is up already (bridge ember-br0). The
-# cluster goes down on any exit. About 7.5 minutes on the 2-core development host.
+# cluster goes down on any exit. About 11 minutes on the 2-core development host.
 #   tests/cluster/multihost_test.sh BIN_DIR SOURCE_DIR
 set -euo pipefail
 bin="$(cd "${1:?usage: multihost_test.sh BIN_DIR SOURCE_DIR}" && pwd)"
@@ -596,6 +598,29 @@ grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/xii.launcher" ||
 hier_same xii 1 "(xii)" > "$work/xii.result"
 echo "(xii) host3 replaced by host4; training again ${healed[xii]} s after the link went down; $(cat "$work/xii.result")"
 
+# (xiii) host3's link down for 30 s, no spare: the launcher waits for host3 to answer ssh
+# again (--host-wait, 60 s by default) and restarts the job on the same hosts.
+echo "== (xiii) the host hierarchy: host3's link down for 30 s, no spare; the launcher waits for it"
+hier_job xiii
+wait_iterations "$work/xiii/run" 20 "(xiii)"
+t0=$(now)
+ip link set ember-v3 down
+(sleep 30; ip link set ember-v3 up) &
+up_pid=$!
+bg_pids+=("$up_pid")
+for _ in $(seq 1200); do  # 120 s
+  grep -q "launch_hosts: restart 1/" "$work/xiii.launcher" && [ "$(iterations_of "$work/xiii/run")" -ge 1 ] && break
+  sleep 0.1
+done
+healed[xiii]="$(since "$t0")"
+wait "$up_pid" || true
+ip link set ember-v3 up
+hier_done xiii 1 "(xiii)" > "$work/xiii.result"
+grep -q "launch_hosts: host ${names[2]} does not answer ssh and no spare host is left: waiting up to 60 s" "$work/xiii.launcher" &&
+  grep -q "${names[2]} answered again after [0-9]* s;" "$work/xiii.launcher" ||
+  { cat "$work/xiii.launcher" >&2; fail "(xiii): no lines saying the launcher waited for host3 and it answered again"; }
+echo "(xiii) $(grep -o "${names[2]} answered again after [0-9]* s" "$work/xiii.launcher"); training again ${healed[xiii]} s after the link went down; $(cat "$work/xiii.result")"
+
 for kind in ssh slurm; do
   name="iii-$kind"
   echo "== (iii) host3's link down for 30 s under $kind (bound $BOUND_S s)"
@@ -631,5 +656,5 @@ echo "PASS: (b) ssh ${b_s} s and (c) sbatch ${c_s} s = (a) loopback ${a_s} s (mo
   "${ends[iii-ssh]}/${ends[iii-slurm]} s (ssh/slurm; bound ${BOUND_S} s, heartbeat ${HB_MS} ms); link down 2 s: same model," \
   "healed by a restart in ${ends[v]} s, on a spare host in ${ends[vi]} s, by Slurm's requeue in ${ends[vii]} s;" \
   "host hierarchy healed byte-identical, training again after: host3 killed ${healed[viii]} s, PS killed ${healed[ix]} s," \
-  "both ${healed[x1]}+${healed[x2]} s, and by Slurm's requeue;" \
+  "both ${healed[x1]}+${healed[x2]} s, and by Slurm's requeue; link down for good (spare) ${healed[xii]} s, 30 s (waited for) ${healed[xiii]} s;" \
   "an iteration of ${stall[ssh]}/${stall[slurm]} s; in $((SECONDS - t_start)) s"

@@ -152,16 +152,8 @@ def main():
     runs = {name: [] for name, _ in cases}
     for rep in range(a.repeats):
         for name, extra in cases:
-            cgroup, bin_dir = None, a.bin
-            if extra and use_cgroup:
-                cgroup = make_cgroup("ember-bench-tier", int((a.budget_mb + a.overhead_mb) * 2**20))
-                bin_dir = wrapped_bin(a.bin, work, cgroup)
-            shutil.rmtree(store, ignore_errors=True)
             print(f"bench_tier: repeat {rep + 1}/{a.repeats}: {name} ...", file=sys.stderr)
-            runs[name].append(run_case(a, name, extra, data, work, bin_dir, cgroup))
-            if cgroup is not None:
-                time.sleep(0.5)
-                cgroup.rmdir()
+            runs[name].append(run_fresh(a, name, extra, data, work, bool(extra) and use_cgroup))
     if a.repeats > 0:
         (work / "results.json").write_text(json.dumps(runs, indent=1) + "\n")
         table(a, keys, table_mb, cases, runs)
@@ -169,14 +161,28 @@ def main():
         checkpoint_cost(a, data, work, tier, use_cgroup, runs["all RAM"])
 
 
+def run_fresh(a, name, ps_extra, data, work, in_cgroup, launch_extra=()):
+    """run_case on an empty store directory, in a memory cgroup of the budget and the
+    overhead (the tiered runs, as root) made for the run and removed after it."""
+    cgroup, bin_dir = None, a.bin
+    if in_cgroup:
+        cgroup = make_cgroup("ember-bench-tier", int((a.budget_mb + a.overhead_mb) * 2**20))
+        bin_dir = wrapped_bin(a.bin, work, cgroup)
+    shutil.rmtree(work / "store", ignore_errors=True)
+    r = run_case(a, name, ps_extra, data, work, bin_dir, cgroup, launch_extra)
+    if cgroup is not None:
+        time.sleep(0.5)
+        cgroup.rmdir()
+    return r
+
+
 def table(a, keys, table_mb, cases, runs):
     base_runs = runs["all RAM"]
     results = []
     for name, _ in cases:
-        ratios = sorted(r["samples_s"] / b["samples_s"] for r, b in zip(runs[name], base_runs))
+        ratios = [r["samples_s"] / b["samples_s"] for r, b in zip(runs[name], base_runs)]
         median = sorted(runs[name], key=lambda r: r["samples_s"])[len(runs[name]) // 2]
-        results.append(dict(median, ratio=ratios[len(ratios) // 2], ratios=[f"{x:.2f}" for x in
-                                                                          (r["samples_s"] / b["samples_s"] for r, b in zip(runs[name], base_runs))]))
+        results.append(dict(median, ratio=sorted(ratios)[len(ratios) // 2], ratios=[f"{x:.2f}" for x in ratios]))
     print(f"{keys} rows x dim {a.dim} + Adagrad = {table_mb:.0f} MB on one shard, RAM budget {a.budget_mb:g} MB "
           f"({table_mb / a.budget_mb:.1f}x); {a.workers} workers, herald, --lookahead {a.lookahead}, {a.iterations} iterations of "
           f"{a.batch_per_worker} a worker; {a.repeats} repeat(s), the median run of each\n")
@@ -194,20 +200,11 @@ def table(a, keys, table_mb, cases, runs):
 
 def checkpoint_cost(a, data, work, tier, use_cgroup, base_runs):
     """The tier with hints, checkpointing: what a whole and an incremental checkpoint cost."""
-    store = work / "store"
-    cgroup, bin_dir = None, a.bin
-    if use_cgroup:
-        cgroup = make_cgroup("ember-bench-tier", int((a.budget_mb + a.overhead_mb) * 2**20))
-        bin_dir = wrapped_bin(a.bin, work, cgroup)
-    shutil.rmtree(store, ignore_errors=True)
     ckpt = work / "ckpt"
     shutil.rmtree(ckpt, ignore_errors=True)
     print("bench_tier: tier + hints, checkpointing ...", file=sys.stderr)
-    r = run_case(a, "tier + hints, checkpointing", tier, data, work, bin_dir, cgroup,
-                 ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(a.checkpoint_every)])
-    if cgroup is not None:
-        time.sleep(0.5)
-        cgroup.rmdir()
+    r = run_fresh(a, "tier + hints, checkpointing", tier, data, work, use_cgroup,
+                  ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(a.checkpoint_every)])
     c = r["checkpoint_cost"] or {}
     base = sorted(b["samples_s"] for b in base_runs)[len(base_runs) // 2] if base_runs else None
     vs = f" ({r['samples_s'] / base:.2f}x the median all-RAM run above)" if base else ""

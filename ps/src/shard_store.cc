@@ -77,9 +77,8 @@ ShardStore::ShardStore(StoreConfig config)
       tier_(arena_.tier()) {
   stripes_ = std::make_unique<Stripe[]>(kStripes);
   if (config_.track_changes) {
-    const std::uint64_t words = (local_rows() + 63) / 64;
-    changed_ = std::make_unique<std::atomic<std::uint64_t>[]>(words);
-    for (std::uint64_t w = 0; w < words; ++w) changed_[w].store(0, std::memory_order_relaxed);
+    changed_ = std::make_unique<std::atomic<std::uint64_t>[]>((local_rows() + 63) / 64);
+    clear_changes();
   }
   if (config_.apply_threads == 0 || config_.apply_threads > 256) {
     throw ConfigError("apply threads: " + std::to_string(config_.apply_threads) + " (1 to 256)");

@@ -200,9 +200,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   });
   // Written: the next incremental checkpoint counts changes from here (none can come
   // meanwhile: applies and write-backs are held off).
-  if (changed_) {
-    for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) changed_[w].store(0, std::memory_order_relaxed);
-  }
+  if (changed_) clear_changes();
   return left_out;
 }
 

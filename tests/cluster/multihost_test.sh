@@ -481,6 +481,16 @@ hier_job() {  # NAME [HOSTFILE [LAUNCHER ARGS...]]: in the background, its launc
   echo $! > "$work/$name.pid"
   bg_pids+=("$(cat "$work/$name.pid")")
 }
+# Waits for restart ATTEMPT's line and the next attempt's first iteration, 120 s at most;
+# prints the seconds since T0 (the fault).
+training_again() {  # NAME ATTEMPT T0 WHAT
+  for _ in $(seq 1200); do  # 120 s
+    # The restart line comes after the failed attempt's logs moved away.
+    grep -q "launch_hosts: restart $2/" "$work/$1.launcher" && [ "$(iterations_of "$work/$1/run")" -ge 1 ] && { since "$3"; return 0; }
+    sleep 0.1
+  done
+  fail "$4: the job was not training again 120 s after the fault: $(tail -n 3 "$work/$1.launcher")"
+}
 # Kills the job's processes on host K once worker 0 of its current attempt has logged 15
 # iterations; then waits for the next attempt's first iteration. Prints the seconds from
 # the kill to it.
@@ -492,12 +502,7 @@ kill_and_time() {  # NAME K ATTEMPT WHAT
   t0=$(now)
   # shellcheck disable=SC2086  # one pid a word
   kill -KILL $victims
-  for _ in $(seq 1200); do  # 120 s
-    # The restart line comes after the failed attempt's logs moved away.
-    grep -q "launch_hosts: restart $3/" "$work/$1.launcher" && [ "$(iterations_of "$d/run")" -ge 1 ] && { since "$t0"; return 0; }
-    sleep 0.1
-  done
-  fail "$4: the job was not training again 120 s after the kill: $(tail -n 3 "$work/$1.launcher")"
+  training_again "$1" "$3" "$t0" "$4"
 }
 # The job healed with RESTARTS restarts, byte-identical to viii-ref; what it counted in
 # $work/NAME.result. (Not in a command substitution: `wait` needs this shell.)
@@ -584,18 +589,11 @@ hier_job xii "$work/hosts-spare" --spares 1
 wait_iterations "$work/xii/run" 20 "(xii)"
 t0=$(now)
 ip link set ember-v3 down
-for _ in $(seq 1200); do  # 120 s
-  grep -q "launch_hosts: restart 1/" "$work/xii.launcher" && [ "$(iterations_of "$work/xii/run")" -ge 1 ] && break
-  sleep 0.1
-done
-healed[xii]="$(since "$t0")"
-rc=0
-wait "$(cat "$work/xii.pid")" || rc=$?
+healed[xii]="$(training_again xii 1 "$t0" "(xii)")"
+hier_done xii 1 "(xii)" > "$work/xii.result"  # (the link stays down until the job ends)
 ip link set ember-v3 up
-[ "$rc" -eq 0 ] || { cat "$work/xii.launcher" >&2; fail "(xii): the job did not heal (launch_hosts.sh exited $rc)"; }
 grep -q "replaced ${names[2]} by the spare ${names[3]};" "$work/xii.launcher" ||
   { cat "$work/xii.launcher" >&2; fail "(xii): no line saying host3 was replaced by host4"; }
-hier_same xii 1 "(xii)" > "$work/xii.result"
 echo "(xii) host3 replaced by host4; training again ${healed[xii]} s after the link went down; $(cat "$work/xii.result")"
 
 # (xiii) host3's link down for 30 s, no spare: the launcher waits for host3 to answer ssh
@@ -608,11 +606,7 @@ ip link set ember-v3 down
 (sleep 30; ip link set ember-v3 up) &
 up_pid=$!
 bg_pids+=("$up_pid")
-for _ in $(seq 1200); do  # 120 s
-  grep -q "launch_hosts: restart 1/" "$work/xiii.launcher" && [ "$(iterations_of "$work/xiii/run")" -ge 1 ] && break
-  sleep 0.1
-done
-healed[xiii]="$(since "$t0")"
+healed[xiii]="$(training_again xiii 1 "$t0" "(xiii)")"
 wait "$up_pid" || true
 ip link set ember-v3 up
 hier_done xiii 1 "(xiii)" > "$work/xiii.result"

@@ -58,6 +58,7 @@ namespace {
 // The host sums only all of a row's parts (scheduler/host_parts.h), so the shard's sum
 // has the same bits whichever phases the parts left in.
 void sum_host_parts(std::vector<std::pair<std::uint32_t, const float*>>& added, float* grads, std::uint32_t dim) {
+  if (added.empty()) return;  // (most pushes: nothing handed over)
   std::stable_sort(added.begin(), added.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   const std::size_t bytes = std::size_t{dim} * sizeof(float);
   std::vector<const float*> parts;

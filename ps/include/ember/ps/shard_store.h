@@ -354,6 +354,10 @@ class ShardStore {
     if (changed_) changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
   }
   bool changed(std::uint64_t local) const { return (changed_[local >> 6].load(std::memory_order_relaxed) >> (local & 63) & 1) != 0; }
+  // No row changed (at the start, and once a save wrote the changes).
+  void clear_changes() {
+    for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) changed_[w].store(0, std::memory_order_relaxed);
+  }
   RowLending lending_;
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

@@ -20,14 +20,28 @@ def parser(description):
     return p
 
 
-def mlp(sizes, relu_last):
-    """Linear layers of `sizes` (input first) with a ReLU between them, and after the last
-    with relu_last: the built-in models' MLPs, parameter for parameter."""
+def add_activation(p):
+    """--activation, for the models with MLPs."""
+    p.add_argument("--activation", default="relu", choices=sorted(ACTIVATIONS),
+                   help="the MLPs' activation (relu: the built-in model's; softplus or gelu: smooth)")
+
+
+# The MLPs' activations (--activation). ReLU is the built-in models'. A smooth one
+# (softplus, gelu) has no kink at 0: with it, two runs whose floats are summed in another
+# order (vanilla and herald split a batch differently) stay within rounding of each
+# other, where ReLU can turn a 1e-7 difference into a different gradient for a sample
+# whose pre-activation sits at 0 (docs/training.md "Same model, whatever the policy").
+ACTIVATIONS = {"relu": torch.nn.ReLU, "softplus": torch.nn.Softplus, "gelu": torch.nn.GELU}
+
+
+def mlp(sizes, act_last, activation="relu"):
+    """Linear layers of `sizes` (input first) with an activation between them, and after
+    the last with act_last: with relu, the built-in models' MLPs, parameter for parameter."""
     mods = []
     for i in range(len(sizes) - 1):
         mods.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-        if i + 2 < len(sizes) or relu_last:
-            mods.append(torch.nn.ReLU())
+        if i + 2 < len(sizes) or act_last:
+            mods.append(ACTIVATIONS[activation]())
     return torch.nn.Sequential(*mods)
 
 

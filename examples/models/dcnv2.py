@@ -11,7 +11,7 @@ from typing import List
 
 import torch
 
-from common import layers, mlp, parser, save
+from common import add_activation, layers, mlp, parser, save
 
 
 class LowRankCross(torch.nn.Module):
@@ -25,13 +25,13 @@ class LowRankCross(torch.nn.Module):
 
 
 class DcnV2(torch.nn.Module):
-    def __init__(self, tables: int, dense: int, dim: int, bottom: List[int], top: List[int], cross_layers: int, rank: int):
+    def __init__(self, tables: int, dense: int, dim: int, bottom: List[int], top: List[int], cross_layers: int, rank: int, activation: str = "relu"):
         super().__init__()
         self.has_dense = dense > 0
-        self.bottom = mlp([dense] + bottom + [dim], relu_last=True) if self.has_dense else torch.nn.Sequential()
+        self.bottom = mlp([dense] + bottom + [dim], act_last=True, activation=activation) if self.has_dense else torch.nn.Sequential()
         width = (tables + (1 if self.has_dense else 0)) * dim
         self.cross = torch.nn.ModuleList([LowRankCross(width, rank) for _ in range(cross_layers)])
-        self.top = mlp([width] + top + [1], relu_last=False)
+        self.top = mlp([width] + top + [1], act_last=False, activation=activation)
 
     def forward(self, dense: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         x0 = torch.cat([self.bottom(dense), emb.flatten(1)], 1) if self.has_dense else emb.flatten(1)
@@ -47,9 +47,10 @@ def main():
     p.add_argument("--top", default="512-256", help="top MLP (then 1), as ember-worker --top-mlp")
     p.add_argument("--layers", type=int, default=3, help="cross layers, as ember-worker --cross-layers")
     p.add_argument("--rank", type=int, default=512, help="rank of each cross layer, as ember-worker --cross-rank")
+    add_activation(p)
     a = p.parse_args()
     torch.manual_seed(a.seed)
-    save(DcnV2(a.tables, a.dense, a.dim, layers(a.bottom), layers(a.top), a.layers, a.rank), a)
+    save(DcnV2(a.tables, a.dense, a.dim, layers(a.bottom), layers(a.top), a.layers, a.rank, a.activation), a)
 
 
 if __name__ == "__main__":

@@ -137,6 +137,19 @@ std::uint32_t LruIndex::evict(Key& key) {
   return s;
 }
 
+Key LruIndex::victim() {
+  skip_stale();
+  if (head_ < queue_.size()) return keys_[queue_[head_].slot];
+  // As evict(): the kept row needed last; dead heap entries go as evict() would drop them.
+  for (;;) {
+    if (heap_.empty()) throw Error("LruIndex::victim: every row is held");
+    const KeptEntry& e = heap_.front();
+    if (e.generation == generation_[e.slot] && stamp_[e.slot] == kKept) return keys_[e.slot];
+    std::pop_heap(heap_.begin(), heap_.end(), heap_less);
+    heap_.pop_back();
+  }
+}
+
 std::uint32_t LruIndex::erase(Key key) {
   std::uint32_t s;
   if (!map_.erase(key, s)) return kNone;

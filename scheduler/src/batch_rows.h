@@ -50,6 +50,7 @@ struct BatchRows {
   // row to the trainers on its host, or kNoOwner.
   std::vector<std::uint16_t> peer_d;
   std::vector<std::vector<RowEviction>> evicted;  // worker -> its evictions (pull phase, modelled workers)
+  std::vector<std::uint16_t> kept;                // train_staged's working memory: the trainers that cached a row
   std::vector<TrafficCounts> per_worker;          // the phases' counts, per worker
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }

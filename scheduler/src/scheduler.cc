@@ -58,6 +58,15 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
       throw ConfigError("brute force and adaptive LAIA (--budget-ms) model every worker's cache: not for a scheduler of one host");
     }
   }
+  if (c.admission != Admission::kNone) {
+    // Not yet: peer sync's hand-offs and a host's scheduler (which does not see the
+    // other hosts' victims) would need admission's decision for rows of other workers.
+    if (c.policy.sync() == Sync::kBoundedStaleness || c.peer_sync || c.model_host >= 0) {
+      throw ConfigError(std::string("--cache-admission ") + admission_name(c.admission) + " does not apply " +
+                        (c.peer_sync ? "with --peer-sync" : c.model_host >= 0 ? "with --scheduler-per-host" : "to " + c.policy.name()) +
+                        " (yet)");
+    }
+  }
   if (c.policy.sync() == Sync::kBoundedStaleness && c.workers > 64) {
     throw ConfigError(c.policy.name() + " tracks each row's copies as a 64-bit mask: at most 64 workers, not " + std::to_string(c.workers));
   }
@@ -189,6 +198,7 @@ Scheduler::State::State(const SchedulerConfig& c)
   seen = KeyBits(c.num_keys);
   if (c.replicates()) replicated_trained = ReplicatedLog(c.num_keys);
   if (c.prefetch) pushed = PushMarks(c.num_keys);
+  if (c.admission != Admission::kNone) sketch = FrequencySketch(std::uint64_t{capacity} * c.workers);  // it counts every worker's rows
 }
 
 Scheduler::Scheduler(SchedulerConfig config)
@@ -214,6 +224,7 @@ std::size_t Scheduler::memory_bytes() const {
       s.loc.memory_bytes() + s.doi.memory_bytes() + s.seen.memory_bytes() + s.pushed.memory_bytes() + s.replicated_trained.memory_bytes();
   b += std::visit([](const auto& mode) { return mode.memory_bytes(); }, s.sync);
   for (const auto& l : s.lru) b += l ? l->memory_bytes() : 0;
+  b += s.sketch.memory_bytes();
   if (s.window) b += s.window->memory_bytes();
   return b;
 }
@@ -341,7 +352,20 @@ IterationStats Scheduler::plan_iteration(const GlobalBatch& batch, const std::ve
   if (s.window) s.window->pop(batch);
   deal_samples(config_, s.iteration, worker_of, n, plans);
   index_trainers(config_, s.iteration, batch, plans, *s.lru[s.modelled.front()], rows);
-  Iteration it{config_, rows, s.lru, s.modelled, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned};
+  const FrequencySketch* admission = nullptr;
+  if (config_.admission != Admission::kNone) {
+    // The batch's rows counted before its pulls: a row's appearance now counts toward
+    // its admission now (replicated and uncached rows never take a cache slot).
+    std::vector<Key>& counted = scratch_->counted;
+    counted.clear();
+    for (std::uint32_t d = 0; d < rows.size(); ++d) {
+      if (!rows.replicated_d[d] && !rows.uncached_d[d]) counted.push_back(rows.keys[d]);
+    }
+    s.sketch.record(counted);
+    admission = &s.sketch;
+  }
+  Iteration it{config_, rows,    s.lru, s.modelled, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned,
+               admission};
   std::visit([&](auto& mode) { run_phases(mode, it); }, s.sync);
   return finish_iteration(plans);
 }

@@ -75,6 +75,13 @@ std::vector<Decl> declare() {
           .compared_as([](const SchedulerOptions& o) {
             return o.eviction == "auto" ? std::string(o.lookahead > 0 ? "lookahead" : "lru") : o.eviction;
           }),
+      option("--cache-admission", &SchedulerOptions::cache_admission,
+             "none or tinylfu: a row pulled into a full cache takes a slot only if seen in more recent global batches "
+             "than the row it would evict (a frequency sketch); else it is trained for that iteration only, as an "
+             "uncached row",
+             kJob)
+          .must_agree()
+          .job_setting(),
       option("--prefetch", &SchedulerOptions::prefetch,
              "pull the next iteration's rows whose PS copy is final while this one computes (ember-sim: counts them as "
              "prefetched)",

@@ -16,6 +16,14 @@ Eviction parse_eviction(const std::string& text) {
   throw ConfigError("unknown --eviction '" + text + "' (lru, lookahead, belady)");
 }
 
+Admission parse_admission(const std::string& text) {
+  if (text == "none") return Admission::kNone;
+  if (text == "tinylfu") return Admission::kTinyLfu;
+  throw ConfigError("unknown --cache-admission '" + text + "' (none, tinylfu)");
+}
+
+const char* admission_name(Admission a) { return a == Admission::kTinyLfu ? "tinylfu" : "none"; }
+
 const char* eviction_name(Eviction e) {
   switch (e) {
     case Eviction::kLru:
@@ -67,6 +75,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   c.lookahead = o.lookahead;
   c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
   c.prefetch = o.prefetch;
+  c.admission = parse_admission(o.cache_admission);
   if (c.eviction == Eviction::kBelady) {
     if (o.for_training) throw ConfigError("--eviction belady needs the whole future (ember-sim only); training runs lru or lookahead");
     c.lookahead = static_cast<std::uint32_t>(o.iterations);  // the whole run
@@ -120,6 +129,7 @@ std::uint32_t SchedulerConfig::staging_rows() const {
   for (std::size_t t = 0; t < treatments.size(); ++t) {
     if (treatments[t] == Treatment::kUncached) n += static_cast<std::uint64_t>(batch_per_worker) * (bag_bound.empty() ? 1 : bag_bound[t]);
   }
+  if (admission != Admission::kNone) n += cache_rows;
   if (n > UINT32_MAX / 2) throw ConfigError("the uncached tables' staging would need " + std::to_string(n) + " rows per worker");
   return static_cast<std::uint32_t>(n);
 }

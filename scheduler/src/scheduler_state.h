@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "admission.h"
 #include "allocation.h"
 #include "batch_rows.h"
 #include "doi_profiler.h"
@@ -37,6 +38,7 @@ struct Scheduler::State {
   KeyBits seen;                         // rows used by an earlier iteration (cold pulls)
   PushMarks pushed;                     // prefetch only
   ReplicatedLog replicated_trained;     // replicated rows trained since the last flush
+  FrequencySketch sketch;               // --cache-admission tinylfu only
 };
 
 // Working memory for one batch, reused; a copy starts with its own.
@@ -45,6 +47,7 @@ struct Scheduler::Scratch {
   LaiaScratch laia;  // LAIA's working memory
   std::vector<std::uint32_t> worker_of;
   std::vector<RowEviction> evictions;  // a scheduler of one host: its workers' of the last iteration
+  std::vector<Key> counted;            // admission: the batch's rows a cache may hold
 };
 
 }  // namespace ember::scheduler

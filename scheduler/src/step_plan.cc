@@ -27,6 +27,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   hits += o.hits;
   hot_sync += o.hot_sync;
   cold_pulls += o.cold_pulls;
+  not_admitted += o.not_admitted;
   pull_state += o.pull_state;
   prefetched += o.prefetched;
   evict_partial += o.evict_partial;

@@ -134,10 +134,16 @@ void pull_latest(Iteration& it, std::uint32_t w) {
     if (row.slot != kNoSlot) continue;
     const Key k = row.key;
     PullEntry pull{k, kNoSlot, 0, EvictKind::kNone};
+    // Admission: a row that would evict a more frequent one is staged instead, trained
+    // for this iteration only (its trainers' other copies are train_staged's).
+    if (!row.uncached && it.admission != nullptr && lru.full(k) && !it.admission->admits(k, lru.victim(k))) {
+      row.uncached = true;
+      ++c.not_admitted;
+    }
     if (row.uncached) {
       // Every slot past the staging's would write outside each worker's cache.
       if (next_staging >= staging_end) {
-        throw Error("worker " + std::to_string(w) + " stages more uncached rows than its " + std::to_string(it.config.staging_rows()) +
+        throw Error("worker " + std::to_string(w) + " stages more rows than its " + std::to_string(it.config.staging_rows()) +
                     " staging slots");
       }
       pull.slot = next_staging++;

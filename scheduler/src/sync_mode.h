@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "admission.h"
 #include "batch_rows.h"
 #include "ember/cache/location_map.h"
 #include "ember/scheduler/scheduler_config.h"
@@ -45,6 +46,7 @@ struct Iteration {
   std::vector<StepPlan>& plans;                // one per worker, filled by the phases (the modelled workers')
   const Window* window;                        // lookahead: each row's next use (null without)
   bool mark_prefetch;                          // mark the pulls one iteration early (an iteration was planned before)
+  const FrequencySketch* admission = nullptr;  // --cache-admission: whether a missed row takes a full cache's slot (null: always)
 
   bool models(std::uint32_t w) const { return config.models(w); }
   // Worker w's cache (a modelled worker's).
@@ -175,6 +177,38 @@ inline void drop_stale_latest(Iteration& it, std::uint32_t d) {
   }
 }
 
+// Step 3 of row d when some trainer staged it, not admitted to its cache (admission;
+// the staged entries' slots are past the cache's): a staged copy's gradient is pushed at
+// the end of the iteration and the copy dropped. With `on_demand`, the trainers that
+// cached it keep partial gradients (of all count(d) trainers: the PS completes the row
+// when theirs come); else they push too and drop theirs. Nobody holds it latest after.
+// False (nothing done) when no trainer staged it.
+inline bool train_staged(Iteration& it, std::uint32_t d, bool on_demand) {
+  BatchRows& s = it.rows;
+  const std::uint32_t cache_rows = it.config.cache_rows;
+  bool staged = false;
+  s.for_each_trainer(d, [&](std::uint32_t, std::uint32_t slot) { staged |= slot >= cache_rows; });
+  if (!staged) return false;
+  const Key k = s.keys[d];
+  std::vector<std::uint16_t>& kept = s.kept;
+  kept.clear();
+  s.for_each_trainer(d, [&](std::uint32_t w, std::uint32_t slot) {
+    const bool in_cache = slot < cache_rows;
+    if (in_cache && on_demand) {
+      kept.push_back(static_cast<std::uint16_t>(w));
+      return;
+    }
+    it.plans[w].end_pushes.push_back({k, slot});
+    ++s.per_worker[w].push_grad;
+    if (in_cache) it.cache(w).erase(k);
+    it.plans[w].drops.push_back({k, slot});
+  });
+  if (it.config.prefetch) it.pushed.note(k);
+  it.loc.clear_owner(k);
+  if (!kept.empty()) it.loc.set_partials(k, kept, s.count(d));
+  return true;
+}
+
 // Step 3's walk over the batch's rows for the latest-copy modes: index entries 8 rows
 // ahead (and, with `partials`, the partial masks of rows several workers train),
 // replicated rows skipped, uncached ones trained (train_uncached), a stale latest copy
@@ -196,6 +230,7 @@ void train_cached_rows(Iteration& it, bool partials, F&& f) {
       continue;
     }
     drop_stale_latest(it, d);
+    if (it.admission != nullptr && train_staged(it, d, partials)) continue;
     f(d);
   }
 }

@@ -183,6 +183,8 @@ nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult
                               {"hit_rate", r.hit_rate()},
                               {"hot_sync", t.hot_sync},
                               {"cold_pulls", t.cold_pulls},
+                              {"not_admitted", t.not_admitted},
+                              {"cache_admission", o.scheduler.cache_admission},
                               {"workers", o.scheduler.workers},
                               {"batch_per_worker", o.scheduler.batch_per_worker},
                               {"cache_ratio", o.scheduler.cache_ratio},

@@ -61,6 +61,7 @@ struct JobOptions {
   bool host_aggregation = false;                  // --host-aggregation (ember-sim's links_aggregated then)
   bool host_allocation = false;                   // --host-allocation
   bool peer_sync = false;                         // --peer-sync
+  std::string cache_admission = "none";           // --cache-admission
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
 };
 
@@ -232,6 +233,7 @@ class JobTest : public test::TempDirTest {
     if (o.host_aggregation) a.push_back("--host-aggregation");
     if (o.host_allocation) a.push_back("--host-allocation");
     if (o.peer_sync) a.push_back("--peer-sync");
+    if (o.cache_admission != "none") a.insert(a.end(), {"--cache-admission", o.cache_admission});
     if (!o.model_file.empty()) a.insert(a.end(), {"--model-file", o.model_file});
     if (o.pooling != "sum") a.insert(a.end(), {"--pooling", o.pooling});
     a.insert(a.end(), o.worker_args.begin(), o.worker_args.end());
@@ -518,6 +520,7 @@ class JobTest : public test::TempDirTest {
   static void expect_plans_as_simulated(const JobResult& job, const std::map<std::string, std::uint64_t>& sim, const std::string& what) {
     for (const auto& [k, n] : sim) {
       if (k.rfind("ps.", 0) == 0 || k.rfind("bytes.", 0) == 0 || k.rfind("links.", 0) == 0) continue;
+      if (k == "not_admitted") continue;  // the simulator's alone (in pulls and push_grad for the workers)
       EXPECT_EQ(job.wire.count(k) ? job.wire.at(k) : 0, n) << what << ": rows of kind " << k << " in the plans vs ember-sim";
     }
   }
@@ -550,7 +553,7 @@ class JobTest : public test::TempDirTest {
         " --eviction " + o.eviction + " --dim " + std::to_string(kDim) + " --optimizer " + o.optimizer + (o.prefetch ? " --prefetch" : "") +
         (o.refine_allocation ? " --refine-allocation" : "") + (o.placement.empty() ? "" : " --placement " + o.placement) +
         " --eval-every " + std::to_string(o.eval_every) + (o.host_allocation ? " --host-allocation" : "") +
-        (o.peer_sync ? " --peer-sync" : "") +
+        (o.peer_sync ? " --peer-sync" : "") + " --cache-admission " + o.cache_admission +
         (o.workers_per_host > 0 ? " --ps " + std::to_string(o.shards) + " --hosts " + std::to_string(o.workers / o.workers_per_host) +
                                       " --ps-hosts " + (o.ps_on_host >= 0 ? std::to_string(o.ps_on_host) : std::string("own"))
                                 : std::string()) +
@@ -559,7 +562,7 @@ class JobTest : public test::TempDirTest {
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
     for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value",
-                          "peer_value", "peer_grad", "hot_sync", "hot_flush"}) {
+                          "peer_value", "peer_grad", "hot_sync", "hot_flush", "not_admitted"}) {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();

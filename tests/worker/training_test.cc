@@ -213,13 +213,21 @@ TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
     const char* name;
     std::string policy, optimizer, pooling;
     bool mechanisms, placement, hosts, per_host = false;
+    std::string admission = "none";
   };
   for (const Case& c : {Case{"mh-vanilla-sum", "vanilla", "sgd", "sum", false, false, false},
                         Case{"mh-herald-sum", "herald", "sgd", "sum", false, false, false},
                         Case{"mh-herald-all-mean", "herald", "adagrad", "mean", true, false, false},
                         Case{"mh-herald-placement", "herald", "sgd", "mean", true, true, false},
                         Case{"mh-herald-hosts", "herald", "sgd", "sum", true, false, true},
-                        Case{"mh-herald-per-host", "herald", "sgd", "mean", true, false, true, true}}) {
+                        Case{"mh-herald-per-host", "herald", "sgd", "mean", true, false, true, true},
+                        // Admission: rows turned away from a full cache are staged, and
+                        // the model is still the one-process one.
+                        Case{"mh-vanilla-tinylfu", "vanilla", "sgd", "sum", false, false, false, false, "tinylfu"},
+                        Case{"mh-herald-tinylfu", "herald", "sgd", "sum", false, false, false, false, "tinylfu"},
+                        Case{"mh-herald-tinylfu-all", "herald", "adagrad", "mean", true, false, false, false, "tinylfu"},
+                        Case{"mh-herald-tinylfu-hosts", "herald", "sgd", "sum", true, false, true, false, "tinylfu"},
+                        Case{"mh-herald-tinylfu-placement", "herald", "sgd", "mean", true, true, false, false, "tinylfu"}}) {
     JobOptions o;
     o.policy = c.policy;
     o.optimizer = c.optimizer;
@@ -242,6 +250,8 @@ TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
       o.peer_sync = true;
     }
     if (c.per_host) o.worker_args = {"--scheduler-per-host"};
+    o.cache_admission = c.admission;
+    if (c.admission != "none") o.peer_sync = false;  // admission does not apply with peer sync (yet)
     const JobResult job = run_job_like_one_process(data, o, c.name, c.name);
     auto sim = simulate(data, o);
     EXPECT_GT(sim["pulls"], 0u) << c.name;
@@ -250,6 +260,9 @@ TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
     }
     if (c.placement) {
       EXPECT_GT(sim["hot_sync"], 0u) << c.name;
+    }
+    if (c.admission != "none") {
+      EXPECT_GT(sim["not_admitted"], 0u) << c.name << ": admission must turn rows away, or the case proves little";
     }
     expect_served_as_simulated(job, sim, o, c.name);
     expect_plans_as_simulated(job, sim, c.name);

@@ -58,6 +58,9 @@ class LruIndex {
   // Removes the least recently used entry (lookahead: see above); returns its slot (now
   // free) and key.
   std::uint32_t evict(Key& key);
+  // The key evict() would take now, left in place (an admission policy weighs it
+  // against the newcomer first). The cache must not be empty.
+  Key victim();
 
   // Lookahead only. Takes `slot` out of eviction's reach until released.
   void hold(std::uint32_t slot);

@@ -24,6 +24,14 @@ enum class Eviction : std::uint8_t {
 
 // "lru", "lookahead", "belady"; ConfigError otherwise.
 Eviction parse_eviction(const std::string& text);
+
+// Whether a row pulled into a full cache takes a slot (--cache-admission).
+enum class Admission : std::uint8_t {
+  kNone,     // every pulled row enters the cache (the contract's step 2)
+  kTinyLfu,  // only a row seen in more recent global batches than the row it would evict
+};
+Admission parse_admission(const std::string& text);
+const char* admission_name(Admission a);
 const char* eviction_name(Eviction e);
 
 // What the Scheduler runs with.
@@ -81,6 +89,10 @@ struct SchedulerConfig {
   // 0 = none. Belady: the batches left in the run.
   std::uint32_t lookahead = 0;
   Eviction eviction = Eviction::kLru;
+  // A pull into a full cache: the row takes the victim's slot only if admitted
+  // (admission.h); a row not admitted is staged for the iteration, as an uncached
+  // table's row is (pulled, its gradient pushed at the end, dropped).
+  Admission admission = Admission::kNone;
   // Mark the pulls whose PS copy is final before the previous iteration computes
   // (PullEntry::prefetch). Needs no window: the loader plans t+1 while t trains.
   bool prefetch = false;
@@ -98,7 +110,9 @@ struct SchedulerConfig {
     return std::span<const std::uint8_t>(per_key).subspan(table_offsets[t], end - table_offsets[t]);
   }
   // Staging slots per worker for uncached rows (at most one per sample and uncached
-  // table), numbered from cache_rows: the worker's row store holds cache_rows + these.
+  // table) and, with admission, rows not admitted (at most the cache's rows: a
+  // micro-batch's rows fit in it), numbered from cache_rows: the worker's row store
+  // holds cache_rows + these.
   std::uint32_t staging_rows() const;
 };
 
@@ -133,6 +147,7 @@ struct SchedulerOptions {
   // eviction they drive ("auto": lookahead when lookahead > 0, else lru).
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
+  std::string cache_admission = "none";  // SchedulerConfig::admission: none or tinylfu
   bool prefetch = false;  // SchedulerConfig::prefetch
   // The job's evaluations: every worker flushes the rows it holds after every
   // `eval_every` iterations (0: after the last only); ember-sim replays them.

@@ -91,7 +91,9 @@ struct RowRef {
   Key key;
   std::uint32_t slot;
   std::uint32_t trainers;  // workers training this row in this iteration (1: only this one)
-  bool uncached = false;   // of an uncached table: staged for this iteration only
+  // Staged for this iteration only: of an uncached table, or not admitted to the cache
+  // (--cache-admission). Its gradient is an end push; its copy is dropped.
+  bool uncached = false;
   // Peer sync: every trainer is on this worker's host; the first applies the summed
   // gradients (with the row's state), the others hand theirs to it (hand_grads).
   HostApply host = HostApply::kNone;
@@ -137,6 +139,9 @@ struct TrafficCounts {
   // worker's metrics): an interface, kept although the code calls these rows replicated.
   std::uint64_t hot_sync = 0;
   std::uint64_t cold_pulls = 0;  // pulls of rows no earlier iteration used: no policy avoids them
+  // Pulls into a full cache that admission turned away (--cache-admission): staged for
+  // their iteration, their gradients pushed at its end (in pulls and push_grad too).
+  std::uint64_t not_admitted = 0;
   // Subsets, for bytes: pulls that carry the row's optimizer state (the puller applies
   // the optimizer to the row itself: its sole trainer; every pull of het), and
   // evictions that push a partial gradient rather than a value.

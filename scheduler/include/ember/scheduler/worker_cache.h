@@ -53,6 +53,8 @@ class WorkerCache {
   std::uint32_t erase(Key k) { return global(group(k), groups_[group(k)].erase(k)); }
   // Whether k's group is full; evicts from it (its LRU row; by next use as LruIndex).
   bool full(Key k) const { return groups_[group(k)].full(); }
+  // The row evict(k, ...) would take from k's group, left in place.
+  Key victim(Key k) { return groups_[group(k)].victim(); }
   std::uint32_t evict(Key k, Key& evicted) { return global(group(k), groups_[group(k)].evict(evicted)); }
   std::uint32_t insert(Key k) { return global(group(k), groups_[group(k)].insert(k)); }
   std::uint32_t insert_held(Key k) { return global(group(k), groups_[group(k)].insert_held(k)); }

@@ -1,6 +1,7 @@
 // ember-bench sched: scheduling time per global batch (allocation + plan + cache-state
-// update) of the Scheduler, single-threaded and with 2 threads, next to a straightforward
-// Algorithm 1 measured in the same run on the same batches.
+// update) of the Scheduler at each thread count asked, next to a straightforward
+// Algorithm 1 measured in the same run on the same batches; with --multi-hot, on bags
+// and on one-hot data of the same tables, per id and per sample.
 #include "bench_sched.h"
 
 #include <fmt/format.h>
@@ -16,6 +17,126 @@
 #include "sched_batches.h"
 
 namespace ember::bench {
+namespace {
+
+// One data shape's figures: median ms per batch at each thread count (as asked), the
+// straightforward version's, ids per batch.
+struct ShapeTimes {
+  std::string name;
+  std::vector<double> ms;
+  double baseline_ms = 0;
+  double ids = 0, samples = 0;
+  std::size_t bytes = 0;
+  double lookahead_ms = 0;
+  std::size_t lookahead_bytes = 0;
+  double ns_per_id(std::size_t i = 0) const { return ms[i] * 1e6 / ids; }
+  double us_per_sample(std::size_t i = 0) const { return ms[i] * 1e3 / samples; }
+};
+
+// Median ms per batch of herald on `gb` with `threads` and a window of L; the traffic of
+// the first `counted` timed batches.
+double time_scheduler(const scheduler::SchedulerConfig& c, const SchedBenchOptions& o, const std::vector<scheduler::GlobalBatch>& gb,
+                      int threads, std::uint32_t L, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
+  scheduler::SchedulerConfig cc = c;
+  cc.threads = threads;
+  cc.lookahead = L;
+  cc.eviction = L > 0 ? scheduler::Eviction::kLookahead : scheduler::Eviction::kLru;
+  scheduler::Scheduler s(cc);
+  std::vector<scheduler::StepPlan> plans;
+  std::vector<double> ms;
+  for (std::uint64_t i = 0; i < L; ++i) s.look_ahead(gb[i]);
+  for (std::uint64_t i = 0; i < o.warmup + o.iterations; ++i) {
+    Stopwatch sw;
+    if (L > 0) s.look_ahead(gb[i + L]);  // showing the batch entering the window is timed too
+    auto st = s.schedule(gb[i], plans);
+    const double took = sw.millis();
+    if (i >= o.warmup) {
+      ms.push_back(took);
+      if (i < o.warmup + counted) traffic += st.traffic;
+    }
+  }
+  bytes = s.memory_bytes();
+  return median(ms);
+}
+
+// Times one data shape: every thread count (the plans' traffic must not depend on it),
+// the straightforward version (its decisions must match), and lookahead if asked.
+ShapeTimes time_shape(const std::string& name, const data::Dataset& ds, const SchedBenchOptions& o, bool lookahead) {
+  const std::uint64_t n = static_cast<std::uint64_t>(o.shape.workers) * o.shape.batch_per_worker;
+  scheduler::SchedulerOptions so = o.shape;
+  so.policy = "herald";
+  so.seed = 1;
+  // Key space of the full tables (the file holds a sample of them), as in Herald.
+  so.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
+  const scheduler::SchedulerConfig c = scheduler::make_scheduler_config(ds, so);
+  const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations) + o.lookahead;
+  // All batches in memory first, so only scheduling is timed.
+  const std::vector<scheduler::GlobalBatch> gb = global_batches(ds, n, batches, c.table_offsets);
+  ShapeTimes r{name};
+  for (std::uint64_t i = o.warmup; i < o.warmup + o.iterations; ++i) r.ids += static_cast<double>(gb[i].keys.size());
+  r.ids /= static_cast<double>(o.iterations);
+  r.samples = static_cast<double>(n);
+  std::vector<scheduler::TrafficCounts> traffic(o.thread_counts.size());
+  for (std::size_t j = 0; j < o.thread_counts.size(); ++j) {
+    std::size_t bytes = 0;
+    r.ms.push_back(time_scheduler(c, o, gb, o.thread_counts[j], 0, bytes, traffic[j], o.baseline_iterations));
+    if (j == 0) r.bytes = bytes;
+    if (traffic[j].transmissions() != traffic[0].transmissions() || traffic[j].hits != traffic[0].hits) {
+      throw Error(fmt::format("{}: {} threads plan {} transmissions, {} thread(s) {}", name, o.thread_counts[j], traffic[j].transmissions(),
+                              o.thread_counts[0], traffic[0].transmissions()));
+    }
+  }
+  if (lookahead && o.lookahead > 0) {
+    scheduler::TrafficCounts unused;
+    r.lookahead_ms = time_scheduler(c, o, gb, o.thread_counts[0], o.lookahead, r.lookahead_bytes, unused, 0);
+  }
+  NaiveHeraldScheduler naive(o.shape.workers, o.shape.batch_per_worker, c.cache_rows, c.seed);
+  std::vector<double> base;
+  scheduler::TrafficCounts tb;
+  for (std::uint64_t i = 0; i < o.warmup + o.baseline_iterations; ++i) {
+    Stopwatch sw;
+    auto t = naive.schedule(gb[i]);
+    const double ms = sw.millis();
+    if (i >= o.warmup) {
+      base.push_back(ms);
+      tb += t;
+    }
+  }
+  r.baseline_ms = median(base);
+  if (tb.transmissions() != traffic[0].transmissions() || tb.hits != traffic[0].hits) {
+    throw Error(fmt::format("{}: the straightforward scheduler disagrees: {} vs {} transmissions", name, tb.transmissions(),
+                            traffic[0].transmissions()));
+  }
+  return r;
+}
+
+void print_shape(const ShapeTimes& r, const SchedBenchOptions& o, const Output& out) {
+  std::string text = fmt::format("{}: {:.0f} ids a batch ({:.1f} a sample)\n", r.name, r.ids, r.ids / r.samples);
+  for (std::size_t j = 0; j < r.ms.size(); ++j) {
+    text += fmt::format("  {:>2} thread(s): {:>9.3f} ms a batch {:>9.2f} us a sample {:>8.1f} ns an id {:>6.2f}x {} thread(s)\n",
+                        o.thread_counts[j], r.ms[j], r.us_per_sample(j), r.ns_per_id(j), r.ms[0] / r.ms[j], o.thread_counts[0]);
+  }
+  text +=
+      fmt::format("  straightforward Algorithm 1: {:.3f} ms ({:.1f}x slower); decisions agree\n", r.baseline_ms, r.baseline_ms / r.ms[0]);
+  out.text(text);
+  nlohmann::ordered_json j = {{"bench", "sched"},
+                              {"shape", r.name},
+                              {"workers", o.shape.workers},
+                              {"batch_per_worker", o.shape.batch_per_worker},
+                              {"ids_per_batch", r.ids},
+                              {"baseline_median_ms", r.baseline_ms},
+                              {"scheduler_mb", static_cast<double>(r.bytes) / 1e6}};
+  for (std::size_t i = 0; i < r.ms.size(); ++i) {
+    const std::string t = std::to_string(o.thread_counts[i]);
+    j["median_ms_" + t + "threads"] = r.ms[i];
+    j["ns_per_id_" + t + "threads"] = r.ns_per_id(i);
+    j["us_per_sample_" + t + "threads"] = r.us_per_sample(i);
+  }
+  if (r.lookahead_ms > 0) j["lookahead_median_ms"] = r.lookahead_ms;
+  out.row(j);
+}
+
+}  // namespace
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
   scheduler::add_scheduler_options(app, o.shape, kShapeProgram);
@@ -24,107 +145,39 @@ void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
   app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
   app.add_option("--lookahead", o.lookahead, "also time a window of L batches with lookahead eviction (0: skip)")->capture_default_str();
   app.add_option("--baseline-iterations", o.baseline_iterations, "timed iterations of the straightforward version")->capture_default_str();
+  app.add_option("--multi-hot", o.multi_hot, "also time bags ('mlperf', one size, or one per table), beside one-hot data")
+      ->capture_default_str();
+  app.add_option("--multi-hot-dist", o.multi_hot_dist, "the bags' extra ids: uniform or zipf")->capture_default_str();
+  app.add_option("--thread-counts", o.thread_counts, "scheduler threads to time, comma-separated (the first is the reference)")
+      ->delimiter(',')
+      ->capture_default_str();
 }
 
 int run_sched_bench(const SchedBenchOptions& o, bool json) {
+  if (o.thread_counts.empty() || *std::min_element(o.thread_counts.begin(), o.thread_counts.end()) < 1)
+    throw ConfigError("--thread-counts: one or more counts of at least 1");
   Output out{json};
   const TempDir dir("ember-bench-sched");
   const std::uint64_t n = static_cast<std::uint64_t>(o.shape.workers) * o.shape.batch_per_worker;
-  const std::uint64_t batches = o.warmup + std::max(o.iterations, o.baseline_iterations) + o.lookahead;
-  const data::Dataset ds = criteo_like(dir.path(), batches * n, o.scale, out);
-
-  scheduler::SchedulerOptions so = o.shape;
-  so.policy = "herald";
-  so.seed = 1;
-  // Key space of the full tables (the file holds a sample of them), as in Herald.
-  so.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
-  const scheduler::SchedulerConfig c = scheduler::make_scheduler_config(ds, so);
-
-  // All batches in memory first, so only scheduling is timed.
-  const std::vector<scheduler::GlobalBatch> gb = global_batches(ds, n, batches, c.table_offsets);
-  // Median ms per batch; with a window of L, showing the batch entering it is timed too.
-  auto time_scheduler = [&](int threads, std::uint32_t L, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
-    scheduler::SchedulerConfig cc = c;
-    cc.threads = threads;
-    cc.lookahead = L;
-    cc.eviction = L > 0 ? scheduler::Eviction::kLookahead : scheduler::Eviction::kLru;
-    scheduler::Scheduler s(cc);
-    std::vector<scheduler::StepPlan> plans;
-    std::vector<double> ms;
-    for (std::uint64_t i = 0; i < L; ++i) s.look_ahead(gb[i]);
-    for (std::uint64_t i = 0; i < o.warmup + o.iterations; ++i) {
-      Stopwatch sw;
-      if (L > 0) s.look_ahead(gb[i + L]);
-      auto st = s.schedule(gb[i], plans);
-      const double took = sw.millis();
-      if (i >= o.warmup) {
-        ms.push_back(took);
-        if (i < o.warmup + counted) traffic += st.traffic;
-      }
-    }
-    bytes = s.memory_bytes();
-    return median(ms);
-  };
-  std::size_t bytes = 0, bytes2 = 0;
-  scheduler::TrafficCounts t1, t2;
-  double m1 = time_scheduler(1, 0, bytes, t1, o.baseline_iterations);
-  double m2 = time_scheduler(2, 0, bytes2, t2, o.baseline_iterations);
-  std::size_t bytes_l = 0;
-  scheduler::TrafficCounts tl;
-  const double ml = o.lookahead > 0 ? time_scheduler(1, o.lookahead, bytes_l, tl, 0) : 0.0;
-
-  // The straightforward version on the same batches; its decisions must match.
-  NaiveHeraldScheduler naive(o.shape.workers, o.shape.batch_per_worker, c.cache_rows, c.seed);
-  std::vector<double> base;
-  scheduler::TrafficCounts tb;
-  for (std::uint64_t i = 0; i < o.warmup + o.baseline_iterations; ++i) {
-    Stopwatch sw;
-    auto t = naive.schedule(gb[i]);
-    double ms = sw.millis();
-    if (i >= o.warmup) {
-      base.push_back(ms);
-      tb += t;
-    }
+  const std::uint64_t rows = (o.warmup + std::max(o.iterations, o.baseline_iterations) + o.lookahead) * n;
+  out.text(fmt::format("herald, {} workers x {} samples, cache ratio {}; median over {} batches after {} warm-up\n", o.shape.workers,
+                       o.shape.batch_per_worker, o.shape.cache_ratio, o.iterations, o.warmup));
+  const ShapeTimes one = time_shape("one-hot", criteo_like(dir.path(), "one-hot", rows, o.scale, "", "uniform", out), o, true);
+  print_shape(one, o, out);
+  if (one.lookahead_ms > 0) {
+    out.text(fmt::format("  lookahead {} + its eviction: {:.3f} ms, {:.2f}x none (same run), scheduler {:.1f} MB\n", o.lookahead,
+                         one.lookahead_ms, one.lookahead_ms / one.ms[0], static_cast<double>(one.lookahead_bytes) / 1e6));
   }
-  double mb = median(base);
-  bool agree = tb.transmissions() == t1.transmissions() && tb.hits == t1.hits && t1.transmissions() == t2.transmissions();
-  if (!agree) {
-    throw Error(fmt::format("the straightforward scheduler disagrees: {} vs {} transmissions", tb.transmissions(), t1.transmissions()));
+  if (o.multi_hot.empty()) {
+    out.text("targets: <= 2 ms per batch on one core, >= 10x the straightforward version, lookahead 4 at most 2x none\n");
+    return 0;
   }
-  const double slots = static_cast<double>(c.cache_rows) * o.shape.workers;
-  out.text(fmt::format(
-      "herald, {} workers x {} samples, {} tables, {} key rows, cache {} rows per worker; median over {} batches after {} warm-up\n"
-      "{:<44}{:>12}\n{:<44}{:>12.3f}\n{:<44}{:>12.3f}\n{:<44}{:>12.3f}\n{:<44}{:>12.1f}\n{:<44}{:>12.1f}\n{:<44}{:>12.0f}\n{:<44}{:>12}\n",
-      o.shape.workers, o.shape.batch_per_worker, c.table_offsets.size(), c.num_keys, c.cache_rows, o.iterations, o.warmup, "figure",
-      "value", "median ms per batch, 1 thread", m1, "median ms per batch, 2 threads", m2,
-      fmt::format("straightforward Algorithm 1, median ms ({} it.)", o.baseline_iterations), mb, "speedup vs straightforward (1 thread)",
-      mb / m1, "scheduler bytes per cache slot", static_cast<double>(bytes) / slots, "scheduler MB", static_cast<double>(bytes) / 1e6,
-      "decisions agree with the straightforward version", agree ? "yes" : "no"));
-  if (o.lookahead > 0) {
-    out.text(fmt::format("{:<44}{:>12.3f}\n{:<44}{:>12.2f}\n{:<44}{:>12.1f}\n",
-                         fmt::format("lookahead {} + its eviction, median ms, 1 thread", o.lookahead), ml,
-                         fmt::format("lookahead {} vs none (same run)", o.lookahead), ml / m1, "scheduler MB with lookahead",
-                         static_cast<double>(bytes_l) / 1e6));
-    out.text("target: lookahead 4 at most 2x the time of none\n");
-  }
-  out.text("targets: <= 2 ms per batch on one core, >= 10x the straightforward version\n");
-  out.row({{"bench", "sched"},
-           {"workers", o.shape.workers},
-           {"batch_per_worker", o.shape.batch_per_worker},
-           {"tables", c.table_offsets.size()},
-           {"key_rows", c.num_keys},
-           {"cache_rows", c.cache_rows},
-           {"median_ms", m1},
-           {"median_ms_2threads", m2},
-           {"baseline_median_ms", mb},
-           {"speedup", mb / m1},
-           {"bytes_per_cache_slot", static_cast<double>(bytes) / slots},
-           {"scheduler_mb", static_cast<double>(bytes) / 1e6},
-           {"agree", agree},
-           {"lookahead", o.lookahead},
-           {"lookahead_median_ms", ml},
-           {"lookahead_ratio", o.lookahead > 0 ? ml / m1 : 0.0},
-           {"lookahead_scheduler_mb", static_cast<double>(bytes_l) / 1e6}});
+  const std::string name = fmt::format("bags {} ({})", o.multi_hot, o.multi_hot_dist);
+  const ShapeTimes bags = time_shape(name, criteo_like(dir.path(), "bags", rows, o.scale, o.multi_hot, o.multi_hot_dist, out), o, false);
+  print_shape(bags, o, out);
+  out.text(fmt::format("bags vs one-hot, ns an id at {} thread(s): {:.2f}x (target at most 2x)\n", o.thread_counts[0],
+                       bags.ns_per_id() / one.ns_per_id()));
+  out.row({{"bench", "sched"}, {"bags_vs_one_hot_per_id", bags.ns_per_id() / one.ns_per_id()}});
   return 0;
 }
 

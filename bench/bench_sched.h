@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ember/scheduler/scheduler_config.h"
 
@@ -16,6 +18,11 @@ struct SchedBenchOptions {
   std::uint64_t iterations = 200;
   std::uint64_t baseline_iterations = 30;
   std::uint32_t lookahead = 4;  // also timed with this window and lookahead eviction (0: not)
+  // Bags (ember-data gen --multi-hot, e.g. "mlperf"): timed beside one-hot data of the
+  // same tables in the same run; empty: one-hot only.
+  std::string multi_hot;
+  std::string multi_hot_dist = "uniform";  // the bags' extra ids: uniform or zipf
+  std::vector<int> thread_counts{1, 2};    // scheduler threads timed, in order (the first is the reference)
 };
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o);

@@ -25,7 +25,15 @@ class NaiveHeraldScheduler {
 
   scheduler::TrafficCounts schedule(const scheduler::GlobalBatch& b) {
     scheduler::TrafficCounts c;
-    const std::uint32_t n = b.samples, T = b.tables;
+    const std::uint32_t n = b.samples;
+    // Each sample's distinct keys in order of first appearance (one-hot: its T keys;
+    // bags: an id repeated in them once).
+    std::vector<std::vector<Key>> rows(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      for (std::uint32_t j = b.sample_begin(i); j < b.sample_begin(i + 1); ++j) {
+        if (std::find(rows[i].begin(), rows[i].end(), b.keys[j]) == rows[i].end()) rows[i].push_back(b.keys[j]);
+      }
+    }
     // Algorithm 1: score every sample against every worker's cache.
     std::vector<std::uint32_t> worker_of(n), room(W_, B_), ties;
     data::SplitMix64 rng(mix64(seed_ ^ mix64(iteration_ * 131 + 0 + 0x1a1a)));
@@ -35,8 +43,8 @@ class NaiveHeraldScheduler {
       for (std::uint32_t w = 0; w < W_; ++w) {
         if (room[w] == 0) continue;
         int score = 0;
-        for (std::uint32_t t = 0; t < T; ++t) {
-          auto it = caches_[w].map.find(b.key(i, t));
+        for (Key k : rows[i]) {
+          auto it = caches_[w].map.find(k);
           if (it != caches_[w].map.end() && it->second.state != kPartial) ++score;
         }
         if (score > best) {
@@ -55,10 +63,10 @@ class NaiveHeraldScheduler {
     std::vector<Key> order;
     std::vector<std::vector<Key>> kw(W_);
     for (std::uint32_t i = 0; i < n; ++i) {
-      for (std::uint32_t t = 0; t < T; ++t) {
-        auto [it, fresh] = users.try_emplace(b.key(i, t));
+      for (Key k : rows[i]) {
+        auto [it, fresh] = users.try_emplace(k);
         if (fresh) {
-          order.push_back(b.key(i, t));
+          order.push_back(k);
           it->second.assign(W_, 0);
         }
         it->second[worker_of[i]] = 1;
@@ -68,8 +76,8 @@ class NaiveHeraldScheduler {
       std::unordered_map<Key, bool> seen;
       for (std::uint32_t i = 0; i < n; ++i) {
         if (worker_of[i] != w) continue;
-        for (std::uint32_t t = 0; t < T; ++t) {
-          if (seen.emplace(b.key(i, t), true).second) kw[w].push_back(b.key(i, t));
+        for (Key k : rows[i]) {
+          if (seen.emplace(k, true).second) kw[w].push_back(k);
         }
       }
     }

@@ -20,15 +20,26 @@ TempDir::~TempDir() {
 }
 
 data::Dataset criteo_like(const fs::path& dir, std::uint64_t rows, double scale, const Output& out) {
+  return criteo_like(dir, "ds", rows, scale, "", "uniform", out);
+}
+
+data::Dataset criteo_like(const fs::path& dir, const std::string& name, std::uint64_t rows, double scale, const std::string& bags,
+                          const std::string& dist, const Output& out) {
   data::GenOptions g;
   g.rows = rows;
   g.scale = scale;
-  g.output = dir / "criteo.tsv";
-  out.text(fmt::format("generating {} Criteo-like rows (scale {}) ...\n", g.rows, scale));
+  g.output = dir / (name + ".tsv");
+  if (!bags.empty()) {
+    g.multi_hot = data::parse_bag_sizes(bags, data::SourceFormat::kCriteoTsv);
+    g.multi_hot_dist = data::parse_multi_hot_dist(dist);
+  }
+  out.text(fmt::format("generating {} Criteo-like rows (scale {}{}) ...\n", g.rows, scale,
+                       bags.empty() ? "" : fmt::format(", bags {}, {} extra ids", bags, dist)));
   data::generate(g);
   data::PrepOptions p;
   p.inputs = {g.output};
-  p.output = dir / "ds";
+  p.output = dir / name;
+  if (!bags.empty()) p.multi_hot_sep = g.multi_hot_sep;
   data::prepare_dataset(p);
   fs::remove(g.output);
   return data::Dataset::open(p.output, {false});

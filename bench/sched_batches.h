@@ -28,6 +28,10 @@ class TempDir {
 
 // `rows` Criteo-like rows (Kaggle cardinalities x scale) generated and prepared in dir.
 data::Dataset criteo_like(const std::filesystem::path& dir, std::uint64_t rows, double scale, const Output& out);
+// The same with bags (ember-data gen --multi-hot `bags` --multi-hot-dist `dist`), in
+// dir/NAME; one-hot when `bags` is empty.
+data::Dataset criteo_like(const std::filesystem::path& dir, const std::string& name, std::uint64_t rows, double scale,
+                          const std::string& bags, const std::string& dist, const Output& out);
 
 // The first `count` global batches of `samples` samples of the training split, in order.
 std::vector<scheduler::GlobalBatch> global_batches(const data::Dataset& ds, std::uint64_t samples, std::uint64_t count,

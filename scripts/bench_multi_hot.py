@@ -40,6 +40,8 @@ def main():
     p.add_argument("--iterations", type=int, default=150, help="ember-sim batches, --warmup included")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3, help="prep runs per dataset (median)")
+    p.add_argument("--admission", default="none,tinylfu",
+                   help="ember-sim --cache-admission values to run, comma-separated (rows saved are against vanilla without admission)")
     a = p.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -65,21 +67,24 @@ def main():
                           "rows_s": a.rows / statistics.median(r["seconds"] for r in runs),
                           "peak_rss_mb": max(r["peak_rss_mb"] for r in runs)})
         print(f"bench_multi_hot: {name}: prep {mb_s:.0f} MB/s", file=sys.stderr, flush=True)
-        out = sh([f"{b}/ember-sim", "--dataset", data, "--workers", a.workers, "--batch-per-worker", a.batch_per_worker, "--cache-ratio",
-                  a.cache_ratio, "--iterations", a.iterations, "--warmup", a.warmup, "--policy", "vanilla,herald", "--dim", 16, "--json", "-q"])
         res = {}
-        for line in out.splitlines():
-            line = line.strip()
-            if line.startswith("{"):
-                r = json.loads(line)
-                res[r["policy"]] = r
+        for adm in a.admission.split(","):
+            out = sh([f"{b}/ember-sim", "--dataset", data, "--workers", a.workers, "--batch-per-worker", a.batch_per_worker, "--cache-ratio",
+                      a.cache_ratio, "--iterations", a.iterations, "--warmup", a.warmup, "--policy", "vanilla,herald", "--dim", 16,
+                      "--cache-admission", adm, "--json", "-q"])
+            for line in out.splitlines():
+                line = line.strip()
+                if line.startswith("{"):
+                    r = json.loads(line)
+                    res[r["policy"] + ("" if adm == "none" else " + " + adm)] = r
         v, h = res["vanilla"], res["herald"]
         samples = a.workers * a.batch_per_worker
-        for pol, r in (("vanilla", v), ("herald", h)):
+        for pol, r in res.items():
             sim_rows.append({"data": name, "policy": pol, "ids_per_sample": ids, "pulls": r["pulls"], "pushes": r["pushes"],
                              "transmissions": r["transmissions"], "mb": r["bytes"]["total"] / 1e6 if isinstance(r["bytes"], dict) else 0,
                              "saved": 1 - r["transmissions"] / v["transmissions"],
                              "bytes_saved": 1 - (r["bytes"]["total"] / v["bytes"]["total"]) if isinstance(r["bytes"], dict) else 0,
+                             "not_admitted": r.get("not_admitted", 0),
                              "us_per_sample": 1000 * r["sched_ms_median"] / samples})
         print(f"bench_multi_hot: {name}: herald moves {h['transmissions'] / v['transmissions']:.3f} of vanilla's rows", file=sys.stderr,
               flush=True)
@@ -91,11 +96,11 @@ def main():
         print(f"| {r['data']} | {r['ids_per_sample']:.0f} | {r['text_mb']:.0f} | {r['mb_s']:.0f} | {r['rows_s']:,.0f} | {r['peak_rss_mb']:.0f} |")
     print(f"\n#### `ember-sim`, {a.workers} workers x {a.batch_per_worker} samples, cache {a.cache_ratio} of the rows, "
           f"{a.iterations - a.warmup} iterations after {a.warmup}\n")
-    print("| data | policy | ids/sample | pulls | pushes | rows moved | MB moved | rows saved | bytes saved | sched µs/sample |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| data | policy | ids/sample | pulls | pushes | rows moved | MB moved | rows saved | bytes saved | not admitted | sched µs/sample |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in sim_rows:
         print(f"| {r['data']} | {r['policy']} | {r['ids_per_sample']:.0f} | {r['pulls']:,} | {r['pushes']:,} | {r['transmissions']:,} | "
-              f"{r['mb']:.0f} | {100 * r['saved']:.1f}% | {100 * r['bytes_saved']:.1f}% | {r['us_per_sample']:.2f} |")
+              f"{r['mb']:.0f} | {100 * r['saved']:.1f}% | {100 * r['bytes_saved']:.1f}% | {r['not_admitted']:,} | {r['us_per_sample']:.2f} |")
 
 
 if __name__ == "__main__":

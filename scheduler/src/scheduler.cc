@@ -63,7 +63,9 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
     // other hosts' victims) would need admission's decision for rows of other workers.
     if (c.policy.sync() == Sync::kBoundedStaleness || c.peer_sync || c.model_host >= 0) {
       throw ConfigError(std::string("--cache-admission ") + admission_name(c.admission) + " does not apply " +
-                        (c.peer_sync ? "with --peer-sync" : c.model_host >= 0 ? "with --scheduler-per-host" : "to " + c.policy.name()) +
+                        (c.peer_sync         ? "with --peer-sync"
+                         : c.model_host >= 0 ? "with --scheduler-per-host"
+                                             : "to " + c.policy.name()) +
                         " (yet)");
     }
   }
@@ -364,7 +366,7 @@ IterationStats Scheduler::plan_iteration(const GlobalBatch& batch, const std::ve
     s.sketch.record(counted);
     admission = &s.sketch;
   }
-  Iteration it{config_, rows,    s.lru, s.modelled, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned,
+  Iteration it{config_,  rows, s.lru, s.modelled, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned,
                admission};
   std::visit([&](auto& mode) { run_phases(mode, it); }, s.sync);
   return finish_iteration(plans);

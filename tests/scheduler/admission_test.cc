@@ -2,11 +2,12 @@
 // appearances and forgets old ones; in the scheduler a row seen once does not push a
 // frequent row out of a full cache, is staged for its iteration instead (pulled, its
 // gradient pushed at the end, dropped), and the plans do not depend on the thread count.
+#include "admission.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "admission.h"
 #include "ember/common/error.h"
 #include "ember/scheduler/scheduler.h"
 

@@ -171,7 +171,8 @@ TEST(WorkerOptionsCompare, OptionsJsonListsTheLaunchersSettings) {
   for (const auto& o : j) {
     if (o.at("setting").get<bool>()) settings[o.at("flag")] = o;
   }
-  ASSERT_EQ(settings.size(), 8u);
+  ASSERT_EQ(settings.size(), 9u);
+  EXPECT_EQ(settings.at("--cache-admission").at("default"), "none");
   EXPECT_EQ(settings.at("--policy").at("default"), "herald");
   EXPECT_EQ(settings.at("--lookahead").at("kind"), "integer");
   EXPECT_EQ(settings.at("--eviction").at("default"), "auto");  // as written, not as resolved

@@ -148,7 +148,7 @@ struct SchedulerOptions {
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
   std::string cache_admission = "none";  // SchedulerConfig::admission: none or tinylfu
-  bool prefetch = false;  // SchedulerConfig::prefetch
+  bool prefetch = false;                 // SchedulerConfig::prefetch
   // The job's evaluations: every worker flushes the rows it holds after every
   // `eval_every` iterations (0: after the last only); ember-sim replays them.
   std::uint64_t eval_every = 0;

@@ -51,7 +51,19 @@ struct BatchRows {
   std::vector<std::uint16_t> peer_d;
   std::vector<std::vector<RowEviction>> evicted;  // worker -> its evictions (pull phase, modelled workers)
   std::vector<std::uint16_t> kept;                // train_staged's working memory: the trainers that cached a row
-  std::vector<TrafficCounts> per_worker;          // the phases' counts, per worker
+  // On-demand sync's cache updates, collected row by row and done worker by worker
+  // (sync_on_demand.cc): per worker, in row order, the copies the sync phase drops (and
+  // whether each pushes its gradient), the dirty rows whose values it pushes, and the
+  // stale copies training drops. `defer_stale`: drop_stale_latest lists them here.
+  struct CacheWork {
+    std::vector<Key> erase;
+    std::vector<std::uint8_t> pushes;
+    std::vector<Key> values;
+    std::vector<Key> stale;
+  };
+  std::vector<CacheWork> work;
+  bool defer_stale = false;
+  std::vector<TrafficCounts> per_worker;  // the phases' counts, per worker
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }
   // Sample i's distinct rows (d), in first-appearance order.

@@ -5,12 +5,86 @@
 // gradient each, pushed only when the row is next needed (or evicted, or flushed).
 #include "sync_on_demand.h"
 
+#include <tbb/parallel_for.h>
+
 namespace ember::scheduler {
+namespace {
+
+// The cache updates listed in rows.work, worker by worker (in parallel with threads > 1:
+// each worker's cache is its own): each cache sees the same operations in the same
+// order whatever the thread count, so the plans are the same.
+void run_cache_work(Iteration& it) {
+  auto one = [&](std::uint32_t w) {
+    BatchRows::CacheWork& work = it.rows.work[w];
+    WorkerCache& lru = it.cache(w);
+    StepPlan& plan = it.plans[w];
+    // Index entries 16 ahead: these rows miss the cache otherwise.
+    constexpr std::size_t kAhead = 16;
+    for (std::size_t j = 0; j < work.erase.size(); ++j) {
+      if (j + kAhead < work.erase.size()) lru.prefetch(work.erase[j + kAhead]);
+      const std::uint32_t slot = lru.erase(work.erase[j]);
+      if (work.pushes[j]) plan.push_grads.push_back({work.erase[j], slot});
+    }
+    for (std::size_t j = 0; j < work.values.size(); ++j) {
+      if (j + kAhead < work.values.size()) lru.prefetch(work.values[j + kAhead]);
+      plan.push_values.push_back({work.values[j], lru.find(work.values[j])});
+    }
+    for (std::size_t j = 0; j < work.stale.size(); ++j) {
+      if (j + kAhead < work.stale.size()) lru.prefetch(work.stale[j + kAhead]);
+      const std::uint32_t slot = lru.erase(work.stale[j]);
+      if (slot != cache::LruIndex::kNone) plan.drops.push_back({work.stale[j], slot});
+    }
+    work.erase.clear();
+    work.pushes.clear();
+    work.values.clear();
+    work.stale.clear();
+  };
+  const std::vector<std::uint32_t>& workers = it.modelled;
+  const auto n = static_cast<std::uint32_t>(workers.size());
+  if (it.config.threads > 1 && n > 1) {
+    tbb::parallel_for(0u, n, [&](std::uint32_t j) { one(workers[j]); });
+  } else {
+    for (std::uint32_t w : workers) one(w);
+  }
+}
+
+}  // namespace
 
 void OnDemandSync::sync(Iteration& it) {
-  sync_rows(it, [&](std::uint32_t d, std::uint32_t o) {
-    if (it.loc.dirty(it.rows.keys[d])) push_value(it, d, o);
-  });
+  // One pass over the batch's rows decides (reading and updating the location map only);
+  // the caches' updates follow worker by worker.
+  BatchRows& s = it.rows;
+  cache::LocationMap& loc = it.loc;
+  s.work.resize(it.config.workers);
+  const std::uint32_t D = s.size();
+  constexpr std::uint32_t kAhead = 16;
+  for (std::uint32_t d = 0; d < D; ++d) {
+    if (d + kAhead < D && s.partial_d[d + kAhead]) loc.prefetch_partial(s.keys[d + kAhead]);
+    const Key k = s.keys[d];
+    if (s.partial_d[d]) {
+      // A flushed aggregate is at the PS already: the copies just leave.
+      const bool flushed = loc.flushed(k);
+      loc.for_each_partial(k, [&](std::uint32_t w) {
+        s.work[w].erase.push_back(k);
+        s.work[w].pushes.push_back(!flushed);
+        s.per_worker[w].push_grad += !flushed;
+      });
+      loc.clear_partials(k);
+      if (it.config.prefetch && !flushed) it.pushed.note(k);
+    }
+    const std::uint16_t o = s.owner_d[d];
+    if (o == cache::LocationMap::kNoOwner || !s.others(d, o) || !loc.dirty(k)) continue;
+    // A dirty owner another worker needs pushes its value (unless flushed) and holds it clean.
+    if (!loc.flushed(k)) {
+      if (it.models(o)) {
+        s.work[o].values.push_back(k);
+        ++s.per_worker[o].push_value;
+      }
+      if (it.config.prefetch) it.pushed.note(k);
+    }
+    loc.set_clean(k);
+  }
+  run_cache_work(it);
 }
 
 void OnDemandSync::push_value(Iteration& it, std::uint32_t d, std::uint32_t o) {
@@ -43,7 +117,10 @@ void OnDemandSync::keep_partials(Iteration& it, std::uint32_t d) {
 }
 
 void OnDemandSync::train(Iteration& it) {
-  const BatchRows& s = it.rows;
+  BatchRows& s = it.rows;
+  // The stale copies training drops are dropped worker by worker after the walk.
+  s.work.resize(it.config.workers);
+  s.defer_stale = true;
   train_cached_rows(it, true, [&](std::uint32_t d) {
     if (s.count(d) == 1) {
       it.loc.set_owner(s.keys[d], s.first(d), true);
@@ -51,6 +128,8 @@ void OnDemandSync::train(Iteration& it) {
       keep_partials(it, d);
     }
   });
+  s.defer_stale = false;
+  run_cache_work(it);
 }
 
 }  // namespace ember::scheduler

@@ -542,6 +542,20 @@ TEST_F(Training, HostHierarchyJobsResumeExactly) {
   EXPECT_GT(whole.wire.at("peer_value") + whole.wire.at("peer_grad"), 0u) << "peer sync never applied: the test proves less";
 }
 
+// Cache admission: a job resumed from a checkpoint turns away the rows the
+// uninterrupted one did (the replayed scheduler rebuilds the frequency sketch) and ends
+// bit for bit as it (multi-hot bags, a cache under pressure, lookahead and prefetch).
+TEST_F(Training, AdmissionJobsResumeExactly) {
+  const fs::path data = dataset(8000, "3,2,1,2,6,1,1,1,1,7,3,8,0,6,9,5,1,1,1,12,4,2,10,3,1,1");
+  JobOptions o = checkpointing_job({"--checkpoint-every", "4"});
+  o.cache_ratio = "0.12";
+  o.lookahead = 2;
+  o.prefetch = true;
+  o.cache_admission = "tinylfu";
+  expect_resumes_exactly(data, o, "adm", "cache admission");
+  EXPECT_GT(simulate(data, o)["not_admitted"], 0u) << "admission turned no row away: the test proves less";
+}
+
 TEST_F(Training, CudaWorkersTrainTheSameModel) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
   const fs::path data = dataset();

@@ -318,6 +318,7 @@ CostEstimate sampled_cost(const data::Dataset& ds, const Topology& topo, schedul
   o.scheduler.cache_ratio = topo.cache_ratio;
   o.scheduler.shuffle = shuffle;
   o.scheduler.lookahead = topo.lookahead;
+  o.scheduler.cache_admission = topo.cache_admission;
   o.scheduler.seed = seed;
   if (plan != nullptr) o.scheduler.placement_plan = *plan;
   o.warmup = topo.warmup;

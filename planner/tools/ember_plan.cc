@@ -383,6 +383,7 @@ int main(int argc, char** argv) {
     topo.workers = shape.workers;
     topo.batch_per_worker = shape.batch_per_worker;
     topo.cache_ratio = shape.cache_ratio;
+    topo.cache_admission = shape.cache_admission;
     topo.iterations = scheduler::counted_iterations(iterations, topo.warmup, "averaged");
     if (dim < 1) throw ConfigError("--dim must be at least 1");
     if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
@@ -390,8 +391,10 @@ int main(int argc, char** argv) {
     data::Dataset ds = data::Dataset::open(data_dir, {false});
     if (ram_budget_mb < 0) throw ConfigError("--ram-budget-mb must not be negative");
     topo.tier_budget_bytes = static_cast<std::uint64_t>(ram_budget_mb * 1024 * 1024);
-    // The tier is modelled by the simulator only: with a budget, vanilla is sampled too.
-    const bool analytic = scheduler::parse_policy(policy).name() == "vanilla" && topo.tier_budget_bytes == 0;
+    // The tier and admission are modelled by the simulator only: with either, vanilla is
+    // sampled too.
+    const bool analytic = scheduler::parse_policy(policy).name() == "vanilla" && topo.tier_budget_bytes == 0 &&
+                          scheduler::parse_admission(topo.cache_admission) == scheduler::Admission::kNone;
     if (analytic && topo.lookahead > 0)
       throw ConfigError("--lookahead applies to a sampled policy or --ram-budget-mb, not analytic vanilla");
     if ((!plan_out.empty() || !greedy_out.empty() || !batch_choices.empty()) && memory_arg.empty()) {

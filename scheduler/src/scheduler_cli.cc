@@ -79,7 +79,7 @@ std::vector<Decl> declare() {
              "none or tinylfu: a row pulled into a full cache takes a slot only if seen in more recent global batches "
              "than the row it would evict (a frequency sketch); else it is trained for that iteration only, as an "
              "uncached row",
-             kJob)
+             kAll)
           .must_agree()
           .job_setting(),
       option("--prefetch", &SchedulerOptions::prefetch,

@@ -47,6 +47,9 @@ struct Topology {
   // Batches the scheduler sees beyond the one it plans (ember-sim's --lookahead): the
   // sample's plans, and how far ahead the tier's hints come. Sampled policies only.
   std::uint32_t lookahead = 0;
+  // Cache admission (ember-sim's --cache-admission): modelled by the simulator's sample
+  // only, so with it vanilla is sampled too.
+  std::string cache_admission = "none";
 };
 
 // Predicted traffic of one table, per iteration (means over the run), in rows.

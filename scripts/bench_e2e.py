@@ -21,6 +21,7 @@ workers + 1 PS in three configurations, alternated within each repeat (v, h, h+L
   vanilla            --policy vanilla
   herald             --policy herald
   herald+lookahead   --policy herald --lookahead 4 --prefetch --overlap-allreduce
+  (--admission A: and herald+lookahead+A, the same with --cache-admission A)
 
 Per (link, configuration): median samples/s over --repeats, its ratio to vanilla on the
 same link, rows moved (pulls + pushes) and payload bytes, the share of each worker phase
@@ -100,9 +101,12 @@ PHASES = ("sync", "commit", "pull", "compute", "allreduce", "push", "update")
 PS_PHASES = ("sync", "commit", "pull", "push")  # the worker's time in PS exchanges
 
 
-def sweep_configs(lookahead):
-    return [("vanilla", "vanilla", []), ("herald", "herald", []),
-            ("herald+lookahead", "herald", ["--lookahead", str(lookahead), "--prefetch", "--overlap-allreduce"])]
+def sweep_configs(lookahead, admission=""):
+    window = ["--lookahead", str(lookahead), "--prefetch", "--overlap-allreduce"]
+    configs = [("vanilla", "vanilla", []), ("herald", "herald", []), ("herald+lookahead", "herald", window)]
+    if admission:  # a fourth: herald + lookahead with cache admission
+        configs.append((f"herald+lookahead+{admission}", "herald", window + ["--cache-admission", admission]))
+    return configs
 
 
 def link_label(mbit):
@@ -200,7 +204,7 @@ def run_sweep(a, w4):
         why = "needs root (network namespaces + tc)"
     elif not shutil.which("tc") or not shutil.which("ip"):
         why = "iproute2 (ip, tc) is not installed"
-    configs = sweep_configs(a.lookahead)
+    configs = sweep_configs(a.lookahead, a.admission)
     rows, skipped = [], []
     sweep_json = Path(a.work) / "sweep.json"
     model_name = a.model_args.split()[a.model_args.split().index("--model") + 1] if a.model_args and "--model" in a.model_args.split() else "dlrm"
@@ -286,6 +290,7 @@ def main():
                    "herald+lookahead over each rate in --links")
     p.add_argument("--links", default="25,50,100,200,0", help="--sweep: link rates in Mbit/s, comma-separated; 0 = unshaped loopback")
     p.add_argument("--lookahead", type=int, default=4, help="--sweep: the herald+lookahead configuration's --lookahead")
+    p.add_argument("--admission", default="", help="--sweep: also herald+lookahead with this --cache-admission (tinylfu)")
     p.add_argument("--plot", help="--sweep: PNG of samples/s against link rate (default <work>/e2e_sweep.png)")
     p.add_argument("--no-plot", action="store_true", help="--sweep: no PNG")
     a = p.parse_args()

@@ -129,10 +129,21 @@ void pull_latest(Iteration& it, std::uint32_t w) {
   const auto& kw = s.kw[w];
   std::uint32_t next_staging = it.config.cache_rows;  // uncached rows' slots, past the cache's
   const std::uint32_t staging_end = it.config.cache_rows + it.config.staging_rows();
+  // The misses' own index entries 16 rows ahead, and the rows they will evict: their
+  // keys 16 evictions ahead, their index and location entries 8 ahead (one group: with
+  // cache shares the victims come from several LRUs).
+  constexpr std::size_t kFar = 16, kNear = 8;
+  const bool victims = lru.groups() == 1;
   for (std::size_t j = 0; j < kw.size(); ++j) {
+    if (j + kFar < kw.size() && plan.rows[j + kFar].slot == kNoSlot) lru.prefetch(plan.rows[j + kFar].key);
     RowRef& row = plan.rows[j];
     if (row.slot != kNoSlot) continue;
     const Key k = row.key;
+    if (victims && lru.full(k)) {
+      lru.prefetch_victim_slot(kFar);
+      const Key v = lru.prefetch_victim(kNear);
+      if (v != cache::LruIndex::kNoKey) it.loc.prefetch(v);
+    }
     PullEntry pull{k, kNoSlot, 0, EvictKind::kNone};
     // Admission: a row that would evict a more frequent one is staged instead, trained
     // for this iteration only (its trainers' other copies are train_staged's).

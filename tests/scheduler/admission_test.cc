@@ -82,8 +82,12 @@ TEST(Admission, OneTimeRowsDoNotEvictFrequentOnes) {
       if (t < 5) continue;
       // Worker 0's frequent rows (0, 1000) stay cached under admission: hits.
       for (const RowRef& r : plans[0].rows) {
-        if (r.key == 0 || r.key == 1000) EXPECT_FALSE(r.uncached) << policy << " iteration " << t;
-        if (r.key >= 100 && r.key < 1000) EXPECT_TRUE(r.uncached) << policy << ": a one-time row is staged, iteration " << t;
+        if (r.key == 0 || r.key == 1000) {
+          EXPECT_FALSE(r.uncached) << policy << " iteration " << t;
+        }
+        if (r.key >= 100 && r.key < 1000) {
+          EXPECT_TRUE(r.uncached) << policy << ": a one-time row is staged, iteration " << t;
+        }
       }
       // A staged row: pushed at the end, dropped, never held.
       for (const RowRef& r : plans[0].rows) {

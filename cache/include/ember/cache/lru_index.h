@@ -82,6 +82,23 @@ class LruIndex {
 
   // Prefetches the index entry `key` would be found at (batch lookups ahead of use).
   void prefetch(Key key) const { map_.prefetch(U64Map<std::uint32_t>::hash(key)); }
+  // The key of the row `ahead` places from the front of the LRU order (the one evict()
+  // takes that many evictions from now, unless rows are touched or kept meanwhile; stale
+  // queue entries make it approximate), or kNoKey; its index entry prefetched. Pulls
+  // look ahead with it so that the rows they evict are in cache when they go.
+  static constexpr Key kNoKey = ~Key{0};
+  Key prefetch_victim(std::size_t ahead) const {
+    const std::size_t i = head_ + ahead;
+    if (i >= queue_.size()) return kNoKey;
+    const Key k = keys_[queue_[i].slot];
+    map_.prefetch(U64Map<std::uint32_t>::hash(k));
+    return k;
+  }
+  // Prefetches the recency stamp and key of the row `ahead` places from the front.
+  void prefetch_victim_slot(std::size_t ahead) const {
+    const std::size_t i = head_ + ahead;
+    if (i < queue_.size()) __builtin_prefetch(&keys_[queue_[i].slot]);
+  }
   // Prefetches a slot's recency stamp (before touch).
   void prefetch_slot(std::uint32_t slot) const { __builtin_prefetch(&stamp_[slot], 1); }
 

@@ -50,6 +50,9 @@ class WorkerCache {
   std::uint32_t find(Key k) const { return global(group(k), groups_[group(k)].find(k)); }
   bool contains(Key k) const { return groups_[group(k)].contains(k); }
   void prefetch(Key k) const { groups_[group(k)].prefetch(k); }
+  // Group 0's coming victims (LruIndex::prefetch_victim): with one group, the cache's.
+  Key prefetch_victim(std::size_t ahead) const { return groups_[0].prefetch_victim(ahead); }
+  void prefetch_victim_slot(std::size_t ahead) const { groups_[0].prefetch_victim_slot(ahead); }
   std::uint32_t erase(Key k) { return global(group(k), groups_[group(k)].erase(k)); }
   // Whether k's group is full; evicts from it (its LRU row; by next use as LruIndex).
   bool full(Key k) const { return groups_[group(k)].full(); }

@@ -108,46 +108,34 @@ void LruIndex::freed(std::uint32_t slot) {
   --size_;
 }
 
-Key LruIndex::lru_key() {
+std::uint32_t LruIndex::victim_slot() {
   skip_stale();
-  return keys_[queue_[head_].slot];
+  if (head_ < queue_.size()) return queue_[head_].slot;
+  // Every row left is kept or held: the kept row needed last goes (dead heap entries,
+  // whose slots left the heap since, are dropped on the way).
+  for (;;) {
+    if (heap_.empty()) throw Error("LruIndex: every row is held, none can be evicted");
+    const KeptEntry& e = heap_.front();
+    if (e.generation == generation_[e.slot] && stamp_[e.slot] == kKept) return e.slot;
+    std::pop_heap(heap_.begin(), heap_.end(), heap_less);
+    heap_.pop_back();
+  }
 }
 
+Key LruIndex::victim() { return keys_[victim_slot()]; }
+
 std::uint32_t LruIndex::evict(Key& key) {
-  skip_stale();
-  std::uint32_t s;
+  const std::uint32_t s = victim_slot();
   if (head_ < queue_.size()) {
-    s = queue_[head_++].slot;
+    ++head_;  // the LRU queue's front (victim_slot skipped its stale entries)
   } else {
-    // Every row left is kept or held: the kept row needed last goes.
-    for (;;) {
-      if (heap_.empty()) throw Error("LruIndex::evict: every row is held");
-      KeptEntry e = heap_.front();
-      std::pop_heap(heap_.begin(), heap_.end(), heap_less);
-      heap_.pop_back();
-      if (e.generation == generation_[e.slot] && stamp_[e.slot] == kKept) {
-        s = e.slot;
-        break;
-      }
-    }
+    std::pop_heap(heap_.begin(), heap_.end(), heap_less);
+    heap_.pop_back();
   }
   key = keys_[s];
   map_.erase(key);
   freed(s);
   return s;
-}
-
-Key LruIndex::victim() {
-  skip_stale();
-  if (head_ < queue_.size()) return keys_[queue_[head_].slot];
-  // As evict(): the kept row needed last; dead heap entries go as evict() would drop them.
-  for (;;) {
-    if (heap_.empty()) throw Error("LruIndex::victim: every row is held");
-    const KeptEntry& e = heap_.front();
-    if (e.generation == generation_[e.slot] && stamp_[e.slot] == kKept) return keys_[e.slot];
-    std::pop_heap(heap_.begin(), heap_.end(), heap_less);
-    heap_.pop_back();
-  }
 }
 
 std::uint32_t LruIndex::erase(Key key) {

@@ -1,6 +1,7 @@
 #include "admission.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 
 namespace ember::scheduler {
@@ -34,17 +35,24 @@ void FrequencySketch::record(std::span<const Key> keys) {
   for (Key k : keys) add(k);
 }
 
+std::array<std::uint64_t, 2> FrequencySketch::door_bits(std::uint64_t h) const {
+  const std::uint64_t bits = door_.size() * 64;
+  return {h % bits, (h >> 32) % bits};
+}
+
+bool FrequencySketch::in_door(std::uint64_t h) const {
+  return std::ranges::all_of(door_bits(h), [&](std::uint64_t b) { return (door_[b / 64] >> (b % 64) & 1) != 0; });
+}
+
+std::size_t FrequencySketch::counter(std::uint64_t h, std::uint32_t row) const { return row * width_ + (row_hash(h, row) & (width_ - 1)); }
+
 void FrequencySketch::add(Key k) {
   const std::uint64_t h = mix(k);
-  const std::uint64_t bits = door_.size() * 64;
-  const std::uint64_t b1 = h % bits, b2 = (h >> 32) % bits;
-  const bool seen = (door_[b1 / 64] >> (b1 % 64) & 1) && (door_[b2 / 64] >> (b2 % 64) & 1);
-  if (!seen) {
-    door_[b1 / 64] |= std::uint64_t{1} << (b1 % 64);
-    door_[b2 / 64] |= std::uint64_t{1} << (b2 % 64);
+  if (!in_door(h)) {
+    for (std::uint64_t b : door_bits(h)) door_[b / 64] |= std::uint64_t{1} << (b % 64);
   } else {
     for (std::uint32_t r = 0; r < kRows; ++r) {
-      std::uint8_t& c = counters_[r * width_ + (row_hash(h, r) & (width_ - 1))];
+      std::uint8_t& c = counters_[counter(h, r)];
       if (c < kMax) ++c;
     }
   }
@@ -60,12 +68,9 @@ void FrequencySketch::age() {
 std::uint32_t FrequencySketch::estimate(Key k) const {
   if (width_ == 0) return 0;
   const std::uint64_t h = mix(k);
-  const std::uint64_t bits = door_.size() * 64;
-  const std::uint64_t b1 = h % bits, b2 = (h >> 32) % bits;
-  const bool seen = (door_[b1 / 64] >> (b1 % 64) & 1) && (door_[b2 / 64] >> (b2 % 64) & 1);
   std::uint32_t m = kMax;
-  for (std::uint32_t r = 0; r < kRows; ++r) m = std::min<std::uint32_t>(m, counters_[r * width_ + (row_hash(h, r) & (width_ - 1))]);
-  return m + (seen ? 1 : 0);
+  for (std::uint32_t r = 0; r < kRows; ++r) m = std::min<std::uint32_t>(m, counters_[counter(h, r)]);
+  return m + (in_door(h) ? 1 : 0);
 }
 
 }  // namespace ember::scheduler

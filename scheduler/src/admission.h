@@ -11,6 +11,8 @@
 // from the first iteration (Loader), which rebuilds the sketch as it was.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -38,6 +40,11 @@ class FrequencySketch {
  private:
   void add(Key k);
   void age();
+  // The doorkeeper's two bits of a mixed key, and whether both are set.
+  std::array<std::uint64_t, 2> door_bits(std::uint64_t h) const;
+  bool in_door(std::uint64_t h) const;
+  // Index in counters_ of a mixed key's counter in sketch row `row`.
+  std::size_t counter(std::uint64_t h, std::uint32_t row) const;
 
   std::vector<std::uint8_t> counters_;  // 4 rows of width_ counters (saturating at 15)
   std::vector<std::uint64_t> door_;     // doorkeeper bits

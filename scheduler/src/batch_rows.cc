@@ -157,6 +157,7 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
   s.tslot.assign(s.tw.size(), kNoSlot);
   s.per_worker.assign(W, TrafficCounts{});
   s.evicted.resize(W);
+  s.work.resize(W);
   for (auto& e : s.evicted) e.clear();
   s.peer_d.clear();
 }

@@ -54,7 +54,8 @@ struct BatchRows {
   // On-demand sync's cache updates, collected row by row and done worker by worker
   // (sync_on_demand.cc): per worker, in row order, the copies the sync phase drops (and
   // whether each pushes its gradient), the dirty rows whose values it pushes, and the
-  // stale copies training drops. `defer_stale`: drop_stale_latest lists them here.
+  // stale copies training drops. With `defer_cache`, sync_rows, push_value and
+  // drop_stale_latest list them here instead of updating the caches.
   struct CacheWork {
     std::vector<Key> erase;
     std::vector<std::uint8_t> pushes;
@@ -62,7 +63,7 @@ struct BatchRows {
     std::vector<Key> stale;
   };
   std::vector<CacheWork> work;
-  bool defer_stale = false;
+  bool defer_cache = false;
   std::vector<TrafficCounts> per_worker;  // the phases' counts, per worker
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }

@@ -172,7 +172,7 @@ inline void drop_stale_latest(Iteration& it, std::uint32_t d) {
   const std::uint16_t o = it.rows.owner_d[d];
   if (o != cache::LocationMap::kNoOwner && it.models(o) && !it.rows.trains(d, o)) {
     const Key k = it.rows.keys[d];
-    if (it.rows.defer_stale) {
+    if (it.rows.defer_cache) {
       it.rows.work[o].stale.push_back(k);
       return;
     }
@@ -226,7 +226,7 @@ void train_cached_rows(Iteration& it, bool partials, F&& f) {
       if (partials && s.count(d + 8) > 1) it.loc.prefetch_partial(s.keys[d + 8]);
       // The holder of a copy the next rows' trainers make stale: its index entry.
       const std::uint16_t on = s.owner_d[d + 8];
-      if (on != cache::LocationMap::kNoOwner && it.models(on) && !s.defer_stale && !s.trains(d + 8, on))
+      if (on != cache::LocationMap::kNoOwner && it.models(on) && !s.defer_cache && !s.trains(d + 8, on))
         it.cache(on).prefetch(s.keys[d + 8]);
     }
     if (s.replicated_d[d]) continue;  // replicated: all-reduced among the workers

@@ -53,37 +53,11 @@ void run_cache_work(Iteration& it) {
 void OnDemandSync::sync(Iteration& it) {
   // One pass over the batch's rows decides (reading and updating the location map only);
   // the caches' updates follow worker by worker.
-  BatchRows& s = it.rows;
-  cache::LocationMap& loc = it.loc;
-  s.work.resize(it.config.workers);
-  const std::uint32_t D = s.size();
-  constexpr std::uint32_t kAhead = 16;
-  for (std::uint32_t d = 0; d < D; ++d) {
-    if (d + kAhead < D && s.partial_d[d + kAhead]) loc.prefetch_partial(s.keys[d + kAhead]);
-    const Key k = s.keys[d];
-    if (s.partial_d[d]) {
-      // A flushed aggregate is at the PS already: the copies just leave.
-      const bool flushed = loc.flushed(k);
-      loc.for_each_partial(k, [&](std::uint32_t w) {
-        s.work[w].erase.push_back(k);
-        s.work[w].pushes.push_back(!flushed);
-        s.per_worker[w].push_grad += !flushed;
-      });
-      loc.clear_partials(k);
-      if (it.config.prefetch && !flushed) it.pushed.note(k);
-    }
-    const std::uint16_t o = s.owner_d[d];
-    if (o == cache::LocationMap::kNoOwner || !s.others(d, o) || !loc.dirty(k)) continue;
-    // A dirty owner another worker needs pushes its value (unless flushed) and holds it clean.
-    if (!loc.flushed(k)) {
-      if (it.models(o)) {
-        s.work[o].values.push_back(k);
-        ++s.per_worker[o].push_value;
-      }
-      if (it.config.prefetch) it.pushed.note(k);
-    }
-    loc.set_clean(k);
-  }
+  it.rows.defer_cache = true;
+  sync_rows(it, [&](std::uint32_t d, std::uint32_t o) {
+    if (it.loc.dirty(it.rows.keys[d])) push_value(it, d, o);
+  });
+  it.rows.defer_cache = false;
   run_cache_work(it);
 }
 
@@ -91,7 +65,11 @@ void OnDemandSync::push_value(Iteration& it, std::uint32_t d, std::uint32_t o) {
   const Key k = it.rows.keys[d];
   if (!it.loc.flushed(k)) {
     if (it.models(o)) {
-      it.plans[o].push_values.push_back({k, it.cache(o).find(k)});
+      if (it.rows.defer_cache) {
+        it.rows.work[o].values.push_back(k);
+      } else {
+        it.plans[o].push_values.push_back({k, it.cache(o).find(k)});
+      }
       ++it.rows.per_worker[o].push_value;
     }
     if (it.config.prefetch) it.pushed.note(k);
@@ -119,8 +97,7 @@ void OnDemandSync::keep_partials(Iteration& it, std::uint32_t d) {
 void OnDemandSync::train(Iteration& it) {
   BatchRows& s = it.rows;
   // The stale copies training drops are dropped worker by worker after the walk.
-  s.work.resize(it.config.workers);
-  s.defer_stale = true;
+  s.defer_cache = true;
   train_cached_rows(it, true, [&](std::uint32_t d) {
     if (s.count(d) == 1) {
       it.loc.set_owner(s.keys[d], s.first(d), true);
@@ -128,7 +105,7 @@ void OnDemandSync::train(Iteration& it) {
       keep_partials(it, d);
     }
   });
-  s.defer_stale = false;
+  s.defer_cache = false;
   run_cache_work(it);
 }
 

@@ -13,11 +13,12 @@ void OnDemandSync::sync_rows(Iteration& it, OwnerStep&& owner_step) {
   const bool prefetch = it.config.prefetch;
   const std::uint32_t D = s.size();
   // Two-stage prefetch: the partial holders' list 16 rows ahead, the holders' index
-  // entries 8 ahead; these rows miss the cache otherwise.
+  // entries 8 ahead (unless the caches' updates are deferred); these rows miss the cache
+  // otherwise.
   constexpr std::uint32_t kFar = 16, kNear = 8;
   for (std::uint32_t d = 0; d < D; ++d) {
     if (d + kFar < D && s.partial_d[d + kFar]) loc.prefetch_partial(s.keys[d + kFar]);
-    if (d + kNear < D) {
+    if (d + kNear < D && !s.defer_cache) {
       const Key kn = s.keys[d + kNear];
       if (s.partial_d[d + kNear]) loc.for_each_partial(kn, [&](std::uint32_t w) { it.cache(w).prefetch(kn); });
       // An owner that may have to push its value to another trainer.
@@ -30,10 +31,14 @@ void OnDemandSync::sync_rows(Iteration& it, OwnerStep&& owner_step) {
       // this scheduler does not model are their own hosts' to plan.)
       const bool flushed = loc.flushed(k);
       loc.for_each_partial(k, [&](std::uint32_t w) {
-        std::uint32_t slot = it.cache(w).erase(k);
-        if (flushed) return;
-        it.plans[w].push_grads.push_back({k, slot});
-        ++s.per_worker[w].push_grad;
+        if (s.defer_cache) {
+          s.work[w].erase.push_back(k);
+          s.work[w].pushes.push_back(!flushed);
+        } else {
+          const std::uint32_t slot = it.cache(w).erase(k);
+          if (!flushed) it.plans[w].push_grads.push_back({k, slot});
+        }
+        s.per_worker[w].push_grad += !flushed;
       });
       loc.clear_partials(k);
       if (prefetch && !flushed) it.pushed.note(k);

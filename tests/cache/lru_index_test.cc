@@ -29,7 +29,7 @@ TEST(LruIndex, MatchesAListBasedLru) {
       ref.splice(ref.end(), ref, it);
     } else {
       if (lru.full()) {
-        ASSERT_EQ(lru.lru_key(), ref.front());
+        ASSERT_EQ(lru.victim(), ref.front());
         Key e;
         std::uint32_t freed = lru.evict(e);
         ASSERT_EQ(e, ref.front());

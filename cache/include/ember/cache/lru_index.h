@@ -53,8 +53,6 @@ class LruIndex {
   }
   // Adds `key` (absent) as most recently used; the cache must not be full.
   std::uint32_t insert(Key key);
-  // The least recently used key (cache not empty).
-  Key lru_key();
   // Removes the least recently used entry (lookahead: see above); returns its slot (now
   // free) and key.
   std::uint32_t evict(Key& key);
@@ -129,6 +127,8 @@ class LruIndex {
   void append(std::uint32_t slot);
   void push_kept(std::uint32_t slot, std::uint32_t next_use);
   void freed(std::uint32_t slot);
+  // The slot evict() takes now (stale queue and heap entries dropped on the way).
+  std::uint32_t victim_slot();
   void compact();
   void skip_stale();
 

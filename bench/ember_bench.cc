@@ -2,6 +2,7 @@
 // and prints ratios against it (shared machines are noisy: absolute times are not).
 #include <CLI/CLI.hpp>
 
+#include "bench_bags.h"
 #include "bench_cache.h"
 #include "bench_data.h"
 #include "bench_ps.h"
@@ -30,6 +31,9 @@ int main(int argc, char** argv) {
   ember::bench::CacheBenchOptions cache_opts;
   auto* cache = app.add_subcommand("cache", "embedding cache gather / scatter-add GB/s vs a copy of the same bytes (GPU or host)");
   ember::bench::add_cache_options(*cache, cache_opts);
+  ember::bench::BagsBenchOptions bags_opts;
+  auto* bags = app.add_subcommand("bags", "a worker's embedding work on a dataset's ids: the fused kernels vs a bare loop (ns per id)");
+  ember::bench::add_bags_options(*bags, bags_opts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -40,6 +44,7 @@ int main(int argc, char** argv) {
     if (*sched) return ember::bench::run_sched_bench(sched_opts, json);
     if (*scale) return ember::bench::run_scale_bench(scale_opts, json);
     if (*cache) return ember::bench::run_cache_bench(cache_opts, json);
+    if (*bags) return ember::bench::run_bags_bench(bags_opts, json);
     return ember::bench::run_ps_bench(ps_opts, json);
   });
 }

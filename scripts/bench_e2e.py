@@ -97,7 +97,7 @@ class TbfLink:
         return ["--ps-netns", self.ps_ns, "--worker-netns", self.wk_ns, "--ps-address", self.ps_ip]
 
 
-PHASES = ("sync", "commit", "pull", "compute", "allreduce", "push", "update")
+PHASES = ("wait", "sync", "commit", "pull", "embedding", "compute", "allreduce", "dense_step", "push", "update", "flush")
 PS_PHASES = ("sync", "commit", "pull", "push")  # the worker's time in PS exchanges
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import bench_util
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("sync", "commit", "pull", "compute", "allreduce", "push", "update")
+PHASES = ("wait", "sync", "commit", "pull", "embedding", "compute", "allreduce", "dense_step", "push", "update", "flush")
 CONFIGS = {"vanilla": ("vanilla", []), "herald+lookahead": ("herald", ["--lookahead", "4", "--prefetch", "--overlap-allreduce"])}
 
 

@@ -306,9 +306,11 @@ def summarize(out, job, who="ember-job", quiet=False):
     ph = result["phase_s"]
     total = max(1e-9, sum(ph.values()))
     ps = ph["sync"] + ph["commit"] + ph["pull"] + ph["push"]
-    print(f"[{policy}] worker time: PS exchanges {100 * ps / total:.0f}% (barrier + commit {100 * ph['commit'] / total:.0f}%, "
-          f"pulls {100 * ph['pull'] / total:.0f}%), model {100 * ph['compute'] / total:.0f}%, all-reduce {100 * ph['allreduce'] / total:.0f}%, "
-          f"updates {100 * ph['update'] / total:.0f}%", flush=True)
+    share = lambda k: f"{100 * ph.get(k, 0.0) / total:.0f}%"  # noqa: E731
+    print(f"[{policy}] worker time: PS exchanges {100 * ps / total:.0f}% (barrier + commit {share('commit')}, pulls {share('pull')}), "
+          f"waiting for the loader {share('wait')}, embedding {share('embedding')}, model {share('compute')}, "
+          f"all-reduce {share('allreduce')}, dense step {share('dense_step')}, updates {share('update')}, flushes {share('flush')}",
+          flush=True)
     return result
 
 

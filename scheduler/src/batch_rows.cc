@@ -162,4 +162,16 @@ void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const Glo
   s.peer_d.clear();
 }
 
+void index_ids(const GlobalBatch& batch, std::uint32_t w, BatchRows& s, StepPlan& plan) {
+  s.row_of_d.resize(s.size());
+  const auto& kw = s.kw[w];
+  for (std::size_t j = 0; j < kw.size(); ++j) s.row_of_d[kw[j]] = static_cast<std::uint32_t>(j);
+  for (std::size_t j = 0; j < s.replicated_rows.size(); ++j)
+    s.row_of_d[s.replicated_rows[j]] = StepPlan::kReplicatedRow | static_cast<std::uint32_t>(j);
+  plan.id_rows.clear();
+  for (std::uint32_t i : plan.samples) {
+    for (std::uint32_t j = batch.sample_begin(i), e = batch.sample_begin(i + 1); j < e; ++j) plan.id_rows.push_back(s.row_of_d[s.dpos[j]]);
+  }
+}
+
 }  // namespace ember::scheduler

@@ -65,6 +65,7 @@ struct BatchRows {
   std::vector<CacheWork> work;
   bool defer_cache = false;
   std::vector<TrafficCounts> per_worker;  // the phases' counts, per worker
+  std::vector<std::uint32_t> row_of_d;    // index_ids' working memory: d -> the plan's row
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(keys.size()); }
   // Sample i's distinct rows (d), in first-appearance order.
@@ -110,5 +111,9 @@ void index_batch(const SchedulerConfig& c, std::uint32_t tables, const GlobalBat
 // (`shape`: a worker's cache; every worker's is alike).
 void index_trainers(const SchedulerConfig& c, std::uint64_t iteration, const GlobalBatch& batch, const std::vector<StepPlan>& plans,
                     const WorkerCache& shape, BatchRows& rows);
+
+// Worker w's StepPlan::id_rows, once its plan's rows are final: each id of its samples
+// as its row in plan.rows (kw[w]'s order) or in plan.replicated (replicated_rows').
+void index_ids(const GlobalBatch& batch, std::uint32_t w, BatchRows& rows, StepPlan& plan);
 
 }  // namespace ember::scheduler

@@ -369,6 +369,7 @@ IterationStats Scheduler::plan_iteration(const GlobalBatch& batch, const std::ve
   Iteration it{config_,  rows, s.lru, s.modelled, s.loc, s.pushed, plans, s.window ? &*s.window : nullptr, config_.prefetch && s.planned,
                admission};
   std::visit([&](auto& mode) { run_phases(mode, it); }, s.sync);
+  if (config_.id_rows_for >= 0) index_ids(batch, static_cast<std::uint32_t>(config_.id_rows_for), rows, plans[config_.id_rows_for]);
   return finish_iteration(plans);
 }
 

@@ -17,6 +17,7 @@ void StepPlan::clear() {
   drops.clear();
   replicated.clear();
   replicated_flush.clear();
+  id_rows.clear();
 }
 
 TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {

@@ -14,6 +14,7 @@
 #include "ember/data/line_parser.h"
 #include "ember/data/text_input.h"
 #include "ember/serve/export.h"
+#include "ember/worker/embedding_path.h"
 #include "ember/worker/metrics.h"
 #include "ember/worker/model.h"
 
@@ -357,7 +358,7 @@ std::vector<float> ExportedModel::predict_bags(const float* dense, const std::ve
     }
   }
   const auto emb =
-      worker::pool_bags(flat, worker::bag_index(offsets, config_.pooling, torch::kCPU)).view({rows, static_cast<std::int64_t>(nt), dim});
+      worker::pool_bags(flat, offsets, config_.pooling).view({rows, static_cast<std::int64_t>(nt), dim});
   auto p = torch::sigmoid(dense_.forward({x, emb}).toTensor()).contiguous();
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + n);
 }

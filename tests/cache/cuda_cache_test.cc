@@ -7,6 +7,8 @@
 #include <random>
 #include <string>
 
+#include "ember/cache/bag_pool.h"
+#include "ember/cache/bag_pool_cuda.h"
 #include "ember/cache/cuda_embedding_cache.h"
 #include "ember/cache/embedding_cache.h"
 
@@ -62,6 +64,60 @@ TEST(CudaEmbeddingCache, GatherAndScatterMatchTheHostCache) {
   if (!why.empty()) GTEST_SKIP() << why;
   for (std::uint32_t dim : {3u, 16u, 64u, 128u}) gather_and_scatter_match_the_host_cache(dim, 0);
   gather_and_scatter_match_the_host_cache(64, 1);  // not 16-byte aligned: the scalar kernels
+}
+
+// The fused path's CUDA kernels give the CPU kernels' bits: bags of 0-9 ids, sum and
+// mean, a row in many bags (no atomics: each row adds its bags in id order).
+void bag_pool_matches_the_cpu(std::uint32_t dim, bool mean) {
+  SCOPED_TRACE("dim " + std::to_string(dim) + (mean ? ", mean" : ", sum"));
+  std::mt19937 rng(dim + mean);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const std::size_t distinct = 500, bags = 4000;
+  std::vector<std::uint32_t> ids, offsets{0};
+  for (std::size_t b = 0; b < bags; ++b) {
+    for (std::size_t i = 0, n = rng() % 10; i < n; ++i) ids.push_back(rng() % 2 ? rng() % 20 : rng() % distinct);
+    offsets.push_back(static_cast<std::uint32_t>(ids.size()));
+  }
+  std::vector<float> table(distinct * dim), grad_out(bags * dim), grads(distinct * dim, 0.5f);
+  for (auto& x : table) x = u(rng);
+  for (auto& x : grad_out) x = u(rng);
+  const BagBatch batch{ids, offsets, mean};
+  float *d_table, *d_out, *d_gout, *d_grads;
+  ASSERT_EQ(cudaMalloc(&d_table, table.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_out, bags * dim * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_gout, grad_out.size() * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_grads, grads.size() * 4), cudaSuccess);
+  cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_gout, grad_out.data(), grad_out.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_grads, grads.data(), grads.size() * 4, cudaMemcpyHostToDevice);
+  std::vector<const float*> rows(distinct), d_rows(distinct);
+  std::vector<float*> grad_rows(distinct), d_grad_rows(distinct);
+  for (std::size_t r = 0; r < distinct; ++r) {
+    rows[r] = &table[r * dim];
+    d_rows[r] = d_table + r * dim;
+    grad_rows[r] = &grads[r * dim];
+    d_grad_rows[r] = d_grads + r * dim;
+  }
+  CudaBagPool pool;
+  RowBags scratch;
+  pool.forward(batch, d_rows, dim, d_out, nullptr);
+  pool.backward(batch, d_gout, d_grad_rows, dim, scratch, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> want(bags * dim), got(bags * dim), got_grads(grads.size());
+  pool_forward(batch, rows, dim, want.data());
+  pool_backward(batch, grad_out.data(), grad_rows, dim, scratch);
+  cudaMemcpy(got.data(), d_out, got.size() * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(got_grads.data(), d_grads, got_grads.size() * 4, cudaMemcpyDeviceToHost);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(got_grads, grads);
+  for (float* p : {d_table, d_out, d_gout, d_grads}) cudaFree(p);
+}
+
+TEST(CudaBagPool, MatchesTheCpuKernelsBitForBit) {
+  std::string why = CudaEmbeddingCache::unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  for (std::uint32_t dim : {3u, 16u, 128u})
+    for (bool mean : {false, true}) bag_pool_matches_the_cpu(dim, mean);
 }
 
 }  // namespace

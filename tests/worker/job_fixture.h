@@ -346,16 +346,19 @@ class JobTest : public test::TempDirTest {
         }
         for (const auto& [k, n] : j.at("framed_bytes").items()) r.wire["framed." + k] += n.get<std::uint64_t>();
         if (w == 0) r.auc = j.at("auc");
-        // Where the time went: every phase measured, within the training loop's wall time.
+        // Where the time went: every phase measured, adding up to the training loop's wall
+        // time (the phases cover it all: waits, flushes and evaluations included).
         double phases = 0;
-        for (const char* k : {"sync", "commit", "pull", "compute", "allreduce", "push", "update"}) {
+        for (const char* k : {"wait", "sync", "commit", "pull", "embedding", "compute", "allreduce", "dense_step", "push", "update", "flush"}) {
           const double x = j.at("phase_s").at(k);
           EXPECT_GE(x, 0) << name << " worker " << w << " phase " << k;
           phases += x;
         }
         EXPECT_GT(j.at("phase_s").at("compute").get<double>(), 0) << name;
         EXPECT_GT(j.at("phase_s").at("commit").get<double>(), 0) << name;  // one barrier + commit per iteration
+        EXPECT_GT(j.at("phase_s").at("embedding").get<double>(), 0) << name;
         EXPECT_LE(phases, j.at("seconds").get<double>() * 1.0001) << name;
+        EXPECT_GE(phases, j.at("seconds").get<double>() * 0.9) << name;
       }
     }
     if (fs::exists(dir_ / (name + "-model") / "model.json")) r.dump = read_dump((dir_ / (name + "-model")).string());

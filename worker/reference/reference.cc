@@ -12,6 +12,7 @@
 #include "ember/ps/initial_rows.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/global_batch.h"
+#include "ember/worker/embedding_path.h"
 #include "ember/worker/model.h"
 
 namespace ember::worker {
@@ -55,6 +56,13 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   std::vector<Key> keys(batch_size * T);
   std::vector<std::uint32_t> bags;
   std::vector<float> dense(batch_size * D), labels(batch_size);
+  EmbeddingPath path(torch::kCPU, c.model.pooling);
+  U64Map<std::uint32_t> index;
+  std::vector<Key> order;
+  std::vector<std::uint32_t> ids;
+  std::vector<const float*> values;
+  std::vector<float*> grads;
+  std::vector<float> sums;
   Stopwatch clock;
   for (std::uint64_t t = 0; t < c.iterations; ++t) {
     if (!reader.next(b)) {
@@ -66,13 +74,26 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels[i] = static_cast<float>(b.label(i));
     }
-    // Every key's row (one-hot: the model's input; multi-hot: pooled into it).
-    auto leaf = torch::empty({static_cast<std::int64_t>(keys.size()), dim});
-    float* e = leaf.data_ptr<float>();
-    for (std::size_t i = 0; i < keys.size(); ++i) std::memcpy(e + i * dim, &r.rows[keys[i] * dim], dim * sizeof(float));
-    leaf.set_requires_grad(true);
-    const torch::Tensor emb =
-        (bags.empty() ? leaf : pool_bags(leaf, bag_index(bags, c.model.pooling, torch::kCPU))).view({n, static_cast<std::int64_t>(T), dim});
+    // The batch's distinct rows, and each key's, in first-appearance order.
+    index.clear();
+    order.clear();
+    ids.resize(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
+      if (fresh) order.push_back(keys[i]);
+      ids[i] = *p;
+    }
+    values.resize(order.size());
+    grads.resize(order.size());
+    sums.assign(order.size() * dim, 0.0f);
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      values[j] = &r.rows[order[j] * dim];
+      grads[j] = &sums[j * dim];
+    }
+    // The worker's embedding path: the model's input pooled from the rows, and each
+    // row's gradient summed over the batch in key order.
+    torch::Tensor emb = path.forward(ids, bags, values, dim).view({n, static_cast<std::int64_t>(T), dim});
+    emb.set_requires_grad(true);
     opt->zero_grad();
     auto logits = model->forward(torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}), emb);
     auto loss = torch::binary_cross_entropy_with_logits(logits, torch::from_blob(labels.data(), {n}), {}, {}, at::Reduction::Sum) /
@@ -80,21 +101,8 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
     loss.backward();
     opt->step();
     r.losses.push_back(loss.item<double>());
-    // Sum each row's gradient over the batch, then one optimizer step per row.
-    auto g = leaf.grad().contiguous();
-    const float* gp = g.data_ptr<float>();
-    U64Map<std::uint32_t> index;
-    std::vector<Key> order;
-    std::vector<float> sums;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
-      if (fresh) {
-        order.push_back(keys[i]);
-        sums.resize(sums.size() + dim, 0.0f);
-      }
-      float* s = &sums[static_cast<std::size_t>(*p) * dim];
-      for (std::uint32_t d = 0; d < dim; ++d) s[d] += gp[i * dim + d];
-    }
+    path.backward(ids, bags, emb.grad(), grads, dim);
+    // One optimizer step per row.
     for (std::size_t j = 0; j < order.size(); ++j) {
       ps::apply(sparse, sparse.lr, dim, &r.rows[order[j] * dim], &states[order[j] * state], &sums[j * dim]);
     }

@@ -27,6 +27,7 @@
 #include "report/run_report.h"
 #include "stages/compute_step.h"
 #include "stages/loader.h"
+#include "stages/phase_clock.h"
 #include "stages/ps_exchange.h"
 #include "stages/replicas.h"
 #include "stages/row_updates.h"
@@ -51,7 +52,7 @@ class Worker {
   void make_stages(const scheduler::SchedulerConfig& sc);
   // One iteration, through the stages in order. With prefetch, takes the next step from
   // the loader into `ahead` (unless s is the last) and starts its prefetched pulls.
-  void train(Step& s, Loader& loader, std::optional<Step>& ahead);
+  void train(Step& s, Loader& loader, std::optional<Step>& ahead, PhaseClock& clock);
   // After iteration s: the flush an evaluation, a checkpoint or the end needs.
   void flush(const Step& s);
   TrainSummary finish(std::uint64_t end, double seconds);
@@ -95,6 +96,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   CheckpointLife::check(c_);
   job_.join(*ds_);
   scheduler::set_hosts(sc, c_, job_.hosts().host_of, job_.hosts().host_of[job_.rank()]);
+  sc.id_rows_for = static_cast<int>(job_.rank());  // each id's row in this worker's plans: no lookup per id
   report_->set_rank(job_.rank());
   life_.emplace(c_, job_);
   collective_.emplace(c_, c_.workers, job_.control(), job_.rank(), device_, job_.hosts());
@@ -138,15 +140,9 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
   compute_.emplace(*model_, *optimizer_, *collective_, *replicas_, device_, c_, dim, ps.optimizer, wire_);
 }
 
-void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
+void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead, PhaseClock& clock) {
   const scheduler::StepPlan& p = s.plan;
   const std::uint64_t t = s.iteration;
-  // Each phase's wall time: the stopwatch is read and restarted at its end.
-  Stopwatch clock;
-  auto lap = [&clock](double& phase) {
-    phase += clock.seconds();
-    clock.reset();
-  };
   // sync: the rows applied within the host last iteration first; partial gradients and
   // dirty values other workers need, acknowledged.
   const ps::OptimizerConfig& optimizer = job_.ps_config().optimizer;
@@ -156,11 +152,11 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // cache is restored (below). (Its sync pushes are all of flushed rows: none is made.)
   const bool restoring = t == life_->first() && t > 0;
   if (!restoring) host_->hand_values(p, s.host.peer);
-  lap(phases_.sync);
+  clock.lap(&PhaseTimes::sync);
   // commit: after every worker's sync pushes; flagged for checkpoints and stops.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_commit(t));
   life_->commit(*exchange_, t);
-  lap(phases_.commit);
+  clock.lap(&PhaseTimes::commit);
   // pulls: a resumed job's cached rows, evictions and pulls; with prefetch, t + 1's plan
   // is ready (the loader plans ahead): its rows whose PS copy is final travel now.
   if (!s.restore.empty()) exchange_->restore(s.restore, t);
@@ -179,28 +175,29 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead) {
   // A PS disk tier reads the rows of an iteration --lookahead ahead meanwhile.
   if (!s.hint_keys.empty()) exchange_->hint(s.hint_keys, s.hint_iteration);
   if (c_.prefetch && !s.last) {
+    clock.lap(&PhaseTimes::pull);
     ahead = loader.next();
+    clock.lap(&PhaseTimes::wait);
     exchange_->prefetch(ahead->plan, t, ahead->host);
   }
-  lap(phases_.pull);
-  // compute: the dense model stepped first (t - 1's all-reduce, when it overlapped this
-  // PS exchange), then gather, forward, backward.
-  compute_->wait_allreduce();
-  lap(phases_.allreduce);
-  const U64Map<std::uint32_t> row_of = index_rows(p);
-  compute_->forward_backward(s, row_of, *cache_);
-  lap(phases_.compute);
-  // all-reduce: dense gradients and loss summed, row gradients into the cache.
-  compute_->allreduce(*cache_, s.flush);
-  lap(phases_.allreduce);
+  clock.lap(&PhaseTimes::pull);
+  // The dense model stepped first (t - 1's all-reduce, when it overlapped this PS
+  // exchange); the rows pooled, the model's forward and backward.
+  compute_->wait_allreduce(clock);
+  compute_->embed(s, *cache_);
+  clock.lap(&PhaseTimes::embedding);
+  compute_->forward_backward(s);
+  clock.lap(&PhaseTimes::compute);
+  // Dense gradients and loss summed, the bags' gradients into the rows.
+  compute_->allreduce(s.flush, clock);
   // pushes: full-set policies' end pushes (they read the row gradients).
-  exchange_->end_pushes(p, row_of, t, s.host.end, host_->hand_grads(s.host.end, slots_of(p.end_pushes)));
-  lap(phases_.push);
+  exchange_->end_pushes(p, t, s.host.end, host_->hand_grads(s.host.end, slots_of(p.end_pushes)));
+  clock.lap(&PhaseTimes::push);
   // row updates: peer sync's gradients to their host's applier; local optimizer for rows
   // trained here alone (or applied in the host), partials kept, drops.
   host_->start_apply(p, s.host.apply);
   update_rows(p, t, on_demand_, optimizer, *cache_, *exchange_);
-  lap(phases_.update);
+  clock.lap(&PhaseTimes::update);
 }
 
 void Worker::flush(const Step& s) {
@@ -241,19 +238,25 @@ TrainSummary Worker::run() {
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped
   CheckpointLife::StopWindow stop_window = life_->stop_window();
   std::optional<Step> ahead;  // the next step, taken early for its prefetches
+  PhaseClock clock(phases_, device_);
   for (std::uint64_t t = first; t < c_.iterations; ++t) {
     Stopwatch it_clock;
+    report_->begin(wire_, phases_);
+    const double waited = phases_.wait;
     Step s = ahead ? std::move(*ahead) : loader.next();
     ahead.reset();
-    const double wait_ms = it_clock.millis();
+    clock.lap(&PhaseTimes::wait);
     if (auto why = job_.control().failure()) throw JobFailed("job failed: " + *why);
-    report_->begin(wire_, phases_);
-    train(s, loader, ahead);
+    train(s, loader, ahead, clock);
     life_->check_stop(s);
-    if (s.flush) flush(s);
+    if (s.flush) {
+      flush(s);
+      clock.lap(&PhaseTimes::flush);
+    }
     take_tallies();
-    report_->iteration(s, it_clock.millis(), wait_ms, compute_->loss_known() ? std::optional(compute_->loss()) : std::nullopt, wire_,
-                       phases_);
+    report_->iteration(s, it_clock.millis(), (phases_.wait - waited) * 1e3,
+                       compute_->loss_known() ? std::optional(compute_->loss()) : std::nullopt, wire_, phases_);
+    clock.lap(&PhaseTimes::update);  // the iteration's bookkeeping
     if (s.last) {
       end = t + 1;
       break;

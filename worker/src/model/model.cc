@@ -251,30 +251,6 @@ std::shared_ptr<CtrModel> load_model_file(const ModelConfig& c) {
 
 }  // namespace
 
-BagIndex bag_index(const std::vector<std::uint32_t>& offsets, const std::string& pooling, torch::Device device) {
-  check_pooling(pooling);
-  BagIndex out;
-  out.bags = offsets.empty() ? 0 : static_cast<std::int64_t>(offsets.size()) - 1;
-  const std::int64_t keys = offsets.empty() ? 0 : offsets.back();
-  std::vector<std::int64_t> bag_of(static_cast<std::size_t>(keys));
-  std::vector<float> weight(pooling == "mean" ? static_cast<std::size_t>(keys) : 0);
-  for (std::int64_t b = 0; b < out.bags; ++b) {
-    const std::uint32_t begin = offsets[static_cast<std::size_t>(b)], end = offsets[static_cast<std::size_t>(b) + 1];
-    for (std::uint32_t k = begin; k < end; ++k) {
-      bag_of[k] = b;
-      if (!weight.empty()) weight[k] = 1.0f / static_cast<float>(end - begin);
-    }
-  }
-  out.bag_of = torch::tensor(bag_of, torch::kInt64).to(device);
-  if (!weight.empty()) out.weight = torch::from_blob(weight.data(), {keys, 1}, torch::kFloat32).to(device).clone();
-  return out;
-}
-
-torch::Tensor pool_bags(const torch::Tensor& rows, const BagIndex& index) {
-  auto pooled = torch::zeros({index.bags, rows.size(1)}, rows.options().requires_grad(false));
-  return pooled.index_add(0, index.bag_of, index.weight.defined() ? rows * index.weight : rows);
-}
-
 std::shared_ptr<CtrModel> make_model(const ModelConfig& c) {
   if (c.dim == 0 || c.num_tables == 0) throw ConfigError("a model needs at least one table and dim > 0");
   check_pooling(c.pooling);

@@ -37,14 +37,15 @@ class HostRowCache final : public RowCache {
   void read_grads(std::span<const std::uint32_t> slots, std::vector<float>& out) override {
     for (std::uint32_t s : slots) out.insert(out.end(), c_.grad(s), c_.grad(s) + c_.dim());
   }
-  torch::Tensor gather(const std::vector<std::uint32_t>& slots) override {
-    auto t = torch::empty({static_cast<std::int64_t>(slots.size()), static_cast<std::int64_t>(c_.dim())});
-    c_.gather(slots.data(), slots.size(), t.data_ptr<float>());
-    return t;
-  }
   void scatter_add_grad(const std::vector<std::uint32_t>& slots, const torch::Tensor& grads) override {
     auto g = grads.contiguous();
     c_.scatter_add_grad(slots.data(), slots.size(), g.data_ptr<float>());
+  }
+  void row_pointers(std::span<const std::uint32_t> slots, std::vector<const float*>& values, std::vector<float*>& grads) override {
+    for (std::uint32_t s : slots) {
+      values.push_back(c_.value(s));
+      grads.push_back(c_.grad(s));
+    }
   }
   void apply(std::span<const std::uint32_t> slots, const ps::OptimizerConfig& opt, float lr) override {
     for (std::uint32_t s : slots) {
@@ -101,9 +102,16 @@ class TensorRowCache final : public RowCache {
     if (slots.empty()) return;
     append(grads_.index_select(0, slot_index(slots, device_)), out);
   }
-  torch::Tensor gather(const std::vector<std::uint32_t>& slots) override { return values_.index_select(0, slot_index(slots, device_)); }
   void scatter_add_grad(const std::vector<std::uint32_t>& slots, const torch::Tensor& grads) override {
     grads_.index_add_(0, slot_index(slots, device_), grads.to(device_));
+  }
+  void row_pointers(std::span<const std::uint32_t> slots, std::vector<const float*>& values, std::vector<float*>& grads) override {
+    const float* v = values_.data_ptr<float>();
+    float* g = grads_.data_ptr<float>();
+    for (std::uint32_t s : slots) {
+      values.push_back(v + static_cast<std::size_t>(s) * dim_);
+      grads.push_back(g + static_cast<std::size_t>(s) * dim_);
+    }
   }
   void apply(std::span<const std::uint32_t> slots, const ps::OptimizerConfig& c, float lr) override {
     if (slots.empty()) return;

@@ -8,6 +8,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/scheduler/global_batch.h"
+#include "ember/worker/embedding_path.h"
 #include "ember/worker/metrics.h"
 
 namespace ember::worker {
@@ -51,8 +52,8 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
     if (bags.empty()) {
       emb = torch::from_blob(rows.data(), {rows_n, static_cast<std::int64_t>(T), dim}, torch::kFloat32).to(device);
     } else {
-      auto flat = torch::from_blob(rows.data(), {static_cast<std::int64_t>(keys.size()), dim}, torch::kFloat32).to(device);
-      emb = pool_bags(flat, bag_index(bags, c.model.pooling, device)).view({rows_n, static_cast<std::int64_t>(T), dim});
+      auto flat = torch::from_blob(rows.data(), {static_cast<std::int64_t>(keys.size()), dim}, torch::kFloat32);
+      emb = pool_bags(flat, bags, c.model.pooling).view({rows_n, static_cast<std::int64_t>(T), dim}).to(device);
     }
     auto x = torch::from_blob(dense.data(), {rows_n, static_cast<std::int64_t>(D)}, torch::kFloat32).to(device);
     auto p = torch::sigmoid(model.forward(x, emb)).to(torch::kCPU).contiguous();

@@ -49,13 +49,27 @@ json counts_json(const WireCounts& w) {
 
 // The phases' times since `since`, scaled (1: seconds, 1e3: milliseconds).
 json phase_json(const PhaseTimes& now, const PhaseTimes& since, double scale) {
-  return {{"sync", (now.sync - since.sync) * scale},
-          {"commit", (now.commit - since.commit) * scale},
-          {"pull", (now.pull - since.pull) * scale},
-          {"compute", (now.compute - since.compute) * scale},
-          {"allreduce", (now.allreduce - since.allreduce) * scale},
-          {"push", (now.push - since.push) * scale},
-          {"update", (now.update - since.update) * scale}};
+  json j = json::object();
+  for (const auto& [name, field] : PhaseTimes::kNamed) j[name] = (now.*field - since.*field) * scale;
+  return j;
+}
+
+// The phases' shares of the time between `since` and `now`, the largest first, those
+// under 1% left out: "embedding 41%, compute 22%, ...".
+std::string phase_shares(const PhaseTimes& now, const PhaseTimes& since) {
+  std::vector<std::pair<double, const char*>> parts;
+  double all = 0;
+  for (const auto& [name, field] : PhaseTimes::kNamed) {
+    parts.emplace_back(now.*field - since.*field, name);
+    all += parts.back().first;
+  }
+  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out;
+  for (const auto& [t, name] : parts) {
+    if (all <= 0 || t < 0.01 * all) continue;
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : ", ", name, 100 * t / all);
+  }
+  return out;
 }
 
 // One link class's traffic (summary.json "links", docs/cluster.md#traffic-per-link).
@@ -96,12 +110,9 @@ struct RunReport::Live {
     out.counter("ember_worker_samples_total", "Samples this worker trained", r, d(samples));
     out.gauge("ember_worker_loss", "Training loss of the last iteration", r, loss);
     out.counter("ember_worker_loader_wait_seconds_total", "Time spent waiting for the loader's next plan", r, wait_s);
-    const std::pair<const char*, double> phases_s[] = {{"sync", phases.sync},       {"commit", phases.commit},       {"pull", phases.pull},
-                                                       {"compute", phases.compute}, {"allreduce", phases.allreduce}, {"push", phases.push},
-                                                       {"update", phases.update}};
-    for (const auto& [phase, s] : phases_s)
+    for (const auto& [phase, field] : PhaseTimes::kNamed)
       out.counter("ember_worker_phase_seconds_total", "Wall time per phase of the iteration (docs/training.md#phases)",
-                  {{"rank", rank}, {"phase", phase}}, s);
+                  {{"rank", rank}, {"phase", phase}}, phases.*field);
     // Rows by kind and direction: in from the PS, out to it, or summed over the workers.
     // The kinds are an interface (dashboards, scripts): hot_* name the replicated rows.
     const char* rows_help = "Embedding rows moved, by kind and direction (in: from the PS, out: to it, allreduce: among workers)";
@@ -286,13 +297,15 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, std::optiona
   // Bytes that left or reached this host (worker 0's): shown where the job spans hosts.
   const auto across = [](const WireCounts& w) { return w.links.cross_host.out() + w.links.cross_host.in(); };
   const std::uint64_t cross = across(wire) - across(at_window_);
-  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB{}", t + 1,
+  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB{} | {}", t + 1,
                c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss ? fmt::format("{:.4f}", *loss) : std::string("-"),
                hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0, wire.rows.pulls - at_window_.rows.pulls,
                wire.pushes() - at_window_.pushes(), static_cast<double>(wire.bytes().total() - at_window_.bytes().total()) / 1e6,
-               cross > 0 ? fmt::format(" | worker 0 across hosts {:.2f} MB", static_cast<double>(cross) / 1e6) : std::string());
+               cross > 0 ? fmt::format(" | worker 0 across hosts {:.2f} MB", static_cast<double>(cross) / 1e6) : std::string(),
+               phase_shares(phases, phases_at_window_));
   window_.reset();
   at_window_ = wire;
+  phases_at_window_ = phases;
 }
 
 void RunReport::evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples) {
@@ -346,13 +359,7 @@ void RunReport::summary(const TrainSummary& sum) {
     j["recovery_s"] = restarts_.recovery_s ? json(*restarts_.recovery_s) : json(nullptr);
   }
   write(j.dump());
-  const PhaseTimes& f = sum.phases;
-  const double all = std::max(1e-9, f.total());
-  auto pct = [all](double x) { return 100 * x / all; };
-  spdlog::info(
-      "worker {}: time per phase: PS sync {:.0f}%, barrier + commit {:.0f}%, pulls {:.0f}%, model {:.0f}%, all-reduce {:.0f}%, "
-      "pushes {:.0f}%, updates {:.0f}% (of {:.1f} s)",
-      sum.rank, pct(f.sync), pct(f.commit), pct(f.pull), pct(f.compute), pct(f.allreduce), pct(f.push), pct(f.update), f.total());
+  spdlog::info("worker {}: time per phase: {} (of {:.1f} s)", sum.rank, phase_shares(sum.phases, PhaseTimes{}), sum.phases.total());
 }
 
 }  // namespace ember::worker

@@ -54,7 +54,7 @@ class RunReport {
   std::ofstream metrics_;
   double global_n_;
   WireCounts before_, at_window_;
-  PhaseTimes phases_before_;
+  PhaseTimes phases_before_, phases_at_window_;
   Stopwatch window_;
   std::uint64_t window_first_ = 0;
   Restarts restarts_;

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "ember/common/error.h"
+
 namespace ember::worker {
 
 ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Collective& collective, Replicas& replicas,
@@ -15,58 +17,78 @@ ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Co
       num_dense_(c.model.num_dense),
       global_n_(c.workers * c.batch_per_worker),
       dim_(dim),
-      pooling_(c.model.pooling),
       sparse_(sparse),
       overlap_(c.overlap_allreduce),
-      wire_(wire) {}
+      wire_(wire),
+      path_(device, c.model.pooling) {}
 
-void ComputeStep::forward_backward(Step& s, const U64Map<std::uint32_t>& row_of, RowCache& cache) {
+void ComputeStep::embed(const Step& s, RowCache& cache) {
   const scheduler::StepPlan& p = s.plan;
-  const auto n = static_cast<std::int64_t>(p.samples.size());
-  const std::size_t cells = s.keys.size();  // n x tables, or every id of the samples' bags
-  slots_.clear();
-  replica_h_.clear();
-  cached_pos_.clear();
-  replica_pos_.clear();
+  if (p.id_rows.size() != s.keys.size()) {
+    throw Error("iteration " + std::to_string(s.iteration) + ": the plan maps " + std::to_string(p.id_rows.size()) + " ids, the step has " +
+                std::to_string(s.keys.size()));
+  }
+  // The distinct rows: the plan's (cache slots, staged ones included), then the global
+  // batch's replicated rows, whose values travel to the device for the step.
+  const std::size_t R = p.rows.size();
+  slots_.resize(R);
+  for (std::size_t j = 0; j < R; ++j) slots_[j] = p.rows[j].slot;
+  values_.clear();
+  grads_.clear();
+  cache.row_pointers(slots_, values_, grads_);
   replicated_ = p.replicated;
-  slots_.reserve(cells);
-  for (std::size_t i = 0; i < cells; ++i) {
-    if (const std::uint32_t* h = replicas_.find(s.keys[i])) {
-      replica_pos_.push_back(static_cast<std::int64_t>(i));
+  replica_h_.clear();
+  id_rows_ = &p.id_rows;
+  if (!replicated_.empty()) {
+    for (Key k : replicated_) {
+      const std::uint32_t* h = replicas_.find(k);
+      if (h == nullptr) throw Error("the plan lists row " + std::to_string(k) + " as replicated; this worker holds no replica of it");
       replica_h_.push_back(*h);
-    } else {
-      cached_pos_.push_back(static_cast<std::int64_t>(i));
-      slots_.push_back(p.rows[*row_of.find(s.keys[i])].slot);
     }
+    replica_values_ = replicas_.values(replica_h_).to(device_).contiguous();
+    replica_grads_ = torch::zeros_like(replica_values_);
+    for (std::size_t j = 0; j < replicated_.size(); ++j) {
+      values_.push_back(replica_values_.data_ptr<float>() + j * dim_);
+      grads_.push_back(replica_grads_.data_ptr<float>() + j * dim_);
+    }
+    // The ids of replicated rows renumbered past the plan's rows.
+    ids_.resize(p.id_rows.size());
+    for (std::size_t i = 0; i < ids_.size(); ++i) {
+      const std::uint32_t r = p.id_rows[i];
+      ids_[i] = (r & scheduler::StepPlan::kReplicatedRow) ? static_cast<std::uint32_t>(R) + (r & ~scheduler::StepPlan::kReplicatedRow) : r;
+    }
+    id_rows_ = &ids_;
   }
-  torch::Tensor emb_flat;
-  if (replica_pos_.empty()) {
-    emb_flat = cache.gather(slots_);
-  } else {
-    // Positions of the cached and the replicated rows in the batch, on the device (used forward and backward).
-    cached_idx_ = torch::tensor(cached_pos_).to(device_);
-    replica_idx_ = torch::tensor(replica_pos_).to(device_);
-    emb_flat = torch::empty({static_cast<std::int64_t>(cells), static_cast<std::int64_t>(dim_)}, torch::TensorOptions().device(device_));
-    if (!cached_pos_.empty()) emb_flat.index_copy_(0, cached_idx_, cache.gather(slots_));
-    emb_flat.index_copy_(0, replica_idx_, replicas_.values(replica_h_).to(device_));
-  }
-  // One-hot: the rows are the model's input; multi-hot: pooled bag by bag into it, so
-  // that the gradient reaching each row is its bag's.
-  const std::int64_t T = num_tables_;
-  torch::Tensor leaf = s.bags.empty() ? emb_flat.view({n, T, dim_}) : emb_flat;
-  leaf.set_requires_grad(true);
-  torch::Tensor emb = s.bags.empty() ? leaf : pool_bags(leaf, bag_index(s.bags, pooling_, device_)).view({n, T, dim_});
+  bags_ = &s.bags;
+  const auto n = static_cast<std::int64_t>(p.samples.size());
+  input_ = path_.forward(*id_rows_, s.bags, values_, dim_).view({n, static_cast<std::int64_t>(num_tables_), static_cast<std::int64_t>(dim_)});
+  input_.set_requires_grad(true);
+}
+
+void ComputeStep::forward_backward(Step& s) {
+  const auto n = static_cast<std::int64_t>(s.plan.samples.size());
   auto dense = torch::from_blob(s.dense.data(), {n, static_cast<std::int64_t>(num_dense_)}, torch::kFloat32).to(device_);
   auto labels = torch::from_blob(s.labels.data(), {n}, torch::kFloat32).to(device_);
   optimizer_.zero_grad();
-  auto logits = model_.forward(dense, emb);
+  auto logits = model_.forward(dense, input_);
   loss_ = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n_);
   loss_.backward();
-  emb_grad_ = leaf.grad().reshape({-1, static_cast<std::int64_t>(dim_)});
 }
 
-void ComputeStep::allreduce(RowCache& cache, bool flush) {
-  if (!replica_pos_.empty()) replicas_.add_grads(replica_h_, emb_grad_.index_select(0, replica_idx_).to(torch::kCPU));
+void ComputeStep::embedding_backward() {
+  path_.backward(*id_rows_, *bags_, input_.grad(), grads_, dim_);
+  if (!replicated_.empty()) replicas_.add_grads(replica_h_, replica_grads_.to(torch::kCPU));
+  input_ = torch::Tensor();
+  replica_values_ = replica_grads_ = torch::Tensor();
+}
+
+void ComputeStep::allreduce(bool flush, PhaseClock& clock) {
+  // The replicated rows' gradients are summed with the dense ones: added up first.
+  const bool replicated = !replicated_.empty();
+  if (replicated) {
+    embedding_backward();
+    clock.lap(&PhaseTimes::embedding);
+  }
   std::vector<torch::Tensor> parts;
   for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
   parts.push_back(loss_.detach().reshape(1));
@@ -76,19 +98,17 @@ void ComputeStep::allreduce(RowCache& cache, bool flush) {
   // overlaps anything: the same sums, so the same model.
   flat_.assign(1, collective_.on_device() ? torch::cat(parts) : torch::cat(parts).to(torch::kCPU));
   reduced_ = collective_.start_allreduce(flat_);
+  loss_ = torch::Tensor();  // the step's graph is not needed past here (the loss is in flat_)
+  clock.lap(&PhaseTimes::allreduce);
   // The row gradients into the cache while the sum runs (they do not wait for it).
-  if (replica_pos_.empty()) {
-    cache.scatter_add_grad(slots_, emb_grad_);
-  } else if (!cached_pos_.empty()) {
-    cache.scatter_add_grad(slots_, emb_grad_.index_select(0, cached_idx_));
+  if (!replicated) {
+    embedding_backward();
+    clock.lap(&PhaseTimes::embedding);
   }
-  // The step's graph and row gradients are not needed past here (the loss is in flat_).
-  loss_ = torch::Tensor();
-  emb_grad_ = torch::Tensor();
-  if (!overlap_ || flush) wait_allreduce();
+  if (!overlap_ || flush) wait_allreduce(clock);
 }
 
-void ComputeStep::wait_allreduce() {
+void ComputeStep::wait_allreduce(PhaseClock& clock) {
   if (!reduced_) return;
   std::exchange(reduced_, nullptr)();
   wire_.allreduce_bytes += static_cast<std::uint64_t>(flat_[0].numel()) * 4;
@@ -100,9 +120,11 @@ void ComputeStep::wait_allreduce() {
   }
   loss_mean_ = flat_[0][off].item<double>();
   loss_known_ = true;
+  clock.lap(&PhaseTimes::allreduce);
   if (!replicas_.empty()) wire_.rows.hot_sync += replicas_.apply(flat_[0], off + 1, sparse_);
   flat_.clear();
   optimizer_.step();
+  clock.lap(&PhaseTimes::dense_step);
 }
 
 }  // namespace ember::worker

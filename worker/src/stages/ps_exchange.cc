@@ -10,11 +10,16 @@ namespace ember::worker {
 using scheduler::EvictKind;
 using scheduler::StepPlan;
 
+namespace {
+
+// Each distinct row of a plan (StepPlan::rows) by key: its index there.
 U64Map<std::uint32_t> index_rows(const StepPlan& p) {
   U64Map<std::uint32_t> row_of;
   for (std::uint32_t j = 0; j < p.rows.size(); ++j) row_of.try_emplace(p.rows[j].key, j);
   return row_of;
 }
+
+}  // namespace
 
 std::vector<std::uint32_t> slots_of(const std::vector<scheduler::KeySlot>& list) {
   std::vector<std::uint32_t> slots;
@@ -241,9 +246,9 @@ void PsExchange::pull(const StepPlan& p, std::uint64_t t, const HostPlans& h, co
   wire_.rows.hits += p.rows.size() - p.pulls.size();
 }
 
-void PsExchange::end_pushes(const StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h,
-                            const HandedGrads& received) {
+void PsExchange::end_pushes(const StepPlan& p, std::uint64_t t, const HandOffs& h, const HandedGrads& received) {
   if (p.end_pushes.empty() && !h.any) return;
+  const U64Map<std::uint32_t> row_of = index_rows(p);  // the pushed rows' trainer counts
   GradBatch b;
   std::vector<std::uint32_t> row(p.end_pushes.size());
   for (std::size_t i = 0; i < p.end_pushes.size(); ++i) {

@@ -30,9 +30,6 @@
 
 namespace ember::worker {
 
-// Each distinct row of a plan (StepPlan::rows) by key: its index there.
-U64Map<std::uint32_t> index_rows(const scheduler::StepPlan& p);
-
 // What the shards said in a commit's acknowledgements.
 struct CommitNews {
   std::vector<std::uint64_t> checkpoints_at;  // checkpoints asked for on command, still ahead
@@ -74,7 +71,7 @@ class PsExchange {
   void hint(const std::vector<Key>& keys, std::uint64_t iteration);
   // Full-set sync: every trained row's gradient, with its trainer count (`h`, `handed`:
   // as for sync_pushes).
-  void end_pushes(const scheduler::StepPlan& p, const U64Map<std::uint32_t>& row_of, std::uint64_t t, const HandOffs& h = {},
+  void end_pushes(const scheduler::StepPlan& p, std::uint64_t t, const HandOffs& h = {},
                   const HandedGrads& handed = {});
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
   // stays in the cache until a plan pushes it.

@@ -72,6 +72,9 @@ struct SchedulerConfig {
   // A scheduler of every worker lists its evictions too (Scheduler::evictions;
   // benchmarks replay them to one host's scheduler).
   bool list_evictions = false;
+  // The worker whose plans carry id_rows (StepPlan): a worker's own rank; -1: none (the
+  // simulator and the benchmarks need no per-id output).
+  int id_rows_for = -1;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> replicated;

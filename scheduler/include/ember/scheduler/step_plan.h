@@ -122,6 +122,11 @@ struct StepPlan {
   // A flush's, worker 0's only: replicated rows trained since the last flush, whose
   // replica values (and state) go back to the PS.
   std::vector<Key> replicated_flush;
+  // With SchedulerConfig::id_rows_for, that worker's: each id of its samples (in sample
+  // order, then the batch's order) as an index into `rows`, or kReplicatedRow | an index
+  // into `replicated`. The embedding path needs no lookup per id.
+  std::vector<std::uint32_t> id_rows;
+  static constexpr std::uint32_t kReplicatedRow = 0x80000000u;
 
   void clear();
 };

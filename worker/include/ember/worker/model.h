@@ -32,20 +32,6 @@ class CtrModel : public torch::nn::Module {
 // dataset's shape, has no parameters, or is not the file it was trained from.
 std::shared_ptr<CtrModel> make_model(const ModelConfig& config);
 
-// Multi-hot batches: the bag each key position belongs to, and its weight under the
-// pooling (1 for sum, 1 / bag size for mean), on a device.
-struct BagIndex {
-  torch::Tensor bag_of;  // [keys] int64
-  torch::Tensor weight;  // [keys, 1] float; undefined for sum
-  std::int64_t bags = 0;
-};
-// `offsets`: bag b holds key positions [offsets[b], offsets[b + 1]) (bags + 1 entries).
-BagIndex bag_index(const std::vector<std::uint32_t>& offsets, const std::string& pooling, torch::Device device);
-// rows [keys, dim] -> [bags, dim]: each bag's rows summed (or averaged), in position
-// order; an empty bag is zeros. Differentiable in `rows`: each position's gradient is
-// its bag's (times its weight).
-torch::Tensor pool_bags(const torch::Tensor& rows, const BagIndex& index);
-
 // A model file's module with the model's current parameters, on the CPU, in eval mode
 // (ember-export writes it). ConfigError for a built-in model.
 torch::jit::Module scripted_copy(CtrModel& model);

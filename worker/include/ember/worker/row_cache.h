@@ -38,10 +38,11 @@ class RowCache {
   virtual void read_rows(std::span<const std::uint32_t> slots, std::vector<float>& out) = 0;
   // Appends each slot's gradient sum.
   virtual void read_grads(std::span<const std::uint32_t> slots, std::vector<float>& out) = 0;
-  // The rows of `slots` as a [n, dim] tensor on device() (a fresh leaf, not a view).
-  virtual torch::Tensor gather(const std::vector<std::uint32_t>& slots) = 0;
   // grad(slots[i]) += grads[i] ([n, dim] on device()).
   virtual void scatter_add_grad(const std::vector<std::uint32_t>& slots, const torch::Tensor& grads) = 0;
+  // Where each slot's value and gradient sum live on device() (dim floats each), for the
+  // fused embedding path (embedding_path.h): appended to `values` and `grads`.
+  virtual void row_pointers(std::span<const std::uint32_t> slots, std::vector<const float*>& values, std::vector<float*>& grads) = 0;
   // One optimizer step with each slot's gradient sum, then zero gradients.
   virtual void apply(std::span<const std::uint32_t> slots, const ps::OptimizerConfig& opt, float lr) = 0;
   virtual void zero_grad(std::span<const std::uint32_t> slots) = 0;

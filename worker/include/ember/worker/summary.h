@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "ember/ps/ps_client.h"
 #include "ember/scheduler/step_plan.h"
@@ -68,17 +69,40 @@ struct WireCounts {
   std::uint64_t bytes_in() const;
 };
 
-// Where a worker's iterations spent their wall time, in seconds: the PS exchanges
-// (sync pushes before the barrier; the barrier and the commit, which includes waiting
-// for slower workers; write-backs, evictions and pulls; the full-set pushes after
-// training), the model (gather, forward, backward), the dense all-reduce and optimizer
-// step (with the row gradients scattered into the cache while the sum runs), and the
-// local updates of the cached rows. Excludes waiting for the loader and the evaluation
-// flushes.
+// Where a worker's iterations spent their wall time, in seconds; the phases add up to
+// the training loop's wall time (docs/training.md "Phases"):
+//   wait        for the loader's next step (the scheduler running behind);
+//   sync        sync pushes before the barrier; commit: the barrier (slower workers) and
+//               the commit; pull: write-backs, evictions and pulls; push: the full-set
+//               pushes after training;
+//   embedding   the fused embedding path: rows gathered and pooled into the model's input,
+//               and the bags' gradients added into the rows' accumulators;
+//   compute     the dense model's forward and backward;
+//   allreduce   the collective alone (the dense gradients, the loss, the replicated rows'
+//               gradients), with the copies in and out of its flat buffer;
+//   dense_step  the dense optimizer's step (and the replicated rows' optimizer);
+//   update      the local updates of the cached rows, and the iteration's bookkeeping;
+//   flush       flushes for evaluations and checkpoints, the evaluation included.
+// On a GPU each phase ends with a device synchronization, so that queued kernels count
+// in the phase that queued them.
 struct PhaseTimes {
-  double sync = 0, commit = 0, pull = 0, compute = 0, allreduce = 0, push = 0, update = 0;
-  double total() const { return sync + commit + pull + compute + allreduce + push + update; }
+  double wait = 0, sync = 0, commit = 0, pull = 0, embedding = 0, compute = 0, allreduce = 0, dense_step = 0, push = 0, update = 0,
+         flush = 0;
+  double total() const;
+  // Each phase's name (summary.json, /metrics, the progress line), in iteration order.
+  using Field = double PhaseTimes::*;
+  static constexpr std::pair<const char*, Field> kNamed[] = {
+      {"wait", &PhaseTimes::wait},           {"sync", &PhaseTimes::sync},       {"commit", &PhaseTimes::commit},
+      {"pull", &PhaseTimes::pull},           {"embedding", &PhaseTimes::embedding}, {"compute", &PhaseTimes::compute},
+      {"allreduce", &PhaseTimes::allreduce}, {"dense_step", &PhaseTimes::dense_step}, {"push", &PhaseTimes::push},
+      {"update", &PhaseTimes::update},       {"flush", &PhaseTimes::flush}};
 };
+inline double PhaseTimes::total() const {
+  double t = 0;
+  for (const auto& [name, field] : kNamed) t += this->*field;
+  return t;
+}
+
 
 struct TrainSummary {
   std::uint32_t rank = 0;

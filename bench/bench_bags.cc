@@ -4,9 +4,10 @@
 // batch (built before the clock starts, as the scheduler's plan gives it to a worker).
 #include "bench_bags.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstring>
-#include <fmt/format.h>
 #include <thread>
 
 #include "bench_common.h"
@@ -121,7 +122,9 @@ int run_bags_bench(const BagsBenchOptions& o, bool json) {
   for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i % 97) * 1e-3f;
   out.text(fmt::format("{} rows of dim {}, {} thread(s), {} pooling; ns per id, median of {}\n\n", rows, o.dim, o.threads, o.pooling,
                        o.repeats));
-  out.text("| batch | ids/sample | bare gather-pool | bare scatter-add | bare total | fused forward | fused backward | fused total | fused / bare |\n");
+  out.text(
+      "| batch | ids/sample | bare gather-pool | bare scatter-add | bare total | fused forward | fused backward | fused total | fused / "
+      "bare |\n");
   out.text("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (std::uint32_t batch : o.batches) {
     const auto gbs = global_batches(ds, batch, o.count, offsets);
@@ -154,11 +157,19 @@ int run_bags_bench(const BagsBenchOptions& o, bool json) {
     }
     const double per_sample = static_cast<double>(ids) / (static_cast<double>(gbs.size()) * batch);
     const double bare = median(bf) + median(bb), fused = median(ff) + median(fb);
-    out.row({{"bench", "bags"},       {"batch", batch},          {"ids_per_sample", per_sample}, {"dim", o.dim},
-             {"threads", o.threads},  {"pooling", o.pooling},    {"bare_forward_ns_id", median(bf)},
-             {"bare_backward_ns_id", median(bb)},                {"bare_ns_id", bare},
-             {"fused_forward_ns_id", median(ff)},                {"fused_backward_ns_id", median(fb)},
-             {"fused_ns_id", fused},  {"fused_vs_bare", fused / bare}});
+    out.row({{"bench", "bags"},
+             {"batch", batch},
+             {"ids_per_sample", per_sample},
+             {"dim", o.dim},
+             {"threads", o.threads},
+             {"pooling", o.pooling},
+             {"bare_forward_ns_id", median(bf)},
+             {"bare_backward_ns_id", median(bb)},
+             {"bare_ns_id", bare},
+             {"fused_forward_ns_id", median(ff)},
+             {"fused_backward_ns_id", median(fb)},
+             {"fused_ns_id", fused},
+             {"fused_vs_bare", fused / bare}});
     out.text(fmt::format("| {} | {:.0f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {:.2f}x |\n", batch, per_sample, median(bf),
                          median(bb), bare, median(ff), median(fb), fused, fused / bare));
   }

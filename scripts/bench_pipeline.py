@@ -52,7 +52,9 @@ def main():
     p.add_argument("--iterations", type=int, default=40)
     p.add_argument("--threads", type=int, default=1, help="each worker's --torch-threads (and the bare loop's threads)")
     p.add_argument("--dim", type=int, default=16)
-    p.add_argument("--cache-ratio", type=float, default=0.1)
+    p.add_argument("--cache-ratio", type=float, default=0.25, help="one-hot jobs' cache, of every table's rows")
+    p.add_argument("--bags-cache-ratio", type=float, default=0.9,
+                   help="MLPerf bags' jobs' cache: a micro-batch of bags holds most of a small table's rows")
     p.add_argument("--repeats", type=int, default=1, help="jobs per case (medians)")
     p.add_argument("--python", default=sys.executable, help="a python3 with torch, for the null model")
     a = p.parse_args()
@@ -84,7 +86,7 @@ def main():
                         name = f"{data}-b{batch}-w{w}-{cfg.replace('+', '-')}-{rep}"
                         jo = work / name
                         worker = ["--model-file", null, "--torch-threads", a.threads, "--batch-per-worker", batch, "--iterations", a.iterations,
-                                  "--cache-ratio", a.cache_ratio, "--progress-every", 0, "--eval-samples", 1000]
+                                  "--cache-ratio", a.bags_cache_ratio if DATA[data] else a.cache_ratio, "--progress-every", 0, "--eval-samples", 1000]
                         sh([sys.executable, ROOT / "scripts" / "ember_launch.py", "--dataset", ds, "--ps", 1, "--workers", w, "--policy", policy,
                             "--bin", b, "--out", jo, "-q", "--timeout", 1800, "--ps-args", f"--dim {a.dim} --optimizer sgd --lr 0.05"]
                            + flags + ["--"] + [str(x) for x in worker])

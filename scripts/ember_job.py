@@ -259,6 +259,8 @@ def summarize(out, job, who="ember-job", quiet=False):
         # Prometheus endpoints of the shards, then the workers (--metrics-port; empty: off).
         "metrics_endpoints": list(job.get("metrics_endpoints") or []),
         "evals": evals,
+        # Worker 0's evaluations: the flushes before them and the evaluations themselves.
+        "eval_s": sum(e.get("seconds", 0.0) for e in evals),
         "per_iteration": [per_iter[k] for k in sorted(per_iter)],
     }
     # The shards' totals (ember-ps --summary-file): a checkpoint that failed to write is

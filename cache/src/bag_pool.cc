@@ -18,14 +18,12 @@ inline void prefetch_row_rw(const float* p, std::uint32_t dim) {
   for (std::uint32_t k = 0; k < dim; k += 16) __builtin_prefetch(p + k, 1, 1);
 }
 
-inline float bag_weight(const BagBatch& batch, std::size_t b) {
-  return 1.0f / static_cast<float>(batch.end(b) - batch.begin(b));
-}
+inline float bag_weight(const BagBatch& batch, std::size_t b) { return 1.0f / static_cast<float>(batch.end(b) - batch.begin(b)); }
 
 // Bags [b0, b1). One clone per vector width: the row loops vectorize inside each.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void forward_range(const BagBatch& batch, const float* const* rows,
-                                                                                  std::uint32_t dim, float* out, std::size_t b0,
-                                                                                  std::size_t b1) {
+                                                                                std::uint32_t dim, float* out, std::size_t b0,
+                                                                                std::size_t b1) {
   const std::uint32_t* ids = batch.rows.data();
   const std::size_t n = batch.ids();
   for (std::size_t b = b0; b < b1; ++b) {
@@ -47,8 +45,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void forward_range(
 
 // Rows [r0, r1), each adding its bags' gradients in id order.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void backward_range(const BagBatch& batch, const RowBags& lists,
-                                                                                   const float* grad_out, float* const* grads,
-                                                                                   std::uint32_t dim, std::size_t r0, std::size_t r1) {
+                                                                                 const float* grad_out, float* const* grads,
+                                                                                 std::uint32_t dim, std::size_t r0, std::size_t r1) {
   for (std::size_t r = r0; r < r1; ++r) {
     if (r + 4 < r1) prefetch_row_rw(grads[r + 4], dim);
     float* __restrict__ g = grads[r];
@@ -67,7 +65,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void backward_range
 
 // One thread: id by id, the order the row lists give each row.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void backward_serial(const BagBatch& batch, const float* grad_out,
-                                                                                    float* const* grads, std::uint32_t dim) {
+                                                                                  float* const* grads, std::uint32_t dim) {
   const std::uint32_t* ids = batch.rows.data();
   const std::size_t n = batch.ids();
   for (std::size_t b = 0; b < batch.bags(); ++b) {

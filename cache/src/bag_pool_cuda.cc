@@ -1,9 +1,10 @@
+#include "ember/cache/bag_pool_cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "bag_pool_kernels.h"
-#include "ember/cache/bag_pool_cuda.h"
 #include "ember/common/error.h"
 
 namespace ember::cache {
@@ -38,11 +39,12 @@ void CudaBagPool::forward(const BagBatch& batch, std::span<const float* const> r
   auto* ids = static_cast<const std::uint32_t*>(upload(ids_, batch.rows.data(), batch.rows.size_bytes(), stream));
   auto* offsets = static_cast<const std::uint32_t*>(upload(offsets_, batch.offsets.data(), batch.offsets.size_bytes(), stream));
   auto* pointers = static_cast<const float* const*>(upload(pointers_, rows.data(), rows.size_bytes(), stream));
-  check(static_cast<cudaError_t>(kernels::pool_forward(ids, offsets, bags, batch.mean, pointers, dim, out, stream)), "bag pool forward kernel");
+  check(static_cast<cudaError_t>(kernels::pool_forward(ids, offsets, bags, batch.mean, pointers, dim, out, stream)),
+        "bag pool forward kernel");
 }
 
-void CudaBagPool::backward(const BagBatch& batch, const float* grad_out, std::span<float* const> grads, std::uint32_t dim,
-                           RowBags& scratch, void* stream) {
+void CudaBagPool::backward(const BagBatch& batch, const float* grad_out, std::span<float* const> grads, std::uint32_t dim, RowBags& scratch,
+                           void* stream) {
   if (batch.ids() == 0) return;
   scratch.build(batch, grads.size());
   auto* start = static_cast<const std::uint32_t*>(upload(start_, scratch.start.data(), scratch.start.size() * 4, stream));

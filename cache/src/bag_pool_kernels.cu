@@ -65,8 +65,8 @@ int pool_forward(const std::uint32_t* ids, const std::uint32_t* offsets, std::si
 
 int pool_backward(const std::uint32_t* start, const std::uint32_t* bag, std::size_t distinct, const std::uint32_t* offsets, bool mean,
                   const float* grad_out, float* const* grads, std::uint32_t dim, void* stream) {
-  backward_kernel<<<blocks_for(distinct * dim), 256, 0, static_cast<cudaStream_t>(stream)>>>(start, bag, distinct, offsets, mean,
-                                                                                             grad_out, grads, dim);
+  backward_kernel<<<blocks_for(distinct * dim), 256, 0, static_cast<cudaStream_t>(stream)>>>(start, bag, distinct, offsets, mean, grad_out,
+                                                                                             grads, dim);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -55,11 +55,11 @@ IterationStats HostSchedulers::schedule(const GlobalBatch& batch, std::vector<St
   return all;
 }
 
-TrafficCounts HostSchedulers::flush(std::vector<StepPlan>& plans) {
+TrafficCounts HostSchedulers::flush(std::vector<StepPlan>& plans, bool evaluation) {
   plans.resize(config_.workers);
   TrafficCounts all;
   for (std::uint32_t h = 0; h < hosts(); ++h) {
-    all += hosts_[h].flush(mine_);
+    all += hosts_[h].flush(mine_, evaluation);
     take_plans(h, plans);
   }
   return all;

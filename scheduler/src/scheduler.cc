@@ -200,6 +200,11 @@ Scheduler::State::State(const SchedulerConfig& c)
   seen = KeyBits(c.num_keys);
   if (c.replicates()) replicated_trained = ReplicatedLog(c.num_keys);
   if (c.prefetch) pushed = PushMarks(c.num_keys);
+  evaluated = KeyBits(c.num_keys);  // none: an evaluation without a validation split flushes nothing
+  for (Key k : c.evaluated_rows) {
+    if (k < c.num_keys && evaluated.set(k)) evaluated_keys.push_back(k);
+  }
+  std::sort(evaluated_keys.begin(), evaluated_keys.end());
   if (c.admission != Admission::kNone) sketch = FrequencySketch(std::uint64_t{capacity} * c.workers);  // it counts every worker's rows
 }
 
@@ -398,7 +403,7 @@ IterationStats Scheduler::finish_iteration(std::vector<StepPlan>& plans) {
   return st;
 }
 
-TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
+TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
   check_evictions_applied("flush");
   State& s = *state_;
   const std::uint32_t W = config_.workers;
@@ -414,7 +419,7 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     for (std::uint32_t slot = 0; slot < lru.capacity(); ++slot) {
       if (!lru.occupied(slot)) continue;
       const Key k = lru.key_at(slot);
-      if (s.loc.flushed(k)) continue;
+      if (s.loc.flushed(k) || (evaluation && !s.evaluated.test(k))) continue;
       if (s.loc.owner(k) == w) {
         if (s.loc.dirty(k)) {
           plan.push_values.push_back({k, slot});
@@ -427,13 +432,19 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans) {
     }
   }
   // Every row with an update the PS lacks (a dirty owner's, partial holders') is now
-  // flushed, the other hosts' too: marked over the whole key space, as every host must.
-  for (Key k = 0; k < config_.num_keys; ++k) {
-    if (s.loc.flushed(k)) continue;
+  // flushed, the other hosts' too: marked over the whole key space (or the evaluated
+  // rows), as every host must.
+  auto mark = [&](Key k) {
+    if (s.loc.flushed(k)) return;
     const bool dirty_owner = s.loc.owner(k) != cache::LocationMap::kNoOwner && s.loc.dirty(k);
-    if (!dirty_owner && !s.loc.has_partial(k)) continue;
+    if (!dirty_owner && !s.loc.has_partial(k)) return;
     s.loc.set_flushed(k, true);
     if (config_.prefetch) s.pushed.note(k);
+  };
+  if (evaluation) {
+    for (Key k : s.evaluated_keys) mark(k);
+  } else {
+    for (Key k = 0; k < config_.num_keys; ++k) mark(k);
   }
   // Worker 0 writes the replicated rows trained since the last flush back to the PS (the
   // replicas agree). Nobody pulls them before the next flush, so prefetch is unaffected.

@@ -96,7 +96,10 @@ std::vector<Decl> declare() {
           .job_setting()
           .compared_as([](const SchedulerOptions& o) { return placement_identity(o.placement); }),
       option("--eval-every", &SchedulerOptions::eval_every,
-             "evaluate (and so flush the rows the workers hold) every N iterations (0: only at the end)", kJob)
+             "evaluate every N iterations (0: only at the end), after a flush of the rows the evaluation reads", kJob)
+          .must_agree(),
+      option("--eval-samples", &SchedulerOptions::eval_samples,
+             "validation samples per evaluation (0: all); an evaluation's flush pushes only their rows", kJob)
           .must_agree(),
   };
 }

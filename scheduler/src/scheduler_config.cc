@@ -6,6 +6,7 @@
 #include "ember/common/error.h"
 #include "ember/common/types.h"
 #include "ember/scheduler/fae_profile.h"
+#include "ember/scheduler/global_batch.h"
 
 namespace ember::scheduler {
 
@@ -84,6 +85,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
                       " iterations");
   }
   check_lookahead(c);
+  if (o.eval_every > 0) c.evaluated_rows = validation_rows(ds, o.eval_samples);
   if (c.policy.replicates_frequent_rows()) c.replicated = profile_replicated_rows(ds, o, c.policy.replicated_fraction());
   if (!o.placement.empty()) {
     configure_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);

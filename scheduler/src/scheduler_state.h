@@ -39,6 +39,10 @@ struct Scheduler::State {
   PushMarks pushed;                     // prefetch only
   ReplicatedLog replicated_trained;     // replicated rows trained since the last flush
   FrequencySketch sketch;               // --cache-admission tinylfu only
+  // The rows an evaluation reads (SchedulerConfig::evaluated_rows): marked, and listed
+  // in key order.
+  KeyBits evaluated;
+  std::vector<Key> evaluated_keys;
 };
 
 // Working memory for one batch, reused; a copy starts with its own.

@@ -266,7 +266,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     }
     // The flushes a job makes after this iteration (worker/src/loader.cc).
     if (flushes && flush_schedule.flushes_after(it)) {
-      TrafficCounts f = sched.flush(plans);
+      TrafficCounts f = sched.flush(plans, flush_schedule.evaluation_only_after(it));
       if (tiers) tiers->touch(it, plans);
       if (counted) {
         count_per_table(plans, offsets, true, r.per_table);

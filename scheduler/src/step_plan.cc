@@ -96,4 +96,28 @@ void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>&
   global_keys(batch, batch.size(), offsets, out.keys, out.bags);
 }
 
+std::vector<Key> validation_rows(const data::Dataset& ds, std::uint64_t samples) {
+  std::vector<Key> rows, keys;
+  std::vector<std::uint32_t> bags;
+  const auto& val = ds.split(data::Split::kVal);
+  if (val.rows() == 0) return rows;
+  // evaluate()'s reads, the last batch short.
+  data::BatchOptions bo;
+  bo.batch_size = kValidationBatch;
+  bo.drop_last = false;
+  data::BatchReader reader(val, bo);
+  data::Batch b;
+  const auto offsets = ds.manifest().table_offsets();
+  std::uint64_t read = 0;
+  while (reader.next(b)) {
+    std::size_t n = b.size();
+    if (samples > 0) n = static_cast<std::size_t>(std::min<std::uint64_t>(n, samples - read));
+    if (n == 0) break;
+    global_keys(b, n, offsets, keys, bags);
+    rows.insert(rows.end(), keys.begin(), keys.end());
+    read += n;
+  }
+  return rows;
+}
+
 }  // namespace ember::scheduler

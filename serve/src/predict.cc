@@ -357,8 +357,7 @@ std::vector<float> ExportedModel::predict_bags(const float* dense, const std::ve
       std::memcpy(out + static_cast<std::size_t>(k) * dim, table + static_cast<std::size_t>(ids[k]) * dim, dim * sizeof(float));
     }
   }
-  const auto emb =
-      worker::pool_bags(flat, offsets, config_.pooling).view({rows, static_cast<std::int64_t>(nt), dim});
+  const auto emb = worker::pool_bags(flat, offsets, config_.pooling).view({rows, static_cast<std::int64_t>(nt), dim});
   auto p = torch::sigmoid(dense_.forward({x, emb}).toTensor()).contiguous();
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + n);
 }

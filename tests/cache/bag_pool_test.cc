@@ -1,14 +1,14 @@
 // The fused embedding path's CPU kernels against a plain loop written from their
 // definition: one-hot and bags, sum and mean, empty bags, a row in several bags and twice
 // in one; and the same bits whatever the threads (the backward goes row by row).
+#include "ember/cache/bag_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <thread>
 #include <vector>
-
-#include "ember/cache/bag_pool.h"
 
 namespace ember::cache {
 namespace {

@@ -581,6 +581,40 @@ TEST(Scheduler, FlushPushesDirtyValuesAndPartialGradients) {
   EXPECT_FALSE(s.locations().flushed(102)) << "trained again: dirty for real";
 }
 
+// An evaluation's flush pushes only the rows the evaluation reads (evaluated_rows): a
+// partial row and a dirty one among them, nothing else; a full flush then pushes the
+// rest, so that the two together push what one full flush pushes.
+TEST(Scheduler, AnEvaluationFlushPushesOnlyTheEvaluatedRows) {
+  Workload wl;
+  std::vector<StepPlan> plans;
+  SchedulerConfig c = config("plan", 3, 1, 10, wl);
+  c.evaluated_rows = {0, 102, 102, 7};  // repeats and a row never trained are fine
+  Scheduler s(c);
+  GlobalBatch b;
+  b.samples = 3;
+  b.tables = 3;
+  b.keys = {0, 10, 100, 0, 11, 101, 1, 12, 102};  // row 0 shared by workers 0 and 1
+  s.schedule_with(b, {0, 1, 2}, plans);
+  Scheduler whole = s;
+  const TrafficCounts all = whole.flush(plans);
+  const TrafficCounts eval = s.flush(plans, true);
+  EXPECT_EQ(eval.push_grad, 2u);   // row 0's partials, from workers 0 and 1
+  EXPECT_EQ(eval.push_value, 1u);  // row 102, by worker 2
+  for (const StepPlan& p : plans) {
+    for (const KeySlot& e : p.push_values) EXPECT_EQ(e.key, 102u);
+    for (const KeySlot& e : p.push_grads) EXPECT_EQ(e.key, 0u);
+  }
+  EXPECT_TRUE(s.locations().flushed(0));
+  EXPECT_TRUE(s.locations().flushed(102));
+  EXPECT_FALSE(s.locations().flushed(100)) << "not evaluated: waits for a full flush";
+  EXPECT_TRUE(s.locations().dirty(100));
+  const TrafficCounts rest = s.flush(plans);
+  EXPECT_EQ(eval.push_grad + rest.push_grad, all.push_grad);
+  EXPECT_EQ(eval.push_value + rest.push_value, all.push_value);
+  EXPECT_EQ(rest.push_value, 6u);
+  EXPECT_EQ(s.flush(plans, true).transmissions(), 0u);
+}
+
 // Flushes (evaluations, checkpoints) change no allocation, slot, hit or eviction: a
 // scheduler that flushes every few iterations plans exactly what one that never flushes
 // does, except for the pushes the flushes made early. A scheduler replayed from

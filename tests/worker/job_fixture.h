@@ -349,7 +349,8 @@ class JobTest : public test::TempDirTest {
         // Where the time went: every phase measured, adding up to the training loop's wall
         // time (the phases cover it all: waits, flushes and evaluations included).
         double phases = 0;
-        for (const char* k : {"wait", "sync", "commit", "pull", "embedding", "compute", "allreduce", "dense_step", "push", "update", "flush"}) {
+        for (const char* k :
+             {"wait", "sync", "commit", "pull", "embedding", "compute", "allreduce", "dense_step", "push", "update", "flush"}) {
           const double x = j.at("phase_s").at(k);
           EXPECT_GE(x, 0) << name << " worker " << w << " phase " << k;
           phases += x;

@@ -57,7 +57,6 @@ TEST(WorkerOptionsCompare, PerWorkerSettingsMayDiffer) {
   c.threads = 4;  // --sched-threads
   c.torch_threads = 8;
   c.overlap_allreduce = true;
-  c.eval_samples = 100;
   c.dump_dir = "/tmp/dump";
   c.checkpoint_dir = "/tmp/dense";
   c.keep_checkpoints = 9;
@@ -98,6 +97,8 @@ TEST(WorkerOptionsCompare, NamesEachOptionByItsFlagWithBothValues) {
       {[](TrainConfig& c) { c.lookahead = 2; }, "--lookahead 2, the job has 0; --eviction lookahead, the job has lru"},
       {[](TrainConfig& c) { c.eviction = "lookahead"; }, "--eviction lookahead, the job has lru"},
       {[](TrainConfig& c) { c.prefetch = true; }, "--prefetch on, the job has off"},
+      // Every worker's scheduler flushes the evaluated samples' rows before an evaluation.
+      {[](TrainConfig& c) { c.eval_samples = 100; }, "--eval-samples 100, the job has 0"},
       {[](TrainConfig& c) { c.refine_allocation = true; }, "--refine-allocation on, the job has off"},
       {[](TrainConfig& c) { c.batch_per_worker = 64; }, "--batch-per-worker 64, the job has 128"},
       {[](TrainConfig& c) { c.iterations = 200; }, "--iterations 200, the job has 100"},
@@ -453,7 +454,7 @@ class WorkerOptionsJob : public test::TempDirTest {
 fs::path* WorkerOptionsJob::root_ = nullptr;
 
 TEST_F(WorkerOptionsJob, AgreeingWorkersTrain) {
-  const Outcome r = run_job("agree", {{"--device", "cpu", "--sched-threads", "2"}, {"--torch-threads", "2", "--eval-samples", "50"}});
+  const Outcome r = run_job("agree", {{"--device", "cpu", "--sched-threads", "2"}, {"--torch-threads", "2", "--progress-every", "5"}});
   EXPECT_EQ(r.workers, (std::vector<int>{0, 0})) << r.logs[0] << r.logs[1];
   EXPECT_EQ(r.ps, 0) << r.ps_log;
   EXPECT_NE(r.logs[1].find("agree with worker 0's"), std::string::npos) << r.logs[1];

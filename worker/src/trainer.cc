@@ -202,6 +202,7 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead, PhaseClo
 
 void Worker::flush(const Step& s) {
   const std::uint64_t t = s.iteration;
+  Stopwatch clock;
   // The all-reduce is complete (ComputeStep::allreduce waits at a flush): the hot rows
   // and the dense model are evaluated and saved as trained.
   host_->finish_apply(job_.ps_config().optimizer);
@@ -210,11 +211,13 @@ void Worker::flush(const Step& s) {
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
   if (job_.rank() == 0 && s.evaluate) {
+    const double flush_s = clock.seconds();
+    clock.reset();
     const Evaluation e = evaluate(*ds_, c_, job_.ps(), *model_, device_, job_.dim(), t);
     if (e.ran) {
       auc_ = e.auc;
       logloss_ = e.logloss;
-      report_->evaluation(t, e.auc, e.logloss, e.samples);
+      report_->evaluation(t, e.auc, e.logloss, e.samples, flush_s, clock.seconds());
     }
   }
   life_->flushed(s, *model_, *optimizer_);

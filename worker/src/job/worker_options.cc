@@ -130,7 +130,6 @@ std::vector<Decl> declare() {
       option("--socket-buffer-kib", &TrainConfig::socket_buffer_kib,
              "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
           .checked(CLI::Range(0u, 1u << 21)),
-      option("--eval-samples", &TrainConfig::eval_samples, "validation samples per evaluation (0: all)"),
       option("--torch-threads", &TrainConfig::torch_threads, "LibTorch intra-op threads"),
       option("--progress-every", &TrainConfig::progress_every, "iterations between progress lines (worker 0)"),
       option("--metrics", &TrainConfig::metrics_file, "JSON lines: one per iteration, evaluation and the summary"),

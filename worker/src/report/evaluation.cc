@@ -25,7 +25,7 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
   }
   torch::NoGradGuard no_grad;
   data::BatchOptions bo;
-  bo.batch_size = 4096;
+  bo.batch_size = scheduler::kValidationBatch;  // as scheduler::validation_rows reads
   bo.drop_last = false;
   data::BatchReader reader(val, bo);
   data::Batch b;

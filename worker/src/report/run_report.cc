@@ -308,13 +308,21 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, std::optiona
   phases_at_window_ = phases;
 }
 
-void RunReport::evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples) {
+void RunReport::evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples, double flush_s, double eval_s) {
   if (live_) {
     std::lock_guard<std::mutex> lock(live_->mutex);
     live_->auc = auc;
     live_->logloss = logloss;
   }
-  write(json{{"eval", true}, {"iteration", iteration + 1}, {"auc", auc}, {"logloss", logloss}, {"samples", samples}}.dump());
+  write(json{{"eval", true},
+             {"iteration", iteration + 1},
+             {"auc", auc},
+             {"logloss", logloss},
+             {"samples", samples},
+             {"flush_s", flush_s},
+             {"eval_s", eval_s},
+             {"seconds", flush_s + eval_s}}
+            .dump());
 }
 
 void RunReport::summary(const TrainSummary& sum) {

@@ -33,7 +33,8 @@ class RunReport {
   // Iteration `s` took `ms` (of which `wait_ms` waiting for the loader).
   // `loss`: none while no all-reduce has completed (written as null, not as 0).
   void iteration(const Step& s, double ms, double wait_ms, std::optional<double> loss, const WireCounts& wire, const PhaseTimes& phases);
-  void evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples);
+  // `flush_s`: the flush before it (pushes, barrier, commit); `eval_s`: the evaluation.
+  void evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples, double flush_s, double eval_s);
   void summary(const TrainSummary& sum);
 
   // What a launcher's --restart-record says (none: restarts == 0 and lost_at == 0).

@@ -61,7 +61,8 @@ void ComputeStep::embed(const Step& s, RowCache& cache) {
   }
   bags_ = &s.bags;
   const auto n = static_cast<std::int64_t>(p.samples.size());
-  input_ = path_.forward(*id_rows_, s.bags, values_, dim_).view({n, static_cast<std::int64_t>(num_tables_), static_cast<std::int64_t>(dim_)});
+  input_ =
+      path_.forward(*id_rows_, s.bags, values_, dim_).view({n, static_cast<std::int64_t>(num_tables_), static_cast<std::int64_t>(dim_)});
   input_.set_requires_grad(true);
 }
 

@@ -113,7 +113,9 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
   s.checkpoint = !s.last && (flushes_.checkpoints_after(t) || asked_.contains(t + 1));
   s.flush = s.evaluate || s.checkpoint || s.last;
   if (s.flush && sched_.config().policy.sync() != scheduler::Sync::kBoundedStaleness) {
-    sched_.flush(plans);
+    // An evaluation's flush pushes only the rows it reads (the others wait for a
+    // checkpoint's flush, or their own push): it costs herald what it costs vanilla.
+    sched_.flush(plans, s.evaluate && !s.checkpoint && !s.last);
     if (host_) s.flush_host = host_flush(*host_, plans, host_parts_);
     s.flush_plan = std::move(plans[rank_]);
   }

@@ -71,8 +71,7 @@ class PsExchange {
   void hint(const std::vector<Key>& keys, std::uint64_t iteration);
   // Full-set sync: every trained row's gradient, with its trainer count (`h`, `handed`:
   // as for sync_pushes).
-  void end_pushes(const scheduler::StepPlan& p, std::uint64_t t, const HandOffs& h = {},
-                  const HandedGrads& handed = {});
+  void end_pushes(const scheduler::StepPlan& p, std::uint64_t t, const HandOffs& h = {}, const HandedGrads& handed = {});
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
   // stays in the cache until a plan pushes it.
   void keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t trainers);

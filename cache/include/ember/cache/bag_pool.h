@@ -46,7 +46,8 @@ struct RowBags {
 };
 
 // out[b] = the sum (or mean) of bag b's rows, [bags, dim] row-major; an empty bag is 0.
-void pool_forward(const BagBatch& batch, std::span<const float* const> rows, std::uint32_t dim, float* out, const ParallelFor& parallel = {});
+void pool_forward(const BagBatch& batch, std::span<const float* const> rows, std::uint32_t dim, float* out,
+                  const ParallelFor& parallel = {});
 
 // grads[rows[i]] += weight(i) * grad_out[bag of i] for every id i, in id order per row.
 // `scratch` keeps the row lists between calls (no allocation per batch once warm).

@@ -65,6 +65,8 @@ struct FlushSchedule {
 
   bool last(std::uint64_t t) const { return t + 1 == end; }
   bool evaluates_after(std::uint64_t t) const { return last(t) || (eval_every > 0 && (t + 1) % eval_every == 0); }
+  // An evaluation's flush alone (no checkpoint, not the last): only the evaluated rows.
+  bool evaluation_only_after(std::uint64_t t) const { return evaluates_after(t) && !last(t) && !checkpoints_after(t); }
   bool checkpoints_after(std::uint64_t t) const { return checkpoints.flush_after(t); }
   bool flushes_after(std::uint64_t t) const { return evaluates_after(t) || checkpoints_after(t); }
 };

@@ -49,4 +49,10 @@ void global_keys(const data::Batch& batch, std::size_t n, const std::vector<std:
 // Fills `out` from a dataset batch: its index, size and global_keys.
 void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>& table_offsets, GlobalBatch& out);
 
+// An evaluation reads the validation split in batches of this many samples.
+inline constexpr std::size_t kValidationBatch = 4096;
+// The keys of the validation split's first `samples` samples (0: all), in its order:
+// the rows an evaluation reads from the PS (worker/src/report/evaluation.cc).
+std::vector<Key> validation_rows(const data::Dataset& ds, std::uint64_t samples);
+
 }  // namespace ember::scheduler

@@ -38,7 +38,7 @@ class HostSchedulers {
   // Every worker's plan, each from its host's scheduler; the traffic summed over the
   // hosts; sched_ms: the slowest host's (the job waits for it), scoring likewise.
   IterationStats schedule(const GlobalBatch& batch, std::vector<StepPlan>& plans);
-  TrafficCounts flush(std::vector<StepPlan>& plans);
+  TrafficCounts flush(std::vector<StepPlan>& plans, bool evaluation = false);
   // Each host's scheduling time of the last batch (ms), and its state's bytes.
   const std::vector<double>& last_ms() const { return last_ms_; }
   std::size_t memory_bytes(std::uint32_t h) const { return hosts_[h].memory_bytes(); }

@@ -86,7 +86,10 @@ class Scheduler {
   // push_grads of each worker's plan (other lists empty), in slot order, and worker 0's
   // replicated_flush; returns the traffic (push_grad, push_value, hot_flush).
   // Not for bounded-staleness sync (het): its copies carry no un-pushed updates.
-  TrafficCounts flush(std::vector<StepPlan>& plans);
+  // `evaluation`: only SchedulerConfig::evaluated_rows (an evaluation reads no other
+  // from the PS; the rest stay as they are until a later flush or push), so that an
+  // evaluation costs herald what it costs vanilla.
+  TrafficCounts flush(std::vector<StepPlan>& plans, bool evaluation = false);
 
   // The rows worker w holds as latest (clean or dirty, flushed or not), by slot: what a
   // resumed worker pulls from the PS, after a flush, to hold what the scheduler models.

@@ -75,6 +75,9 @@ struct SchedulerConfig {
   // The worker whose plans carry id_rows (StepPlan): a worker's own rank; -1: none (the
   // simulator and the benchmarks need no per-id output).
   int id_rows_for = -1;
+  // The rows an evaluation reads (the validation samples', any order): an evaluation's
+  // flush (Scheduler::flush) pushes only these. Empty: no evaluation before the end.
+  std::vector<Key> evaluated_rows;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> replicated;
@@ -155,6 +158,9 @@ struct SchedulerOptions {
   // The job's evaluations: every worker flushes the rows it holds after every
   // `eval_every` iterations (0: after the last only); ember-sim replays them.
   std::uint64_t eval_every = 0;
+  // Validation samples an evaluation reads (0: the whole split). An evaluation's flush
+  // pushes only their rows (SchedulerConfig::evaluated_rows).
+  std::uint64_t eval_samples = 0;
   // A plan file (ember-plan --plan-out): per table a treatment and the cache rows per
   // worker, which replace cache_ratio's. Empty: every table cached.
   std::string placement;

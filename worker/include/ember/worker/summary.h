@@ -91,18 +91,18 @@ struct PhaseTimes {
   double total() const;
   // Each phase's name (summary.json, /metrics, the progress line), in iteration order.
   using Field = double PhaseTimes::*;
-  static constexpr std::pair<const char*, Field> kNamed[] = {
-      {"wait", &PhaseTimes::wait},           {"sync", &PhaseTimes::sync},       {"commit", &PhaseTimes::commit},
-      {"pull", &PhaseTimes::pull},           {"embedding", &PhaseTimes::embedding}, {"compute", &PhaseTimes::compute},
-      {"allreduce", &PhaseTimes::allreduce}, {"dense_step", &PhaseTimes::dense_step}, {"push", &PhaseTimes::push},
-      {"update", &PhaseTimes::update},       {"flush", &PhaseTimes::flush}};
+  static constexpr std::pair<const char*, Field> kNamed[] = {{"wait", &PhaseTimes::wait},           {"sync", &PhaseTimes::sync},
+                                                             {"commit", &PhaseTimes::commit},       {"pull", &PhaseTimes::pull},
+                                                             {"embedding", &PhaseTimes::embedding}, {"compute", &PhaseTimes::compute},
+                                                             {"allreduce", &PhaseTimes::allreduce}, {"dense_step", &PhaseTimes::dense_step},
+                                                             {"push", &PhaseTimes::push},           {"update", &PhaseTimes::update},
+                                                             {"flush", &PhaseTimes::flush}};
 };
 inline double PhaseTimes::total() const {
   double t = 0;
   for (const auto& [name, field] : kNamed) t += this->*field;
   return t;
 }
-
 
 struct TrainSummary {
   std::uint32_t rank = 0;

@@ -84,7 +84,6 @@ struct TrainConfig : scheduler::SchedulerOptions, ConnectOptions {
   // of iteration t starts after its backward pass and is waited for before t+1's forward
   // pass (the same model; an iteration's progress line then shows the loss before it).
   bool overlap_allreduce = false;
-  std::uint64_t eval_samples = 0;      // 0: the whole validation split
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
   int torch_threads = 1;

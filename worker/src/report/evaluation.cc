@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
+#include "ember/common/flat_map.h"
 #include "ember/common/fs.h"
 #include "ember/scheduler/global_batch.h"
 #include "ember/worker/embedding_path.h"
@@ -28,37 +29,68 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
   bo.batch_size = scheduler::kValidationBatch;  // as scheduler::validation_rows reads
   bo.drop_last = false;
   data::BatchReader reader(val, bo);
-  data::Batch b;
   std::vector<float> probs;
   std::vector<std::uint8_t> labels;
   const std::uint32_t T = c.model.num_tables, D = c.model.num_dense;
   const auto offsets = ds.manifest().table_offsets();
-  std::vector<Key> keys;
-  std::vector<std::uint32_t> bags;
+  EmbeddingPath path(torch::kCPU, c.model.pooling);
+  // Batches read in chunks; each chunk's distinct rows read from the PS once (a row
+  // repeats across the batches of a validation set), then pooled from there.
+  constexpr std::size_t kChunkBatches = 64;
+  std::vector<data::Batch> chunk;
+  std::vector<std::vector<Key>> keys;
+  std::vector<std::vector<std::uint32_t>> bags;
+  std::vector<Key> distinct;
   std::vector<float> rows, dense;
-  while (reader.next(b)) {
-    std::size_t n = b.size();
-    if (c.eval_samples > 0) n = std::min<std::size_t>(n, c.eval_samples - probs.size());
-    if (n == 0) break;
-    scheduler::global_keys(b, n, offsets, keys, bags);
-    dense.resize(n * D);
-    for (std::size_t i = 0; i < n; ++i) {
-      std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
-      labels.push_back(b.label(i));
+  std::vector<std::uint32_t> ids;
+  std::vector<const float*> pointers;
+  U64Map<std::uint32_t> index;
+  bool more = true;
+  while (more) {
+    chunk.clear();
+    keys.clear();
+    bags.clear();
+    distinct.clear();
+    index.clear();
+    std::uint64_t taken = probs.size();
+    while (chunk.size() < kChunkBatches) {
+      data::Batch b;
+      if (!reader.next(b)) {
+        more = false;
+        break;
+      }
+      std::size_t n = b.size();
+      if (c.eval_samples > 0) n = std::min<std::size_t>(n, c.eval_samples - taken);
+      if (n == 0) {
+        more = false;
+        break;
+      }
+      keys.emplace_back();
+      bags.emplace_back();
+      scheduler::global_keys(b, n, offsets, keys.back(), bags.back());
+      for (Key k : keys.back())
+        if (index.try_emplace(k, static_cast<std::uint32_t>(distinct.size())).second) distinct.push_back(k);
+      chunk.push_back(std::move(b));
+      taken += n;
     }
-    client.read(keys, rows, false, iteration);
-    const auto rows_n = static_cast<std::int64_t>(n);
-    torch::Tensor emb;
-    if (bags.empty()) {
-      emb = torch::from_blob(rows.data(), {rows_n, static_cast<std::int64_t>(T), dim}, torch::kFloat32).to(device);
-    } else {
-      auto flat = torch::from_blob(rows.data(), {static_cast<std::int64_t>(keys.size()), dim}, torch::kFloat32);
-      emb = pool_bags(flat, bags, c.model.pooling).view({rows_n, static_cast<std::int64_t>(T), dim}).to(device);
+    if (chunk.empty()) break;
+    client.read(distinct, rows, false, iteration);
+    pointers.resize(distinct.size());
+    for (std::size_t j = 0; j < distinct.size(); ++j) pointers[j] = rows.data() + j * dim;
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      const auto rows_n = static_cast<std::int64_t>(bags[i].empty() ? keys[i].size() / T : (bags[i].size() - 1) / T);
+      ids.resize(keys[i].size());
+      for (std::size_t j = 0; j < ids.size(); ++j) ids[j] = *index.find(keys[i][j]);
+      dense.resize(static_cast<std::size_t>(rows_n) * D);
+      for (std::int64_t r = 0; r < rows_n; ++r) {
+        std::memcpy(&dense[static_cast<std::size_t>(r) * D], chunk[i].dense(static_cast<std::size_t>(r)), D * sizeof(float));
+        labels.push_back(chunk[i].label(static_cast<std::size_t>(r)));
+      }
+      const torch::Tensor emb = path.forward(ids, bags[i], pointers, dim).view({rows_n, static_cast<std::int64_t>(T), dim}).to(device);
+      auto x = torch::from_blob(dense.data(), {rows_n, static_cast<std::int64_t>(D)}, torch::kFloat32).to(device);
+      auto p = torch::sigmoid(model.forward(x, emb)).to(torch::kCPU).contiguous();
+      probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + rows_n);
     }
-    auto x = torch::from_blob(dense.data(), {rows_n, static_cast<std::int64_t>(D)}, torch::kFloat32).to(device);
-    auto p = torch::sigmoid(model.forward(x, emb)).to(torch::kCPU).contiguous();
-    probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + n);
-    if (c.eval_samples > 0 && probs.size() >= c.eval_samples) break;
   }
   result.ran = true;
   result.auc = auc(probs, labels);

@@ -269,6 +269,26 @@ TEST_F(Training, MultiHotTrainsTheBspModelWithTheSimulatorsCounts) {
   }
 }
 
+// MLPerf's batch size on MLPerf's bags: one micro-batch of 32,768 samples (about 7
+// million ids) trains, and is the one-process model (no per-id tensors, no step that
+// grows faster than the ids).
+TEST_F(Training, MicroBatchOf32768MlperfBagsTrainsTheOneProcessModel) {
+  const fs::path data = dataset(37000, "mlperf");
+  {
+    const data::Dataset ds = data::Dataset::open(data);
+    ASSERT_TRUE(ds.manifest().multi_hot);
+    ASSERT_GE(ds.split(data::Split::kTrain).rows(), 32768u);
+  }
+  JobOptions o;
+  o.policy = "herald";
+  o.workers = 1;
+  o.batch = 32768;
+  o.iterations = 2;
+  o.cache_ratio = "1.0";
+  o.model = "wide-deep";
+  run_job_like_one_process(data, o, "mlperf-32768", "herald, one micro-batch of 32,768 MLPerf bags");
+}
+
 TEST_F(Training, AdagradRowsMatchOneProcessTraining) {
   const fs::path data = dataset();
   JobOptions o;

@@ -57,12 +57,19 @@ def main():
                    help="MLPerf bags' jobs' cache: a micro-batch of bags holds most of a small table's rows")
     p.add_argument("--repeats", type=int, default=1, help="jobs per case (medians)")
     p.add_argument("--python", default=sys.executable, help="a python3 with torch, for the null model")
+    p.add_argument("--device", default="cpu", help="the workers' --device (cuda: the GPU issue's runs)")
+    p.add_argument("--model", default="null",
+                   help="null (examples/models/null.py) or a built-in model (dlrm, dcnv2: the real model's cost beside the ceiling)")
     a = p.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     b = a.bin
-    null = work / "null.pt"
-    sh([torch_python(a.python), ROOT / "examples" / "models" / "null.py", "-o", null, "--tables", 26, "--dense", 13, "--dim", a.dim])
+    if a.model == "null":
+        null = work / "null.pt"
+        sh([torch_python(a.python), ROOT / "examples" / "models" / "null.py", "-o", null, "--tables", 26, "--dense", 13, "--dim", a.dim])
+        model = ["--model-file", null]
+    else:
+        model = ["--model", a.model]
     jobs, bare = [], {}
     for data in a.data.split(","):
         text, ds = work / f"{data}.tsv", work / data
@@ -85,7 +92,7 @@ def main():
                     for rep in range(a.repeats):
                         name = f"{data}-b{batch}-w{w}-{cfg.replace('+', '-')}-{rep}"
                         jo = work / name
-                        worker = ["--model-file", null, "--torch-threads", a.threads, "--batch-per-worker", batch, "--iterations", a.iterations,
+                        worker = model + ["--device", a.device, "--torch-threads", a.threads, "--batch-per-worker", batch, "--iterations", a.iterations,
                                   "--cache-ratio", a.bags_cache_ratio if DATA[data] else a.cache_ratio, "--progress-every", 0, "--eval-samples", 1000]
                         sh([sys.executable, ROOT / "scripts" / "ember_launch.py", "--dataset", ds, "--ps", 1, "--workers", w, "--policy", policy,
                             "--bin", b, "--out", jo, "-q", "--timeout", 1800, "--ps-args", f"--dim {a.dim} --optimizer sgd --lr 0.05"]
@@ -108,7 +115,7 @@ def main():
                           f"{j['ns_id']:.0f} ns/id ({j['vs_bare']:.1f}x bare), embedding {j['embedding_vs_bare']:.1f}x bare",
                           file=sys.stderr, flush=True)
     (work / "pipeline.json").write_text(json.dumps({"jobs": jobs, "bare": [v for v in bare.values()], "args": vars(a)}, indent=1) + "\n")
-    print(f"Null model (examples/models/null.py), dim {a.dim}, {a.iterations} iterations, cache {a.cache_ratio} of the rows, "
+    print(f"Model {a.model}, device {a.device}, dim {a.dim}, {a.iterations} iterations, cache {a.cache_ratio} of the rows, "
           f"{a.threads} torch thread(s) a worker; ns per id a worker pooled; bare: `ember-bench bags` on the same ids\n")
     print("| data | batch/worker | workers | config | samples/s | ns/id | bare ns/id | vs bare | embedding ns/id | embedding vs bare | "
           + " | ".join(k for k in PHASES if k not in ("embedding", "flush")) + " |")

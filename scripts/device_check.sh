@@ -11,7 +11,7 @@
 # --budget    seconds for the whole run (default 540); the suite gets what is left
 # --no-build  use an existing build (EMBER_BUILD_DIR, default build-device/): the dry run
 #             on a development machine, where the CUDA steps skip saying why
-# --steps     which of build,cuda,cache,gpu,rdma,suite,cluster to run (default all):
+# --steps     which of build,cuda,cache,gpu,pipeline,rdma,suite,cluster to run (default all):
 #             a lease's second call can run the rest on the first call's build
 #
 # The machine has no iproute2: device-tools/ (scripts/device_tools.sh, carried) gives
@@ -24,7 +24,7 @@ out="${OUT:-$root/out/device-check}"
 build="${EMBER_BUILD_DIR:-$root/build-device}"
 export EMBER_BUILD_DIR="$build"
 jobs="${EMBER_JOBS:-$(nproc)}"
-budget=540 do_build=1 steps="build,cuda,cache,gpu,rdma,suite,cluster"
+budget=540 do_build=1 steps="build,cuda,cache,gpu,pipeline,rdma,suite,cluster"
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget="$2"; shift ;;
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for s in ${steps//,/ }; do
-  [[ ",build,cuda,cache,gpu,rdma,suite,cluster," == *",$s,"* ]] || { echo "device_check: --steps: unknown step '$s'" >&2; exit 2; }
+  [[ ",build,cuda,cache,gpu,pipeline,rdma,suite,cluster," == *",$s,"* ]] || { echo "device_check: --steps: unknown step '$s'" >&2; exit 2; }
 done
 want() { [[ ",$steps," == *",$1,"* ]]; }
 want build || do_build=0
@@ -137,6 +137,22 @@ if want gpu; then
     python3 "$root/scripts/bench_gpu.py" --bin "$bin" --work "$root/out/bench-gpu" --iterations "${EMBER_GPU_ITERATIONS:-60}" --batch 1024 &&
     grep "^|" "$glog" >>"$summary"
   [ -f "$root/out/bench-gpu/gpu.json" ] && cp "$root/out/bench-gpu/gpu.json" "$out/gpu.json"
+fi
+
+# 5b. The pipeline's ceiling on one CUDA worker (the fused embedding path's kernels):
+# a model that computes nothing, one-hot and MLPerf bags (scripts/bench_pipeline.py).
+if want pipeline; then
+  if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    plog="$out/pipeline.txt"
+    pipe_limit=$(( $(left) - 200 ))
+    [ "$pipe_limit" -gt 240 ] && pipe_limit=240
+    step "the pipeline's ceiling on CUDA (scripts/bench_pipeline.py)" "$plog" "$pipe_limit" \
+      python3 "$root/scripts/bench_pipeline.py" --bin "$bin" --work "$root/out/bench-pipeline" --device cuda --workers 1 \
+      --batches 1024,8192 --iterations 20 --configs vanilla,herald+lookahead &&
+      grep "^|" "$plog" >>"$summary"
+  else
+    say "the pipeline on CUDA: skipped, torch sees no CUDA device"
+  fi
 fi
 
 # 6. RDMA against TCP, when soft-RoCE came up.

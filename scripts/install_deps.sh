@@ -14,6 +14,10 @@ PACKAGES=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libabsl-dev libxxhash-dev libzstd-dev zlib1g-dev libdivide-dev
   libtorch-dev libgloo-dev
+  # LibTorch's dense layers call libblas.so.3: without OpenBLAS, Debian's reference BLAS
+  # (2x slower on DLRM, 6x on DCNv2; docs/benchmarks.md). The OpenMP build follows
+  # LibTorch's thread count (--torch-threads).
+  libopenblas0-openmp
   prometheus-cpp-dev
   python3-matplotlib
 )

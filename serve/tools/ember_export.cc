@@ -7,12 +7,14 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "ember/common/blas_kernels.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/serve/export.h"
 
 int main(int argc, char** argv) {
   using namespace ember;
+  use_the_cpus_blas_kernels(argv);  // first: it may exec this program again
   CLI::App app{"ember-export: turns a checkpoint or a --dump-dir into a model PyTorch loads (TorchScript, torch.load tables, manifest)"};
   serve::ExportOptions o;
   std::string log_level = "info";

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "ember/common/blas_kernels.h"
+
 namespace ember::worker {
 namespace {
 
@@ -30,6 +32,22 @@ TEST(Device, SelectsCpuWithoutCudaAndTrainsALinearModel) {
     (i == 0 ? first : last) = loss.item<float>();
   }
   EXPECT_LT(last, first * 0.1f);
+}
+
+// This binary's main matched OpenBLAS's kernels to the CPU as ember-worker's does
+// (tests/test_main.cc): no fallback to kernels older than the CPU is left.
+TEST(Device, OpenBlasRunsTheKernelsOfThisCpu) {
+  const BlasInfo blas = blas_info();
+  if (blas.library != "OpenBLAS") GTEST_SKIP() << describe(blas);
+  EXPECT_EQ(better_openblas_kernels(blas), "") << describe(blas);
+  EXPECT_NE(describe(blas).find(blas.kernels + " kernels"), std::string::npos) << describe(blas);
+}
+
+TEST(Device, TheReferenceBlasIsNamedWithItsFix) {
+  const std::string line = describe(BlasInfo{"reference", "", ""});
+  EXPECT_NE(line.find("libopenblas0-openmp"), std::string::npos) << line;
+  EXPECT_EQ(better_openblas_kernels(BlasInfo{"OpenBLAS", "SkylakeX", ""}), "");
+  EXPECT_EQ(better_openblas_kernels(BlasInfo{"MKL", "", ""}), "");
 }
 
 }  // namespace

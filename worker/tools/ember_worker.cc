@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "ember/common/blas_kernels.h"
 #include "ember/common/cli.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
@@ -79,6 +80,7 @@ int train(worker::TrainConfig& c, std::uint16_t metrics_port, const std::string&
 
 int main(int argc, char** argv) {
   using namespace ember;
+  use_the_cpus_blas_kernels(argv);  // first: it may exec this program again
   CLI::App app{"ember-worker: trains a CTR model on its share of every global batch, with a Herald-style scheduler"};
   worker::TrainConfig c;
   std::string token_file, log_level = "info";
@@ -119,6 +121,7 @@ int main(int argc, char** argv) {
     if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
     if (c.model.scripted()) worker::check_model_file(c.model.file);  // before the job forms
     spdlog::info("{}", worker::describe(worker::select_device(false)));
+    spdlog::info("{}", describe(blas_info()));
     if (reference) return run_reference(c, ref_optimizer, ref_lr, ref_dim);
     return train(c, metrics_port, metrics_address);
   });

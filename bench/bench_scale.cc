@@ -22,6 +22,7 @@
 
 #include "bench_common.h"
 #include "ember/common/error.h"
+#include "ember/common/option_registry.h"
 #include "ember/common/process.h"
 #include "ember/data/synthetic.h"
 #include "ember/scheduler/scheduler.h"
@@ -108,7 +109,8 @@ void add_scale_options(CLI::App& app, ScaleBenchOptions& o) {
   app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
   app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
   app.add_option("--lookahead", o.lookahead, "a window of this many batches, with lookahead eviction (0: none)")->capture_default_str();
-  app.add_flag("--refine", o.refine, "refined allocation (--refine-allocation)");
+  app.add_flag("--refine-allocation", o.refine, "refined allocation, as ember-worker's --refine-allocation");
+  add_renamed_flag(app, "--refine", "--refine-allocation", false);
 }
 
 int run_scale_bench(const ScaleBenchOptions& o, bool json) {

@@ -98,8 +98,14 @@ def resume_point(ckpt, who="ember-job", ember_ps=None):
 _TYPES = {"flag": bool, "integer": int, "number": float, "text": str}
 
 
-def worker_settings(bin_dir, who="ember-job"):
-    """The job settings of BIN_DIR/ember-worker: [(flag without dashes, type, default)]."""
+# The settings of the ember-worker at the head of the repository, for `--help` before a
+# build (tests/launcher/config_test.py checks it against the built one; to refresh it:
+# build/bin/ember-worker --options-json | scripts/ember_job.py settings-snapshot).
+SETTINGS_SNAPSHOT = Path(__file__).resolve().parent / "worker_settings.json"
+
+
+def worker_options(bin_dir, who="ember-job"):
+    """BIN_DIR/ember-worker --options-json, parsed: every option the worker declares."""
     worker = Path(bin_dir) / "ember-worker"
     try:
         r = subprocess.run([str(worker), "--options-json"], capture_output=True, text=True, timeout=60)
@@ -107,10 +113,23 @@ def worker_settings(bin_dir, who="ember-job"):
         sys.exit(f"{who}: {worker} --options-json: {e.strerror} (build first: scripts/build.sh, or give --bin)")
     if r.returncode != 0:
         sys.exit(f"{who}: {worker} --options-json failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+    return json.loads(r.stdout)
+
+
+def settings_snapshot(options):
+    """The job settings among `options` (worker_options'), as SETTINGS_SNAPSHOT holds them."""
+    return [{k: o[k] for k in ("flag", "kind", "default")} for o in options if o["setting"]]
+
+
+def worker_settings(bin_dir, who="ember-job", snapshot_ok=False):
+    """The job settings of BIN_DIR/ember-worker: [(flag without dashes, type, default)].
+    `snapshot_ok`: without that binary, the repository's SETTINGS_SNAPSHOT (for --help)."""
+    if snapshot_ok and not os.access(Path(bin_dir) / "ember-worker", os.X_OK):
+        entries = json.loads(SETTINGS_SNAPSHOT.read_text())
+    else:
+        entries = settings_snapshot(worker_options(bin_dir, who))
     out = []
-    for o in json.loads(r.stdout):
-        if not o["setting"]:
-            continue
+    for o in entries:
         kind = _TYPES[o["kind"]]
         default = o["default"] == "on" if kind is bool else kind(o["default"])
         out.append((o["flag"][2:], kind, default))
@@ -350,9 +369,16 @@ def main():
     rr.add_argument("path", help="the record's file")
     rr.add_argument("--restarts", default="", help="the restarts so far, one JSON object a line (iterations_lost each)")
     rr.add_argument("--lost-at", type=float, default=0, help="when the last loss was noticed (Unix seconds)")
+    sub.add_parser("settings-snapshot", help=f"write {SETTINGS_SNAPSHOT.name} from `ember-worker --options-json` on stdin")
     rc = sub.add_parser("reached", help="print how many iterations worker 0 finished (OUT/w0.jsonl; 0: none)")
     rc.add_argument("out", help="the job's output directory")
     a = p.parse_args(argv)
+    if a.cmd == "settings-snapshot":
+        text = json.dumps(settings_snapshot(json.load(sys.stdin)), indent=1) + "\n"
+        tmp = SETTINGS_SNAPSHOT.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(SETTINGS_SNAPSHOT)
+        return
     if a.cmd == "reached":
         print(iterations_finished(a.out))
         return

@@ -231,7 +231,9 @@ class Job:
             # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
             ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"] + ps_extra
             if a.resume:
-                ps_extra = ["--restore", str(resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps"))] + ps_extra
+                # A restart chose its checkpoint already (and said what it passed over).
+                point = getattr(a, "resume_from", None) or resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps")
+                ps_extra = ["--restore", str(point)] + ps_extra
             worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
         if self.restarts:  # the workers report the restarts on /metrics and in their summaries
             record = self.out / "restart-record.json"
@@ -439,6 +441,7 @@ def restart(a, job, f, n):
         except SystemExit as e:  # no checkpoint verifies: from the start
             print(e.code if isinstance(e.code, str) else "ember-launch: no checkpoint to resume from", file=sys.stderr)
     a.resume = point is not None
+    a.resume_from = point
     lost = max(0, reached - start)
     where = f"checkpoint {point} (iteration {start})" if point else "the start (no checkpoint verifies)"
     print(f"ember-launch: restart {n}/{a.max_restarts}: {f.name} {f.why}; from {where}; {lost} iteration(s) lost; "
@@ -456,8 +459,7 @@ def main():
     pre.add_argument("--bin", default=default_bin)
     pre.add_argument("-h", "--help", action="store_true")
     known, _ = pre.parse_known_args(argv)
-    worker = Path(known.bin) / "ember-worker"
-    settings = [] if known.help and not os.access(worker, os.X_OK) else worker_settings(known.bin, "ember-launch")
+    settings = worker_settings(known.bin, "ember-launch", snapshot_ok=known.help)
     p = Parser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
                                 epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")
     p.add_argument("--config", default="", help="a TOML job file: the settings by these flags' names, [ember-ps] and [ember-worker] tables of flags; "
@@ -552,7 +554,8 @@ def main():
             if why:
                 if a.max_restarts:
                     print(f"ember-launch: not restarted: {why} ({f.name}, exit {f.rc})", file=sys.stderr)
-                sys.exit(1)
+                # The member's own status for a refused setting (2), data or model (3).
+                sys.exit(f.rc if f.rc in UNMENDABLE_EXITS else 1)
             if restarts is None or len(restarts) >= a.max_restarts:
                 if a.max_restarts:
                     print(f"ember-launch: giving up: the job failed {len(restarts) + 1} times, --max-restarts {a.max_restarts}",

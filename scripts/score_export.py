@@ -7,7 +7,7 @@ export's vocab.bin as ember-data prep mapped them (docs/export.md). Prints the A
 log loss when the file has labels, and with -o writes one probability per line, as
 ember-predict does.
 
-  python3 scripts/score_export.py --model DIR FILE.tsv [-o preds.txt]
+  python3 scripts/score_export.py --export DIR FILE.tsv [-o preds.txt]
 
 Criteo TSV only (label, I1..I13, C1..C26; test.txt without the label): an Avazu value's
 key is the XXH3-64 hash of its bytes, which needs a package beyond PyTorch. Needs
@@ -70,12 +70,14 @@ def auc(p, y):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="directory written by ember-export")
+    ap.add_argument("--export", required=True, help="the directory ember-export wrote (as ember-predict --export)")
     ap.add_argument("file", help="Criteo TSV file")
     ap.add_argument("-o", "--output", help="write one probability per line here")
     ap.add_argument("--batch", type=int, default=4096)
+    if "--model" in sys.argv[1:]:
+        ap.error("--model is now called --export")
     a = ap.parse_args()
-    d = Path(a.model)
+    d = Path(a.export)
     m = json.loads((d / "manifest.json").read_text())
     if m["source_format"] != "criteo" or m["vocabulary"] is None:
         sys.exit(f"{d}: this example reads Criteo TSV exports with a vocabulary")

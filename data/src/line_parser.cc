@@ -296,7 +296,23 @@ bool LineParser::value_key(std::string_view f, std::uint16_t table, std::uint64_
   }
   if (parse_hex(f, key)) return true;
   error = "categorical " + schema_->table_names[table] + " = " + quote(f) + " is not hexadecimal";
+  if (const char sep = bag_separator_in(f); bag_sep_ == 0 && sep != 0)
+    error += std::string("; a bag of values (ember-data gen --multi-hot writes them)? prep with --multi-hot-sep '") + sep + "'";
   return false;
+}
+
+// The one character that splits `f` into hexadecimal values, as a bag's separator
+// would (for the error of a bag read as one value); 0 if none does.
+char LineParser::bag_separator_in(std::string_view f) {
+  const auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+  char sep = 0;
+  for (char c : f) {
+    if (hex(c)) continue;
+    if ((sep != 0 && c != sep) || !(std::ispunct(static_cast<unsigned char>(c)) || c == ' ')) return 0;
+    sep = c;
+  }
+  if (sep == 0 || f.front() == sep || f.back() == sep || f.find(std::string(2, sep)) != std::string_view::npos) return 0;
+  return sep;
 }
 
 bool LineParser::parse(std::string_view line, Record& out, std::string& error, bool dense_values) const {

@@ -363,7 +363,7 @@ std::vector<float> ExportedModel::predict_bags(const float* dense, const std::ve
 }
 
 PredictReport predict(const PredictOptions& o) {
-  if (o.model.empty()) throw ConfigError("--model is required");
+  if (o.model.empty()) throw ConfigError("--export is required");
   if (o.input.empty() == o.dataset.empty()) throw ConfigError("give a text file to score, or --dataset DIR (with --split)");
   if (o.batch == 0) throw ConfigError("--batch must be at least 1");
   Stopwatch clock;

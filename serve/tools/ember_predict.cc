@@ -8,18 +8,23 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "ember/common/blas_kernels.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
+#include "ember/common/option_registry.h"
 #include "ember/serve/export.h"
 
 int main(int argc, char** argv) {
   using namespace ember;
+  use_the_cpus_blas_kernels(argv);  // first: it may exec this program again
   CLI::App app{"ember-predict: scores a Criteo/Avazu file with a model written by ember-export"};
   serve::PredictOptions o;
   std::string log_level = "warn";
   bool json_out = false;
   int threads = 0;
-  app.add_option("--model", o.model, "directory written by ember-export")->required();
+  // --export, not --model: ember-worker's --model names a kind of model.
+  app.add_option("--export", o.model, "the directory ember-export wrote")->required();
+  add_renamed_flag(app, "--model", "--export", true);
   auto* input = app.add_option("file", o.input, "text file to score (plain or gzip), raw values mapped through the model's vocabulary");
   app.add_option("--format", o.format, "criteo, criteo-csv or avazu (default: the format the model's dataset was prepared from)");
   auto* dataset = app.add_option("--dataset", o.dataset, "or score a split of a prepared dataset (the one the model was trained on)");

@@ -381,6 +381,13 @@ int main(int argc, char** argv) {
   return guarded_main("ember-sim", [&] {
     if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --dataset DIR or --synthetic criteo|avazu");
     f.o.iterations = scheduler::counted_iterations(f.o.scheduler.iterations, f.o.warmup, "counted");
+    // --iterations took the warm-up on top of it until the registry made it the job's
+    // count: say so, or an old command counts --warmup fewer batches without a word.
+    if (f.o.warmup > 0)
+      std::cerr << fmt::format(
+          "ember-sim: {} iterations counted: --iterations {} includes the --warmup {} (for {} counted, "
+          "give --iterations {})\n",
+          f.o.iterations, f.o.scheduler.iterations, f.o.warmup, f.o.scheduler.iterations, f.o.scheduler.iterations + f.o.warmup);
     if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
     f.o.shards = f.ps_shards;
     f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };

@@ -55,6 +55,11 @@ TEST(LineParser, CriteoBadFields) {
   EXPECT_FALSE(p.parse(bad_hex, r, err));
   EXPECT_NE(err.find("C26"), std::string::npos) << err;
   EXPECT_NE(err.find("not hexadecimal"), std::string::npos) << err;
+  EXPECT_EQ(err.find("--multi-hot-sep"), std::string::npos) << err;  // a typo, not a bag
+  // A bag (ember-data gen --multi-hot) read without --multi-hot-sep: the error names it.
+  std::string bag = good.substr(0, good.size() - 8) + "68fd1e64|1a2b3c4d|5e6f7a8b";
+  EXPECT_FALSE(p.parse(bag, r, err));
+  EXPECT_NE(err.find("--multi-hot-sep '|'"), std::string::npos) << err;
   std::string bad_dense = "0\tabc" + good.substr(good.find('\t', 2));
   EXPECT_FALSE(p.parse(bad_dense, r, err));
   EXPECT_NE(err.find("I1"), std::string::npos) << err;

@@ -48,6 +48,17 @@ def refused(name, toml, *want, extra=(), where=None):
 
 with tempfile.TemporaryDirectory() as d:
     tmp = Path(d)
+    # Before a build, --help lists the worker settings of the repository's snapshot, which
+    # is the built ember-worker's.
+    r = subprocess.run(LAUNCH + ["--help", "--bin", str(tmp / "no-build")], capture_output=True, text=True, timeout=60)
+    check("--help without a build lists the worker settings", r.returncode == 0 and all(
+        f in r.stdout for f in ("--policy", "--lookahead", "--model-file")), r.stdout[-2000:] + r.stderr[-1000:])
+    built = subprocess.run([str(BIN / "ember-worker"), "--options-json"], capture_output=True, text=True, timeout=60)
+    sys.path.insert(0, str(SRC / "scripts"))
+    import ember_job  # noqa: E402
+    snapshot = json.loads((SRC / "scripts" / "worker_settings.json").read_text())
+    check("scripts/worker_settings.json is ember-worker's settings", snapshot == ember_job.settings_snapshot(json.loads(built.stdout)),
+          "refresh it: build/bin/ember-worker --options-json | python3 scripts/ember_job.py settings-snapshot")
     refused("unknown key", 'workers = 2\nbogus = 1\n', "{f}:2:", "unknown key 'bogus'")
     refused("underscore spelling", 'ps_args = "--dim 8"\n', "{f}:1:", "unknown key 'ps_args'", "did you mean 'ps-args'")
     refused("string for an integer", 'dataset = "x"\nworkers = "4"\n', "{f}:2:", "'workers' must be an integer")

@@ -177,7 +177,7 @@ exec "{BIN / 'ember-worker'}" "$@"
         p, out = job(tmp, data, "refused", ["--max-restarts", "2"], worker=["--model", "nosuchmodel"])
         _, err = p.communicate(timeout=120)
         check("a job refused for a bad option ends after the first failure, saying why",
-              p.returncode != 0 and "ember-launch: restart" not in err and "not restarted: a setting was refused" in err,
+              p.returncode == 2 and "ember-launch: restart" not in err and "not restarted: a setting was refused" in err,
               f"rc {p.returncode}: {err[-2000:]}")
         word = json.loads((out / "failure.json").read_text()) if (out / "failure.json").exists() else {}
         check("the control plane's word carries the refusing worker's exit status (2)",

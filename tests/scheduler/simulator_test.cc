@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -389,9 +390,22 @@ TEST_F(Simulator, CliErrors) {
   // The names of earlier releases say what they are now called.
   EXPECT_NE(test::run_command(test::bin("ember-sim") + " --synthetic criteo --policies herald 2>&1", out), 0) << out;
   EXPECT_NE(out.find("--policies is now called --policy"), std::string::npos) << out;
+  if (std::filesystem::exists(test::bin("ember-bench"))) {
+    EXPECT_NE(test::run_command(test::bin("ember-bench") + " scale --refine 2>&1", out), 0) << out;
+    EXPECT_NE(out.find("--refine is now called --refine-allocation"), std::string::npos) << out;
+  }
   // --iterations include the --warmup ones, as a job's include every batch it trains.
   EXPECT_EQ(test::run_command(test::bin("ember-sim") + " --synthetic criteo --iterations 10 --warmup 10 2>&1", out), 2) << out;
   EXPECT_NE(out.find("--warmup 10 leaves none of the --iterations 10 counted"), std::string::npos) << out;
+  // ... and a run with a warm-up says how many it counted, and how to count the old way.
+  EXPECT_EQ(test::run_command(test::bin("ember-sim") + " --synthetic criteo --scale 0.001 --batch-per-worker 8 --workers 2 --iterations 6 "
+                                                       "--warmup 2 --policy vanilla --json 2>&1",
+                              out),
+            0)
+      << out;
+  EXPECT_NE(out.find("4 iterations counted: --iterations 6 includes the --warmup 2 (for 6 counted, give --iterations 8)"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace

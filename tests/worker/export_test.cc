@@ -260,7 +260,7 @@ TEST_F(ExportRoundTrip, PredictOnTheRawValidationLinesGivesTheTrainingsAuc) {
   for (const char* exp : {"from-ckpt", "from-dump"}) {
     SCOPED_TRACE(exp);
     const json r =
-        predict("--model " + (dir_ / exp).string() + " -o " + (dir_ / (std::string(exp) + ".txt")).string() + " " + val.string());
+        predict("--export " + (dir_ / exp).string() + " -o " + (dir_ / (std::string(exp) + ".txt")).string() + " " + val.string());
     ASSERT_FALSE(r.is_null());
     std::printf("%s: ember-predict on the raw validation lines: AUC %.10f, logloss %.10f\n", exp, r.at("auc").get<double>(),
                 r.at("logloss").get<double>());
@@ -268,7 +268,7 @@ TEST_F(ExportRoundTrip, PredictOnTheRawValidationLinesGivesTheTrainingsAuc) {
     EXPECT_NEAR(r.at("auc").get<double>(), trained_auc, 1e-6) << "the training's final evaluation: AUC " << trained_auc;
     EXPECT_NEAR(r.at("logloss").get<double>(), trained_logloss, 1e-6);
     // The prepared split scores the same.
-    const json s = predict("--model " + (dir_ / exp).string() + " --dataset " + data.string() + " --split val");
+    const json s = predict("--export " + (dir_ / exp).string() + " --dataset " + data.string() + " --split val");
     EXPECT_NEAR(s.at("auc").get<double>(), trained_auc, 1e-6);
   }
   // Both exports hold the same model: the same tables, the same probabilities.
@@ -316,11 +316,14 @@ TEST_F(ExportRoundTrip, PredictOnTheRawValidationLinesGivesTheTrainingsAuc) {
   std::string bad = tail_lines(input, 5, false);
   bad.insert(bad.find('\n', bad.find('\n') + 1) + 1, "1\t2\tnot-a-line\n");
   const fs::path bad_file = write("bad.tsv", bad);
-  EXPECT_EQ(run(test::bin("ember-predict") + " --model " + (dir_ / "from-ckpt").string() + " " + bad_file.string(), log), 3) << log;
+  EXPECT_EQ(run(test::bin("ember-predict") + " --export " + (dir_ / "from-ckpt").string() + " " + bad_file.string(), log), 3) << log;
   EXPECT_NE(log.find(bad_file.string() + ":3: expected 40 fields, found 3"), std::string::npos) << log;
-  EXPECT_EQ(run(test::bin("ember-predict") + " --model " + (dir_ / "from-ckpt").string() + " --format avazu " + val.string(), log), 3)
+  EXPECT_EQ(run(test::bin("ember-predict") + " --export " + (dir_ / "from-ckpt").string() + " --format avazu " + val.string(), log), 3)
       << log;
   EXPECT_NE(log.find(val.string() + ":1: "), std::string::npos) << log;
+  // The flag's old name (ember-worker's --model names a kind of model) names the new one.
+  EXPECT_NE(run(test::bin("ember-predict") + " --model " + (dir_ / "from-ckpt").string() + " " + val.string(), log), 0) << log;
+  EXPECT_NE(log.find("--model is now called --export"), std::string::npos) << log;
   // The checkpoint's dense state missing: named.
   EXPECT_EQ(run(test::bin("ember-export") + " --checkpoint " + (dir_ / "ckpt").string() + " --dense " + dir_.string() + " --dataset " +
                     data.string() + " -o " + (dir_ / "x").string(),
@@ -343,9 +346,9 @@ TEST_F(ExportRoundTrip, PredictOnTheRawValidationLinesGivesTheTrainingsAuc) {
                 log),
             0)
       << log;
-  EXPECT_NEAR(predict("--model " + (dir_ / "old-export").string() + " --dataset " + old.string()).at("auc").get<double>(), trained_auc,
+  EXPECT_NEAR(predict("--export " + (dir_ / "old-export").string() + " --dataset " + old.string()).at("auc").get<double>(), trained_auc,
               1e-6);
-  EXPECT_EQ(run(test::bin("ember-predict") + " --model " + (dir_ / "old-export").string() + " " + val.string(), log), 3) << log;
+  EXPECT_EQ(run(test::bin("ember-predict") + " --export " + (dir_ / "old-export").string() + " " + val.string(), log), 3) << log;
   EXPECT_NE(log.find("has no vocabulary"), std::string::npos) << log;
 
   // PyTorch itself reads the export (Debian's python3-torch), when installed.
@@ -387,7 +390,7 @@ print(json.dumps({"shapes": [list(t.shape) for t in tables], "dtypes": [str(t.dt
 
   // scripts/score_export.py: the raw validation lines scored in PyTorch alone, through the
   // export's vocabulary, as ember-predict scored them.
-  ASSERT_EQ(run("/usr/bin/python3 " + std::string(EMBER_SOURCE_DIR) + "/scripts/score_export.py --model " + (dir_ / "from-ckpt").string() +
+  ASSERT_EQ(run("/usr/bin/python3 " + std::string(EMBER_SOURCE_DIR) + "/scripts/score_export.py --export " + (dir_ / "from-ckpt").string() +
                     " -o " + (dir_ / "torch.txt").string() + " " + val.string(),
                 log),
             0)
@@ -425,7 +428,7 @@ TEST_F(ExportRoundTrip, AvazuDeepFmFromGzipText) {
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(gzwrite(f, val.data(), static_cast<unsigned>(val.size())), static_cast<int>(val.size()));
   gzclose(f);
-  const json r = predict("--model " + (dir_ / "model").string() + " " + gz.string());
+  const json r = predict("--export " + (dir_ / "model").string() + " " + gz.string());
   ASSERT_FALSE(r.is_null());
   std::printf("avazu deepfm: final evaluation AUC %.10f; ember-predict on the gzip lines: AUC %.10f\n", eval.at("auc").get<double>(),
               r.at("auc").get<double>());
@@ -457,14 +460,14 @@ TEST_F(ExportRoundTrip, MultiHotBagsArePooledAsTrained) {
   const auto m = json::parse(read_file(dir_ / "model" / "manifest.json"));
   EXPECT_EQ(m.at("model").at("pooling").get<std::string>(), "mean");
   const fs::path val = write("val.tsv", tail_lines(input, val_rows, false));
-  const json r = predict("--model " + (dir_ / "model").string() + " " + val.string());
+  const json r = predict("--export " + (dir_ / "model").string() + " " + val.string());
   ASSERT_FALSE(r.is_null());
   std::printf("multi-hot dcnv2 (mean): final evaluation AUC %.10f; ember-predict on the raw lines: AUC %.10f\n",
               eval.at("auc").get<double>(), r.at("auc").get<double>());
   EXPECT_EQ(r.at("samples").get<std::uint64_t>(), val_rows);
   EXPECT_NEAR(r.at("auc").get<double>(), eval.at("auc").get<double>(), 1e-6);
   EXPECT_NEAR(r.at("logloss").get<double>(), eval.at("logloss").get<double>(), 1e-6);
-  const json s = predict("--model " + (dir_ / "model").string() + " --dataset " + data.string() + " --split val");
+  const json s = predict("--export " + (dir_ / "model").string() + " --dataset " + data.string() + " --split val");
   EXPECT_NEAR(s.at("auc").get<double>(), eval.at("auc").get<double>(), 1e-6);
 }
 

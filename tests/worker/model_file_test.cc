@@ -273,10 +273,10 @@ TEST_F(ModelFile, ExportIsTheUsersModuleWithTheTrainedWeights) {
   EXPECT_TRUE(m.find_method("probability").has_value());
   // ember-predict scores the validation split through it as the training's final
   // evaluation did.
-  ASSERT_EQ(
-      test::run_command(
-          test::bin("ember-predict") + " --json --model " + out.string() + " --dataset " + data.string() + " --split val 2>/dev/null", log),
-      0)
+  ASSERT_EQ(test::run_command(test::bin("ember-predict") + " --json --export " + out.string() + " --dataset " + data.string() +
+                                  " --split val 2>/dev/null",
+                              log),
+            0)
       << log;
   const auto scored = nlohmann::json::parse(log.substr(log.find('{')));
   ASSERT_GT(job.auc, 0.0);

@@ -55,6 +55,7 @@ class LineParser {
   bool split(std::string_view line, std::string& error) const;
   // The raw key of one categorical value (not empty) of table `table`.
   bool value_key(std::string_view f, std::uint16_t table, std::uint64_t& key, std::string& error) const;
+  static char bag_separator_in(std::string_view f);
 
   const Schema* schema_;
   SourceFormat format_;

@@ -57,95 +57,106 @@ thread_local AlignedBuffer io_buffer;
 RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes)
     : rows_(rows), row_bytes_(row_bytes), io_threads_(std::max<std::uint32_t>(c.io_threads, 1)) {
   const std::string name = "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards);
-  file_ = c.dir / (name + ".rows");
-  const std::filesystem::path record = c.dir / (name + ".json");
   if (c.ram_budget_bytes < kMinBudget) throw ConfigError("--ram-budget-mb: at least 0.0625 MB of rows in memory");
-  std::error_code ec;
-  std::filesystem::create_directories(c.dir, ec);
-  if (ec) throw ConfigError("--store-dir " + c.dir.string() + ": " + ec.message());
-  lock_fd_ = ::open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw ConfigError(errno_message("--store-dir: " + file_.string()));
-  try {
-    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-      throw ConfigError("--store-dir: " + file_.string() + " is in use by another ember-ps (" + std::strerror(errno) + ")");
-    }
-    // The record of what the file holds: another table's directory is refused (its file
-    // may be needed by whoever made it), the same table's is reused.
-    const nlohmann::json mine{{"table", c.table}, {"rows", rows}, {"row_bytes", row_bytes}};
-    if (std::filesystem::exists(record)) {
-      nlohmann::json theirs;
-      try {
-        std::ifstream in(record);
-        theirs = nlohmann::json::parse(in);
-      } catch (const std::exception& e) {
-        throw ConfigError("--store-dir: " + record.string() + ": not a row tier record (" + e.what() + ")");
-      }
-      if (theirs != mine) {
-        throw ConfigError("--store-dir: " + record.string() + " holds another table (" + theirs.dump() + "; this shard: " + mine.dump() +
-                          "): give an empty directory");
-      }
-    }
-    write_file_atomic(record, mine.dump() + "\n");
-    file_bytes_ = align_up(std::max<std::uint64_t>(rows * row_bytes, 1), kPage);
-    if (::ftruncate(lock_fd_, static_cast<off_t>(file_bytes_)) != 0) {
-      throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(file_bytes_) + " bytes"));
-    }
-    // Reserve every block now: a full disk then fails here, not in the middle of a job.
-    if (::fallocate(lock_fd_, 0, 0, static_cast<off_t>(file_bytes_)) != 0) {
-      if (errno != EOPNOTSUPP) {
-        throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(file_bytes_ >> 20) +
-                                        " MiB for the rows"));
-      }
-      spdlog::warn("row tier: {}: the file system cannot reserve space (fallocate); a full disk will fail the shard later", file_.string());
-    }
-    // Direct I/O where the file system has it (the page cache would hold what the budget
-    // does not allow), with the smallest alignment it takes: a row is read by its sectors.
-    fd_ = ::open(file_.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT);
-    if (fd_ >= 0) {
-      char* probe = io_buffer.get(kPage);
-      sector_ = 0;
-      for (std::uint64_t a : {std::uint64_t{512}, kPage}) {
-        if (::pread(fd_, probe, a, static_cast<off_t>(a == kPage ? 0 : 512)) == static_cast<ssize_t>(a)) {
-          sector_ = a;
-          break;
-        }
-      }
-      if (sector_ == 0) ::close(fd_), fd_ = -1;
-    }
-    if (fd_ < 0) {
-      direct_ = false;
-      sector_ = 1;
-      fd_ = ::dup(lock_fd_);
-      if (fd_ < 0) throw ConfigError(errno_message("--store-dir: " + file_.string()));
-      ::posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
-      spdlog::warn("row tier: {}: no direct I/O on this file system; rows pass through the page cache", file_.string());
-    }
-    slot_count_ = std::max<std::uint64_t>(c.ram_budget_bytes / row_bytes, kMinSlots);
-    if (slot_count_ > kSlotMask - 1) throw ConfigError("--ram-budget-mb: more than 2^32 rows in memory");
-    low_ = std::max<std::uint64_t>(slot_count_ / 16, 8);
-    high_ = std::max<std::uint64_t>(slot_count_ / 8, 16);
-    slots_ = static_cast<char*>(huge_alloc(slot_count_ * row_bytes_));
-    word_ = std::make_unique<std::atomic<std::uint64_t>[]>(rows_);
-    for (std::uint64_t i = 0; i < rows_; ++i) word_[i].store(0, std::memory_order_relaxed);
-    owner_ = std::make_unique<std::atomic<std::uint64_t>[]>(slot_count_);
-    last_use_ = std::make_unique<std::atomic<std::uint32_t>[]>(slot_count_);
-    free_.reserve(slot_count_);
-    for (std::uint64_t s = slot_count_; s-- > 0;) {
-      owner_[s].store(kNoOwner, std::memory_order_relaxed);
-      last_use_[s].store(0, std::memory_order_relaxed);
-      free_.push_back(static_cast<std::uint32_t>(s));
-    }
-  } catch (...) {
-    if (slots_ != nullptr) huge_free(slots_, slot_count_ * row_bytes_);
-    if (fd_ >= 0) ::close(fd_);
-    ::close(lock_fd_);
-    throw;
-  }
+  open_file(c, name);
+  open_for_io();
+  make_slots(c, name);
   pager_ = std::thread([this] { pager_loop(); });
   loader_ = std::thread([this] { loader_loop(); });
   spdlog::info("row tier: {} rows of {} B in {} ({} MiB, {}), {} rows in memory ({} MiB)", rows, row_bytes, file_.string(),
                file_bytes_ >> 20, direct_ ? "direct I/O, " + std::to_string(sector_) + " B sectors" : "buffered I/O", slot_count_,
                slot_count_ * row_bytes_ >> 20);
+}
+
+void RowTier::open_file(const TierConfig& c, const std::string& name) {
+  file_ = c.dir / (name + ".rows");
+  const std::filesystem::path record = c.dir / (name + ".json");
+  std::error_code ec;
+  std::filesystem::create_directories(c.dir, ec);
+  if (ec) throw ConfigError("--store-dir " + c.dir.string() + ": " + ec.message());
+  lock_fd_.reset(::open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock_fd_.valid()) throw ConfigError(errno_message("--store-dir: " + file_.string()));
+  if (::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+    throw ConfigError("--store-dir: " + file_.string() + " is in use by another ember-ps (" + std::strerror(errno) + ")");
+  }
+  // The record of what the file holds: another table's directory is refused (its file
+  // may be needed by whoever made it), the same table's is reused.
+  const nlohmann::json mine{{"table", c.table}, {"rows", rows_}, {"row_bytes", row_bytes_}};
+  if (std::filesystem::exists(record)) {
+    nlohmann::json theirs;
+    try {
+      std::ifstream in(record);
+      theirs = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw ConfigError("--store-dir: " + record.string() + ": not a row tier record (" + e.what() + ")");
+    }
+    if (theirs != mine) {
+      throw ConfigError("--store-dir: " + record.string() + " holds another table (" + theirs.dump() + "; this shard: " + mine.dump() +
+                        "): give an empty directory");
+    }
+  }
+  write_file_atomic(record, mine.dump() + "\n");
+  file_bytes_ = align_up(std::max<std::uint64_t>(rows_ * row_bytes_, 1), kPage);
+  if (::ftruncate(lock_fd_.get(), static_cast<off_t>(file_bytes_)) != 0) {
+    throw ConfigError(errno_message("--store-dir: " + file_.string() + ": cannot size it to " + std::to_string(file_bytes_) + " bytes"));
+  }
+  // Reserve every block now: a full disk then fails here, not in the middle of a job.
+  if (::fallocate(lock_fd_.get(), 0, 0, static_cast<off_t>(file_bytes_)) != 0) {
+    if (errno != EOPNOTSUPP) {
+      throw ConfigError(
+          errno_message("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(file_bytes_ >> 20) + " MiB for the rows"));
+    }
+    spdlog::warn("row tier: {}: the file system cannot reserve space (fallocate); a full disk will fail the shard later", file_.string());
+  }
+}
+
+// Direct I/O where the file system has it (the page cache would hold what the budget
+// does not allow), with the smallest alignment it takes: a row is read by its sectors.
+void RowTier::open_for_io() {
+  fd_.reset(::open(file_.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT));
+  if (fd_.valid()) {
+    char* probe = io_buffer.get(kPage);
+    sector_ = 0;
+    for (std::uint64_t a : {std::uint64_t{512}, kPage}) {
+      if (::pread(fd_.get(), probe, a, static_cast<off_t>(a == kPage ? 0 : 512)) == static_cast<ssize_t>(a)) {
+        sector_ = a;
+        break;
+      }
+    }
+    if (sector_ == 0) fd_.reset();
+  }
+  if (fd_.valid()) return;
+  direct_ = false;
+  sector_ = 1;
+  fd_.reset(::dup(lock_fd_.get()));
+  if (!fd_.valid()) throw ConfigError(errno_message("--store-dir: " + file_.string()));
+  ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_RANDOM);
+  spdlog::warn("row tier: {}: no direct I/O on this file system; rows pass through the page cache", file_.string());
+}
+
+void RowTier::make_slots(const TierConfig& c, const std::string& name) {
+  slot_count_ = std::max<std::uint64_t>(c.ram_budget_bytes / row_bytes_, kMinSlots);
+  if (slot_count_ > kSlotMask - 1) throw ConfigError("--ram-budget-mb: more than 2^32 rows in memory");
+  if (c.ram_budget_bytes / row_bytes_ >= rows_) {
+    spdlog::warn(
+        "row tier: --ram-budget-mb {:g} holds all {} rows of {} ({:.1f} MB): the disk tier only adds its I/O; "
+        "leave out --store-dir and --ram-budget-mb to keep them in RAM",
+        static_cast<double>(c.ram_budget_bytes) / (1 << 20), rows_, name, static_cast<double>(rows_ * row_bytes_) / (1 << 20));
+  }
+  low_ = std::max<std::uint64_t>(slot_count_ / 16, 8);
+  high_ = std::max<std::uint64_t>(slot_count_ / 8, 16);
+  slot_memory_ = huge_array<char>(slot_count_ * row_bytes_);
+  slots_ = slot_memory_.get();
+  word_ = std::make_unique<std::atomic<std::uint64_t>[]>(rows_);
+  for (std::uint64_t i = 0; i < rows_; ++i) word_[i].store(0, std::memory_order_relaxed);
+  owner_ = std::make_unique<std::atomic<std::uint64_t>[]>(slot_count_);
+  last_use_ = std::make_unique<std::atomic<std::uint32_t>[]>(slot_count_);
+  free_.reserve(slot_count_);
+  for (std::uint64_t s = slot_count_; s-- > 0;) {
+    owner_[s].store(kNoOwner, std::memory_order_relaxed);
+    last_use_[s].store(0, std::memory_order_relaxed);
+    free_.push_back(static_cast<std::uint32_t>(s));
+  }
 }
 
 RowTier::~RowTier() {
@@ -158,9 +169,7 @@ RowTier::~RowTier() {
   free_cv_.notify_all();
   if (pager_.joinable()) pager_.join();
   if (loader_.joinable()) loader_.join();
-  huge_free(slots_, slot_count_ * row_bytes_);
-  ::close(fd_);
-  ::close(lock_fd_);  // and its lock
+  // The slots and the files (the lock with them) go with their owners.
 }
 
 float* RowTier::pin(std::uint64_t local, bool write, bool no_read) {
@@ -260,18 +269,18 @@ std::vector<RowTier::Extent> RowTier::extents_of(const std::vector<std::uint64_t
 
 void RowTier::pread_all(char* buf, std::uint64_t bytes, std::uint64_t offset) {
   for (std::uint64_t done = 0; done < bytes;) {
-    const ssize_t n = ::pread(fd_, buf + done, bytes - done, static_cast<off_t>(offset + done));
+    const ssize_t n = ::pread(fd_.get(), buf + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw IoError(n < 0 ? errno_message("reading rows from " + file_.string()) : file_.string() + ": ends early (truncated?)");
     done += static_cast<std::uint64_t>(n);
   }
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  if (!direct_) ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
+  if (!direct_) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
 }
 
 void RowTier::pwrite_all(const char* buf, std::uint64_t bytes, std::uint64_t offset) {
   for (std::uint64_t done = 0; done < bytes;) {
-    const ssize_t n = ::pwrite(fd_, buf + done, bytes - done, static_cast<off_t>(offset + done));
+    const ssize_t n = ::pwrite(fd_.get(), buf + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw IoError(errno_message("writing rows back to " + file_.string()));
     done += static_cast<std::uint64_t>(n);
@@ -280,10 +289,10 @@ void RowTier::pwrite_all(const char* buf, std::uint64_t bytes, std::uint64_t off
   if (!direct_) {
     // Written through, then dropped: the page cache does not keep what the budget does not.
     const auto off = static_cast<off_t>(offset), len = static_cast<off_t>(bytes);
-    if (::sync_file_range(fd_, off, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+    if (::sync_file_range(fd_.get(), off, len, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
       throw IoError(errno_message("writing rows back to " + file_.string()));
     }
-    ::posix_fadvise(fd_, off, len, POSIX_FADV_DONTNEED);
+    ::posix_fadvise(fd_.get(), off, len, POSIX_FADV_DONTNEED);
   }
 }
 

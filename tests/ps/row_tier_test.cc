@@ -4,6 +4,8 @@
 #include "ember/ps/row_tier.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -253,6 +255,27 @@ TEST_F(RowTierTest, RefusesDirectoriesItCannotUse) {
   StoreConfig tiny = config(OptimizerKind::kSgd, 0, dir_ / "tiny");
   tiny.tier.ram_budget_bytes = 32 << 10;
   EXPECT_THROW(ShardStore{tiny}, ConfigError);
+}
+
+// A budget that holds the whole shard makes the tier pure overhead: the shard says so.
+TEST_F(RowTierTest, SaysWhenTheBudgetHoldsTheWholeShard) {
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
+  const auto before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));
+  auto warnings = [&] {
+    std::string all;
+    for (const auto& line : sink->last_formatted()) all += line;
+    return all;
+  };
+  { ShardStore small(config(OptimizerKind::kSgd, 0, dir_ / "small")); }  // 192 KiB: a fraction of the shard
+  const std::string quiet = warnings();
+  StoreConfig big = config(OptimizerKind::kSgd, 0, dir_ / "big");
+  big.tier.ram_budget_bytes = 64 << 20;
+  { ShardStore whole(big); }
+  const std::string said = warnings();
+  spdlog::set_default_logger(before);
+  EXPECT_EQ(quiet.find("holds all"), std::string::npos) << quiet;
+  EXPECT_NE(said.find("--ram-budget-mb 64 holds all 40000 rows of shard-0-of-2"), std::string::npos) << said;
 }
 
 }  // namespace

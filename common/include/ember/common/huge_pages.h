@@ -14,6 +14,18 @@ namespace ember {
 void* huge_alloc(std::size_t bytes);
 void huge_free(void* p, std::size_t bytes) noexcept;
 
+// An owned huge_alloc array of n T (not initialized), freed with its size.
+struct HugeFree {
+  std::size_t bytes = 0;
+  void operator()(void* p) const noexcept { huge_free(p, bytes); }
+};
+template <typename T>
+using HugeArray = std::unique_ptr<T[], HugeFree>;
+template <typename T>
+HugeArray<T> huge_array(std::size_t n) {
+  return HugeArray<T>(static_cast<T*>(huge_alloc(n * sizeof(T))), HugeFree{n * sizeof(T)});
+}
+
 // An allocator for std::vector of large, randomly accessed arrays.
 template <typename T>
 struct HugePageAllocator {

@@ -42,6 +42,9 @@
 #include <thread>
 #include <vector>
 
+#include "ember/common/huge_pages.h"
+#include "ember/common/unique_fd.h"
+
 namespace ember::ps {
 
 struct TierConfig {
@@ -148,14 +151,20 @@ class RowTier {
   void evict(std::uint64_t want);
   void load_hinted(std::vector<std::uint64_t>& locals, std::uint64_t iteration);
   void fail(const std::string& what);
+  // The constructor's steps: the file locked, checked against DIR's record and reserved;
+  // the descriptor for I/O; the slots.
+  void open_file(const TierConfig& c, const std::string& name);
+  void open_for_io();
+  void make_slots(const TierConfig& c, const std::string& name);
 
   std::filesystem::path file_;
-  int fd_ = -1, lock_fd_ = -1;  // I/O (direct where it can be); the one holding the flock
+  UniqueFd lock_fd_, fd_;       // the one holding the flock; I/O (direct where it can be)
   bool direct_ = true;          // O_DIRECT (false where the file system has none, e.g. tmpfs)
   std::uint64_t sector_ = 512;  // direct I/O's alignment
   std::uint64_t rows_ = 0, row_bytes_ = 0, file_bytes_ = 0, slot_count_ = 0, low_ = 0, high_ = 0;
   std::uint32_t io_threads_ = 4;
-  char* slots_ = nullptr;
+  HugeArray<char> slot_memory_;
+  char* slots_ = nullptr;                                   // slot_memory_'s
   std::unique_ptr<std::atomic<std::uint64_t>[]> word_;      // per row
   std::unique_ptr<std::atomic<std::uint64_t>[]> owner_;     // per slot: its row, or kNoOwner
   std::unique_ptr<std::atomic<std::uint32_t>[]> last_use_;  // per slot: the iteration of its last use (or the one hinted)

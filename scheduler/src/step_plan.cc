@@ -96,27 +96,33 @@ void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>&
   global_keys(batch, batch.size(), offsets, out.keys, out.bags);
 }
 
-std::vector<Key> validation_rows(const data::Dataset& ds, std::uint64_t samples) {
-  std::vector<Key> rows, keys;
-  std::vector<std::uint32_t> bags;
+ValidationReader::ValidationReader(const data::Dataset& ds, std::uint64_t samples)
+    : offsets_(ds.manifest().table_offsets()), samples_(samples) {
   const auto& val = ds.split(data::Split::kVal);
-  if (val.rows() == 0) return rows;
-  // evaluate()'s reads, the last batch short.
+  if (val.rows() == 0) return;
   data::BatchOptions bo;
   bo.batch_size = kValidationBatch;
   bo.drop_last = false;
-  data::BatchReader reader(val, bo);
+  reader_.emplace(val, bo);
+}
+
+bool ValidationReader::next(data::Batch& b, std::size_t& n, std::vector<Key>& keys, std::vector<std::uint32_t>& bags) {
+  if (!reader_ || !reader_->next(b)) return false;
+  n = b.size();
+  if (samples_ > 0) n = static_cast<std::size_t>(std::min<std::uint64_t>(n, samples_ - read_));
+  if (n == 0) return false;
+  global_keys(b, n, offsets_, keys, bags);
+  read_ += n;
+  return true;
+}
+
+std::vector<Key> validation_rows(const data::Dataset& ds, std::uint64_t samples) {
+  std::vector<Key> rows, keys;
+  std::vector<std::uint32_t> bags;
+  ValidationReader reader(ds, samples);
   data::Batch b;
-  const auto offsets = ds.manifest().table_offsets();
-  std::uint64_t read = 0;
-  while (reader.next(b)) {
-    std::size_t n = b.size();
-    if (samples > 0) n = static_cast<std::size_t>(std::min<std::uint64_t>(n, samples - read));
-    if (n == 0) break;
-    global_keys(b, n, offsets, keys, bags);
-    rows.insert(rows.end(), keys.begin(), keys.end());
-    read += n;
-  }
+  std::size_t n = 0;
+  while (reader.next(b, n, keys, bags)) rows.insert(rows.end(), keys.begin(), keys.end());
   return rows;
 }
 

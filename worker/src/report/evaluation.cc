@@ -16,80 +16,83 @@ namespace ember::worker {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Batches read in chunks; each chunk's distinct rows are read from the PS once (a row
+// repeats across the batches of a validation set), then pooled from there.
+constexpr std::size_t kChunkBatches = 64;
+
+struct EvalChunk {
+  std::vector<data::Batch> batches;
+  std::vector<std::size_t> sizes;                // samples read of each batch
+  std::vector<std::vector<std::uint32_t>> ids;   // each key's place among `distinct`
+  std::vector<std::vector<std::uint32_t>> bags;  // global_keys' bags
+  std::vector<Key> distinct;
+  U64Map<std::uint32_t> index;
+
+  // Up to kChunkBatches batches from `reader`; false when none was left.
+  bool read(scheduler::ValidationReader& reader) {
+    batches.clear();
+    sizes.clear();
+    ids.clear();
+    bags.clear();
+    distinct.clear();
+    index.clear();
+    std::vector<Key> keys;
+    data::Batch b;
+    std::size_t n = 0;
+    while (batches.size() < kChunkBatches) {
+      bags.emplace_back();
+      if (!reader.next(b, n, keys, bags.back())) {
+        bags.pop_back();
+        break;
+      }
+      auto& mine = ids.emplace_back(keys.size());
+      for (std::size_t j = 0; j < keys.size(); ++j) {
+        const auto [at, fresh] = index.try_emplace(keys[j], static_cast<std::uint32_t>(distinct.size()));
+        if (fresh) distinct.push_back(keys[j]);
+        mine[j] = *at;
+      }
+      batches.push_back(std::move(b));
+      sizes.push_back(n);
+    }
+    return !batches.empty();
+  }
+};
+
+}  // namespace
+
 Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient& client, CtrModel& model, torch::Device device,
                     std::uint32_t dim, std::uint64_t iteration) {
   Evaluation result;
-  const auto& val = ds.split(data::Split::kVal);
-  if (val.rows() == 0) {
+  if (ds.split(data::Split::kVal).rows() == 0) {
     spdlog::warn("no validation split in {}: skipping evaluation (ember-data prep --val-fraction)", c.dataset);
     return result;
   }
   torch::NoGradGuard no_grad;
-  data::BatchOptions bo;
-  bo.batch_size = scheduler::kValidationBatch;  // as scheduler::validation_rows reads
-  bo.drop_last = false;
-  data::BatchReader reader(val, bo);
-  std::vector<float> probs;
+  scheduler::ValidationReader reader(ds, c.eval_samples);
+  std::vector<float> probs, rows, dense;
   std::vector<std::uint8_t> labels;
-  const std::uint32_t T = c.model.num_tables, D = c.model.num_dense;
-  const auto offsets = ds.manifest().table_offsets();
-  EmbeddingPath path(torch::kCPU, c.model.pooling);
-  // Batches read in chunks; each chunk's distinct rows read from the PS once (a row
-  // repeats across the batches of a validation set), then pooled from there.
-  constexpr std::size_t kChunkBatches = 64;
-  std::vector<data::Batch> chunk;
-  std::vector<std::vector<Key>> keys;
-  std::vector<std::vector<std::uint32_t>> bags;
-  std::vector<Key> distinct;
-  std::vector<float> rows, dense;
-  std::vector<std::uint32_t> ids;
   std::vector<const float*> pointers;
-  U64Map<std::uint32_t> index;
-  bool more = true;
-  while (more) {
-    chunk.clear();
-    keys.clear();
-    bags.clear();
-    distinct.clear();
-    index.clear();
-    std::uint64_t taken = probs.size();
-    while (chunk.size() < kChunkBatches) {
-      data::Batch b;
-      if (!reader.next(b)) {
-        more = false;
-        break;
+  const std::uint32_t T = c.model.num_tables, D = c.model.num_dense;
+  EmbeddingPath path(torch::kCPU, c.model.pooling);
+  EvalChunk chunk;
+  while (chunk.read(reader)) {
+    client.read(chunk.distinct, rows, false, iteration);
+    pointers.resize(chunk.distinct.size());
+    for (std::size_t j = 0; j < pointers.size(); ++j) pointers[j] = rows.data() + j * dim;
+    for (std::size_t i = 0; i < chunk.batches.size(); ++i) {
+      const auto n = static_cast<std::int64_t>(chunk.sizes[i]);
+      dense.resize(static_cast<std::size_t>(n) * D);
+      for (std::int64_t r = 0; r < n; ++r) {
+        std::memcpy(&dense[static_cast<std::size_t>(r) * D], chunk.batches[i].dense(static_cast<std::size_t>(r)), D * sizeof(float));
+        labels.push_back(chunk.batches[i].label(static_cast<std::size_t>(r)));
       }
-      std::size_t n = b.size();
-      if (c.eval_samples > 0) n = std::min<std::size_t>(n, c.eval_samples - taken);
-      if (n == 0) {
-        more = false;
-        break;
-      }
-      keys.emplace_back();
-      bags.emplace_back();
-      scheduler::global_keys(b, n, offsets, keys.back(), bags.back());
-      for (Key k : keys.back())
-        if (index.try_emplace(k, static_cast<std::uint32_t>(distinct.size())).second) distinct.push_back(k);
-      chunk.push_back(std::move(b));
-      taken += n;
-    }
-    if (chunk.empty()) break;
-    client.read(distinct, rows, false, iteration);
-    pointers.resize(distinct.size());
-    for (std::size_t j = 0; j < distinct.size(); ++j) pointers[j] = rows.data() + j * dim;
-    for (std::size_t i = 0; i < chunk.size(); ++i) {
-      const auto rows_n = static_cast<std::int64_t>(bags[i].empty() ? keys[i].size() / T : (bags[i].size() - 1) / T);
-      ids.resize(keys[i].size());
-      for (std::size_t j = 0; j < ids.size(); ++j) ids[j] = *index.find(keys[i][j]);
-      dense.resize(static_cast<std::size_t>(rows_n) * D);
-      for (std::int64_t r = 0; r < rows_n; ++r) {
-        std::memcpy(&dense[static_cast<std::size_t>(r) * D], chunk[i].dense(static_cast<std::size_t>(r)), D * sizeof(float));
-        labels.push_back(chunk[i].label(static_cast<std::size_t>(r)));
-      }
-      const torch::Tensor emb = path.forward(ids, bags[i], pointers, dim).view({rows_n, static_cast<std::int64_t>(T), dim}).to(device);
-      auto x = torch::from_blob(dense.data(), {rows_n, static_cast<std::int64_t>(D)}, torch::kFloat32).to(device);
+      const torch::Tensor emb =
+          path.forward(chunk.ids[i], chunk.bags[i], pointers, dim).view({n, static_cast<std::int64_t>(T), dim}).to(device);
+      auto x = torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}, torch::kFloat32).to(device);
       auto p = torch::sigmoid(model.forward(x, emb)).to(torch::kCPU).contiguous();
-      probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + rows_n);
+      probs.insert(probs.end(), p.data_ptr<float>(), p.data_ptr<float>() + n);
     }
   }
   result.ran = true;

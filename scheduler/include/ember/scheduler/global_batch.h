@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "ember/common/types.h"
@@ -51,8 +52,25 @@ void to_global_batch(const data::Batch& batch, const std::vector<std::uint64_t>&
 
 // An evaluation reads the validation split in batches of this many samples.
 inline constexpr std::size_t kValidationBatch = 4096;
-// The keys of the validation split's first `samples` samples (0: all), in its order:
-// the rows an evaluation reads from the PS (worker/src/report/evaluation.cc).
+
+// The validation samples an evaluation reads, batch by batch in the split's order: its
+// first `samples` (0: all), in batches of kValidationBatch, the last short. What
+// evaluate() (worker/src/report/evaluation.cc) scores and validation_rows() lists.
+class ValidationReader {
+ public:
+  ValidationReader(const data::Dataset& ds, std::uint64_t samples);
+  // The next batch `b`, of which the first `n` samples are read, and their global_keys.
+  // False when none is left.
+  bool next(data::Batch& b, std::size_t& n, std::vector<Key>& keys, std::vector<std::uint32_t>& bags);
+
+ private:
+  std::vector<std::uint64_t> offsets_;
+  std::optional<data::BatchReader> reader_;  // none: no validation split
+  std::uint64_t samples_ = 0, read_ = 0;
+};
+
+// The keys of the validation samples ValidationReader reads, in its order: the rows an
+// evaluation reads from the PS.
 std::vector<Key> validation_rows(const data::Dataset& ds, std::uint64_t samples);
 
 }  // namespace ember::scheduler

@@ -8,12 +8,16 @@
 #ifdef EMBER_HAVE_PROMETHEUS
 #include <prometheus/check_names.h>
 #include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
+#include <array>
+#include <boost/asio.hpp>
 #include <map>
+#include <thread>
 #endif
 
 namespace ember::monitor {
@@ -87,34 +91,96 @@ class ScrapeCollectable : public prometheus::Collectable {
   std::vector<std::function<void(Sink&)>> fills_;
 };
 
+// GET /metrics over HTTP/1.1, one connection at a time, on its own thread. Not civetweb
+// (prometheus-cpp's Exposer): its threads get a fixed 100 KB stack, and a worker's
+// libraries (LibTorch, glog, OpenBLAS) hold more static TLS than that, so they could not
+// start (pthread_create: EINVAL).
+class MetricsServer {
+ public:
+  MetricsServer(const std::string& address, std::uint16_t port, std::function<std::string()> body)
+      : acceptor_(io_), body_(std::move(body)) {
+    namespace ip = boost::asio::ip;
+    const ip::tcp::endpoint at(ip::make_address(address), port);
+    acceptor_.open(at.protocol());
+    acceptor_.set_option(ip::tcp::acceptor::reuse_address(true));
+    acceptor_.bind(at);
+    acceptor_.listen();
+    accept();
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~MetricsServer() {
+    io_.stop();
+    thread_.join();
+  }
+  std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
+
+ private:
+  void accept() {
+    acceptor_.async_accept([this](const boost::system::error_code& ec, boost::asio::ip::tcp::socket socket) {
+      if (ec == boost::asio::error::operation_aborted) return;
+      if (!ec) serve(socket);
+      accept();
+    });
+  }
+  // One request, answered and closed; a client silent for 2 s is dropped.
+  void serve(boost::asio::ip::tcp::socket& socket) {
+    try {
+      const timeval limit{2, 0};
+      ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+      ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+      boost::asio::streambuf request(16 << 10);
+      boost::asio::read_until(socket, request, "\r\n\r\n");
+      std::istream in(&request);
+      std::string method, target;
+      in >> method >> target;
+      const bool metrics = method == "GET" && (target == "/metrics" || target.rfind("/metrics?", 0) == 0);
+      const std::string body = metrics ? body_() : "not found: try /metrics\n";
+      const std::string head =
+          std::string(metrics ? "HTTP/1.1 200 OK" : "HTTP/1.1 404 Not Found") +
+          "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " + std::to_string(body.size()) +
+          "\r\nConnection: close\r\n\r\n";
+      boost::asio::write(socket, std::array{boost::asio::buffer(head), boost::asio::buffer(body)});
+      socket.shutdown(boost::asio::ip::tcp::socket::shutdown_both);
+    } catch (const std::exception& e) {  // a bad client: dropped, the others served
+      spdlog::debug("metrics: a request failed: {}", e.what());
+    }
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::function<std::string()> body_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 struct Exporter::Impl {
   std::string address;
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::shared_ptr<ScrapeCollectable> scrape = std::make_shared<ScrapeCollectable>();
-  std::unique_ptr<prometheus::Exposer> exposer;  // last: its threads stop before the rest goes
+  std::unique_ptr<MetricsServer> server;  // last: its thread stops before the rest goes
+
+  std::string scrape_text() const {
+    std::vector<prometheus::MetricFamily> families = registry->Collect();
+    std::vector<prometheus::MetricFamily> more = scrape->Collect();
+    families.insert(families.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    return prometheus::TextSerializer().Serialize(families);
+  }
 };
 
 Exporter::Exporter(const std::string& address, std::uint16_t port, const std::string& flag) : impl_(std::make_unique<Impl>()) {
   impl_->address = address;
   const std::string bind = (address.find(':') != std::string::npos ? "[" + address + "]" : address) + ":" + std::to_string(port);
   try {
-    // One thread: Prometheus scrapes every few seconds; a second would only contend.
-    impl_->exposer = std::make_unique<prometheus::Exposer>(bind, 1);
+    impl_->server = std::make_unique<MetricsServer>(address, port, [impl = impl_.get()] { return impl->scrape_text(); });
   } catch (const std::exception& e) {
     throw ConfigError(flag + " " + std::to_string(port) + ": cannot serve metrics on " + bind + " (the port in use?): " + e.what());
   }
-  impl_->exposer->RegisterCollectable(impl_->registry);
-  impl_->exposer->RegisterCollectable(impl_->scrape);
 }
 
 Exporter::~Exporter() = default;
 
-std::uint16_t Exporter::port() const {
-  const auto ports = impl_->exposer->GetListeningPorts();
-  return ports.empty() ? 0 : static_cast<std::uint16_t>(ports.front());
-}
+std::uint16_t Exporter::port() const { return impl_->server->port(); }
 
 std::string Exporter::url() const {
   const std::string host = impl_->address.find(':') != std::string::npos ? "[" + impl_->address + "]" : impl_->address;

@@ -72,8 +72,12 @@ void use_the_cpus_blas_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // the user's choice, or the exec below done
   const std::string better = better_openblas_kernels(blas_info());
   if (better.empty()) return;
-  if (setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0) return;
-  execv("/proc/self/exe", argv);
+  // The binary's own path, not /proc/self/exe: the process's name (comm, what pgrep and
+  // top show) is taken from the path exec is given.
+  std::array<char, 4096> self{};
+  const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n <= 0 || setenv("OPENBLAS_CORETYPE", better.c_str(), 1) != 0) return;
+  execv(self.data(), argv);
   // Still here: the exec failed (no /proc?); the slower kernels work, describe() says so.
   std::fprintf(stderr, "warning: could not restart with OPENBLAS_CORETYPE=%s; OpenBLAS runs its slower kernels\n", better.c_str());
   unsetenv("OPENBLAS_CORETYPE");

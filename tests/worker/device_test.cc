@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fstream>
+
 #include "ember/common/blas_kernels.h"
 
 namespace ember::worker {
@@ -41,6 +43,15 @@ TEST(Device, OpenBlasRunsTheKernelsOfThisCpu) {
   if (blas.library != "OpenBLAS") GTEST_SKIP() << describe(blas);
   EXPECT_EQ(better_openblas_kernels(blas), "") << describe(blas);
   EXPECT_NE(describe(blas).find(blas.kernels + " kernels"), std::string::npos) << describe(blas);
+}
+
+// ... and keeps its name (comm, what pgrep and the cluster tests look for): "exe" if
+// the exec were given /proc/self/exe.
+TEST(Device, TheExecKeepsTheProgramsName) {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  std::getline(comm, name);
+  EXPECT_EQ(name, "worker_test");
 }
 
 TEST(Device, TheReferenceBlasIsNamedWithItsFix) {

@@ -371,6 +371,71 @@ void add_flags(CLI::App& app, Flags& f) {
   add_renamed_flag(app, "--per-host", "--scheduler-per-host", false);
 }
 
+// Checks the job's flags and fills in what they imply: the counted iterations, the PS
+// shards and the workers' hosts.
+void set_up_job(Flags& f) {
+  if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --dataset DIR or --synthetic criteo|avazu");
+  f.o.iterations = scheduler::counted_iterations(f.o.scheduler.iterations, f.o.warmup, "counted");
+  if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
+  f.o.shards = f.ps_shards;
+  f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
+  const std::uint32_t workers = f.o.scheduler.workers;
+  if (f.hosts > 0) {
+    if (workers % f.hosts != 0) {
+      throw ConfigError("--hosts " + std::to_string(f.hosts) + " does not divide --workers " + std::to_string(workers) +
+                        " (each host holds --workers / --hosts of them; --host-map for hosts of other sizes)");
+    }
+    // Workers in rank order, as many on each host.
+    f.o.host_of = [hosts = f.hosts, workers](WorkerId w) { return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers); };
+  } else if (!f.host_map.empty()) {
+    const std::vector<std::uint32_t> map = parse_host_map(f.host_map, workers);
+    f.hosts = *std::max_element(map.begin(), map.end()) + 1;
+    f.o.host_of = [map](WorkerId w) { return map[w]; };
+  }
+  if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
+  if (f.o.scheduler.scheduler_per_host && f.hosts == 0) throw ConfigError("--scheduler-per-host needs --hosts or --host-map");
+}
+
+// The dataset's directory: --dataset's, or a generated one (--synthetic) that `holder` removes.
+fs::path dataset_dir(Flags& f, SyntheticDataset& holder) {
+  fs::path dir = f.data_dir;
+  if (!f.synthetic.empty()) {
+    std::uint64_t need = (f.o.warmup + f.o.iterations) * f.o.scheduler.workers * f.o.scheduler.batch_per_worker;
+    if (f.gen.rows == 0) f.gen.rows = need;
+    f.gen.seed = f.o.scheduler.seed;
+    dir = make_synthetic(holder, f.gen, f.synthetic, f.quiet);
+  }
+  return dir;
+}
+
+// Prints every policy's counts: a line of --json each, or the table (its heading first).
+void print_results(const Flags& f, scheduler::RowFormat row, const data::Dataset& ds, const std::vector<scheduler::SimResult>& results) {
+  const scheduler::SimResult* vanilla = nullptr;
+  for (const auto& r : results) {
+    if (r.policy == "vanilla") vanilla = &r;
+  }
+  const auto total_rows = scheduler::key_space(ds, f.o.scheduler.table_rows).back();
+  if (!f.json) {
+    std::cout << fmt::format(
+        "{} workers x {} samples, cache {} rows per worker ({} of {} rows), {} tables; {} iterations counted after {} warm-up "
+        "(--iterations {} counts both); lookahead {}, eviction {}{}\n",
+        f.o.scheduler.workers, f.o.scheduler.batch_per_worker, results.front().cache_rows,
+        f.o.scheduler.placement.empty() ? fmt::format("{:g}", f.o.scheduler.cache_ratio) : "placement " + f.o.scheduler.placement,
+        total_rows, ds.num_tables(), f.o.iterations, f.o.warmup, f.o.scheduler.iterations, f.o.scheduler.lookahead, f.o.scheduler.eviction,
+        f.o.scheduler.prefetch ? ", prefetch" : "");
+    std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
+                             "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
+  }
+  const Output out{f.o, row, f.optimizer, ds, vanilla, f.hosts};
+  for (const auto& r : results) {
+    if (f.json) {
+      std::cout << policy_json(out, r).dump() << "\n";
+    } else {
+      print_text(out, r);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -379,33 +444,7 @@ int main(int argc, char** argv) {
   add_flags(app, f);
   if (const int status = parse_command_line(app, argc, argv, "ember-sim"); status >= 0) return status;
   return guarded_main("ember-sim", [&] {
-    if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --dataset DIR or --synthetic criteo|avazu");
-    f.o.iterations = scheduler::counted_iterations(f.o.scheduler.iterations, f.o.warmup, "counted");
-    // --iterations took the warm-up on top of it until the registry made it the job's
-    // count: say so, or an old command counts --warmup fewer batches without a word.
-    if (f.o.warmup > 0)
-      std::cerr << fmt::format(
-          "ember-sim: {} iterations counted: --iterations {} includes the --warmup {} (for {} counted, "
-          "give --iterations {})\n",
-          f.o.iterations, f.o.scheduler.iterations, f.o.warmup, f.o.scheduler.iterations, f.o.scheduler.iterations + f.o.warmup);
-    if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
-    f.o.shards = f.ps_shards;
-    f.o.shard_of = [shards = f.ps_shards](Key k) { return ps::owner_shard(k, shards); };
-    const std::uint32_t workers = f.o.scheduler.workers;
-    if (f.hosts > 0) {
-      if (workers % f.hosts != 0) {
-        throw ConfigError("--hosts " + std::to_string(f.hosts) + " does not divide --workers " + std::to_string(workers) +
-                          " (each host holds --workers / --hosts of them; --host-map for hosts of other sizes)");
-      }
-      // Workers in rank order, as many on each host.
-      f.o.host_of = [hosts = f.hosts, workers](WorkerId w) { return static_cast<std::uint32_t>(std::uint64_t{w} * hosts / workers); };
-    } else if (!f.host_map.empty()) {
-      const std::vector<std::uint32_t> map = parse_host_map(f.host_map, workers);
-      f.hosts = *std::max_element(map.begin(), map.end()) + 1;
-      f.o.host_of = [map](WorkerId w) { return map[w]; };
-    }
-    if (f.hosts > 0) f.o.link_of = link_classes(f.hosts, f.o.host_of, f.ps_shards, f.ps_hosts);
-    if (f.o.scheduler.scheduler_per_host && f.hosts == 0) throw ConfigError("--scheduler-per-host needs --hosts or --host-map");
+    set_up_job(f);
     auto list = scheduler::parse_policies(f.o.scheduler.policy);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     if (f.ram_budget_mb > 0) {
@@ -413,13 +452,7 @@ int main(int argc, char** argv) {
       f.o.tier_row_bytes = row.stored_bytes();
     }
     SyntheticDataset holder;
-    fs::path dir = f.data_dir;
-    if (!f.synthetic.empty()) {
-      std::uint64_t need = (f.o.warmup + f.o.iterations) * f.o.scheduler.workers * f.o.scheduler.batch_per_worker;
-      if (f.gen.rows == 0) f.gen.rows = need;
-      f.gen.seed = f.o.scheduler.seed;
-      dir = make_synthetic(holder, f.gen, f.synthetic, f.quiet);
-    }
+    const fs::path dir = dataset_dir(f, holder);
     data::Dataset ds = data::Dataset::open(dir, {false});
     if (!f.synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
@@ -440,30 +473,7 @@ int main(int argc, char** argv) {
       f.o.scheduler.policy = p.name();
       results.push_back(scheduler::simulate(ds, f.o));
     }
-    const scheduler::SimResult* vanilla = nullptr;
-    for (const auto& r : results) {
-      if (r.policy == "vanilla") vanilla = &r;
-    }
-    const auto total_rows = scheduler::key_space(ds, f.o.scheduler.table_rows).back();
-    if (!f.json) {
-      std::cout << fmt::format(
-          "{} workers x {} samples, cache {} rows per worker ({} of {} rows), {} tables; {} iterations after {} warm-up; "
-          "lookahead {}, eviction {}{}\n",
-          f.o.scheduler.workers, f.o.scheduler.batch_per_worker, results.front().cache_rows,
-          f.o.scheduler.placement.empty() ? fmt::format("{:g}", f.o.scheduler.cache_ratio) : "placement " + f.o.scheduler.placement,
-          total_rows, ds.num_tables(), f.o.iterations, f.o.warmup, f.o.scheduler.lookahead, f.o.scheduler.eviction,
-          f.o.scheduler.prefetch ? ", prefetch" : "");
-      std::cout << fmt::format("{:<10}{:>11}{:>11}{:>11}{:>11}{:>11}{:>14}{:>9}{:>9}{:>9}{:>8}{:>10}\n", "policy", "pulls", "push_grad",
-                               "push_value", "push_evict", "pushes", "transmissions", "pull -%", "push -%", "total -%", "hit", "ms/batch");
-    }
-    const Output out{f.o, row, f.optimizer, ds, vanilla, f.hosts};
-    for (const auto& r : results) {
-      if (f.json) {
-        std::cout << policy_json(out, r).dump() << "\n";
-      } else {
-        print_text(out, r);
-      }
-    }
+    print_results(f, row, ds, results);
     return 0;
   });
 }

@@ -572,6 +572,10 @@ TEST_F(Training, AdmissionJobsResumeExactly) {
   o.lookahead = 2;
   o.prefetch = true;
   o.cache_admission = "tinylfu";
+  // The resumed job equals the uninterrupted one bit for bit; the one-process model sums
+  // the dense gradients in another order, which a ReLU's kink amplifies (docs/training.md
+  // "Same model, whatever the policy"): 4e-5 here with OpenBLAS's AVX-512 kernels.
+  one_process_tolerance_ = 1e-4;
   expect_resumes_exactly(data, o, "adm", "cache admission");
   EXPECT_GT(simulate(data, o)["not_admitted"], 0u) << "admission turned no row away: the test proves less";
 }

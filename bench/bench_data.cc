@@ -78,6 +78,117 @@ double reader_seconds(const data::SplitData& split, data::BatchOptions bo, std::
   return sw.seconds();
 }
 
+// The figures of a run, measured in turn and printed together at the end.
+struct DataFigures {
+  double file_mb = 0;
+  double read_mb_s = 0;
+  data::PrepReport pr;
+  std::uint64_t rss_before = 0;
+  double peak_rss_mb = 0, prep_mb_s = 0, vocab_mb = 0;
+  double reader_samples_s = 0, reader_label_only_s = 0, reader_shuffled_s = 0;
+  std::uint64_t sink = 0;
+};
+
+// Generates the Criteo-like input file in dir: its path.
+fs::path generate_input(const DataBenchOptions& o, const fs::path& dir, const Output& out, DataFigures& f) {
+  // ~240 bytes per Criteo-like line.
+  data::GenOptions g;
+  g.like = data::SourceFormat::kCriteoTsv;
+  g.rows = static_cast<std::uint64_t>(o.size_mb * 1e6 / 240.0);
+  g.scale = o.scale;
+  g.seed = 7;
+  g.output = dir / "criteo.tsv";
+  g.overwrite = true;
+  out.text(fmt::format("generating {} Criteo-like rows (scale {}) in {} ...\n", g.rows, o.scale, dir.string()));
+  Stopwatch gsw;
+  data::GenReport gr = data::generate(g);
+  f.file_mb = static_cast<double>(gr.bytes) / 1e6;
+  out.text(fmt::format("  {:.0f} MB in {:.1f}s\n", f.file_mb, gsw.seconds()));
+  return g.output;
+}
+
+// ember-data prep of the input into dir/dataset, with its peak RSS: the dataset's path.
+fs::path measure_prep(const DataBenchOptions& o, const fs::path& input, const fs::path& dir, DataFigures& f) {
+  data::PrepOptions p;
+  p.format = data::SourceFormat::kCriteoTsv;
+  p.inputs = {input};
+  p.output = dir / "dataset";
+  p.overwrite = true;
+  p.threads = o.threads;
+  reset_peak_rss();
+  f.rss_before = current_rss_bytes();
+  f.pr = data::prepare_dataset(p);
+  f.peak_rss_mb = static_cast<double>(peak_rss_bytes()) / 1e6;
+  double prep_s = f.pr.total_seconds();
+  f.prep_mb_s = f.file_mb / prep_s;
+  f.vocab_mb = static_cast<double>(f.pr.vocab_bytes) / 1e6;
+  return p.output;
+}
+
+// Batch reader samples/s over the prepared training split: labels only, then every id.
+void measure_reader(const DataBenchOptions& o, const fs::path& dataset, DataFigures& f) {
+  data::Dataset ds = data::Dataset::open(dataset, {false});
+  const auto& train = ds.split(data::Split::kTrain);
+  std::vector<double> seq, shuf, all_ids;
+  std::uint64_t samples = 0;
+  for (int i = 0; i < o.repeats; ++i) {
+    seq.push_back(reader_seconds(train, {o.batch, false, 0, true}, samples, f.sink));
+  }
+  // Every id of every table too (what a scheduler reads per sample), in dataset order
+  // and shuffled.
+  const int nt = ds.num_tables();
+  auto all_ids_seconds = [&](bool shuffle) {
+    data::BatchReader reader(train, {o.batch, shuffle, 1, true});
+    data::Batch b;
+    Stopwatch sw;
+    while (reader.next(b)) {
+      for (int t = 0; t < nt; ++t) {
+        for (std::size_t s = 0; s < b.size(); ++s) b.for_each_id(t, s, [&](std::uint64_t id) { f.sink += id; });
+      }
+    }
+    return sw.seconds();
+  };
+  for (int i = 0; i < o.repeats; ++i) all_ids.push_back(all_ids_seconds(false));
+  for (int i = 0; i < o.repeats; ++i) shuf.push_back(all_ids_seconds(true));
+  f.reader_samples_s = static_cast<double>(samples) / median(all_ids);
+  f.reader_label_only_s = static_cast<double>(samples) / median(seq);
+  f.reader_shuffled_s = static_cast<double>(samples) / median(shuf);
+}
+
+// The figures as a table, or as one JSON row.
+void print_data_figures(const Output& out, const DataFigures& f) {
+  const data::PrepReport& pr = f.pr;
+  out.text(fmt::format(
+      "\n{:<36}{:>14}\n"
+      "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n",
+      "figure", "value", "input MB", f.file_mb, "plain read MB/s (median)", f.read_mb_s, "prep MB/s end to end (both passes)", f.prep_mb_s,
+      "prep / plain read", f.prep_mb_s / f.read_mb_s, "  count pass s", pr.pass1_seconds, "  vocabulary s", pr.vocab_seconds,
+      "  encode pass s", pr.pass2_seconds + pr.finish_seconds, "vocabulary hash tables MB", f.vocab_mb, "peak RSS MB (prep)", f.peak_rss_mb,
+      "peak RSS / vocabulary", f.peak_rss_mb / f.vocab_mb, "reader M samples/s (26 ids + label)", f.reader_samples_s / 1e6,
+      "reader M samples/s (shuffled)", f.reader_shuffled_s / 1e6, "reader M samples/s (labels only)", f.reader_label_only_s / 1e6));
+  out.text(fmt::format("targets: prep >= 100 MB/s, reader >= 5 M samples/s; rows {}, embedding rows {}, RSS before prep {:.0f} MB\n",
+                       pr.manifest.rows[0], pr.manifest.total_table_rows(), static_cast<double>(f.rss_before) / 1e6));
+  out.row({{"bench", "data"},
+           {"input_mb", f.file_mb},
+           {"rows", pr.manifest.rows[0]},
+           {"embedding_rows", pr.manifest.total_table_rows()},
+           {"read_mb_s", f.read_mb_s},
+           {"prep_mb_s", f.prep_mb_s},
+           {"prep_vs_read", f.prep_mb_s / f.read_mb_s},
+           {"pass1_s", pr.pass1_seconds},
+           {"vocab_s", pr.vocab_seconds},
+           {"pass2_s", pr.pass2_seconds + pr.finish_seconds},
+           {"vocab_mb", f.vocab_mb},
+           {"peak_rss_mb", f.peak_rss_mb},
+           {"reader_samples_s", f.reader_samples_s},
+           {"reader_shuffled_samples_s", f.reader_shuffled_s},
+           {"reader_label_only_samples_s", f.reader_label_only_s},
+           {"sink", f.sink % 2}});
+}
+
 }  // namespace
 
 int run_data_bench(const DataBenchOptions& o, bool json) {
@@ -94,95 +205,17 @@ int run_data_bench(const DataBenchOptions& o, bool json) {
     }
   } cleanup{dir, temp};
 
-  // ~240 bytes per Criteo-like line.
-  data::GenOptions g;
-  g.like = data::SourceFormat::kCriteoTsv;
-  g.rows = static_cast<std::uint64_t>(o.size_mb * 1e6 / 240.0);
-  g.scale = o.scale;
-  g.seed = 7;
-  g.output = dir / "criteo.tsv";
-  g.overwrite = true;
-  out.text(fmt::format("generating {} Criteo-like rows (scale {}) in {} ...\n", g.rows, o.scale, dir.string()));
-  Stopwatch gsw;
-  data::GenReport gr = data::generate(g);
-  double file_mb = static_cast<double>(gr.bytes) / 1e6;
-  out.text(fmt::format("  {:.0f} MB in {:.1f}s\n", file_mb, gsw.seconds()));
+  DataFigures f;
+  const fs::path input = generate_input(o, dir, out, f);
 
   std::vector<double> reads;
   std::uint64_t lines = 0;
-  for (int i = 0; i < o.repeats; ++i) reads.push_back(plain_read_seconds(g.output, lines));
-  double read_mb_s = file_mb / median(reads);
+  for (int i = 0; i < o.repeats; ++i) reads.push_back(plain_read_seconds(input, lines));
+  f.read_mb_s = f.file_mb / median(reads);
 
-  data::PrepOptions p;
-  p.format = data::SourceFormat::kCriteoTsv;
-  p.inputs = {g.output};
-  p.output = dir / "dataset";
-  p.overwrite = true;
-  p.threads = o.threads;
-  reset_peak_rss();
-  std::uint64_t rss_before = current_rss_bytes();
-  data::PrepReport pr = data::prepare_dataset(p);
-  double peak_rss_mb = static_cast<double>(peak_rss_bytes()) / 1e6;
-  double prep_s = pr.total_seconds();
-  double prep_mb_s = file_mb / prep_s;
-  double vocab_mb = static_cast<double>(pr.vocab_bytes) / 1e6;
-
-  data::Dataset ds = data::Dataset::open(p.output, {false});
-  const auto& train = ds.split(data::Split::kTrain);
-  std::vector<double> seq, shuf, all_ids;
-  std::uint64_t samples = 0, sink = 0;
-  for (int i = 0; i < o.repeats; ++i) {
-    seq.push_back(reader_seconds(train, {o.batch, false, 0, true}, samples, sink));
-  }
-  // Every id of every table too (what a scheduler reads per sample), in dataset order
-  // and shuffled.
-  const int nt = ds.num_tables();
-  auto all_ids_seconds = [&](bool shuffle) {
-    data::BatchReader reader(train, {o.batch, shuffle, 1, true});
-    data::Batch b;
-    Stopwatch sw;
-    while (reader.next(b)) {
-      for (int t = 0; t < nt; ++t) {
-        for (std::size_t s = 0; s < b.size(); ++s) b.for_each_id(t, s, [&](std::uint64_t id) { sink += id; });
-      }
-    }
-    return sw.seconds();
-  };
-  for (int i = 0; i < o.repeats; ++i) all_ids.push_back(all_ids_seconds(false));
-  for (int i = 0; i < o.repeats; ++i) shuf.push_back(all_ids_seconds(true));
-  double reader_samples_s = static_cast<double>(samples) / median(all_ids);
-  double reader_label_only_s = static_cast<double>(samples) / median(seq);
-  double reader_shuffled_s = static_cast<double>(samples) / median(shuf);
-
-  out.text(fmt::format(
-      "\n{:<36}{:>14}\n"
-      "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
-      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n"
-      "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
-      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n",
-      "figure", "value", "input MB", file_mb, "plain read MB/s (median)", read_mb_s, "prep MB/s end to end (both passes)", prep_mb_s,
-      "prep / plain read", prep_mb_s / read_mb_s, "  count pass s", pr.pass1_seconds, "  vocabulary s", pr.vocab_seconds, "  encode pass s",
-      pr.pass2_seconds + pr.finish_seconds, "vocabulary hash tables MB", vocab_mb, "peak RSS MB (prep)", peak_rss_mb,
-      "peak RSS / vocabulary", peak_rss_mb / vocab_mb, "reader M samples/s (26 ids + label)", reader_samples_s / 1e6,
-      "reader M samples/s (shuffled)", reader_shuffled_s / 1e6, "reader M samples/s (labels only)", reader_label_only_s / 1e6));
-  out.text(fmt::format("targets: prep >= 100 MB/s, reader >= 5 M samples/s; rows {}, embedding rows {}, RSS before prep {:.0f} MB\n",
-                       pr.manifest.rows[0], pr.manifest.total_table_rows(), static_cast<double>(rss_before) / 1e6));
-  out.row({{"bench", "data"},
-           {"input_mb", file_mb},
-           {"rows", pr.manifest.rows[0]},
-           {"embedding_rows", pr.manifest.total_table_rows()},
-           {"read_mb_s", read_mb_s},
-           {"prep_mb_s", prep_mb_s},
-           {"prep_vs_read", prep_mb_s / read_mb_s},
-           {"pass1_s", pr.pass1_seconds},
-           {"vocab_s", pr.vocab_seconds},
-           {"pass2_s", pr.pass2_seconds + pr.finish_seconds},
-           {"vocab_mb", vocab_mb},
-           {"peak_rss_mb", peak_rss_mb},
-           {"reader_samples_s", reader_samples_s},
-           {"reader_shuffled_samples_s", reader_shuffled_s},
-           {"reader_label_only_samples_s", reader_label_only_s},
-           {"sink", sink % 2}});
+  const fs::path dataset = measure_prep(o, input, dir, f);
+  measure_reader(o, dataset, f);
+  print_data_figures(out, f);
   return 0;
 }
 

@@ -280,9 +280,8 @@ void plain_sgd(float* __restrict table, std::span<const Key> keys, const float* 
   }
 }
 
-}  // namespace
-
-int run_ps_bench(const PsBenchOptions& o, bool json) {
+// Rejects --rows, --ops and --threads a run cannot use.
+void check_ps_options(const PsBenchOptions& o) {
   const std::uint32_t n = o.rows_per_request;
   if (n == 0 || n * 2ull > o.num_keys) throw ConfigError("--rows must be positive and at most half of --num-keys");
   for (const std::string& op : o.ops) {
@@ -292,17 +291,10 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     if (t < 1 || n * static_cast<std::uint64_t>(t) * 2 > o.num_keys)
       throw ConfigError("--threads: each thread needs 2 x --rows keys of its own");
   }
-  const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
-  const bool scattered = o.keys == "scattered";
-  if (o.server_cpus.empty() != o.client_cpus.empty()) throw ConfigError("--server-cpus and --client-cpus go together");
-  const std::vector<int> client_cpus = o.client_cpus.empty() ? std::vector<int>{} : parse_cpu_list(o.client_cpus, "--client-cpus");
-  if (!client_cpus.empty()) pin_this_thread(client_cpus);  // tried here first: the client threads' own pinning cannot fail
-  // Set on the thread that starts every server thread (the shard's, the raw server's):
-  // they inherit it.
-  if (!o.server_cpus.empty()) pin_this_thread(parse_cpu_list(o.server_cpus, "--server-cpus"));
-  const bool pinned = !client_cpus.empty();
-  Output out{json};
-  const std::uint32_t apply_threads = ps::applier_threads(o.apply_threads, static_cast<std::uint32_t>(o.io_threads));
+}
+
+// The run's settings line and the table's header.
+void print_ps_header(const Output& out, const PsBenchOptions& o, std::uint32_t apply_threads) {
   out.text(
       fmt::format("medians of {} runs of {} s each, PS and raw alternating; {} rows per request, {} keys; optimizer {}; shard: {} I/O "
                   "thread(s), {} applier thread(s), commits applied: {}; {} connection(s) per client thread{}\n",
@@ -310,7 +302,81 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
                   o.connections, o.serve == "ack" ? "; pushes and commits acknowledged unread (--serve ack: the transport alone)" : ""));
   out.text(fmt::format("{:<6}{:>5}{:>8}{:>14}{:>10}{:>12}{:>9}{:>15}{:>18}{:>10}{:>8}\n", "op", "dim", "threads", "rows/s", "GB/s",
                        "raw GB/s", "ratio", "ratio range", "CPU ns/row PS|raw", "ceiling", "ideal"));
-  for (std::uint32_t dim : o.dims) {
+}
+
+// The store-alone loop's requests: n keys, consecutive from a random first one or a
+// set of scattered ones, and the CPU time per row its last measure took.
+struct RowLoop {
+  std::uint32_t n;
+  std::uint64_t num_keys;
+  double seconds;  // per measure
+  std::mt19937_64 rng{99};
+  std::vector<Key> keys = std::vector<Key>(n);
+  // Also with scattered rows, as a worker's are (consecutive keys let the hardware
+  // prefetcher hide every miss): sets of distinct random keys made before timing.
+  std::vector<std::vector<Key>> scattered_keys = scattered_sets(0, 1, num_keys, n);
+  double cpu_ns = 0;
+
+  // Wall time per row, and CPU time per row of the whole process.
+  template <typename Step>
+  double ns_per_row(Step&& step, bool scatter) {
+    std::uint64_t rows = 0;
+    const double c0 = process_cpu_seconds();
+    Stopwatch sw;
+    for (std::size_t r = 0; sw.seconds() < seconds; ++r) {
+      if (scatter) {
+        keys = scattered_keys[r % scattered_keys.size()];
+      } else {
+        const Key base = first_key(rng, 0, 1, num_keys, n);
+        for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+      }
+      step();
+      rows += n;
+    }
+    const double wall = sw.seconds();
+    cpu_ns = (process_cpu_seconds() - c0) * 1e9 / static_cast<double>(rows);
+    return wall * 1e9 / static_cast<double>(rows);
+  }
+};
+
+// What the store alone costs per row (ns), measured before a dim's cases and printed
+// after them.
+struct StoreAlone {
+  double push_ns = 0, consecutive_cpu_ns = 0, push_scattered_ns = 0, scattered_cpu_ns = 0;
+  double pull_ns = 0, pull_scattered_ns = 0, copy_ns = 0;
+  double store_push_cpu_ns = 0;                           // the store's own CPU per row pushed and committed
+  double update_cpu_ns = 0, update_scattered_cpu_ns = 0;  // a row's update alone (plain_sgd)
+};
+
+// A dim's shard, as its cases use it.
+struct Shard {
+  std::uint32_t dim;
+  const transport::Transport& data_plane;
+  std::uint16_t port;
+  const std::vector<char>& table;  // the raw baseline's replies come from a table of the same size
+  const StoreAlone& alone;
+  const std::string& applied_by;
+};
+
+// A case's medians over the repeats, and its ceilings (0: none).
+struct CaseResult {
+  double rps, gb, raw_gb, ratio, lo, hi, cpu, rcpu, ceiling, ideal;
+};
+
+// A run's settings, as every dim and case of it uses them.
+struct PsBench {
+  const PsBenchOptions& o;
+  const Output& out;
+  std::uint32_t n;  // rows per request
+  ps::OptimizerKind optimizer;
+  bool scattered;
+  std::vector<int> client_cpus;
+  bool pinned;
+  std::uint32_t apply_threads;
+  bool ack_only;
+
+  // Every case of one dim on a shard of its own, then the store alone and small pulls.
+  void run_dim(std::uint32_t dim) const {
     ps::StoreConfig sc;
     sc.num_keys = o.num_keys;
     sc.dim = dim;
@@ -329,7 +395,6 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     to.io_threads = o.io_threads;
     to.socket_buffer_bytes = o.socket_buffer_kib << 10;
     const transport::Transport data_plane(std::move(to));
-    const bool ack_only = o.serve == "ack";
     const auto server = data_plane.make_server(transport::ServerHandler(
         [&](const transport::Message& r, transport::OutMessage& m, transport::Scratch& s) {
           if (ack_only && (r.header.type == transport::MessageType::kPushGrad || r.header.type == transport::MessageType::kCommit)) {
@@ -346,224 +411,237 @@ int run_ps_bench(const PsBenchOptions& o, bool json) {
     }
     // The raw baseline's replies come from a table of the same size.
     std::vector<char> table(o.num_keys * dim * 4ull, 1);
-    double store_push_cpu_ns = 0;                           // the store's own CPU per row pushed and committed
-    double update_cpu_ns = 0, update_scattered_cpu_ns = 0;  // a row's update alone (plain_sgd)
-    std::string store_line;
-    nlohmann::ordered_json store_row;
-    {
-      // The store alone, no sockets, one thread: what serving a row costs in the PS itself,
-      // next to a plain copy of the same bytes (the floor a loopback byte costs). Measured
-      // first, so that the push cases can show what it leaves them (their ceiling, below);
-      // printed after them.
-      ps::ShardStore& store = service.store();
-      std::mt19937_64 rng(99);
-      std::vector<Key> keys(n);
-      std::vector<std::uint32_t> trainers(n, 1);
-      std::vector<float> grads(static_cast<std::size_t>(n) * dim, 0.001f), dst(grads.size());
-      // Also with scattered rows, as a worker's are (consecutive keys let the hardware
-      // prefetcher hide every miss): sets of distinct random keys made before timing.
-      const std::vector<std::vector<Key>> scattered_keys = scattered_sets(0, 1, o.num_keys, n);
-      // Wall time per row, and CPU time per row of the whole process.
-      double cpu_ns = 0;
-      auto ns_per_row = [&](auto&& step, bool scatter) {
-        std::uint64_t rows = 0;
-        const double c0 = process_cpu_seconds();
-        Stopwatch sw;
-        for (std::size_t r = 0; sw.seconds() < o.seconds / 4; ++r) {
-          if (scatter) {
-            keys = scattered_keys[r % scattered_keys.size()];
-          } else {
-            const Key base = first_key(rng, 0, 1, o.num_keys, n);
-            for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
-          }
-          step();
-          rows += n;
-        }
-        const double wall = sw.seconds();
-        cpu_ns = (process_cpu_seconds() - c0) * 1e9 / static_cast<double>(rows);
-        return wall * 1e9 / static_cast<double>(rows);
-      };
-      std::uint64_t it = 1u << 30;  // apart from the client runs' iterations
-      // Gradients kept where they are until applied, as the PS keeps a TCP request's (the
-      // buffer outlives every apply here: the owner owns nothing).
-      const std::shared_ptr<const void> lent(std::shared_ptr<const void>{}, grads.data());
-      auto push = [&] {
-        store.push_grad(it, keys, trainers, grads.data(), lent);
-        if (applier) {
-          store.commit();  // handed to the applier, waited for
-        } else {
-          store.commit_deferred();  // as the PS applies a commit: on the thread that received the rows
-          store.apply_deferred_here();
-        }
-        ++it;
-      };
-      auto pull = [&] { store.pull(keys, dst.data()); };
-      const double push_ns = ns_per_row(push, false);
-      const double consecutive_cpu_ns = cpu_ns;
-      const double push_scattered_ns = ns_per_row(push, true);
-      const double scattered_cpu_ns = cpu_ns;
-      store_push_cpu_ns = scattered ? scattered_cpu_ns : consecutive_cpu_ns;  // with the cases' keys
-      const double pull_ns = ns_per_row(pull, false), pull_scattered_ns = ns_per_row(pull, true);
-      const double copy_ns = ns_per_row([&] { std::memcpy(dst.data(), grads.data(), grads.size() * sizeof(float)); }, false);
-      {
-        // The update alone, on a table of the store's size (huge pages, as the store's).
-        const std::size_t bytes = o.num_keys * dim * sizeof(float);
-        std::unique_ptr<float, std::function<void(float*)>> plain(static_cast<float*>(huge_alloc(bytes)),
-                                                                  [bytes](float* p) { huge_free(p, bytes); });
-        std::fill_n(plain.get(), o.num_keys * dim, 1.0f);
-        auto update = [&] { plain_sgd(plain.get(), keys, grads.data(), dim); };
-        ns_per_row(update, false);
-        update_cpu_ns = cpu_ns;
-        ns_per_row(update, true);
-        update_scattered_cpu_ns = cpu_ns;
-      }
-      store_line = fmt::format(
-          "store alone, dim {}: push + commit {:.1f} ns/row ({:.1f} of CPU; {:.1f} scattered, {:.1f} of CPU), pull {:.1f} "
-          "ns/row ({:.1f} scattered), memcpy of a row {:.1f} ns; a row's update alone (plain SGD, a table of "
-          "the same size) {:.1f} ns of CPU ({:.1f} scattered)\n",
-          dim, push_ns, consecutive_cpu_ns, push_scattered_ns, scattered_cpu_ns, pull_ns, pull_scattered_ns, copy_ns, update_cpu_ns,
-          update_scattered_cpu_ns);
-      store_row = {{"bench", "ps"},
-                   {"op", "store"},
-                   {"dim", dim},
-                   {"push_commit_ns_per_row", push_ns},
-                   {"push_commit_cpu_ns_per_row", consecutive_cpu_ns},
-                   {"push_commit_scattered_ns_per_row", push_scattered_ns},
-                   {"push_commit_scattered_cpu_ns_per_row", scattered_cpu_ns},
-                   {"pull_ns_per_row", pull_ns},
-                   {"pull_scattered_ns_per_row", pull_scattered_ns},
-                   {"memcpy_ns_per_row", copy_ns},
-                   {"update_alone_cpu_ns_per_row", update_cpu_ns},
-                   {"update_alone_scattered_cpu_ns_per_row", update_scattered_cpu_ns},
-                   {"optimizer", o.optimizer},
-                   {"apply_commits", applied_by}};
-    }
+    const StoreAlone alone = store_alone(service.store(), dim, applier);
+    const Shard shard{dim, data_plane, server->port(), table, alone, applied_by};
     for (const std::string& op : o.ops) {
-      for (int threads : o.threads) {
-        // Rows per second of `threads` PsClients, each on its own range of keys.
-        auto ps_rate = [&] {
-          std::atomic<std::uint64_t> rows{0};
-          std::vector<std::thread> ts;
-          for (int t = 0; t < threads; ++t) {
-            ts.emplace_back([&, t] {
-              name_this_thread("ps-client-" + std::to_string(t));
-              if (!client_cpus.empty()) pin_this_thread(client_cpus);
-              ps::PsClient c({{"127.0.0.1", server->port()}}, dim, 0, data_plane.make_connector(), o.connections);
-              std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
-              const auto sets = scattered ? scattered_sets(t, threads, o.num_keys, n) : std::vector<std::vector<Key>>{};
-              std::vector<Key> keys(n);
-              std::vector<std::uint32_t> trainers(n, 1);
-              std::vector<float> buf(static_cast<std::size_t>(n) * dim, 0.001f);
-              std::uint64_t done = 0, iteration = 0;
-              Stopwatch sw;
-              while (sw.seconds() < o.seconds) {
-                if (scattered) {
-                  keys = sets[(done / n) % sets.size()];
-                } else {
-                  Key base = first_key(rng, t, threads, o.num_keys, n);
-                  for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
-                }
-                if (op == "pull") {
-                  c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
-                } else {
-                  c.push_grad(iteration, keys, trainers, buf);  // then committed: each row applied once
-                  c.commit(iteration++);
-                }
-                done += n;
-              }
-              rows += done;
-            });
-          }
-          for (auto& th : ts) th.join();
-          return static_cast<double>(rows) / o.seconds;
-        };
-        const double bytes_per_row = 4.0 * dim;
-        // Raw: the same messages on plain sockets. A pull is a request (keys) and its reply
-        // (rows); a push is the push (keys, trainer counts, gradients) and its ack, then the
-        // commit and its ack.
-        const std::size_t H = transport::kHeaderBytes;
-        const std::vector<Exchange> raw_op = op == "pull" ? std::vector<Exchange>{{H + 8ull * n, H + 4ull * n * dim}}
-                                                          : std::vector<Exchange>{{H + 16ull * n + 4ull * n * dim, H}, {H, H}};
-        // Alternate PS and raw runs, so that both see the same spells of a noisy host, and
-        // report medians (the ratio: the median of each PS run over the raw run beside it).
-        // Also the CPU time (client, server and kernel: one process) per row moved, which
-        // bounds throughput once the cores are busy and varies less than the rate does.
-        std::vector<double> ps_rows, raw_gbs, ratios, ps_cpu, raw_cpu;
-        for (int r = 0; r < o.repeats; ++r) {
-          const double c0 = process_cpu_seconds();
-          ps_rows.push_back(ps_rate());
-          const double c1 = process_cpu_seconds();
-          const double raw_rows = raw_rate(raw_op, threads, o.seconds, table, o.num_keys, n, dim * 4ull, scattered, client_cpus) * n;
-          const double c2 = process_cpu_seconds();
-          raw_gbs.push_back(raw_rows * bytes_per_row / 1e9);
-          ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
-          ps_cpu.push_back((c1 - c0) * 1e9 / std::max(1.0, ps_rows.back() * o.seconds));
-          raw_cpu.push_back((c2 - c1) * 1e9 / std::max(1.0, raw_rows * o.seconds));
-        }
-        const double rps = median(ps_rows), gb = rps * bytes_per_row / 1e9, raw_gb = median(raw_gbs), ratio = median(ratios);
-        const double cpu = median(ps_cpu), rcpu = median(raw_cpu);
-        const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
-        // With a client thread per core or more, clients and server keep every core busy and
-        // throughput follows CPU per row; a PS then pays at least raw's CPU plus its store's
-        // own work per pushed row (claim, the optimizer's pass): raw / (raw + store)
-        // bounds its ratio.
-        // Pinned, the clients' CPU is not the server's: no such bound.
-        const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, usable_cpus()) && !ack_only && !pinned;
-        const double ceiling = op == "push" && cores_busy ? rcpu / (rcpu + store_push_cpu_ns) : 0;
-        // The same with a row's update alone in place of the store's work: the best any PS
-        // that updates rows in memory could do on this host.
-        const double floor_ns = scattered ? update_scattered_cpu_ns : update_cpu_ns;
-        const double ideal = op == "push" && cores_busy ? rcpu / (rcpu + floor_ns) : 0;
-        out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}{:>10}{:>8}\n", op, dim, threads, rps, gb,
-                             raw_gb, ratio, fmt::format("{:.2f}-{:.2f}", *lo, *hi), fmt::format("{:.0f}|{:.0f}", cpu, rcpu),
-                             ceiling > 0 ? fmt::format("{:.2f}", ceiling) : "-", ideal > 0 ? fmt::format("{:.2f}", ideal) : "-"));
-        out.row({{"bench", "ps"},
-                 {"op", op},
-                 {"dim", dim},
-                 {"threads", threads},
-                 {"repeats", o.repeats},
-                 {"rows_s", rps},
-                 {"gb_s", gb},
-                 {"raw_gb_s", raw_gb},
-                 {"ratio", ratio},
-                 {"ratio_min", *lo},
-                 {"ratio_max", *hi},
-                 {"cpu_ns_per_row", cpu},
-                 {"raw_cpu_ns_per_row", rcpu},
-                 {"ceiling", ceiling > 0 ? nlohmann::json(ceiling) : nlohmann::json()},
-                 {"ideal_ceiling", ideal > 0 ? nlohmann::json(ideal) : nlohmann::json()},
-                 {"optimizer", o.optimizer},
-                 {"keys", o.keys},
-                 {"serve", o.serve},
-                 {"apply_commits", applied_by},
-                 {"apply_commits_asked", o.apply_commits},
-                 {"io_threads", o.io_threads},
-                 {"apply_threads", apply_threads},
-                 {"connections", o.connections},
-                 {"server_cpus", o.server_cpus},
-                 {"client_cpus", o.client_cpus}});
-      }
+      for (int threads : o.threads) print_case(shard, op, threads, measure_case(shard, op, threads));
     }
-    out.text(store_line);
-    out.row(store_row);
-    if (dim == 16) {
-      // Latency of small pulls (16 rows), one client.
-      ps::PsClient c({{"127.0.0.1", server->port()}}, kToken, dim, 0);
-      std::vector<Key> keys(16);
-      std::vector<float> buf;
-      std::vector<double> us;
-      for (int i = 0; i < 2000; ++i) {
-        for (std::uint32_t j = 0; j < 16; ++j) keys[j] = (static_cast<Key>(i) * 16 + j) % o.num_keys;
-        Stopwatch sw;
-        c.pull(keys, buf);
-        us.push_back(sw.seconds() * 1e6);
-      }
-      std::sort(us.begin(), us.end());
-      double p50 = us[us.size() / 2], p99 = us[us.size() * 99 / 100];
-      out.text(fmt::format("small pulls (16 rows of dim 16): p50 {:.1f} us, p99 {:.1f} us\n", p50, p99));
-      out.row({{"bench", "ps"}, {"op", "pull_latency"}, {"dim", dim}, {"rows", 16}, {"p50_us", p50}, {"p99_us", p99}});
-    }
+    print_store_alone(dim, applied_by, alone);
+    if (dim == 16) small_pull_latency(server->port(), dim);
   }
+
+  // The store alone, no sockets, one thread: what serving a row costs in the PS itself,
+  // next to a plain copy of the same bytes (the floor a loopback byte costs). Measured
+  // first, so that the push cases can show what it leaves them (their ceiling, below);
+  // printed after them.
+  StoreAlone store_alone(ps::ShardStore& store, std::uint32_t dim, bool applier) const {
+    RowLoop loop{n, o.num_keys, o.seconds / 4};
+    std::vector<std::uint32_t> trainers(n, 1);
+    std::vector<float> grads(static_cast<std::size_t>(n) * dim, 0.001f), dst(grads.size());
+    std::uint64_t it = 1u << 30;  // apart from the client runs' iterations
+    // Gradients kept where they are until applied, as the PS keeps a TCP request's (the
+    // buffer outlives every apply here: the owner owns nothing).
+    const std::shared_ptr<const void> lent(std::shared_ptr<const void>{}, grads.data());
+    auto push = [&] {
+      store.push_grad(it, loop.keys, trainers, grads.data(), lent);
+      if (applier) {
+        store.commit();  // handed to the applier, waited for
+      } else {
+        store.commit_deferred();  // as the PS applies a commit: on the thread that received the rows
+        store.apply_deferred_here();
+      }
+      ++it;
+    };
+    auto pull = [&] { store.pull(loop.keys, dst.data()); };
+    StoreAlone a;
+    a.push_ns = loop.ns_per_row(push, false);
+    a.consecutive_cpu_ns = loop.cpu_ns;
+    a.push_scattered_ns = loop.ns_per_row(push, true);
+    a.scattered_cpu_ns = loop.cpu_ns;
+    a.store_push_cpu_ns = scattered ? a.scattered_cpu_ns : a.consecutive_cpu_ns;  // with the cases' keys
+    a.pull_ns = loop.ns_per_row(pull, false);
+    a.pull_scattered_ns = loop.ns_per_row(pull, true);
+    a.copy_ns = loop.ns_per_row([&] { std::memcpy(dst.data(), grads.data(), grads.size() * sizeof(float)); }, false);
+    {
+      // The update alone, on a table of the store's size (huge pages, as the store's).
+      const std::size_t bytes = o.num_keys * dim * sizeof(float);
+      std::unique_ptr<float, std::function<void(float*)>> plain(static_cast<float*>(huge_alloc(bytes)),
+                                                                [bytes](float* p) { huge_free(p, bytes); });
+      std::fill_n(plain.get(), o.num_keys * dim, 1.0f);
+      auto update = [&] { plain_sgd(plain.get(), loop.keys, grads.data(), dim); };
+      loop.ns_per_row(update, false);
+      a.update_cpu_ns = loop.cpu_ns;
+      loop.ns_per_row(update, true);
+      a.update_scattered_cpu_ns = loop.cpu_ns;
+    }
+    return a;
+  }
+
+  // The store-alone line, or its JSON row.
+  void print_store_alone(std::uint32_t dim, const std::string& applied_by, const StoreAlone& a) const {
+    out.text(
+        fmt::format("store alone, dim {}: push + commit {:.1f} ns/row ({:.1f} of CPU; {:.1f} scattered, {:.1f} of CPU), pull {:.1f} "
+                    "ns/row ({:.1f} scattered), memcpy of a row {:.1f} ns; a row's update alone (plain SGD, a table of "
+                    "the same size) {:.1f} ns of CPU ({:.1f} scattered)\n",
+                    dim, a.push_ns, a.consecutive_cpu_ns, a.push_scattered_ns, a.scattered_cpu_ns, a.pull_ns, a.pull_scattered_ns,
+                    a.copy_ns, a.update_cpu_ns, a.update_scattered_cpu_ns));
+    out.row({{"bench", "ps"},
+             {"op", "store"},
+             {"dim", dim},
+             {"push_commit_ns_per_row", a.push_ns},
+             {"push_commit_cpu_ns_per_row", a.consecutive_cpu_ns},
+             {"push_commit_scattered_ns_per_row", a.push_scattered_ns},
+             {"push_commit_scattered_cpu_ns_per_row", a.scattered_cpu_ns},
+             {"pull_ns_per_row", a.pull_ns},
+             {"pull_scattered_ns_per_row", a.pull_scattered_ns},
+             {"memcpy_ns_per_row", a.copy_ns},
+             {"update_alone_cpu_ns_per_row", a.update_cpu_ns},
+             {"update_alone_scattered_cpu_ns_per_row", a.update_scattered_cpu_ns},
+             {"optimizer", o.optimizer},
+             {"apply_commits", applied_by}});
+  }
+
+  // Rows one PsClient thread (t of `threads`) moves in --seconds, on its own range of keys.
+  std::uint64_t client_rows(const Shard& shard, const std::string& op, int threads, int t) const {
+    name_this_thread("ps-client-" + std::to_string(t));
+    if (!client_cpus.empty()) pin_this_thread(client_cpus);
+    ps::PsClient c({{"127.0.0.1", shard.port}}, shard.dim, 0, shard.data_plane.make_connector(), o.connections);
+    std::mt19937_64 rng(static_cast<std::uint64_t>(t) + 1);
+    const auto sets = scattered ? scattered_sets(t, threads, o.num_keys, n) : std::vector<std::vector<Key>>{};
+    std::vector<Key> keys(n);
+    std::vector<std::uint32_t> trainers(n, 1);
+    std::vector<float> buf(static_cast<std::size_t>(n) * shard.dim, 0.001f);
+    std::uint64_t done = 0, iteration = 0;
+    Stopwatch sw;
+    while (sw.seconds() < o.seconds) {
+      if (scattered) {
+        keys = sets[(done / n) % sets.size()];
+      } else {
+        Key base = first_key(rng, t, threads, o.num_keys, n);
+        for (std::uint32_t i = 0; i < n; ++i) keys[i] = base + i;
+      }
+      if (op == "pull") {
+        c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
+      } else {
+        c.push_grad(iteration, keys, trainers, buf);  // then committed: each row applied once
+        c.commit(iteration++);
+      }
+      done += n;
+    }
+    return done;
+  }
+
+  // Rows per second of `threads` PsClients, each on its own range of keys.
+  double ps_rate(const Shard& shard, const std::string& op, int threads) const {
+    std::atomic<std::uint64_t> rows{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { rows += client_rows(shard, op, threads, t); });
+    for (auto& th : ts) th.join();
+    return static_cast<double>(rows) / o.seconds;
+  }
+
+  // One case (op, threads): PS and raw runs alternating, their medians and ceilings.
+  CaseResult measure_case(const Shard& shard, const std::string& op, int threads) const {
+    const std::uint32_t dim = shard.dim;
+    const double bytes_per_row = 4.0 * dim;
+    // Raw: the same messages on plain sockets. A pull is a request (keys) and its reply
+    // (rows); a push is the push (keys, trainer counts, gradients) and its ack, then the
+    // commit and its ack.
+    const std::size_t H = transport::kHeaderBytes;
+    const std::vector<Exchange> raw_op = op == "pull" ? std::vector<Exchange>{{H + 8ull * n, H + 4ull * n * dim}}
+                                                      : std::vector<Exchange>{{H + 16ull * n + 4ull * n * dim, H}, {H, H}};
+    // Alternate PS and raw runs, so that both see the same spells of a noisy host, and
+    // report medians (the ratio: the median of each PS run over the raw run beside it).
+    // Also the CPU time (client, server and kernel: one process) per row moved, which
+    // bounds throughput once the cores are busy and varies less than the rate does.
+    std::vector<double> ps_rows, raw_gbs, ratios, ps_cpu, raw_cpu;
+    for (int r = 0; r < o.repeats; ++r) {
+      const double c0 = process_cpu_seconds();
+      ps_rows.push_back(ps_rate(shard, op, threads));
+      const double c1 = process_cpu_seconds();
+      const double raw_rows = raw_rate(raw_op, threads, o.seconds, shard.table, o.num_keys, n, dim * 4ull, scattered, client_cpus) * n;
+      const double c2 = process_cpu_seconds();
+      raw_gbs.push_back(raw_rows * bytes_per_row / 1e9);
+      ratios.push_back(ps_rows.back() * bytes_per_row / 1e9 / raw_gbs.back());
+      ps_cpu.push_back((c1 - c0) * 1e9 / std::max(1.0, ps_rows.back() * o.seconds));
+      raw_cpu.push_back((c2 - c1) * 1e9 / std::max(1.0, raw_rows * o.seconds));
+    }
+    const double rps = median(ps_rows), gb = rps * bytes_per_row / 1e9, raw_gb = median(raw_gbs), ratio = median(ratios);
+    const double cpu = median(ps_cpu), rcpu = median(raw_cpu);
+    const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+    // With a client thread per core or more, clients and server keep every core busy and
+    // throughput follows CPU per row; a PS then pays at least raw's CPU plus its store's
+    // own work per pushed row (claim, the optimizer's pass): raw / (raw + store)
+    // bounds its ratio.
+    // Pinned, the clients' CPU is not the server's: no such bound.
+    const bool cores_busy = static_cast<unsigned>(threads) >= std::max(1u, usable_cpus()) && !ack_only && !pinned;
+    const double ceiling = op == "push" && cores_busy ? rcpu / (rcpu + shard.alone.store_push_cpu_ns) : 0;
+    // The same with a row's update alone in place of the store's work: the best any PS
+    // that updates rows in memory could do on this host.
+    const double floor_ns = scattered ? shard.alone.update_scattered_cpu_ns : shard.alone.update_cpu_ns;
+    const double ideal = op == "push" && cores_busy ? rcpu / (rcpu + floor_ns) : 0;
+    return {rps, gb, raw_gb, ratio, *lo, *hi, cpu, rcpu, ceiling, ideal};
+  }
+
+  // A case's line of the table, or its JSON row.
+  void print_case(const Shard& shard, const std::string& op, int threads, const CaseResult& c) const {
+    out.text(fmt::format("{:<6}{:>5}{:>8}{:>14.0f}{:>10.3f}{:>12.3f}{:>9.2f}{:>15}{:>18}{:>10}{:>8}\n", op, shard.dim, threads, c.rps, c.gb,
+                         c.raw_gb, c.ratio, fmt::format("{:.2f}-{:.2f}", c.lo, c.hi), fmt::format("{:.0f}|{:.0f}", c.cpu, c.rcpu),
+                         c.ceiling > 0 ? fmt::format("{:.2f}", c.ceiling) : "-", c.ideal > 0 ? fmt::format("{:.2f}", c.ideal) : "-"));
+    out.row({{"bench", "ps"},
+             {"op", op},
+             {"dim", shard.dim},
+             {"threads", threads},
+             {"repeats", o.repeats},
+             {"rows_s", c.rps},
+             {"gb_s", c.gb},
+             {"raw_gb_s", c.raw_gb},
+             {"ratio", c.ratio},
+             {"ratio_min", c.lo},
+             {"ratio_max", c.hi},
+             {"cpu_ns_per_row", c.cpu},
+             {"raw_cpu_ns_per_row", c.rcpu},
+             {"ceiling", c.ceiling > 0 ? nlohmann::json(c.ceiling) : nlohmann::json()},
+             {"ideal_ceiling", c.ideal > 0 ? nlohmann::json(c.ideal) : nlohmann::json()},
+             {"optimizer", o.optimizer},
+             {"keys", o.keys},
+             {"serve", o.serve},
+             {"apply_commits", shard.applied_by},
+             {"apply_commits_asked", o.apply_commits},
+             {"io_threads", o.io_threads},
+             {"apply_threads", apply_threads},
+             {"connections", o.connections},
+             {"server_cpus", o.server_cpus},
+             {"client_cpus", o.client_cpus}});
+  }
+
+  // Latency of small pulls (16 rows), one client.
+  void small_pull_latency(std::uint16_t port, std::uint32_t dim) const {
+    ps::PsClient c({{"127.0.0.1", port}}, kToken, dim, 0);
+    std::vector<Key> keys(16);
+    std::vector<float> buf;
+    std::vector<double> us;
+    for (int i = 0; i < 2000; ++i) {
+      for (std::uint32_t j = 0; j < 16; ++j) keys[j] = (static_cast<Key>(i) * 16 + j) % o.num_keys;
+      Stopwatch sw;
+      c.pull(keys, buf);
+      us.push_back(sw.seconds() * 1e6);
+    }
+    std::sort(us.begin(), us.end());
+    double p50 = us[us.size() / 2], p99 = us[us.size() * 99 / 100];
+    out.text(fmt::format("small pulls (16 rows of dim 16): p50 {:.1f} us, p99 {:.1f} us\n", p50, p99));
+    out.row({{"bench", "ps"}, {"op", "pull_latency"}, {"dim", dim}, {"rows", 16}, {"p50_us", p50}, {"p99_us", p99}});
+  }
+};
+
+}  // namespace
+
+int run_ps_bench(const PsBenchOptions& o, bool json) {
+  check_ps_options(o);
+  const ps::OptimizerKind optimizer = ps::parse_optimizer(o.optimizer);  // ConfigError names the choices
+  const bool scattered = o.keys == "scattered";
+  if (o.server_cpus.empty() != o.client_cpus.empty()) throw ConfigError("--server-cpus and --client-cpus go together");
+  const std::vector<int> client_cpus = o.client_cpus.empty() ? std::vector<int>{} : parse_cpu_list(o.client_cpus, "--client-cpus");
+  if (!client_cpus.empty()) pin_this_thread(client_cpus);  // tried here first: the client threads' own pinning cannot fail
+  // Set on the thread that starts every server thread (the shard's, the raw server's):
+  // they inherit it.
+  if (!o.server_cpus.empty()) pin_this_thread(parse_cpu_list(o.server_cpus, "--server-cpus"));
+  const bool pinned = !client_cpus.empty();
+  Output out{json};
+  const std::uint32_t apply_threads = ps::applier_threads(o.apply_threads, static_cast<std::uint32_t>(o.io_threads));
+  print_ps_header(out, o, apply_threads);
+  const PsBench bench{o, out, o.rows_per_request, optimizer, scattered, client_cpus, pinned, apply_threads, o.serve == "ack"};
+  for (std::uint32_t dim : o.dims) bench.run_dim(dim);
   out.text(
       "target: >= 0.70 of raw throughput for rows of 256 B and up (dim >= 64)\n"
       "ceiling (pushes, a client thread per core or more): raw's CPU per row / (raw's + the store alone's CPU per row\n"

@@ -25,16 +25,55 @@ class NaiveHeraldScheduler {
 
   scheduler::TrafficCounts schedule(const scheduler::GlobalBatch& b) {
     scheduler::TrafficCounts c;
+    const std::vector<std::vector<Key>> rows = distinct_rows(b);
+    const std::vector<std::uint32_t> worker_of = assign_samples(rows);
+    const Training tr = who_trains_what(rows, worker_of);
+    sync_on_demand(tr, c);
+    pull_rows(tr, c);
+    train(tr);
+    ++iteration_;
+    return c;
+  }
+
+ private:
+  enum State { kClean, kDirty, kPartial };
+  struct Entry {
+    std::list<Key>::iterator pos;
+    State state;
+  };
+  struct Cache {
+    std::list<Key> lru;
+    std::unordered_map<Key, Entry> map;
+    void erase(Key k) {
+      auto it = map.find(k);
+      lru.erase(it->second.pos);
+      map.erase(it);
+    }
+  };
+  // Who trains what in a batch.
+  struct Training {
+    // Per row, a flag per worker that trains it (any number of workers).
+    std::unordered_map<Key, std::vector<std::uint8_t>> users;
+    std::vector<Key> order;            // the rows in order of first appearance
+    std::vector<std::vector<Key>> kw;  // each worker's rows in micro-batch order
+  };
+
+  // Each sample's distinct keys in order of first appearance (one-hot: its T keys;
+  // bags: an id repeated in them once).
+  static std::vector<std::vector<Key>> distinct_rows(const scheduler::GlobalBatch& b) {
     const std::uint32_t n = b.samples;
-    // Each sample's distinct keys in order of first appearance (one-hot: its T keys;
-    // bags: an id repeated in them once).
     std::vector<std::vector<Key>> rows(n);
     for (std::uint32_t i = 0; i < n; ++i) {
       for (std::uint32_t j = b.sample_begin(i); j < b.sample_begin(i + 1); ++j) {
         if (std::find(rows[i].begin(), rows[i].end(), b.keys[j]) == rows[i].end()) rows[i].push_back(b.keys[j]);
       }
     }
-    // Algorithm 1: score every sample against every worker's cache.
+    return rows;
+  }
+
+  // Algorithm 1: score every sample against every worker's cache; each sample's worker.
+  std::vector<std::uint32_t> assign_samples(const std::vector<std::vector<Key>>& rows) const {
+    const auto n = static_cast<std::uint32_t>(rows.size());
     std::vector<std::uint32_t> worker_of(n), room(W_, B_), ties;
     data::SplitMix64 rng(mix64(seed_ ^ mix64(iteration_ * 131 + 0 + 0x1a1a)));
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -57,16 +96,19 @@ class NaiveHeraldScheduler {
       worker_of[i] = w;
       --room[w];
     }
-    // Who trains what; each worker's rows in micro-batch order.
-    // Per row, a flag per worker that trains it (any number of workers).
-    std::unordered_map<Key, std::vector<std::uint8_t>> users;
-    std::vector<Key> order;
-    std::vector<std::vector<Key>> kw(W_);
+    return worker_of;
+  }
+
+  // Who trains what; each worker's rows in micro-batch order.
+  Training who_trains_what(const std::vector<std::vector<Key>>& rows, const std::vector<std::uint32_t>& worker_of) const {
+    const auto n = static_cast<std::uint32_t>(rows.size());
+    Training tr;
+    tr.kw.resize(W_);
     for (std::uint32_t i = 0; i < n; ++i) {
       for (Key k : rows[i]) {
-        auto [it, fresh] = users.try_emplace(k);
+        auto [it, fresh] = tr.users.try_emplace(k);
         if (fresh) {
-          order.push_back(k);
+          tr.order.push_back(k);
           it->second.assign(W_, 0);
         }
         it->second[worker_of[i]] = 1;
@@ -77,13 +119,17 @@ class NaiveHeraldScheduler {
       for (std::uint32_t i = 0; i < n; ++i) {
         if (worker_of[i] != w) continue;
         for (Key k : rows[i]) {
-          if (seen.emplace(k, true).second) kw[w].push_back(k);
+          if (seen.emplace(k, true).second) tr.kw[w].push_back(k);
         }
       }
     }
-    // Sync on demand.
-    for (Key k : order) {
-      const std::vector<std::uint8_t>& u = users[k];
+    return tr;
+  }
+
+  // Sync on demand.
+  void sync_on_demand(const Training& tr, scheduler::TrafficCounts& c) {
+    for (Key k : tr.order) {
+      const std::vector<std::uint8_t>& u = tr.users.at(k);
       const auto trainers = static_cast<std::uint32_t>(std::count(u.begin(), u.end(), 1));
       for (std::uint32_t w = 0; w < W_; ++w) {
         auto it = caches_[w].map.find(k);
@@ -97,11 +143,14 @@ class NaiveHeraldScheduler {
         }
       }
     }
-    // Pulls: hits first, then misses.
+  }
+
+  // Pulls: hits first, then misses.
+  void pull_rows(const Training& tr, scheduler::TrafficCounts& c) {
     for (std::uint32_t w = 0; w < W_; ++w) {
       Cache& cw = caches_[w];
       std::vector<Key> miss;
-      for (Key k : kw[w]) {
+      for (Key k : tr.kw[w]) {
         auto it = cw.map.find(k);
         if (it != cw.map.end()) {
           cw.lru.splice(cw.lru.end(), cw.lru, it->second.pos);
@@ -121,9 +170,12 @@ class NaiveHeraldScheduler {
         cw.map[k] = {std::prev(cw.lru.end()), kClean};
       }
     }
-    // Train.
-    for (Key k : order) {
-      const std::vector<std::uint8_t>& u = users[k];
+  }
+
+  // Train.
+  void train(const Training& tr) {
+    for (Key k : tr.order) {
+      const std::vector<std::uint8_t>& u = tr.users.at(k);
       const auto trainers = std::count(u.begin(), u.end(), 1);
       for (std::uint32_t w = 0; w < W_; ++w) {
         const bool trains = u[w] != 0;
@@ -136,25 +188,8 @@ class NaiveHeraldScheduler {
         }
       }
     }
-    ++iteration_;
-    return c;
   }
 
- private:
-  enum State { kClean, kDirty, kPartial };
-  struct Entry {
-    std::list<Key>::iterator pos;
-    State state;
-  };
-  struct Cache {
-    std::list<Key> lru;
-    std::unordered_map<Key, Entry> map;
-    void erase(Key k) {
-      auto it = map.find(k);
-      lru.erase(it->second.pos);
-      map.erase(it);
-    }
-  };
   std::uint32_t W_, B_;
   std::size_t cap_;
   std::uint64_t seed_;

@@ -199,11 +199,7 @@ def run_sweep(a, w4):
         sys.exit(f"bench_e2e: --links {a.links}: a comma-separated list of Mbit/s (0 = unshaped loopback)")
     if any(m < 0 for m in links):
         sys.exit("bench_e2e: --links: rates must be >= 0")
-    why = ""
-    if os.geteuid() != 0:
-        why = "needs root (network namespaces + tc)"
-    elif not shutil.which("tc") or not shutil.which("ip"):
-        why = "iproute2 (ip, tc) is not installed"
+    why = tbf_unavailable()
     configs = sweep_configs(a.lookahead, a.admission)
     rows, skipped = [], []
     sweep_json = Path(a.work) / "sweep.json"
@@ -272,7 +268,8 @@ def run_sweep(a, w4):
         print(f"plot: {plot_path}")
 
 
-def main():
+def build_parser():
+    """The benchmark's argument parser (its description: this file's docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", help="ember-data dataset (default: generate a Criteo-like one)")
     p.add_argument("--work", default=str(ROOT / "out" / "bench-e2e"))
@@ -293,64 +290,76 @@ def main():
     p.add_argument("--admission", default="", help="--sweep: also herald+lookahead with this --cache-admission (tinylfu)")
     p.add_argument("--plot", help="--sweep: PNG of samples/s against link rate (default <work>/e2e_sweep.png)")
     p.add_argument("--no-plot", action="store_true", help="--sweep: no PNG")
-    a = p.parse_args()
-    Path(a.work).mkdir(parents=True, exist_ok=True)
-    if not a.dataset:
-        a.dataset = str(Path(a.work) / "criteo")
-        tsv = Path(a.work) / "criteo.tsv"
-        sh([f"{a.bin}/ember-data", "gen", "--like", "criteo", "--rows", "300000", "--scale", "0.01", "--seed", "1", "--force", "-o", str(tsv)])
-        sh([f"{a.bin}/ember-data", "prep", "--format", "criteo", "--val-fraction", "0.02", "--force", "-o", a.dataset, str(tsv)])
-    model = a.model_args.split() if a.model_args else ["--model", "dlrm", "--bottom-mlp", "64-32", "--top-mlp", "64-32", "--dense-lr",
-                                                       "0.05", "--seed", "1"]
-    med = lambda xs: sorted(xs)[len(xs) // 2]
-    cases = []
+    return p
 
-    w4 = model + ["--batch-per-worker", str(a.batch // 4), "--iterations", str(a.iterations), "--cache-ratio", "0.1", "--progress-every", "0"]
-    if a.sweep:
-        run_sweep(a, w4)
-        return
 
-    def herald_vs_vanilla(case, tag, launcher=()):
-        runs = {"vanilla": [], "herald": []}
-        for _ in range(a.repeats):
-            for policy in runs:
-                runs[policy].append(launch(a, policy, 4, f"{tag}-{policy}", w4, launcher))
-        v = med([r["samples_s"] for r in runs["vanilla"]])
-        h = med([r["samples_s"] for r in runs["herald"]])
-        return {"case": case, "samples_s": h, "baseline_samples_s": v, "ratio": h / v,
-                "rows_moved": runs["herald"][0]["transmissions"], "baseline_rows_moved": runs["vanilla"][0]["transmissions"],
-                "rows_ratio": runs["herald"][0]["transmissions"] / runs["vanilla"][0]["transmissions"],
-                "runs_samples_s": {p: [r["samples_s"] for r in rs] for p, rs in runs.items()}}
-
-    if not a.skip_loopback:
-        # 1. One PS + one worker vs one process with the table in memory.
-        ref, one = [], []
-        for _ in range(a.repeats):
-            out = sh([f"{a.bin}/ember-worker", "--reference", "--dataset", a.dataset, "--workers", "1", "--batch-per-worker", str(a.batch),
-                      "--iterations", str(a.iterations), "--dim", str(a.dim), "--optimizer", "sgd", "--lr", "0.05", "--log-level", "warn"] + model)
-            ref.append(json.loads(out.strip().splitlines()[-1])["samples_s"])
-            s = launch(a, "herald", 1, "one-worker", model + ["--batch-per-worker", str(a.batch), "--iterations", str(a.iterations),
-                                                             "--cache-ratio", "0.1", "--progress-every", "0"])
-            one.append(s["samples_s"])
-        cases.append({"case": "1ps_1worker_vs_single_process", "samples_s": med(one), "baseline_samples_s": med(ref),
-                      "ratio": med(one) / med(ref), "target": 0.8})
-        # 2. herald vs vanilla, 4 workers over loopback.
-        cases.append(herald_vs_vanilla("herald_vs_vanilla_4w_loopback", "w4"))
-
-    # 3. Bandwidth-limited link.
+def tbf_unavailable():
+    """Why the bandwidth-limited link cannot be set up here ("" when it can)."""
     why = ""
     if os.geteuid() != 0:
         why = "needs root (network namespaces + tc)"
     elif not shutil.which("tc") or not shutil.which("ip"):
         why = "iproute2 (ip, tc) is not installed"
-    if why:
-        cases.append({"case": "herald_vs_vanilla_4w_tbf_link", "skipped": why})
-    else:
-        with TbfLink(a.link_mbit) as link:
-            c = herald_vs_vanilla(f"herald_vs_vanilla_4w_tbf_{a.link_mbit}mbit", "tbf", link.launcher_args())
-            c["link_mbit"] = a.link_mbit
-            cases.append(c)
+    return why
 
+
+def upper_median(xs):
+    """The middle of xs sorted (of an even count, the upper of the two middle values)."""
+    return sorted(xs)[len(xs) // 2]
+
+
+def make_dataset(a):
+    """Without --dataset, generates a Criteo-like dataset under --work and sets a.dataset to it."""
+    a.dataset = str(Path(a.work) / "criteo")
+    tsv = Path(a.work) / "criteo.tsv"
+    sh([f"{a.bin}/ember-data", "gen", "--like", "criteo", "--rows", "300000", "--scale", "0.01", "--seed", "1", "--force", "-o", str(tsv)])
+    sh([f"{a.bin}/ember-data", "prep", "--format", "criteo", "--val-fraction", "0.02", "--force", "-o", a.dataset, str(tsv)])
+
+
+def herald_vs_vanilla(a, w4, case, tag, launcher=()):
+    """Case `case`: herald against vanilla with 4 workers (worker arguments w4), --repeats
+    jobs of each, alternated; the median samples/s and the rows moved."""
+    runs = {"vanilla": [], "herald": []}
+    for _ in range(a.repeats):
+        for policy in runs:
+            runs[policy].append(launch(a, policy, 4, f"{tag}-{policy}", w4, launcher))
+    v = upper_median([r["samples_s"] for r in runs["vanilla"]])
+    h = upper_median([r["samples_s"] for r in runs["herald"]])
+    return {"case": case, "samples_s": h, "baseline_samples_s": v, "ratio": h / v,
+            "rows_moved": runs["herald"][0]["transmissions"], "baseline_rows_moved": runs["vanilla"][0]["transmissions"],
+            "rows_ratio": runs["herald"][0]["transmissions"] / runs["vanilla"][0]["transmissions"],
+            "runs_samples_s": {p: [r["samples_s"] for r in rs] for p, rs in runs.items()}}
+
+
+def one_worker_case(a, model):
+    """Case 1: one PS + one worker against one process with the table in memory
+    (ember-worker --reference), --repeats runs of each."""
+    ref, one = [], []
+    for _ in range(a.repeats):
+        out = sh([f"{a.bin}/ember-worker", "--reference", "--dataset", a.dataset, "--workers", "1", "--batch-per-worker", str(a.batch),
+                  "--iterations", str(a.iterations), "--dim", str(a.dim), "--optimizer", "sgd", "--lr", "0.05", "--log-level", "warn"] + model)
+        ref.append(json.loads(out.strip().splitlines()[-1])["samples_s"])
+        s = launch(a, "herald", 1, "one-worker", model + ["--batch-per-worker", str(a.batch), "--iterations", str(a.iterations),
+                                                         "--cache-ratio", "0.1", "--progress-every", "0"])
+        one.append(s["samples_s"])
+    return {"case": "1ps_1worker_vs_single_process", "samples_s": upper_median(one), "baseline_samples_s": upper_median(ref),
+            "ratio": upper_median(one) / upper_median(ref), "target": 0.8}
+
+
+def tbf_case(a, w4):
+    """Case 3: herald against vanilla over the bandwidth-limited link (skipped, with the
+    reason, where it cannot be set up)."""
+    why = tbf_unavailable()
+    if why:
+        return {"case": "herald_vs_vanilla_4w_tbf_link", "skipped": why}
+    with TbfLink(a.link_mbit) as link:
+        c = herald_vs_vanilla(a, w4, f"herald_vs_vanilla_4w_tbf_{a.link_mbit}mbit", "tbf", link.launcher_args())
+        c["link_mbit"] = a.link_mbit
+        return c
+
+
+def print_cases(cases, as_json):
+    """Prints the cases as a table (and, with --json, one JSON object per case)."""
     print(f"{'case':34} {'samples/s':>10} {'baseline':>10} {'ratio':>7}  notes")
     for c in cases:
         if "skipped" in c:
@@ -358,9 +367,35 @@ def main():
             continue
         note = f"target >= {c['target']}" if "target" in c else f"rows moved {c['rows_ratio']:.2f}x of vanilla"
         print(f"{c['case']:34} {c['samples_s']:10.0f} {c['baseline_samples_s']:10.0f} {c['ratio']:7.2f}  {note}")
-    if a.json:
+    if as_json:
         for c in cases:
             print(json.dumps(c))
+
+
+def main():
+    a = build_parser().parse_args()
+    Path(a.work).mkdir(parents=True, exist_ok=True)
+    if not a.dataset:
+        make_dataset(a)
+    model = a.model_args.split() if a.model_args else ["--model", "dlrm", "--bottom-mlp", "64-32", "--top-mlp", "64-32", "--dense-lr",
+                                                       "0.05", "--seed", "1"]
+    cases = []
+
+    w4 = model + ["--batch-per-worker", str(a.batch // 4), "--iterations", str(a.iterations), "--cache-ratio", "0.1", "--progress-every", "0"]
+    if a.sweep:
+        run_sweep(a, w4)
+        return
+
+    if not a.skip_loopback:
+        # 1. One PS + one worker vs one process with the table in memory.
+        cases.append(one_worker_case(a, model))
+        # 2. herald vs vanilla, 4 workers over loopback.
+        cases.append(herald_vs_vanilla(a, w4, "herald_vs_vanilla_4w_loopback", "w4"))
+
+    # 3. Bandwidth-limited link.
+    cases.append(tbf_case(a, w4))
+
+    print_cases(cases, a.json)
 
 
 if __name__ == "__main__":

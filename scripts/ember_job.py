@@ -206,13 +206,10 @@ def sum_links(per_worker):
     return total
 
 
-def summarize(out, job, who="ember-job", quiet=False):
-    """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds the settings
-    it records: policy, transport, workers, ps, lookahead, eviction, prefetch,
-    overlap_allreduce, refine_allocation, metrics_endpoints, placement, and checkpoint_dir (for the
-    message of a job stopped at a checkpoint). Exits 1 when a worker wrote no summary."""
-    out = Path(out)
-    workers, policy = job["workers"], job["policy"]
+def read_metrics(out, workers, who="ember-job"):
+    """The workers' metrics in OUT/wN.jsonl: (per-iteration totals, the summaries, worker 0's
+    evaluations). Exits 1 when a worker wrote no metrics, a line is not JSON, or a worker
+    wrote no summary."""
     per_iter = {}
     summaries = []
     evals = []
@@ -241,15 +238,20 @@ def summarize(out, job, who="ember-job", quiet=False):
                     it["iter_ms"] = j["iter_ms"]
     if len(summaries) != workers:
         sys.exit(f"{who}: {len(summaries)} of {workers} workers wrote a summary")
+    return per_iter, summaries, evals
+
+
+def merge_summaries(job, summaries, w0, evals, per_iter):
+    """The job's totals from the workers' summaries (w0: worker 0's), with the settings `job`
+    records (the fields of summary.json before the shards' and the restarts')."""
     tot = {k: sum(s[k] for s in summaries) for k in ("pulls", "push_grad", "push_value", "push_evict", "hits", "bytes_out", "bytes_in")}
-    w0 = next(s for s in summaries if s["rank"] == 0)
     # Payload bytes per kind (the model ember-sim predicts), and what the transport framed.
     # Every kind any worker wrote (a summary from before a kind existed lacks it: 0).
     kinds = sorted({k for s in summaries for k in s["bytes"]})
     bytes_kind = {k: sum(s["bytes"].get(k, 0) for s in summaries) for k in kinds}
     framed = {k: sum(s["framed_bytes"].get(k, 0) for s in summaries) for k in w0["framed_bytes"]}
-    result = {
-        "policy": policy, "transport": job["transport"], "workers": workers, "ps": job["ps"],
+    return {
+        "policy": job["policy"], "transport": job["transport"], "workers": job["workers"], "ps": job["ps"],
         "samples_s": min(s["samples_s"] for s in summaries),
         "seconds": max(s["seconds"] for s in summaries),
         "iterations": w0["iterations"],
@@ -282,10 +284,13 @@ def summarize(out, job, who="ember-job", quiet=False):
         "eval_s": sum(e.get("seconds", 0.0) for e in evals),
         "per_iteration": [per_iter[k] for k in sorted(per_iter)],
     }
-    # The shards' totals (ember-ps --summary-file): a checkpoint that failed to write is
-    # a warning that leaves the job running, reported here.
+
+
+def add_shards(result, out, shard_count, who="ember-job"):
+    """Adds the shards' totals (OUT/psN.json, ember-ps --summary-file) to `result`: a
+    checkpoint that failed to write is a warning that leaves the job running, reported here."""
     shards = []
-    for s in range(job["ps"]):
+    for s in range(shard_count):
         try:
             shards.append(json.loads((out / f"ps{s}.json").read_text()))
         except (OSError, ValueError):
@@ -297,17 +302,22 @@ def summarize(out, job, who="ember-job", quiet=False):
         if result["checkpoints"]["failed"]:
             print(f"{who}: warning: {result['checkpoints']['failed']} shard checkpoint(s) failed to write "
                   f"(see ps*.log); the newest whole checkpoint is the one --resume uses", file=sys.stderr, flush=True)
-    if job.get("restarts") is not None:  # a launcher that restarts failed jobs (--max-restarts)
+
+
+def add_restarts(result, job, w0):
+    """Adds the job's restarts to `result` (a launcher that restarts failed jobs,
+    --max-restarts), the last one's recovery time from worker 0 when it was not known."""
+    if job.get("restarts") is not None:
         result["restarts"] = job["restarts"]
         if job["restarts"] and job["restarts"][-1].get("recovery_s") is None and w0.get("recovery_s") is not None:
             job["restarts"][-1]["recovery_s"] = w0["recovery_s"]  # from the loss to training again, by worker 0
         result["restart_count"] = len(job["restarts"])
         result["iterations_recomputed"] = sum(r["iterations_lost"] for r in job["restarts"])
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(out / "summary.json")
-    if quiet:
-        return result
+
+
+def print_summary(out, result, policy, job, w0):
+    """Prints the job's totals, its traffic across hosts (when it had any) and the workers'
+    time per phase."""
     if w0.get("stopped_at"):
         print(f"[{policy}] stopped at iteration {w0['stopped_at']}, checkpointed in {job.get('checkpoint_dir', '')}: "
               f"--resume goes on from it", flush=True)
@@ -332,6 +342,26 @@ def summarize(out, job, who="ember-job", quiet=False):
           f"waiting for the loader {share('wait')}, embedding {share('embedding')}, model {share('compute')}, "
           f"all-reduce {share('allreduce')}, dense step {share('dense_step')}, updates {share('update')}, flushes {share('flush')}",
           flush=True)
+
+
+def summarize(out, job, who="ember-job", quiet=False):
+    """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds the settings
+    it records: policy, transport, workers, ps, lookahead, eviction, prefetch,
+    overlap_allreduce, refine_allocation, metrics_endpoints, placement, and checkpoint_dir (for the
+    message of a job stopped at a checkpoint). Exits 1 when a worker wrote no summary."""
+    out = Path(out)
+    workers, policy = job["workers"], job["policy"]
+    per_iter, summaries, evals = read_metrics(out, workers, who)
+    w0 = next(s for s in summaries if s["rank"] == 0)
+    result = merge_summaries(job, summaries, w0, evals, per_iter)
+    add_shards(result, out, job["ps"], who)
+    add_restarts(result, job, w0)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    tmp.replace(out / "summary.json")
+    if quiet:
+        return result
+    print_summary(out, result, policy, job, w0)
     return result
 
 

@@ -450,16 +450,17 @@ def restart(a, job, f, n):
             "resumed_at": start, "iterations_lost": lost, "recovery_s": None}
 
 
-def main():
-    argv, worker_args = split_worker_args(sys.argv[1:])
-    root = Path(__file__).resolve().parent.parent
-    default_bin = os.environ.get("EMBER_BIN", str(root / "build" / "bin"))
-    # The worker settings this launcher takes are those its ember-worker declares.
+def launcher_settings(argv, default_bin):
+    """The worker settings this launcher takes: those its ember-worker (by --bin) declares."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--bin", default=default_bin)
     pre.add_argument("-h", "--help", action="store_true")
     known, _ = pre.parse_known_args(argv)
-    settings = worker_settings(known.bin, "ember-launch", snapshot_ok=known.help)
+    return worker_settings(known.bin, "ember-launch", snapshot_ok=known.help)
+
+
+def build_parser(settings, default_bin):
+    """The launcher's argument parser, with a flag for each of ember-worker's job settings."""
     p = Parser(description="Run an Ember job (ember-ps shards + ember-worker processes) on localhost.",
                                 epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")
     p.add_argument("--config", default="", help="a TOML job file: the settings by these flags' names, [ember-ps] and [ember-worker] tables of flags; "
@@ -502,6 +503,13 @@ def main():
                         "else from the start); a failure a restart cannot mend (a refused setting, bad data, a full disk) "
                         "ends the job at once")
     p.add_argument("-q", "--quiet", action=argparse.BooleanOptionalAction, default=False, help="no progress lines")
+    return p
+
+
+def parse_args(p, argv, worker_args):
+    """The launcher's settings: the --config file's, overridden by the command line's.
+    Returns (the parsed arguments, with ps_extra: every shard's extra arguments, and the
+    worker arguments, the [ember-worker] table's before those after `--`)."""
     pre = Parser(add_help=False)
     pre.add_argument("--config", default="")
     cfg_path = pre.parse_known_args(argv)[0].config
@@ -512,6 +520,11 @@ def main():
         worker_args = worker_table + worker_args  # the command line's come last: they win
     a = p.parse_args(argv)
     a.ps_extra = ps_table + shlex.split(a.ps_args)
+    return a, worker_args
+
+
+def check_args(p, a):
+    """Ends the launcher (exit 2, by p.error) on settings that cannot make a job."""
     if not a.dataset or not a.out:
         p.error("--dataset and --out are required (as flags or in the --config file)")
     if not 0 <= a.metrics_port <= 65536 - a.ps - a.workers:
@@ -531,6 +544,13 @@ def main():
             p.error(f"{Path(a.bin) / b} is missing (bash scripts/build.sh)")
     if a.max_restarts < 0:
         p.error(f"--max-restarts {a.max_restarts}: must be 0 or more")
+
+
+def run_with_restarts(a, worker_args, settings):
+    """Runs the job, restarting it after a failure a restart may mend, up to --max-restarts
+    times; returns the last attempt's Job. Exits on a failure it does not restart (the
+    member's status for a refused setting or data, else 1) and on an interrupt that stops
+    the job at once (128 + the signal)."""
     restarts = [] if a.max_restarts else None
     lost_at = None
     while True:
@@ -563,6 +583,18 @@ def main():
                 sys.exit(1)
             lost_at = time.time()
             restarts.append(restart(a, job, f, len(restarts) + 1))
+    return job
+
+
+def main():
+    argv, worker_args = split_worker_args(sys.argv[1:])
+    root = Path(__file__).resolve().parent.parent
+    default_bin = os.environ.get("EMBER_BIN", str(root / "build" / "bin"))
+    settings = launcher_settings(argv, default_bin)
+    p = build_parser(settings, default_bin)
+    a, worker_args = parse_args(p, argv, worker_args)
+    check_args(p, a)
+    job = run_with_restarts(a, worker_args, settings)
     if job.stopping:  # stopped at a checkpoint: the summary is written, the exit says why
         sys.exit(128 + job.stopping)
 

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
-"""Lists the C++ functions (and lambdas) longer than a limit, longest first: a report of
-where the code is hard to read, not a gate (exit 0 whatever it finds).
+"""Lists the C++ functions (and lambdas) and the scripts' Python functions longer than a
+limit, longest first: where the code is hard to read. With --fail it is a gate (exit 1
+when it finds any; the test suite's NoFunctionOver80Lines).
 
-  scripts/long_functions.py                 # every module, functions over 80 lines
+  scripts/long_functions.py                 # every module and scripts/, over 80 lines
   scripts/long_functions.py --limit 60 scheduler ps
+  scripts/long_functions.py --fail          # exit 1 if any
 
 It reads clang-formatted sources (the project's style): a definition is a line ending in
 `{` after a closing parenthesis, outside control statements, and its body ends at the
 first `}` indented as the definition's first line.
 """
 import argparse
+import ast
 import re
 import sys
 from pathlib import Path
@@ -58,23 +61,35 @@ def functions(path):
         i += 1
 
 
+def python_functions(path):
+    """(name, first line, lines) of every function of a Python file, nested ones too."""
+    for n in ast.walk(ast.parse(path.read_text(errors="replace"))):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield n.name, n.lineno, n.end_lineno - n.lineno + 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("modules", nargs="*", default=MODULES, help="folders to scan (default: every module)")
     p.add_argument("--limit", type=int, default=80, help="report functions over this many lines")
     p.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
+    p.add_argument("--fail", action="store_true", help="exit 1 when a function is over the limit")
     a = p.parse_args()
+    if a.modules == MODULES:
+        a.modules = MODULES + ["scripts"]
     root = Path(a.root)
     found = []
     for m in a.modules:
         for f in sorted((root / m).rglob("*")):
-            if f.suffix in (".cc", ".h", ".cu") and f.is_file():
-                for name, line, n in functions(f):
+            if f.suffix in (".cc", ".h", ".cu", ".py") and f.is_file():
+                for name, line, n in (python_functions(f) if f.suffix == ".py" else functions(f)):
                     if n > a.limit:
                         found.append((n, f"{f.relative_to(root)}:{line}", name))
     for n, where, name in sorted(found, reverse=True):
         print(f"{n:5d}  {where}  {name}")
     print(f"long_functions: {len(found)} functions over {a.limit} lines in {', '.join(a.modules)}", file=sys.stderr)
+    if a.fail and found:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -364,22 +364,7 @@ bool LineParser::parse(std::string_view line, Record& out, std::string& error, b
       }
       case Role::kTable: {
         if (bag_sep_ != 0) {
-          auto& bag = out.bags[col.index];
-          bag.clear();
-          // An empty field is an empty bag; "a||b", "|a" and "a|" are malformed.
-          for (std::size_t begin = 0; !f.empty();) {
-            std::size_t end = std::min(f.find(bag_sep_, begin), f.size());
-            std::uint64_t key = 0;
-            if (end == begin) {
-              error = "categorical " + s.table_names[col.index] + " = " + quote(f) + " has an empty value in its bag (--multi-hot-sep '" +
-                      std::string(1, bag_sep_) + "')";
-              return false;
-            }
-            if (!value_key(f.substr(begin, end - begin), col.index, key, error)) return false;
-            bag.push_back(key);
-            if (end == f.size()) break;
-            begin = end + 1;
-          }
+          if (!parse_bag(f, col.index, out.bags[col.index], error)) return false;
         } else if (f.empty()) {
           out.keys[col.index] = kMissingKey;
         } else if (!value_key(f, col.index, out.keys[col.index], error)) {
@@ -387,31 +372,55 @@ bool LineParser::parse(std::string_view line, Record& out, std::string& error, b
         }
         break;
       }
-      case Role::kHour: {
-        // YYMMDDHH -> hour of day and day of week.
-        int yy = 0, mm = 0, dd = 0, hh = 0;
-        bool ok = f.size() == 8 && std::all_of(f.begin(), f.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-        if (ok) {
-          yy = (f[0] - '0') * 10 + (f[1] - '0');
-          mm = (f[2] - '0') * 10 + (f[3] - '0');
-          dd = (f[4] - '0') * 10 + (f[5] - '0');
-          hh = (f[6] - '0') * 10 + (f[7] - '0');
-          ok = mm >= 1 && mm <= 12 && dd >= 1 && dd <= 31 && hh <= 23;
-        }
-        if (!ok) {
-          error = "hour " + quote(f) + " is not YYMMDDHH";
-          return false;
-        }
-        int days = days_from_civil(2000 + yy, mm, dd);
-        out.keys[hour_table_] = static_cast<std::uint64_t>(hh);
-        out.keys[hour_table_ + 1] = static_cast<std::uint64_t>(((days % 7) + 10) % 7);  // 0 = Monday (1970-01-01 was a Thursday)
-        if (bag_sep_ != 0) {
-          out.bags[hour_table_].assign(1, out.keys[hour_table_]);
-          out.bags[hour_table_ + 1].assign(1, out.keys[hour_table_ + 1]);
-        }
+      case Role::kHour:
+        if (!parse_hour(f, out, error)) return false;
         break;
-      }
     }
+  }
+  return true;
+}
+
+// A multi-hot field: its values split on the bag separator. An empty field is an empty
+// bag; "a||b", "|a" and "a|" are malformed.
+bool LineParser::parse_bag(std::string_view f, std::uint16_t table, std::vector<std::uint64_t>& bag, std::string& error) const {
+  bag.clear();
+  for (std::size_t begin = 0; !f.empty();) {
+    std::size_t end = std::min(f.find(bag_sep_, begin), f.size());
+    std::uint64_t key = 0;
+    if (end == begin) {
+      error = "categorical " + schema_->table_names[table] + " = " + quote(f) + " has an empty value in its bag (--multi-hot-sep '" +
+              std::string(1, bag_sep_) + "')";
+      return false;
+    }
+    if (!value_key(f.substr(begin, end - begin), table, key, error)) return false;
+    bag.push_back(key);
+    if (end == f.size()) break;
+    begin = end + 1;
+  }
+  return true;
+}
+
+// Avazu's hour, YYMMDDHH: the hour of day and the day of week, two tables.
+bool LineParser::parse_hour(std::string_view f, Record& out, std::string& error) const {
+  int yy = 0, mm = 0, dd = 0, hh = 0;
+  bool ok = f.size() == 8 && std::all_of(f.begin(), f.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (ok) {
+    yy = (f[0] - '0') * 10 + (f[1] - '0');
+    mm = (f[2] - '0') * 10 + (f[3] - '0');
+    dd = (f[4] - '0') * 10 + (f[5] - '0');
+    hh = (f[6] - '0') * 10 + (f[7] - '0');
+    ok = mm >= 1 && mm <= 12 && dd >= 1 && dd <= 31 && hh <= 23;
+  }
+  if (!ok) {
+    error = "hour " + quote(f) + " is not YYMMDDHH";
+    return false;
+  }
+  int days = days_from_civil(2000 + yy, mm, dd);
+  out.keys[hour_table_] = static_cast<std::uint64_t>(hh);
+  out.keys[hour_table_ + 1] = static_cast<std::uint64_t>(((days % 7) + 10) % 7);  // 0 = Monday (1970-01-01 was a Thursday)
+  if (bag_sep_ != 0) {
+    out.bags[hour_table_].assign(1, out.keys[hour_table_]);
+    out.bags[hour_table_ + 1].assign(1, out.keys[hour_table_ + 1]);
   }
   return true;
 }

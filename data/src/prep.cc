@@ -244,85 +244,9 @@ class Preparer {
       chunks.resize(pieces.size());
       // Stage 1: parse chunks in parallel into flat key arrays.
       tbb::parallel_for(
-          std::size_t{0}, pieces.size(),
-          [&](std::size_t c) {
-            CountChunk& ch = chunks[c];
-            ch.lines = ch.good = ch.bad_count = 0;
-            ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
-            for (auto& k : ch.keys) k.clear();
-            ch.bad.clear();
-            ch.row_ids.clear();
-            ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
-            ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
-            LineParser parser = *file.parser;  // parsers keep per-thread scratch
-            Record rec;
-            std::string err;
-            for_each_line(pieces[c], [&](std::string_view line) {
-              std::uint64_t idx = ch.lines++;
-              if (blank(line)) return;
-              if (!parser.parse(line, rec, err, false)) {
-                if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
-                ++ch.bad_count;
-                return;
-              }
-              auto count = [&](int t, std::uint64_t key) {
-                ch.keys[partition_of(Vocab::hash(key), parts) * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
-              };
-              if (multi_hot_) {
-                std::uint64_t ids = 0;
-                for (int t = 0; t < nt_; ++t) {
-                  const auto& bag = rec.bags[static_cast<std::size_t>(t)];
-                  for (std::uint64_t key : bag) count(t, key);
-                  ch.bag_sum[static_cast<std::size_t>(t)] += bag.size();
-                  ch.bag_max[static_cast<std::size_t>(t)] =
-                      std::max(ch.bag_max[static_cast<std::size_t>(t)], static_cast<std::uint32_t>(bag.size()));
-                  ids += bag.size();
-                }
-                ch.row_ids.push_back(static_cast<std::uint32_t>(std::min<std::uint64_t>(ids, UINT32_MAX)));
-              } else {
-                for (int t = 0; t < nt_; ++t) {
-                  std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
-                  if (key != kMissingKey) count(t, key);
-                }
-              }
-              ++ch.good;
-            });
-          },
+          std::size_t{0}, pieces.size(), [&](std::size_t c) { parse_count_chunk(chunks[c], file, pieces[c], parts); },
           tbb::simple_partitioner());
-      // Bad lines, in file order: fail at the first one past the allowance.
-      std::uint64_t first_line = line_no;
-      for (auto& ch : chunks) {
-        for (auto& [idx, why] : ch.bad) {
-          std::string where = file.path.string() + ":" + std::to_string(first_line + idx);
-          if (report_.bad_lines + 1 > opt_.skip_bad) {
-            if (opt_.skip_bad == 0) throw DataError(where + ": " + why);
-            throw DataError(where + ": " + why + " (more than --skip-bad " + std::to_string(opt_.skip_bad) + " bad lines)");
-          }
-          ++report_.bad_lines;
-          if (report_.bad_examples.size() < kMaxBadExamples) report_.bad_examples.push_back({where, why});
-        }
-        // Lines beyond the capped examples are still counted.
-        std::uint64_t uncounted = ch.bad_count - ch.bad.size();
-        if (uncounted > 0) {
-          if (report_.bad_lines + uncounted > opt_.skip_bad) {
-            throw DataError(file.path.string() + ": more than --skip-bad " + std::to_string(opt_.skip_bad) +
-                            " bad lines (first: " + ch.bad.front().second + ")");
-          }
-          report_.bad_lines += uncounted;
-        }
-        first_line += ch.lines;
-        if (multi_hot_) {
-          row_ids_.insert(row_ids_.end(), ch.row_ids.begin(), ch.row_ids.end());
-          for (int t = 0; t < nt_; ++t) {
-            bag_sum_[static_cast<std::size_t>(t)] += ch.bag_sum[static_cast<std::size_t>(t)];
-            bag_max_[static_cast<std::size_t>(t)] =
-                std::max(bag_max_[static_cast<std::size_t>(t)], ch.bag_max[static_cast<std::size_t>(t)]);
-          }
-        }
-        chunk_rows_.push_back(ch.good);
-        total_good_ += ch.good;
-        report_.lines += ch.lines;
-      }
+      const std::uint64_t lines = merge_count_chunks(file, chunks, line_no);
       // Stage 2: count, each thread owning one hash partition of every table.
       tbb::parallel_for(
           0u, parts,
@@ -335,11 +259,94 @@ class Preparer {
             }
           },
           tbb::simple_partitioner());
-      return first_line - line_no;
+      return lines;
     });
     for (auto& t : vocab_) {
       for (auto& m : t) report_.vocab_bytes += m.memory_bytes();
     }
+  }
+
+  // One chunk of a block parsed: its keys by (hash partition, table), its bad lines.
+  void parse_count_chunk(CountChunk& ch, const InputFile& file, std::string_view piece, unsigned parts) const {
+    ch.lines = ch.good = ch.bad_count = 0;
+    ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
+    for (auto& k : ch.keys) k.clear();
+    ch.bad.clear();
+    ch.row_ids.clear();
+    ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
+    ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
+    LineParser parser = *file.parser;  // parsers keep per-thread scratch
+    Record rec;
+    std::string err;
+    for_each_line(piece, [&](std::string_view line) {
+      std::uint64_t idx = ch.lines++;
+      if (blank(line)) return;
+      if (!parser.parse(line, rec, err, false)) {
+        if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
+        ++ch.bad_count;
+        return;
+      }
+      auto count = [&](int t, std::uint64_t key) {
+        ch.keys[partition_of(Vocab::hash(key), parts) * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
+      };
+      if (multi_hot_) {
+        std::uint64_t ids = 0;
+        for (int t = 0; t < nt_; ++t) {
+          const auto& bag = rec.bags[static_cast<std::size_t>(t)];
+          for (std::uint64_t key : bag) count(t, key);
+          ch.bag_sum[static_cast<std::size_t>(t)] += bag.size();
+          ch.bag_max[static_cast<std::size_t>(t)] =
+              std::max(ch.bag_max[static_cast<std::size_t>(t)], static_cast<std::uint32_t>(bag.size()));
+          ids += bag.size();
+        }
+        ch.row_ids.push_back(static_cast<std::uint32_t>(std::min<std::uint64_t>(ids, UINT32_MAX)));
+      } else {
+        for (int t = 0; t < nt_; ++t) {
+          std::uint64_t key = rec.keys[static_cast<std::size_t>(t)];
+          if (key != kMissingKey) count(t, key);
+        }
+      }
+      ++ch.good;
+    });
+  }
+
+  // The chunks' bad lines in file order (failing at the first past --skip-bad) and their
+  // counts into the pass's; returns the block's lines.
+  std::uint64_t merge_count_chunks(const InputFile& file, std::vector<CountChunk>& chunks, std::uint64_t line_no) {
+    // Bad lines, in file order: fail at the first one past the allowance.
+    std::uint64_t first_line = line_no;
+    for (auto& ch : chunks) {
+      for (auto& [idx, why] : ch.bad) {
+        std::string where = file.path.string() + ":" + std::to_string(first_line + idx);
+        if (report_.bad_lines + 1 > opt_.skip_bad) {
+          if (opt_.skip_bad == 0) throw DataError(where + ": " + why);
+          throw DataError(where + ": " + why + " (more than --skip-bad " + std::to_string(opt_.skip_bad) + " bad lines)");
+        }
+        ++report_.bad_lines;
+        if (report_.bad_examples.size() < kMaxBadExamples) report_.bad_examples.push_back({where, why});
+      }
+      // Lines beyond the capped examples are still counted.
+      std::uint64_t uncounted = ch.bad_count - ch.bad.size();
+      if (uncounted > 0) {
+        if (report_.bad_lines + uncounted > opt_.skip_bad) {
+          throw DataError(file.path.string() + ": more than --skip-bad " + std::to_string(opt_.skip_bad) +
+                          " bad lines (first: " + ch.bad.front().second + ")");
+        }
+        report_.bad_lines += uncounted;
+      }
+      first_line += ch.lines;
+      if (multi_hot_) {
+        row_ids_.insert(row_ids_.end(), ch.row_ids.begin(), ch.row_ids.end());
+        for (int t = 0; t < nt_; ++t) {
+          bag_sum_[static_cast<std::size_t>(t)] += ch.bag_sum[static_cast<std::size_t>(t)];
+          bag_max_[static_cast<std::size_t>(t)] = std::max(bag_max_[static_cast<std::size_t>(t)], ch.bag_max[static_cast<std::size_t>(t)]);
+        }
+      }
+      chunk_rows_.push_back(ch.good);
+      total_good_ += ch.good;
+      report_.lines += ch.lines;
+    }
+    return first_line - line_no;
   }
 
   // Row ids by decreasing count (ties by value), after the missing and OOV rows: hot

@@ -54,6 +54,47 @@ std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t, boo
   return counts;
 }
 
+namespace {
+
+// The distinct rows of table t per window of `window` samples, in the split's order and
+// as expected of random samples (hypergeometric), into ts.window_distinct(_random).
+void window_stats(const SplitData& split, int t, std::uint64_t window, const std::vector<std::uint32_t>& counts, TableStats& ts) {
+  std::vector<std::uint32_t> stamp(counts.size(), 0);
+  std::uint64_t windows = 0, window_distinct = 0, sample = 0, in_window = 0;
+  for (int s = 0; s < split.num_shards(); ++s) {
+    const Shard& sh = split.shard(s);
+    for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
+      std::uint32_t w = static_cast<std::uint32_t>(sample / window) + 1;
+      sh.for_each_id(t, r, [&](std::uint64_t id) {
+        if (id != kMissingRow && stamp[id] != w) {
+          stamp[id] = w;
+          ++in_window;
+        }
+      });
+      if ((sample + 1) % window == 0) {
+        ++windows;
+        window_distinct += in_window;
+        in_window = 0;
+      }
+    }
+  }
+  if (windows == 0) return;
+  ts.window_distinct = static_cast<double>(window_distinct) / static_cast<double>(windows * window);
+  // Hypergeometric: P(a value with c of N occurrences is absent from w random rows).
+  const double n = static_cast<double>(split.rows()), w = static_cast<double>(window);
+  const double base = std::lgamma(n - w + 1) - std::lgamma(n + 1);
+  double expected = 0;
+  for (std::uint64_t id = kFirstValueRow - 1; id < counts.size(); ++id) {
+    if (counts[id] == 0) continue;
+    double c = counts[id];
+    double absent = n - c < w ? 0.0 : std::exp(std::lgamma(n - c + 1) - std::lgamma(n - c - w + 1) + base);
+    expected += 1.0 - absent;
+  }
+  ts.window_distinct_random = expected / w;
+}
+
+}  // namespace
+
 DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
   if (o.workers < 1) throw ConfigError("--workers must be at least 1");
   if (!(o.cache_ratio > 0 && o.cache_ratio <= 1)) throw ConfigError("--cache-ratio must be in (0, 1]");
@@ -85,42 +126,7 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
     ts.mean_bag = info.mean_bag;
     ts.max_bag = info.max_bag;
     std::vector<std::uint32_t> counts = row_counts(ds, o.split, t);
-    std::uint64_t windows = 0, window_distinct = 0;
-    if (o.window > 0) {
-      std::vector<std::uint32_t> stamp(info.rows, 0);
-      std::uint64_t sample = 0, in_window = 0;
-      for (int s = 0; s < split.num_shards(); ++s) {
-        const Shard& sh = split.shard(s);
-        for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
-          std::uint32_t w = static_cast<std::uint32_t>(sample / o.window) + 1;
-          sh.for_each_id(t, r, [&](std::uint64_t id) {
-            if (id != kMissingRow && stamp[id] != w) {
-              stamp[id] = w;
-              ++in_window;
-            }
-          });
-          if ((sample + 1) % o.window == 0) {
-            ++windows;
-            window_distinct += in_window;
-            in_window = 0;
-          }
-        }
-      }
-    }
-    if (windows > 0) {
-      ts.window_distinct = static_cast<double>(window_distinct) / static_cast<double>(windows * o.window);
-      // Hypergeometric: P(a value with c of N occurrences is absent from w random rows).
-      const double n = static_cast<double>(split.rows()), w = static_cast<double>(o.window);
-      const double base = std::lgamma(n - w + 1) - std::lgamma(n + 1);
-      double expected = 0;
-      for (std::uint64_t id = kFirstValueRow - 1; id < counts.size(); ++id) {
-        if (counts[id] == 0) continue;
-        double c = counts[id];
-        double absent = n - c < w ? 0.0 : std::exp(std::lgamma(n - c + 1) - std::lgamma(n - c - w + 1) + base);
-        expected += 1.0 - absent;
-      }
-      ts.window_distinct_random = expected / w;
-    }
+    if (o.window > 0) window_stats(split, t, o.window, counts, ts);
     // Shares of the table's accesses (one per sample when one-hot, a bag's ids when not).
     double total = 0;
     for (std::uint32_t c : counts) total += c;

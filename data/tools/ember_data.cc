@@ -124,41 +124,51 @@ int run_verify(const std::string& dir) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"ember-data: prepare Criteo/Avazu files, generate synthetic data, inspect datasets"};
-  app.require_subcommand(1);
+// ember-data's command line: every subcommand's options (CLI11 writes into them).
+struct Flags {
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
-
   PrepOptions po;
   std::string prep_format;
   std::vector<std::string> prep_inputs;
   bool prep_quiet = false, prep_json = false;
+  std::string prep_bag_sep;
+  GenOptions go;
+  std::string gen_like = "criteo";
+  bool gen_quiet = false;
+  std::string gen_bags, gen_bag_dist = "uniform", gen_bag_sep = "|";
+  StatsOptions so;
+  std::string stats_dir, stats_split = "train";
+  bool stats_json_out = false, stats_no_verify = false;
+  std::string verify_dir;
+};
+
+// `prep`: text files to a binary dataset.
+CLI::App* add_prep(CLI::App& app, Flags& f) {
+  PrepOptions& po = f.po;
   auto* prep = app.add_subcommand("prep", "convert text files to Ember's binary dataset (two streaming passes)");
-  prep->add_option("--format", prep_format, "criteo (Kaggle/1TB TSV), criteo-csv (competition or DeepCTR CSV), avazu")->required();
+  prep->add_option("--format", f.prep_format, "criteo (Kaggle/1TB TSV), criteo-csv (competition or DeepCTR CSV), avazu")->required();
   prep->add_option("--output,-o", po.output, "dataset directory to create")->required();
   prep->add_option("--min-count", po.min_count, "values seen fewer times share one OOV row per table")->capture_default_str();
   prep->add_option("--val-fraction", po.val_fraction, "share of rows for validation (after train, in file order)")->capture_default_str();
   prep->add_option("--test-fraction", po.test_fraction, "share of rows for test (last, in file order)")->capture_default_str();
   prep->add_option("--skip-bad", po.skip_bad, "skip up to N malformed lines instead of failing")->capture_default_str();
-  std::string prep_bag_sep;
-  prep->add_option("--multi-hot-sep", prep_bag_sep, "multi-hot input: each categorical field is a bag of values split by this character");
+  prep->add_option("--multi-hot-sep", f.prep_bag_sep, "multi-hot input: each categorical field is a bag of values split by this character");
   prep->add_flag("--shuffle", po.shuffle, "shuffle rows (by --seed) before splitting");
   prep->add_option("--seed", po.seed, "seed for --shuffle")->capture_default_str();
   prep->add_option("--shard-rows", po.shard_rows, "rows per shard file (power of two)")->capture_default_str();
   prep->add_option("--threads", po.threads, "threads (0 = all cores)")->capture_default_str();
   prep->add_flag("--force", po.overwrite, "replace an existing output directory");
-  prep->add_flag("--quiet,-q", prep_quiet, "no progress lines");
-  prep->add_flag("--json", prep_json, "print the report as one JSON object");
-  prep->add_option("inputs", prep_inputs, "input files (plain or gzip), concatenated in order")->required();
+  prep->add_flag("--quiet,-q", f.prep_quiet, "no progress lines");
+  prep->add_flag("--json", f.prep_json, "print the report as one JSON object");
+  prep->add_option("inputs", f.prep_inputs, "input files (plain or gzip), concatenated in order")->required();
+  return prep;
+}
 
-  GenOptions go;
-  std::string gen_like = "criteo";
-  bool gen_quiet = false;
+// `gen`: synthetic data in a real dataset's text format.
+CLI::App* add_gen(CLI::App& app, Flags& f) {
+  GenOptions& go = f.go;
   auto* gen = app.add_subcommand("gen", "write synthetic Criteo-like or Avazu-like data in the real text format");
-  gen->add_option("--like", gen_like, "criteo or avazu")->capture_default_str();
+  gen->add_option("--like", f.gen_like, "criteo or avazu")->capture_default_str();
   gen->add_option("--rows", go.rows, "rows to write")->required();
   gen->add_option("--scale", go.scale, "multiplier of the real table cardinalities")->capture_default_str();
   gen->add_option("--alpha", go.alpha, "one Zipf exponent for all tables (0 = calibrated per table)")->capture_default_str();
@@ -171,55 +181,76 @@ int main(int argc, char** argv) {
   gen->add_option("--drift", go.drift, "popularity ranking positions shifted per 10,000 rows")->capture_default_str();
   gen->add_option("--ctr", go.ctr, "target click rate (default 0.25 Criteo, 0.17 Avazu)");
   gen->add_option("--threads", go.threads, "threads (0 = all cores; output does not depend on it)")->capture_default_str();
-  std::string gen_bags, gen_bag_dist = "uniform", gen_bag_sep = "|";
-  gen->add_option("--multi-hot", gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table");
-  gen->add_option("--multi-hot-dist", gen_bag_dist, "a bag's extra values: uniform over the table, or zipf (its popularity)")
+  gen->add_option("--multi-hot", f.gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table");
+  gen->add_option("--multi-hot-dist", f.gen_bag_dist, "a bag's extra values: uniform over the table, or zipf (its popularity)")
       ->capture_default_str();
-  gen->add_option("--multi-hot-sep", gen_bag_sep, "separator of a bag's values")->capture_default_str();
+  gen->add_option("--multi-hot-sep", f.gen_bag_sep, "separator of a bag's values")->capture_default_str();
   gen->add_option("--output,-o", go.output, "output file (.gz: gzip)")->required();
   gen->add_flag("--force", go.overwrite, "replace an existing output file");
-  gen->add_flag("--quiet,-q", gen_quiet, "no progress or summary");
+  gen->add_flag("--quiet,-q", f.gen_quiet, "no progress or summary");
+  return gen;
+}
 
-  StatsOptions so;
-  std::string stats_dir, stats_split = "train";
-  bool stats_json_out = false, stats_no_verify = false;
+// `stats`: a dataset's skew and DoI.
+CLI::App* add_stats(CLI::App& app, Flags& f) {
+  StatsOptions& so = f.so;
   auto* stats = app.add_subcommand("stats", "per-table skew and Herald's degree of infrequency (DoI)");
-  stats->add_option("dir", stats_dir, "dataset directory")->required();
-  stats->add_option("--split", stats_split, "train, val or test")->capture_default_str();
+  stats->add_option("dir", f.stats_dir, "dataset directory")->required();
+  stats->add_option("--split", f.stats_split, "train, val or test")->capture_default_str();
   stats->add_option("--workers", so.workers, "workers, for DoI")->capture_default_str();
   stats->add_option("--cache-ratio", so.cache_ratio, "cache share of each table's rows, for DoI")->capture_default_str();
   stats->add_option("--window", so.window, "also report distinct values per window of N consecutive rows")->capture_default_str();
-  stats->add_flag("--json", stats_json_out, "one JSON object");
-  stats->add_flag("--no-verify", stats_no_verify, "skip payload checksums");
+  stats->add_flag("--json", f.stats_json_out, "one JSON object");
+  stats->add_flag("--no-verify", f.stats_no_verify, "skip payload checksums");
+  return stats;
+}
 
-  std::string verify_dir;
+// `verify`: a dataset's manifest, headers and checksums.
+CLI::App* add_verify(CLI::App& app, Flags& f) {
   auto* verify = app.add_subcommand("verify", "check a dataset's manifest, headers and checksums");
-  verify->add_option("dir", verify_dir, "dataset directory")->required();
+  verify->add_option("dir", f.verify_dir, "dataset directory")->required();
+  return verify;
+}
+
+// Runs the subcommand given, its flags turned into its options.
+int run_subcommand(Flags& f, const CLI::App& prep, const CLI::App& gen, const CLI::App& stats) {
+  setup_logging(f.log_level);
+  if (prep) {
+    for (auto& i : f.prep_inputs) f.po.inputs.emplace_back(i);
+    f.po.multi_hot_sep = one_char("--multi-hot-sep", f.prep_bag_sep, prep.get_option("--multi-hot-sep")->count() > 0);
+    return run_prep(f.po, f.prep_format, f.prep_quiet || f.prep_json, f.prep_json);
+  }
+  if (gen) {
+    if (!f.gen_bags.empty()) {
+      f.go.multi_hot = parse_bag_sizes(f.gen_bags, parse_source_format(f.gen_like));
+      f.go.multi_hot_dist = parse_multi_hot_dist(f.gen_bag_dist);
+      f.go.multi_hot_sep = one_char("--multi-hot-sep", f.gen_bag_sep, true);
+    }
+    return run_gen(f.go, f.gen_like, f.gen_quiet);
+  }
+  if (stats) {
+    f.so.split = parse_split(f.stats_split);
+    return run_stats(f.stats_dir, f.so, f.stats_json_out, !f.stats_no_verify);
+  }
+  return run_verify(f.verify_dir);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ember-data: prepare Criteo/Avazu files, generate synthetic data, inspect datasets"};
+  app.require_subcommand(1);
+  Flags f;
+  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  const CLI::App* prep = add_prep(app, f);
+  const CLI::App* gen = add_gen(app, f);
+  const CLI::App* stats = add_stats(app, f);
+  add_verify(app, f);
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  return guarded_main("ember-data", [&] {
-    setup_logging(log_level);
-    if (*prep) {
-      for (auto& i : prep_inputs) po.inputs.emplace_back(i);
-      po.multi_hot_sep = one_char("--multi-hot-sep", prep_bag_sep, prep->get_option("--multi-hot-sep")->count() > 0);
-      return run_prep(po, prep_format, prep_quiet || prep_json, prep_json);
-    }
-    if (*gen) {
-      if (!gen_bags.empty()) {
-        go.multi_hot = parse_bag_sizes(gen_bags, parse_source_format(gen_like));
-        go.multi_hot_dist = parse_multi_hot_dist(gen_bag_dist);
-        go.multi_hot_sep = one_char("--multi-hot-sep", gen_bag_sep, true);
-      }
-      return run_gen(go, gen_like, gen_quiet);
-    }
-    if (*stats) {
-      so.split = parse_split(stats_split);
-      return run_stats(stats_dir, so, stats_json_out, !stats_no_verify);
-    }
-    return run_verify(verify_dir);
-  });
+  return guarded_main("ember-data", [&] { return run_subcommand(f, *prep, *gen, *stats); });
 }

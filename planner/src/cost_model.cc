@@ -213,6 +213,85 @@ CostEstimate vanilla_cost(const Frequencies& f, const Topology& topo, scheduler:
   return out;
 }
 
+namespace {
+
+// Vanilla's rows of table `t` replayed in the training split's order, summed over the
+// counted iterations into `tc` and, per shard, `ts`: a row's held copy is the one its last
+// training left a worker alone with, alive while younger than the LRU's `life`.
+void replay_table_in_order(const data::Dataset& ds, const Topology& topo, int t, std::uint64_t offset, double life, TableCost& tc,
+                           std::vector<ShardCost>& ts) {
+  const std::uint32_t W = topo.workers;
+  const std::uint64_t n = static_cast<std::uint64_t>(W) * topo.batch_per_worker;
+  const std::uint64_t t0 = topo.warmup, t1 = topo.warmup + topo.iterations;
+  const double dn = static_cast<double>(n), db = static_cast<double>(topo.batch_per_worker);
+  const std::uint64_t rows = ds.manifest().tables[static_cast<std::size_t>(t)].rows;
+  // Per row: its count in the current batch, the last batch that trained it and the
+  // probability that a given worker trained it alone there (then it holds it latest).
+  std::vector<std::uint32_t> count(rows, 0);
+  std::vector<std::int64_t> last(rows, -1);
+  std::vector<double> sole(rows, 0.0);
+  std::vector<std::uint64_t> touched;
+  // Multi-hot: the sample (+ 1) and batch that last counted each row.
+  const bool bags = ds.manifest().multi_hot;
+  std::vector<std::uint32_t> sample_of(bags ? rows : 0, 0);
+  std::vector<std::int64_t> last_batch(bags ? rows : 0, -1);
+  data::BatchReader reader(ds.split(data::Split::kTrain), {static_cast<std::size_t>(n), false, 0, true});
+  data::Batch batch;
+  tc.distinct_per_worker = tc.pulls = tc.pull_state = tc.push_grad = tc.hits = 0;
+  for (std::uint64_t it = 0; it < t1 && reader.next(batch); ++it) {
+    touched.clear();
+    // A sample counts once per row (an id repeated in its bag is one row).
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      batch.for_each_id(t, i, [&](std::uint64_t id) {
+        if (bags) {
+          if (sample_of[id] == i + 1 && last_batch[id] == static_cast<std::int64_t>(it)) return;
+          sample_of[id] = static_cast<std::uint32_t>(i + 1);
+          last_batch[id] = static_cast<std::int64_t>(it);
+        }
+        if (count[id]++ == 0) touched.push_back(id);
+      });
+    }
+    const bool counted = it >= t0;
+    for (std::uint64_t id : touched) {
+      const double c = count[id];
+      const double q = 1 - p_absent(dn, db, c);  // in a given worker's micro-batch
+      const double alone = p_all(dn, db, c);     // ... and in no other's
+      if (counted) {
+        const bool alive = last[id] >= 0 && static_cast<double>(static_cast<std::int64_t>(it) - last[id]) <= life;
+        const double held = alive ? sole[id] : 0.0;
+        tc.distinct_per_worker += q;
+        tc.push_grad += W * q;
+        tc.hits += W * q * held;
+        tc.pulls += W * q * (1 - held);
+        tc.pull_state += W * alone * (1 - held);
+        add_to_shard(ts, offset + id, W * q * (1 - held), W * alone * (1 - held), W * q);
+      }
+      last[id] = static_cast<std::int64_t>(it);
+      sole[id] = alone;
+      count[id] = 0;
+    }
+  }
+}
+
+// A table's and its shards' sums over the counted iterations made means per iteration
+// (the table's bytes from its means).
+void per_iteration(const Topology& topo, scheduler::RowFormat row, TableCost& tc, std::vector<ShardCost>& ts) {
+  const double iters = static_cast<double>(topo.iterations);
+  tc.distinct_per_worker /= iters;
+  tc.push_grad /= iters;
+  tc.hits /= iters;
+  tc.pulls /= iters;
+  tc.pull_state /= iters;
+  tc.bytes = table_bytes(tc, row);
+  for (ShardCost& sc : ts) {
+    sc.pulls /= iters;
+    sc.pull_state /= iters;
+    sc.pushes /= iters;
+  }
+}
+
+}  // namespace
+
 CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo, scheduler::RowFormat row) {
   check(topo);
   // The LRU's limit from the frequencies (the same cache, the same rows).
@@ -220,13 +299,12 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
   out.policy = "vanilla";
   const std::uint32_t W = topo.workers;
   const std::uint64_t n = static_cast<std::uint64_t>(W) * topo.batch_per_worker;
-  const std::uint64_t t0 = topo.warmup, t1 = topo.warmup + topo.iterations;
+  const std::uint64_t t1 = topo.warmup + topo.iterations;
   const data::SplitData& train = ds.split(data::Split::kTrain);
   if (train.rows() / n < t1) {
     throw ConfigError("the training split holds " + std::to_string(train.rows() / n) +
                       " global batches; --warmup + --iterations = " + std::to_string(t1));
   }
-  const double dn = static_cast<double>(n), db = static_cast<double>(topo.batch_per_worker);
   const double life = out.lifetime;
   const int nt = ds.num_tables();
   const std::vector<std::uint64_t> offsets = scheduler::key_space(ds, {});
@@ -234,66 +312,9 @@ CostEstimate vanilla_cost_in_order(const data::Dataset& ds, const Topology& topo
   std::vector<std::vector<ShardCost>> table_shards(static_cast<std::size_t>(nt), std::vector<ShardCost>(topo.shards));
   tbb::parallel_for(0, nt, [&](int t) {
     auto& ts = table_shards[static_cast<std::size_t>(t)];
-    const std::uint64_t rows = ds.manifest().tables[static_cast<std::size_t>(t)].rows;
-    // Per row: its count in the current batch, the last batch that trained it and the
-    // probability that a given worker trained it alone there (then it holds it latest).
-    std::vector<std::uint32_t> count(rows, 0);
-    std::vector<std::int64_t> last(rows, -1);
-    std::vector<double> sole(rows, 0.0);
-    std::vector<std::uint64_t> touched;
-    // Multi-hot: the sample (+ 1) and batch that last counted each row.
-    const bool bags = ds.manifest().multi_hot;
-    std::vector<std::uint32_t> sample_of(bags ? rows : 0, 0);
-    std::vector<std::int64_t> last_batch(bags ? rows : 0, -1);
-    data::BatchReader reader(train, {static_cast<std::size_t>(n), false, 0, true});
-    data::Batch batch;
     TableCost& tc = out.tables[static_cast<std::size_t>(t)];
-    tc.distinct_per_worker = tc.pulls = tc.pull_state = tc.push_grad = tc.hits = 0;
-    for (std::uint64_t it = 0; it < t1 && reader.next(batch); ++it) {
-      touched.clear();
-      // A sample counts once per row (an id repeated in its bag is one row).
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        batch.for_each_id(t, i, [&](std::uint64_t id) {
-          if (bags) {
-            if (sample_of[id] == i + 1 && last_batch[id] == static_cast<std::int64_t>(it)) return;
-            sample_of[id] = static_cast<std::uint32_t>(i + 1);
-            last_batch[id] = static_cast<std::int64_t>(it);
-          }
-          if (count[id]++ == 0) touched.push_back(id);
-        });
-      }
-      const bool counted = it >= t0;
-      for (std::uint64_t id : touched) {
-        const double c = count[id];
-        const double q = 1 - p_absent(dn, db, c);  // in a given worker's micro-batch
-        const double alone = p_all(dn, db, c);     // ... and in no other's
-        if (counted) {
-          const bool alive = last[id] >= 0 && static_cast<double>(static_cast<std::int64_t>(it) - last[id]) <= life;
-          const double held = alive ? sole[id] : 0.0;
-          tc.distinct_per_worker += q;
-          tc.push_grad += W * q;
-          tc.hits += W * q * held;
-          tc.pulls += W * q * (1 - held);
-          tc.pull_state += W * alone * (1 - held);
-          add_to_shard(ts, offsets[static_cast<std::size_t>(t)] + id, W * q * (1 - held), W * alone * (1 - held), W * q);
-        }
-        last[id] = static_cast<std::int64_t>(it);
-        sole[id] = alone;
-        count[id] = 0;
-      }
-    }
-    const double iters = static_cast<double>(topo.iterations);
-    tc.distinct_per_worker /= iters;
-    tc.push_grad /= iters;
-    tc.hits /= iters;
-    tc.pulls /= iters;
-    tc.pull_state /= iters;
-    tc.bytes = table_bytes(tc, row);
-    for (ShardCost& sc : ts) {
-      sc.pulls /= iters;
-      sc.pull_state /= iters;
-      sc.pushes /= iters;
-    }
+    replay_table_in_order(ds, topo, t, offsets[static_cast<std::size_t>(t)], life, tc, ts);
+    per_iteration(topo, row, tc, ts);
   });
   out.shards.assign(topo.shards, ShardCost{});
   for (const auto& ts : table_shards) {

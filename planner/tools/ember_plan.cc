@@ -171,50 +171,52 @@ double per_sample_seconds(const planner::PlanCost& c, const planner::Topology& t
   return t / (static_cast<double>(topo.workers) * topo.batch_per_worker);
 }
 
-int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOptions& o, const std::vector<std::uint32_t>& batch_choices,
-                   const std::string& plan_out, const std::string& greedy_out, bool json) {
-  const planner::Frequencies f = planner::load_frequencies(ds);
-  // SCARS's trade-off: a larger micro-batch needs more staging and leaves less cache,
-  // and shares more rows within the batch. Each batch size gets its searched plan; the
-  // cheapest per sample is the one planned below.
+// SCARS's trade-off: a larger micro-batch needs more staging and leaves less cache,
+// and shares more rows within the batch. Each batch size gets its searched plan; the
+// cheapest per sample is the one planned: `topo` gets its batch size. Returns each
+// batch size's row of --json.
+nlohmann::ordered_json choose_batch_size(const data::Dataset& ds, const planner::Frequencies& f, planner::Topology& topo,
+                                         const PlanOptions& o, const std::vector<std::uint32_t>& batch_choices, bool json) {
   nlohmann::ordered_json trade = nlohmann::ordered_json::array();
-  if (!batch_choices.empty()) {
-    double best = std::numeric_limits<double>::infinity();
-    std::uint32_t best_b = 0;
-    std::string table = fmt::format("{:>10}{:>14}{:>12}{:>16}{:>14}{:>16}\n", "batch", "least memory", "cache rows", "busiest KB/it",
-                                    "busiest link", "us per sample");
-    for (std::uint32_t b : batch_choices) {
-      planner::Topology t = topo;
-      t.batch_per_worker = b;
-      try {
-        const Planned p = search_plans(ds, f, t, o, false);
-        if (!p.searched_cost.feasible) {
-          throw ConfigError(
-              "the model refused every cache size (a cache below a micro-batch's rows, or a split shorter than "
-              "--warmup + --iterations, or + --sample, global batches)");
-        }
-        const double per = per_sample_seconds(p.searched_cost, t, o);
-        table += fmt::format("{:>10}{:>14}{:>12}{:>16.1f}{:>14}{:>16.3f}\n", b, p.least, p.searched_cost.cache_rows,
-                             p.searched_cost.busiest() / 1e3, p.searched_cost.worker_busiest() ? "worker" : "PS", per * 1e6);
-        trade.push_back({{"batch_per_worker", b},
-                         {"least_memory", p.least},
-                         {"searched", cost_json(p.searched_cost, o.calibration)},
-                         {"per_sample_s", per}});
-        if (per < best) best = per, best_b = b;
-      } catch (const ConfigError& e) {
-        table += fmt::format("{:>10}  not feasible: {}\n", b, e.what());
-        trade.push_back({{"batch_per_worker", b}, {"infeasible", e.what()}});
+  double best = std::numeric_limits<double>::infinity();
+  std::uint32_t best_b = 0;
+  std::string table = fmt::format("{:>10}{:>14}{:>12}{:>16}{:>14}{:>16}\n", "batch", "least memory", "cache rows", "busiest KB/it",
+                                  "busiest link", "us per sample");
+  for (std::uint32_t b : batch_choices) {
+    planner::Topology t = topo;
+    t.batch_per_worker = b;
+    try {
+      const Planned p = search_plans(ds, f, t, o, false);
+      if (!p.searched_cost.feasible) {
+        throw ConfigError(
+            "the model refused every cache size (a cache below a micro-batch's rows, or a split shorter than "
+            "--warmup + --iterations, or + --sample, global batches)");
       }
+      const double per = per_sample_seconds(p.searched_cost, t, o);
+      table += fmt::format("{:>10}{:>14}{:>12}{:>16.1f}{:>14}{:>16.3f}\n", b, p.least, p.searched_cost.cache_rows,
+                           p.searched_cost.busiest() / 1e3, p.searched_cost.worker_busiest() ? "worker" : "PS", per * 1e6);
+      trade.push_back({{"batch_per_worker", b},
+                       {"least_memory", p.least},
+                       {"searched", cost_json(p.searched_cost, o.calibration)},
+                       {"per_sample_s", per}});
+      if (per < best) best = per, best_b = b;
+    } catch (const ConfigError& e) {
+      table += fmt::format("{:>10}  not feasible: {}\n", b, e.what());
+      trade.push_back({{"batch_per_worker", b}, {"infeasible", e.what()}});
     }
-    if (best_b == 0) throw ConfigError("--batch-choices: no batch size has a feasible plan under --memory " + std::to_string(o.memory));
-    if (!json) {
-      std::cout << "batch size against cache (the searched plan per batch size; "
-                << (o.calibration ? "calibrated iteration time" : "busiest link") << " per sample):\n"
-                << table << fmt::format("planned below: --batch-per-worker {}\n\n", best_b);
-    }
-    topo.batch_per_worker = best_b;
   }
-  const Planned p = search_plans(ds, f, topo, o, o.shares);
+  if (best_b == 0) throw ConfigError("--batch-choices: no batch size has a feasible plan under --memory " + std::to_string(o.memory));
+  if (!json) {
+    std::cout << "batch size against cache (the searched plan per batch size; "
+              << (o.calibration ? "calibrated iteration time" : "busiest link") << " per sample):\n"
+              << table << fmt::format("planned below: --batch-per-worker {}\n\n", best_b);
+  }
+  topo.batch_per_worker = best_b;
+  return trade;
+}
+
+// --plan-out and --greedy-out: the searched plan (with its cache shares) and the best greedy one.
+void write_plans(const Planned& p, const planner::Topology& topo, const std::string& plan_out, const std::string& greedy_out) {
   if (!plan_out.empty()) {
     scheduler::PlanFile pf = plan_file(p.tables, p.searched, p.searched_cost.cache_rows, topo.batch_per_worker);
     pf.cache_shares = p.shares.shares;
@@ -223,48 +225,65 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   if (!greedy_out.empty()) {
     planner::write_plan(greedy_out, plan_file(p.tables, p.best_greedy, p.best_greedy_cost.cache_rows, topo.batch_per_worker));
   }
-  nlohmann::ordered_json shares_json;
-  std::string shares_text;
+}
+
+// The cache shares tried for the searched plan, as --json has them and as text lines;
+// both empty when none were tried.
+struct SharesReport {
+  nlohmann::ordered_json json;
+  std::string text;
+};
+
+// The report of the cache shares choose_shares tried (search_plans, with shares).
+SharesReport shares_report(const Planned& p, const PlanOptions& o) {
+  SharesReport r;
   if (!p.shares.tried.empty()) {
     auto tried = nlohmann::ordered_json::array();
-    shares_text = fmt::format("cache shares for the searched plan ({} simulator samples of it, {:.2f} s; chosen: {}):\n",
-                              p.shares.tried.size(), p.shares_seconds, p.shares.label);
+    r.text = fmt::format("cache shares for the searched plan ({} simulator samples of it, {:.2f} s; chosen: {}):\n", p.shares.tried.size(),
+                         p.shares_seconds, p.shares.label);
     for (const auto& [label, cost] : p.shares.tried) {
       tried.push_back({{"candidate", label}, {"cost", cost_json(cost, o.calibration)}});
-      shares_text += summary("  " + label + ":", cost, o.calibration);
+      r.text += summary("  " + label + ":", cost, o.calibration);
     }
     nlohmann::ordered_json per_table = nlohmann::ordered_json::array();
     for (std::uint32_t s : p.shares.shares) per_table.push_back(s);
-    shares_json = {{"chosen", p.shares.label}, {"cache_shares", per_table}, {"tried", tried}, {"seconds", p.shares_seconds}};
+    r.json = {{"chosen", p.shares.label}, {"cache_shares", per_table}, {"tried", tried}, {"seconds", p.shares_seconds}};
   }
-  const std::string model = o.analytic ? "vanilla (analytic, " + o.order + " order)" : o.policy + " (SAMPLED by the simulator)";
-  if (json) {
-    nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
-    for (const auto& [key, c] : p.greedies) greedy_json[key] = cost_json(c, o.calibration);
-    nlohmann::ordered_json j = {{"policy", model},
-                                {"batch_per_worker", topo.batch_per_worker},
-                                {"memory", o.memory},
-                                {"min_memory", p.least},
-                                {"ps_link_mbit", o.ps_mbit},
-                                {"worker_link_mbit", o.worker_mbit},
-                                {"all_cache", cost_json(p.all_cost, o.calibration)},
-                                {"greedy", greedy_json},
-                                {"best_greedy", p.best_order},
-                                {"searched", cost_json(p.searched_cost, o.calibration)},
-                                {"model_runs", p.model_runs},
-                                {"model_seconds", p.model_seconds},
-                                {"search_seconds", p.search_seconds}};
-    if (!trade.empty()) j["batch_choices"] = trade;
-    if (!shares_json.is_null()) j["shares"] = shares_json;
-    auto& arr = j["plan"] = nlohmann::ordered_json::array();
-    for (std::size_t t = 0; t < p.searched.size(); ++t) {
-      arr.push_back({{"name", p.tables[t].name},
-                     {"greedy", planner::treatment_name(p.best_greedy[t])},
-                     {"searched", planner::treatment_name(p.searched[t])}});
-    }
-    std::cout << j.dump() << "\n";
-    return 0;
+  return r;
+}
+
+// The placement's --json: every plan's cost, the batch sizes tried, the shares, the plans.
+void print_placement_json(const Planned& p, const planner::Topology& topo, const PlanOptions& o, const std::string& model,
+                          const nlohmann::ordered_json& trade, const nlohmann::ordered_json& shares_json) {
+  nlohmann::ordered_json greedy_json = nlohmann::ordered_json::object();
+  for (const auto& [key, c] : p.greedies) greedy_json[key] = cost_json(c, o.calibration);
+  nlohmann::ordered_json j = {{"policy", model},
+                              {"batch_per_worker", topo.batch_per_worker},
+                              {"memory", o.memory},
+                              {"min_memory", p.least},
+                              {"ps_link_mbit", o.ps_mbit},
+                              {"worker_link_mbit", o.worker_mbit},
+                              {"all_cache", cost_json(p.all_cost, o.calibration)},
+                              {"greedy", greedy_json},
+                              {"best_greedy", p.best_order},
+                              {"searched", cost_json(p.searched_cost, o.calibration)},
+                              {"model_runs", p.model_runs},
+                              {"model_seconds", p.model_seconds},
+                              {"search_seconds", p.search_seconds}};
+  if (!trade.empty()) j["batch_choices"] = trade;
+  if (!shares_json.is_null()) j["shares"] = shares_json;
+  auto& arr = j["plan"] = nlohmann::ordered_json::array();
+  for (std::size_t t = 0; t < p.searched.size(); ++t) {
+    arr.push_back({{"name", p.tables[t].name},
+                   {"greedy", planner::treatment_name(p.best_greedy[t])},
+                   {"searched", planner::treatment_name(p.searched[t])}});
   }
+  std::cout << j.dump() << "\n";
+}
+
+// The placement as text: the plans table by table, then every plan's cost.
+void print_placement_text(const Planned& p, const planner::Topology& topo, const PlanOptions& o, const std::string& model,
+                          const std::string& shares_text) {
   std::cout << fmt::format(
       "PREDICTED by the model (execute the plan with --placement on ember-worker, ember-sim or the launcher); PS + cache from {}; {} "
       "workers x {} samples, {} PS shard(s); memory {} bytes per worker (least feasible {}); {} cache model runs ({:.2f} s), search "
@@ -277,6 +296,22 @@ int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOp
   for (const auto& [key, c] : p.greedies) std::cout << summary("greedy by " + key + ":", c, o.calibration);
   std::cout << summary("searched:", p.searched_cost, o.calibration);
   std::cout << shares_text;
+}
+
+int plan_placement(const data::Dataset& ds, planner::Topology topo, const PlanOptions& o, const std::vector<std::uint32_t>& batch_choices,
+                   const std::string& plan_out, const std::string& greedy_out, bool json) {
+  const planner::Frequencies f = planner::load_frequencies(ds);
+  nlohmann::ordered_json trade = nlohmann::ordered_json::array();
+  if (!batch_choices.empty()) trade = choose_batch_size(ds, f, topo, o, batch_choices, json);
+  const Planned p = search_plans(ds, f, topo, o, o.shares);
+  write_plans(p, topo, plan_out, greedy_out);
+  const SharesReport shares = shares_report(p, o);
+  const std::string model = o.analytic ? "vanilla (analytic, " + o.order + " order)" : o.policy + " (SAMPLED by the simulator)";
+  if (json) {
+    print_placement_json(p, topo, o, model, trade, shares.json);
+    return 0;
+  }
+  print_placement_text(p, topo, o, model, shares.text);
   return 0;
 }
 
@@ -306,11 +341,8 @@ void print_tier(const planner::CostEstimate& est, const planner::Topology& topo,
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace ember;
-  CLI::App app{"ember-plan: predict per-table embedding traffic per iteration (vanilla) from a dataset's frequencies"};
+// ember-plan's command line (the variables CLI11 writes into).
+struct Flags {
   std::string data_dir;
   planner::Topology topo;
   std::uint32_t dim = 16;
@@ -318,210 +350,279 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string order = "file", policy = "vanilla";
   std::uint64_t sample = 20, seed = 1;
-  app.add_option("--dataset", data_dir, "dataset directory from `ember-data prep` (train split frequencies)")->required();
+  scheduler::SchedulerOptions shape;  // the job's shape, as every scheduler program takes it
+  std::uint64_t iterations = 0;       // --iterations: the job's, --warmup included
+  double ram_budget_mb = 0;
+  std::string memory_arg, plan_out, greedy_out, calibration_file;
+  std::vector<std::uint32_t> batch_choices;
+  double link_mbit = 1000, worker_link_mbit = 0;
+  bool no_shares = false;
+};
+
+// The placement search's flags (--memory and what goes with it).
+void add_placement_flags(CLI::App& app, Flags& f) {
+  app.add_option("--memory", f.memory_arg,
+                 "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
+                 "plus one shared LRU of the rest");
+  app.add_option("--link-mbit", f.link_mbit, "with --memory: each link's rate in Mbit/s (the PS shards', and the workers' unless given)")
+      ->capture_default_str();
+  app.add_option("--worker-link-mbit", f.worker_link_mbit,
+                 "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's");
+  app.add_option("--plan-out", f.plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)");
+  app.add_option("--greedy-out", f.greedy_out, "with --memory: write the best greedy plan as JSON here");
+  app.add_option("--batch-choices", f.batch_choices,
+                 "with --memory: plan each of these samples per worker (comma-separated) and keep the cheapest per sample "
+                 "(the cache against the batch size)")
+      ->delimiter(',');
+  app.add_flag("--no-shares", f.no_shares,
+               "with --memory: keep one LRU for the cached tables (by default cache shares are tried, each costed by a simulator "
+               "sample of the searched plan)");
+  app.add_option("--calibration", f.calibration_file,
+                 "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)");
+}
+
+// ember-plan's flags, declared into `f` (which outlives the parse).
+void add_flags(CLI::App& app, Flags& f) {
+  planner::Topology& topo = f.topo;
+  app.add_option("--dataset", f.data_dir, "dataset directory from `ember-data prep` (train split frequencies)")->required();
   add_renamed_flag(app, "--data", "--dataset", true);
   // The job's shape, by the flags every scheduler program declares (ember-sim's, ember-worker's).
-  scheduler::SchedulerOptions shape;
+  scheduler::SchedulerOptions& shape = f.shape;
   shape.workers = topo.workers;
   shape.batch_per_worker = topo.batch_per_worker;
   shape.cache_ratio = topo.cache_ratio;
   scheduler::add_scheduler_options(app, shape, kShapeProgram);
   // As ember-sim's: the job's global batches, the first --warmup of them not averaged.
-  std::uint64_t iterations = topo.warmup + topo.iterations;
+  f.iterations = topo.warmup + topo.iterations;
   app.add_option("--warmup", topo.warmup, "of the --iterations, the first ones not averaged (caches start empty)")->capture_default_str();
-  app.add_option("--iterations", iterations, "global batches of the job (as ember-sim's), averaged after --warmup")->capture_default_str();
-  app.add_option("--dim", dim, "embedding dimension, for bytes")->capture_default_str();
-  app.add_option("--optimizer", optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
-  app.add_option("--order", order,
+  app.add_option("--iterations", f.iterations, "global batches of the job (as ember-sim's), averaged after --warmup")
+      ->capture_default_str();
+  app.add_option("--dim", f.dim, "embedding dimension, for bytes")->capture_default_str();
+  app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
+  app.add_option("--order", f.order,
                  "file: the job reads the split in file order (per-batch frequencies); shuffled: as with --shuffle (the split's "
                  "frequencies)")
       ->check(CLI::IsMember({"file", "shuffled"}))
       ->capture_default_str();
   app.add_option("--ps", topo.shards, "PS shards: the load per shard (a key's shard as the PS places it)")->capture_default_str();
-  app.add_option("--policy", policy, "vanilla (analytic) or another ember-sim policy (herald, laia, ...: from a simulator sample)")
+  app.add_option("--policy", f.policy, "vanilla (analytic) or another ember-sim policy (herald, laia, ...: from a simulator sample)")
       ->capture_default_str();
-  app.add_option("--sample", sample, "policies other than vanilla: iterations simulated (after --warmup) for their rows")
+  app.add_option("--sample", f.sample, "policies other than vanilla: iterations simulated (after --warmup) for their rows")
       ->capture_default_str();
-  app.add_option("--seed", seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
-  double ram_budget_mb = 0;
-  app.add_option("--ram-budget-mb", ram_budget_mb,
+  app.add_option("--seed", f.seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
+  app.add_option("--ram-budget-mb", f.ram_budget_mb,
                  "a disk tier under each PS shard with this RAM budget (ember-ps --ram-budget-mb): predict its disk reads per "
                  "iteration without and with hints (from a simulator sample, vanilla too)");
   app.add_option("--lookahead", topo.lookahead,
                  "sampled policies: batches the scheduler sees beyond the one it plans, and how far ahead the tier's hints come "
                  "(ember-sim's --lookahead)")
       ->capture_default_str();
-  app.add_flag("--json", json, "one JSON object");
-  std::string memory_arg, plan_out, greedy_out, calibration_file;
-  std::vector<std::uint32_t> batch_choices;
-  double link_mbit = 1000, worker_link_mbit = 0;
-  app.add_option("--memory", memory_arg,
-                 "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
-                 "plus one shared LRU of the rest");
-  app.add_option("--link-mbit", link_mbit, "with --memory: each link's rate in Mbit/s (the PS shards', and the workers' unless given)")
-      ->capture_default_str();
-  app.add_option("--worker-link-mbit", worker_link_mbit,
-                 "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's");
-  app.add_option("--plan-out", plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)");
-  app.add_option("--greedy-out", greedy_out, "with --memory: write the best greedy plan as JSON here");
-  app.add_option("--batch-choices", batch_choices,
-                 "with --memory: plan each of these samples per worker (comma-separated) and keep the cheapest per sample "
-                 "(the cache against the batch size)")
-      ->delimiter(',');
-  bool no_shares = false;
-  app.add_flag("--no-shares", no_shares,
-               "with --memory: keep one LRU for the cached tables (by default cache shares are tried, each costed by a simulator "
-               "sample of the searched plan)");
-  app.add_option("--calibration", calibration_file,
-                 "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)");
+  app.add_flag("--json", f.json, "one JSON object");
+  add_placement_flags(app, f);
+}
+
+// The job's shape from the flags, checked (the topology the model takes).
+void set_up_topology(Flags& f) {
+  planner::Topology& topo = f.topo;
+  topo.workers = f.shape.workers;
+  topo.batch_per_worker = f.shape.batch_per_worker;
+  topo.cache_ratio = f.shape.cache_ratio;
+  topo.cache_admission = f.shape.cache_admission;
+  topo.iterations = scheduler::counted_iterations(f.iterations, topo.warmup, "averaged");
+  if (f.dim < 1) throw ConfigError("--dim must be at least 1");
+  if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
+}
+
+// Whether the traffic is modelled analytically (vanilla, without a disk tier or cache
+// admission), after --ram-budget-mb's tier is set; checks the flags that depend on it.
+bool set_up_model(Flags& f) {
+  planner::Topology& topo = f.topo;
+  if (f.ram_budget_mb < 0) throw ConfigError("--ram-budget-mb must not be negative");
+  topo.tier_budget_bytes = static_cast<std::uint64_t>(f.ram_budget_mb * 1024 * 1024);
+  // The tier and admission are modelled by the simulator only: with either, vanilla is
+  // sampled too.
+  const bool analytic = scheduler::parse_policy(f.policy).name() == "vanilla" && topo.tier_budget_bytes == 0 &&
+                        scheduler::parse_admission(topo.cache_admission) == scheduler::Admission::kNone;
+  if (analytic && topo.lookahead > 0) throw ConfigError("--lookahead applies to a sampled policy or --ram-budget-mb, not analytic vanilla");
+  if ((!f.plan_out.empty() || !f.greedy_out.empty() || !f.batch_choices.empty()) && f.memory_arg.empty()) {
+    throw ConfigError("--plan-out, --greedy-out and --batch-choices need --memory");
+  }
+  return analytic;
+}
+
+// --memory's placement search: its options from the flags, checked.
+PlanOptions plan_options(const Flags& f, scheduler::RowFormat row, bool analytic) {
+  if (f.topo.tier_budget_bytes > 0) throw ConfigError("--ram-budget-mb does not combine with --memory (the placement search)");
+  if (!(f.link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
+  if (f.worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
+  PlanOptions o;
+  if (!f.calibration_file.empty()) o.calibration = planner::read_calibration(f.calibration_file);
+  o.row = row;
+  o.policy = f.policy;
+  o.order = f.order;
+  o.analytic = analytic;
+  o.sample = f.sample;
+  o.seed = f.seed;
+  o.memory = planner::parse_bytes(f.memory_arg);
+  o.ps_mbit = f.link_mbit;
+  o.worker_mbit = f.worker_link_mbit > 0 ? f.worker_link_mbit : f.link_mbit;
+  o.shares = !f.no_shares;
+  for (std::uint32_t b : f.batch_choices) {
+    if (b == 0) throw ConfigError("--batch-choices: every batch size must be at least 1");
+  }
+  return o;
+}
+
+// The traffic predicted without --memory, and its totals over the tables.
+struct Prediction {
+  planner::CostEstimate est;
+  std::uint64_t samples = 0;  // the training samples the frequencies are of
+  double pulls = 0, pushes = 0, bytes = 0;
+};
+
+// Predicts every table's and shard's rows: analytic vanilla, or a simulator sample.
+Prediction predict(const data::Dataset& ds, const Flags& flags, scheduler::RowFormat row, bool analytic) {
+  const planner::Topology& topo = flags.topo;
+  Prediction p;
+  planner::CostEstimate& est = p.est;
+  p.samples = ds.split(data::Split::kTrain).rows();
+  if (analytic) {
+    const planner::Frequencies f = planner::load_frequencies(ds);
+    p.samples = f.samples;
+    est = flags.order == "file" ? planner::vanilla_cost_in_order(ds, topo, row) : planner::vanilla_cost(f, topo, row);
+  } else {
+    est = planner::sampled_cost(ds, topo, row, flags.policy, flags.sample, flags.order == "shuffled", flags.seed);
+  }
+  for (const auto& t : est.tables) {
+    p.pulls += t.pulls;
+    p.pushes += t.pushes();
+    p.bytes += t.bytes;
+  }
+  return p;
+}
+
+// The prediction as one JSON object: the job, the totals, per table, per shard, the tier.
+void print_prediction_json(const Flags& f, scheduler::RowFormat row, const Prediction& p) {
+  const planner::Topology& topo = f.topo;
+  const planner::CostEstimate& est = p.est;
+  const std::uint64_t first = topo.warmup, counted = est.sampled ? est.sample_iterations : topo.iterations;
+  nlohmann::ordered_json j = {
+      {"policy", est.policy},
+      {"order", f.order},
+      {"sampled", est.sampled},
+      {"samples", p.samples},
+      {"workers", topo.workers},
+      {"batch_per_worker", topo.batch_per_worker},
+      {"cache_ratio", topo.cache_ratio},
+      {"cache_rows", est.cache_rows},
+      {"cache_demand", est.cache_demand},
+      {"lifetime", std::isfinite(est.lifetime) ? nlohmann::ordered_json(est.lifetime) : nlohmann::ordered_json(nullptr)},
+      {"warmup", first},
+      {"iterations", counted},
+      {"ps", topo.shards},
+      {"dim", f.dim},
+      {"optimizer", f.optimizer},
+      {"pulls", p.pulls},
+      {"pushes", p.pushes},
+      {"bytes", p.bytes}};
+  if (est.sampled) {
+    j["sample_iterations"] = est.sample_iterations;
+    j["sample_seconds"] = est.sample_seconds;
+  }
+  auto& arr = j["tables"] = nlohmann::ordered_json::array();
+  for (const auto& t : est.tables) {
+    arr.push_back({{"name", t.name},
+                   {"rows", t.rows},
+                   {"accessed", t.accessed},
+                   {"distinct_per_worker", t.distinct_per_worker},
+                   {"pulls", t.pulls},
+                   {"push_grad", t.push_grad},
+                   {"push_value", t.push_value},
+                   {"push_evict", t.push_evict},
+                   {"pushes", t.pushes()},
+                   {"hits", t.hits},
+                   {"pull_state", t.pull_state},
+                   {"bytes", t.bytes}});
+  }
+  auto& sh = j["shards"] = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < est.shards.size(); ++s) {
+    const auto& c = est.shards[s];
+    sh.push_back({{"shard", s}, {"pulls", c.pulls}, {"pull_state", c.pull_state}, {"pushes", c.pushes}, {"bytes", c.bytes}});
+  }
+  if (topo.tier_budget_bytes > 0) j["tier"] = tier_json(est, topo, row);
+  j["shard_balance"] = {{"pulls", scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls)},
+                        {"pushes", scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes)},
+                        {"bytes", scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes)}};
+  std::cout << j.dump() << "\n";
+}
+
+// The prediction as text: the model's heading, the tables, the shards, the tier.
+void print_prediction_text(const Flags& f, scheduler::RowFormat row, const Prediction& p) {
+  const planner::Topology& topo = f.topo;
+  const planner::CostEstimate& est = p.est;
+  const std::string life = std::isinf(est.lifetime) ? "none" : fmt::format("{:.1f}", est.lifetime);
+  const std::uint64_t first = topo.warmup, counted = est.sampled ? est.sample_iterations : topo.iterations;
+  if (est.sampled) {
+    std::cout << fmt::format(
+        "{}, {} workers x {} samples, {} order; SAMPLED: rows counted by the simulator over iterations {}..{} (a {}-iteration "
+        "sample, {:.2f} s); cache {} rows per worker; rows per iteration\n",
+        est.policy, topo.workers, topo.batch_per_worker, f.order, first, first + counted - 1, counted, est.sample_seconds, est.cache_rows);
+  } else {
+    std::cout << fmt::format(
+        "vanilla, {} workers x {} samples, {} order; frequencies of {} training samples; cache {} rows per worker (demand {:.2f} of it, "
+        "copy lifetime {} iterations); mean of iterations {}..{}; rows per iteration\n",
+        topo.workers, topo.batch_per_worker, f.order, p.samples, est.cache_rows, est.cache_demand, life, first, first + counted - 1);
+  }
+  std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12}{:>12}{:>12}{:>8}{:>12}\n", "table", "rows", "accessed", "E(b)", "pulled", "pushed",
+                           "hit", "KB");
+  for (const auto& t : est.tables) {
+    const double hit = t.hits + t.pulls > 0 ? t.hits / (t.hits + t.pulls) : 0.0;
+    std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12.1f}{:>12.1f}{:>12.1f}{:>8.3f}{:>12.1f}\n", t.name, t.rows, t.accessed,
+                             t.distinct_per_worker, t.pulls, t.pushes(), hit, t.bytes / 1e3);
+  }
+  std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12}{:>12.1f}{:>12.1f}{:>8}{:>12.1f}\n", "total", "", "", "", p.pulls, p.pushes, "",
+                           p.bytes / 1e3);
+  std::cout << fmt::format("bytes: dim {}, {} (payload, as ember-sim counts them)\n", f.dim, f.optimizer);
+  if (est.shards.size() > 1) {
+    std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12}\n", "shard", "pulled", "pushed", "KB");
+    for (std::size_t s = 0; s < est.shards.size(); ++s) {
+      const auto& c = est.shards[s];
+      std::cout << fmt::format("{:<8}{:>12.1f}{:>12.1f}{:>12.1f}\n", s, c.pulls, c.pushes, c.bytes / 1e3);
+    }
+    std::cout << fmt::format("{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", est.shards.size(),
+                             scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls),
+                             scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes),
+                             scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes));
+  }
+  if (topo.tier_budget_bytes > 0) print_tier(est, topo, row);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ember;
+  CLI::App app{"ember-plan: predict per-table embedding traffic per iteration (vanilla) from a dataset's frequencies"};
+  Flags f;
+  add_flags(app, f);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   return guarded_main("ember-plan", [&] {
-    topo.workers = shape.workers;
-    topo.batch_per_worker = shape.batch_per_worker;
-    topo.cache_ratio = shape.cache_ratio;
-    topo.cache_admission = shape.cache_admission;
-    topo.iterations = scheduler::counted_iterations(iterations, topo.warmup, "averaged");
-    if (dim < 1) throw ConfigError("--dim must be at least 1");
-    if (topo.shards < 1) throw ConfigError("--ps must be at least 1");
-    const scheduler::RowFormat row{dim, ps::state_floats(ps::parse_optimizer(optimizer), dim)};
-    data::Dataset ds = data::Dataset::open(data_dir, {false});
-    if (ram_budget_mb < 0) throw ConfigError("--ram-budget-mb must not be negative");
-    topo.tier_budget_bytes = static_cast<std::uint64_t>(ram_budget_mb * 1024 * 1024);
-    // The tier and admission are modelled by the simulator only: with either, vanilla is
-    // sampled too.
-    const bool analytic = scheduler::parse_policy(policy).name() == "vanilla" && topo.tier_budget_bytes == 0 &&
-                          scheduler::parse_admission(topo.cache_admission) == scheduler::Admission::kNone;
-    if (analytic && topo.lookahead > 0)
-      throw ConfigError("--lookahead applies to a sampled policy or --ram-budget-mb, not analytic vanilla");
-    if ((!plan_out.empty() || !greedy_out.empty() || !batch_choices.empty()) && memory_arg.empty()) {
-      throw ConfigError("--plan-out, --greedy-out and --batch-choices need --memory");
+    set_up_topology(f);
+    const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
+    data::Dataset ds = data::Dataset::open(f.data_dir, {false});
+    const bool analytic = set_up_model(f);
+    if (!f.memory_arg.empty()) {
+      return plan_placement(ds, f.topo, plan_options(f, row, analytic), f.batch_choices, f.plan_out, f.greedy_out, f.json);
     }
-    if (!memory_arg.empty()) {
-      if (topo.tier_budget_bytes > 0) throw ConfigError("--ram-budget-mb does not combine with --memory (the placement search)");
-      if (!(link_mbit > 0)) throw ConfigError("--link-mbit must be positive");
-      if (worker_link_mbit < 0) throw ConfigError("--worker-link-mbit must be positive");
-      PlanOptions o;
-      if (!calibration_file.empty()) o.calibration = planner::read_calibration(calibration_file);
-      o.row = row;
-      o.policy = policy;
-      o.order = order;
-      o.analytic = analytic;
-      o.sample = sample;
-      o.seed = seed;
-      o.memory = planner::parse_bytes(memory_arg);
-      o.ps_mbit = link_mbit;
-      o.worker_mbit = worker_link_mbit > 0 ? worker_link_mbit : link_mbit;
-      o.shares = !no_shares;
-      for (std::uint32_t b : batch_choices) {
-        if (b == 0) throw ConfigError("--batch-choices: every batch size must be at least 1");
-      }
-      return plan_placement(ds, topo, o, batch_choices, plan_out, greedy_out, json);
-    }
-    planner::CostEstimate est;
-    std::uint64_t samples = ds.split(data::Split::kTrain).rows();
-    if (analytic) {
-      const planner::Frequencies f = planner::load_frequencies(ds);
-      samples = f.samples;
-      est = order == "file" ? planner::vanilla_cost_in_order(ds, topo, row) : planner::vanilla_cost(f, topo, row);
+    const Prediction p = predict(ds, f, row, analytic);
+    if (f.json) {
+      print_prediction_json(f, row, p);
     } else {
-      est = planner::sampled_cost(ds, topo, row, policy, sample, order == "shuffled", seed);
+      print_prediction_text(f, row, p);
     }
-    double pulls = 0, pushes = 0, bytes = 0;
-    for (const auto& t : est.tables) {
-      pulls += t.pulls;
-      pushes += t.pushes();
-      bytes += t.bytes;
-    }
-    const std::string life = std::isinf(est.lifetime) ? "none" : fmt::format("{:.1f}", est.lifetime);
-    const std::uint64_t first = topo.warmup, counted = est.sampled ? est.sample_iterations : topo.iterations;
-    if (json) {
-      nlohmann::ordered_json j = {
-          {"policy", est.policy},
-          {"order", order},
-          {"sampled", est.sampled},
-          {"samples", samples},
-          {"workers", topo.workers},
-          {"batch_per_worker", topo.batch_per_worker},
-          {"cache_ratio", topo.cache_ratio},
-          {"cache_rows", est.cache_rows},
-          {"cache_demand", est.cache_demand},
-          {"lifetime", std::isfinite(est.lifetime) ? nlohmann::ordered_json(est.lifetime) : nlohmann::ordered_json(nullptr)},
-          {"warmup", first},
-          {"iterations", counted},
-          {"ps", topo.shards},
-          {"dim", dim},
-          {"optimizer", optimizer},
-          {"pulls", pulls},
-          {"pushes", pushes},
-          {"bytes", bytes}};
-      if (est.sampled) {
-        j["sample_iterations"] = est.sample_iterations;
-        j["sample_seconds"] = est.sample_seconds;
-      }
-      auto& arr = j["tables"] = nlohmann::ordered_json::array();
-      for (const auto& t : est.tables) {
-        arr.push_back({{"name", t.name},
-                       {"rows", t.rows},
-                       {"accessed", t.accessed},
-                       {"distinct_per_worker", t.distinct_per_worker},
-                       {"pulls", t.pulls},
-                       {"push_grad", t.push_grad},
-                       {"push_value", t.push_value},
-                       {"push_evict", t.push_evict},
-                       {"pushes", t.pushes()},
-                       {"hits", t.hits},
-                       {"pull_state", t.pull_state},
-                       {"bytes", t.bytes}});
-      }
-      auto& sh = j["shards"] = nlohmann::ordered_json::array();
-      for (std::size_t s = 0; s < est.shards.size(); ++s) {
-        const auto& c = est.shards[s];
-        sh.push_back({{"shard", s}, {"pulls", c.pulls}, {"pull_state", c.pull_state}, {"pushes", c.pushes}, {"bytes", c.bytes}});
-      }
-      if (topo.tier_budget_bytes > 0) j["tier"] = tier_json(est, topo, row);
-      j["shard_balance"] = {{"pulls", scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls)},
-                            {"pushes", scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes)},
-                            {"bytes", scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes)}};
-      std::cout << j.dump() << "\n";
-      return 0;
-    }
-    if (est.sampled) {
-      std::cout << fmt::format(
-          "{}, {} workers x {} samples, {} order; SAMPLED: rows counted by the simulator over iterations {}..{} (a {}-iteration "
-          "sample, {:.2f} s); cache {} rows per worker; rows per iteration\n",
-          est.policy, topo.workers, topo.batch_per_worker, order, first, first + counted - 1, counted, est.sample_seconds, est.cache_rows);
-    } else {
-      std::cout << fmt::format(
-          "vanilla, {} workers x {} samples, {} order; frequencies of {} training samples; cache {} rows per worker (demand {:.2f} of it, "
-          "copy lifetime {} iterations); mean of iterations {}..{}; rows per iteration\n",
-          topo.workers, topo.batch_per_worker, order, samples, est.cache_rows, est.cache_demand, life, first, first + counted - 1);
-    }
-    std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12}{:>12}{:>12}{:>8}{:>12}\n", "table", "rows", "accessed", "E(b)", "pulled", "pushed",
-                             "hit", "KB");
-    for (const auto& t : est.tables) {
-      const double hit = t.hits + t.pulls > 0 ? t.hits / (t.hits + t.pulls) : 0.0;
-      std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12.1f}{:>12.1f}{:>12.1f}{:>8.3f}{:>12.1f}\n", t.name, t.rows, t.accessed,
-                               t.distinct_per_worker, t.pulls, t.pushes(), hit, t.bytes / 1e3);
-    }
-    std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12}{:>12.1f}{:>12.1f}{:>8}{:>12.1f}\n", "total", "", "", "", pulls, pushes, "",
-                             bytes / 1e3);
-    std::cout << fmt::format("bytes: dim {}, {} (payload, as ember-sim counts them)\n", dim, optimizer);
-    if (est.shards.size() > 1) {
-      std::cout << fmt::format("{:<8}{:>12}{:>12}{:>12}\n", "shard", "pulled", "pushed", "KB");
-      for (std::size_t s = 0; s < est.shards.size(); ++s) {
-        const auto& c = est.shards[s];
-        std::cout << fmt::format("{:<8}{:>12.1f}{:>12.1f}{:>12.1f}\n", s, c.pulls, c.pushes, c.bytes / 1e3);
-      }
-      std::cout << fmt::format("{} PS shards, busiest over mean: pulls {:.3f}, pushes {:.3f}, bytes {:.3f}\n", est.shards.size(),
-                               scheduler::max_over_mean(est.shards, &planner::ShardCost::pulls),
-                               scheduler::max_over_mean(est.shards, &planner::ShardCost::pushes),
-                               scheduler::max_over_mean(est.shards, &planner::ShardCost::bytes));
-    }
-    if (topo.tier_budget_bytes > 0) print_tier(est, topo, row);
     return 0;
   });
 }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <iterator>
+
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
@@ -19,12 +21,8 @@ Decl option(const char* flag, T SchedulerOptions::*member, const char* help, uns
   return field_option<SchedulerOptions>(flag, member, help, programs);
 }
 
-std::vector<Decl> declare() {
-  // The workers agree on everything that shapes the plans: every worker runs the whole
-  // scheduler and follows the plans of all of them; on the global batches and their
-  // order; and on the flushes (barriers and commits of every worker). The thread count
-  // may differ (the plans do not depend on it: scheduler_test's
-  // SameInputsGiveIdenticalPlansWithAnyThreadCount).
+// The job's shape: its size, batches, data order and the scheduler's own knobs.
+std::vector<Decl> shape_options() {
   return {
       option("--workers", &SchedulerOptions::workers, "workers in the job", kAll),
       option("--batch-per-worker", &SchedulerOptions::batch_per_worker, "samples per worker per iteration", kAll).must_agree(),
@@ -45,6 +43,13 @@ std::vector<Decl> declare() {
       option("--sched-threads", &SchedulerOptions::threads, "scheduler threads (the plans do not depend on them)", kJob),
       option("--budget-ms", &SchedulerOptions::budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)", kSimProgram),
       option("--partitions", &SchedulerOptions::partitions, "partitioned LAIA allocation (Herald's parallel variant)", kSimProgram),
+  };
+}
+
+// The mechanisms a policy runs with (allocation, hosts, lookahead, eviction, admission,
+// prefetch, placement) and the flushes of evaluations.
+std::vector<Decl> mechanism_options() {
+  return {
       option("--refine-allocation", &SchedulerOptions::refine_allocation,
              "laia, herald: refine LAIA's allocation by swaps that move fewer rows in the batch", kJob)
           .must_agree()
@@ -102,6 +107,18 @@ std::vector<Decl> declare() {
              "validation samples per evaluation (0: all); an evaluation's flush pushes only their rows", kJob)
           .must_agree(),
   };
+}
+
+std::vector<Decl> declare() {
+  // The workers agree on everything that shapes the plans: every worker runs the whole
+  // scheduler and follows the plans of all of them; on the global batches and their
+  // order; and on the flushes (barriers and commits of every worker). The thread count
+  // may differ (the plans do not depend on it: scheduler_test's
+  // SameInputsGiveIdenticalPlansWithAnyThreadCount).
+  std::vector<Decl> d = shape_options();
+  std::vector<Decl> more = mechanism_options();
+  d.insert(d.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  return d;
 }
 
 }  // namespace

@@ -216,6 +216,52 @@ class Tiers {
   std::vector<TierModel> plain_, hinted_;
 };
 
+namespace {
+
+// A plan's rows counted per table, per PS shard and per link class (SimOptions), the
+// flushes' apart; the aggregated links see every iteration (their hosts' state).
+class GroupCounts {
+ public:
+  GroupCounts(const SimOptions& o, const std::vector<std::uint64_t>& offsets, SimResult& r)
+      : o_(o), offsets_(offsets), r_(r), shard_of_([&o](WorkerId, Key k) -> std::size_t { return o.shard_of(k); }) {
+    r.per_table.assign(offsets.size(), TrafficCounts{});
+    if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
+    r.per_shard.assign(o.shards, TrafficCounts{});
+    if (o.link_of) r.per_link.assign(2, TrafficCounts{});
+    if (o.link_of && o.host_of) {
+      r.per_link_aggregated.assign(2, TrafficCounts{});
+      aggregated_.emplace(o.link_of, o.host_of);
+    }
+  }
+
+  void count(const std::vector<StepPlan>& plans, bool flush, bool counted) {
+    if (counted) {
+      count_per_table(plans, offsets_, flush, r_.per_table);
+      if (o_.shards > 0) count_per_group(plans, flush, shard_of_, r_.per_shard);
+      if (o_.link_of) count_per_group(plans, flush, o_.link_of, r_.per_link, true);
+    }
+    if (aggregated_) aggregated_->count(plans, flush, counted ? &r_.per_link_aggregated : nullptr);
+  }
+
+ private:
+  const SimOptions& o_;
+  const std::vector<std::uint64_t>& offsets_;
+  SimResult& r_;
+  const std::function<std::size_t(WorkerId, Key)> shard_of_;
+  std::optional<AggregatedLinks> aggregated_;
+};
+
+// A tier's reads since the warm-up: `all` less what `warm` had read by then.
+void subtract(std::vector<TierReads>& all, const std::vector<TierReads>& warm) {
+  for (std::size_t s = 0; s < all.size() && s < warm.size(); ++s) {
+    all[s].rows_touched -= warm[s].rows_touched;
+    all[s].reads -= warm[s].reads;
+    all[s].critical_reads -= warm[s].critical_reads;
+  }
+}
+
+}  // namespace
+
 // Replays the job's batches through `sched` (a Scheduler, or HostSchedulers).
 template <typename S>
 SimResult replay(S& sched, const data::BatchReader& reader, const std::string& policy, bool flushes, std::uint64_t total,
@@ -231,14 +277,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   BatchStream batches(reader, offsets, sched.config().lookahead);
   const FlushSchedule flush_schedule{total, o.scheduler.eval_every, CheckpointSchedule(o.checkpoint_every)};
   double tables_sum = 0, scoring_sum = 0;
-  r.per_table.assign(offsets.size(), TrafficCounts{});
-  if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
-  r.per_shard.assign(o.shards, TrafficCounts{});
-  const std::function<std::size_t(WorkerId, Key)> shard_of = [&](WorkerId, Key k) -> std::size_t { return o.shard_of(k); };
-  if (o.link_of) r.per_link.assign(2, TrafficCounts{});
-  if (o.link_of && o.host_of) r.per_link_aggregated.assign(2, TrafficCounts{});
-  std::optional<AggregatedLinks> aggregated;
-  if (o.link_of && o.host_of) aggregated.emplace(o.link_of, o.host_of);
+  GroupCounts groups(o, offsets, r);
   std::optional<Tiers> tiers;
   std::vector<TierReads> tier_warm, tier_warm_hinted;  // at the end of the warmup
   std::uint64_t now = 0;
@@ -255,12 +294,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     IterationStats st = sched.schedule(g, plans);
     if (tiers) tiers->touch(it, plans);
     const bool counted = it >= o.warmup;
-    if (counted) {
-      count_per_table(plans, offsets, false, r.per_table);
-      if (o.shards > 0) count_per_group(plans, false, shard_of, r.per_shard);
-      if (o.link_of) count_per_group(plans, false, o.link_of, r.per_link, true);
-    }
-    if (aggregated) aggregated->count(plans, false, counted ? &r.per_link_aggregated : nullptr);
+    groups.count(plans, false, counted);
     if (o.digest) {
       for (const StepPlan& p : plans) r.plan_digest = plan_hash(p, r.plan_digest);
     }
@@ -268,12 +302,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     if (flushes && flush_schedule.flushes_after(it)) {
       TrafficCounts f = sched.flush(plans, flush_schedule.evaluation_only_after(it));
       if (tiers) tiers->touch(it, plans);
-      if (counted) {
-        count_per_table(plans, offsets, true, r.per_table);
-        if (o.shards > 0) count_per_group(plans, true, shard_of, r.per_shard);
-        if (o.link_of) count_per_group(plans, true, o.link_of, r.per_link, true);
-      }
-      if (aggregated) aggregated->count(plans, true, counted ? &r.per_link_aggregated : nullptr);
+      groups.count(plans, true, counted);
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;
       st.traffic.hot_flush += f.hot_flush;
@@ -296,13 +325,8 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   }
   if (tiers) {
     tiers->read(r.per_shard_tier, r.per_shard_tier_hinted);
-    for (auto [all, warm] : {std::pair{&r.per_shard_tier, &tier_warm}, std::pair{&r.per_shard_tier_hinted, &tier_warm_hinted}}) {
-      for (std::size_t s = 0; s < all->size() && s < warm->size(); ++s) {
-        (*all)[s].rows_touched -= (*warm)[s].rows_touched;
-        (*all)[s].reads -= (*warm)[s].reads;
-        (*all)[s].critical_reads -= (*warm)[s].critical_reads;
-      }
-    }
+    subtract(r.per_shard_tier, tier_warm);
+    subtract(r.per_shard_tier_hinted, tier_warm_hinted);
   }
   r.scheduler_bytes = sched.memory_bytes();
   for (std::uint32_t w = 0; w < sched.config().workers; ++w) r.cached_rows += sched.cache_of(w).size();

@@ -28,6 +28,35 @@ void fill_model_shape(const data::Dataset& ds, std::uint32_t dim, TrainConfig& c
   c.model.dim = dim;
 }
 
+// A batch's distinct rows in first-appearance order, each key's place among them, and
+// where their values and gradient sums are (the worker's embedding path takes these).
+struct DistinctRows {
+  U64Map<std::uint32_t> index;
+  std::vector<Key> order;
+  std::vector<std::uint32_t> ids;
+  std::vector<const float*> values;
+  std::vector<float*> grads;
+  std::vector<float> sums;
+
+  void build(const std::vector<Key>& keys, const std::vector<float>& table, std::uint32_t dim) {
+    index.clear();
+    order.clear();
+    ids.resize(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
+      if (fresh) order.push_back(keys[i]);
+      ids[i] = *p;
+    }
+    values.resize(order.size());
+    grads.resize(order.size());
+    sums.assign(order.size() * dim, 0.0f);
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      values[j] = &table[order[j] * dim];
+      grads[j] = &sums[j * dim];
+    }
+  }
+};
+
 }  // namespace
 
 ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim) {
@@ -57,12 +86,7 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   std::vector<std::uint32_t> bags;
   std::vector<float> dense(batch_size * D), labels(batch_size);
   EmbeddingPath path(torch::kCPU, c.model.pooling);
-  U64Map<std::uint32_t> index;
-  std::vector<Key> order;
-  std::vector<std::uint32_t> ids;
-  std::vector<const float*> values;
-  std::vector<float*> grads;
-  std::vector<float> sums;
+  DistinctRows rows;
   Stopwatch clock;
   for (std::uint64_t t = 0; t < c.iterations; ++t) {
     if (!reader.next(b)) {
@@ -74,25 +98,10 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels[i] = static_cast<float>(b.label(i));
     }
-    // The batch's distinct rows, and each key's, in first-appearance order.
-    index.clear();
-    order.clear();
-    ids.resize(keys.size());
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
-      if (fresh) order.push_back(keys[i]);
-      ids[i] = *p;
-    }
-    values.resize(order.size());
-    grads.resize(order.size());
-    sums.assign(order.size() * dim, 0.0f);
-    for (std::size_t j = 0; j < order.size(); ++j) {
-      values[j] = &r.rows[order[j] * dim];
-      grads[j] = &sums[j * dim];
-    }
+    rows.build(keys, r.rows, dim);
     // The worker's embedding path: the model's input pooled from the rows, and each
     // row's gradient summed over the batch in key order.
-    torch::Tensor emb = path.forward(ids, bags, values, dim).view({n, static_cast<std::int64_t>(T), dim});
+    torch::Tensor emb = path.forward(rows.ids, bags, rows.values, dim).view({n, static_cast<std::int64_t>(T), dim});
     emb.set_requires_grad(true);
     opt->zero_grad();
     auto logits = model->forward(torch::from_blob(dense.data(), {n, static_cast<std::int64_t>(D)}), emb);
@@ -101,10 +110,11 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
     loss.backward();
     opt->step();
     r.losses.push_back(loss.item<double>());
-    path.backward(ids, bags, emb.grad(), grads, dim);
+    path.backward(rows.ids, bags, emb.grad(), rows.grads, dim);
     // One optimizer step per row.
-    for (std::size_t j = 0; j < order.size(); ++j) {
-      ps::apply(sparse, sparse.lr, dim, &r.rows[order[j] * dim], &states[order[j] * state], &sums[j * dim]);
+    for (std::size_t j = 0; j < rows.order.size(); ++j) {
+      const Key k = rows.order[j];
+      ps::apply(sparse, sparse.lr, dim, &r.rows[k * dim], &states[k * state], &rows.sums[j * dim]);
     }
   }
   r.seconds = clock.seconds();

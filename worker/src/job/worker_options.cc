@@ -1,5 +1,7 @@
 #include "ember/worker/worker_options.h"
 
+#include <algorithm>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
@@ -64,15 +66,9 @@ Decl layers_option(const char* flag, std::vector<std::int64_t> ModelConfig::*mem
   return d;
 }
 
-std::vector<Decl> declare() {
-  // The workers agree on the dataset (by its identity), the model, the dense optimizer
-  // (the replicas step alike), the scheduler's options that shape the plans, the
-  // all-reduce and the aggregation (both change which sums are made where) and where
-  // the job starts. Each worker's own addresses, threads, device, files, reporting and
-  // timeouts may differ: the dense gradients are summed before any replica steps, and
-  // only worker 0 evaluates and dumps.
-  std::vector<Decl> d = {
-      option("--dataset", &TrainConfig::dataset, "ember-data dataset directory (required)").must_agree(),
+// The model's options (the workers agree on each).
+std::vector<Decl> model_options() {
+  return {
       model_option("--model", &ModelConfig::kind, "wide-deep, deepfm, dcn, dcnv2 (low-rank cross layers, MLPerf's DLRM-DCNv2), dlrm")
           .must_agree()
           .compared_as([](const TrainConfig& c) { return c.model.effective_kind(); }),
@@ -96,29 +92,12 @@ std::vector<Decl> declare() {
                    "multi-hot datasets: a table's bag of rows into one vector by sum or mean (one-hot: no effect)")
           .must_agree()
           .checked(CLI::IsMember({"sum", "mean"})),
-      option("--dense-optimizer", &TrainConfig::dense_optimizer, "sgd or adagrad").must_agree(),
-      option("--dense-lr", &TrainConfig::dense_lr, "dense learning rate").must_agree(),
   };
-  for (Decl& s : lift_options<TrainConfig>(scheduler::scheduler_options())) {
-    if ((s.programs & kWorker) != 0) d.push_back(std::move(s));
-  }
-  const std::vector<Decl> own = {
-      option("--allreduce", &TrainConfig::allreduce,
-             "dense all-reduce: flat (one ring over every worker) or hierarchical (within each host, across the hosts' "
-             "leaders, back within the host)")
-          .must_agree()
-          .checked(CLI::IsMember({"flat", "hierarchical"})),
-      option("--host-aggregation", &TrainConfig::host_aggregation,
-             "per-host aggregation: a row of a PS shard on another host crosses once per host and phase (pulled by one "
-             "worker of the host and handed to the others; gradients summed within the host and pushed once)")
-          .must_agree(),
-      option("--resume", &TrainConfig::resume,
-             "continue from the iteration the PS shards restored (ember-ps --restore), with the dense state of that "
-             "iteration from --checkpoint-dir")
-          .must_agree(),
-      option("--overlap-allreduce", &TrainConfig::overlap_allreduce,
-             "sum the dense gradients over the workers while the PS exchange runs (waited for before the next forward pass)")
-          .job_setting(),
+}
+
+// This worker's own: its addresses, threads, device, files, reporting and timeouts.
+std::vector<Decl> process_options() {
+  return {
       option("--coordinator", &TrainConfig::coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)"),
       option("--token", &TrainConfig::token, "job token"),
       option("--rank", &TrainConfig::rank, "this worker's rank (default: assigned at join)"),
@@ -148,7 +127,44 @@ std::vector<Decl> declare() {
       millis_option<TrainConfig>("--heartbeat-timeout-ms", &TrainConfig::heartbeat_timeout, "silence after which a peer is reported dead",
                                  kWorker),
   };
-  d.insert(d.end(), own.begin(), own.end());
+}
+
+std::vector<Decl> declare() {
+  // The workers agree on the dataset (by its identity), the model, the dense optimizer
+  // (the replicas step alike), the scheduler's options that shape the plans, the
+  // all-reduce and the aggregation (both change which sums are made where) and where
+  // the job starts. Each worker's own addresses, threads, device, files, reporting and
+  // timeouts may differ: the dense gradients are summed before any replica steps, and
+  // only worker 0 evaluates and dumps.
+  std::vector<Decl> d = {option("--dataset", &TrainConfig::dataset, "ember-data dataset directory (required)").must_agree()};
+  auto add = [&d](std::vector<Decl> part) { std::move(part.begin(), part.end(), std::back_inserter(d)); };
+  add(model_options());
+  add({
+      option("--dense-optimizer", &TrainConfig::dense_optimizer, "sgd or adagrad").must_agree(),
+      option("--dense-lr", &TrainConfig::dense_lr, "dense learning rate").must_agree(),
+  });
+  for (Decl& s : lift_options<TrainConfig>(scheduler::scheduler_options())) {
+    if ((s.programs & kWorker) != 0) d.push_back(std::move(s));
+  }
+  add({
+      option("--allreduce", &TrainConfig::allreduce,
+             "dense all-reduce: flat (one ring over every worker) or hierarchical (within each host, across the hosts' "
+             "leaders, back within the host)")
+          .must_agree()
+          .checked(CLI::IsMember({"flat", "hierarchical"})),
+      option("--host-aggregation", &TrainConfig::host_aggregation,
+             "per-host aggregation: a row of a PS shard on another host crosses once per host and phase (pulled by one "
+             "worker of the host and handed to the others; gradients summed within the host and pushed once)")
+          .must_agree(),
+      option("--resume", &TrainConfig::resume,
+             "continue from the iteration the PS shards restored (ember-ps --restore), with the dense state of that "
+             "iteration from --checkpoint-dir")
+          .must_agree(),
+      option("--overlap-allreduce", &TrainConfig::overlap_allreduce,
+             "sum the dense gradients over the workers while the PS exchange runs (waited for before the next forward pass)")
+          .job_setting(),
+  });
+  add(process_options());
   return d;
 }
 

@@ -104,7 +104,16 @@ struct RunReport::Live {
     std::lock_guard<std::mutex> lock(mutex);
     if (!ranked) return;
     const monitor::Labels r = {{"rank", rank}};
-    const auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+    fill_progress(out, r);
+    fill_rows(out, r);
+    fill_links(out);
+    fill_cache_and_job(out, r);
+  }
+
+  static double d(std::uint64_t v) { return static_cast<double>(v); }
+
+  // Iterations, samples, loss and time per phase.
+  void fill_progress(monitor::Sink& out, const monitor::Labels& r) const {
     out.counter("ember_worker_iterations_total", "Iterations trained by this process", r, d(iterations));
     out.gauge("ember_worker_iteration", "The last iteration trained (counted from 1)", r, d(iteration));
     out.counter("ember_worker_samples_total", "Samples this worker trained", r, d(samples));
@@ -113,6 +122,10 @@ struct RunReport::Live {
     for (const auto& [phase, field] : PhaseTimes::kNamed)
       out.counter("ember_worker_phase_seconds_total", "Wall time per phase of the iteration (docs/training.md#phases)",
                   {{"rank", rank}, {"phase", phase}}, phases.*field);
+  }
+
+  // Rows and bytes moved with the PS, by kind.
+  void fill_rows(monitor::Sink& out, const monitor::Labels& r) const {
     // Rows by kind and direction: in from the PS, out to it, or summed over the workers.
     // The kinds are an interface (dashboards, scripts): hot_* name the replicated rows.
     const char* rows_help = "Embedding rows moved, by kind and direction (in: from the PS, out: to it, allreduce: among workers)";
@@ -152,6 +165,10 @@ struct RunReport::Live {
       out.counter("ember_worker_received_bytes_total", "Bytes of PS replies received, framed, by kind of request",
                   {{"rank", rank}, {"kind", kind}}, d(dir->in));
     }
+  }
+
+  // Bytes and rows by link class, and what the host hierarchy kept within the host.
+  void fill_links(monitor::Sink& out) const {
     const char* link_bytes_help =
         "Bytes by link class (intra_host, cross_host) and peer: ps as counted at the sockets, worker the all-reduces' payload, "
         "relay the rows handed within the host (per-host aggregation, peer sync)";
@@ -183,6 +200,10 @@ struct RunReport::Live {
                   "Bytes of the evictions the hosts' schedulers exchange (--scheduler-per-host): this worker's sent, the others' "
                   "received (payload)",
                   {{"rank", rank}, {"direction", dir}}, d(n));
+  }
+
+  // The cache's hits, the last evaluation and the job's restarts.
+  void fill_cache_and_job(monitor::Sink& out, const monitor::Labels& r) const {
     out.counter("ember_worker_cache_hits_total", "Rows the iteration needed found in the cache", r, d(wire.rows.hits));
     out.counter("ember_worker_cache_lookups_total", "Rows the iteration needed (cache hits and pulls)", r,
                 d(wire.rows.hits + wire.rows.pulls + wire.rows.peer_value));

@@ -56,6 +56,8 @@ class LineParser {
   // The raw key of one categorical value (not empty) of table `table`.
   bool value_key(std::string_view f, std::uint16_t table, std::uint64_t& key, std::string& error) const;
   static char bag_separator_in(std::string_view f);
+  bool parse_bag(std::string_view f, std::uint16_t table, std::vector<std::uint64_t>& bag, std::string& error) const;
+  bool parse_hour(std::string_view f, Record& out, std::string& error) const;
 
   const Schema* schema_;
   SourceFormat format_;

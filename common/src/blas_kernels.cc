@@ -65,6 +65,13 @@ std::string describe(const BlasInfo& blas) {
   if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) line += std::string(" (OPENBLAS_CORETYPE=") + forced + ")";
   if (const std::string better = better_openblas_kernels(blas); !better.empty())
     line += "; this CPU runs " + better + "'s, about 2.5x faster: OPENBLAS_CORETYPE=" + better;
+  // The pthread build starts its threads when it loads, before main blocks SIGTERM and
+  // SIGINT: a signal may land on one of them and end the process instead of stopping it
+  // at a checkpoint.
+  if (!blas.config.empty() && blas.config.find("USE_OPENMP") == std::string::npos)
+    line +=
+        "; this is OpenBLAS's pthread build, whose threads can take SIGTERM before the worker does: "
+        "install libopenblas0-openmp (its OpenMP build)";
   return line;
 }
 

@@ -34,7 +34,7 @@ struct ShapeTimes {
 };
 
 // Median ms per batch of herald on `gb` with `threads` and a window of L; the traffic of
-// the first `counted` timed batches.
+// the first `counted` batches after the warm-up (timed or not).
 double time_scheduler(const scheduler::SchedulerConfig& c, const SchedBenchOptions& o, const std::vector<scheduler::GlobalBatch>& gb,
                       int threads, std::uint32_t L, std::size_t& bytes, scheduler::TrafficCounts& traffic, std::uint64_t counted) {
   scheduler::SchedulerConfig cc = c;
@@ -45,15 +45,16 @@ double time_scheduler(const scheduler::SchedulerConfig& c, const SchedBenchOptio
   std::vector<scheduler::StepPlan> plans;
   std::vector<double> ms;
   for (std::uint64_t i = 0; i < L; ++i) s.look_ahead(gb[i]);
-  for (std::uint64_t i = 0; i < o.warmup + o.iterations; ++i) {
+  // Past the timed batches when more are counted (--baseline-iterations above
+  // --iterations): the comparison needs the same batches on both sides.
+  for (std::uint64_t i = 0; i < o.warmup + std::max(o.iterations, counted); ++i) {
     Stopwatch sw;
     if (L > 0) s.look_ahead(gb[i + L]);  // showing the batch entering the window is timed too
     auto st = s.schedule(gb[i], plans);
     const double took = sw.millis();
-    if (i >= o.warmup) {
-      ms.push_back(took);
-      if (i < o.warmup + counted) traffic += st.traffic;
-    }
+    if (i < o.warmup) continue;
+    if (i < o.warmup + o.iterations) ms.push_back(took);
+    if (i < o.warmup + counted) traffic += st.traffic;
   }
   bytes = s.memory_bytes();
   return median(ms);

@@ -32,7 +32,6 @@ WORK/cluster.json with every run, and prints a markdown table.
 """
 import argparse
 import json
-import shlex
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = ROOT / "scripts" / "cluster_local.sh"
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_util  # noqa: E402  (running a command, NIC counters)
 CONFIGS = [
     ("vanilla", "vanilla", []),
     ("herald", "herald", []),
@@ -54,17 +55,13 @@ CONFIGS = [
 ALLREDUCE = ["flat", "hierarchical"]
 
 
-def sh(cmd, check=True):
-    r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if check and r.returncode != 0:
-        sys.exit(f"bench_cluster: {' '.join(map(str, cmd))} failed ({r.returncode}):\n{(r.stderr or r.stdout)[-2000:]}")
-    return r
+def sh(cmd):
+    return bench_util.sh(cmd, who="bench_cluster")
 
 
 def eth0(host):
     """(tx_bytes, rx_bytes) of host K's eth0, read in its network namespace."""
-    st = json.loads(sh(["ip", "-n", f"ember-{host}", "-s", "-j", "link", "show", "dev", "eth0"]).stdout)[0]["stats64"]
-    return st["tx"]["bytes"], st["rx"]["bytes"]
+    return bench_util.nic_bytes(f"ember-{host}", "eth0")
 
 
 def summaries(out, workers):
@@ -170,7 +167,7 @@ def main():
                         (work / "cluster.json").write_text(json.dumps(results, indent=1) + "\n")
     finally:
         if a.down:
-            sh(["bash", CLUSTER, "--state", a.state, "down"], check=False)
+            bench_util.run(["bash", CLUSTER, "--state", a.state, "down"])
     print_table(results, a)
 
 

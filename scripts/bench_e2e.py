@@ -43,13 +43,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_util  # noqa: E402  (running a command)
 
 
 def sh(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if r.returncode != 0:
-        sys.exit(f"bench_e2e: {' '.join(map(str, cmd))} failed:\n{r.stderr[-2000:]}")
-    return r.stdout
+    return bench_util.sh(cmd, who="bench_e2e", **kw)
 
 
 def launch(a, policy, workers, name, extra, launcher=()):

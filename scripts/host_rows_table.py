@@ -19,9 +19,11 @@ batch and as many iterations as its training split holds.
 """
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_util  # noqa: E402  (running a command)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,10 +55,8 @@ def run_sim(a, data_args, hosts, workers, batch, iterations, warmup, policy, fla
     cmd = [a.sim, *data_args, "--workers", str(workers), "--batch-per-worker", str(batch), "--cache-ratio", str(a.cache_ratio),
            "--iterations", str(warmup + iterations), "--warmup", str(warmup), "--policy", policy, "--hosts", str(hosts), "--dim",
            str(a.dim), "--optimizer", a.optimizer, "--json", "-q", *flags]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"host_rows_table: {' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-800:]}")
-    return json.loads(r.stdout.splitlines()[0]), " ".join(cmd[1:])
+    out = bench_util.sh(cmd, who="host_rows_table")
+    return json.loads(out.splitlines()[0]), " ".join(cmd[1:])
 
 
 def main():

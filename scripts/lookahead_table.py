@@ -14,6 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_util  # noqa: E402  (running a command)
+
 ROOT = Path(__file__).resolve().parent.parent
 REAL = ROOT.parent / "shared" / "data" / "real" / "criteo_kaggle_train_head10000.tsv"
 
@@ -36,10 +39,8 @@ def sim(a, case, extra, optimizer, data_dir):
     if case == "real-criteo":
         args = ["--dataset", str(data_dir)] + args
     cmd = [str(Path(a.bin) / "ember-sim"), "--workers", "8", "--json", "-q", "--optimizer", optimizer] + args + extra
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"lookahead_table: {' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
-    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    out = bench_util.sh(cmd, who="lookahead_table")
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
 def real_dataset(a):

@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_e2e import TbfLink  # noqa: E402  (the namespaces and the shaped veth pair)
+from bench_util import nic_bytes  # noqa: E402
 
 DEFAULT_HERALD_FLAGS = "--lookahead 4 --prefetch --overlap-allreduce --refine-allocation"
 
@@ -48,18 +49,7 @@ def why_no_link():
 
 def link_counters(link):
     """(tx_bytes, rx_bytes) of the PS end of the veth pair, read inside its namespace."""
-    r = subprocess.run(["ip", "-n", link.ps_ns, "-s", "-j", "link", "show", "dev", link.ps_if],
-                       capture_output=True, text=True)
-    if r.returncode == 0:
-        st = json.loads(r.stdout)[0]["stats64"]
-        return st["tx"]["bytes"], st["rx"]["bytes"]
-    # Older iproute2 without -j: the namespace's own /sys.
-    vals = []
-    for k in ("tx_bytes", "rx_bytes"):
-        r = subprocess.run(["ip", "netns", "exec", link.ps_ns, "cat", f"/sys/class/net/{link.ps_if}/statistics/{k}"],
-                           capture_output=True, text=True, check=True)
-        vals.append(int(r.stdout))
-    return tuple(vals)
+    return nic_bytes(link.ps_ns, link.ps_if)
 
 
 def run_job(a, name, policy, flags, out, link):

@@ -64,7 +64,7 @@ std::string describe(const BlasInfo& blas) {
   std::string line = "dense BLAS: " + (blas.config.empty() ? blas.library : blas.config) + ", " + blas.kernels + " kernels";
   if (const char* forced = std::getenv("OPENBLAS_CORETYPE")) line += std::string(" (OPENBLAS_CORETYPE=") + forced + ")";
   if (const std::string better = better_openblas_kernels(blas); !better.empty())
-    line += "; this CPU runs " + better + "'s, about 2.5x faster: OPENBLAS_CORETYPE=" + better;
+    line += "; this CPU runs " + better + "'s (1.2-3.1x faster on the quickstart's models): OPENBLAS_CORETYPE=" + better;
   // The pthread build starts its threads when it loads, before main blocks SIGTERM and
   // SIGINT: a signal may land on one of them and end the process instead of stopping it
   // at a checkpoint.

@@ -3,8 +3,9 @@
 //
 // OpenBLAS picks its kernels from the CPU's model number when it loads. On a CPU newer
 // than the library (Debian 12's 0.3.21 on Sapphire or Emerald Rapids, for one) it falls
-// back to its SSE3 kernels ("Prescott"), 2.5x slower on the dense model than its AVX-512
-// ones; Debian's reference BLAS (libblas3, no OpenBLAS installed) is slower still.
+// back to its SSE3 kernels ("Prescott"): the quickstart's jobs trained 1.2x (DLRM) and
+// 3.1x (DCNv2) faster on its AVX-512 ones (scripts/bench_blas.py); Debian's reference
+// BLAS (libblas3, no OpenBLAS installed) is slower still.
 #pragma once
 
 #include <string>

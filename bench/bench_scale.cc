@@ -197,6 +197,7 @@ struct SizeBench {
   Run host0() const {
     scheduler::SchedulerConfig cc = c;
     cc.model_host = 0;
+    cc.hand_evaluated_rows = false;  // one host's plans: its evaluations push
     std::ifstream f(log, std::ios::binary);
     std::vector<scheduler::RowEviction> others;
     double in = 0;

@@ -264,6 +264,10 @@ def merge_summaries(job, summaries, w0, evals, per_iter):
         # Replicated rows (a placement's tables, fae's hot rows): all-reduced, written back.
         "hot_sync": sum(s.get("hot_sync", 0) for s in summaries),
         "hot_flush": sum(s.get("hot_flush", 0) for s in summaries),
+        # Flushes' rows: pushed to the PS, or handed to worker 0 for an evaluation.
+        "flush_grad": sum(s.get("flush_grad", 0) for s in summaries),
+        "flush_value": sum(s.get("flush_value", 0) for s in summaries),
+        "eval_handed": sum(s.get("eval_handed", 0) for s in summaries),
         "allreduce_bytes": sum(s.get("allreduce_bytes", 0) for s in summaries),
         "placement": job.get("placement", ""),
         "prefetched": sum(s.get("prefetched", 0) for s in summaries),

@@ -26,7 +26,7 @@ std::uint64_t peak_rss_bytes() {
   return getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<std::uint64_t>(u.ru_maxrss) * 1024 : 0;
 }
 
-// The summary's "tier": the disk tier's counters (row_tier.h).
+// The summary's "tier": the disk tier's counters (disk_tier.h).
 nlohmann::json tier_json(const TierStats& t) {
   return {{"rows_touched", t.rows_touched},
           {"misses", t.misses},
@@ -295,7 +295,7 @@ void PsDaemon::publish_job_config() {
   job.checkpoints = !c_.checkpoint_dir.empty();
   // -1: none, or a checkpoint of no iteration (iter-initial).
   job.restored_iteration = std::max<std::int64_t>(service_->restored_iteration(), -1);
-  job.row_tier = !sc.tier.dir.empty() && sc.tier.hints;
+  job.disk_tier = !sc.tier.dir.empty() && sc.tier.hints;
   member_->publish(kJobConfigKey, job.to_json());
 }
 

@@ -1,4 +1,4 @@
-#include "ember/ps/row_tier.h"
+#include "ember/ps/disk_tier.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -54,7 +54,7 @@ thread_local AlignedBuffer io_buffer;
 
 }  // namespace
 
-RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes)
+DiskTier::DiskTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes)
     : rows_(rows), row_bytes_(row_bytes), io_threads_(std::max<std::uint32_t>(c.io_threads, 1)) {
   const std::string name = "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards);
   if (c.ram_budget_bytes < kMinBudget) throw ConfigError("--ram-budget-mb: at least 0.0625 MB of rows in memory");
@@ -63,12 +63,12 @@ RowTier::RowTier(const TierConfig& c, std::uint32_t shard, std::uint32_t shards,
   make_slots(c, name);
   pager_ = std::thread([this] { pager_loop(); });
   loader_ = std::thread([this] { loader_loop(); });
-  spdlog::info("row tier: {} rows of {} B in {} ({} MiB, {}), {} rows in memory ({} MiB)", rows, row_bytes, file_.string(),
+  spdlog::info("disk tier: {} rows of {} B in {} ({} MiB, {}), {} rows in memory ({} MiB)", rows, row_bytes, file_.string(),
                file_bytes_ >> 20, direct_ ? "direct I/O, " + std::to_string(sector_) + " B sectors" : "buffered I/O", slot_count_,
                slot_count_ * row_bytes_ >> 20);
 }
 
-void RowTier::open_file(const TierConfig& c, const std::string& name) {
+void DiskTier::open_file(const TierConfig& c, const std::string& name) {
   file_ = c.dir / (name + ".rows");
   const std::filesystem::path record = c.dir / (name + ".json");
   std::error_code ec;
@@ -88,7 +88,7 @@ void RowTier::open_file(const TierConfig& c, const std::string& name) {
       std::ifstream in(record);
       theirs = nlohmann::json::parse(in);
     } catch (const std::exception& e) {
-      throw ConfigError("--store-dir: " + record.string() + ": not a row tier record (" + e.what() + ")");
+      throw ConfigError("--store-dir: " + record.string() + ": not a disk tier record (" + e.what() + ")");
     }
     if (theirs != mine) {
       throw ConfigError("--store-dir: " + record.string() + " holds another table (" + theirs.dump() + "; this shard: " + mine.dump() +
@@ -106,13 +106,13 @@ void RowTier::open_file(const TierConfig& c, const std::string& name) {
       throw ConfigError(
           errno_message("--store-dir: " + file_.string() + ": cannot reserve " + std::to_string(file_bytes_ >> 20) + " MiB for the rows"));
     }
-    spdlog::warn("row tier: {}: the file system cannot reserve space (fallocate); a full disk will fail the shard later", file_.string());
+    spdlog::warn("disk tier: {}: the file system cannot reserve space (fallocate); a full disk will fail the shard later", file_.string());
   }
 }
 
 // Direct I/O where the file system has it (the page cache would hold what the budget
 // does not allow), with the smallest alignment it takes: a row is read by its sectors.
-void RowTier::open_for_io() {
+void DiskTier::open_for_io() {
   fd_.reset(::open(file_.c_str(), O_RDWR | O_CLOEXEC | O_DIRECT));
   if (fd_.valid()) {
     char* probe = io_buffer.get(kPage);
@@ -131,15 +131,15 @@ void RowTier::open_for_io() {
   fd_.reset(::dup(lock_fd_.get()));
   if (!fd_.valid()) throw ConfigError(errno_message("--store-dir: " + file_.string()));
   ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_RANDOM);
-  spdlog::warn("row tier: {}: no direct I/O on this file system; rows pass through the page cache", file_.string());
+  spdlog::warn("disk tier: {}: no direct I/O on this file system; rows pass through the page cache", file_.string());
 }
 
-void RowTier::make_slots(const TierConfig& c, const std::string& name) {
+void DiskTier::make_slots(const TierConfig& c, const std::string& name) {
   slot_count_ = std::max<std::uint64_t>(c.ram_budget_bytes / row_bytes_, kMinSlots);
   if (slot_count_ > kSlotMask - 1) throw ConfigError("--ram-budget-mb: more than 2^32 rows in memory");
   if (c.ram_budget_bytes / row_bytes_ >= rows_) {
     spdlog::warn(
-        "row tier: --ram-budget-mb {:g} holds all {} rows of {} ({:.1f} MB): the disk tier only adds its I/O; "
+        "disk tier: --ram-budget-mb {:g} holds all {} rows of {} ({:.1f} MB): the disk tier only adds its I/O; "
         "leave out --store-dir and --ram-budget-mb to keep them in RAM",
         static_cast<double>(c.ram_budget_bytes) / (1 << 20), rows_, name, static_cast<double>(rows_ * row_bytes_) / (1 << 20));
   }
@@ -159,7 +159,7 @@ void RowTier::make_slots(const TierConfig& c, const std::string& name) {
   }
 }
 
-RowTier::~RowTier() {
+DiskTier::~DiskTier() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -172,7 +172,7 @@ RowTier::~RowTier() {
   // The slots and the files (the lock with them) go with their owners.
 }
 
-float* RowTier::pin(std::uint64_t local, bool write, bool no_read) {
+float* DiskTier::pin(std::uint64_t local, bool write, bool no_read) {
   std::atomic<std::uint64_t>& w = word_[local];
   touched_.fetch_add(1, std::memory_order_relaxed);
   bool waited = false;
@@ -210,7 +210,7 @@ float* RowTier::pin(std::uint64_t local, bool write, bool no_read) {
       w.store(0, std::memory_order_release);
       w.notify_all();
       fail(e.what());
-      throw IoError("row tier " + file_.string() + ": " + e.what());
+      throw IoError("disk tier " + file_.string() + ": " + e.what());
     }
     owner_[s].store(local, std::memory_order_relaxed);
     last_use_[s].store(now, std::memory_order_relaxed);
@@ -221,7 +221,7 @@ float* RowTier::pin(std::uint64_t local, bool write, bool no_read) {
   }
 }
 
-std::uint32_t RowTier::take_slot() {
+std::uint32_t DiskTier::take_slot() {
   std::unique_lock lock(mu_);
   if (free_.size() <= low_ && !pager_wanted_) {
     pager_wanted_ = true;
@@ -230,7 +230,7 @@ std::uint32_t RowTier::take_slot() {
   if (free_.empty()) {
     slot_waits_.fetch_add(1, std::memory_order_relaxed);
     while (free_.empty()) {
-      if (stop_) throw IoError("the row tier is shutting down");
+      if (stop_) throw IoError("the disk tier is shutting down");
       if (failed_.load()) throw IoError(error_);
       pager_wanted_ = true;
       pager_cv_.notify_one();
@@ -242,7 +242,7 @@ std::uint32_t RowTier::take_slot() {
   return s;
 }
 
-void RowTier::give_slots(const std::vector<std::uint32_t>& freed) {
+void DiskTier::give_slots(const std::vector<std::uint32_t>& freed) {
   if (freed.empty()) return;
   {
     std::lock_guard lock(mu_);
@@ -251,7 +251,7 @@ void RowTier::give_slots(const std::vector<std::uint32_t>& freed) {
   free_cv_.notify_all();
 }
 
-std::vector<RowTier::Extent> RowTier::extents_of(const std::vector<std::uint64_t>& locals) const {
+std::vector<DiskTier::Extent> DiskTier::extents_of(const std::vector<std::uint64_t>& locals) const {
   std::vector<Extent> out;
   for (std::size_t i = 0; i < locals.size(); ++i) {
     const std::uint64_t from = align_down(locals[i] * row_bytes_, sector_), to = align_up((locals[i] + 1) * row_bytes_, sector_);
@@ -267,7 +267,7 @@ std::vector<RowTier::Extent> RowTier::extents_of(const std::vector<std::uint64_t
   return out;
 }
 
-void RowTier::pread_all(char* buf, std::uint64_t bytes, std::uint64_t offset) {
+void DiskTier::pread_all(char* buf, std::uint64_t bytes, std::uint64_t offset) {
   for (std::uint64_t done = 0; done < bytes;) {
     const ssize_t n = ::pread(fd_.get(), buf + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
@@ -278,7 +278,7 @@ void RowTier::pread_all(char* buf, std::uint64_t bytes, std::uint64_t offset) {
   if (!direct_) ::posix_fadvise(fd_.get(), static_cast<off_t>(offset), static_cast<off_t>(bytes), POSIX_FADV_DONTNEED);
 }
 
-void RowTier::pwrite_all(const char* buf, std::uint64_t bytes, std::uint64_t offset) {
+void DiskTier::pwrite_all(const char* buf, std::uint64_t bytes, std::uint64_t offset) {
   for (std::uint64_t done = 0; done < bytes;) {
     const ssize_t n = ::pwrite(fd_.get(), buf + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
@@ -296,7 +296,7 @@ void RowTier::pwrite_all(const char* buf, std::uint64_t bytes, std::uint64_t off
   }
 }
 
-void RowTier::on_io_threads(std::size_t n, const std::function<void(std::size_t)>& fn) {
+void DiskTier::on_io_threads(std::size_t n, const std::function<void(std::size_t)>& fn) {
   const std::size_t threads = std::min<std::size_t>(io_threads_, n);
   if (threads <= 1) {
     for (std::size_t i = 0; i < n; ++i) fn(i);
@@ -322,7 +322,7 @@ void RowTier::on_io_threads(std::size_t n, const std::function<void(std::size_t)
   if (first_error) std::rethrow_exception(first_error);
 }
 
-void RowTier::read_rows(const std::vector<std::uint64_t>& locals, const std::vector<std::uint32_t>& dest) {
+void DiskTier::read_rows(const std::vector<std::uint64_t>& locals, const std::vector<std::uint32_t>& dest) {
   const std::vector<Extent> extents = extents_of(locals);
   on_io_threads(extents.size(), [&](std::size_t i) {
     const Extent& e = extents[i];
@@ -332,7 +332,7 @@ void RowTier::read_rows(const std::vector<std::uint64_t>& locals, const std::vec
   });
 }
 
-void RowTier::write_rows(const std::vector<std::uint64_t>& locals, const std::vector<std::uint32_t>& src) {
+void DiskTier::write_rows(const std::vector<std::uint64_t>& locals, const std::vector<std::uint32_t>& src) {
   const std::vector<Extent> extents = extents_of(locals);
   on_io_threads(extents.size(), [&](std::size_t i) {
     const Extent& e = extents[i];
@@ -347,7 +347,7 @@ void RowTier::write_rows(const std::vector<std::uint64_t>& locals, const std::ve
   });
 }
 
-void RowTier::hint(std::vector<std::uint64_t> locals, std::uint64_t iteration) {
+void DiskTier::hint(std::vector<std::uint64_t> locals, std::uint64_t iteration) {
   hinted_.fetch_add(locals.size(), std::memory_order_relaxed);
   std::erase_if(locals, [&](std::uint64_t l) { return l >= rows_; });
   {
@@ -358,7 +358,7 @@ void RowTier::hint(std::vector<std::uint64_t> locals, std::uint64_t iteration) {
   loader_cv_.notify_one();
 }
 
-void RowTier::loader_loop() {
+void DiskTier::loader_loop() {
   for (;;) {
     std::vector<std::pair<std::vector<std::uint64_t>, std::uint64_t>> work;
     {
@@ -384,7 +384,7 @@ void RowTier::loader_loop() {
   }
 }
 
-void RowTier::load_hinted(std::vector<std::uint64_t>& locals, std::uint64_t iteration) {
+void DiskTier::load_hinted(std::vector<std::uint64_t>& locals, std::uint64_t iteration) {
   std::sort(locals.begin(), locals.end());
   locals.erase(std::unique(locals.begin(), locals.end()), locals.end());
   const auto until = static_cast<std::uint32_t>(iteration);
@@ -430,7 +430,7 @@ void RowTier::load_hinted(std::vector<std::uint64_t>& locals, std::uint64_t iter
   read_chunk();
 }
 
-void RowTier::pager_loop() {
+void DiskTier::pager_loop() {
   for (;;) {
     std::uint64_t want = 0;
     {
@@ -445,7 +445,7 @@ void RowTier::pager_loop() {
   }
 }
 
-void RowTier::evict(std::uint64_t want) {
+void DiskTier::evict(std::uint64_t want) {
   const std::lock_guard round(evict_mu_);
   // The least recently used rows that nobody pins (a row hinted for a later iteration
   // counts as used then).
@@ -508,8 +508,8 @@ void RowTier::evict(std::uint64_t want) {
   written_back_.fetch_add(dirty.size(), std::memory_order_relaxed);
 }
 
-void RowTier::scan(std::uint64_t first, std::uint64_t end, const std::vector<bool>& listed,
-                   const std::function<void(std::uint64_t, const char*)>& fn) {
+void DiskTier::scan(std::uint64_t first, std::uint64_t end, const std::vector<bool>& listed,
+                    const std::function<void(std::uint64_t, const char*)>& fn) {
   if (end <= first) return;
   const std::lock_guard no_writes(evict_mu_);  // what is on disk stays there, what is in memory stays there
   const std::uint64_t from = align_down(first * row_bytes_, sector_), to = align_up(end * row_bytes_, sector_);
@@ -528,21 +528,21 @@ void RowTier::scan(std::uint64_t first, std::uint64_t end, const std::vector<boo
   }
 }
 
-void RowTier::fail(const std::string& what) {
+void DiskTier::fail(const std::string& what) {
   std::lock_guard lock(mu_);
   if (error_.empty()) {
     error_ = what;
     failed_.store(true);
-    spdlog::error("row tier: {}", what);
+    spdlog::error("disk tier: {}", what);
   }
 }
 
-std::string RowTier::error() const {
+std::string DiskTier::error() const {
   std::lock_guard lock(mu_);
   return error_;
 }
 
-TierStats RowTier::stats() const {
+TierStats DiskTier::stats() const {
   constexpr auto r = std::memory_order_relaxed;
   TierStats s;
   s.rows_touched = touched_.load(r);

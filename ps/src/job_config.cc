@@ -20,7 +20,7 @@ std::string JobConfig::to_json() const {
                   {"checkpoint_every", checkpoint_every},
                   {"checkpoints", checkpoints},
                   {"restored_iteration", restored_iteration},
-                  {"row_tier", row_tier}};
+                  {"row_tier", disk_tier}};  // the key's old name: workers of other builds read it
   return j.dump();
 }
 
@@ -40,7 +40,7 @@ JobConfig JobConfig::from_json(const std::string& text) {
     c.checkpoint_every = j.value("checkpoint_every", std::uint64_t{0});
     c.checkpoints = j.value("checkpoints", c.checkpoint_every > 0);
     c.restored_iteration = j.value("restored_iteration", std::int64_t{-1});
-    c.row_tier = j.value("row_tier", false);
+    c.disk_tier = j.value("row_tier", false);
     return c;
   } catch (const json::exception& e) {
     throw ProtocolError(malformed + e.what());

@@ -34,7 +34,7 @@ RowArena::RowArena(const StoreConfig& c, std::uint32_t row_floats)
   if (!c.tier.dir.empty()) {
     // No chunks, and no on_chunk: rows on the tier move between memory and disk, so
     // replies of them are copied.
-    tier_ = std::make_unique<RowTier>(c.tier, shard_, shards_, local_rows_, std::uint64_t{row_floats_} * sizeof(float));
+    tier_ = std::make_unique<DiskTier>(c.tier, shard_, shards_, local_rows_, std::uint64_t{row_floats_} * sizeof(float));
   }
 }
 

@@ -41,7 +41,7 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
 std::uint64_t ShardStore::local_rows(const StoreConfig& c) { return RowArena::local_rows(c); }
 
 std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
-  // On a tier: its budget, and per row a state byte and the tier's word (row_tier.h).
+  // On a tier: its budget, and per row a state byte and the tier's word (disk_tier.h).
   if (!c.tier.dir.empty()) return c.tier.ram_budget_bytes + local_rows(c) * (1 + 8);
   return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1);
 }
@@ -96,7 +96,7 @@ ShardStore::ShardStore(StoreConfig config)
 
 void ShardStore::check_tier() const {
   if (tier_->failed()) [[unlikely]]
-    throw IoError("shard " + std::to_string(config_.shard) + "'s row tier failed: " + tier_->error());
+    throw IoError("shard " + std::to_string(config_.shard) + "'s disk tier failed: " + tier_->error());
 }
 
 ShardStore::RowRef ShardStore::pin_tiered(Key key, bool write, bool no_read) {

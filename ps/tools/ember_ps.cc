@@ -54,7 +54,7 @@ void add_store_options(CLI::App& app, Flags& f) {
   app.add_option("--seed", sc.seed, "initial rows from (seed, key)")->capture_default_str();
   app.add_option("--allocate", f.allocate, "rows allocated 'lazy' (on first use) or 'upfront' (all at start)")->capture_default_str();
   app.add_option("--store-dir", f.store_dir,
-                 "keep the rows in a file under DIR on local disk, at most --ram-budget-mb of them in memory (docs/row-tier.md)");
+                 "keep the rows in a file under DIR on local disk, at most --ram-budget-mb of them in memory (docs/disk-tier.md)");
   app.add_flag("--no-hints", f.no_hints,
                "with --store-dir: do not ask the workers to name rows ahead (the tier reads a row when first asked for it)");
   app.add_option("--ram-budget-mb", f.ram_budget_mb,
@@ -192,7 +192,7 @@ void resolve(Flags& f) {
     sc.tier.dir = f.store_dir;
     sc.tier.hints = !f.no_hints;
     sc.tier.ram_budget_bytes = static_cast<std::uint64_t>(f.ram_budget_mb * 1048576.0);
-    // What the tier's file holds: another table's directory is refused (row_tier.h).
+    // What the tier's file holds: another table's directory is refused (disk_tier.h).
     std::error_code ec;
     const fs::path data = f.dataset.empty() ? fs::path() : fs::weakly_canonical(f.dataset, ec);
     sc.tier.table = "dataset " + (data.empty() ? std::string("(none)") : data.string()) + ", " + std::to_string(sc.num_keys) +

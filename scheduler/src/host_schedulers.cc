@@ -18,6 +18,7 @@ HostSchedulers::HostSchedulers(const SchedulerConfig& c) : config_(c) {
   for (std::uint32_t h = 0; h < H; ++h) {
     SchedulerConfig one = c;
     one.model_host = static_cast<int>(h);
+    one.hand_evaluated_rows = false;  // worker 0 would not know the other hosts' rows
     hosts_.emplace_back(std::move(one));
   }
   last_ms_.assign(H, 0.0);

@@ -54,6 +54,8 @@ void validate(const SchedulerConfig& c, std::uint32_t tables) {
     if (std::ranges::find(c.host_of, static_cast<std::uint32_t>(c.model_host)) == c.host_of.end()) {
       throw ConfigError("the scheduler models host " + std::to_string(c.model_host) + ", which has no worker");
     }
+    if (c.hand_evaluated_rows)
+      throw ConfigError("a scheduler of one host cannot hand evaluated rows to worker 0 (it plans its host's only)");
     if (c.policy.allocation() == Allocation::kBrute || c.budget_ms > 0) {
       throw ConfigError("brute force and adaptive LAIA (--budget-ms) model every worker's cache: not for a scheduler of one host");
     }
@@ -409,6 +411,7 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
   const std::uint32_t W = config_.workers;
   plans.resize(W);
   TrafficCounts c;
+  const bool hand_over = evaluation && config_.hand_evaluated_rows;
   for (std::uint32_t w = 0; w < W; ++w) {
     StepPlan& plan = plans[w];
     plan.clear();
@@ -421,7 +424,10 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
       const Key k = lru.key_at(slot);
       if (s.loc.flushed(k) || (evaluation && !s.evaluated.test(k))) continue;
       if (s.loc.owner(k) == w) {
-        if (s.loc.dirty(k)) {
+        if (s.loc.dirty(k) && hand_over) {
+          plan.eval_hands.push_back({k, slot});
+          ++c.eval_handed;
+        } else if (s.loc.dirty(k)) {
           plan.push_values.push_back({k, slot});
           ++c.push_value;
         }
@@ -437,7 +443,7 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
   auto mark = [&](Key k) {
     if (s.loc.flushed(k)) return;
     const bool dirty_owner = s.loc.owner(k) != cache::LocationMap::kNoOwner && s.loc.dirty(k);
-    if (!dirty_owner && !s.loc.has_partial(k)) return;
+    if ((!dirty_owner || hand_over) && !s.loc.has_partial(k)) return;
     s.loc.set_flushed(k, true);
     if (config_.prefetch) s.pushed.note(k);
   };

@@ -101,7 +101,9 @@ std::vector<Decl> mechanism_options() {
           .job_setting()
           .compared_as([](const SchedulerOptions& o) { return placement_identity(o.placement); }),
       option("--eval-every", &SchedulerOptions::eval_every,
-             "evaluate every N iterations (0: only at the end), after a flush of the rows the evaluation reads", kJob)
+             "evaluate every N iterations (0: only at the end), after a flush of the rows the evaluation reads (held ones are handed to "
+             "worker 0)",
+             kJob)
           .must_agree(),
       option("--eval-samples", &SchedulerOptions::eval_samples,
              "validation samples per evaluation (0: all); an evaluation's flush pushes only their rows", kJob)

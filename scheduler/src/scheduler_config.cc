@@ -86,6 +86,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   }
   check_lookahead(c);
   if (o.eval_every > 0) c.evaluated_rows = validation_rows(ds, o.eval_samples);
+  c.hand_evaluated_rows = !o.scheduler_per_host;
   if (c.policy.replicates_frequent_rows()) c.replicated = profile_replicated_rows(ds, o, c.policy.replicated_fraction());
   if (!o.placement.empty()) {
     configure_placement(read_plan(o.placement, ds), "--placement " + o.placement, c);

@@ -69,6 +69,7 @@ void count_per_group(const std::vector<StepPlan>& plans, bool flush, const std::
       for (const KeySlot& ks : p.push_grads) ++of(ks.key).flush_grad;
       for (const KeySlot& ks : p.push_values) ++of(ks.key).flush_value;
       for (Key k : p.replicated_flush) ++of(k).hot_flush;
+      for (const KeySlot& ks : p.eval_hands) ++of(ks.key).eval_handed;
       continue;
     }
     for (Key k : p.replicated) ++of(k).hot_sync;
@@ -306,6 +307,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
       st.traffic.flush_grad += f.push_grad;
       st.traffic.flush_value += f.push_value;
       st.traffic.hot_flush += f.hot_flush;
+      st.traffic.eval_handed += f.eval_handed;
     }
     if (counted) {
       r.traffic += st.traffic;

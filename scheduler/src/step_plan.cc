@@ -17,6 +17,7 @@ void StepPlan::clear() {
   drops.clear();
   replicated.clear();
   replicated_flush.clear();
+  eval_hands.clear();
   id_rows.clear();
 }
 
@@ -35,6 +36,7 @@ TrafficCounts& TrafficCounts::operator+=(const TrafficCounts& o) {
   flush_grad += o.flush_grad;
   flush_value += o.flush_value;
   hot_flush += o.hot_flush;
+  eval_handed += o.eval_handed;
   peer_value += o.peer_value;
   peer_grad += o.peer_grad;
   return *this;

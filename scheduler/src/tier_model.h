@@ -1,5 +1,5 @@
 // A PS shard's disk tier as `ember-ps --store-dir --ram-budget-mb` runs it
-// (ps/src/row_tier.cc), for ember-sim's prediction of disk reads: at most the budget's
+// (ps/src/disk_tier.cc), for ember-sim's prediction of disk reads: at most the budget's
 // rows in memory (budget / row bytes, rows of this shard whichever they are), the least
 // recently used dropped first; a row never used before is not read (its first use
 // initializes it). A hinted row is read when the hint comes and kept until the iteration

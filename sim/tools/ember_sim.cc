@@ -117,6 +117,7 @@ nlohmann::ordered_json counts(nlohmann::ordered_json head, const scheduler::Traf
                       {"flush_value", c.flush_value},
                       {"hot_sync", c.hot_sync},
                       {"hot_flush", c.hot_flush},
+                      {"eval_handed", c.eval_handed},
                       {"peer_value", c.peer_value},
                       {"peer_grad", c.peer_grad},
                       {"bytes", scheduler::wire_bytes(c, row).total()}}) {
@@ -199,6 +200,7 @@ nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult
                               {"flush_grad", t.flush_grad},
                               {"flush_value", t.flush_value},
                               {"hot_flush", t.hot_flush},
+                              {"eval_handed", t.eval_handed},
                               {"peer_value", t.peer_value},
                               {"peer_grad", t.peer_grad},
                               {"host_allocation", o.scheduler.host_allocation},

@@ -67,6 +67,14 @@ int run_command(const std::string& cmd, std::string& output) {
 
 std::string bin(const std::string& name) { return std::string(EMBER_BIN_DIR) + "/" + name; }
 
+std::vector<std::string> worker_command(const std::filesystem::path& data, const std::string& coordinator,
+                                        const std::pair<std::string, std::string>& token, std::uint32_t workers, int rank) {
+  std::vector<std::string> a = {bin("ember-worker"), "--dataset",  data.string(), "--coordinator",        coordinator,
+                                token.first,         token.second, "--workers",   std::to_string(workers)};
+  if (rank >= 0) a.insert(a.end(), {"--rank", std::to_string(rank)});
+  return a;
+}
+
 std::string criteo_line(int seed, int label) {
   std::string s = std::to_string(label);
   for (int i = 0; i < 13; ++i) s += "\t" + std::to_string((seed * 7 + i) % 50);

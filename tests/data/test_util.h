@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember::test {
@@ -29,6 +30,13 @@ int run_command(const std::string& cmd, std::string& output);
 
 // Path of a binary built by this project.
 std::string bin(const std::string& name);
+
+// The start of an ember-worker command line that joins a job: the binary, --dataset,
+// --coordinator, the job's token (`token`: a flag and its value, "--token" or
+// "--token-file"), --workers and, with rank >= 0, --rank (else assigned at join). Tests
+// append the rest.
+std::vector<std::string> worker_command(const std::filesystem::path& data, const std::string& coordinator,
+                                        const std::pair<std::string, std::string>& token, std::uint32_t workers, int rank);
 
 // A TCP socket connected to 127.0.0.1:port (the caller closes it), or -1.
 int connect_loopback(std::uint16_t port);

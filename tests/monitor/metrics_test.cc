@@ -116,7 +116,9 @@ TEST_F(Prometheus, ExporterServesWhatPromtoolAccepts) {
   EXPECT_EQ(sample(text, "ember_test_seconds_bucket{le=\"0.004\"}"), 1) << text;
   EXPECT_EQ(sample(text, "ember_test_seconds_count"), 2) << text;
   EXPECT_EQ(text.find("bad name"), std::string::npos) << text;
-  if (have("promtool")) EXPECT_EQ(promtool_check(dir_, text), "");
+  if (have("promtool")) {
+    EXPECT_EQ(promtool_check(dir_, text), "");
+  }
 }
 
 TEST_F(Prometheus, APortInUseIsRefusedNamingTheFlag) {
@@ -165,31 +167,9 @@ TEST_F(Prometheus, PrometheusScrapesARunningJob) {
   std::ofstream(record) << "{\"restarts\": 2, \"iterations_recomputed\": 7, \"lost_at\": " << std::fixed << lost_at << "}\n";
   std::vector<std::unique_ptr<test::Process>> workers;
   for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {test::bin("ember-worker"),
-                                     "--dataset",
-                                     data.string(),
-                                     "--coordinator",
-                                     coord,
-                                     "--token-file",
-                                     token.string(),
-                                     "--workers",
-                                     "2",
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--iterations",
-                                     "1000000",
-                                     "--model",
-                                     "dlrm",
-                                     "--bottom-mlp",
-                                     "16",
-                                     "--top-mlp",
-                                     "16",
-                                     "--batch-per-worker",
-                                     "64",
-                                     "--progress-every",
-                                     "0",
-                                     "--metrics-port",
-                                     std::to_string(r == 0 ? w0 : w1)};
+    std::vector<std::string> args = test::worker_command(data, coord, {"--token-file", token.string()}, 2, r);
+    args.insert(args.end(), {"--iterations", "1000000", "--model", "dlrm", "--bottom-mlp", "16", "--top-mlp", "16", "--batch-per-worker",
+                             "64", "--progress-every", "0", "--metrics-port", std::to_string(r == 0 ? w0 : w1)});
     if (r == 0) args.insert(args.end(), {"--restart-record", record.string()});
     workers.push_back(std::make_unique<test::Process>(args, dir_ / ("w" + std::to_string(r) + ".log")));
   }
@@ -204,7 +184,9 @@ TEST_F(Prometheus, PrometheusScrapesARunningJob) {
   for (std::uint16_t port : {ps_port, w0, w1}) {
     const std::string text = http_get(port, "/metrics");
     ASSERT_FALSE(text.empty()) << "port " << port;
-    if (have("promtool")) EXPECT_EQ(promtool_check(dir_, text), "") << "port " << port;
+    if (have("promtool")) {
+      EXPECT_EQ(promtool_check(dir_, text), "") << "port " << port;
+    }
   }
   const std::string ps_text = http_get(ps_port, "/metrics");
   EXPECT_GT(sample(ps_text, "ember_ps_rows_pulled_total{shard=\"0\",kind=\"pull_state\"}") +

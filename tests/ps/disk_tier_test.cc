@@ -1,7 +1,7 @@
-// A shard whose rows live on a disk tier (row_tier.h) trains the rows an all-RAM shard
+// A shard whose rows live on a disk tier (disk_tier.h) trains the rows an all-RAM shard
 // trains, bit for bit, with a RAM budget far below the table (and below one iteration's
 // rows); hints read rows in before they are used; bad store directories are refused.
-#include "ember/ps/row_tier.h"
+#include "ember/ps/disk_tier.h"
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -44,7 +44,7 @@ StoreConfig config(OptimizerKind kind, std::uint32_t shard, const std::filesyste
   return c;
 }
 
-class RowTierTest : public test::TempDirTest {};
+class DiskTierTest : public test::TempDirTest {};
 
 // Waits until the pager brought the tier within its budget.
 bool within_budget(const ShardStore& s) {
@@ -114,7 +114,7 @@ void train_both_and_compare(OptimizerKind kind, const std::filesystem::path& dir
 
 // Every optimizer; rows of 64 to 196 bytes, so that rows share and straddle the file's
 // sectors (written back by read-modify-write).
-TEST_F(RowTierTest, TrainsTheRowsAnAllRamShardTrains) {
+TEST_F(DiskTierTest, TrainsTheRowsAnAllRamShardTrains) {
   for (const OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kRowWiseAdagrad, OptimizerKind::kAdam}) {
     SCOPED_TRACE(optimizer_name(kind));
     train_both_and_compare(kind, dir_ / optimizer_name(kind));
@@ -123,16 +123,16 @@ TEST_F(RowTierTest, TrainsTheRowsAnAllRamShardTrains) {
 
 // Where the file system has no direct I/O (tmpfs), the tier reads and writes through the
 // page cache and drops what it wrote: the same rows.
-TEST_F(RowTierTest, WorksWithoutDirectIo) {
+TEST_F(DiskTierTest, WorksWithoutDirectIo) {
   if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm (tmpfs) here";
-  const std::filesystem::path dir = "/dev/shm/ember-row-tier-" + std::to_string(::getpid());
+  const std::filesystem::path dir = "/dev/shm/ember-disk-tier-" + std::to_string(::getpid());
   train_both_and_compare(OptimizerKind::kAdagrad, dir);
   std::filesystem::remove_all(dir);
 }
 
 // Threads pull rows while the pager moves them between memory and disk and hints read
 // some in: every pull is the rows written, whichever copy it came from.
-TEST_F(RowTierTest, ConcurrentPullsSeeTheRowsWritten) {
+TEST_F(DiskTierTest, ConcurrentPullsSeeTheRowsWritten) {
   ShardStore disk(config(OptimizerKind::kAdagrad, 0, dir_ / "tier"));
   const std::uint32_t rf = disk.row_floats();
   std::vector<Key> keys;
@@ -185,7 +185,7 @@ TEST_F(RowTierTest, ConcurrentPullsSeeTheRowsWritten) {
 }
 
 // A checkpoint of a tiered shard restores into an all-RAM one, and back, exactly.
-TEST_F(RowTierTest, CheckpointsMoveBetweenTieredAndAllRamShards) {
+TEST_F(DiskTierTest, CheckpointsMoveBetweenTieredAndAllRamShards) {
   ShardStore disk(config(OptimizerKind::kAdagrad, 0, dir_ / "tier"));
   std::vector<Key> keys;
   for (Key k = 0; k < kKeys; k += 6) keys.push_back(k);
@@ -209,7 +209,7 @@ TEST_F(RowTierTest, CheckpointsMoveBetweenTieredAndAllRamShards) {
 }
 
 // Rows hinted ahead are read in by the tier's threads: their pull then waits for none.
-TEST_F(RowTierTest, HintedRowsAreInMemoryBeforeTheyArePulled) {
+TEST_F(DiskTierTest, HintedRowsAreInMemoryBeforeTheyArePulled) {
   ShardStore disk(config(OptimizerKind::kSgd, 0, dir_ / "tier"));
   std::vector<Key> keys;
   for (Key k = 0; k < 2000; k += 2) keys.push_back(k);  // under half the budget's rows (a hint's most)
@@ -230,7 +230,7 @@ TEST_F(RowTierTest, HintedRowsAreInMemoryBeforeTheyArePulled) {
 }
 
 // Bad store directories: another table's, one in use, one that is a file, too small a budget.
-TEST_F(RowTierTest, RefusesDirectoriesItCannotUse) {
+TEST_F(DiskTierTest, RefusesDirectoriesItCannotUse) {
   const std::filesystem::path dir = dir_ / "store";
   {
     ShardStore first(config(OptimizerKind::kSgd, 0, dir));
@@ -258,7 +258,7 @@ TEST_F(RowTierTest, RefusesDirectoriesItCannotUse) {
 }
 
 // A budget that holds the whole shard makes the tier pure overhead: the shard says so.
-TEST_F(RowTierTest, SaysWhenTheBudgetHoldsTheWholeShard) {
+TEST_F(DiskTierTest, SaysWhenTheBudgetHoldsTheWholeShard) {
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
   const auto before = spdlog::default_logger();
   spdlog::set_default_logger(std::make_shared<spdlog::logger>("test", sink));

@@ -26,7 +26,7 @@ JobConfig sample() {
   c.checkpoint_every = 5;
   c.checkpoints = true;
   c.restored_iteration = 40;
-  c.row_tier = true;
+  c.disk_tier = true;
   return c;
 }
 
@@ -49,7 +49,7 @@ TEST(JobConfig, ReadsBackWhatItWrites) {
   EXPECT_EQ(r.optimizer.weight_decay, c.optimizer.weight_decay);
   EXPECT_EQ(r.seed, c.seed);
   EXPECT_EQ(r.shards, c.shards);
-  EXPECT_TRUE(r.row_tier);
+  EXPECT_TRUE(r.disk_tier);
   EXPECT_EQ(r.transport, c.transport);
   EXPECT_EQ(r.checkpoint_every, c.checkpoint_every);
   EXPECT_EQ(r.checkpoints, c.checkpoints);

@@ -67,7 +67,9 @@ struct JobOptions {
 
 struct JobResult {
   ModelDump dump;
-  std::map<std::string, std::uint64_t> wire;  // the workers' summaries, summed over workers
+  // The workers' summaries summed over workers: the rows their plans listed, by kind
+  // ("pulls", "flush_value", ...), bytes ("bytes.KIND", "framed.KIND") and links.
+  std::map<std::string, std::uint64_t> reported;
   // What the shards served (ember-ps --summary-file "served"), summed over shards:
   // "KIND.rows", "KIND.requests", "KIND.bytes_in", "KIND.bytes_out" for KIND pull,
   // pull_state, prefetch, push_grad, push_value, commit, read. Counted by the shards, apart
@@ -175,53 +177,43 @@ class JobTest : public test::TempDirTest {
   std::vector<std::string> worker_args(const fs::path& data, const JobOptions& o, const std::string& coord, const std::string& name,
                                        int rank) {
     fs::path metrics = dir_ / (name + "-w" + std::to_string(rank) + ".jsonl");
-    std::vector<std::string> a = {test::bin("ember-worker"),
-                                  "--dataset",
-                                  data.string(),
-                                  "--coordinator",
-                                  coord,
-                                  "--token",
-                                  kToken,
-                                  "--workers",
-                                  std::to_string(o.workers),
-                                  "--rank",
-                                  std::to_string(rank),
-                                  "--policy",
-                                  o.policy,
-                                  "--model",
-                                  o.model,
-                                  "--bottom-mlp",
-                                  "16",
-                                  "--top-mlp",
-                                  "16",
-                                  "--deep-mlp",
-                                  "16",
-                                  "--batch-per-worker",
-                                  std::to_string(o.batch),
-                                  "--cache-ratio",
-                                  o.cache_ratio,
-                                  "--iterations",
-                                  std::to_string(o.iterations),
-                                  "--seed",
-                                  std::to_string(kSeed),
-                                  "--dense-lr",
-                                  "0.05",
-                                  "--metrics",
-                                  metrics.string(),
-                                  "--heartbeat-timeout-ms",
-                                  "3000",
-                                  "--log-level",
-                                  "warn",
-                                  "--cache-backend",
-                                  o.cache_backend,
-                                  "--device",
-                                  o.device,
-                                  "--dense-optimizer",
-                                  o.dense_optimizer,
-                                  "--lookahead",
-                                  std::to_string(o.lookahead),
-                                  "--eviction",
-                                  o.eviction};
+    std::vector<std::string> a = test::worker_command(data, coord, {"--token", kToken}, o.workers, rank);
+    a.insert(a.end(), {"--policy",
+                       o.policy,
+                       "--model",
+                       o.model,
+                       "--bottom-mlp",
+                       "16",
+                       "--top-mlp",
+                       "16",
+                       "--deep-mlp",
+                       "16",
+                       "--batch-per-worker",
+                       std::to_string(o.batch),
+                       "--cache-ratio",
+                       o.cache_ratio,
+                       "--iterations",
+                       std::to_string(o.iterations),
+                       "--seed",
+                       std::to_string(kSeed),
+                       "--dense-lr",
+                       "0.05",
+                       "--metrics",
+                       metrics.string(),
+                       "--heartbeat-timeout-ms",
+                       "3000",
+                       "--log-level",
+                       "warn",
+                       "--cache-backend",
+                       o.cache_backend,
+                       "--device",
+                       o.device,
+                       "--dense-optimizer",
+                       o.dense_optimizer,
+                       "--lookahead",
+                       std::to_string(o.lookahead),
+                       "--eviction",
+                       o.eviction});
     if (o.prefetch) a.push_back("--prefetch");
     if (o.refine_allocation) a.push_back("--refine-allocation");
     if (o.eval_every > 0) a.insert(a.end(), {"--eval-every", std::to_string(o.eval_every)});
@@ -331,20 +323,20 @@ class JobTest : public test::TempDirTest {
         auto j = json::parse(line);
         if (!j.value("summary", false)) continue;
         for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "hits", "hot_sync", "hot_flush", "pull_state", "prefetched",
-                              "flush_grad", "flush_value", "peer_value", "peer_grad", "allreduce_bytes", "allreduce_cross_host_bytes",
-                              "hosts", "scheduler_exchange_bytes_out", "scheduler_exchange_bytes_in"})
-          r.wire[k] += j.value(k, std::uint64_t{0});
-        for (const auto& [kind, n] : j.at("bytes").items()) r.wire["bytes." + kind] += n.get<std::uint64_t>();
+                              "flush_grad", "flush_value", "eval_handed", "peer_value", "peer_grad", "allreduce_bytes",
+                              "allreduce_cross_host_bytes", "hosts", "scheduler_exchange_bytes_out", "scheduler_exchange_bytes_in"})
+          r.reported[k] += j.value(k, std::uint64_t{0});
+        for (const auto& [kind, n] : j.at("bytes").items()) r.reported["bytes." + kind] += n.get<std::uint64_t>();
         // By link class: "links.cross_host.pull" (rows), "links.cross_host.ps_bytes_out", ...
         for (const auto& [link, l] : j.at("links").items()) {
           // Rows handed within the host (per-host aggregation) count on its link as the
           // PS rows they stand for.
           for (const char* rows : {"ps_rows", "relay_rows"})
-            for (const auto& [kind, n] : l.at(rows).items()) r.wire["links." + link + "." + kind] += n.get<std::uint64_t>();
+            for (const auto& [kind, n] : l.at(rows).items()) r.reported["links." + link + "." + kind] += n.get<std::uint64_t>();
           for (const char* k : {"ps_bytes_out", "ps_bytes_in", "peer_bytes_out", "peer_bytes_in", "relay_bytes_out", "relay_bytes_in"})
-            r.wire["links." + link + "." + k] += l.at(k).get<std::uint64_t>();
+            r.reported["links." + link + "." + k] += l.at(k).get<std::uint64_t>();
         }
-        for (const auto& [k, n] : j.at("framed_bytes").items()) r.wire["framed." + k] += n.get<std::uint64_t>();
+        for (const auto& [k, n] : j.at("framed_bytes").items()) r.reported["framed." + k] += n.get<std::uint64_t>();
         if (w == 0) r.auc = j.at("auc");
         // Where the time went: every phase measured, adding up to the training loop's wall
         // time (the phases cover it all: waits, flushes and evaluations included).
@@ -525,7 +517,7 @@ class JobTest : public test::TempDirTest {
     for (const auto& [k, n] : sim) {
       if (k.rfind("ps.", 0) == 0 || k.rfind("bytes.", 0) == 0 || k.rfind("links.", 0) == 0) continue;
       if (k == "not_admitted") continue;  // the simulator's alone (in pulls and push_grad for the workers)
-      EXPECT_EQ(job.wire.count(k) ? job.wire.at(k) : 0, n) << what << ": rows of kind " << k << " in the plans vs ember-sim";
+      EXPECT_EQ(job.reported.count(k) ? job.reported.at(k) : 0, n) << what << ": rows of kind " << k << " in the plans vs ember-sim";
     }
   }
 
@@ -558,6 +550,7 @@ class JobTest : public test::TempDirTest {
         (o.refine_allocation ? " --refine-allocation" : "") + (o.placement.empty() ? "" : " --placement " + o.placement) +
         " --eval-every " + std::to_string(o.eval_every) + (o.host_allocation ? " --host-allocation" : "") +
         (o.peer_sync ? " --peer-sync" : "") + " --cache-admission " + o.cache_admission +
+        (std::ranges::count(o.worker_args, "--scheduler-per-host") > 0 ? " --scheduler-per-host" : "") +
         (o.workers_per_host > 0 ? " --ps " + std::to_string(o.shards) + " --hosts " + std::to_string(o.workers / o.workers_per_host) +
                                       " --ps-hosts " + (o.ps_on_host >= 0 ? std::to_string(o.ps_on_host) : std::string("own"))
                                 : std::string()) +
@@ -566,7 +559,7 @@ class JobTest : public test::TempDirTest {
     auto j = json::parse(out.substr(0, out.find('\n')));
     std::map<std::string, std::uint64_t> m;
     for (const char* k : {"pulls", "push_grad", "push_value", "push_evict", "pull_state", "prefetched", "flush_grad", "flush_value",
-                          "peer_value", "peer_grad", "hot_sync", "hot_flush", "not_admitted"}) {
+                          "eval_handed", "peer_value", "peer_grad", "hot_sync", "hot_flush", "not_admitted"}) {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "ember/common/distinct_keys.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/fs.h"
 #include "ember/common/process.h"
@@ -41,12 +42,8 @@ struct DistinctRows {
   void build(const std::vector<Key>& keys, const std::vector<float>& table, std::uint32_t dim) {
     index.clear();
     order.clear();
-    ids.resize(keys.size());
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      auto [p, fresh] = index.try_emplace(keys[i], static_cast<std::uint32_t>(order.size()));
-      if (fresh) order.push_back(keys[i]);
-      ids[i] = *p;
-    }
+    ids.clear();
+    number_distinct(keys, index, order, ids);
     values.resize(order.size());
     grads.resize(order.size());
     sums.assign(order.size() * dim, 0.0f);

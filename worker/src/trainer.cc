@@ -24,6 +24,7 @@
 #include "job/collective.h"
 #include "job/job.h"
 #include "report/evaluation.h"
+#include "report/held_rows.h"
 #include "report/run_report.h"
 #include "stages/compute_step.h"
 #include "stages/loader.h"
@@ -72,6 +73,7 @@ class Worker {
   std::optional<Collective> collective_;
   std::unique_ptr<HostChannel> host_channel_;   // the host tier's, until host_ takes it (null: off, or alone on the host)
   std::unique_ptr<EvictionChannel> evictions_;  // --scheduler-per-host's (null: off, or one host)
+  std::optional<RowHandover> handover_;         // evaluations' held rows to worker 0 (none: no --eval-every)
   std::shared_ptr<CtrModel> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<RowCache> cache_;
@@ -106,6 +108,9 @@ scheduler::SchedulerConfig Worker::set_up() {
     spdlog::info("worker {}: its scheduler models host {}'s {} workers of {}; the hosts exchange their evictions", job_.rank(),
                  sc.model_host, job_.hosts().workers[job_.hosts().host_of[job_.rank()]].size(), c_.workers);
   }
+  // Evaluations before the end take held rows from their holders (Scheduler::flush).
+  if (c_.eval_every > 0 && sc.hand_evaluated_rows && sc.policy.sync() != scheduler::Sync::kBoundedStaleness)
+    handover_.emplace(c_, c_.workers, job_.control(), job_.rank());
   make_stages(sc);
   sc.first_iteration = life_->first();
   return sc;
@@ -208,12 +213,17 @@ void Worker::flush(const Step& s) {
   host_->finish_apply(job_.ps_config().optimizer);
   exchange_->sync_pushes(s.flush_plan, true, s.flush_host, host_->hand_grads(s.flush_host, slots_of(s.flush_plan.push_grads)));
   replicas_->push(job_.ps(), s.flush_plan.replicated_flush, wire_);  // worker 0's plan lists them: the replicas agree
+  HeldRows held;
+  if (s.evaluate && handover_) {
+    held = handover_->hand(s.flush_plan, s.eval_hands_of, *cache_, job_.dim());
+    wire_.rows.eval_handed += s.flush_plan.eval_hands.size();
+  }
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
   if (job_.rank() == 0 && s.evaluate) {
     const double flush_s = clock.seconds();
     clock.reset();
-    const Evaluation e = evaluate(*ds_, c_, job_.ps(), *model_, device_, job_.dim(), t);
+    const Evaluation e = evaluate(*ds_, c_, job_.ps(), *model_, device_, job_.dim(), t, held);
     if (e.ran) {
       auc_ = e.auc;
       logloss_ = e.logloss;
@@ -235,7 +245,7 @@ TrainSummary Worker::run() {
     if (host->aggregate) exchange_->group_as(host->ranks.front() + 1);  // one id per host
   }
   Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host),
-                evictions_.get(), job_.ps_config().row_tier);
+                evictions_.get(), job_.ps_config().disk_tier);
   Stopwatch total;
   report_->start(first);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped

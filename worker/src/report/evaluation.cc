@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "ember/common/distinct_keys.h"
 #include "ember/common/error.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/fs.h"
@@ -47,12 +48,7 @@ struct EvalChunk {
         bags.pop_back();
         break;
       }
-      auto& mine = ids.emplace_back(keys.size());
-      for (std::size_t j = 0; j < keys.size(); ++j) {
-        const auto [at, fresh] = index.try_emplace(keys[j], static_cast<std::uint32_t>(distinct.size()));
-        if (fresh) distinct.push_back(keys[j]);
-        mine[j] = *at;
-      }
+      number_distinct(keys, index, distinct, ids.emplace_back());
       batches.push_back(std::move(b));
       sizes.push_back(n);
     }
@@ -60,10 +56,27 @@ struct EvalChunk {
   }
 };
 
+// The chunk's distinct rows, each from `held` or else read from the PS (in one read).
+void read_rows(const EvalChunk& chunk, const HeldRows& held, ps::PsClient& client, std::uint32_t dim, std::uint64_t iteration,
+               std::vector<float>& rows, std::vector<const float*>& pointers) {
+  std::vector<Key> from_ps;
+  std::vector<std::size_t> at;  // their places among `distinct`
+  pointers.resize(chunk.distinct.size());
+  for (std::size_t j = 0; j < pointers.size(); ++j) {
+    pointers[j] = held.size() > 0 ? held.find(chunk.distinct[j]) : nullptr;
+    if (pointers[j] == nullptr) {
+      from_ps.push_back(chunk.distinct[j]);
+      at.push_back(j);
+    }
+  }
+  if (!from_ps.empty()) client.read(from_ps, rows, false, iteration);
+  for (std::size_t i = 0; i < at.size(); ++i) pointers[at[i]] = rows.data() + i * dim;
+}
+
 }  // namespace
 
 Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient& client, CtrModel& model, torch::Device device,
-                    std::uint32_t dim, std::uint64_t iteration) {
+                    std::uint32_t dim, std::uint64_t iteration, const HeldRows& held) {
   Evaluation result;
   if (ds.split(data::Split::kVal).rows() == 0) {
     spdlog::warn("no validation split in {}: skipping evaluation (ember-data prep --val-fraction)", c.dataset);
@@ -78,9 +91,7 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
   EmbeddingPath path(torch::kCPU, c.model.pooling);
   EvalChunk chunk;
   while (chunk.read(reader)) {
-    client.read(chunk.distinct, rows, false, iteration);
-    pointers.resize(chunk.distinct.size());
-    for (std::size_t j = 0; j < pointers.size(); ++j) pointers[j] = rows.data() + j * dim;
+    read_rows(chunk, held, client, dim, iteration, rows, pointers);
     for (std::size_t i = 0; i < chunk.batches.size(); ++i) {
       const auto n = static_cast<std::int64_t>(chunk.sizes[i]);
       dense.resize(static_cast<std::size_t>(n) * D);

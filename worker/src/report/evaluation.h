@@ -11,6 +11,7 @@
 #include "ember/ps/ps_client.h"
 #include "ember/worker/model.h"
 #include "ember/worker/train_config.h"
+#include "report/held_rows.h"
 
 namespace ember::worker {
 
@@ -20,9 +21,10 @@ struct Evaluation {
   std::uint64_t samples = 0;
 };
 
-// The model after `iteration` on the validation split (c.eval_samples of it; 0: all).
+// The model after `iteration` on the validation split (c.eval_samples of it; 0: all):
+// rows in `held` from there (their holders' newer values), the others from the PS.
 Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient& client, CtrModel& model, torch::Device device,
-                    std::uint32_t dim, std::uint64_t iteration);
+                    std::uint32_t dim, std::uint64_t iteration, const HeldRows& held = HeldRows());
 
 // Writes dense.bin, rows.bin and model.json into c.dump_dir, atomically each.
 void dump_model(const TrainConfig& c, ps::PsClient& client, CtrModel& model, std::uint64_t num_keys, std::uint32_t dim,

@@ -16,7 +16,7 @@ namespace ember::scheduler {
 // The summary's rows by kind, by the scheduler's names (ember-sim's; cold_pulls and
 // evict_partial are not the job's to report).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TrafficCounts, pulls, push_grad, push_value, push_evict, hits, flush_grad, flush_value, hot_sync,
-                                   hot_flush, pull_state, prefetched, peer_value, peer_grad)
+                                   hot_flush, pull_state, prefetched, peer_value, peer_grad, eval_handed)
 }  // namespace ember::scheduler
 
 namespace ember::worker {
@@ -138,7 +138,8 @@ struct RunReport::Live {
                                                                         {"flush_grad", "out", wire.rows.flush_grad},
                                                                         {"flush_value", "out", wire.rows.flush_value},
                                                                         {"hot_sync", "allreduce", wire.rows.hot_sync},
-                                                                        {"hot_flush", "out", wire.rows.hot_flush}};
+                                                                        {"hot_flush", "out", wire.rows.hot_flush},
+                                                                        {"eval_handed", "evaluator", wire.rows.eval_handed}};
     for (const auto& [kind, dir, n] : rows)
       out.counter("ember_worker_rows_total", rows_help, {{"rank", rank}, {"kind", kind}, {"direction", dir}}, d(n));
     out.counter("ember_worker_rows_prefetched_total", "Rows pulled during the iteration before (part of kind=pull)", r,

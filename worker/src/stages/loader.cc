@@ -117,6 +117,12 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
     // checkpoint's flush, or their own push): it costs herald what it costs vanilla.
     sched_.flush(plans, s.evaluate && !s.checkpoint && !s.last);
     if (host_) s.flush_host = host_flush(*host_, plans, host_parts_);
+    if (s.evaluate && rank_ == 0) {
+      for (const auto& p : plans) {
+        auto& keys = s.eval_hands_of.emplace_back();
+        for (const auto& r : p.eval_hands) keys.push_back(r.key);
+      }
+    }
     s.flush_plan = std::move(plans[rank_]);
   }
   return s;

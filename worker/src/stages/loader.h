@@ -62,14 +62,17 @@ struct Step {
   // other workers of its host, in the iteration and in its flush.
   HostPlans host;
   HandOffs flush_host;
-  bool evaluate = false;    // worker 0 evaluates after the flush
+  bool evaluate = false;  // worker 0 evaluates after the flush
+  // Worker 0's, with `evaluate`: the rows each worker (by rank) hands it from its
+  // flush_plan.eval_hands, in their order.
+  std::vector<std::vector<Key>> eval_hands_of;
   bool checkpoint = false;  // the PS checkpoints at the next commit: dense state saved
   bool last = false;
   // A resumed job's first step: the rows this worker held as latest at the checkpoint
   // (in the scheduler's replayed model), to pull with their state into these slots
   // before the step's own pulls.
   std::vector<scheduler::KeySlot> restore;
-  // The PS keeps rows on disk (JobConfig::row_tier) and the scheduler looks ahead: the
+  // The PS keeps rows on disk (JobConfig::disk_tier) and the scheduler looks ahead: the
   // rows of iteration hint_iteration (a batch the lookahead read while this step was
   // planned), this worker's share of them (key mod workers = rank), to name to the
   // shards now (protocol.h kHint).

@@ -1,4 +1,4 @@
-// RowTier: a shard's rows on local disk, at most a RAM budget of them in memory (ember-ps
+// DiskTier: a shard's rows on local disk, at most a RAM budget of them in memory (ember-ps
 // --store-dir DIR --ram-budget-mb N). Used by RowArena and ShardStore only.
 //
 // Layout: one fixed-stride file per shard (DIR/shard-S-of-N.rows, the row at local index
@@ -53,7 +53,7 @@ struct TierConfig {
   // What the file holds, checked against DIR's record of it (a directory of another
   // table is refused): the dataset's fingerprint, dim, optimizer, key count.
   std::string table;
-  // Ask the workers for hints (JobConfig::row_tier); off, the tier reads a row when it is
+  // Ask the workers for hints (JobConfig::disk_tier); off, the tier reads a row when it is
   // first asked for (an LRU alone), to measure what the hints buy.
   bool hints = true;
   // Threads that read and write rows at once (the disk's queue depth).
@@ -78,7 +78,7 @@ struct TierStats {
   std::uint64_t row_bytes = 0;  // a row and its optimizer state
 };
 
-class RowTier {
+class DiskTier {
  public:
   static constexpr std::uint64_t kMinBudget = 64 << 10;
   // Slots at least (a budget below this many rows gets this many): every thread that
@@ -87,10 +87,10 @@ class RowTier {
   // Opens (creating) the shard's file for `rows` rows of `row_bytes`. ConfigError for a
   // directory that cannot be used (unwritable, another table's, in use, too small a
   // budget) or a disk without room for the file, naming the file.
-  RowTier(const TierConfig& config, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes);
-  ~RowTier();
-  RowTier(const RowTier&) = delete;
-  RowTier& operator=(const RowTier&) = delete;
+  DiskTier(const TierConfig& config, std::uint32_t shard, std::uint32_t shards, std::uint64_t rows, std::uint64_t row_bytes);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
 
   const std::filesystem::path& file() const { return file_; }
 

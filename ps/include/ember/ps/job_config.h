@@ -60,7 +60,7 @@ struct JobConfig {
   std::uint64_t checkpoint_every = 0;    // CheckpointSchedule; absent: 0
   bool checkpoints = false;              // the PS has a checkpoint directory (also: on command); absent: checkpoint_every > 0
   std::int64_t restored_iteration = -1;  // the checkpoint the PS restored (-1: none, or one of no iteration); absent: -1
-  bool row_tier = false;                 // the shards keep rows on disk: workers send hints (protocol.h kHint); absent: false
+  bool disk_tier = false;                // the shards keep rows on disk: workers send hints (protocol.h kHint); absent: false
 
   CheckpointSchedule schedule() const { return CheckpointSchedule(checkpoint_every); }
 

@@ -13,7 +13,7 @@
 //               already served for t).
 //               flags & kHint: the rows a worker will pull for iteration t, sent
 //               --lookahead iterations ahead -> kPullReply with no values. A shard with
-//               a disk tier reads them into memory meanwhile (row_tier.h); counted as
+//               a disk tier reads them into memory meanwhile (disk_tier.h); counted as
 //               ServedCounts::kHint.
 //               flags & kRead: a read outside training (an evaluation, the model dump,
 //               replicated rows loaded, a resumed job's cached rows): served as any

@@ -3,8 +3,8 @@
 // compare-and-swap, on huge pages where the host allows) and never moved, each row with
 // a state byte: new, being initialized, idle, aggregating. A row is initialized exactly
 // once, from (seed, key), whichever thread touches it first. Used by ShardStore only.
-// With a row tier (StoreConfig::tier) there are no chunks: the rows live in the tier
-// (row_tier.h), which keeps a RAM budget of them in memory, and a user pins a row
+// With a disk tier (StoreConfig::tier) there are no chunks: the rows live in the tier
+// (disk_tier.h), which keeps a RAM budget of them in memory, and a user pins a row
 // (pin(), tier()->unpin()) while it uses it.
 #pragma once
 
@@ -17,7 +17,7 @@
 #include "ember/common/fast_div.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/types.h"
-#include "ember/ps/row_tier.h"
+#include "ember/ps/disk_tier.h"
 #include "ember/ps/sparse_optimizer.h"
 
 namespace ember::ps {
@@ -43,7 +43,7 @@ class RowArena {
   std::uint64_t local_rows() const { return local_rows_; }
   std::uint64_t initialized() const { return initialized_count_.load(); }
   // The disk tier under the rows, or null (all in RAM).
-  RowTier* tier() const { return tier_.get(); }
+  DiskTier* tier() const { return tier_.get(); }
 
   bool owns(Key key) const { return div_.remainder(key) == shard_; }
   // A key of the tables that this shard owns.
@@ -66,7 +66,7 @@ class RowArena {
     return first_touch(key);
   }
   // With a tier: the row of `key`, initialized on first use, pinned in memory until
-  // tier()->unpin(local_of(key)) (row_tier.h: `write`, `no_read`). IoError from the tier.
+  // tier()->unpin(local_of(key)) (disk_tier.h: `write`, `no_read`). IoError from the tier.
   float* pin(Key key, bool write, bool no_read = false);
   // Where the row at a local index lives; its chunk must exist (the row was touched). Not
   // with a tier.
@@ -97,7 +97,7 @@ class RowArena {
   // Per row: its Lifecycle (huge pages: looked up at random, as the rows are).
   std::vector<std::atomic<std::uint8_t>, HugePageAllocator<std::atomic<std::uint8_t>>> states_;
   std::atomic<std::uint64_t> initialized_count_{0};
-  std::unique_ptr<RowTier> tier_;
+  std::unique_ptr<DiskTier> tier_;
 };
 
 }  // namespace ember::ps

@@ -83,7 +83,7 @@ struct StoreConfig {
   // Track which rows change between checkpoints (a bit a row), for incremental ones
   // (save with a base).
   bool track_changes = false;
-  // A disk tier under the rows (row_tier.h): with tier.dir set, the rows live in a file
+  // A disk tier under the rows (disk_tier.h): with tier.dir set, the rows live in a file
   // there and at most tier.ram_budget_bytes of them in memory; on_chunk is not called.
   TierConfig tier;
 };
@@ -242,10 +242,10 @@ class ShardStore {
     if (aggregating(local)) [[unlikely]]
       help_until_applied(&arena_.state(local));
   }
-  // A row in use: with a tier, pinned in memory while this lives (row_tier.h).
+  // A row in use: with a tier, pinned in memory while this lives (disk_tier.h).
   class RowRef {
    public:
-    RowRef(float* p, RowTier* tier, std::uint64_t local) : p_(p), tier_(tier), local_(local) {}
+    RowRef(float* p, DiskTier* tier, std::uint64_t local) : p_(p), tier_(tier), local_(local) {}
     RowRef(RowRef&& o) noexcept : p_(o.p_), tier_(std::exchange(o.tier_, nullptr)), local_(o.local_) {}
     RowRef(const RowRef&) = delete;
     RowRef& operator=(const RowRef&) = delete;
@@ -257,7 +257,7 @@ class ShardStore {
 
    private:
     float* p_;
-    RowTier* tier_;
+    DiskTier* tier_;
     std::uint64_t local_;
   };
   // The row of `key` once no update of it is being applied (`write`: the caller changes
@@ -347,7 +347,7 @@ class ShardStore {
   StoreConfig config_;
   std::uint32_t state_ = 0;  // optimizer state floats per row
   RowArena arena_;
-  RowTier* tier_ = nullptr;  // arena_'s, if any
+  DiskTier* tier_ = nullptr;  // arena_'s, if any
   // With StoreConfig::track_changes: a bit per row changed since the last save.
   std::unique_ptr<std::atomic<std::uint64_t>[]> changed_;
   void mark_changed(std::uint64_t local) {

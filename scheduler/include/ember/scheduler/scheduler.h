@@ -86,9 +86,12 @@ class Scheduler {
   // push_grads of each worker's plan (other lists empty), in slot order, and worker 0's
   // replicated_flush; returns the traffic (push_grad, push_value, hot_flush).
   // Not for bounded-staleness sync (het): its copies carry no un-pushed updates.
-  // `evaluation`: only SchedulerConfig::evaluated_rows (an evaluation reads no other
-  // from the PS; the rest stay as they are until a later flush or push), so that an
-  // evaluation costs herald what it costs vanilla.
+  // `evaluation`: only SchedulerConfig::evaluated_rows (an evaluation reads no other;
+  // the rest stay as they are until a later flush or push), so that an evaluation costs
+  // herald what it costs vanilla. With SchedulerConfig::hand_evaluated_rows, a dirty
+  // owner's evaluated row is not pushed either: it goes to worker 0 (eval_hands, counted
+  // as eval_handed), which reads the others from the PS, and stays dirty and unflushed;
+  // only partial gradients reach the PS (worker 0 could not sum them as the PS does).
   TrafficCounts flush(std::vector<StepPlan>& plans, bool evaluation = false);
 
   // The rows worker w holds as latest (clean or dirty, flushed or not), by slot: what a

@@ -78,6 +78,10 @@ struct SchedulerConfig {
   // The rows an evaluation reads (the validation samples', any order): an evaluation's
   // flush (Scheduler::flush) pushes only these. Empty: no evaluation before the end.
   std::vector<Key> evaluated_rows;
+  // An evaluation's flush hands a dirty owner's evaluated rows to worker 0 rather than
+  // pushing them (Scheduler::flush). Worker 0 learns which from every worker's plan, so
+  // not with a scheduler per host (model_host); make_scheduler_config sets it otherwise.
+  bool hand_evaluated_rows = false;
   // Whether each key is replicated on every worker (fae's hot rows, a placement's
   // replicated tables); size num_keys, or empty: none. Required by fae.
   std::vector<std::uint8_t> replicated;

@@ -122,6 +122,10 @@ struct StepPlan {
   // A flush's, worker 0's only: replicated rows trained since the last flush, whose
   // replica values (and state) go back to the PS.
   std::vector<Key> replicated_flush;
+  // An evaluation's flush (Scheduler::flush): rows the evaluation reads that this worker
+  // holds newer than the PS (a dirty owner's), handed to worker 0 instead of the PS
+  // (value only; their states stay as they are), in slot order.
+  std::vector<KeySlot> eval_hands;
   // With SchedulerConfig::id_rows_for, that worker's: each id of its samples (in sample
   // order, then the batch's order) as an index into `rows`, or kReplicatedRow | an index
   // into `replicated`. The embedding path needs no lookup per id.
@@ -160,6 +164,9 @@ struct TrafficCounts {
   std::uint64_t flush_grad = 0, flush_value = 0;
   // Replicated rows written back to the PS by a flush (their replica values and state).
   std::uint64_t hot_flush = 0;
+  // Rows an evaluation's flush hands to worker 0 (values, between workers): not PS
+  // transmissions (StepPlan::eval_hands).
+  std::uint64_t eval_handed = 0;
   // Peer sync: latest rows handed (value and state) from one worker to another of its
   // host instead of a pull (and, for a dirty row, a value push): not PS transmissions.
   std::uint64_t peer_value = 0;

@@ -413,7 +413,10 @@ void PsDaemon::write_summary(int exit_status) {
                            {"checkpoint_failures", cp.failures() + cp.exit_failures()},
                            {"exit_status", exit_status},
                            {"peak_rss_bytes", peak_rss_bytes()}};
-    if (const auto t = service_->store().tier_stats()) summary["tier"] = tier_json(*t);
+    if (const auto t = service_->store().tier_stats()) {
+      summary["tier"] = tier_json(*t);
+      if (const auto c = service_->tier_at_last_commit()) summary["tier"]["at_last_commit"] = tier_json(*c);
+    }
     write_file_atomic(c_.summary_file, summary.dump() + "\n");
   } catch (const std::exception& e) {
     spdlog::error("--summary-file: {}", e.what());

@@ -186,6 +186,12 @@ void PsService::serve_commit(const transport::Message& req, transport::OutMessag
   // writes it. Until it is written that worker is not acknowledged and the others'
   // commits wait on the commit lock, so no worker has gone on to the next iteration.
   const bool checkpoint = checkpoints_.due_at_commit(h.iteration, h.flags);
+  if (auto tier = store_.tier_stats()) {
+    // At the first commit of a job's last iteration every push is in (the final flush's
+    // are behind a barrier) and no worker has read past them (the evaluation, the dump).
+    std::lock_guard lock(tier_mutex_);
+    if (!tier_at_commit_ || h.iteration > tier_iteration_) tier_iteration_ = h.iteration, tier_at_commit_ = *tier;
+  }
   CommitAck ack;
   if (checkpoint || commit_apply_ == CommitApply::kApplier) {
     // (A checkpoint waits for every apply in flight: this one goes to the applier.)

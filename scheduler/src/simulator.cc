@@ -182,21 +182,29 @@ class Tiers {
       hinted_.emplace_back(o.tier_budget_bytes, o.tier_row_bytes);
     }
   }
-  // The rows the plans' requests read or write at the shards, in iteration `it`.
+  // The rows the plans' requests read or write at the shards, in iteration `it`: each
+  // pull and value push, and a row's gradients once (the shard holds them apart and
+  // applies their sum to the row once, after the pulls: shard_store.h).
   void touch(std::uint64_t it, const std::vector<StepPlan>& plans) {
     auto row = [&](Key k) {
       const std::uint32_t s = o_.shard_of(k);
       plain_[s].touch(it, k / o_.shards);
       hinted_[s].touch(it, k / o_.shards);
     };
+    grads_.clear();
     for (const StepPlan& p : plans) {
       for (const PullEntry& e : p.pulls) {
         if (!e.peer) row(e.key);
-        if (e.kind == EvictKind::kDirty || e.kind == EvictKind::kPartial) row(e.evicted);
+        if (e.kind == EvictKind::kDirty) row(e.evicted);
+        if (e.kind == EvictKind::kPartial) grads_.push_back(e.evicted);
       }
-      for (const auto* list : {&p.push_grads, &p.push_values, &p.end_pushes})
-        for (const KeySlot& ks : *list) row(ks.key);
+      for (const KeySlot& ks : p.push_values) row(ks.key);
+      for (const auto* list : {&p.push_grads, &p.end_pushes})
+        for (const KeySlot& ks : *list) grads_.push_back(ks.key);
     }
+    std::sort(grads_.begin(), grads_.end());
+    grads_.erase(std::unique(grads_.begin(), grads_.end()), grads_.end());
+    for (Key k : grads_) row(k);
   }
   // A hint at iteration `now` of the batch of iteration `until`.
   void hint(std::uint64_t now, std::uint64_t until, const GlobalBatch& g) {
@@ -215,6 +223,7 @@ class Tiers {
  private:
   const SimOptions& o_;
   std::vector<TierModel> plain_, hinted_;
+  std::vector<Key> grads_;  // touch's scratch
 };
 
 namespace {

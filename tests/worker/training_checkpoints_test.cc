@@ -72,6 +72,42 @@ TEST_F(Training, DiskTierTrainsTheAllRamModelBitForBit) {
   EXPECT_GT(touched, 0u) << tiers;
 }
 
+// The disk tier's model (ember-sim --ram-budget-mb, scheduler/src/tier_model.h) against
+// real tiers, without hints (no lookahead): the rows requests used and those they waited
+// for the disk for, over the training and its flushes (each shard's counters at the job's
+// last commit, before the final evaluation and the dump read), within 10% of ember-sim's
+// prediction, shard by shard.
+TEST_F(Training, DiskTierReadsAsEmberSimPredicts) {
+  const fs::path data = dataset();
+  JobOptions o;
+  o.policy = "herald";
+  o.optimizer = "adagrad";
+  o.cache_ratio = "0.06";
+  o.iterations = 40;
+  o.ps_args = {"--store-dir", (dir_ / "tier").string(), "--ram-budget-mb", "0.0625"};
+  run_job(data, o, "tier-model");
+  std::string out;
+  const std::string cmd = test::bin("ember-sim") + " --dataset " + data.string() + " --policy " + o.policy + " --workers " +
+                          std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --cache-ratio " + o.cache_ratio +
+                          " --iterations " + std::to_string(o.iterations) + " --warmup 0 --seed " + std::to_string(kSeed) + " --dim " +
+                          std::to_string(kDim) + " --optimizer " + o.optimizer + " --ps " + std::to_string(o.shards) +
+                          " --ram-budget-mb 0.0625 --json -q 2>&1";
+  ASSERT_EQ(test::run_command(cmd, out), 0) << out;
+  const json shards = json::parse(out.substr(0, out.find('\n'))).at("tier").at("shards");
+  ASSERT_EQ(shards.size(), o.shards);
+  const auto n = static_cast<double>(o.iterations);
+  for (std::uint32_t s = 0; s < o.shards; ++s) {
+    const json real = json::parse(read_file(dir_ / ("tier-model-ps" + std::to_string(s) + ".json"))).at("tier").at("at_last_commit");
+    const json& model = shards[s].at("no_hints");
+    const double touched = model.at("rows_touched_per_iteration").get<double>() * n;
+    const double waited = model.at("critical_reads_per_iteration").get<double>() * n;
+    ASSERT_GT(waited, 0.0) << "the rows never outgrew the budget: the test proves less; " << model.dump();
+    EXPECT_NEAR(real.at("rows_touched").get<double>(), touched, 0.1 * touched)
+        << "shard " << s << ": " << real.dump() << " vs " << model.dump();
+    EXPECT_NEAR(real.at("misses").get<double>(), waited, 0.1 * waited) << "shard " << s << ": " << real.dump() << " vs " << model.dump();
+  }
+}
+
 // Tiered shards checkpoint and resume exactly: a job resumed at iteration 7 from a
 // tiered job's checkpoint, into tiered shards again (their store directories reused: the
 // same table), ends bit for bit as the uninterrupted tiered job, which trains the

@@ -151,6 +151,13 @@ class PsService {
   std::int64_t last_written_checkpoint() const { return checkpoints_.last_written(); }
   // The highest iteration committed (-1: none).
   std::int64_t committed_iteration() const { return checkpoints_.committed_iteration(); }
+  // A disk tier's counters at the first commit of the newest iteration committed: a
+  // job's training and flushes, without the reads that follow its last commit (the final
+  // evaluation, the model dump). Empty without a tier, or before any commit.
+  std::optional<TierStats> tier_at_last_commit() const {
+    std::lock_guard lock(tier_mutex_);
+    return tier_at_commit_;
+  }
 
  private:
   // handle() but for the counting: decodes the request and calls the store.
@@ -166,6 +173,9 @@ class PsService {
   CheckpointCoordinator checkpoints_;  // uses store_
   ServedCounts served_;
   CommitApply commit_apply_ = CommitApply::kHandler;
+  mutable std::mutex tier_mutex_;  // the two below
+  std::uint64_t tier_iteration_ = 0;
+  std::optional<TierStats> tier_at_commit_;
 };
 
 }  // namespace ember::ps

@@ -411,7 +411,9 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
   const std::uint32_t W = config_.workers;
   plans.resize(W);
   TrafficCounts c;
-  const bool hand_over = evaluation && config_.hand_evaluated_rows;
+  // Worker 0 takes the handed values into memory at once: at most twice its cache's rows
+  // (the memory its own cache holds for their values and gradient sums).
+  const bool hand_over = evaluation && config_.hand_evaluated_rows && held_evaluated_rows() <= 2 * std::uint64_t{config_.cache_rows};
   for (std::uint32_t w = 0; w < W; ++w) {
     StepPlan& plan = plans[w];
     plan.clear();
@@ -462,6 +464,13 @@ TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
     s.replicated_trained.clear();
   }
   return c;
+}
+
+std::uint64_t Scheduler::held_evaluated_rows() const {
+  const State& s = *state_;
+  std::uint64_t n = 0;
+  for (Key k : s.evaluated_keys) n += !s.loc.flushed(k) && s.loc.owner(k) != cache::LocationMap::kNoOwner && s.loc.dirty(k);
+  return n;
 }
 
 std::vector<KeySlot> Scheduler::latest_rows(WorkerId w) const {

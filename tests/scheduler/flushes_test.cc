@@ -120,6 +120,31 @@ TEST(Scheduler, AnEvaluationFlushPushesHeldRowsWhenItCannotHandThem) {
   EXPECT_TRUE(s.locations().flushed(102));
 }
 
+// Worker 0 holds the rows handed to it at once: only while they are at most twice a
+// cache's rows. 24 rows trained by one worker alone each (8 a worker), all evaluated:
+// handed with 12 cache rows a worker, pushed (and flushed) with 10.
+TEST(Scheduler, AnEvaluationHandsNoMoreRowsThanTwoCachesHold) {
+  for (std::uint32_t cache : {12u, 10u}) {
+    Workload wl;
+    std::vector<StepPlan> plans;
+    SchedulerConfig c = config("plan", 3, 4, cache, wl);
+    GlobalBatch b;
+    b.samples = 12;
+    b.tables = 3;
+    for (std::uint64_t i = 0; i < 12; ++i) {
+      b.keys.insert(b.keys.end(), {0, 4 + i, 44 + i});
+      c.evaluated_rows.insert(c.evaluated_rows.end(), {4 + i, 44 + i});
+    }
+    c.hand_evaluated_rows = true;
+    Scheduler s(c);
+    s.schedule_with(b, {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2}, plans);
+    const TrafficCounts eval = s.flush(plans, true);
+    EXPECT_EQ(eval.eval_handed + eval.push_value, 24u) << cache;
+    EXPECT_EQ(eval.eval_handed, cache == 12 ? 24u : 0u) << cache;
+    EXPECT_EQ(s.locations().flushed(44), cache == 10) << cache;
+  }
+}
+
 // Flushes (evaluations, checkpoints) change no allocation, slot, hit or eviction: a
 // scheduler that flushes every few iterations plans exactly what one that never flushes
 // does, except for the pushes the flushes made early. A scheduler replayed from

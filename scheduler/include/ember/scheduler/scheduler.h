@@ -92,6 +92,8 @@ class Scheduler {
   // owner's evaluated row is not pushed either: it goes to worker 0 (eval_hands, counted
   // as eval_handed), which reads the others from the PS, and stays dirty and unflushed;
   // only partial gradients reach the PS (worker 0 could not sum them as the PS does).
+  // Worker 0 holds the handed rows at once, so only while they are at most twice a
+  // cache's rows (cache_rows); more are pushed as without the setting.
   TrafficCounts flush(std::vector<StepPlan>& plans, bool evaluation = false);
 
   // The rows worker w holds as latest (clean or dirty, flushed or not), by slot: what a
@@ -121,6 +123,8 @@ class Scheduler {
   // The end of an iteration: the batch's rows seen, the traffic summed, every worker's
   // replicated rows listed.
   IterationStats finish_iteration(std::vector<StepPlan>& plans);
+  // Evaluated rows a worker holds newer than the PS and no flush has pushed.
+  std::uint64_t held_evaluated_rows() const;
   // Error while the other hosts' evictions of the last iteration are awaited.
   void check_evictions_applied(const char* what) const;
 

@@ -7,6 +7,7 @@
 
 #include "ember/common/error.h"
 #include "job/control_store.h"
+#include "stages/ps_exchange.h"
 
 namespace ember::worker {
 
@@ -25,13 +26,6 @@ std::vector<float> values_of(std::span<const std::uint32_t> slots, RowCache& cac
   out.resize(slots.size() * dim);
   for (std::size_t i = 0; i < slots.size(); ++i) std::copy_n(rows.data() + i * width, dim, out.data() + i * dim);
   return out;
-}
-
-std::vector<std::uint32_t> slots_of(const std::vector<scheduler::KeySlot>& rows) {
-  std::vector<std::uint32_t> slots;
-  slots.reserve(rows.size());
-  for (const auto& r : rows) slots.push_back(r.slot);
-  return slots;
 }
 
 }  // namespace

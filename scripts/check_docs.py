@@ -8,7 +8,7 @@
       program's --help. Invocations of the programs are found in fenced code blocks and
       inline code spans; the --flags that follow a program on its command (up to a pipe,
       ;, && or ||, or a bare `--`) are checked against its help. After a bare `--`, the
-      launchers (ember_launch.py, launch_hosts.sh, ember.sbatch) pass the arguments on to
+      launchers (ember_launch.py, launch_hosts.sh/.py, ember.sbatch) pass the arguments on to
       ember-worker, so those are checked against ember-worker; the quoted value of
       --ps-args is checked against ember-ps. An inline span that starts with a flag and
       names no program (`--cache-ratio`) is checked against the flags of all programs.
@@ -30,13 +30,15 @@ from pathlib import Path
 from urllib.parse import unquote
 
 BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench", "ember-export", "ember-predict", "ember-plan")
-PY_SCRIPTS = ("ember_launch.py", "bench_e2e.py", "experiments.py", "compare_runs.py")
+PY_SCRIPTS = ("ember_launch.py", "launch_hosts.py", "bench_e2e.py", "experiments.py", "compare_runs.py")
+# Shell scripts that only run a Python one (its flags are theirs).
+WRAPPERS = {"launch_hosts.sh": "launch_hosts.py"}
 # Shell scripts: their flags are the `--x)` patterns of their option loop.
-SH_SCRIPTS = ("launch_hosts.sh", "ember.sbatch", "slurm_local.sh", "cluster_local.sh", "device_check.sh", "device_build.sh")
+SH_SCRIPTS = ("ember.sbatch", "slurm_local.sh", "cluster_local.sh", "device_check.sh", "device_build.sh")
 # Programs that hand everything after a bare `--` to every ember-worker.
-FORWARD_TO_WORKER = {"ember_launch.py", "launch_hosts.sh", "ember.sbatch"}
+FORWARD_TO_WORKER = {"ember_launch.py", "launch_hosts.py", "ember.sbatch"}
 # Options whose (quoted) value is a list of ember-ps arguments.
-PS_ARGS = {("ember_launch.py", "--ps-args"), ("launch_hosts.sh", "--ps-args")}
+PS_ARGS = {("ember_launch.py", "--ps-args"), ("launch_hosts.py", "--ps-args")}
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 FLAG_RE = re.compile(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*")
 TOKEN_FLAG_RE = re.compile(r"^[\[(]*(--[A-Za-z][A-Za-z0-9_-]*)")
@@ -141,6 +143,7 @@ def tokenize(text, first_line=1, comments=True):
 
 def program_of(token):
     name = token.rstrip("/").rsplit("/", 1)[-1]
+    name = WRAPPERS.get(name, name)
     if name in BINARIES or name in PY_SCRIPTS or name in SH_SCRIPTS:
         return name
     return None

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""What Ember's launchers share (ember_launch.py imports it; ember.sbatch and
-launch_hosts.sh run it): the job's summary.json merged from its output directory, the
-checkpoint a resumed job starts from, the job token, and the worker settings the
-launchers take and record.
+"""What Ember's launchers share (ember_launch.py, launch_hosts.py and the launcher core,
+ember_attempts.py, import it; ember.sbatch runs it): the job's summary.json merged from
+its output directory, the checkpoint a resumed job starts from, the job token, and the
+worker settings the launchers take and record.
 
   python3 scripts/ember_job.py summarize OUT --ps S --workers W --policy P [--transport T]
       [--checkpoint-dir DIR] [--metrics-endpoints HOST:PORT,...] [-q] [-- WORKER_ARGS]
@@ -171,7 +171,7 @@ def iterations_finished(out):
 def write_token(out):
     """A new job token in OUT/token: created 0600 (never readable by others, not even
     briefly), then renamed in place. Every launcher writes it so (ember.sbatch and
-    launch_hosts.sh through `ember_job.py token OUT`)."""
+    through `ember_job.py token OUT`)."""
     out = Path(out)
     token_file = out / "token"
     tmp = out / f".token.tmp-{os.getpid()}"
@@ -399,29 +399,13 @@ def main():
     r.add_argument("ckpt", help="a launcher's checkpoint directory (CKPT/ps, CKPT/dense)")
     r.add_argument("--bin", default=os.environ.get("EMBER_BIN", str(Path(__file__).resolve().parent.parent / "build" / "bin")),
                    help="where ember-ps is (it verifies the shard files' checksums; without it they are not checked)")
-    rr = sub.add_parser("restart-record", help="write a restarted attempt's record for its workers (--restart-record)")
-    rr.add_argument("path", help="the record's file")
-    rr.add_argument("--restarts", default="", help="the restarts so far, one JSON object a line (iterations_lost each)")
-    rr.add_argument("--lost-at", type=float, default=0, help="when the last loss was noticed (Unix seconds)")
     sub.add_parser("settings-snapshot", help=f"write {SETTINGS_SNAPSHOT.name} from `ember-worker --options-json` on stdin")
-    rc = sub.add_parser("reached", help="print how many iterations worker 0 finished (OUT/w0.jsonl; 0: none)")
-    rc.add_argument("out", help="the job's output directory")
     a = p.parse_args(argv)
     if a.cmd == "settings-snapshot":
         text = json.dumps(settings_snapshot(json.load(sys.stdin)), indent=1) + "\n"
         tmp = SETTINGS_SNAPSHOT.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(SETTINGS_SNAPSHOT)
-        return
-    if a.cmd == "reached":
-        print(iterations_finished(a.out))
-        return
-    if a.cmd == "restart-record":
-        try:
-            restarts = [json.loads(line) for line in Path(a.restarts).read_text().splitlines() if line.strip()] if a.restarts else []
-        except (OSError, ValueError) as e:
-            p.error(f"--restarts {a.restarts}: {e}")
-        write_restart_record(a.path, restarts, a.lost_at)
         return
     if a.cmd == "token":
         write_token(a.out)

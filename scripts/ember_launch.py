@@ -34,309 +34,150 @@ to the file; flags on the command line override it, arguments after `--` come la
 
   scripts/ember_launch.py --config examples/herald.toml --out out/run-h -- --iterations 50
 
-The summary (summary.json) is built by ember_job.py, which ember.sbatch runs too.
+Attempts, restarts and their records are the launcher core's (ember_attempts.py, as for
+launch_hosts.py and ember.sbatch); summary.json is built by ember_job.py.
 """
 import argparse
-import ctypes
 import difflib
-import json
-import re
 import os
+import re
 import shlex
 import signal
-import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
-from ember_job import (iterations_finished, resume_point, settings_of_worker_args, worker_settings, split_worker_args, summarize,
-                       write_restart_record, write_token)
+from ember_attempts import Attempt, Restarts, run_attempts
+from ember_job import resume_point, settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
 
 
-PR_SET_PDEATHSIG = 1
+class LocalJob:
+    """The job's attempts on this machine: the commands of its shards and workers (network
+    namespaces, virtual hosts and metrics ports as the flags say), each attempt run by the
+    launcher core (ember_attempts.Attempt)."""
 
-
-def die_with_parent(parent):
-    """Runs in each child between fork and exec: SIGTERM when the launcher dies. The
-    setting survives exec (also through `ip netns exec`)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the launcher died before the prctl
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def member_process(member):
-    """'worker 2' (the control plane's name) -> 'worker2' (the launcher's)."""
-    role, _, rank = member.partition(" ")
-    return {"ps": "ps", "worker": "worker"}.get(role, role) + rank
-
-
-def tail(path, n=15):
-    try:
-        lines = Path(path).read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join("    " + l for l in lines[-n:])
-
-
-class JobFailure(Exception):
-    """A job that ended before its last iteration: the member that failed first, why, its
-    log, and its exit status (None: not a process's exit, e.g. the --timeout)."""
-
-    def __init__(self, name, why, log, rc):
-        super().__init__(f"{name} {why}")
-        self.name, self.why, self.log, self.rc = name, why, log, rc
-
-
-# Exit statuses of Ember's programs (common/error.cc) that a restart cannot mend: 2, a
-# setting refused (ConfigError); 3, bad data or a refused model (DataError).
-UNMENDABLE_EXITS = {2: "a setting was refused", 3: "the data or the model was refused"}
-
-
-def unmendable(f):
-    """Why a restart cannot mend failure `f` ("" when it may)."""
-    if f.rc in UNMENDABLE_EXITS:
-        return UNMENDABLE_EXITS[f.rc]
-    try:
-        text = Path(f.log).read_text(errors="replace")[-20000:]
-    except OSError:
-        text = ""
-    if "No space left on device" in text:
-        return "the disk is full"
-    if f.rc is None and "--timeout" in f.why:
-        return "the job ran past --timeout"
-    return ""
-
-
-class Job:
     def __init__(self, args, worker_args, settings):
-        self.a = args
+        a = self.a = args
         self.worker_args = worker_args
-        self.out = Path(args.out)
-        self.bin = Path(args.bin)
-        self.procs = []  # (name, Popen, log path)
+        self.out = Path(a.out)
+        self.bin = Path(a.bin)
+        self.attempt = None
         self.stopping = 0  # the signal that asked the job to stop at a checkpoint (0: none)
-        self.training_at = None  # when worker 0 first reported an iteration (time.time())
-        self.restarts = None  # --max-restarts: what the earlier attempts lost (summary.json)
-        self.lost_at = None  # when the previous attempt failed (time.time())
+        self.restarts = Restarts(self.out, a.max_restarts, a.checkpoint_dir, self.bin / "ember-ps", "ember-launch")
         # The worker settings given (flags or --config keys), as ember-worker arguments
         # before the [ember-worker] table's and those after `--`; what the workers then
         # run with (the last of a flag wins), for the summary and the progress lines.
         self.setting_args = []
         for flag, kind, _ in settings:
-            v = getattr(args, flag.replace("-", "_"))
+            v = getattr(a, flag.replace("-", "_"))
             if kind is bool:
                 self.setting_args += [f"--{flag}"] if v else []
             elif v is not None:
                 self.setting_args += [f"--{flag}", str(v)]
         self.settings = settings_of_worker_args(settings, self.setting_args + worker_args)
+        host = a.ps_address
+        self.metrics_endpoints = ([f"{host}:{a.metrics_port + s}" for s in range(a.ps)] +
+                                  [f"127.0.0.1:{a.metrics_port + a.ps + w}" for w in range(a.workers)]) if a.metrics_port else []
 
-    def start(self, name, cmd):
-        log = self.out / f"{name}.log"
-        with open(log, "w") as f:
-            f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n")
-        parent = os.getpid()
-        p = subprocess.Popen(cmd, stdout=open(log, "a"), stderr=subprocess.STDOUT, start_new_session=True,
-                             preexec_fn=lambda: die_with_parent(parent))
-        self.procs.append((name, p, log))
-        return p
+    def metrics_port(self, i):
+        """Prometheus endpoints (--metrics-port BASE): shard s on BASE+s, worker r on BASE+S+r."""
+        return ["--metrics-port", str(self.a.metrics_port + i)] if self.a.metrics_port else []
 
-    def stop_all(self, sig=signal.SIGTERM):
-        for _, p, _ in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    pass
-        deadline = time.time() + 10
-        for _, p, _ in self.procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+    def checkpoint_args(self):
+        """(every shard's, every worker's) arguments for checkpoints and resuming."""
+        a = self.a
+        if not a.checkpoint_dir:
+            return [], []
+        ckpt = Path(a.checkpoint_dir)
+        # Also without --checkpoint-every: SIGUSR1 to a shard asks for one.
+        # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
+        ps = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"]
+        # A restart chose its checkpoint already (and said what it passed over).
+        point = self.restarts.resume_from if self.restarts.records else (
+            resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps") if a.resume else None)
+        if point:
+            ps = ["--restore", str(point)] + ps
+        return ps, ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if point else [])
+
+    def shard_command(self, s, coord, common, ps_extra):
+        a = self.a
+        # "{shard}" in --ps-args becomes the shard's index (a directory per shard, as on
+        # hosts that share no filesystem).
+        shard_extra = (["--host", "vhost0"] if a.hosts else []) + [x.replace("{shard}", str(s)) for x in ps_extra]
+        # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS
+        # shards in one, the workers in another, joined by a veth pair.
+        ns = ["ip", "netns", "exec", a.ps_netns] if a.ps_netns else []
+        host = a.ps_address
+        return ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
+                     "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
+                     "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(self.out / "coordinator"),
+                     "--failure-file", str(self.out / "failure.json"), "--summary-file", str(self.out / f"ps{s}.json")] + \
+            common + self.metrics_port(s) + shard_extra
+
+    def worker_command(self, w, coord, common, worker_extra):
+        a = self.a
+        host = ["--host", f"vhost{1 + w * a.hosts // a.workers}"] if a.hosts else []  # ranks in order, as evenly as they go
+        ns = ["ip", "netns", "exec", a.worker_netns] if a.worker_netns else []
+        return ns + [str(self.bin / "ember-worker"), *host, "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
+                     "--rank", str(w), "--transport", a.transport, *self.setting_args, "--metrics", str(self.out / f"w{w}.jsonl")] + \
+            common + self.metrics_port(a.ps + w) + worker_extra + self.worker_args + \
+            (["--dump-dir", a.dump_dir] if w == 0 and a.dump_dir else [])
+
+    def run_attempt(self):
+        """One attempt: the shards (shard 0 first: it publishes the control plane), then the
+        workers, watched to the end; raises JobFailure when a member fails."""
+        a = self.a
+        self.attempt = att = Attempt(self.out, "ember-launch", a.heartbeat_timeout_ms / 1000 + 5, timeout=a.timeout,
+                                     progress=None if a.quiet else f"[{self.settings['policy']}] ")
+        att.prepare_out()
+        token_file = write_token(self.out)
+        ps_ckpt, worker_ckpt = self.checkpoint_args()
+        ps_extra = ps_ckpt + list(a.ps_extra)
+        worker_extra = worker_ckpt + self.restarts.worker_args()
+        common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
+        coord = ""
+        for s in range(a.ps):
+            if s == 1:
+                coord = att.wait_coordinator(self.out / "coordinator")
+            att.start(f"ps{s}", self.shard_command(s, coord, common, ps_extra))
+        coord = att.wait_coordinator(self.out / "coordinator")
+        for w in range(a.workers):
+            att.start(f"worker{w}", self.worker_command(w, coord, common, worker_extra))
+        try:
+            att.watch()
+        finally:
+            self.restarts.saw_training(att)
+        job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "metrics_endpoints": self.metrics_endpoints,
+               "checkpoint_dir": a.checkpoint_dir, "restarts": self.restarts.records if a.max_restarts else None, **self.settings}
+        return summarize(self.out, job, who="ember-launch")
 
     def stop_at_checkpoint(self, signum):
         """With a checkpoint directory, an interrupted job stops at a checkpoint that holds the
         model: ps0, told by SIGTERM, asks the workers to flush and finish a few iterations
         on (ember-ps --checkpoint-on-exit). Returns False when that cannot be done."""
-        if self.stopping or not self.a.checkpoint_dir or not any(n.startswith("worker") for n, _, _ in self.procs):
+        att = self.attempt
+        if self.stopping or not self.a.checkpoint_dir or att is None or not any(n.startswith("worker") for n, _, _ in att.procs):
             return False
         self.stopping = signum
-        os.kill(self.procs[0][1].pid, signal.SIGTERM)
+        os.kill(att.procs[0][1].pid, signal.SIGTERM)
         print("ember-launch: interrupted; the job stops at a checkpoint a few iterations on (interrupt again to stop now)",
               file=sys.stderr, flush=True)
         return True
 
-    def fail(self, name, why, log, rc=None):
-        print(f"ember-launch: {name} {why}; its last log lines:\n{tail(log)}", file=sys.stderr, flush=True)
-        self.stop_all()
-        raise JobFailure(name, why, log, rc)
-
-    def control_plane_word(self, wait):
-        """The coordinator's record of the first failure ({"member", "cause"}), waiting up
-        to `wait` seconds for it while shard 0 (its host) runs."""
-        deadline = time.time() + wait
-        while True:
-            try:
-                return json.loads(self.failure_file.read_text())
-            except (OSError, ValueError):
-                pass
-            if time.time() >= deadline or self.procs[0][1].poll() is not None:
-                return None
-            time.sleep(0.05)
-
-    def process_failed(self, name, rc, log):
-        """A process exited with status rc != 0. A signal's victim (rc < 0) and a process
-        that refused its settings (rc 2, ConfigError) are the ones that failed; for an exit, the control plane says which member failed first (a survivor
-        exits too, after its all-reduce or a PS request breaks), so wait for its word, up to
-        the heartbeat timeout and the workers' grace."""
-        if rc < 0:
-            self.fail(name, f"was killed by signal {-rc}", log, rc)
-        if rc == 2:  # a ConfigError: it refused its own settings (the launcher passes them on unchecked)
-            self.fail(name, "refused its settings (exit 2)", log, rc)
-        word = self.control_plane_word(self.a.heartbeat_timeout_ms / 1000 + 5)
-        if word:
-            failed = member_process(word.get("member", ""))
-            procs = {n: (p, l) for n, p, l in self.procs}
-            if failed in procs:
-                p, flog = procs[failed]
-                # It may still be on its way out (logging, closing sockets): its exit
-                # status says whether a restart can mend this, so wait for it a little.
-                try:
-                    rc_failed = p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    rc_failed = word.get("exit")  # the status it said it exits with
-                self.fail(failed, f"failed first, by the control plane: {word.get('cause', '?')}", flog, rc_failed)
-        self.fail(name, f"exited with status {rc}", log, rc)
+    def on_signal(self, signum, frame):
+        if self.stop_at_checkpoint(signum):
+            return
+        print("ember-launch: interrupted; stopping the job", file=sys.stderr)
+        if self.attempt:
+            self.attempt.stop_all()
+        sys.exit(128 + signum)
 
     def run(self):
-        a = self.a
-        self.out.mkdir(parents=True, exist_ok=True)
-        for old in [*self.out.glob("*.jsonl"), *self.out.glob("ps*.json")]:
-            old.unlink()
-        token_file = write_token(self.out)
-        coord_file = self.out / "coordinator"
-        if coord_file.exists():
-            coord_file.unlink()
-        self.failure_file = self.out / "failure.json"
-        if self.failure_file.exists():
-            self.failure_file.unlink()
-        ps_extra = list(a.ps_extra)
-        worker_extra = []
-        if a.checkpoint_dir:
-            ckpt = Path(a.checkpoint_dir)
-            # Also without --checkpoint-every: SIGUSR1 to a shard asks for one.
-            # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
-            ps_extra = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"] + ps_extra
-            if a.resume:
-                # A restart chose its checkpoint already (and said what it passed over).
-                point = getattr(a, "resume_from", None) or resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps")
-                ps_extra = ["--restore", str(point)] + ps_extra
-            worker_extra = ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if a.resume else [])
-        if self.restarts:  # the workers report the restarts on /metrics and in their summaries
-            record = self.out / "restart-record.json"
-            write_restart_record(record, self.restarts, self.lost_at)
-            worker_extra += ["--restart-record", str(record)]
-        common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]
-        # Optional network namespaces (bench_e2e.py's bandwidth-limited link): the PS
-        # shards in one, the workers in another, joined by a veth pair.
-        ps_ns = ["ip", "netns", "exec", a.ps_netns] if a.ps_netns else []
-        wk_ns = ["ip", "netns", "exec", a.worker_netns] if a.worker_netns else []
-        host = a.ps_address
-        # Prometheus endpoints (--metrics-port BASE): shard s on BASE+s, worker r on BASE+S+r.
-        def metrics_port(i):
-            return ["--metrics-port", str(a.metrics_port + i)] if a.metrics_port else []
-        self.metrics_endpoints = ([f"{host}:{a.metrics_port + s}" for s in range(a.ps)] +
-                                  [f"127.0.0.1:{a.metrics_port + a.ps + w}" for w in range(a.workers)]) if a.metrics_port else []
-        for s in range(a.ps):
-            if s == 1:
-                coord = self.wait_coordinator(coord_file)
-            # "{shard}" in --ps-args becomes the shard's index (a directory per shard, as
-            # on hosts that share no filesystem).
-            shard_extra = [x.replace("{shard}", str(s)) for x in ps_extra]
-            if a.hosts:
-                shard_extra = ["--host", "vhost0"] + shard_extra
-            cmd = ps_ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
-                           "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
-                           "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(coord_file),
-                           "--failure-file", str(self.failure_file), "--summary-file", str(self.out / f"ps{s}.json")] + common + metrics_port(s) + shard_extra
-            self.start(f"ps{s}", cmd)
-        coord = self.wait_coordinator(coord_file)
-        for w in range(a.workers):
-            cmd = wk_ns + [str(self.bin / "ember-worker"), "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
-                           "--rank", str(w), "--transport", a.transport, *self.setting_args,
-                           "--metrics", str(self.out / f"w{w}.jsonl")] + common + metrics_port(a.ps + w) + worker_extra + self.worker_args
-            if a.hosts:  # ranks in order, as evenly as they go: host h holds ranks h*W/N .. (h+1)*W/N - 1
-                cmd[len(wk_ns) + 1:len(wk_ns) + 1] = ["--host", f"vhost{1 + w * a.hosts // a.workers}"]
-            if w == 0 and a.dump_dir:
-                cmd += ["--dump-dir", a.dump_dir]
-            self.start(f"worker{w}", cmd)
-        self.watch()
-        return self.summarize()
-
-    def wait_coordinator(self, coord_file):
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            if coord_file.exists() and coord_file.read_text().strip():
-                return coord_file.read_text().strip()
-            name, p, log = self.procs[0]
-            if p.poll() is not None:
-                self.fail(name, f"exited with status {p.returncode} before the job formed", log)
-            time.sleep(0.05)
-        self.fail("ps0", "did not publish its coordinator endpoint within 60 s", self.procs[0][2])
-
-    def watch(self):
-        """Streams worker 0's progress lines; fails fast when any process dies."""
-        start = time.time()
-        w0_log = self.out / "worker0.log"
-        pos = 0
-        while True:
-            if w0_log.exists():
-                with open(w0_log, errors="replace") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-                    pos = f.tell()
-                for line in chunk.splitlines():
-                    if line.startswith("$ "):  # the command line the launcher wrote
-                        continue
-                    if not self.a.quiet and ("iteration" in line or "eval" in line or "error" in line):
-                        print(f"[{self.settings['policy']}] {line.split('] ', 2)[-1]}", flush=True)
-            if self.training_at is None and (self.out / "w0.jsonl").exists() and (self.out / "w0.jsonl").stat().st_size > 0:
-                self.training_at = time.time()
-                if self.restarts and self.lost_at is not None:  # from the loss to training again
-                    self.restarts[-1]["recovery_s"] = round(self.training_at - self.lost_at, 3)
-            workers_done = True
-            for name, p, log in self.procs:
-                rc = p.poll()
-                if name.startswith("worker"):
-                    if rc is None:
-                        workers_done = False
-                    elif rc != 0:
-                        self.process_failed(name, rc, log)
-                elif rc is not None and rc != 0:
-                    self.process_failed(name, rc, log)
-            if workers_done:
-                break
-            if time.time() - start > self.a.timeout:
-                self.fail("the job", f"did not finish within --timeout {self.a.timeout} s", w0_log)
-            time.sleep(0.2)
-        # Workers left: the parameter servers stop by themselves.
-        for name, p, log in self.procs:
-            try:
-                rc = p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.fail(name, "did not stop within 30 s after the workers finished", log)
-            if rc != 0:
-                self.process_failed(name, rc, log)
-
-    def summarize(self):
-        a = self.a
-        job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "metrics_endpoints": self.metrics_endpoints,
-               "checkpoint_dir": a.checkpoint_dir, "restarts": self.restarts, **self.settings}
-        return summarize(self.out, job, who="ember-launch")
-
+        """The job's attempts, restarted as --max-restarts allows (ember_attempts.run_attempts)."""
+        signal.signal(signal.SIGINT, self.on_signal)
+        signal.signal(signal.SIGTERM, self.on_signal)
+        self.restarts.clear()
+        return run_attempts(self.run_attempt, self.restarts)
 
 # Launcher settings that are paths: in a --config file, relative to the file's directory.
 PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir", "placement", "model_file")
@@ -421,33 +262,6 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"ember-launch: {message}\n")
-
-
-def restart(a, job, f, n):
-    """Prepares attempt n + 1 after failure `f`: the failed attempt's logs and metrics move
-    to OUT/attempt-n/, --resume is set when a checkpoint verifies, and one line says what
-    failed, where the job goes on from and how many iterations it recomputes."""
-    out = Path(a.out)
-    reached = iterations_finished(out)  # before the loss
-    keep = out / f"attempt-{n}"
-    keep.mkdir(exist_ok=True)
-    for x in [*out.glob("*.log"), *out.glob("*.jsonl"), *out.glob("ps*.json"), *out.glob("failure.json")]:
-        x.replace(keep / x.name)
-    point, start = None, 0
-    if a.checkpoint_dir and (Path(a.checkpoint_dir) / "ps").is_dir():
-        try:
-            point = resume_point(Path(a.checkpoint_dir), who="ember-launch", ember_ps=job.bin / "ember-ps")
-            start = int(point.name.split("-")[-1])
-        except SystemExit as e:  # no checkpoint verifies: from the start
-            print(e.code if isinstance(e.code, str) else "ember-launch: no checkpoint to resume from", file=sys.stderr)
-    a.resume = point is not None
-    a.resume_from = point
-    lost = max(0, reached - start)
-    where = f"checkpoint {point} (iteration {start})" if point else "the start (no checkpoint verifies)"
-    print(f"ember-launch: restart {n}/{a.max_restarts}: {f.name} {f.why}; from {where}; {lost} iteration(s) lost; "
-          f"the failed attempt's logs in {keep}", file=sys.stderr, flush=True)
-    return {"attempt": n, "member": f.name, "cause": f.why, "exit": f.rc, "checkpoint": str(point) if point else "",
-            "resumed_at": start, "iterations_lost": lost, "recovery_s": None}
 
 
 def launcher_settings(argv, default_bin):
@@ -546,46 +360,6 @@ def check_args(p, a):
         p.error(f"--max-restarts {a.max_restarts}: must be 0 or more")
 
 
-def run_with_restarts(a, worker_args, settings):
-    """Runs the job, restarting it after a failure a restart may mend, up to --max-restarts
-    times; returns the last attempt's Job. Exits on a failure it does not restart (the
-    member's status for a refused setting or data, else 1) and on an interrupt that stops
-    the job at once (128 + the signal)."""
-    restarts = [] if a.max_restarts else None
-    lost_at = None
-    while True:
-        job = Job(a, worker_args, settings)
-        job.restarts, job.lost_at = restarts, lost_at
-
-        def on_signal(signum, frame, job=job):
-            if job.stop_at_checkpoint(signum):
-                return
-            print("ember-launch: interrupted; stopping the job", file=sys.stderr)
-            job.stop_all()
-            sys.exit(128 + signum)
-
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-        try:
-            job.run()
-            break
-        except JobFailure as f:
-            why = unmendable(f)
-            if why:
-                if a.max_restarts:
-                    print(f"ember-launch: not restarted: {why} ({f.name}, exit {f.rc})", file=sys.stderr)
-                # The member's own status for a refused setting (2), data or model (3).
-                sys.exit(f.rc if f.rc in UNMENDABLE_EXITS else 1)
-            if restarts is None or len(restarts) >= a.max_restarts:
-                if a.max_restarts:
-                    print(f"ember-launch: giving up: the job failed {len(restarts) + 1} times, --max-restarts {a.max_restarts}",
-                          file=sys.stderr)
-                sys.exit(1)
-            lost_at = time.time()
-            restarts.append(restart(a, job, f, len(restarts) + 1))
-    return job
-
-
 def main():
     argv, worker_args = split_worker_args(sys.argv[1:])
     root = Path(__file__).resolve().parent.parent
@@ -594,7 +368,8 @@ def main():
     p = build_parser(settings, default_bin)
     a, worker_args = parse_args(p, argv, worker_args)
     check_args(p, a)
-    job = run_with_restarts(a, worker_args, settings)
+    job = LocalJob(a, worker_args, settings)
+    job.run()
     if job.stopping:  # stopped at a checkpoint: the summary is written, the exit says why
         sys.exit(128 + job.stopping)
 

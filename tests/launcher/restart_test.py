@@ -162,7 +162,7 @@ def main():
         (stub / "ember-ps").symlink_to(BIN / "ember-ps")
         (stub / "ember-worker").write_text(f"""#!/usr/bin/env bash
 [ "$1" = --options-json ] && exec "{BIN / 'ember-worker'}" "$@"
-case " $* " in *" --rank 1 "*) ("{BIN / 'ember-worker'}" "$@" & pid=$!; sleep 2; kill -9 $pid; wait $pid; exit 137) ;; esac
+case " $* " in *" --rank 1 "*) "{BIN / 'ember-worker'}" "$@" & pid=$!; sleep 2; kill -9 $pid; wait $pid; exit 137 ;; esac
 exec "{BIN / 'ember-worker'}" "$@"
 """)
         (stub / "ember-worker").chmod(0o755)

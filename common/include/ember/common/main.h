@@ -1,5 +1,5 @@
 // What every Ember binary's main does with errors: one line on stderr naming the
-// program, and an exit code by error type (error.h).
+// program, and an exit code by error type (error.h). It also ignores SIGPIPE.
 #pragma once
 
 #include <functional>

@@ -12,9 +12,8 @@ worker settings the launchers take and record.
 `summarize` reads the workers' metrics (OUT/wN.jsonl, ember-worker --metrics) and the
 shards' totals (OUT/psN.json, ember-ps --summary-file), writes OUT/summary.json (fields:
 docs/training.md#metrics) and prints the job's totals and the workers' time per phase.
-The worker arguments after `--` give the settings the summary records (--lookahead,
---eviction, --prefetch, --overlap-allreduce, --refine-allocation, --placement; --policy
-is summarize's own). `token` writes a new job token to OUT/token (mode 600), as every
+The worker arguments after `--` give the settings the summary records (every job
+setting `ember-worker --options-json` declares; --policy is summarize's own). `token` writes a new job token to OUT/token (mode 600), as every
 launcher does. `resume-point` prints
 the newest whole checkpoint under CKPT/ps that verifies (its shard files' checksums, by
 BIN/ember-ps --verify-checkpoint) and has an intact copy of the workers' dense state.
@@ -251,7 +250,7 @@ def merge_summaries(job, summaries, w0, evals, per_iter):
     bytes_kind = {k: sum(s["bytes"].get(k, 0) for s in summaries) for k in kinds}
     framed = {k: sum(s["framed_bytes"].get(k, 0) for s in summaries) for k in w0["framed_bytes"]}
     return {
-        "policy": job["policy"], "transport": job["transport"], "workers": job["workers"], "ps": job["ps"],
+        "policy": job["settings"]["policy"], "transport": job["transport"], "workers": job["workers"], "ps": job["ps"],
         "samples_s": min(s["samples_s"] for s in summaries),
         "seconds": max(s["seconds"] for s in summaries),
         "iterations": w0["iterations"],
@@ -269,15 +268,13 @@ def merge_summaries(job, summaries, w0, evals, per_iter):
         "flush_value": sum(s.get("flush_value", 0) for s in summaries),
         "eval_handed": sum(s.get("eval_handed", 0) for s in summaries),
         "allreduce_bytes": sum(s.get("allreduce_bytes", 0) for s in summaries),
-        "placement": job.get("placement", ""),
         "prefetched": sum(s.get("prefetched", 0) for s in summaries),
         "bytes": bytes_kind, "framed_bytes": framed,
         # Bytes and rows by link class, summed over the workers (docs/cluster.md).
         "hosts": w0.get("hosts", 1),
         "links": sum_links([s["links"] for s in summaries if "links" in s]),
-        "lookahead": job["lookahead"], "eviction": job["eviction"],
-        "prefetch": job["prefetch"], "overlap_allreduce": job["overlap_allreduce"],
-        "refine_allocation": job["refine_allocation"],
+        # Every job setting the workers declare (ember-worker --options-json), as they ran.
+        **job["settings"],
         "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
         # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
         "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
@@ -349,12 +346,12 @@ def print_summary(out, result, policy, job, w0):
 
 
 def summarize(out, job, who="ember-job", quiet=False):
-    """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds the settings
-    it records: policy, transport, workers, ps, lookahead, eviction, prefetch,
-    overlap_allreduce, refine_allocation, metrics_endpoints, placement, and checkpoint_dir (for the
-    message of a job stopped at a checkpoint). Exits 1 when a worker wrote no summary."""
+    """Merges OUT's metrics into OUT/summary.json and returns it. `job` holds what it
+    records: transport, workers, ps, metrics_endpoints, restarts, `settings` (every job
+    setting by summary key: settings_of_worker_args'), and checkpoint_dir (for the message
+    of a job stopped at a checkpoint). Exits 1 when a worker wrote no summary."""
     out = Path(out)
-    workers, policy = job["workers"], job["policy"]
+    workers, policy = job["workers"], job["settings"]["policy"]
     per_iter, summaries, evals = read_metrics(out, workers, who)
     w0 = next(s for s in summaries if s["rank"] == 0)
     result = merge_summaries(job, summaries, w0, evals, per_iter)
@@ -421,7 +418,7 @@ def main():
     # The workers got --policy P before the worker arguments (which may override it).
     job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "checkpoint_dir": a.checkpoint_dir,
            "metrics_endpoints": [e for e in a.metrics_endpoints.split(",") if e],
-           **settings_of_worker_args(worker_settings(a.bin), ["--policy", a.policy, *worker_args])}
+           "settings": settings_of_worker_args(worker_settings(a.bin), ["--policy", a.policy, *worker_args])}
     if a.restarts:
         try:
             path = Path(a.restarts)

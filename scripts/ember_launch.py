@@ -148,7 +148,7 @@ class LocalJob:
         finally:
             self.restarts.saw_training(att)
         job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "metrics_endpoints": self.metrics_endpoints,
-               "checkpoint_dir": a.checkpoint_dir, "restarts": self.restarts.records if a.max_restarts else None, **self.settings}
+               "checkpoint_dir": a.checkpoint_dir, "restarts": self.restarts.records if a.max_restarts else None, "settings": self.settings}
         return summarize(self.out, job, who="ember-launch")
 
     def stop_at_checkpoint(self, signum):

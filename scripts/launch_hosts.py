@@ -221,7 +221,7 @@ class HostsJob:
             self.restarts.saw_training(att)
         settings = settings_of_worker_args(worker_settings(self.bin, WHO), ["--policy", a.policy, *self.worker_args])
         job = {"transport": a.transport, "workers": a.workers, "ps": a.ps, "checkpoint_dir": str(self.ckpt or ""),
-               "restarts": self.restarts.records if a.max_restarts else None, **settings}
+               "restarts": self.restarts.records if a.max_restarts else None, "settings": settings}
         return summarize(self.out, job, who=WHO)
 
     def on_signal(self, signum, frame):

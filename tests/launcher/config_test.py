@@ -94,6 +94,12 @@ with tempfile.TemporaryDirectory() as d:
               "--model dlrm" in cmd and cmd.index("--iterations 300") < cmd.index("--iterations 5"), cmd)
         check("[ember-ps] reaches the shards", "--dim 16 --optimizer adagrad --lr 0.05" in (out / "ps0.log").read_text().splitlines()[0])
         check("no metrics endpoints without --metrics-port", s["metrics_endpoints"] == [], s["metrics_endpoints"])
+        declared = ember_job.worker_settings(BIN)
+        missing = [f for f, _, _ in declared if f.replace("-", "_") not in s]
+        check("summary.json records every job setting ember-worker declares", declared and not missing, missing)
+        check("summary.json records the settings' values", s["model_file"] == "" and s["policy"] == "herald" and
+              s["cache_admission"] == next(d for f, _, d in declared if f == "cache-admission"),
+              {k: s.get(k) for k in ("model_file", "policy", "cache_admission")})
 
     # The MLPerf-shaped example on multi-hot data (small tables, so smaller micro-batches).
     bags = tmp / "bags"

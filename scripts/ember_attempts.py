@@ -420,6 +420,25 @@ def run_attempts(run_attempt, restarts, heal=None):
             restarts.record(f, replaced, waited)
 
 
+def run_job(job, who, heal=None):
+    """Runs `job`'s attempts (its run_attempt, restarts and current attempt) as run_attempts
+    does, a new job (no earlier job's restart records). SIGINT and SIGTERM stop it: at a
+    checkpoint when `job.stop_at_checkpoint(signum)` can, else at once (exit 128 + signal)."""
+    def on_signal(signum, frame):
+        stop = getattr(job, "stop_at_checkpoint", None)
+        if stop and stop(signum):
+            return
+        print(f"{who}: interrupted; stopping the job", file=sys.stderr)
+        if job.attempt:
+            job.attempt.stop_all()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    job.restarts.clear()
+    return run_attempts(job.run_attempt, job.restarts, heal)
+
+
 def requeue(argv):
     """ember.sbatch after its job failed (Slurm requeues the job, a new run of the script):
     whether to restart it, and if so the restart recorded as every launcher records it.

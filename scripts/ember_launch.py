@@ -47,7 +47,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ember_attempts import Attempt, Restarts, run_attempts
+from ember_attempts import Attempt, Restarts, run_job
 from ember_job import resume_point, settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
 
 
@@ -164,20 +164,9 @@ class LocalJob:
               file=sys.stderr, flush=True)
         return True
 
-    def on_signal(self, signum, frame):
-        if self.stop_at_checkpoint(signum):
-            return
-        print("ember-launch: interrupted; stopping the job", file=sys.stderr)
-        if self.attempt:
-            self.attempt.stop_all()
-        sys.exit(128 + signum)
-
     def run(self):
-        """The job's attempts, restarted as --max-restarts allows (ember_attempts.run_attempts)."""
-        signal.signal(signal.SIGINT, self.on_signal)
-        signal.signal(signal.SIGTERM, self.on_signal)
-        self.restarts.clear()
-        return run_attempts(self.run_attempt, self.restarts)
+        """The job's attempts, restarted as --max-restarts allows (ember_attempts.run_job)."""
+        return run_job(self, "ember-launch")
 
 # Launcher settings that are paths: in a --config file, relative to the file's directory.
 PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir", "placement", "model_file")

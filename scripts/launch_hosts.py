@@ -50,12 +50,11 @@ plane's heartbeats fail the job.
 import argparse
 import os
 import shlex
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from ember_attempts import Attempt, HostPool, Restarts, run_attempts
+from ember_attempts import Attempt, HostPool, Restarts, run_job
 from ember_job import resume_point, settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
 
 WHO = "launch_hosts"
@@ -224,19 +223,11 @@ class HostsJob:
                "restarts": self.restarts.records if a.max_restarts else None, "settings": settings}
         return summarize(self.out, job, who=WHO)
 
-    def on_signal(self, signum, frame):
-        """Closes the ssh sessions (their remote processes get SIGHUP)."""
-        print(f"{WHO}: interrupted; stopping the job", file=sys.stderr)
-        if self.attempt:
-            self.attempt.stop_all()
-        sys.exit(128 + signum)
-
     def run(self):
-        signal.signal(signal.SIGINT, self.on_signal)
-        signal.signal(signal.SIGTERM, self.on_signal)
+        """The attempts (ember_attempts.run_job); an interrupt closes the ssh sessions (their
+        remote processes get SIGHUP)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        self.restarts.clear()
-        return run_attempts(self.run_attempt, self.restarts, heal=self.pool.heal)
+        return run_job(self, WHO, heal=self.pool.heal)
 
 
 def main():

@@ -40,7 +40,8 @@ after `--`: arguments for every ember-worker (a --heartbeat-timeout-ms among eit
 also how long the launcher waits for the control plane's word on a failure).
 
 Output in OUT: each process's log (NAME.log, written on its host), the workers' metrics
-(wN.jsonl), the shards' totals (psN.json) and summary.json. When a process fails, the
+(wN.jsonl), the shards' totals (psN.json), the hosts of each attempt (hosts-attempt-K)
+and summary.json. When a process fails, the
 launcher names the member that failed first by the control plane's word (OUT/failure.json,
 written by shard 0), not by which process ended first, prints its last log lines and
 exits 1, closing the ssh sessions still open 4 s after that word (their remote processes
@@ -202,6 +203,8 @@ class HostsJob:
         self.attempt = att = Attempt(self.out, WHO, self.hb_ms / 1000 + 5, grace_s=4,
                                      progress=None if a.quiet else f"[{a.policy}] ")
         att.prepare_out()
+        # The hosts this attempt runs on, one hostfile entry a line (spares replace lost ones).
+        (self.out / f"hosts-attempt-{len(self.restarts.records) + 1}").write_text("".join(h + "\n" for h in hosts))
         token = write_token(self.out)
         ps_ckpt, worker_ckpt = self.checkpoint_args()
         coord = self.start_shards(att, hosts, token, ps_ckpt + self.user_ps)

@@ -131,6 +131,8 @@ def main():
             check("the restart record names the replaced host", r[0].get("replaced") == f"{HOSTS[1]} by the spare {HOSTS[2]}" and
                   r[0].get("member") == "worker0", r)
             check("worker 0 runs on the spare, its rank kept", f"--host {HOSTS[2]}" in (out / "worker0.log").read_text(errors="replace"))
+            check("each attempt's hosts are recorded", (out / "hosts-attempt-1").read_text().split() == HOSTS[:2] and
+                  (out / "hosts-attempt-2").read_text().split() == [HOSTS[0], HOSTS[2]])
             check("the healed job's model is the uninterrupted job's, bit for bit", same_model(tmp, "whole", "spare"))
 
         p, out = job(tmp, data, "wait", HOSTS[:2], ["--max-restarts", "1", "--host-wait", "30"])

@@ -10,6 +10,7 @@
 #include "ember/common/error.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
+#include "ember/common/option_registry.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
 #include "ember/data/prep.h"
@@ -142,74 +143,127 @@ struct Flags {
   std::string verify_dir;
 };
 
+// The subcommands' flags, declared once each (common/option_registry.h).
+using Decl = OptionDecl<Flags>;
+
+template <class T>
+Decl flag(const char* name, T Flags::*member, const char* help) {
+  return field_option<Flags>(name, member, help, kDataProgram);
+}
+// A flag bound to a field of a part of Flags (a subcommand's options).
+template <class Part, class T, class GetPart>
+Decl part_flag(const char* name, T Part::*member, const char* help, GetPart part) {
+  return rebind_option<Flags>(field_option<Part>(name, member, help, kDataProgram), part);
+}
+template <class T>
+Decl prep_flag(const char* name, T PrepOptions::*member, const char* help) {
+  return part_flag(
+      name, member, help, [](auto& f) -> auto& { return f.po; });
+}
+template <class T>
+Decl gen_flag(const char* name, T GenOptions::*member, const char* help) {
+  return part_flag(
+      name, member, help, [](auto& f) -> auto& { return f.go; });
+}
+template <class T>
+Decl stats_flag(const char* name, T StatsOptions::*member, const char* help) {
+  return part_flag(
+      name, member, help, [](auto& f) -> auto& { return f.so; });
+}
+
+// `prep`'s input files, given after its flags.
+Decl inputs_argument() {
+  Decl d;
+  d.flag = "inputs";
+  d.help = "input files (plain or gzip), concatenated in order";
+  d.programs = kDataProgram;
+  d.add = [name = d.flag, help = d.help](CLI::App& app, Flags& f) { return app.add_option(name, f.prep_inputs, help); };
+  d.text = [](const Flags& f) {
+    std::string s;
+    for (const std::string& i : f.prep_inputs) s += (s.empty() ? "" : " ") + i;
+    return s;
+  };
+  d.value = d.text;
+  return d;
+}
+
+// Registers `decls` on the subcommand, the flags named in `required` required.
+CLI::App* add_subcommand(CLI::App& app, const char* name, const char* what, const std::vector<Decl>& decls, Flags& f,
+                         std::initializer_list<const char*> required) {
+  CLI::App* sub = app.add_subcommand(name, what);
+  add_options(*sub, decls, f, kDataProgram);
+  for (const char* r : required) sub->get_option(r)->required();
+  return sub;
+}
+
 // `prep`: text files to a binary dataset.
 CLI::App* add_prep(CLI::App& app, Flags& f) {
-  PrepOptions& po = f.po;
-  auto* prep = app.add_subcommand("prep", "convert text files to Ember's binary dataset (two streaming passes)");
-  prep->add_option("--format", f.prep_format, "criteo (Kaggle/1TB TSV), criteo-csv (competition or DeepCTR CSV), avazu")->required();
-  prep->add_option("--output,-o", po.output, "dataset directory to create")->required();
-  prep->add_option("--min-count", po.min_count, "values seen fewer times share one OOV row per table")->capture_default_str();
-  prep->add_option("--val-fraction", po.val_fraction, "share of rows for validation (after train, in file order)")->capture_default_str();
-  prep->add_option("--test-fraction", po.test_fraction, "share of rows for test (last, in file order)")->capture_default_str();
-  prep->add_option("--skip-bad", po.skip_bad, "skip up to N malformed lines instead of failing")->capture_default_str();
-  prep->add_option("--multi-hot-sep", f.prep_bag_sep, "multi-hot input: each categorical field is a bag of values split by this character");
-  prep->add_flag("--shuffle", po.shuffle, "shuffle rows (by --seed) before splitting");
-  prep->add_option("--seed", po.seed, "seed for --shuffle")->capture_default_str();
-  prep->add_option("--shard-rows", po.shard_rows, "rows per shard file (power of two)")->capture_default_str();
-  prep->add_option("--threads", po.threads, "threads (0 = all cores)")->capture_default_str();
-  prep->add_flag("--force", po.overwrite, "replace an existing output directory");
-  prep->add_flag("--quiet,-q", f.prep_quiet, "no progress lines");
-  prep->add_flag("--json", f.prep_json, "print the report as one JSON object");
-  prep->add_option("inputs", f.prep_inputs, "input files (plain or gzip), concatenated in order")->required();
-  return prep;
+  const std::vector<Decl> decls = {
+      flag("--format", &Flags::prep_format, "criteo (Kaggle/1TB TSV), criteo-csv (competition or DeepCTR CSV), avazu"),
+      prep_flag("--output,-o", &PrepOptions::output, "dataset directory to create").default_hidden(),
+      prep_flag("--min-count", &PrepOptions::min_count, "values seen fewer times share one OOV row per table"),
+      prep_flag("--val-fraction", &PrepOptions::val_fraction, "share of rows for validation (after train, in file order)"),
+      prep_flag("--test-fraction", &PrepOptions::test_fraction, "share of rows for test (last, in file order)"),
+      prep_flag("--skip-bad", &PrepOptions::skip_bad, "skip up to N malformed lines instead of failing"),
+      flag("--multi-hot-sep", &Flags::prep_bag_sep, "multi-hot input: each categorical field is a bag of values split by this character"),
+      prep_flag("--shuffle", &PrepOptions::shuffle, "shuffle rows (by --seed) before splitting"),
+      prep_flag("--seed", &PrepOptions::seed, "seed for --shuffle"),
+      prep_flag("--shard-rows", &PrepOptions::shard_rows, "rows per shard file (power of two)"),
+      prep_flag("--threads", &PrepOptions::threads, "threads (0 = all cores)"),
+      prep_flag("--force", &PrepOptions::overwrite, "replace an existing output directory"),
+      flag("--quiet,-q", &Flags::prep_quiet, "no progress lines"),
+      flag("--json", &Flags::prep_json, "print the report as one JSON object"),
+      inputs_argument(),
+  };
+  return add_subcommand(app, "prep", "convert text files to Ember's binary dataset (two streaming passes)", decls, f,
+                        {"--format", "--output", "inputs"});
 }
 
 // `gen`: synthetic data in a real dataset's text format.
 CLI::App* add_gen(CLI::App& app, Flags& f) {
-  GenOptions& go = f.go;
-  auto* gen = app.add_subcommand("gen", "write synthetic Criteo-like or Avazu-like data in the real text format");
-  gen->add_option("--like", f.gen_like, "criteo or avazu")->capture_default_str();
-  gen->add_option("--rows", go.rows, "rows to write")->required();
-  gen->add_option("--scale", go.scale, "multiplier of the real table cardinalities")->capture_default_str();
-  gen->add_option("--alpha", go.alpha, "one Zipf exponent for all tables (0 = calibrated per table)")->capture_default_str();
-  gen->add_option("--seed", go.seed, "random seed")->capture_default_str();
-  gen->add_flag("--iid", go.iid, "independent per-table draws: no entities, sessions or drift");
-  gen->add_option("--entities", go.entities, "latent entities (0 = 1e6 x scale)")->capture_default_str();
-  gen->add_option("--entity-alpha", go.entity_alpha, "Zipf exponent of entity popularity")->capture_default_str();
-  gen->add_option("--coupling", go.coupling, "probability a table takes the entity's value")->capture_default_str();
-  gen->add_option("--session", go.session, "probability a row reuses the previous row's entity")->capture_default_str();
-  gen->add_option("--drift", go.drift, "popularity ranking positions shifted per 10,000 rows")->capture_default_str();
-  gen->add_option("--ctr", go.ctr, "target click rate (default 0.25 Criteo, 0.17 Avazu)");
-  gen->add_option("--threads", go.threads, "threads (0 = all cores; output does not depend on it)")->capture_default_str();
-  gen->add_option("--multi-hot", f.gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table");
-  gen->add_option("--multi-hot-dist", f.gen_bag_dist, "a bag's extra values: uniform over the table, or zipf (its popularity)")
-      ->capture_default_str();
-  gen->add_option("--multi-hot-sep", f.gen_bag_sep, "separator of a bag's values")->capture_default_str();
-  gen->add_option("--output,-o", go.output, "output file (.gz: gzip)")->required();
-  gen->add_flag("--force", go.overwrite, "replace an existing output file");
-  gen->add_flag("--quiet,-q", f.gen_quiet, "no progress or summary");
-  return gen;
+  const std::vector<Decl> decls = {
+      flag("--like", &Flags::gen_like, "criteo or avazu"),
+      gen_flag("--rows", &GenOptions::rows, "rows to write").default_hidden(),
+      gen_flag("--scale", &GenOptions::scale, "multiplier of the real table cardinalities"),
+      gen_flag("--alpha", &GenOptions::alpha, "one Zipf exponent for all tables (0 = calibrated per table)"),
+      gen_flag("--seed", &GenOptions::seed, "random seed"),
+      gen_flag("--iid", &GenOptions::iid, "independent per-table draws: no entities, sessions or drift"),
+      gen_flag("--entities", &GenOptions::entities, "latent entities (0 = 1e6 x scale)"),
+      gen_flag("--entity-alpha", &GenOptions::entity_alpha, "Zipf exponent of entity popularity"),
+      gen_flag("--coupling", &GenOptions::coupling, "probability a table takes the entity's value"),
+      gen_flag("--session", &GenOptions::session, "probability a row reuses the previous row's entity"),
+      gen_flag("--drift", &GenOptions::drift, "popularity ranking positions shifted per 10,000 rows"),
+      gen_flag("--ctr", &GenOptions::ctr, "target click rate (default 0.25 Criteo, 0.17 Avazu)").default_hidden(),
+      gen_flag("--threads", &GenOptions::threads, "threads (0 = all cores; output does not depend on it)"),
+      flag("--multi-hot", &Flags::gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table"),
+      flag("--multi-hot-dist", &Flags::gen_bag_dist, "a bag's extra values: uniform over the table, or zipf (its popularity)"),
+      flag("--multi-hot-sep", &Flags::gen_bag_sep, "separator of a bag's values"),
+      gen_flag("--output,-o", &GenOptions::output, "output file (.gz: gzip)").default_hidden(),
+      gen_flag("--force", &GenOptions::overwrite, "replace an existing output file"),
+      flag("--quiet,-q", &Flags::gen_quiet, "no progress or summary"),
+  };
+  return add_subcommand(app, "gen", "write synthetic Criteo-like or Avazu-like data in the real text format", decls, f,
+                        {"--rows", "--output"});
 }
 
 // `stats`: a dataset's skew and DoI.
 CLI::App* add_stats(CLI::App& app, Flags& f) {
-  StatsOptions& so = f.so;
-  auto* stats = app.add_subcommand("stats", "per-table skew and Herald's degree of infrequency (DoI)");
-  stats->add_option("dir", f.stats_dir, "dataset directory")->required();
-  stats->add_option("--split", f.stats_split, "train, val or test")->capture_default_str();
-  stats->add_option("--workers", so.workers, "workers, for DoI")->capture_default_str();
-  stats->add_option("--cache-ratio", so.cache_ratio, "cache share of each table's rows, for DoI")->capture_default_str();
-  stats->add_option("--window", so.window, "also report distinct values per window of N consecutive rows")->capture_default_str();
-  stats->add_flag("--json", f.stats_json_out, "one JSON object");
-  stats->add_flag("--no-verify", f.stats_no_verify, "skip payload checksums");
-  return stats;
+  const std::vector<Decl> decls = {
+      flag("dir", &Flags::stats_dir, "dataset directory"),
+      flag("--split", &Flags::stats_split, "train, val or test"),
+      stats_flag("--workers", &StatsOptions::workers, "workers, for DoI"),
+      stats_flag("--cache-ratio", &StatsOptions::cache_ratio, "cache share of each table's rows, for DoI"),
+      stats_flag("--window", &StatsOptions::window, "also report distinct values per window of N consecutive rows"),
+      flag("--json", &Flags::stats_json_out, "one JSON object"),
+      flag("--no-verify", &Flags::stats_no_verify, "skip payload checksums"),
+  };
+  return add_subcommand(app, "stats", "per-table skew and Herald's degree of infrequency (DoI)", decls, f, {"dir"});
 }
 
 // `verify`: a dataset's manifest, headers and checksums.
 CLI::App* add_verify(CLI::App& app, Flags& f) {
-  auto* verify = app.add_subcommand("verify", "check a dataset's manifest, headers and checksums");
-  verify->add_option("dir", f.verify_dir, "dataset directory")->required();
-  return verify;
+  const std::vector<Decl> decls = {flag("dir", &Flags::verify_dir, "dataset directory")};
+  return add_subcommand(app, "verify", "check a dataset's manifest, headers and checksums", decls, f, {"dir"});
 }
 
 // Runs the subcommand given, its flags turned into its options.
@@ -241,7 +295,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ember-data: prepare Criteo/Avazu files, generate synthetic data, inspect datasets"};
   app.require_subcommand(1);
   Flags f;
-  app.add_option("--log-level", f.log_level, "trace, debug, info, warn, error, off")->capture_default_str();
+  add_options(app, {flag("--log-level", &Flags::log_level, "trace, debug, info, warn, error, off")}, f, kDataProgram);
   const CLI::App* prep = add_prep(app, f);
   const CLI::App* gen = add_gen(app, f);
   const CLI::App* stats = add_stats(app, f);

@@ -341,8 +341,15 @@ void print_tier(const planner::CostEstimate& est, const planner::Topology& topo,
   }
 }
 
-// ember-plan's command line (the variables CLI11 writes into).
+// ember-plan's command line (the variables CLI11 writes into); its initial values are the
+// flags' defaults.
 struct Flags {
+  Flags() {
+    shape.workers = topo.workers;
+    shape.batch_per_worker = topo.batch_per_worker;
+    shape.cache_ratio = topo.cache_ratio;
+    iterations = topo.warmup + topo.iterations;  // as ember-sim's: the --warmup ones included
+  }
   std::string data_dir;
   planner::Topology topo;
   std::uint32_t dim = 16;
@@ -359,66 +366,104 @@ struct Flags {
   bool no_shares = false;
 };
 
-// The placement search's flags (--memory and what goes with it).
-void add_placement_flags(CLI::App& app, Flags& f) {
-  app.add_option("--memory", f.memory_arg,
-                 "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
-                 "plus one shared LRU of the rest");
-  app.add_option("--link-mbit", f.link_mbit, "with --memory: each link's rate in Mbit/s (the PS shards', and the workers' unless given)")
-      ->capture_default_str();
-  app.add_option("--worker-link-mbit", f.worker_link_mbit,
-                 "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's");
-  app.add_option("--plan-out", f.plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)");
-  app.add_option("--greedy-out", f.greedy_out, "with --memory: write the best greedy plan as JSON here");
-  app.add_option("--batch-choices", f.batch_choices,
-                 "with --memory: plan each of these samples per worker (comma-separated) and keep the cheapest per sample "
-                 "(the cache against the batch size)")
-      ->delimiter(',');
-  app.add_flag("--no-shares", f.no_shares,
-               "with --memory: keep one LRU for the cached tables (by default cache shares are tried, each costed by a simulator "
-               "sample of the searched plan)");
-  app.add_option("--calibration", f.calibration_file,
-                 "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)");
+// ember-plan's flags, declared once each (common/option_registry.h): the dataset, the
+// job's shape by the flags every scheduler program declares (scheduler_cli.cc: ember-sim's,
+// ember-worker's), the model's own and the placement search's.
+using Decl = OptionDecl<Flags>;
+
+template <class T>
+Decl flag(const char* name, T Flags::*member, const char* help) {
+  return field_option<Flags>(name, member, help, kShapeProgram);
+}
+template <class T>
+Decl topo_flag(const char* name, T planner::Topology::*member, const char* help) {
+  return rebind_option<Flags>(
+      field_option<planner::Topology>(name, member, help, kShapeProgram), [](auto& f) -> auto& { return f.topo; });
+}
+
+// --batch-choices: sizes, comma-separated.
+Decl batch_choices_flag(const char* help) {
+  Decl d;
+  d.flag = "--batch-choices";
+  d.help = help;
+  d.programs = kShapeProgram;
+  d.kind = OptionKind::kText;
+  d.add = [flag = d.flag, help = d.help](CLI::App& app, Flags& f) { return app.add_option(flag, f.batch_choices, help)->delimiter(','); };
+  d.text = [](const Flags& f) {
+    std::string s;
+    for (std::uint32_t b : f.batch_choices) s += (s.empty() ? "" : ",") + std::to_string(b);
+    return s;
+  };
+  d.value = d.text;
+  return d;
+}
+
+// The traffic model: the run averaged, row sizes, data order, shards, the policy sampled.
+std::vector<Decl> model_options() {
+  return {
+      topo_flag("--warmup", &planner::Topology::warmup, "of the --iterations, the first ones not averaged (caches start empty)"),
+      flag("--iterations", &Flags::iterations, "global batches of the job (as ember-sim's), averaged after --warmup"),
+      flag("--dim", &Flags::dim, "embedding dimension, for bytes"),
+      flag("--optimizer", &Flags::optimizer, "sparse optimizer (its state travels with values), for bytes"),
+      flag("--order", &Flags::order,
+           "file: the job reads the split in file order (per-batch frequencies); shuffled: as with --shuffle (the split's "
+           "frequencies)")
+          .checked(CLI::IsMember({"file", "shuffled"})),
+      topo_flag("--ps", &planner::Topology::shards, "PS shards: the load per shard (a key's shard as the PS places it)"),
+      flag("--policy", &Flags::policy, "vanilla (analytic) or another ember-sim policy (herald, laia, ...: from a simulator sample)"),
+      flag("--sample", &Flags::sample, "policies other than vanilla: iterations simulated (after --warmup) for their rows"),
+      flag("--seed", &Flags::seed, "policies other than vanilla: the scheduler's seed, as ember-sim's"),
+      flag("--ram-budget-mb", &Flags::ram_budget_mb,
+           "a disk tier under each PS shard with this RAM budget (ember-ps --ram-budget-mb): predict its disk reads per "
+           "iteration without and with hints (from a simulator sample, vanilla too)")
+          .default_hidden(),
+      topo_flag("--lookahead", &planner::Topology::lookahead,
+                "sampled policies: batches the scheduler sees beyond the one it plans, and how far ahead the tier's hints come "
+                "(ember-sim's --lookahead)"),
+      flag("--json", &Flags::json, "one JSON object"),
+  };
+}
+
+// The placement search (--memory and what goes with it).
+std::vector<Decl> placement_options() {
+  return {
+      flag("--memory", &Flags::memory_arg,
+           "plan the tables' treatments under this memory per worker (bytes, or with K, M, G: binary): replicated tables "
+           "plus one shared LRU of the rest"),
+      flag("--link-mbit", &Flags::link_mbit, "with --memory: each link's rate in Mbit/s (the PS shards', and the workers' unless given)"),
+      flag("--worker-link-mbit", &Flags::worker_link_mbit,
+           "with --memory: each worker's link rate in Mbit/s (its PS traffic and the all-reduce), if not --link-mbit's")
+          .default_hidden(),
+      flag("--plan-out", &Flags::plan_out, "with --memory: write the searched plan as JSON here (ember-worker --placement)"),
+      flag("--greedy-out", &Flags::greedy_out, "with --memory: write the best greedy plan as JSON here"),
+      batch_choices_flag("with --memory: plan each of these samples per worker (comma-separated) and keep the cheapest per sample "
+                         "(the cache against the batch size)"),
+      flag("--no-shares", &Flags::no_shares,
+           "with --memory: keep one LRU for the cached tables (by default cache shares are tried, each costed by a simulator "
+           "sample of the searched plan)"),
+      flag("--calibration", &Flags::calibration_file,
+           "with --memory: predict each plan's iteration time from this calibration (scripts/bench_placement.py --calibrate)"),
+  };
+}
+
+const std::vector<Decl>& plan_flags() {
+  static const std::vector<Decl> decls = [] {  // immutable after its first use
+    std::vector<Decl> d = {flag("--dataset", &Flags::data_dir, "dataset directory from `ember-data prep` (train split frequencies)")};
+    for (const auto& s : scheduler::scheduler_options())
+      d.push_back(rebind_option<Flags>(
+          s, [](auto& f) -> auto& { return f.shape; }));
+    for (Decl& m : model_options()) d.push_back(std::move(m));
+    for (Decl& m : placement_options()) d.push_back(std::move(m));
+    return d;
+  }();
+  return decls;
 }
 
 // ember-plan's flags, declared into `f` (which outlives the parse).
 void add_flags(CLI::App& app, Flags& f) {
-  planner::Topology& topo = f.topo;
-  app.add_option("--dataset", f.data_dir, "dataset directory from `ember-data prep` (train split frequencies)")->required();
+  add_options(app, plan_flags(), f, kShapeProgram);
+  app.get_option("--dataset")->required();
   add_renamed_flag(app, "--data", "--dataset", true);
-  // The job's shape, by the flags every scheduler program declares (ember-sim's, ember-worker's).
-  scheduler::SchedulerOptions& shape = f.shape;
-  shape.workers = topo.workers;
-  shape.batch_per_worker = topo.batch_per_worker;
-  shape.cache_ratio = topo.cache_ratio;
-  scheduler::add_scheduler_options(app, shape, kShapeProgram);
-  // As ember-sim's: the job's global batches, the first --warmup of them not averaged.
-  f.iterations = topo.warmup + topo.iterations;
-  app.add_option("--warmup", topo.warmup, "of the --iterations, the first ones not averaged (caches start empty)")->capture_default_str();
-  app.add_option("--iterations", f.iterations, "global batches of the job (as ember-sim's), averaged after --warmup")
-      ->capture_default_str();
-  app.add_option("--dim", f.dim, "embedding dimension, for bytes")->capture_default_str();
-  app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
-  app.add_option("--order", f.order,
-                 "file: the job reads the split in file order (per-batch frequencies); shuffled: as with --shuffle (the split's "
-                 "frequencies)")
-      ->check(CLI::IsMember({"file", "shuffled"}))
-      ->capture_default_str();
-  app.add_option("--ps", topo.shards, "PS shards: the load per shard (a key's shard as the PS places it)")->capture_default_str();
-  app.add_option("--policy", f.policy, "vanilla (analytic) or another ember-sim policy (herald, laia, ...: from a simulator sample)")
-      ->capture_default_str();
-  app.add_option("--sample", f.sample, "policies other than vanilla: iterations simulated (after --warmup) for their rows")
-      ->capture_default_str();
-  app.add_option("--seed", f.seed, "policies other than vanilla: the scheduler's seed, as ember-sim's")->capture_default_str();
-  app.add_option("--ram-budget-mb", f.ram_budget_mb,
-                 "a disk tier under each PS shard with this RAM budget (ember-ps --ram-budget-mb): predict its disk reads per "
-                 "iteration without and with hints (from a simulator sample, vanilla too)");
-  app.add_option("--lookahead", topo.lookahead,
-                 "sampled policies: batches the scheduler sees beyond the one it plans, and how far ahead the tier's hints come "
-                 "(ember-sim's --lookahead)")
-      ->capture_default_str();
-  app.add_flag("--json", f.json, "one JSON object");
-  add_placement_flags(app, f);
 }
 
 // The job's shape from the flags, checked (the topology the model takes).

@@ -228,7 +228,7 @@ void PsDaemon::join_job() {
   }
   // Control plane: shard 0 coordinates; every shard joins and publishes its address.
   transport::ControlTimeouts ct;
-  ct.heartbeat_timeout = std::chrono::milliseconds(c_.heartbeat_timeout_ms);
+  ct.heartbeat_timeout = c_.heartbeat_timeout;
   ct.heartbeat_interval = std::max(std::chrono::milliseconds(20), ct.heartbeat_timeout / 10);
   std::string endpoint = c_.coordinator;
   if (c_.store.shard == 0) host_coordinator(endpoint, ct);

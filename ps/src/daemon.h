@@ -18,23 +18,23 @@
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
 #include "ember/transport/control.h"
+#include "ember/transport/job_connection.h"
 #include "ember/transport/rdma.h"
 #include "ember/transport/transport.h"
 
 namespace ember::ps {
 
-// ember-ps's options, checked and resolved (token read, rows counted, optimizer parsed).
-struct DaemonConfig {
+// ember-ps's options, checked and resolved (token read, rows counted, optimizer parsed):
+// the job connection's (coordinator, token, transport, host ...: the flags ember-worker
+// takes too), and the shard's own.
+struct DaemonConfig : transport::JobConnection {
   StoreConfig store;
   std::string optimizer_name = "sgd";  // for the log; store.optimizer.kind holds it
   ShardAddress listen;                 // default 127.0.0.1, any free port
-  std::string host;                    // the shard's host, told to the workers (empty: the machine's name)
-  std::string token, port_file, restore_dir, checkpoint_dir, stats_file;
+  std::string port_file, restore_dir, checkpoint_dir, stats_file;
   int io_threads = 2;
   std::string apply_commits = "auto";
   std::uint32_t apply_threads = 0;  // 0: as many as io_threads
-  std::string transport = "tcp";
-  std::uint32_t rdma_slot_mib = 4, socket_buffer_kib = 0;
   double stats_interval = 10;
   int drain_ms = 5000;
   bool checkpoint_on_exit = false;
@@ -44,11 +44,10 @@ struct DaemonConfig {
   // with a disk tier (its table may be far larger than its changes), else 1.
   std::uint32_t checkpoint_full_every = 0;
   std::size_t keep_checkpoints = 3;
-  std::string coordinator, coordinator_file, failure_file, summary_file;
+  std::string coordinator_file, failure_file, summary_file;
   std::uint32_t max_connections = 1024;
   int hello_timeout_ms = 10000;
   std::uint32_t workers = 0;
-  int heartbeat_timeout_ms = 10000;
   std::uint16_t metrics_port = 0;
   std::string metrics_address;  // empty: the listen host
 };

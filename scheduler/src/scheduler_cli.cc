@@ -16,8 +16,10 @@ using Decl = OptionDecl<SchedulerOptions>;
 constexpr unsigned kAll = kWorkerProgram | kSimProgram | kShapeProgram;
 constexpr unsigned kJob = kWorkerProgram | kSimProgram;  // a training job, and its replay
 
-template <class T>
-Decl option(const char* flag, T SchedulerOptions::*member, const char* help, unsigned programs) {
+// `member` of SchedulerOptions or of its base SchedulerCommon (the settings that pass to
+// the Scheduler as they are).
+template <class Base, class T>
+Decl option(const char* flag, T Base::*member, const char* help, unsigned programs) {
   return field_option<SchedulerOptions>(flag, member, help, programs);
 }
 

@@ -53,8 +53,7 @@ void check_lookahead(const SchedulerConfig& c) {
 
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
   SchedulerConfig c;
-  c.workers = o.workers;
-  c.batch_per_worker = o.batch_per_worker;
+  static_cast<SchedulerCommon&>(c) = o;  // the settings that pass as they are, at once
   c.table_offsets = key_space(ds, o.table_rows);
   c.num_keys = c.table_offsets.back();
   c.table_offsets.pop_back();
@@ -66,16 +65,8 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   if (o.for_training && c.policy.simulator_only()) {
     throw ConfigError("--policy " + c.policy.name() + " is simulator-only (ember-sim); training runs " + trainable_policies());
   }
-  c.seed = o.seed;
-  c.threads = o.threads;
-  c.budget_ms = o.budget_ms;
-  c.partitions = o.partitions;
-  c.refine_allocation = o.refine_allocation;
-  c.host_allocation = o.host_allocation;
-  c.peer_sync = o.peer_sync;
   c.lookahead = o.lookahead;
   c.eviction = o.eviction == "auto" ? (o.lookahead > 0 ? Eviction::kLookahead : Eviction::kLru) : parse_eviction(o.eviction);
-  c.prefetch = o.prefetch;
   c.admission = parse_admission(o.cache_admission);
   if (c.eviction == Eviction::kBelady) {
     if (o.for_training) throw ConfigError("--eviction belady needs the whole future (ember-sim only); training runs lru or lookahead");

@@ -280,8 +280,13 @@ void print_text(const Output& out, const scheduler::SimResult& r) {
   }
 }
 
-// ember-sim's command line.
+// ember-sim's command line; its initial values are the flags' defaults.
 struct Flags {
+  Flags() {
+    gen.rows = 0;  // exactly the batches needed
+    o.scheduler.policy = "vanilla,laia,plan,herald";
+    o.scheduler.iterations = 110;
+  }
   std::string data_dir, synthetic;
   data::GenOptions gen;
   bool json = false, quiet = false;
@@ -325,47 +330,87 @@ std::vector<std::uint32_t> parse_host_map(const std::string& text, std::uint32_t
   return host_of;
 }
 
+// ember-sim's flags, declared once each (common/option_registry.h): the dataset or the
+// synthetic data, the job's options by the names ember-worker gives them
+// (scheduler_cli.cc), and the simulator's own.
+using Decl = OptionDecl<Flags>;
+
+template <class T>
+Decl flag(const char* name, T Flags::*member, const char* help) {
+  return field_option<Flags>(name, member, help, kSimProgram);
+}
+// A flag bound to a field of the generator's options (--synthetic's data).
+template <class T>
+Decl gen_flag(const char* name, T data::GenOptions::*member, const char* help) {
+  return rebind_option<Flags>(
+      field_option<data::GenOptions>(name, member, help, kSimProgram), [](auto& f) -> auto& { return f.gen; });
+}
+template <class T>
+Decl sim_flag(const char* name, T scheduler::SimOptions::*member, const char* help) {
+  return rebind_option<Flags>(
+      field_option<scheduler::SimOptions>(name, member, help, kSimProgram), [](auto& f) -> auto& { return f.o; });
+}
+
+std::vector<Decl> data_options() {
+  return {
+      flag("--dataset", &Flags::data_dir, "dataset directory from `ember-data prep`"),
+      flag("--synthetic", &Flags::synthetic, "criteo or avazu: generate a dataset instead"),
+      gen_flag("--scale", &data::GenOptions::scale, "synthetic: table cardinalities relative to the real ones"),
+      gen_flag("--rows", &data::GenOptions::rows, "synthetic: rows to generate (default: exactly the batches needed)").default_hidden(),
+      gen_flag("--iid", &data::GenOptions::iid, "synthetic: independent per-table draws (no entities or drift)"),
+      gen_flag("--coupling", &data::GenOptions::coupling, "synthetic: probability an id-like table takes the row's entity value"),
+      gen_flag("--session", &data::GenOptions::session, "synthetic: probability a row reuses the previous row's entity"),
+      gen_flag("--drift", &data::GenOptions::drift, "synthetic: popularity ranking positions shifted per 10,000 rows"),
+      gen_flag("--entities", &data::GenOptions::entities, "synthetic: latent entities (0 = 1e6 x scale)"),
+  };
+}
+
+// The replay: warm-up, flushes, the PS shards and hosts, row sizes, output.
+std::vector<Decl> replay_options() {
+  return {
+      sim_flag("--warmup", &scheduler::SimOptions::warmup, "of the --iterations, the first ones run and not counted"),
+      sim_flag("--checkpoint-every", &scheduler::SimOptions::checkpoint_every,
+               "the job's checkpoints (ember-ps --checkpoint-every): flush before each"),
+      flag("--ps", &Flags::ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)"),
+      flag("--hosts", &Flags::hosts,
+           "worker hosts, for per-link counts: workers in rank order, as many on each (host h holds ranks h*W/H .. (h+1)*W/H - 1)")
+          .default_hidden(),
+      flag("--host-map", &Flags::host_map,
+           "worker hosts as a map instead of --hosts: each worker's host index by rank, comma-separated (e.g. 0,0,0,1,1: hosts "
+           "of 3 and 2 workers)"),
+      flag("--ps-hosts", &Flags::ps_hosts,
+           "with --hosts: the host of each PS shard (comma-separated, one for all), a host index 0..H-1 or 'own' (a host without "
+           "workers: all its traffic crosses hosts)"),
+      flag("--dim", &Flags::dim, "embedding dimension, for bytes"),
+      flag("--optimizer", &Flags::optimizer, "sparse optimizer (its state travels with values), for bytes"),
+      flag("--ram-budget-mb", &Flags::ram_budget_mb,
+           "a disk tier under each PS shard with this budget (ember-ps --ram-budget-mb): predict its disk reads per iteration, "
+           "without hints and with the workers' hints (--lookahead iterations ahead)")
+          .checked(CLI::NonNegativeNumber)
+          .default_hidden(),
+      flag("--json", &Flags::json, "one JSON object per policy per line (with a per-table breakdown)"),
+      sim_flag("--digest", &scheduler::SimOptions::digest,
+               "also print a hash of every plan (identical across processes and thread counts)"),
+      flag("--quiet,-q", &Flags::quiet, "no progress lines"),
+  };
+}
+
+const std::vector<Decl>& sim_options() {
+  static const std::vector<Decl> decls = [] {  // immutable after its first use
+    std::vector<Decl> d = data_options();
+    for (const auto& s : scheduler::scheduler_options())
+      d.push_back(rebind_option<Flags>(
+          s, [](auto& f) -> auto& { return f.o.scheduler; }));
+    for (Decl& r : replay_options()) d.push_back(std::move(r));
+    return d;
+  }();
+  return decls;
+}
+
 void add_flags(CLI::App& app, Flags& f) {
-  scheduler::SimOptions& o = f.o;
-  data::GenOptions& gen = f.gen;
-  auto* data_opt = app.add_option("--dataset", f.data_dir, "dataset directory from `ember-data prep`");
-  auto* syn_opt = app.add_option("--synthetic", f.synthetic, "criteo or avazu: generate a dataset instead");
-  data_opt->excludes(syn_opt);
-  gen.rows = 0;
-  app.add_option("--scale", gen.scale, "synthetic: table cardinalities relative to the real ones")->capture_default_str();
-  app.add_option("--rows", gen.rows, "synthetic: rows to generate (default: exactly the batches needed)");
-  app.add_flag("--iid", gen.iid, "synthetic: independent per-table draws (no entities or drift)");
-  app.add_option("--coupling", gen.coupling, "synthetic: probability an id-like table takes the row's entity value")->capture_default_str();
-  app.add_option("--session", gen.session, "synthetic: probability a row reuses the previous row's entity")->capture_default_str();
-  app.add_option("--drift", gen.drift, "synthetic: popularity ranking positions shifted per 10,000 rows")->capture_default_str();
-  app.add_option("--entities", gen.entities, "synthetic: latent entities (0 = 1e6 x scale)")->capture_default_str();
-  // The job's options, by the names ember-worker gives them (scheduler_cli.cc).
-  o.scheduler.policy = "vanilla,laia,plan,herald";
-  o.scheduler.iterations = 110;
-  scheduler::add_scheduler_options(app, o.scheduler, kSimProgram);
-  app.add_option("--warmup", o.warmup, "of the --iterations, the first ones run and not counted")->capture_default_str();
-  app.add_option("--checkpoint-every", o.checkpoint_every, "the job's checkpoints (ember-ps --checkpoint-every): flush before each")
-      ->capture_default_str();
-  app.add_option("--ps", f.ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)")->capture_default_str();
-  app.add_option("--hosts", f.hosts,
-                 "worker hosts, for per-link counts: workers in rank order, as many on each (host h holds ranks h*W/H .. (h+1)*W/H - 1)");
-  auto* map_opt = app.add_option("--host-map", f.host_map,
-                                 "worker hosts as a map instead of --hosts: each worker's host index by rank, comma-separated "
-                                 "(e.g. 0,0,0,1,1: hosts of 3 and 2 workers)");
-  map_opt->excludes(app.get_option("--hosts"));
-  app.add_option("--ps-hosts", f.ps_hosts,
-                 "with --hosts: the host of each PS shard (comma-separated, one for all), a host index 0..H-1 or 'own' (a host "
-                 "without workers: all its traffic crosses hosts)")
-      ->capture_default_str();
-  app.add_option("--dim", f.dim, "embedding dimension, for bytes")->capture_default_str();
-  app.add_option("--optimizer", f.optimizer, "sparse optimizer (its state travels with values), for bytes")->capture_default_str();
-  app.add_option("--ram-budget-mb", f.ram_budget_mb,
-                 "a disk tier under each PS shard with this budget (ember-ps --ram-budget-mb): predict its disk reads per "
-                 "iteration, without hints and with the workers' hints (--lookahead iterations ahead)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_flag("--json", f.json, "one JSON object per policy per line (with a per-table breakdown)");
-  app.add_flag("--digest", o.digest, "also print a hash of every plan (identical across processes and thread counts)");
-  app.add_flag("--quiet,-q", f.quiet, "no progress lines");
+  add_options(app, sim_options(), f, kSimProgram);
+  app.get_option("--dataset")->excludes(app.get_option("--synthetic"));
+  app.get_option("--host-map")->excludes(app.get_option("--hosts"));
   // The names of earlier releases, now ember-worker's.
   add_renamed_flag(app, "--data", "--dataset", true);
   add_renamed_flag(app, "--policies", "--policy", true);

@@ -23,6 +23,7 @@
 #include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/transport/job_connection_options.h"
 #include "ember/worker/worker_options.h"
 
 namespace ember::worker {
@@ -163,6 +164,34 @@ TEST(WorkerOptionsCompare, EveryOptionIsDeclaredOnceAndRegistered) {
   } catch (const CLI::ValidationError& e) {
     EXPECT_NE(std::string(e.what()).find("--top-mlp '8-x'"), std::string::npos) << e.what();
   }
+}
+
+TEST(WorkerOptionsCompare, TheJobConnectionsFlagsAreDeclaredOnceForBothDaemons) {
+  // ember-worker takes the job connection's flags from the declarations ember-ps takes
+  // them from (transport/job_connection_options.h), and none must agree among workers.
+  std::set<std::string> flags;
+  for (const auto& d : worker_options()) flags.insert(d.flag);
+  for (const auto& d : transport::job_connection_options()) {
+    EXPECT_EQ(flags.count(d.flag), 1u) << d.flag << " is no flag of ember-worker";
+    EXPECT_NE(d.programs & kPsProgram, 0u) << d.flag << " is no flag of ember-ps";
+    EXPECT_FALSE(d.agreed) << d.flag;
+  }
+  TrainConfig c = base_config();
+  CLI::App app;
+  add_worker_options(app, c);
+  const char* argv[] = {"ember-worker", "--dataset",   "d",    "--token-file",    "t", "--host",
+                        "h1",           "--transport", "rdma", "--rdma-slot-mib", "8"};
+  app.parse(static_cast<int>(std::size(argv)), const_cast<char**>(argv));
+  EXPECT_EQ(c.token_file, "t");
+  EXPECT_EQ(c.host, "h1");
+  EXPECT_EQ(c.transport, "rdma");
+  EXPECT_EQ(c.rdma_slot_mib, 8u);
+  // The data plane's name is checked as it is parsed, on both daemons.
+  TrainConfig d = base_config();
+  CLI::App bad;
+  add_worker_options(bad, d);
+  const char* wrong[] = {"ember-worker", "--dataset", "d", "--transport", "udp"};
+  EXPECT_THROW(bad.parse(static_cast<int>(std::size(wrong)), const_cast<char**>(wrong)), CLI::ValidationError);
 }
 
 TEST(WorkerOptionsCompare, OptionsJsonListsTheLaunchersSettings) {

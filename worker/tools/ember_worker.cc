@@ -11,12 +11,13 @@
 #include "ember/common/blas_kernels.h"
 #include "ember/common/cli.h"
 #include "ember/common/error.h"
-#include "ember/common/fs.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/common/signals.h"
 #include "ember/monitor/exporter.h"
+#include "ember/ps/row_options.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/transport/job_connection.h"
 #include "ember/worker/device.h"
 #include "ember/worker/trainer.h"
 #include "ember/worker/worker_options.h"
@@ -49,11 +50,11 @@ SignalThread stop_signals(worker::StopRequest& stop) {
 }
 
 // --reference: the whole global batch in this process; one JSON line.
-int run_reference(const worker::TrainConfig& c, const std::string& optimizer, float lr, std::uint32_t dim) {
+int run_reference(const worker::TrainConfig& c, const ps::RowSettings& rows) {
   ps::OptimizerConfig sparse;
-  sparse.kind = ps::parse_optimizer(optimizer);
-  sparse.lr = lr;
-  auto r = worker::train_reference(c, sparse, dim);
+  sparse.kind = ps::parse_optimizer(rows.optimizer);
+  sparse.lr = rows.lr;
+  auto r = worker::train_reference(c, sparse, rows.dim);
   const double samples = static_cast<double>(c.workers) * c.batch_per_worker * static_cast<double>(c.iterations);
   std::printf("{\"reference\":true,\"iterations\":%llu,\"seconds\":%.4f,\"samples_s\":%.1f,\"loss\":%.6f}\n",
               static_cast<unsigned long long>(c.iterations), r.seconds, samples / r.seconds, r.losses.empty() ? 0.0 : r.losses.back());
@@ -83,23 +84,18 @@ int main(int argc, char** argv) {
   use_the_cpus_blas_kernels(argv);  // first: it may exec this program again
   CLI::App app{"ember-worker: trains a CTR model on its share of every global batch, with a Herald-style scheduler"};
   worker::TrainConfig c;
-  std::string token_file, log_level = "info";
+  std::string log_level = "info";
   std::uint16_t metrics_port = 0;
   std::string metrics_address;
   add_config_option(app);
   // Every option of the job (worker/src/job/worker_options.cc); below, this program's own.
   worker::add_worker_options(app, c);
   bool reference = false;
-  std::uint32_t ref_dim = 16;
-  std::string ref_optimizer = "sgd";
-  float ref_lr = 0.01f;
+  ps::RowSettings reference_rows;  // a job's are the PS shards'
   app.add_flag("--reference", reference,
                "train the whole global batch in this one process with the tables in memory (no PS, no scheduler): "
                "the baseline of the equivalence test and of the e2e benchmark; prints one JSON line");
-  app.add_option("--dim", ref_dim, "--reference: embedding dimension (normally the PS's)")->capture_default_str();
-  app.add_option("--optimizer", ref_optimizer, "--reference: sparse optimizer (normally the PS's)")->capture_default_str();
-  app.add_option("--lr", ref_lr, "--reference: sparse learning rate (normally the PS's)")->capture_default_str();
-  app.add_option("--token-file", token_file, "read the job token from this file");
+  add_options(app, ps::row_options(), reference_rows, kWorkerProgram);  // --dim, --optimizer, --lr: ember-ps's too
   app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: none)")
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --gloo-host address)");
@@ -118,11 +114,11 @@ int main(int argc, char** argv) {
     worker::StopRequest stop;
     c.stop = &stop;
     const SignalThread signals = stop_signals(stop);
-    if (!token_file.empty()) c.token = read_secret_file(token_file, "--token-file");
+    transport::resolve_token(c);
     if (c.model.scripted()) worker::check_model_file(c.model.file);  // before the job forms
     spdlog::info("{}", worker::describe(worker::select_device(false)));
     spdlog::info("{}", describe(blas_info()));
-    if (reference) return run_reference(c, ref_optimizer, ref_lr, ref_dim);
+    if (reference) return run_reference(c, reference_rows);
     return train(c, metrics_port, metrics_address);
   });
 }

@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
+#include "ember/ps/row_options.h"
 #include "ember/scheduler/scheduler_cli.h"
+#include "ember/transport/job_connection_options.h"
 
 namespace ember::worker {
 
@@ -95,20 +97,15 @@ std::vector<Decl> model_options() {
   };
 }
 
-// This worker's own: its addresses, threads, device, files, reporting and timeouts.
+// This worker's own: its connection to the job (the flags ember-ps takes too), its
+// addresses, threads, device, files, reporting and timeouts.
 std::vector<Decl> process_options() {
-  return {
-      option("--coordinator", &TrainConfig::coordinator, "control plane endpoint of ember-ps shard 0 (tcp://host:port)"),
-      option("--token", &TrainConfig::token, "job token"),
+  std::vector<Decl> d = lift_options<TrainConfig>(transport::job_connection_options());
+  std::vector<Decl> own = {
       option("--rank", &TrainConfig::rank, "this worker's rank (default: assigned at join)"),
       option("--device", &TrainConfig::device, "cpu, cuda or cuda:N (the embedding cache then lives in GPU memory)"),
       option("--cache-backend", &TrainConfig::cache_backend, "auto, host (CPU memory, the PS's optimizer code) or tensor (device memory)"),
-      option("--transport", &TrainConfig::transport, "data plane to the PS shards: tcp or rdma (the PS's; the join checks it)"),
       option("--ps-connections", &TrainConfig::ps_connections, "data connections per PS shard (keys spread over them)"),
-      option("--rdma-slot-mib", &TrainConfig::rdma_slot_mib, "RDMA: largest reply (pulled rows) in MiB"),
-      option("--socket-buffer-kib", &TrainConfig::socket_buffer_kib,
-             "TCP: send/receive buffer per connection in KiB (0: kernel autotuning)")
-          .checked(CLI::Range(0u, 1u << 21)),
       option("--torch-threads", &TrainConfig::torch_threads, "LibTorch intra-op threads"),
       option("--progress-every", &TrainConfig::progress_every, "iterations between progress lines (worker 0)"),
       option("--metrics", &TrainConfig::metrics_file, "JSON lines: one per iteration, evaluation and the summary"),
@@ -119,14 +116,13 @@ std::vector<Decl> process_options() {
       option("--checkpoint-dir", &TrainConfig::checkpoint_dir,
              "write this worker's dense model and optimizer here at every PS checkpoint (ember-ps --checkpoint-every), for "
              "--resume; with it, SIGTERM/SIGINT stops the job at a checkpoint a few iterations on (a second signal stops now)"),
-      option("--keep-checkpoints", &TrainConfig::keep_checkpoints, "keep this worker's newest N dense checkpoints (0: all)"),
+      ps::keep_checkpoints_option<TrainConfig>(&TrainConfig::keep_checkpoints),
       option("--gloo-host", &TrainConfig::gloo_host, "address the dense all-reduce (Gloo) binds on"),
-      option("--host", &TrainConfig::host, "the host this worker runs on, as the job names it (default: this machine's host name)"),
       millis_option<TrainConfig>("--timeout-ms", &TrainConfig::timeout, "PS request timeout", kWorker),
       millis_option<TrainConfig>("--join-timeout-ms", &TrainConfig::join_timeout, "wait this long for the job to form", kWorker),
-      millis_option<TrainConfig>("--heartbeat-timeout-ms", &TrainConfig::heartbeat_timeout, "silence after which a peer is reported dead",
-                                 kWorker),
   };
+  std::move(own.begin(), own.end(), std::back_inserter(d));
+  return d;
 }
 
 std::vector<Decl> declare() {

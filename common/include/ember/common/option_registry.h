@@ -23,6 +23,8 @@ enum Program : unsigned {
   kWorkerProgram = 1u,  // ember-worker (a training job)
   kSimProgram = 2u,     // ember-sim
   kShapeProgram = 4u,   // ember-plan, ember-bench sched: the job's shape only
+  kPsProgram = 8u,      // ember-ps (a parameter-server shard)
+  kDataProgram = 16u,   // ember-data
 };
 
 // What a launcher knows of the value: a switch, a whole number, a number, or text.
@@ -72,6 +74,12 @@ struct OptionDecl {
   OptionDecl compared_as(std::function<std::string(const Cfg&)> v) const {
     OptionDecl d = *this;
     d.value = std::move(v);
+    return d;
+  }
+  // Shown in --help without its default (a 0 that means "not given").
+  OptionDecl default_hidden() const {
+    OptionDecl d = *this;
+    d.add = [add = add](CLI::App& app, Cfg& c) { return add(app, c)->default_str(""); };
     return d;
   }
   // A check on the value given (CLI11's validators: CLI::Range, CLI::IsMember, ...).

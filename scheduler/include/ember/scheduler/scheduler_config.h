@@ -34,19 +34,16 @@ Admission parse_admission(const std::string& text);
 const char* admission_name(Admission a);
 const char* eviction_name(Eviction e);
 
-// What the Scheduler runs with.
-struct SchedulerConfig {
+// The settings that pass from what the user chooses to the Scheduler as they are: both
+// SchedulerOptions and SchedulerConfig extend this, and make_scheduler_config copies it
+// whole, so that such an option is one field here plus its flag (scheduler_cli.cc). A
+// setting the configuration takes transformed (a ratio into rows, text into an enum)
+// stays in each struct, with its conversion in make_scheduler_config.
+struct SchedulerCommon {
   std::uint32_t workers = 8;
   std::uint32_t batch_per_worker = 128;
-  std::uint32_t cache_rows = 0;              // LRU capacity per worker, in rows
-  std::vector<std::uint64_t> table_offsets;  // global key = offset[t] + row; size T
-  std::uint64_t num_keys = 0;                // total rows of all tables
-  // Per table: the most ids one sample's bag holds (multi-hot datasets); empty: one each.
-  // Sizes what a micro-batch can stage of an uncached table.
-  std::vector<std::uint32_t> bag_bound;
-  Policy policy;
-  std::uint64_t seed = 1;
-  int threads = 1;  // TBB threads for scoring and cache updates
+  std::uint64_t seed = 1;  // the scheduler's random draws; the batch order when shuffled
+  int threads = 1;         // TBB threads for scoring and cache updates
   // Adaptive LAIA (Herald 4.3): > 0 scores only the k highest-DoI tables that fit this
   // scoring-time budget per batch; 0 scores every table (static LAIA).
   double budget_ms = 0;
@@ -57,13 +54,30 @@ struct SchedulerConfig {
   // rows the batch moves (docs/scheduler.md "Refined allocation"). LAIA policies only.
   bool refine_allocation = false;
   // Two-level LAIA: samples to hosts first, then to the workers of each host
-  // (allocation.h, allocate_laia_by_host); host_of: each worker's host, numbered from 0.
+  // (allocation.h, allocate_laia_by_host; SchedulerConfig::host_of). The hosts come from
+  // the job (ember-worker: the host map at the join; ember-sim: --hosts).
   bool host_allocation = false;
-  std::vector<std::uint32_t> host_of;
-  // Peer sync within a host (on-demand sync; needs host_of): a row latest on a worker
-  // goes to the other trainers of its host from there, not through the PS, and a row
-  // trained within one host only is applied there (docs/design.md "The host hierarchy").
+  // Peer sync within a host (on-demand sync; needs SchedulerConfig::host_of): a row
+  // latest on a worker goes to the other trainers of its host from there, not through
+  // the PS, and a row trained within one host only is applied there (docs/design.md "The
+  // host hierarchy").
   bool peer_sync = false;
+  // Mark the pulls whose PS copy is final before the previous iteration computes
+  // (PullEntry::prefetch). Needs no window: the loader plans t+1 while t trains.
+  bool prefetch = false;
+};
+
+// What the Scheduler runs with.
+struct SchedulerConfig : SchedulerCommon {
+  std::uint32_t cache_rows = 0;              // LRU capacity per worker, in rows
+  std::vector<std::uint64_t> table_offsets;  // global key = offset[t] + row; size T
+  std::uint64_t num_keys = 0;                // total rows of all tables
+  // Per table: the most ids one sample's bag holds (multi-hot datasets); empty: one each.
+  // Sizes what a micro-batch can stage of an uncached table.
+  std::vector<std::uint32_t> bag_bound;
+  Policy policy;
+  // Each worker's host, numbered from 0 (host_allocation, peer_sync, model_host).
+  std::vector<std::uint32_t> host_of;
   // The host whose workers this scheduler models (their caches, plans and traffic), or
   // -1: every worker. Every row's state is kept either way; the other hosts' evictions
   // come from them (Scheduler::evictions, apply_evictions; docs/scheduler.md "State per
@@ -103,9 +117,6 @@ struct SchedulerConfig {
   // (admission.h); a row not admitted is staged for the iteration, as an uncached
   // table's row is (pulled, its gradient pushed at the end, dropped).
   Admission admission = Admission::kNone;
-  // Mark the pulls whose PS copy is final before the previous iteration computes
-  // (PullEntry::prefetch). Needs no window: the loader plans t+1 while t trains.
-  bool prefetch = false;
 
   bool replicates() const { return !replicated.empty(); }
   // Whether this scheduler models worker w's cache and plan.
@@ -126,25 +137,15 @@ struct SchedulerConfig {
   std::uint32_t staging_rows() const;
 };
 
-// What the user chooses (ember-sim's and ember-worker's flags).
-struct SchedulerOptions {
-  std::uint32_t workers = 8;
-  std::uint32_t batch_per_worker = 128;
+// What the user chooses (ember-sim's and ember-worker's flags): SchedulerCommon's
+// settings, and those make_scheduler_config resolves.
+struct SchedulerOptions : SchedulerCommon {
   double cache_ratio = 0.1;        // cache rows per worker = ceil(ratio x rows of the key space)
   std::string policy = "vanilla";  // parse_policy's syntax
-  std::uint64_t seed = 1;          // the scheduler's random draws; the batch order when shuffled
   bool shuffle = false;            // global batches from a seeded permutation
   // Global batches the job schedules, from the start of the training split: fae
   // profiles its replicated rows over them.
   std::uint64_t iterations = 0;
-  int threads = 1;
-  double budget_ms = 0;            // adaptive LAIA (SchedulerConfig::budget_ms)
-  std::uint32_t partitions = 1;    // partitioned LAIA (SchedulerConfig::partitions)
-  bool refine_allocation = false;  // SchedulerConfig::refine_allocation
-  // SchedulerConfig::host_allocation; the hosts come from the job (ember-worker: the
-  // host map at the join; ember-sim: --hosts).
-  bool host_allocation = false;
-  bool peer_sync = false;  // SchedulerConfig::peer_sync (its hosts as host_allocation's)
   // ember-worker: each process schedules with a scheduler of its own host
   // (SchedulerConfig::model_host), the hosts' evictions exchanged after each iteration.
   bool scheduler_per_host = false;
@@ -158,7 +159,6 @@ struct SchedulerOptions {
   std::uint32_t lookahead = 0;
   std::string eviction = "auto";
   std::string cache_admission = "none";  // SchedulerConfig::admission: none or tinylfu
-  bool prefetch = false;                 // SchedulerConfig::prefetch
   // The job's evaluations: every worker flushes the rows it holds after every
   // `eval_every` iterations (0: after the last only); ember-sim replays them.
   std::uint64_t eval_every = 0;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ember/scheduler/scheduler_config.h"
+#include "ember/transport/job_connection.h"
 #include "ember/worker/model_config.h"
 
 namespace ember::monitor {
@@ -48,20 +49,15 @@ struct StopRequest {
 
 // How this worker reaches its job: the control plane (ember-ps shard 0), the PS data
 // plane, and the dense collective's and host tier's Gloo groups. What the job's
-// connections (job/, host/host_channels) take of the configuration.
-struct ConnectOptions {
-  std::string coordinator;  // tcp://host:port of the control plane
-  std::string token;
+// connections (job/, host/host_channels) take of the configuration. The coordinator,
+// token, transport, buffers, heartbeat timeout and host are a JobConnection's, whose
+// flags ember-ps takes too.
+struct ConnectOptions : transport::JobConnection {
   int rank = -1;                             // -1: assigned at join
-  std::string transport = "tcp";             // tcp or rdma (the PS shards must serve the same)
-  std::uint32_t rdma_slot_mib = 4;           // RDMA: largest reply (pulled rows) in MiB
   std::uint32_t ps_connections = 1;          // data connections per PS shard
-  std::uint32_t socket_buffer_kib = 0;       // TCP send/receive buffers (0: kernel autotuning)
   std::string gloo_host = "127.0.0.1";       // interface the dense collective binds on
-  std::string host;                          // this worker's host (empty: the machine's name), hosts.h
   std::string allreduce = "flat";            // flat (one ring) or hierarchical (host, leaders, host)
   std::chrono::milliseconds timeout{30000};  // PS requests
-  std::chrono::milliseconds heartbeat_timeout{10000};
   std::chrono::milliseconds join_timeout{120000};
 };
 

@@ -1,6 +1,7 @@
 // ember-worker's options, declared once (common/option_registry.h): the scheduler's
-// (scheduler/scheduler_cli.h) and the worker's own, each with its flag, field, default,
-// help, whether the workers of a job must agree on it (the join check,
+// (scheduler/scheduler_cli.h), the job connection's, which ember-ps takes too
+// (transport/job_connection_options.h), and the worker's own, each with its flag, field,
+// default, help, whether the workers of a job must agree on it (the join check,
 // worker/src/job/job_options.h) and whether the launchers pass it as a job setting
 // (ember-worker --options-json, which scripts/ember_job.py reads). Adding an option is
 // one declaration in worker_options.cc plus its use.

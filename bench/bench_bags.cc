@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "bench_options.h"
 #include "ember/cache/bag_pool.h"
 #include "ember/common/error.h"
 #include "ember/common/flat_map.h"
@@ -103,13 +104,19 @@ double seconds_of(const std::function<void()>& f) {
 }  // namespace
 
 void add_bags_options(CLI::App& app, BagsBenchOptions& o) {
-  app.add_option("--dataset", o.dataset, "an ember-data dataset (its training split's first batches)")->required();
-  app.add_option("--batch", o.batches, "samples per batch, one case each")->delimiter(',');
-  app.add_option("--count", o.count, "batches per timed pass")->check(CLI::PositiveNumber);
-  app.add_option("--dim", o.dim, "embedding dimension")->check(CLI::PositiveNumber);
-  app.add_option("--threads", o.threads, "threads of both loops (the worker's --torch-threads)")->check(CLI::PositiveNumber);
-  app.add_option("--pooling", o.pooling, "sum or mean (bags)")->check(CLI::IsMember({"sum", "mean"}));
-  app.add_option("--repeats", o.repeats, "timed passes; medians reported")->check(CLI::PositiveNumber);
+  using O = BagsBenchOptions;
+  std::vector<OptionDecl<O>> decls = {
+      bench_flag("--dataset", &O::dataset, "an ember-data dataset (its training split's first batches)"),
+      comma_separated(list_flag("--batch", &O::batches, "samples per batch, one case each")),
+      bench_flag("--count", &O::count, "batches per timed pass").checked(CLI::PositiveNumber),
+      bench_flag("--dim", &O::dim, "embedding dimension").checked(CLI::PositiveNumber),
+      bench_flag("--threads", &O::threads, "threads of both loops (the worker's --torch-threads)").checked(CLI::PositiveNumber),
+      bench_flag("--pooling", &O::pooling, "sum or mean (bags)").checked(CLI::IsMember({"sum", "mean"})),
+      bench_flag("--repeats", &O::repeats, "timed passes; medians reported").checked(CLI::PositiveNumber),
+  };
+  for (OptionDecl<O>& d : decls) d = d.default_hidden();  // bags' --help has shown no defaults
+  add_options(app, decls, o, kBenchProgram);
+  app.get_option("--dataset")->required();
 }
 
 int run_bags_bench(const BagsBenchOptions& o, bool json) {

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "bench_common.h"
+#include "bench_options.h"
 #include "ember/cache/embedding_cache.h"
 #include "ember/common/error.h"
 #ifdef EMBER_HAVE_CUDA
@@ -120,13 +121,16 @@ std::string cuda_device_name() {
 }  // namespace
 
 void add_cache_options(CLI::App& app, CacheBenchOptions& o) {
-  app.add_option("--device", o.device, "cuda (CudaEmbeddingCache vs a device-to-device copy) or cpu (EmbeddingCache vs memcpy)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"cuda", "cpu"}));
-  app.add_option("--dims", o.dims, "embedding dimensions (16,64,128 or 16 64 128)")->capture_default_str()->delimiter(',');
-  app.add_option("--rows", o.rows, "cache slots, and ids per gathered batch")->capture_default_str()->delimiter(',');
-  app.add_option("--repeats", o.repeats, "timed launches per case (medians reported)")->capture_default_str()->check(CLI::Range(1, 10000));
-  app.add_option("--seed", o.seed, "the batch's ids")->capture_default_str();
+  using O = CacheBenchOptions;
+  const std::vector<OptionDecl<O>> decls = {
+      bench_flag("--device", &O::device, "cuda (CudaEmbeddingCache vs a device-to-device copy) or cpu (EmbeddingCache vs memcpy)")
+          .checked(CLI::IsMember({"cuda", "cpu"})),
+      comma_separated(list_flag("--dims", &O::dims, "embedding dimensions (16,64,128 or 16 64 128)")),
+      comma_separated(list_flag("--rows", &O::rows, "cache slots, and ids per gathered batch")),
+      bench_flag("--repeats", &O::repeats, "timed launches per case (medians reported)").checked(CLI::Range(1, 10000)),
+      bench_flag("--seed", &O::seed, "the batch's ids"),
+  };
+  add_options(app, decls, o, kBenchProgram);
 }
 
 int run_cache_bench(const CacheBenchOptions& o, bool json) {

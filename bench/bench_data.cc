@@ -12,6 +12,7 @@
 #include <random>
 
 #include "bench_common.h"
+#include "bench_options.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/data/dataset.h"
@@ -22,12 +23,16 @@ namespace ember::bench {
 namespace fs = std::filesystem;
 
 void add_data_options(CLI::App& app, DataBenchOptions& o) {
-  app.add_option("--size-mb", o.size_mb, "size of the generated Criteo-like file")->capture_default_str();
-  app.add_option("--scale", o.scale, "table cardinalities relative to Criteo Kaggle")->capture_default_str();
-  app.add_option("--dir", o.dir, "work directory (kept); default: a temporary one, removed after");
-  app.add_option("--repeats", o.repeats, "repeats for medians")->capture_default_str();
-  app.add_option("--batch", o.batch, "global batch size for the reader")->capture_default_str();
-  app.add_option("--threads", o.threads, "prep threads (0 = all cores)")->capture_default_str();
+  using O = DataBenchOptions;
+  const std::vector<OptionDecl<O>> decls = {
+      bench_flag("--size-mb", &O::size_mb, "size of the generated Criteo-like file"),
+      bench_flag("--scale", &O::scale, "table cardinalities relative to Criteo Kaggle"),
+      bench_flag("--dir", &O::dir, "work directory (kept); default: a temporary one, removed after"),
+      bench_flag("--repeats", &O::repeats, "repeats for medians"),
+      bench_flag("--batch", &O::batch, "global batch size for the reader"),
+      bench_flag("--threads", &O::threads, "prep threads (0 = all cores)"),
+  };
+  add_options(app, decls, o, kBenchProgram);
 }
 
 namespace {

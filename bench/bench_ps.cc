@@ -21,6 +21,7 @@
 #include <unordered_set>
 
 #include "bench_common.h"
+#include "bench_options.h"
 #include "ember/common/error.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/process.h"
@@ -31,44 +32,40 @@
 namespace ember::bench {
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o) {
-  app.add_option("--seconds", o.seconds, "seconds per run")->capture_default_str()->check(CLI::Range(0.001, 3600.0));
-  app.add_option("--repeats", o.repeats, "runs per case, PS and raw alternating (medians reported)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--rows", o.rows_per_request, "rows per request")->capture_default_str();
-  app.add_option("--num-keys", o.num_keys, "rows of the shard")->capture_default_str();
-  app.add_option("--dims", o.dims, "embedding dimensions")->capture_default_str();
-  app.add_option("--threads", o.threads, "client thread counts")->capture_default_str();
-  app.add_option("--ops", o.ops, "pull, push")->capture_default_str();
-  app.add_option("--connections", o.connections, "connections per client thread to the shard")->capture_default_str();
-  app.add_option("--optimizer", o.optimizer, "the shard's optimizer: sgd, adagrad, rowwise-adagrad, adam")->capture_default_str();
-  app.add_option("--keys", o.keys,
+  using O = PsBenchOptions;
+  const std::vector<OptionDecl<O>> decls = {
+      bench_flag("--seconds", &O::seconds, "seconds per run").checked(CLI::Range(0.001, 3600.0)),
+      bench_flag("--repeats", &O::repeats, "runs per case, PS and raw alternating (medians reported)").checked(CLI::Range(1, 1000)),
+      bench_flag("--rows", &O::rows_per_request, "rows per request"),
+      bench_flag("--num-keys", &O::num_keys, "rows of the shard"),
+      list_flag("--dims", &O::dims, "embedding dimensions"),
+      list_flag("--threads", &O::threads, "client thread counts"),
+      list_flag("--ops", &O::ops, "pull, push"),
+      bench_flag("--connections", &O::connections, "connections per client thread to the shard"),
+      bench_flag("--optimizer", &O::optimizer, "the shard's optimizer: sgd, adagrad, rowwise-adagrad, adam"),
+      bench_flag("--keys", &O::keys,
                  "a request's keys: consecutive, or scattered (distinct random keys of the thread's range, as a worker's)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"consecutive", "scattered"}));
-  app.add_option(
-         "--apply-commits", o.apply_commits,
-         "where the shard applies a commit: handler (each row on the thread that received it, after its next ack), applier "
-         "(--apply-threads threads of their own), or auto (as ember-ps: the applier for rows of 1 KB and up when the shard's threads "
-         "take at most half the cores)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "handler", "applier"}));
-  app.add_option("--serve", o.serve,
+          .checked(CLI::IsMember({"consecutive", "scattered"})),
+      bench_flag("--apply-commits", &O::apply_commits,
+                 "where the shard applies a commit: handler (each row on the thread that received it, after its next ack), applier "
+                 "(--apply-threads threads of their own), or auto (as ember-ps: the applier for rows of 1 KB and up when the shard's "
+                 "threads take at most half the cores)")
+          .checked(CLI::IsMember({"auto", "handler", "applier"})),
+      bench_flag("--serve", &O::serve,
                  "store: pushes and commits served by the shard; ack: acknowledged unread (the transport alone: what the shard's row "
                  "work costs on top of it; pulls are served either way)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"store", "ack"}));
-  app.add_option("--io-threads", o.io_threads, "the shard's TCP I/O threads")->capture_default_str()->check(CLI::Range(1, 256));
-  app.add_option("--apply-threads", o.apply_threads, "the shard's applier threads (0: as many as --io-threads)")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, 256u));
-  app.add_option("--socket-buffer-kib", o.socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
-      ->capture_default_str()
-      ->check(CLI::Range(0u, 1u << 21));
-  app.add_option(
-      "--server-cpus", o.server_cpus,
-      "CPUs for the server side (the shard's threads, the raw server, the store-alone loop), e.g. 1 or 8-15; with --client-cpus");
-  app.add_option("--client-cpus", o.client_cpus, "CPUs for the client threads (PS and raw), e.g. 0 or 0-7; with --server-cpus");
+          .checked(CLI::IsMember({"store", "ack"})),
+      bench_flag("--io-threads", &O::io_threads, "the shard's TCP I/O threads").checked(CLI::Range(1, 256)),
+      bench_flag("--apply-threads", &O::apply_threads, "the shard's applier threads (0: as many as --io-threads)")
+          .checked(CLI::Range(0u, 256u)),
+      bench_flag("--socket-buffer-kib", &O::socket_buffer_kib, "TCP buffers of the PS path in KiB (0: kernel autotuning)")
+          .checked(CLI::Range(0u, 1u << 21)),
+      bench_flag("--server-cpus", &O::server_cpus,
+                 "CPUs for the server side (the shard's threads, the raw server, the store-alone loop), e.g. 1 or 8-15; with "
+                 "--client-cpus"),
+      bench_flag("--client-cpus", &O::client_cpus, "CPUs for the client threads (PS and raw), e.g. 0 or 0-7; with --server-cpus"),
+  };
+  add_options(app, decls, o, kBenchProgram);
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "bench_common.h"
+#include "bench_options.h"
 #include "ember/common/error.h"
 #include "ember/common/option_registry.h"
 #include "ember/common/process.h"
@@ -254,15 +255,19 @@ struct SizeBench {
 }  // namespace
 
 void add_scale_options(CLI::App& app, ScaleBenchOptions& o) {
-  app.add_option("--workers", o.workers, "job sizes, comma-separated")->capture_default_str();
-  app.add_option("--workers-per-host", o.per_host, "workers per host")->capture_default_str();
-  app.add_option("--batch-per-worker", o.batch_per_worker, "samples per worker per batch")->capture_default_str();
-  app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale: the key space (the same at every size)")->capture_default_str();
-  app.add_option("--cache-ratio", o.cache_ratio, "cache rows per worker / key rows (the same at every size)")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
-  app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
-  app.add_option("--lookahead", o.lookahead, "a window of this many batches, with lookahead eviction (0: none)")->capture_default_str();
-  app.add_flag("--refine-allocation", o.refine, "refined allocation, as ember-worker's --refine-allocation");
+  using O = ScaleBenchOptions;
+  const std::vector<OptionDecl<O>> decls = {
+      bench_flag("--workers", &O::workers, "job sizes, comma-separated"),
+      bench_flag("--workers-per-host", &O::per_host, "workers per host"),
+      bench_flag("--batch-per-worker", &O::batch_per_worker, "samples per worker per batch"),
+      bench_flag("--scale", &O::scale, "Criteo Kaggle cardinalities x scale: the key space (the same at every size)"),
+      bench_flag("--cache-ratio", &O::cache_ratio, "cache rows per worker / key rows (the same at every size)"),
+      bench_flag("--warmup", &O::warmup, "untimed iterations first"),
+      bench_flag("--iterations", &O::iterations, "timed iterations"),
+      bench_flag("--lookahead", &O::lookahead, "a window of this many batches, with lookahead eviction (0: none)"),
+      bench_flag("--refine-allocation", &O::refine, "refined allocation, as ember-worker's --refine-allocation"),
+  };
+  add_options(app, decls, o, kBenchProgram);
   add_renamed_flag(app, "--refine", "--refine-allocation", false);
 }
 

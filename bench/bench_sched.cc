@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "bench_common.h"
+#include "bench_options.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/data/synthetic.h"
@@ -143,18 +144,20 @@ void print_shape(const ShapeTimes& r, const SchedBenchOptions& o, const Output& 
 }  // namespace
 
 void add_sched_options(CLI::App& app, SchedBenchOptions& o) {
-  scheduler::add_scheduler_options(app, o.shape, kShapeProgram);
-  app.add_option("--scale", o.scale, "Criteo Kaggle cardinalities x scale")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "untimed iterations first")->capture_default_str();
-  app.add_option("--iterations", o.iterations, "timed iterations")->capture_default_str();
-  app.add_option("--lookahead", o.lookahead, "also time a window of L batches with lookahead eviction (0: skip)")->capture_default_str();
-  app.add_option("--baseline-iterations", o.baseline_iterations, "timed iterations of the straightforward version")->capture_default_str();
-  app.add_option("--multi-hot", o.multi_hot, "also time bags ('mlperf', one size, or one per table), beside one-hot data")
-      ->capture_default_str();
-  app.add_option("--multi-hot-dist", o.multi_hot_dist, "the bags' extra ids: uniform or zipf")->capture_default_str();
-  app.add_option("--thread-counts", o.thread_counts, "scheduler threads to time, comma-separated (the first is the reference)")
-      ->delimiter(',')
-      ->capture_default_str();
+  using O = SchedBenchOptions;
+  scheduler::add_scheduler_options(app, o.shape, kShapeProgram);  // the job's shape, as ember-plan's
+  const std::vector<OptionDecl<O>> decls = {
+      bench_flag("--scale", &O::scale, "Criteo Kaggle cardinalities x scale"),
+      bench_flag("--warmup", &O::warmup, "untimed iterations first"),
+      bench_flag("--iterations", &O::iterations, "timed iterations"),
+      bench_flag("--lookahead", &O::lookahead, "also time a window of L batches with lookahead eviction (0: skip)"),
+      bench_flag("--baseline-iterations", &O::baseline_iterations, "timed iterations of the straightforward version"),
+      bench_flag("--multi-hot", &O::multi_hot, "also time bags ('mlperf', one size, or one per table), beside one-hot data"),
+      bench_flag("--multi-hot-dist", &O::multi_hot_dist, "the bags' extra ids: uniform or zipf"),
+      comma_separated(
+          list_flag("--thread-counts", &O::thread_counts, "scheduler threads to time, comma-separated (the first is the reference)")),
+  };
+  add_options(app, decls, o, kBenchProgram);
 }
 
 int run_sched_bench(const SchedBenchOptions& o, bool json) {

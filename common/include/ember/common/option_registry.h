@@ -25,6 +25,7 @@ enum Program : unsigned {
   kShapeProgram = 4u,   // ember-plan, ember-bench sched: the job's shape only
   kPsProgram = 8u,      // ember-ps (a parameter-server shard)
   kDataProgram = 16u,   // ember-data
+  kBenchProgram = 32u,  // ember-bench (each subcommand's own flags)
 };
 
 // What a launcher knows of the value: a switch, a whole number, a number, or text.

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "ember/common/cli.h"
 #include "ember/common/error.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
@@ -301,10 +302,6 @@ int main(int argc, char** argv) {
   const CLI::App* stats = add_stats(app, f);
   add_verify(app, f);
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-data"); status >= 0) return status;
   return guarded_main("ember-data", [&] { return run_subcommand(f, *prep, *gen, *stats); });
 }

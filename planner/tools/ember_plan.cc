@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "ember/common/cli.h"
 #include "ember/common/error.h"
 #include "ember/common/main.h"
 #include "ember/data/dataset.h"
@@ -649,11 +650,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ember-plan: predict per-table embedding traffic per iteration (vanilla) from a dataset's frequencies"};
   Flags f;
   add_flags(app, f);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-plan"); status >= 0) return status;
   return guarded_main("ember-plan", [&] {
     set_up_topology(f);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};

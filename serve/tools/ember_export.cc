@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "ember/common/blas_kernels.h"
+#include "ember/common/cli.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/serve/export.h"
@@ -30,11 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--output,-o", o.output, "export directory to create")->required();
   app.add_flag("--force", o.overwrite, "replace an existing export directory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-export"); status >= 0) return status;
   return guarded_main("ember-export", [&] {
     setup_logging(log_level);
     const serve::ExportReport r = serve::export_model(o);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/common/blas_kernels.h"
+#include "ember/common/cli.h"
 #include "ember/common/log.h"
 #include "ember/common/main.h"
 #include "ember/common/option_registry.h"
@@ -35,11 +36,7 @@ int main(int argc, char** argv) {
   app.add_option("--torch-threads", threads, "LibTorch intra-op threads (0: LibTorch's default)")->capture_default_str();
   app.add_flag("--json", json_out, "print the result as one JSON object");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int status = parse_command_line(app, argc, argv, "ember-predict"); status >= 0) return status;
   return guarded_main("ember-predict", [&] {
     setup_logging(log_level);
     if (threads > 0) torch::set_num_threads(threads);

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "ember/common/fs.h"
 #include "test_util.h"
@@ -42,6 +45,30 @@ TEST_F(Cli, BadInputIsOneLineNamingFileAndLine) {
   rc = test::run_command(test::bin("ember-data") + " prep --format criteo -o x " + dir_.string() + "/missing.tsv", out);
   EXPECT_EQ(rc, 4);
   EXPECT_NE(out.find("missing.tsv"), std::string::npos) << out;
+}
+
+// A command line refused, by any program: one line naming the program and the flag,
+// exit 2 (as any refused setting, which the launchers do not retry), not CLI11's two
+// lines and its own codes (104-109). --help still exits 0.
+TEST_F(Cli, EveryProgramRefusesABadFlagInOneLineWithStatus2) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"ember-data", "prep --format criteo --val-fraction nine -o x y"},
+      {"ember-data", "gen --no-such-flag"},
+      {"ember-ps", "--transport udp"},
+      {"ember-sim", "--workers many"},
+      {"ember-plan", "--no-such-flag 3"},
+      {"ember-bench", "ps --no-such-flag"},
+  };
+  for (const auto& [program, args] : cases) {
+    if (program == "ember-bench" && !std::filesystem::exists(test::bin(program))) continue;  // EMBER_WITH_BENCH=OFF
+    std::string out;
+    const int rc = test::run_command(test::bin(program) + " " + args, out);
+    EXPECT_EQ(rc, 2) << program << " " << args << ": " << out;
+    EXPECT_EQ(out.rfind(program + ": error: ", 0), 0u) << out;
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  }
+  std::string out;
+  EXPECT_EQ(test::run_command(test::bin("ember-data") + " prep --help", out), 0) << out;
 }
 
 // Bytes a file takes on a tmpfs: whole pages.

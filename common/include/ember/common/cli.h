@@ -1,4 +1,4 @@
-// Command-line parsing shared by the daemons that take a --config file (header only:
+// Command-line parsing shared by every Ember program (header only:
 // CLI11 is, and only the tools that parse a command line include this).
 #pragma once
 
@@ -17,8 +17,12 @@ inline void add_config_option(CLI::App& app) {
   app.allow_config_extras(CLI::config_extras_mode::error);
 }
 
-// Parses argv. Returns -1 to go on, else the status to exit with (--help printed, or
-// one line naming the program, and the config file when the error is in it).
+// The status of a refused command line: 2, as for any setting refused (ConfigError,
+// error.h), so that a launcher tells it from a failure a restart may mend.
+inline constexpr int kCommandLineRefused = 2;
+
+// Parses argv. Returns -1 to go on, else the status to exit with: 0 after --help, or
+// kCommandLineRefused after one line naming the program, the flag or the config file.
 inline int parse_command_line(CLI::App& app, int argc, char** argv, const char* program) {
   try {
     app.parse(argc, argv);
@@ -29,12 +33,14 @@ inline int parse_command_line(CLI::App& app, int argc, char** argv, const char* 
     const std::string extra = "INI was not able to parse ";  // CLI11's words for a key no option has
     if (what.rfind(extra, 0) == 0) what = "'" + what.substr(extra.size()) + "' is not an option (see --help)";
     std::fprintf(stderr, "%s: error: config file %s: %s\n", program, file.c_str(), what.c_str());
-    return e.get_exit_code();
+    return kCommandLineRefused;
   } catch (const CLI::FileError& e) {  // the config file cannot be read
     std::fprintf(stderr, "%s: error: --config: %s\n", program, e.what());
-    return e.get_exit_code();
+    return kCommandLineRefused;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "%s: error: %s (see --help)\n", program, e.what());
+    return kCommandLineRefused;
   }
   return -1;
 }

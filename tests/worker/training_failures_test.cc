@@ -214,7 +214,8 @@ TEST_F(Training, LauncherNamesTheFailedWorkerAndItsDeathEndsTheJob) {
     ::kill(victim[0], SIGSTOP);
     EXPECT_EQ(launcher->wait(30s), 1);
     const std::string tail = launcher->log_tail(30);
-    EXPECT_NE(tail.find("ember-launch: the job failed: worker1 failed first, by the control plane: no heartbeat"), std::string::npos) << tail;
+    EXPECT_NE(tail.find("ember-launch: the job failed: worker1 failed first, by the control plane: no heartbeat"), std::string::npos)
+        << tail;
     ::kill(victim[0], SIGKILL);
   }
   {

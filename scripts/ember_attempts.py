@@ -319,6 +319,22 @@ class Restarts:
             return None, 0
         return point, int(point.name.split("-")[-1])
 
+    def checkpoint_args(self, every, resume):
+        """(every shard's, every worker's) arguments for checkpoints (every `every`
+        iterations; 0: on SIGUSR1 alone) and for resuming: a restarted attempt from the
+        checkpoint its restart chose (and said what it passed over), a first attempt with
+        `resume` from the newest one that verifies. None without a checkpoint directory.
+        --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for."""
+        if not self.checkpoint_dir:
+            return [], []
+        ckpt = self.checkpoint_dir
+        ps = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(every), "--checkpoint-on-exit"]
+        point = self.resume_from if self.records else (
+            resume_point(ckpt, who=self.who, ember_ps=self.ember_ps) if resume else None)
+        if point:
+            ps = ["--restore", str(point)] + ps
+        return ps, ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if point else [])
+
     def record(self, f, replaced="", waited=""):
         """Records the restart after failure `f` (hosts `replaced` by spares and `waited`
         for, as lines say them) and prepares the next attempt; one line says what failed,

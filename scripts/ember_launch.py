@@ -48,7 +48,7 @@ import tomllib
 from pathlib import Path
 
 from ember_attempts import Attempt, Restarts, run_job
-from ember_job import resume_point, settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
+from ember_job import settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
 
 
 class LocalJob:
@@ -83,22 +83,6 @@ class LocalJob:
         """Prometheus endpoints (--metrics-port BASE): shard s on BASE+s, worker r on BASE+S+r."""
         return ["--metrics-port", str(self.a.metrics_port + i)] if self.a.metrics_port else []
 
-    def checkpoint_args(self):
-        """(every shard's, every worker's) arguments for checkpoints and resuming."""
-        a = self.a
-        if not a.checkpoint_dir:
-            return [], []
-        ckpt = Path(a.checkpoint_dir)
-        # Also without --checkpoint-every: SIGUSR1 to a shard asks for one.
-        # --checkpoint-on-exit: SIGTERM stops the job at a checkpoint the workers flush for.
-        ps = ["--checkpoint-dir", str(ckpt / "ps"), "--checkpoint-every", str(a.checkpoint_every), "--checkpoint-on-exit"]
-        # A restart chose its checkpoint already (and said what it passed over).
-        point = self.restarts.resume_from if self.restarts.records else (
-            resume_point(ckpt, who="ember-launch", ember_ps=self.bin / "ember-ps") if a.resume else None)
-        if point:
-            ps = ["--restore", str(point)] + ps
-        return ps, ["--checkpoint-dir", str(ckpt / "dense")] + (["--resume"] if point else [])
-
     def shard_command(self, s, coord, common, ps_extra):
         a = self.a
         # "{shard}" in --ps-args becomes the shard's index (a directory per shard, as on
@@ -131,7 +115,7 @@ class LocalJob:
                                      progress=None if a.quiet else f"[{self.settings['policy']}] ")
         att.prepare_out()
         token_file = write_token(self.out)
-        ps_ckpt, worker_ckpt = self.checkpoint_args()
+        ps_ckpt, worker_ckpt = self.restarts.checkpoint_args(a.checkpoint_every, a.resume)
         ps_extra = ps_ckpt + list(a.ps_extra)
         worker_extra = worker_ckpt + self.restarts.worker_args()
         common = ["--token-file", str(token_file), "--heartbeat-timeout-ms", str(a.heartbeat_timeout_ms)]

@@ -56,7 +56,7 @@ import sys
 from pathlib import Path
 
 from ember_attempts import Attempt, HostPool, Restarts, run_job
-from ember_job import resume_point, settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
+from ember_job import settings_of_worker_args, split_worker_args, summarize, worker_settings, write_token
 
 WHO = "launch_hosts"
 
@@ -169,18 +169,6 @@ class HostsJob:
             return self.remote_cmd + [host, f"cd {shlex.quote(str(self.root))} && exec {line} >> {shlex.quote(str(log))} 2>&1"]
         return remote
 
-    def checkpoint_args(self):
-        """(every shard's, every worker's) arguments for checkpoints and resuming."""
-        if not self.ckpt:
-            return [], []
-        self.ckpt.mkdir(parents=True, exist_ok=True)
-        ps = ["--checkpoint-dir", str(self.ckpt / "ps"), "--checkpoint-every", str(self.a.checkpoint_every), "--checkpoint-on-exit"]
-        point = self.restarts.resume_from if self.restarts.records else (
-            resume_point(self.ckpt, who=WHO, ember_ps=self.bin / "ember-ps") if self.a.resume else None)
-        if point:
-            ps = ["--restore", str(point)] + ps
-        return ps, ["--checkpoint-dir", str(self.ckpt / "dense")] + (["--resume"] if point else [])
-
     def start_shards(self, att, hosts, token, ps_extra):
         """Shard 0 first: it binds the control plane and publishes its endpoint."""
         a = self.a
@@ -206,7 +194,9 @@ class HostsJob:
         # The hosts this attempt runs on, one hostfile entry a line (spares replace lost ones).
         (self.out / f"hosts-attempt-{len(self.restarts.records) + 1}").write_text("".join(h + "\n" for h in hosts))
         token = write_token(self.out)
-        ps_ckpt, worker_ckpt = self.checkpoint_args()
+        if self.ckpt:
+            self.ckpt.mkdir(parents=True, exist_ok=True)
+        ps_ckpt, worker_ckpt = self.restarts.checkpoint_args(a.checkpoint_every, a.resume)
         coord = self.start_shards(att, hosts, token, ps_ckpt + self.user_ps)
         worker_args = worker_ckpt + self.worker_args + self.restarts.worker_args()
         for w in range(a.workers):

@@ -90,6 +90,9 @@ struct DataFigures {
   data::PrepReport pr;
   std::uint64_t rss_before = 0;
   double peak_rss_mb = 0, prep_mb_s = 0, vocab_mb = 0;
+  // --ids hash on the same file, alternated with the vocabulary's runs: medians.
+  double hash_mb_s = 0, hash_peak_rss_mb = 0;
+  std::uint64_t hash_collisions = 0;
   double reader_samples_s = 0, reader_label_only_s = 0, reader_shuffled_s = 0;
   std::uint64_t sink = 0;
 };
@@ -112,22 +115,43 @@ fs::path generate_input(const DataBenchOptions& o, const fs::path& dir, const Ou
   return g.output;
 }
 
-// ember-data prep of the input into dir/dataset, with its peak RSS: the dataset's path.
-fs::path measure_prep(const DataBenchOptions& o, const fs::path& input, const fs::path& dir, DataFigures& f) {
+// One ember-data prep of the input into dir/dataset (vocabulary) or dir/hashed: its
+// report and peak RSS.
+data::PrepReport prep_once(const DataBenchOptions& o, const fs::path& input, const fs::path& dir, bool hashed, double& peak_rss_mb) {
   data::PrepOptions p;
   p.format = data::SourceFormat::kCriteoTsv;
   p.inputs = {input};
-  p.output = dir / "dataset";
+  p.output = dir / (hashed ? "hashed" : "dataset");
   p.overwrite = true;
   p.threads = o.threads;
+  p.hashed_ids = hashed;
   reset_peak_rss();
+  data::PrepReport r = data::prepare_dataset(p);
+  peak_rss_mb = static_cast<double>(peak_rss_bytes()) / 1e6;
+  return r;
+}
+
+// ember-data prep with a vocabulary and with hashed ids, alternated `repeats` times:
+// the vocabulary dataset's path.
+fs::path measure_prep(const DataBenchOptions& o, const fs::path& input, const fs::path& dir, DataFigures& f) {
+  std::vector<double> vocab_s, hash_s, vocab_rss, hash_rss;
   f.rss_before = current_rss_bytes();
-  f.pr = data::prepare_dataset(p);
-  f.peak_rss_mb = static_cast<double>(peak_rss_bytes()) / 1e6;
-  double prep_s = f.pr.total_seconds();
-  f.prep_mb_s = f.file_mb / prep_s;
+  for (int i = 0; i < o.repeats; ++i) {
+    double rss = 0;
+    f.pr = prep_once(o, input, dir, false, rss);
+    vocab_s.push_back(f.pr.total_seconds());
+    vocab_rss.push_back(rss);
+    const data::PrepReport h = prep_once(o, input, dir, true, rss);
+    hash_s.push_back(h.total_seconds());
+    hash_rss.push_back(rss);
+    f.hash_collisions = h.manifest.hash_collisions;
+  }
+  f.peak_rss_mb = median(vocab_rss);
+  f.prep_mb_s = f.file_mb / median(vocab_s);
+  f.hash_mb_s = f.file_mb / median(hash_s);
+  f.hash_peak_rss_mb = median(hash_rss);
   f.vocab_mb = static_cast<double>(f.pr.vocab_bytes) / 1e6;
-  return p.output;
+  return dir / "dataset";
 }
 
 // Batch reader samples/s over the prepared training split: labels only, then every id.
@@ -168,14 +192,19 @@ void print_data_figures(const Output& out, const DataFigures& f) {
       "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
       "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n"
       "{:<36}{:>14.0f}\n{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n"
-      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n",
+      "{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n{:<36}{:>14.2f}\n"
+      "{:<36}{:>14.0f}\n{:<36}{:>14.2f}\n{:<36}{:>14.0f}\n{:<36}{:>14}\n",
       "figure", "value", "input MB", f.file_mb, "plain read MB/s (median)", f.read_mb_s, "prep MB/s end to end (both passes)", f.prep_mb_s,
       "prep / plain read", f.prep_mb_s / f.read_mb_s, "  count pass s", pr.pass1_seconds, "  vocabulary s", pr.vocab_seconds,
       "  encode pass s", pr.pass2_seconds + pr.finish_seconds, "vocabulary hash tables MB", f.vocab_mb, "peak RSS MB (prep)", f.peak_rss_mb,
       "peak RSS / vocabulary", f.peak_rss_mb / f.vocab_mb, "reader M samples/s (26 ids + label)", f.reader_samples_s / 1e6,
-      "reader M samples/s (shuffled)", f.reader_shuffled_s / 1e6, "reader M samples/s (labels only)", f.reader_label_only_s / 1e6));
-  out.text(fmt::format("targets: prep >= 100 MB/s, reader >= 5 M samples/s; rows {}, embedding rows {}, RSS before prep {:.0f} MB\n",
-                       pr.manifest.rows[0], pr.manifest.total_table_rows(), static_cast<double>(f.rss_before) / 1e6));
+      "reader M samples/s (shuffled)", f.reader_shuffled_s / 1e6, "reader M samples/s (labels only)", f.reader_label_only_s / 1e6,
+      "prep --ids hash MB/s (one pass)", f.hash_mb_s, "  hash / vocabulary", f.hash_mb_s / f.prep_mb_s, "  peak RSS MB (prep --ids hash)",
+      f.hash_peak_rss_mb, "  hash collisions", f.hash_collisions));
+  out.text(
+      fmt::format("targets: prep >= 100 MB/s, reader >= 5 M samples/s, --ids hash >= 3x the vocabulary's MB/s; rows {}, embedding rows {}, "
+                  "RSS before prep {:.0f} MB\n",
+                  pr.manifest.rows[0], pr.manifest.total_table_rows(), static_cast<double>(f.rss_before) / 1e6));
   out.row({{"bench", "data"},
            {"input_mb", f.file_mb},
            {"rows", pr.manifest.rows[0]},
@@ -183,6 +212,10 @@ void print_data_figures(const Output& out, const DataFigures& f) {
            {"read_mb_s", f.read_mb_s},
            {"prep_mb_s", f.prep_mb_s},
            {"prep_vs_read", f.prep_mb_s / f.read_mb_s},
+           {"hash_prep_mb_s", f.hash_mb_s},
+           {"hash_vs_vocabulary", f.hash_mb_s / f.prep_mb_s},
+           {"hash_peak_rss_mb", f.hash_peak_rss_mb},
+           {"hash_collisions", f.hash_collisions},
            {"pass1_s", pr.pass1_seconds},
            {"vocab_s", pr.vocab_seconds},
            {"pass2_s", pr.pass2_seconds + pr.finish_seconds},

@@ -37,6 +37,12 @@ Split parse_split(const std::string& name) {
   throw ConfigError("unknown split '" + name + "' (train, val, test)");
 }
 
+void Manifest::require_fixed_tables(const std::string& dataset, const std::string& who) const {
+  if (!hashed_ids) return;
+  throw ConfigError("dataset " + dataset + " has hashed ids (ember-data prep --ids hash): " + who +
+                    " needs tables of a fixed size, prepared with a vocabulary (--ids vocabulary)");
+}
+
 std::uint64_t Manifest::total_table_rows() const {
   std::uint64_t n = 0;
   for (const auto& t : tables) n += t.rows;
@@ -73,10 +79,19 @@ std::string Manifest::to_json() const {
     tj.push_back(std::move(tab));
   }
   if (multi_hot) {
-    j["bags"] = "ids per (sample, table): offsets u32[rows * tables + 1] then ids u32, sample-major";
+    j["bags"] =
+        std::string("ids per (sample, table): offsets u32[rows * tables + 1] then ids ") + (hashed_ids ? "u64" : "u32") + ", sample-major";
     j["multi_hot_sep"] = std::string(1, multi_hot_sep);
   }
-  j["reserved_rows"] = {{"missing", 0}, {"oov", 1}};
+  if (hashed_ids) {
+    j["ids"] = "hash";
+    j["hashed_ids"] = {{"id", "table << 56 | mix55(value key) (values of at most 55 bits), or table << 56 | 1 << 55 | mix55(fold55(key))"},
+                       {"wide_values", wide_values},
+                       {"collisions", hash_collisions}};
+  } else {
+    j["ids"] = "vocabulary";
+    j["reserved_rows"] = {{"missing", 0}, {"oov", 1}};
+  }
   j["min_count"] = min_count;
   j["shuffled"] = shuffled;
   j["seed"] = seed;
@@ -115,6 +130,13 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
       m.multi_hot_sep = sep[0];
     }
     m.source_format = j.at("source_format").get<std::string>();
+    const std::string ids = j.value("ids", std::string("vocabulary"));
+    if (ids != "vocabulary" && ids != "hash") throw DataError(origin + ": ids must be \"vocabulary\" or \"hash\", not \"" + ids + "\"");
+    m.hashed_ids = ids == "hash";
+    if (m.hashed_ids) {
+      m.wide_values = j.at("hashed_ids").at("wide_values").get<std::uint64_t>();
+      m.hash_collisions = j.at("hashed_ids").at("collisions").get<std::uint64_t>();
+    }
     if (j.contains("inputs")) m.inputs = j.at("inputs").get<std::vector<std::string>>();
     for (int s = 0; s < 3; ++s) m.rows[s] = j.at("rows").at(kSplitNames[s]).get<std::uint64_t>();
     m.has_labels = j.value("has_labels", true);
@@ -129,8 +151,11 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
       ti.id_bytes = t.value("id_bytes", 4u);
       ti.values_seen = t.value("values_seen", std::uint64_t{0});
       if (ti.id_bytes != 4 && ti.id_bytes != 8) throw DataError(origin + ": table " + ti.name + ": id_bytes must be 4 or 8");
+      if (m.hashed_ids && (ti.id_bytes != 8 || ti.rows != 0)) {
+        throw DataError(origin + ": table " + ti.name + ": hashed ids are 8 bytes wide and the table has no row count");
+      }
       if (m.multi_hot) {
-        if (ti.id_bytes != 4) throw DataError(origin + ": table " + ti.name + ": multi-hot ids are 4 bytes");
+        if (!m.hashed_ids && ti.id_bytes != 4) throw DataError(origin + ": table " + ti.name + ": multi-hot ids are 4 bytes");
         ti.max_bag = t.value("max_bag", 1u);
         ti.mean_bag = t.value("mean_bag", 1.0);
       }
@@ -187,9 +212,11 @@ ShardLayout shard_layout(std::uint64_t rows, std::uint32_t num_dense, const std:
   return l;
 }
 
-ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, std::uint32_t num_tables, std::uint64_t ids) {
+ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, std::uint32_t num_tables, std::uint64_t ids,
+                                   std::uint32_t id_bytes) {
   ShardLayout l;
   l.multi_hot = true;
+  l.bag_id_bytes = id_bytes;
   l.header_bytes = align_up(sizeof(ShardHeader) + sizeof(BagSection) + sizeof(std::uint64_t));
   std::uint64_t off = l.header_bytes;
   l.labels_offset = off;
@@ -200,7 +227,7 @@ ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, 
   off = align_up(off + (rows * num_tables + 1) * sizeof(std::uint32_t));
   l.bag_ids_offset = off;
   l.bag_ids = ids;
-  l.file_bytes = align_up(off + ids * sizeof(std::uint32_t));
+  l.file_bytes = align_up(off + ids * id_bytes);
   return l;
 }
 
@@ -221,7 +248,7 @@ void finish_shard_header(char* base, const ShardLayout& l, std::uint64_t rows, s
   std::memcpy(base, &h, sizeof h);
   std::size_t covered = sizeof h;
   if (l.multi_hot) {
-    BagSection b{l.bag_offsets_offset, l.bag_ids_offset, l.bag_ids, 0};
+    BagSection b{l.bag_offsets_offset, l.bag_ids_offset, l.bag_ids, l.bag_id_bytes};
     std::memcpy(base + covered, &b, sizeof b);
     covered += sizeof b;
   } else {
@@ -267,7 +294,9 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
     BagSection b;
     std::memcpy(&b, file_.data() + sizeof h, sizeof b);
     if (b.ids > UINT32_MAX) fail("holds " + std::to_string(b.ids) + " ids; a shard holds at most 2^32 - 1");
-    l = multi_hot_shard_layout(h.rows, h.num_dense, h.num_tables, b.ids);
+    const std::uint32_t width = b.id_bytes == 0 ? 4 : static_cast<std::uint32_t>(b.id_bytes);
+    if (width != m.tables.front().id_bytes) fail("bag id width differs from the manifest's");
+    l = multi_hot_shard_layout(h.rows, h.num_dense, h.num_tables, b.ids, width);
     if (l.bag_offsets_offset != b.offsets_offset || l.bag_ids_offset != b.ids_offset)
       fail("bag sections are inconsistent (corrupt header)");
   } else {
@@ -296,7 +325,8 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
   dense_ = reinterpret_cast<const float*>(file_.data() + l.dense_offset);
   if (m.multi_hot) {
     bag_offsets_ = reinterpret_cast<const std::uint32_t*>(file_.data() + l.bag_offsets_offset);
-    bag_ids_ = reinterpret_cast<const std::uint32_t*>(file_.data() + l.bag_ids_offset);
+    bag_ids_ = file_.data() + l.bag_ids_offset;
+    bag_id_bytes_ = l.bag_id_bytes;
     // Offsets index the ids: a bad one would read outside the file, so check every one
     // (4 bytes a bag, read once at open).
     const std::uint64_t n = h.rows * h.num_tables;

@@ -1,5 +1,6 @@
 #include "ember/data/prep.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <tbb/parallel_for.h>
@@ -20,6 +21,8 @@
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 #include "ember/common/process.h"
+#include "ember/common/unique_fd.h"
+#include "ember/data/hashed_ids.h"
 #include "ember/data/line_parser.h"
 #include "ember/data/text_input.h"
 #include "ember/data/vocabulary.h"
@@ -72,7 +75,17 @@ struct CountChunk {
   std::vector<std::uint32_t> row_ids;
   std::vector<std::uint64_t> bag_sum;
   std::vector<std::uint32_t> bag_max;
+  // Hashed ids: the good rows encoded as spool records (spool_record below); `keys`
+  // then holds only the wide value keys, whose ids may collide.
+  std::string spool;
 };
+
+// A hashed-ids spool record: label u8, dense f32[num_dense], then one-hot ids
+// u64[num_tables], or multi-hot bag sizes u32[num_tables] and ids u64[their sum].
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
 
 using Vocab = Vocabulary::Map;
 
@@ -111,7 +124,7 @@ struct ShardOut {
   float* dense() { return reinterpret_cast<float*>(out->data() + layout.dense_offset); }
   char* column(int t) { return out->data() + layout.table_offsets[static_cast<std::size_t>(t)]; }
   std::uint32_t* bag_offsets() { return reinterpret_cast<std::uint32_t*>(out->data() + layout.bag_offsets_offset); }
-  std::uint32_t* bag_ids() { return reinterpret_cast<std::uint32_t*>(out->data() + layout.bag_ids_offset); }
+  char* bag_ids() { return out->data() + layout.bag_ids_offset; }
 };
 
 void drop_pages(char* begin, char* end) {
@@ -130,6 +143,7 @@ class Preparer {
     nt_ = schema_.num_tables();
     nd_ = schema_.num_dense();
     multi_hot_ = o.multi_hot_sep != 0;
+    hashed_ = o.hashed_ids;
     validate();
   }
 
@@ -137,6 +151,7 @@ class Preparer {
     StagingDir staging(opt_.output, opt_.overwrite);
     tbb::task_arena arena(threads_);
     open_inputs();
+    if (hashed_) return run_hashed(staging, arena);
     Stopwatch sw;
     arena.execute([&] { count_pass(); });
     report_.pass1_seconds = sw.seconds();
@@ -168,6 +183,8 @@ class Preparer {
     if (!(opt_.test_fraction >= 0 && opt_.test_fraction < 1)) throw ConfigError("--test-fraction must be in [0, 1)");
     if (opt_.val_fraction + opt_.test_fraction >= 1) throw ConfigError("--val-fraction + --test-fraction must be < 1");
     if (opt_.min_count == 0) throw ConfigError("--min-count must be at least 1");
+    if (hashed_ && opt_.min_count != 1) throw ConfigError("--min-count needs a vocabulary: it cannot be used with --ids hash");
+    if (hashed_ && nt_ > kMaxHashedTables) throw ConfigError("--ids hash: at most 256 tables");
     if (opt_.shard_rows == 0 || !std::has_single_bit(opt_.shard_rows)) {
       throw ConfigError("--shard-rows must be a power of two, not " + std::to_string(opt_.shard_rows));
     }
@@ -398,6 +415,215 @@ class Preparer {
     vocab_.clear();
   }
 
+  // --ids hash: one pass over the text. Rows are encoded as they are read into a spool
+  // file beside the shards (the split sizes are known only at the end), then laid out
+  // into the shards from the spool: binary copies, no second parse.
+  PrepReport run_hashed(StagingDir& staging, tbb::task_arena& arena) {
+    const std::filesystem::path spool = staging.path() / "spool.tmp";
+    Stopwatch sw;
+    arena.execute([&] { spool_pass(spool); });
+    report_.pass1_seconds = sw.seconds();
+    if (total_good_ == 0) throw DataError("no data rows in the input");
+    sw.reset();
+    arena.execute([&] { count_collisions(); });
+    fill_hashed_tables();
+    report_.vocab_seconds = sw.seconds();
+    sw.reset();
+    plan_outputs(staging.path());
+    {
+      const MappedFile in(spool, MappedFile::Access::kRandom);
+      arena.execute([&] { layout_pass(in.data()); });
+    }
+    std::filesystem::remove(spool);
+    report_.pass2_seconds = sw.seconds();
+    sw.reset();
+    arena.execute([&] { finish_outputs(); });
+    write_file_atomic(staging.path() / "manifest.json", manifest_.to_json());
+    staging.commit();
+    report_.finish_seconds = sw.seconds();
+    report_.manifest = manifest_;
+    return report_;
+  }
+
+  void spool_pass(const std::filesystem::path& spool) {
+    const unsigned parts = static_cast<unsigned>(threads_);
+    bag_sum_.assign(static_cast<std::size_t>(nt_), 0);
+    bag_max_.assign(static_cast<std::size_t>(nt_), 0);
+    vocab_.assign(static_cast<std::size_t>(nt_), std::vector<Vocab>(parts));
+    UniqueFd fd(::open(spool.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) throw IoError(errno_message("create " + spool.string()));
+    std::vector<CountChunk> chunks;
+    for_each_block(1, [&](InputFile& file, std::string_view block, std::uint64_t line_no) -> std::uint64_t {
+      auto pieces = split_block(block, threads_);
+      chunks.resize(pieces.size());
+      tbb::parallel_for(
+          std::size_t{0}, pieces.size(), [&](std::size_t c) { parse_spool_chunk(chunks[c], file, pieces[c], parts); },
+          tbb::simple_partitioner());
+      const std::uint64_t lines = merge_count_chunks(file, chunks, line_no);
+      for (const auto& ch : chunks) write_all(fd.get(), ch.spool, spool);
+      // The wide keys, each partition by one thread (collisions are counted at the end).
+      tbb::parallel_for(
+          0u, parts,
+          [&](unsigned p) {
+            for (auto& ch : chunks) {
+              for (int t = 0; t < nt_; ++t) {
+                const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
+                count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
+              }
+            }
+          },
+          tbb::simple_partitioner());
+      return lines;
+    });
+    rows_written_ = total_good_;
+  }
+
+  // One chunk parsed into spool records; its wide keys by (partition of their folded
+  // value, table): keys that may share an id land in one partition.
+  void parse_spool_chunk(CountChunk& ch, const InputFile& file, std::string_view piece, unsigned parts) const {
+    ch.lines = ch.good = ch.bad_count = 0;
+    ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
+    for (auto& k : ch.keys) k.clear();
+    ch.bad.clear();
+    ch.row_ids.clear();
+    ch.spool.clear();
+    ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
+    ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
+    LineParser parser = *file.parser;
+    Record rec;
+    std::string err;
+    auto id = [&](int t, std::uint64_t key) {
+      if (is_wide_key(key)) {
+        const unsigned p = partition_of(Vocab::hash(fold55(key)), parts);
+        ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)].push_back(key);
+      }
+      put(ch.spool, hashed_id(static_cast<unsigned>(t), key));
+    };
+    for_each_line(piece, [&](std::string_view line) {
+      std::uint64_t idx = ch.lines++;
+      if (blank(line)) return;
+      if (!parser.parse(line, rec, err, true)) {
+        if (ch.bad.size() < kMaxBadExamples) ch.bad.emplace_back(idx, err);
+        ++ch.bad_count;
+        return;
+      }
+      put(ch.spool, rec.label);
+      ch.spool.append(reinterpret_cast<const char*>(rec.dense.data()), sizeof(float) * static_cast<std::size_t>(nd_));
+      if (multi_hot_) {
+        std::uint64_t ids = 0;
+        for (int t = 0; t < nt_; ++t) {
+          const auto size = static_cast<std::uint32_t>(rec.bags[static_cast<std::size_t>(t)].size());
+          put(ch.spool, size);
+          ch.bag_sum[static_cast<std::size_t>(t)] += size;
+          ch.bag_max[static_cast<std::size_t>(t)] = std::max(ch.bag_max[static_cast<std::size_t>(t)], size);
+          ids += size;
+        }
+        for (int t = 0; t < nt_; ++t) {
+          for (std::uint64_t key : rec.bags[static_cast<std::size_t>(t)]) id(t, key);
+        }
+        ch.row_ids.push_back(static_cast<std::uint32_t>(std::min<std::uint64_t>(ids, UINT32_MAX)));
+      } else {
+        for (int t = 0; t < nt_; ++t) id(t, rec.keys[static_cast<std::size_t>(t)]);
+      }
+      ++ch.good;
+    });
+  }
+
+  // Distinct wide values of a table whose folded value another one has: they share its id.
+  void count_collisions() {
+    std::vector<std::uint64_t> per_part(static_cast<std::size_t>(threads_) * nt_, 0), wide(per_part.size(), 0);
+    tbb::parallel_for(std::size_t{0}, per_part.size(), [&](std::size_t i) {
+      Vocab& m = vocab_[i / static_cast<std::size_t>(threads_)][i % static_cast<std::size_t>(threads_)];
+      std::vector<std::uint64_t> folded;
+      folded.reserve(m.size());
+      m.for_each([&](std::uint64_t key, std::uint32_t&) { folded.push_back(fold55(key)); });
+      std::sort(folded.begin(), folded.end());
+      for (std::size_t k = 1; k < folded.size(); ++k) per_part[i] += folded[k] == folded[k - 1];
+      wide[i] = folded.size();
+    });
+    for (std::size_t i = 0; i < per_part.size(); ++i) {
+      manifest_.hash_collisions += per_part[i];
+      manifest_.wide_values += wide[i];
+    }
+    for (auto& t : vocab_) {
+      for (auto& m : t) report_.vocab_bytes += m.memory_bytes();
+    }
+    vocab_.clear();
+  }
+
+  void fill_hashed_tables() {
+    manifest_.hashed_ids = true;
+    manifest_.tables.assign(static_cast<std::size_t>(nt_), TableInfo{});
+    for (int t = 0; t < nt_; ++t) {
+      TableInfo& info = manifest_.tables[static_cast<std::size_t>(t)];
+      info.name = schema_.table_names[static_cast<std::size_t>(t)];
+      info.rows = 0;  // dynamic
+      info.id_bytes = 8;
+      if (multi_hot_) {
+        info.max_bag = bag_max_[static_cast<std::size_t>(t)];
+        info.mean_bag =
+            static_cast<double>(bag_sum_[static_cast<std::size_t>(t)]) / static_cast<double>(std::max<std::uint64_t>(1, total_good_));
+      }
+    }
+    // Where each row's record starts in the spool (multi-hot records vary in size).
+    if (multi_hot_) {
+      spool_off_.resize(total_good_);
+      std::uint64_t at = 0;
+      const std::uint64_t fixed = 1 + 4 * static_cast<std::uint64_t>(nd_) + 4 * static_cast<std::uint64_t>(nt_);
+      for (std::uint64_t g = 0; g < total_good_; ++g) {
+        spool_off_[g] = at;
+        at += fixed + 8 * static_cast<std::uint64_t>(row_ids_[g]);
+      }
+    }
+  }
+
+  // Every shard filled from the spool, in parallel over shards: destination row by
+  // destination row, its source row by the shuffle's inverse.
+  void layout_pass(const char* spool) {
+    std::vector<std::uint64_t> source;
+    if (!perm_.empty()) {
+      source.resize(perm_.size());
+      for (std::uint64_t g = 0; g < perm_.size(); ++g) source[perm_[g]] = g;
+    }
+    std::vector<std::pair<ShardOut*, std::uint64_t>> all;  // shard, its first destination row
+    std::uint64_t split_begin = 0;
+    for (int s = 0; s < 3; ++s) {
+      for (std::size_t i = 0; i < shards_[s].size(); ++i) all.emplace_back(shards_[s][i].get(), split_begin + i * opt_.shard_rows);
+      split_begin += split_rows_[s];
+    }
+    tbb::parallel_for(std::size_t{0}, all.size(), [&](std::size_t i) {
+      auto [out, first] = all[i];
+      layout_shard(*out, first, spool, source);
+    });
+  }
+
+  void layout_shard(ShardOut& out, std::uint64_t first, const char* spool, const std::vector<std::uint64_t>& source) {
+    const std::uint64_t fixed = 1 + 4 * static_cast<std::uint64_t>(nd_);
+    const std::uint64_t one_hot_bytes = fixed + 8 * static_cast<std::uint64_t>(nt_);
+    for (std::uint64_t r = 0; r < out.rows; ++r) {
+      const std::uint64_t pos = first + r;
+      const std::uint64_t g = source.empty() ? pos : source[pos];
+      const char* rec = spool + (multi_hot_ ? spool_off_[g] : g * one_hot_bytes);
+      out.labels()[r] = static_cast<std::uint8_t>(rec[0]);
+      std::memcpy(out.dense() + r * static_cast<std::uint64_t>(nd_), rec + 1, 4 * static_cast<std::size_t>(nd_));
+      rec += fixed;
+      if (!multi_hot_) {
+        for (int t = 0; t < nt_; ++t) std::memcpy(out.column(t) + 8 * r, rec + 8 * t, 8);
+        continue;
+      }
+      std::uint32_t at = row_ids_[pos];  // the row's first id in the shard (place_bags)
+      std::uint32_t* offsets = out.bag_offsets() + r * static_cast<std::uint64_t>(nt_);
+      const std::uint32_t begin = at;
+      for (int t = 0; t < nt_; ++t) {
+        offsets[t] = at;
+        std::uint32_t size;
+        std::memcpy(&size, rec + 4 * t, 4);
+        at += size;
+      }
+      std::memcpy(out.bag_ids() + 8 * static_cast<std::uint64_t>(begin), rec + 4 * nt_, 8 * static_cast<std::size_t>(at - begin));
+    }
+  }
+
   void plan_outputs(const std::filesystem::path& dir) {
     std::uint64_t n = total_good_;
     auto test = static_cast<std::uint64_t>(std::floor(static_cast<double>(n) * opt_.test_fraction));
@@ -439,7 +665,8 @@ class Preparer {
         sh->path = dir / name;
         if (multi_hot_) {
           const std::uint64_t ids = shard_ids_[shard_index];
-          sh->layout = multi_hot_shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), static_cast<std::uint32_t>(nt_), ids);
+          sh->layout =
+              multi_hot_shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), static_cast<std::uint32_t>(nt_), ids, hashed_ ? 8 : 4);
         } else {
           sh->layout = shard_layout(sh->rows, static_cast<std::uint32_t>(nd_), id_bytes_);
         }
@@ -552,7 +779,7 @@ class Preparer {
                   offsets[t] = at;
                   at += *sizes++;
                 }
-                std::memcpy(out->bag_ids() + begin, ids, sizeof(std::uint32_t) * (at - begin));
+                std::memcpy(out->bag_ids() + sizeof(std::uint32_t) * begin, ids, sizeof(std::uint32_t) * (at - begin));
                 ids += at - begin;
               }
             } else {
@@ -601,7 +828,8 @@ class Preparer {
           const std::uint64_t id_from = row_ids_[first + from];
           const std::uint64_t id_to = upto == sh.rows ? sh.layout.bag_ids : row_ids_[first + upto];
           char* ids = reinterpret_cast<char*>(sh.bag_ids());
-          drop_pages(ids + id_from * 4, ids + id_to * 4);
+          const std::uint64_t w = sh.layout.bag_id_bytes;
+          drop_pages(ids + id_from * w, ids + id_to * w);
         } else {
           for (int t = 0; t < nt_; ++t) {
             std::uint64_t w = id_bytes_[static_cast<std::size_t>(t)];
@@ -660,8 +888,10 @@ class Preparer {
   std::uint64_t split_rows_[3] = {0, 0, 0};
   std::vector<std::uint32_t> id_bytes_;
   bool multi_hot_ = false;
-  std::vector<std::uint32_t> row_ids_;  // multi-hot: pass 1's ids per row; then each row's start in its shard
-  std::vector<std::uint64_t> bag_sum_;  // per table
+  bool hashed_ = false;
+  std::vector<std::uint64_t> spool_off_;  // hashed multi-hot: each row's record in the spool
+  std::vector<std::uint32_t> row_ids_;    // multi-hot: pass 1's ids per row; then each row's start in its shard
+  std::vector<std::uint64_t> bag_sum_;    // per table
   std::vector<std::uint32_t> bag_max_;
   std::vector<std::uint64_t> shard_ids_;  // multi-hot: ids of each shard, in split order
   std::vector<std::unique_ptr<ShardOut>> shards_[3];

@@ -96,6 +96,7 @@ class Generator {
     if (o.rows == 0) throw ConfigError("--rows must be positive");
     if (!(o.scale > 0)) throw ConfigError("--scale must be positive");
     if (o.alpha < 0) throw ConfigError("--alpha must be >= 0 (0 = calibrated per table)");
+    if (!(o.new_ids >= 0 && o.new_ids <= 1)) throw ConfigError("--new-ids must be in [0, 1]");
     if (o.coupling < 0 || o.coupling > 1 || o.session < 0 || o.session >= 1 || o.drift < 0) {
       throw ConfigError("--coupling in [0,1], --session in [0,1), --drift >= 0");
     }
@@ -197,6 +198,11 @@ class Generator {
 
  private:
   static constexpr double kEntityEffect = 0.9;
+  static constexpr std::uint64_t kNewIdWindow = 10000;
+  // Fresh values per table and window: each drawn about twice in its window.
+  std::uint64_t new_id_pool() const {
+    return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::llround(o_.new_ids * kNewIdWindow / 2)));
+  }
   static constexpr double kValueEffect = 0.8;
 
   // The label's bias that lands the click rate at `ctr`: the mean of sigmoid(b + x)
@@ -232,7 +238,12 @@ class Generator {
         continue;
       }
       std::uint64_t v;
-      if (m.coupled && rng.uniform() < o_.coupling) {
+      if (o_.new_ids > 0 && rng.uniform() < o_.new_ids) {
+        // A value of this window's fresh pool: past the table's values, never drawn
+        // before this window nor after it.
+        const std::uint64_t pool = new_id_pool();
+        v = m.rows + (r / kNewIdWindow) * pool + rng.below(pool);
+      } else if (m.coupled && rng.uniform() < o_.coupling) {
         // The entity's own value for this table (its site, its user's device...):
         // one draw from the table's distribution, fixed per (entity, table).
         SplitMix64 er(mix64(o_.seed ^ (entity * 0x9e3779b97f4a7c15ULL) ^ (static_cast<std::uint64_t>(t) << 56)));

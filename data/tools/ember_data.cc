@@ -41,12 +41,31 @@ class Progress {
   Stopwatch last_;
 };
 
-int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
+// The report of a prep with hashed ids: no vocabulary, the collisions instead.
+int print_hashed_prep(const PrepOptions& o, const PrepReport& r) {
+  const Manifest& m = r.manifest;
+  const double secs = r.total_seconds();
+  std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} dynamic tables (hashed 64-bit ids), {} dense\n", o.output.string(),
+                           m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.dense_names.size());
+  std::cout << fmt::format("hash collisions: {} ({} distinct values wider than 55 bits, the only ones that can collide)\n",
+                           m.hash_collisions, m.wide_values);
+  if (r.bad_lines > 0) std::cout << fmt::format("skipped {} bad line(s)\n", r.bad_lines);
+  std::cout << fmt::format(
+      "{:.1f} MB in {:.2f}s ({:.0f} MB/s): parse and hash {:.2f}s, collisions {:.2f}s, lay out {:.2f}s, sync {:.2f}s; "
+      "peak RSS {:.0f} MB\n",
+      static_cast<double>(r.input_bytes) / 1e6, secs, static_cast<double>(r.input_bytes) / 1e6 / secs, r.pass1_seconds, r.vocab_seconds,
+      r.pass2_seconds, r.finish_seconds, static_cast<double>(peak_rss_bytes()) / 1e6);
+  return 0;
+}
+
+int run_prep(PrepOptions& o, const std::string& format, const std::string& ids, bool quiet, bool json) {
   o.format = parse_source_format(format);
+  if (ids != "vocabulary" && ids != "hash") throw ConfigError("--ids must be vocabulary or hash, not '" + ids + "'");
+  o.hashed_ids = ids == "hash";
   Progress progress(!quiet);
   Stopwatch total;
   o.on_progress = [&](const PrepProgress& p) {
-    progress.maybe("prep: pass {}/2 {:5.1f}% ({:.0f} of {:.0f} MB), {} rows, {:.0f}s", p.pass,
+    progress.maybe("prep: pass {}/{} {:5.1f}% ({:.0f} of {:.0f} MB), {} rows, {:.0f}s", p.pass, o.hashed_ids ? 1 : 2,
                    p.bytes_total ? 100.0 * static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 0.0,
                    static_cast<double>(p.bytes_done) / 1e6, static_cast<double>(p.bytes_total) / 1e6, p.rows, total.seconds());
   };
@@ -68,9 +87,12 @@ int run_prep(PrepOptions& o, const std::string& format, bool quiet, bool json) {
                                 {"vocab_mb", static_cast<double>(r.vocab_bytes) / 1e6},
                                 {"vocab_file_mb", m.vocabulary ? static_cast<double>(m.vocabulary->bytes) / 1e6 : 0.0},
                                 {"peak_rss_mb", static_cast<double>(peak_rss_bytes()) / 1e6}};
+    j["ids"] = m.hashed_ids ? "hash" : "vocabulary";
+    if (m.hashed_ids) j["hash_collisions"] = m.hash_collisions, j["wide_values"] = m.wide_values;
     std::cout << j.dump() << "\n";
     return 0;
   }
+  if (m.hashed_ids) return print_hashed_prep(o, r);
   std::cout << fmt::format("wrote {}: {} train, {} val, {} test rows; {} tables ({} embedding rows), {} dense; vocabulary {:.1f} MB\n",
                            o.output.string(), m.rows[0], m.rows[1], m.rows[2], m.tables.size(), m.total_table_rows(), m.dense_names.size(),
                            m.vocabulary ? static_cast<double>(m.vocabulary->bytes) / 1e6 : 0.0);
@@ -109,6 +131,7 @@ int run_gen(GenOptions& o, const std::string& like, bool quiet) {
 
 int run_stats(const std::string& dir, const StatsOptions& so, bool json, bool verify) {
   Dataset ds = Dataset::open(dir, {verify});
+  ds.manifest().require_fixed_tables(dir, "ember-data stats");
   DatasetStats s = compute_stats(ds, so);
   std::cout << (json ? stats_json(s) + "\n" : stats_table(s));
   return 0;
@@ -121,7 +144,10 @@ int run_verify(const std::string& dir) {
   if (m.vocabulary) Vocabulary::of_dataset(dir, m);  // checksum and tables
   std::size_t shards = m.shards[0].size() + m.shards[1].size() + m.shards[2].size();
   std::cout << fmt::format("{}: ok ({} format, {} shards, {} rows, {} tables, {}; checksums verified in {:.2f}s)\n", dir, m.source_format,
-                           shards, m.total_rows(), m.tables.size(), m.vocabulary ? "vocabulary" : "no vocabulary (an older prep)",
+                           shards, m.total_rows(), m.tables.size(),
+                           m.hashed_ids   ? "hashed ids"
+                           : m.vocabulary ? "vocabulary"
+                                          : "no vocabulary (an older prep)",
                            sw.seconds());
   return 0;
 }
@@ -131,6 +157,7 @@ struct Flags {
   std::string log_level = "info";
   PrepOptions po;
   std::string prep_format;
+  std::string prep_ids = "vocabulary";
   std::vector<std::string> prep_inputs;
   bool prep_quiet = false, prep_json = false;
   std::string prep_bag_sep;
@@ -202,6 +229,8 @@ CLI::App* add_prep(CLI::App& app, Flags& f) {
   const std::vector<Decl> decls = {
       flag("--format", &Flags::prep_format, "criteo (Kaggle/1TB TSV), criteo-csv (competition or DeepCTR CSV), avazu"),
       prep_flag("--output,-o", &PrepOptions::output, "dataset directory to create").default_hidden(),
+      flag("--ids", &Flags::prep_ids,
+           "vocabulary (a counting pass numbers each table's values) or hash (one pass: 64-bit ids, dynamic tables)"),
       prep_flag("--min-count", &PrepOptions::min_count, "values seen fewer times share one OOV row per table"),
       prep_flag("--val-fraction", &PrepOptions::val_fraction, "share of rows for validation (after train, in file order)"),
       prep_flag("--test-fraction", &PrepOptions::test_fraction, "share of rows for test (last, in file order)"),
@@ -234,6 +263,7 @@ CLI::App* add_gen(CLI::App& app, Flags& f) {
       gen_flag("--coupling", &GenOptions::coupling, "probability a table takes the entity's value"),
       gen_flag("--session", &GenOptions::session, "probability a row reuses the previous row's entity"),
       gen_flag("--drift", &GenOptions::drift, "popularity ranking positions shifted per 10,000 rows"),
+      gen_flag("--new-ids", &GenOptions::new_ids, "share of values drawn from ids new in each 10,000 rows (seen there only, about twice)"),
       gen_flag("--ctr", &GenOptions::ctr, "target click rate (default 0.25 Criteo, 0.17 Avazu)").default_hidden(),
       gen_flag("--threads", &GenOptions::threads, "threads (0 = all cores; output does not depend on it)"),
       flag("--multi-hot", &Flags::gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table"),
@@ -273,7 +303,7 @@ int run_subcommand(Flags& f, const CLI::App& prep, const CLI::App& gen, const CL
   if (prep) {
     for (auto& i : f.prep_inputs) f.po.inputs.emplace_back(i);
     f.po.multi_hot_sep = one_char("--multi-hot-sep", f.prep_bag_sep, prep.get_option("--multi-hot-sep")->count() > 0);
-    return run_prep(f.po, f.prep_format, f.prep_quiet || f.prep_json, f.prep_json);
+    return run_prep(f.po, f.prep_format, f.prep_ids, f.prep_quiet || f.prep_json, f.prep_json);
   }
   if (gen) {
     if (!f.gen_bags.empty()) {

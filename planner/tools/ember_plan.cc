@@ -655,6 +655,7 @@ int main(int argc, char** argv) {
     set_up_topology(f);
     const scheduler::RowFormat row{f.dim, ps::state_floats(ps::parse_optimizer(f.optimizer), f.dim)};
     data::Dataset ds = data::Dataset::open(f.data_dir, {false});
+    ds.manifest().require_fixed_tables(f.data_dir, "ember-plan");
     const bool analytic = set_up_model(f);
     if (!f.memory_arg.empty()) {
       return plan_placement(ds, f.topo, plan_options(f, row, analytic), f.batch_choices, f.plan_out, f.greedy_out, f.json);

@@ -193,6 +193,7 @@ bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFo
 bool score_split(const ExportedModel& model, const fs::path& dir, const std::string& split_name, std::size_t batch, Scorer& scorer) {
   const data::Dataset ds = data::Dataset::open(dir);
   const auto& m = ds.manifest();
+  m.require_fixed_tables(dir.string(), "ember-predict");
   if (m.tables.size() != model.table_rows().size()) {
     throw ConfigError("dataset " + dir.string() + " has " + std::to_string(m.tables.size()) + " tables, the model " +
                       std::to_string(model.table_rows().size()));

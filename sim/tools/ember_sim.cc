@@ -501,6 +501,7 @@ int main(int argc, char** argv) {
     SyntheticDataset holder;
     const fs::path dir = dataset_dir(f, holder);
     data::Dataset ds = data::Dataset::open(dir, {false});
+    ds.manifest().require_fixed_tables(dir.string(), "ember-sim");
     if (!f.synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
       // the generator's full tables, as it would be for the real dataset.

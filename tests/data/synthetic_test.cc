@@ -6,9 +6,12 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 
+#include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/data/dataset.h"
+#include "ember/data/line_parser.h"
 #include "ember/data/prep.h"
 #include "ember/data/stats.h"
 #include "ember/data/zipf.h"
@@ -86,6 +89,39 @@ TEST_F(Synthetic, OutputDoesNotDependOnThreads) {
   g.output = dir_ / "c.tsv";
   generate(g);
   EXPECT_NE(read_file(dir_ / "a.tsv"), read_file(dir_ / "c.tsv"));
+}
+
+TEST_F(Synthetic, NewIdsKeepComingAndFadeWithTheirWindow) {
+  // Tables of one value at this scale: every other value of a table is a fresh id.
+  GenOptions g;
+  g.rows = 40000;
+  g.scale = 1e-6;
+  g.new_ids = 0.3;
+  g.output = dir_ / "new.tsv";
+  generate(g);
+  const std::string text = read_file(g.output);
+  LineParser parser(SourceFormat::kCriteoTsv, text.substr(0, text.find('\n')));
+  std::map<std::uint64_t, std::set<std::uint64_t>> windows;  // C2's values -> windows holding them
+  std::uint64_t row = 0;
+  Record rec;
+  std::string err;
+  for (std::size_t at = 0; at < text.size(); ++row) {
+    const std::size_t nl = text.find('\n', at);
+    ASSERT_TRUE(parser.parse(std::string_view(text).substr(at, nl - at), rec, err)) << err;
+    at = nl + 1;
+    if (rec.keys[1] != kMissingKey) windows[rec.keys[1]].insert(row / 10000);
+  }
+  std::uint64_t in_one_window = 0;
+  for (const auto& [value, w] : windows) {
+    in_one_window += w.size() == 1;
+  }
+  // The table's one value is in every window; each window's fresh pool (1,500 values,
+  // 3,000 draws) shows about 1,300 distinct ones, never again after its window.
+  EXPECT_EQ(windows.size() - in_one_window, 1u);
+  EXPECT_GT(in_one_window, 4u * 1200);
+  EXPECT_LT(in_one_window, 4u * 1400);
+  g.new_ids = 1.5;
+  EXPECT_THROW(generate(g), ConfigError);
 }
 
 TEST_F(Synthetic, IidSkewMatchesItsExponent) {

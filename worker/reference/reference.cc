@@ -59,6 +59,7 @@ struct DistinctRows {
 ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim) {
   TrainConfig c = config;
   auto ds = data::Dataset::open(c.dataset);
+  ds.manifest().require_fixed_tables(c.dataset, "ember-worker --reference");
   fill_model_shape(ds, dim, c);
   const std::uint64_t N = ds.manifest().total_table_rows();
   const auto offsets = ds.manifest().table_offsets();

@@ -91,6 +91,7 @@ scheduler::SchedulerConfig Worker::set_up() {
   device_ = parse_device(c_.device);
   resolve_cache_backend(c_.cache_backend, device_);  // --cache-backend errors before joining
   ds_.emplace(data::Dataset::open(c_.dataset));
+  ds_->manifest().require_fixed_tables(c_.dataset, "training");
   auto sc = scheduler::make_scheduler_config(*ds_, c_);  // config errors before joining
   on_demand_ = sc.policy.sync() == scheduler::Sync::kOnDemand;
   at::set_num_threads(c_.torch_threads);

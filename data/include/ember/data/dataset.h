@@ -11,7 +11,7 @@
 //   ShardHeader | BagSection | header checksum (u64) | pad
 //   labels, dense                          (as above)
 //   offsets u32[rows * num_tables + 1]     (bag of (r, t): ids [offsets[r*T+t], offsets[r*T+t+1]))
-//   ids     u32[offsets[rows * num_tables]]
+//   ids     u32 or u64 [offsets[rows * num_tables]]  (u64: hashed ids, BagSection::id_bytes)
 // The header checksum covers everything before it; payload_checksum covers every byte
 // after the header. One-hot columns are contiguous so a batch of one table is one span.
 #pragma once
@@ -51,8 +51,8 @@ struct TableColumn {
 struct BagSection {
   std::uint64_t offsets_offset;
   std::uint64_t ids_offset;
-  std::uint64_t ids;  // ids in the shard (= offsets[rows * num_tables])
-  std::uint64_t reserved;
+  std::uint64_t ids;       // ids in the shard (= offsets[rows * num_tables])
+  std::uint64_t id_bytes;  // 8: hashed ids; 4 (or 0, in shards written before hashed ids)
 };
 static_assert(sizeof(ShardHeader) == 64 && sizeof(TableColumn) == 16 && sizeof(BagSection) == 32);
 
@@ -104,12 +104,21 @@ struct Manifest {
   // Raw value -> row of every table (vocabulary.h); none in datasets prepared before
   // prep wrote one.
   std::optional<VocabularyInfo> vocabulary;
+  // `prep --ids hash`: every id is hashed_id(table, value) (hashed_ids.h), 8 bytes wide,
+  // and the tables are dynamic: no row count, no vocabulary. Collisions: distinct values
+  // that share an id with another (possible only among `wide_values`, counted exactly).
+  bool hashed_ids = false;
+  std::uint64_t hash_collisions = 0;
+  std::uint64_t wide_values = 0;
 
   std::uint64_t total_rows() const { return rows[0] + rows[1] + rows[2]; }
   // Sum of table rows: the size of the global key space.
   std::uint64_t total_table_rows() const;
   // Global key = table_offset(t) + row id.
   std::vector<std::uint64_t> table_offsets() const;
+  // Throws ConfigError when the tables are dynamic (hashed ids): `who` (a program or a
+  // mode) sizes its state by a fixed key space, which hashed ids do not have.
+  void require_fixed_tables(const std::string& dataset, const std::string& who) const;
 
   std::string to_json() const;
   static Manifest from_json(const std::string& text, const std::string& origin);
@@ -125,11 +134,14 @@ struct ShardLayout {
   std::uint64_t bag_offsets_offset = 0;  // multi-hot
   std::uint64_t bag_ids_offset = 0;
   std::uint64_t bag_ids = 0;
+  std::uint32_t bag_id_bytes = 4;
   std::uint64_t file_bytes = 0;
 };
 ShardLayout shard_layout(std::uint64_t rows, std::uint32_t num_dense, const std::vector<std::uint32_t>& id_bytes);
-// A multi-hot shard of `rows` rows of `num_tables` bags holding `ids` ids in all.
-ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, std::uint32_t num_tables, std::uint64_t ids);
+// A multi-hot shard of `rows` rows of `num_tables` bags holding `ids` ids in all, each
+// `id_bytes` (4 or 8) wide.
+ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, std::uint32_t num_tables, std::uint64_t ids,
+                                   std::uint32_t id_bytes = 4);
 
 // Fills the header of a shard whose payload is written; computes both checksums.
 void finish_shard_header(char* file_base, const ShardLayout& layout, std::uint64_t rows, std::uint32_t num_dense,
@@ -165,11 +177,16 @@ class Shard {
       return;
     }
     const std::uint32_t* o = bag_offsets_ + r * num_tables_ + static_cast<std::uint64_t>(table);
-    for (std::uint32_t k = o[0]; k < o[1]; ++k) f(static_cast<std::uint64_t>(bag_ids_[k]));
+    if (bag_id_bytes_ == 8) {
+      const auto* ids = reinterpret_cast<const std::uint64_t*>(bag_ids_);
+      for (std::uint32_t k = o[0]; k < o[1]; ++k) f(ids[k]);
+      return;
+    }
+    const auto* ids = reinterpret_cast<const std::uint32_t*>(bag_ids_);
+    for (std::uint32_t k = o[0]; k < o[1]; ++k) f(static_cast<std::uint64_t>(ids[k]));
   }
   // Multi-hot shards: the num_tables + 1 bag offsets of row r (into bag_ids()).
   const std::uint32_t* bag_offsets(std::uint64_t r) const { return bag_offsets_ + r * num_tables_; }
-  const std::uint32_t* bag_ids() const { return bag_ids_; }
   const std::uint8_t* labels() const { return labels_; }
   // Raw column of table t: `id_bytes(t)`-wide ids, rows() of them.
   const void* column(int table) const { return cols_[static_cast<std::size_t>(table)].base; }
@@ -188,7 +205,8 @@ class Shard {
   const float* dense_ = nullptr;
   std::vector<Column> cols_;                    // one-hot
   const std::uint32_t* bag_offsets_ = nullptr;  // multi-hot
-  const std::uint32_t* bag_ids_ = nullptr;
+  const char* bag_ids_ = nullptr;
+  std::uint32_t bag_id_bytes_ = 4;
 };
 
 // All shards of one split, addressed by a split-wide sample index.

@@ -1,6 +1,7 @@
 // `ember-data prep`: text files (Criteo TSV / CSV, Avazu CSV, plain or gzip) to Ember's
 // binary dataset. Two streaming passes: pass 1 counts every categorical value, pass 2
-// encodes rows. Memory is bounded by the vocabulary, never by the input's size.
+// encodes rows. Memory is bounded by the vocabulary, never by the input's size. With
+// hashed ids, one pass over the text into a spool, then the shards laid out from it.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,10 @@ struct PrepOptions {
   double test_fraction = 0.0;
   std::uint64_t skip_bad = 0;  // bad lines tolerated (skipped) before failing
   char multi_hot_sep = 0;      // != 0: categorical fields are bags of values split by it
-  bool shuffle = false;        // permute rows by `seed` before splitting
+  // Hashed ids (hashed_ids.h): one pass over the text, no vocabulary, 8-byte ids of
+  // dynamic tables; false: a vocabulary of each table's values, rows numbered by count.
+  bool hashed_ids = false;
+  bool shuffle = false;  // permute rows by `seed` before splitting
   std::uint64_t seed = 0;
   std::uint64_t shard_rows = 1u << 20;  // power of two
   int threads = 0;                      // 0 = all cores
@@ -51,7 +55,7 @@ struct PrepReport {
   std::uint64_t lines = 0;        // data lines (headers and empty lines excluded)
   std::uint64_t bad_lines = 0;
   std::vector<BadLine> bad_examples;  // the first few skipped lines
-  std::uint64_t vocab_bytes = 0;      // hash-table memory of the vocabulary at its peak
+  std::uint64_t vocab_bytes = 0;      // hash-table memory of the vocabulary (hashed ids: of the wide values) at its peak
   double pass1_seconds = 0, vocab_seconds = 0, pass2_seconds = 0, finish_seconds = 0;
   double total_seconds() const { return pass1_seconds + vocab_seconds + pass2_seconds + finish_seconds; }
 };

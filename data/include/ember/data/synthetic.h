@@ -13,6 +13,7 @@
 //  - The label is Bernoulli(sigmoid(bias + entity effect + value effects of a few
 //    tables + dense effect)), so models can learn (AUC well above 0.5).
 //  - `iid` turns entities, sessions and drift off: independent per-table Zipf draws.
+//  - `new_ids` R: with probability R a value is one of the current window's fresh ones.
 // Defaults are calibrated against the real samples (docs/data.md "Calibration").
 #pragma once
 
@@ -50,7 +51,11 @@ struct GenOptions {
   double coupling = 0.7;  // calibrated: docs/data.md "Calibration"
   double session = 0.02;
   double drift = 1.0;  // ranking positions shifted per 10,000 rows
-  double ctr = -1;     // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
+  // Ids that keep coming: a share of the values each window of 10,000 rows draws comes
+  // from that window's own fresh values (past the table's, each drawn about twice in
+  // the window, never again): distinct ids grow with the rows, as in production data.
+  double new_ids = 0;
+  double ctr = -1;  // target click rate; < 0: 0.25 Criteo, 0.17 Avazu
   // Multi-hot: a bag of this many values per drawn table (empty: one value, or none when
   // missing). A bag's first value is the row's usual draw (entity, label signal); the
   // others come from `multi_hot_dist`. Values are joined by `multi_hot_sep`.

@@ -114,6 +114,30 @@ std::string Manifest::to_json() const {
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// One entry of the manifest's "tables", checked against the dataset's kind (m's
+// multi_hot and hashed_ids, read before it).
+TableInfo table_from_json(const nlohmann::json& t, const Manifest& m, const std::string& origin) {
+  TableInfo ti;
+  ti.name = t.at("name").get<std::string>();
+  ti.rows = t.at("rows").get<std::uint64_t>();
+  ti.id_bytes = t.value("id_bytes", 4u);
+  ti.values_seen = t.value("values_seen", std::uint64_t{0});
+  if (ti.id_bytes != 4 && ti.id_bytes != 8) throw DataError(origin + ": table " + ti.name + ": id_bytes must be 4 or 8");
+  if (m.hashed_ids && (ti.id_bytes != 8 || ti.rows != 0)) {
+    throw DataError(origin + ": table " + ti.name + ": hashed ids are 8 bytes wide and the table has no row count");
+  }
+  if (m.multi_hot) {
+    if (!m.hashed_ids && ti.id_bytes != 4) throw DataError(origin + ": table " + ti.name + ": multi-hot ids are 4 bytes");
+    ti.max_bag = t.value("max_bag", 1u);
+    ti.mean_bag = t.value("mean_bag", 1.0);
+  }
+  return ti;
+}
+
+}  // namespace
+
 Manifest Manifest::from_json(const std::string& text, const std::string& origin) {
   Manifest m;
   try {
@@ -144,23 +168,7 @@ Manifest Manifest::from_json(const std::string& text, const std::string& origin)
     if (j.at("dense_features").get<std::size_t>() != m.dense_names.size()) {
       throw DataError(origin + ": dense_features does not match dense_names");
     }
-    for (const auto& t : j.at("tables")) {
-      TableInfo ti;
-      ti.name = t.at("name").get<std::string>();
-      ti.rows = t.at("rows").get<std::uint64_t>();
-      ti.id_bytes = t.value("id_bytes", 4u);
-      ti.values_seen = t.value("values_seen", std::uint64_t{0});
-      if (ti.id_bytes != 4 && ti.id_bytes != 8) throw DataError(origin + ": table " + ti.name + ": id_bytes must be 4 or 8");
-      if (m.hashed_ids && (ti.id_bytes != 8 || ti.rows != 0)) {
-        throw DataError(origin + ": table " + ti.name + ": hashed ids are 8 bytes wide and the table has no row count");
-      }
-      if (m.multi_hot) {
-        if (!m.hashed_ids && ti.id_bytes != 4) throw DataError(origin + ": table " + ti.name + ": multi-hot ids are 4 bytes");
-        ti.max_bag = t.value("max_bag", 1u);
-        ti.mean_bag = t.value("mean_bag", 1.0);
-      }
-      m.tables.push_back(ti);
-    }
+    for (const auto& t : j.at("tables")) m.tables.push_back(table_from_json(t, m, origin));
     m.min_count = j.value("min_count", std::uint64_t{1});
     m.shuffled = j.value("shuffled", false);
     m.seed = j.value("seed", std::uint64_t{0});

@@ -26,6 +26,7 @@ class KeyBits {
     b |= m;
     return was_clear;
   }
+  void reset(Key k) { bits_[k >> 3] &= static_cast<std::uint8_t>(~(1u << (k & 7))); }
   // Clears the byte holding k's bit (and its 7 neighbours').
   void clear_byte(Key k) { bits_[k >> 3] = 0; }
   std::size_t memory_bytes() const { return bits_.capacity(); }

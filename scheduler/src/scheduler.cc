@@ -227,6 +227,21 @@ const cache::LocationMap& Scheduler::locations() const { return state_->loc; }
 const std::vector<double>& Scheduler::table_doi() const { return state_->doi.doi(); }
 const std::vector<std::uint32_t>& Scheduler::scored_tables() const { return state_->doi.scored_tables(); }
 
+void Scheduler::drop_rows(std::span<const Key> keys) {
+  check_evictions_applied("drop_rows");
+  State& s = *state_;
+  if (s.window) throw Error("rows of dynamic tables cannot be dropped under a lookahead window");
+  for (const Key k : keys) {
+    if (k >= config_.num_keys)
+      throw Error("dropped row " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " keys");
+    for (const std::uint32_t w : s.modelled) s.lru[w]->erase(k);
+    s.loc.clear_owner(k);
+    s.loc.clear_partials(k);
+    s.loc.set_clean(k);
+    s.seen.reset(k);
+  }
+}
+
 std::size_t Scheduler::memory_bytes() const {
   const State& s = *state_;
   std::size_t b =

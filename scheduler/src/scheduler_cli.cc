@@ -113,6 +113,22 @@ std::vector<Decl> mechanism_options() {
   };
 }
 
+// Dynamic tables (a dataset of hashed ids, KeyDirectory): when rows are made and dropped.
+// ember-sim only until the training job keys its caches and shards by slots.
+std::vector<Decl> dynamic_options() {
+  return {
+      option("--create-after", &SchedulerOptions::create_after,
+             "dynamic tables: an id gets a row once it has appeared in N global batches (until then: a zero vector, no gradient)",
+             kSimProgram),
+      option("--create-filter-mb", &SchedulerOptions::create_filter_mb, "dynamic tables: memory of --create-after's counting filter",
+             kSimProgram),
+      option("--expire-after", &SchedulerOptions::expire_after,
+             "dynamic tables: drop a row that has not appeared in a global batch for K iterations (0: never)", kSimProgram),
+      option("--shard-max-rows", &SchedulerOptions::shard_max_rows,
+             "dynamic tables: at a commit, cap each PS shard's rows, dropping the least recently appeared (0: no cap)", kSimProgram),
+  };
+}
+
 std::vector<Decl> declare() {
   // The workers agree on everything that shapes the plans: every worker runs the whole
   // scheduler and follows the plans of all of them; on the global batches and their
@@ -122,6 +138,8 @@ std::vector<Decl> declare() {
   std::vector<Decl> d = shape_options();
   std::vector<Decl> more = mechanism_options();
   d.insert(d.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  std::vector<Decl> dynamic = dynamic_options();
+  d.insert(d.end(), std::make_move_iterator(dynamic.begin()), std::make_move_iterator(dynamic.end()));
   return d;
 }
 

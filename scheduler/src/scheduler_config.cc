@@ -51,12 +51,39 @@ void check_lookahead(const SchedulerConfig& c) {
   }
 }
 
+namespace {
+
+// What dynamic tables do not support yet, refused in one line each.
+void check_dynamic_tables(const SchedulerOptions& o) {
+  if (o.dynamic_slots == 0) throw ConfigError("a dataset of hashed ids needs its dynamic tables' slots (KeyDirectory)");
+  const char* refused = o.lookahead > 0                                                ? "--lookahead"
+                        : o.eviction != "auto" && o.eviction != "lru"                  ? "--eviction by next use"
+                        : !o.placement.empty() || !o.placement_plan.treatments.empty() ? "--placement"
+                        : o.scheduler_per_host                                         ? "--scheduler-per-host"
+                        : o.prefetch                                                   ? "--prefetch"
+                                                                                       : nullptr;
+  if (refused != nullptr) throw ConfigError(std::string(refused) + " does not apply to dynamic tables (hashed ids) yet");
+  const Policy p = parse_policy(o.policy);
+  if (p.replicates_frequent_rows() || p.sync() == Sync::kBoundedStaleness) {
+    throw ConfigError("--policy " + p.name() + " does not apply to dynamic tables (hashed ids) yet");
+  }
+}
+
+}  // namespace
+
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
   SchedulerConfig c;
   static_cast<SchedulerCommon&>(c) = o;  // the settings that pass as they are, at once
-  c.table_offsets = key_space(ds, o.table_rows);
-  c.num_keys = c.table_offsets.back();
-  c.table_offsets.pop_back();
+  if (ds.manifest().hashed_ids) {
+    check_dynamic_tables(o);
+    // Every table's keys are slots of one space (KeyDirectory).
+    c.table_offsets.assign(ds.manifest().tables.size(), 0);
+    c.num_keys = o.dynamic_slots;
+  } else {
+    c.table_offsets = key_space(ds, o.table_rows);
+    c.num_keys = c.table_offsets.back();
+    c.table_offsets.pop_back();
+  }
   if (ds.manifest().multi_hot) {
     for (const auto& t : ds.manifest().tables) c.bag_bound.push_back(t.max_bag);
   }
@@ -76,7 +103,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
                       " iterations");
   }
   check_lookahead(c);
-  if (o.eval_every > 0) c.evaluated_rows = validation_rows(ds, o.eval_samples);
+  if (o.eval_every > 0 && !ds.manifest().hashed_ids) c.evaluated_rows = validation_rows(ds, o.eval_samples);
   c.hand_evaluated_rows = !o.scheduler_per_host;
   if (c.policy.replicates_frequent_rows()) c.replicated = profile_replicated_rows(ds, o, c.policy.replicated_fraction());
   if (!o.placement.empty()) {

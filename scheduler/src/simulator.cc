@@ -1,9 +1,11 @@
 #include "ember/scheduler/simulator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 #include <set>
+#include <type_traits>
 
 #include "ember/common/checkpoint_schedule.h"
 #include "ember/common/error.h"
@@ -232,9 +234,11 @@ namespace {
 // flushes' apart; the aggregated links see every iteration (their hosts' state).
 class GroupCounts {
  public:
-  GroupCounts(const SimOptions& o, const std::vector<std::uint64_t>& offsets, SimResult& r)
-      : o_(o), offsets_(offsets), r_(r), shard_of_([&o](WorkerId, Key k) -> std::size_t { return o.shard_of(k); }) {
-    r.per_table.assign(offsets.size(), TrafficCounts{});
+  // `by_table`: keys fall in the tables' ranges of `offsets` (not so for dynamic tables'
+  // slots: no per-table counts).
+  GroupCounts(const SimOptions& o, const std::vector<std::uint64_t>& offsets, bool by_table, SimResult& r)
+      : o_(o), offsets_(offsets), by_table_(by_table), r_(r), shard_of_([&o](WorkerId, Key k) -> std::size_t { return o.shard_of(k); }) {
+    if (by_table_) r.per_table.assign(offsets.size(), TrafficCounts{});
     if (o.shards > 0 && !o.shard_of) throw ConfigError("per-shard counts need SimOptions::shard_of");
     r.per_shard.assign(o.shards, TrafficCounts{});
     if (o.link_of) r.per_link.assign(2, TrafficCounts{});
@@ -246,7 +250,7 @@ class GroupCounts {
 
   void count(const std::vector<StepPlan>& plans, bool flush, bool counted) {
     if (counted) {
-      count_per_table(plans, offsets_, flush, r_.per_table);
+      if (by_table_) count_per_table(plans, offsets_, flush, r_.per_table);
       if (o_.shards > 0) count_per_group(plans, flush, shard_of_, r_.per_shard);
       if (o_.link_of) count_per_group(plans, flush, o_.link_of, r_.per_link, true);
     }
@@ -256,6 +260,7 @@ class GroupCounts {
  private:
   const SimOptions& o_;
   const std::vector<std::uint64_t>& offsets_;
+  const bool by_table_;
   SimResult& r_;
   const std::function<std::size_t(WorkerId, Key)> shard_of_;
   std::optional<AggregatedLinks> aggregated_;
@@ -273,9 +278,19 @@ void subtract(std::vector<TierReads>& all, const std::vector<TierReads>& warm) {
 }  // namespace
 
 // Replays the job's batches through `sched` (a Scheduler, or HostSchedulers).
+// Dynamic tables: the rows the directory drops after iteration `it` leave the scheduler.
+template <typename S>
+void drop_rows_after(std::uint64_t it, KeyDirectory& dir, S& sched, std::vector<Key>& dropped) {
+  dropped.clear();
+  dir.end_iteration(it, &dropped);
+  if constexpr (std::is_same_v<S, Scheduler>) sched.drop_rows(dropped);  // HostSchedulers: refused (check_dynamic_tables)
+}
+
+// With `dir` (dynamic tables), each batch's ids become its slots and the rows it drops
+// after each iteration leave the scheduler.
 template <typename S>
 SimResult replay(S& sched, const data::BatchReader& reader, const std::string& policy, bool flushes, std::uint64_t total,
-                 const SimOptions& o) {
+                 const SimOptions& o, KeyDirectory* dir) {
   SimResult r;
   r.policy = policy;
   r.cache_rows = sched.config().cache_rows;
@@ -287,7 +302,8 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   BatchStream batches(reader, offsets, sched.config().lookahead);
   const FlushSchedule flush_schedule{total, o.scheduler.eval_every, CheckpointSchedule(o.checkpoint_every)};
   double tables_sum = 0, scoring_sum = 0;
-  GroupCounts groups(o, offsets, r);
+  GroupCounts groups(o, offsets, dir == nullptr, r);
+  std::vector<Key> dropped;
   std::optional<Tiers> tiers;
   std::vector<TierReads> tier_warm, tier_warm_hinted;  // at the end of the warmup
   std::uint64_t now = 0;
@@ -300,6 +316,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     now = it;
     if (tiers && it == o.warmup) tiers->read(tier_warm, tier_warm_hinted);
     batches.next(b, g);
+    if (dir != nullptr) dir->admit(it, g);
     batches.look_ahead(sched, it, total);
     IterationStats st = sched.schedule(g, plans);
     if (tiers) tiers->touch(it, plans);
@@ -318,6 +335,7 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
       st.traffic.hot_flush += f.hot_flush;
       st.traffic.eval_handed += f.eval_handed;
     }
+    if (dir != nullptr) drop_rows_after(it, *dir, sched, dropped);
     if (counted) {
       r.traffic += st.traffic;
       r.per_iteration.push_back(st.traffic);
@@ -340,14 +358,46 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
     subtract(r.per_shard_tier_hinted, tier_warm_hinted);
   }
   r.scheduler_bytes = sched.memory_bytes();
+  if (dir != nullptr) {
+    for (std::uint32_t s = 0; s < dir->options().shards; ++s) r.per_shard_rows.push_back(dir->shard_counts(s));
+    r.directory_bytes = dir->memory_bytes();
+    r.dynamic_slots = dir->slot_count();
+  }
   for (std::uint32_t w = 0; w < sched.config().workers; ++w) r.cached_rows += sched.cache_of(w).size();
   return r;
+}
+
+KeyDirectory make_key_directory(const data::Dataset& ds, const SchedulerOptions& o, std::uint32_t shards, std::uint64_t iterations) {
+  const data::Manifest& m = ds.manifest();
+  DynamicTableOptions d;
+  d.shards = std::max<std::uint32_t>(1, shards);
+  d.create_after = o.create_after;
+  d.create_filter_bytes = static_cast<std::uint64_t>(o.create_filter_mb * 1024 * 1024);
+  d.expire_after = o.expire_after;
+  d.shard_max_rows = o.shard_max_rows;
+  std::uint64_t ids_per_sample = 0;
+  for (const auto& t : m.tables) ids_per_sample += m.multi_hot ? t.max_bag : 1;
+  const std::uint64_t batch_ids = std::uint64_t{o.workers} * o.batch_per_worker * ids_per_sample;
+  std::uint64_t slots = 0;
+  if (o.shard_max_rows > 0) {
+    slots = KeyDirectory::slots_needed(o.shard_max_rows, batch_ids);
+  } else {
+    const double per_shard = static_cast<double>(batch_ids * iterations) / d.shards;
+    slots = static_cast<std::uint64_t>(per_shard + 6 * std::sqrt(per_shard)) + 1024;
+  }
+  return KeyDirectory(d, slots);
 }
 
 SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   const std::uint64_t total = o.warmup + o.iterations;
   SchedulerOptions job = o.scheduler;
   job.iterations = total;
+  std::optional<KeyDirectory> dir;
+  if (ds.manifest().hashed_ids) {
+    dir.emplace(make_key_directory(ds, job, o.shards, total));
+    job.dynamic_slots = dir->slot_count();
+    if (o.shards > 1 && !o.shard_of) throw ConfigError("dynamic tables on several PS shards need SimOptions::shard_of");
+  }
   SchedulerConfig c = make_scheduler_config(ds, job);
   if ((c.host_allocation || c.peer_sync || o.scheduler.scheduler_per_host) && o.host_of) {
     for (WorkerId w = 0; w < c.workers; ++w) c.host_of.push_back(o.host_of(w));
@@ -362,10 +412,10 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   if (o.scheduler.scheduler_per_host) {
     if (!o.host_of) throw ConfigError("--scheduler-per-host needs the workers' hosts (--hosts or --host-map)");
     HostSchedulers sched(c);
-    return replay(sched, reader, policy, flushes, total, o);
+    return replay(sched, reader, policy, flushes, total, o, dir ? &*dir : nullptr);
   }
   Scheduler sched(std::move(c));
-  return replay(sched, reader, policy, flushes, total, o);
+  return replay(sched, reader, policy, flushes, total, o, dir ? &*dir : nullptr);
 }
 
 }  // namespace ember::scheduler

@@ -163,6 +163,43 @@ void add_breakdowns(nlohmann::ordered_json& j, const Output& out, const schedule
   }
 }
 
+// Dynamic tables: the rows made and dropped, the shards' largest, the directory's bytes.
+scheduler::DirectoryCounts dynamic_totals(const scheduler::SimResult& r, std::uint64_t& busiest_live) {
+  scheduler::DirectoryCounts c;
+  busiest_live = 0;
+  for (const auto& s : r.per_shard_rows) {
+    c += s;
+    busiest_live = std::max(busiest_live, s.live);
+  }
+  return c;
+}
+
+void print_dynamic_rows(const scheduler::SimResult& r) {
+  std::uint64_t busiest = 0;
+  const scheduler::DirectoryCounts c = dynamic_totals(r, busiest);
+  std::cout << fmt::format(
+      "{:<10}dynamic rows: {} live at the end ({} on the fullest of {} shards, of {} slots), {} created, {} kept out by --create-after, "
+      "{} expired, {} capped; key directory {:.1f} MB\n",
+      "", c.live, busiest, r.per_shard_rows.size(), r.dynamic_slots, c.created, c.refused, c.expired, c.capped,
+      static_cast<double>(r.directory_bytes) / 1e6);
+}
+
+nlohmann::ordered_json dynamic_json(const scheduler::SimResult& r) {
+  std::uint64_t busiest = 0;
+  const scheduler::DirectoryCounts c = dynamic_totals(r, busiest);
+  auto counts = [](const scheduler::DirectoryCounts& d) {
+    return nlohmann::ordered_json{
+        {"live", d.live}, {"created", d.created}, {"refused", d.refused}, {"expired", d.expired}, {"capped", d.capped}};
+  };
+  nlohmann::ordered_json j = counts(c);
+  j["busiest_shard_live"] = busiest;
+  j["slots"] = r.dynamic_slots;
+  j["directory_bytes"] = r.directory_bytes;
+  auto& shards = j["per_shard"] = nlohmann::ordered_json::array();
+  for (const auto& s : r.per_shard_rows) shards.push_back(counts(s));
+  return j;
+}
+
 // One policy's line of --json: the counts, the bytes, per table, per shard, per link.
 nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult& r) {
   const scheduler::SimOptions& o = out.o;
@@ -210,6 +247,7 @@ nlohmann::ordered_json policy_json(const Output& out, const scheduler::SimResult
                               {"eviction", o.scheduler.eviction},
                               {"bytes", bytes}};
   add_breakdowns(j, out, r);
+  if (!r.per_shard_rows.empty()) j["dynamic_rows"] = dynamic_json(r);
   if (o.digest) j["plan_digest"] = fmt::format("{:016x}", r.plan_digest);
   if (const auto* v = out.vanilla) {
     j["pull_reduction"] = reduction(v->traffic.pulls, t.pulls);
@@ -248,6 +286,7 @@ void print_text(const Output& out, const scheduler::SimResult& r) {
   }
   std::cout << fmt::format("{:<10}{} of the pulls ({:.0f}%) fetch rows no earlier iteration used (no policy avoids them)\n", "",
                            t.cold_pulls, t.pulls ? 100.0 * static_cast<double>(t.cold_pulls) / static_cast<double>(t.pulls) : 0.0);
+  if (!r.per_shard_rows.empty()) print_dynamic_rows(r);
   const auto links_line = [&](const std::string& what, const std::vector<scheduler::TrafficCounts>& l) {
     const auto& [in, across] = std::pair(l[0], l[1]);
     std::cout << fmt::format("{:<10}{}: across hosts {} rows, {:.1f} MB; within hosts {} rows, {:.1f} MB\n", "", what,
@@ -461,7 +500,8 @@ void print_results(const Flags& f, scheduler::RowFormat row, const data::Dataset
   for (const auto& r : results) {
     if (r.policy == "vanilla") vanilla = &r;
   }
-  const auto total_rows = scheduler::key_space(ds, f.o.scheduler.table_rows).back();
+  const auto total_rows =
+      ds.manifest().hashed_ids ? results.front().dynamic_slots : scheduler::key_space(ds, f.o.scheduler.table_rows).back();
   if (!f.json) {
     std::cout << fmt::format(
         "{} workers x {} samples, cache {} rows per worker ({} of {} rows), {} tables; {} iterations counted after {} warm-up "
@@ -501,7 +541,6 @@ int main(int argc, char** argv) {
     SyntheticDataset holder;
     const fs::path dir = dataset_dir(f, holder);
     data::Dataset ds = data::Dataset::open(dir, {false});
-    ds.manifest().require_fixed_tables(dir.string(), "ember-sim");
     if (!f.synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
       // the generator's full tables, as it would be for the real dataset.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,11 @@ class Scheduler {
   // cache's rows (cache_rows); more are pushed as without the setting.
   TrafficCounts flush(std::vector<StepPlan>& plans, bool evaluation = false);
 
+  // Dynamic tables (KeyDirectory::end_iteration): rows dropped at the end of the
+  // iteration just scheduled (or flushed) leave every modelled cache and their states are
+  // reset, as if never used: their keys are free for new rows. Copies are discarded, not
+  // pushed (the row is gone). Not with a lookahead window: Error.
+  void drop_rows(std::span<const Key> keys);
   // The rows worker w holds as latest (clean or dirty, flushed or not), by slot: what a
   // resumed worker pulls from the PS, after a flush, to hold what the scheduler models.
   std::vector<KeySlot> latest_rows(WorkerId w) const;

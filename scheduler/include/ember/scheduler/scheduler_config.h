@@ -171,6 +171,14 @@ struct SchedulerOptions : SchedulerCommon {
   // The same, in memory (the planner's samples): used when it has treatments and
   // `placement` is empty.
   PlanFile placement_plan;
+  // Dynamic tables (a dataset of hashed ids): the key space is the KeyDirectory's slots
+  // (KeyDirectory::slot_count); 0 for tables of fixed size. The directory's decisions
+  // (key_directory.h): creation after N batches (its filter's MB), expiry, the cap.
+  std::uint64_t dynamic_slots = 0;
+  std::uint32_t create_after = 1;
+  double create_filter_mb = 8;
+  std::uint64_t expire_after = 0;
+  std::uint64_t shard_max_rows = 0;
 };
 
 // The configuration for a job on `ds` with options `o`, replicated rows included (profiled

@@ -12,6 +12,7 @@
 
 #include "ember/data/dataset.h"
 #include "ember/scheduler/host_parts.h"
+#include "ember/scheduler/key_directory.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"
 
@@ -93,6 +94,12 @@ struct SimResult {
   // lookahead). The rows a request touches: pulled, pushed (gradients, values, evictions,
   // flushes); those a hint names: every row of the batch. Empty without a tier.
   std::vector<TierReads> per_shard_tier, per_shard_tier_hinted;
+  // Dynamic tables (a dataset of hashed ids): the rows the KeyDirectory made, kept out,
+  // expired and capped per PS shard (SimOptions::shards; one without), over every
+  // iteration, warm-up included, and the directory's bytes. Empty for fixed tables.
+  std::vector<DirectoryCounts> per_shard_rows;
+  std::size_t directory_bytes = 0;
+  std::uint64_t dynamic_slots = 0;  // the key space of the slots
 
   double hit_rate() const {
     // Misses: pulls, and rows peer sync handed over.
@@ -100,6 +107,13 @@ struct SimResult {
     return total > 0 ? static_cast<double>(traffic.hits) / total : 0.0;
   }
 };
+
+// Dynamic tables: the directory a job of `iterations` batches of `o`'s shape on `ds` (a
+// dataset of hashed ids) keeps over `shards` PS shards (0: one), by o's options. Its
+// slots per shard: with --shard-max-rows, the cap and one batch's ids; without, a bound
+// of the distinct ids the batches can hold on one shard (their ids over the shards, with
+// room for an uneven hash).
+KeyDirectory make_key_directory(const data::Dataset& ds, const SchedulerOptions& o, std::uint32_t shards, std::uint64_t iterations);
 
 // A stable hash of a worker's plan (every list, in order).
 std::uint64_t plan_hash(const StepPlan& plan, std::uint64_t seed);

@@ -1,0 +1,126 @@
+// KeyDirectory: the rows of dynamic tables (hashed 64-bit ids, `ember-data prep --ids
+// hash`) and the decisions that make and drop them.
+//
+// Everything downstream of the loader (the scheduler's location map and cache models,
+// the workers' caches, the PS arena) works on dense keys. For dynamic tables those keys
+// are *slots*: each PS shard owns slots shard + shards * j, j < slots_per_shard, and the
+// directory maps each live id to one. An id lives on shard shard_of_id(id) (its hash), so
+// slots, and the state sized by them, follow the rows in play, not the id space.
+//
+// Decisions, taken from what appeared in global batches (never from what was pulled, so
+// they do not depend on the policy), identically in every process that reads the same
+// batches (each worker's scheduler, ember-sim, the one-process reference):
+//  - creation: an id gets a row at the global batch where it has appeared in
+//    `create_after` batches (counted by a counting filter of fixed size: a count-min
+//    sketch with conservative updates, which may only count high, so a row may be made
+//    early, never late). Until then its lookups leave the sample's bag: the sample sees
+//    a zero vector and no gradient reaches a row.
+//  - expiry: at the end of iteration t, a row whose last appearance is t - expire_after
+//    or earlier is dropped.
+//  - the cap: then, while a shard holds more than shard_max_rows rows, its least
+//    recently appeared row is dropped (ties in the order the batch met them); rows of
+//    iteration t itself are never capped.
+// A dropped row's slot is free for the next batch; a later appearance makes the id anew.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ember/common/flat_map.h"
+#include "ember/common/types.h"
+#include "ember/scheduler/global_batch.h"
+
+namespace ember::scheduler {
+
+struct DynamicTableOptions {
+  std::uint32_t shards = 1;
+  std::uint32_t create_after = 1;  // 1: a row at an id's first batch; at most 255
+  std::uint64_t create_filter_bytes = 8u << 20;
+  std::uint64_t expire_after = 0;    // iterations; 0: never
+  std::uint64_t shard_max_rows = 0;  // 0: no cap
+};
+
+// The PS shard of a hashed id.
+inline std::uint32_t shard_of_id(std::uint64_t id, std::uint32_t shards) {
+  return static_cast<std::uint32_t>(mix64(id ^ 0x5d1a7e5c0ffee123ULL) % shards);
+}
+
+struct DirectoryCounts {
+  std::uint64_t live = 0;
+  std::uint64_t created = 0;
+  std::uint64_t refused = 0;  // (batch, id) pairs kept out by the creation filter
+  std::uint64_t expired = 0;
+  std::uint64_t capped = 0;
+  DirectoryCounts& operator+=(const DirectoryCounts& o);
+  bool operator==(const DirectoryCounts&) const = default;
+};
+
+// A row made in this batch: its slot (the key downstream) and id.
+struct SlotAssignment {
+  Key slot;
+  std::uint64_t id;
+};
+
+class KeyDirectory {
+ public:
+  // `slots_per_shard`: the most rows one shard holds at once; with a cap, at least the
+  // cap plus the new rows of one batch (slots_needed()). ConfigError for bad options.
+  KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_shard);
+
+  // Slots a shard needs for a cap of `shard_max_rows` and batches of at most
+  // `batch_ids` ids each.
+  static std::uint64_t slots_needed(std::uint64_t shard_max_rows, std::uint64_t batch_ids) { return shard_max_rows + batch_ids; }
+
+  // Batch t's ids become slots, in place; ids the filter keeps out leave their bags (a
+  // one-hot batch then takes bags). Rows made now are appended to `created` (if given),
+  // in the order the batch met them. Error when a shard has no free slot.
+  void admit(std::uint64_t iteration, GlobalBatch& batch, std::vector<SlotAssignment>* created = nullptr);
+  // End of iteration t: rows expired, then capped, appended to `dropped` (slots, shard
+  // by shard); their slots are free from now on.
+  void end_iteration(std::uint64_t iteration, std::vector<Key>* dropped = nullptr);
+
+  const DynamicTableOptions& options() const { return o_; }
+  std::uint64_t slots_per_shard() const { return per_shard_; }
+  // The dense key space downstream: shards * slots_per_shard.
+  std::uint64_t slot_count() const { return per_shard_ * o_.shards; }
+  // The id a live slot holds (kNoId: free).
+  static constexpr std::uint64_t kNoId = ~std::uint64_t{0};
+  std::uint64_t id_of(Key slot) const;
+  DirectoryCounts totals() const;
+  const DirectoryCounts& shard_counts(std::uint32_t shard) const { return shards_[shard].counts; }
+  // Bytes held: the index, the per-slot arrays and the filter.
+  std::size_t memory_bytes() const;
+
+  // The whole state, to resume a job exactly; load() checks the options agree.
+  std::string save() const;
+  static KeyDirectory load(const std::string& bytes, DynamicTableOptions options, std::uint64_t slots_per_shard, const std::string& origin);
+
+ private:
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  // One shard's slots: an LRU list by last appearance, most recent at the head.
+  struct Shard {
+    std::vector<std::uint64_t> id;  // per slot j; kNoId: free
+    std::vector<std::uint32_t> last, prev, next;
+    std::uint32_t head = kNone, tail = kNone;
+    std::vector<std::uint32_t> free;  // a stack; the next row takes the back
+    DirectoryCounts counts;
+  };
+  // Key (slot) of j on shard s, and back.
+  Key key_of(std::uint32_t s, std::uint32_t j) const { return static_cast<Key>(s) + static_cast<Key>(o_.shards) * j; }
+  void touch(Shard& sh, std::uint32_t j, std::uint32_t iteration);
+  void unlink(Shard& sh, std::uint32_t j);
+  void drop(std::uint32_t s, std::uint32_t j, std::vector<Key>* dropped);
+  // The filter: count(id) after this batch's appearance, conservatively updated.
+  std::uint32_t count_appearance(std::uint64_t id);
+  Key resolve(std::uint64_t id, std::uint32_t iteration, std::vector<SlotAssignment>* created);
+
+  DynamicTableOptions o_;
+  std::uint64_t per_shard_;
+  std::vector<Shard> shards_;
+  U64Map<Key> index_;  // id -> slot
+  std::vector<std::uint8_t> filter_;
+  U64Map<std::uint8_t> batch_refused_;  // ids kept out of the batch being admitted
+};
+
+}  // namespace ember::scheduler

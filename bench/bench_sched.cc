@@ -11,9 +11,11 @@
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/data/synthetic.h"
+#include "ember/scheduler/key_directory.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/scheduler_config.h"
+#include "ember/scheduler/simulator.h"
 #include "naive_scheduler.h"
 #include "sched_batches.h"
 
@@ -114,6 +116,61 @@ ShapeTimes time_shape(const std::string& name, const data::Dataset& ds, const Sc
   return r;
 }
 
+// Herald on the same rows with hashed ids and with the vocabulary's rows, batch by batch
+// in turn (so that the machine's drift falls on both): for hashed ids each batch's ids are
+// made slots by the KeyDirectory (timed with the scheduling), with the vocabulary's cache
+// rows, at the first thread count. Medians of ms a batch and of the per-batch ratios.
+struct HashedTimes {
+  double vocabulary_ms = 0, hashed_ms = 0, ratio = 0;
+  std::size_t hashed_bytes = 0;
+};
+
+// `expire_after`, `cap`: the directory's expiry and cap (0: none; with either, it keeps
+// its recency lists, and drops rows).
+HashedTimes time_hashed(const data::Dataset& hashed, const data::Dataset& vocab, const SchedBenchOptions& o, std::uint64_t expire_after,
+                        std::uint64_t cap) {
+  scheduler::SchedulerOptions so = o.shape;
+  so.expire_after = expire_after;
+  so.shard_max_rows = cap;
+  so.policy = "herald";
+  so.seed = 1;
+  so.table_rows = data::synthetic_table_rows(data::SourceFormat::kCriteoTsv, o.scale);
+  scheduler::SchedulerConfig cv = scheduler::make_scheduler_config(vocab, so);
+  so.table_rows.clear();
+  const std::uint64_t batches = o.warmup + o.iterations;
+  scheduler::KeyDirectory dir = scheduler::make_key_directory(hashed, so, 1, batches);
+  so.dynamic_slots = dir.slot_count();
+  scheduler::SchedulerConfig ch = scheduler::make_scheduler_config(hashed, so);
+  cv.threads = ch.threads = o.thread_counts[0];
+  ch.cache_rows = cv.cache_rows;
+  const std::uint64_t n = static_cast<std::uint64_t>(o.shape.workers) * o.shape.batch_per_worker;
+  const std::vector<scheduler::GlobalBatch> gv = global_batches(vocab, n, batches, cv.table_offsets);
+  const std::vector<scheduler::GlobalBatch> gh = global_batches(hashed, n, batches, ch.table_offsets);
+  scheduler::Scheduler sv(cv), sh(ch);
+  std::vector<scheduler::StepPlan> plans;
+  std::vector<double> v_ms, h_ms, ratios;
+  scheduler::GlobalBatch g;
+  std::vector<Key> dropped;
+  for (std::uint64_t i = 0; i < batches; ++i) {
+    Stopwatch v;
+    sv.schedule(gv[i], plans);
+    const double vt = v.millis();
+    g = gh[i];
+    Stopwatch h;
+    dir.admit(i, g);
+    sh.schedule(g, plans);
+    dropped.clear();
+    dir.end_iteration(i, &dropped);
+    sh.drop_rows(dropped);
+    const double ht = h.millis();
+    if (i < o.warmup) continue;
+    v_ms.push_back(vt);
+    h_ms.push_back(ht);
+    ratios.push_back(ht / vt);
+  }
+  return {median(v_ms), median(h_ms), median(ratios), sh.memory_bytes() + dir.memory_bytes()};
+}
+
 void print_shape(const ShapeTimes& r, const SchedBenchOptions& o, const Output& out) {
   std::string text = fmt::format("{}: {:.0f} ids a batch ({:.1f} a sample)\n", r.name, r.ids, r.ids / r.samples);
   for (std::size_t j = 0; j < r.ms.size(); ++j) {
@@ -171,6 +228,24 @@ int run_sched_bench(const SchedBenchOptions& o, bool json) {
                        o.shape.batch_per_worker, o.shape.cache_ratio, o.iterations, o.warmup));
   const ShapeTimes one = time_shape("one-hot", criteo_like(dir.path(), "one-hot", rows, o.scale, "", "uniform", out), o, true);
   print_shape(one, o, out);
+  {
+    // The same rows with hashed ids: the scheduler on the KeyDirectory's slots.
+    const data::Dataset vocab = criteo_like(dir.path(), "one-hot-twin", rows, o.scale, "", "uniform", out);
+    const data::Dataset hashed = criteo_like_hashed(dir.path(), "hashed", rows, o.scale, out);
+    out.text(
+        fmt::format("hashed 64-bit ids (KeyDirectory + herald, {} thread(s), batch by batch beside the vocabulary's; median "
+                    "ratios, target at most 1.3x):\n",
+                    o.thread_counts[0]));
+    // Rows made at first use and kept; then expired after 50 idle iterations and capped
+    // at a million rows (the recency lists kept, rows dropped).
+    for (const auto& [expire, cap] : {std::pair<std::uint64_t, std::uint64_t>{0, 0}, {50, 1000000}}) {
+      const HashedTimes h = time_hashed(hashed, vocab, o, expire, cap);
+      const std::string what = cap == 0 ? "no drops" : fmt::format("--expire-after {} --shard-max-rows {}", expire, cap);
+      out.text(fmt::format("  {:<42} {:.3f} ms a batch against {:.3f}: {:.2f}x; scheduler and directory {:.1f} MB\n", what, h.hashed_ms,
+                           h.vocabulary_ms, h.ratio, static_cast<double>(h.hashed_bytes) / 1e6));
+      out.row({{"bench", "sched"}, {"hashed", what}, {"hashed_median_ms", h.hashed_ms}, {"hashed_vs_vocabulary", h.ratio}});
+    }
+  }
   if (one.lookahead_ms > 0) {
     out.text(fmt::format("  lookahead {} + its eviction: {:.3f} ms, {:.2f}x none (same run), scheduler {:.1f} MB\n", o.lookahead,
                          one.lookahead_ms, one.lookahead_ms / one.ms[0], static_cast<double>(one.lookahead_bytes) / 1e6));

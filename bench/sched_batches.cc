@@ -23,8 +23,10 @@ data::Dataset criteo_like(const fs::path& dir, std::uint64_t rows, double scale,
   return criteo_like(dir, "ds", rows, scale, "", "uniform", out);
 }
 
-data::Dataset criteo_like(const fs::path& dir, const std::string& name, std::uint64_t rows, double scale, const std::string& bags,
-                          const std::string& dist, const Output& out) {
+namespace {
+
+fs::path generate_criteo_like(const fs::path& dir, const std::string& name, std::uint64_t rows, double scale, const std::string& bags,
+                              const std::string& dist, const Output& out) {
   data::GenOptions g;
   g.rows = rows;
   g.scale = scale;
@@ -36,12 +38,29 @@ data::Dataset criteo_like(const fs::path& dir, const std::string& name, std::uin
   out.text(fmt::format("generating {} Criteo-like rows (scale {}{}) ...\n", g.rows, scale,
                        bags.empty() ? "" : fmt::format(", bags {}, {} extra ids", bags, dist)));
   data::generate(g);
+  return g.output;
+}
+
+}  // namespace
+
+data::Dataset criteo_like_hashed(const fs::path& dir, const std::string& name, std::uint64_t rows, double scale, const Output& out) {
   data::PrepOptions p;
-  p.inputs = {g.output};
+  p.inputs = {generate_criteo_like(dir, name, rows, scale, "", "uniform", out)};
   p.output = dir / name;
-  if (!bags.empty()) p.multi_hot_sep = g.multi_hot_sep;
+  p.hashed_ids = true;
   data::prepare_dataset(p);
-  fs::remove(g.output);
+  fs::remove(p.inputs[0]);
+  return data::Dataset::open(p.output, {false});
+}
+
+data::Dataset criteo_like(const fs::path& dir, const std::string& name, std::uint64_t rows, double scale, const std::string& bags,
+                          const std::string& dist, const Output& out) {
+  data::PrepOptions p;
+  p.inputs = {generate_criteo_like(dir, name, rows, scale, bags, dist, out)};
+  p.output = dir / name;
+  if (!bags.empty()) p.multi_hot_sep = '|';  // GenOptions' default separator
+  data::prepare_dataset(p);
+  fs::remove(p.inputs[0]);
   return data::Dataset::open(p.output, {false});
 }
 

@@ -33,6 +33,10 @@ data::Dataset criteo_like(const std::filesystem::path& dir, std::uint64_t rows, 
 data::Dataset criteo_like(const std::filesystem::path& dir, const std::string& name, std::uint64_t rows, double scale,
                           const std::string& bags, const std::string& dist, const Output& out);
 
+// The same one-hot rows prepared with hashed ids (ember-data prep --ids hash), in
+// dir/NAME: the dataset of dynamic tables.
+data::Dataset criteo_like_hashed(const std::filesystem::path& dir, const std::string& name, std::uint64_t rows, double scale,
+                                 const Output& out);
 // The first `count` global batches of `samples` samples of the training split, in order.
 std::vector<scheduler::GlobalBatch> global_batches(const data::Dataset& ds, std::uint64_t samples, std::uint64_t count,
                                                    const std::vector<std::uint64_t>& table_offsets);

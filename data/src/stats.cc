@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/common/error.h"
+#include "ember/common/flat_map.h"
+#include "ember/data/hashed_ids.h"
+#include "ember/data/line_parser.h"
 #include "ember/data/schema.h"
 
 namespace ember::data {
@@ -24,28 +27,59 @@ std::uint64_t top_sum(std::vector<std::uint32_t>& counts, std::uint64_t k) {
   return s;
 }
 
-}  // namespace
+// A table's ids as dense rows: themselves for a vocabulary's tables; for hashed ids (a
+// dynamic table, no row count), numbered as first met, the missing value's id as
+// kMissingRow, so the statistics below read both alike.
+class DenseRows {
+ public:
+  DenseRows(const Manifest& m, int t)
+      : hashed_(m.hashed_ids),
+        missing_(hashed_id(static_cast<unsigned>(t), kMissingKey)),
+        rows_(hashed_ ? kFirstValueRow : m.tables[static_cast<std::size_t>(t)].rows) {}
+  // The row of `id`; a hashed id not met before gets the next one.
+  std::uint64_t row(std::uint64_t id) {
+    if (!hashed_) return id;
+    if (id == missing_) return kMissingRow;
+    const auto [row, added] = index_.try_emplace(id, rows_);
+    if (added) ++rows_;
+    return *row;
+  }
+  std::uint64_t row(std::uint64_t id) const {
+    if (!hashed_) return id;
+    if (id == missing_) return kMissingRow;
+    return *index_.find(id);
+  }
+  std::uint64_t rows() const { return rows_; }
 
-std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t, bool once_per_sample) {
+ private:
+  bool hashed_;
+  std::uint64_t missing_;
+  std::uint64_t rows_;
+  U64Map<std::uint64_t> index_;
+};
+
+// row_counts' work, the ids made rows by `dense` (which learns the hashed ones).
+std::vector<std::uint32_t> count_rows(const Dataset& ds, Split which, int t, bool once_per_sample, DenseRows& dense) {
   const SplitData& split = ds.split(which);
   const TableInfo& info = ds.manifest().tables[static_cast<std::size_t>(t)];
-  std::vector<std::uint32_t> counts(info.rows, 0);
+  std::vector<std::uint32_t> counts(dense.rows(), 0);
   for (int s = 0; s < split.num_shards(); ++s) {
     const Shard& sh = split.shard(s);
     std::vector<std::uint64_t> bag;
     for (std::uint64_t r = 0; r < sh.rows(); ++r) {
       bag.clear();
       sh.for_each_id(t, r, [&](std::uint64_t id) {
-        if (id >= info.rows) {
+        if (!ds.manifest().hashed_ids && id >= info.rows) {
           throw DataError(ds.dir().string() + ": table " + info.name + " has id " + std::to_string(id) + " beyond its " +
                           std::to_string(info.rows) + " rows");
         }
-        bag.push_back(id);
+        bag.push_back(dense.row(id));
       });
       if (once_per_sample && bag.size() > 1) {
         std::sort(bag.begin(), bag.end());
         bag.erase(std::unique(bag.begin(), bag.end()), bag.end());
       }
+      if (counts.size() < dense.rows()) counts.resize(dense.rows(), 0);
       for (std::uint64_t id : bag) {
         if (counts[id] != UINT32_MAX) ++counts[id];
       }
@@ -54,18 +88,27 @@ std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t, boo
   return counts;
 }
 
+}  // namespace
+
+std::vector<std::uint32_t> row_counts(const Dataset& ds, Split which, int t, bool once_per_sample) {
+  DenseRows dense(ds.manifest(), t);
+  return count_rows(ds, which, t, once_per_sample, dense);
+}
+
 namespace {
 
 // The distinct rows of table t per window of `window` samples, in the split's order and
 // as expected of random samples (hypergeometric), into ts.window_distinct(_random).
-void window_stats(const SplitData& split, int t, std::uint64_t window, const std::vector<std::uint32_t>& counts, TableStats& ts) {
+void window_stats(const SplitData& split, int t, std::uint64_t window, const std::vector<std::uint32_t>& counts, const DenseRows& dense,
+                  TableStats& ts) {
   std::vector<std::uint32_t> stamp(counts.size(), 0);
   std::uint64_t windows = 0, window_distinct = 0, sample = 0, in_window = 0;
   for (int s = 0; s < split.num_shards(); ++s) {
     const Shard& sh = split.shard(s);
     for (std::uint64_t r = 0; r < sh.rows(); ++r, ++sample) {
       std::uint32_t w = static_cast<std::uint32_t>(sample / window) + 1;
-      sh.for_each_id(t, r, [&](std::uint64_t id) {
+      sh.for_each_id(t, r, [&](std::uint64_t raw) {
+        const std::uint64_t id = dense.row(raw);
         if (id != kMissingRow && stamp[id] != w) {
           stamp[id] = w;
           ++in_window;
@@ -122,20 +165,24 @@ DatasetStats compute_stats(const Dataset& ds, const StatsOptions& o) {
     const TableInfo& info = ds.manifest().tables[static_cast<std::size_t>(t)];
     TableStats& ts = out.tables[static_cast<std::size_t>(t)];
     ts.name = info.name;
-    ts.rows = info.rows;
     ts.mean_bag = info.mean_bag;
     ts.max_bag = info.max_bag;
-    std::vector<std::uint32_t> counts = row_counts(ds, o.split, t);
-    if (o.window > 0) window_stats(split, t, o.window, counts, ts);
+    DenseRows dense(ds.manifest(), t);
+    std::vector<std::uint32_t> counts = count_rows(ds, o.split, t, false, dense);
+    // Hashed ids: the table's rows are the ids the split holds (and the reserved ones).
+    ts.rows = ds.manifest().hashed_ids ? counts.size() : info.rows;
+    if (o.window > 0) window_stats(split, t, o.window, counts, dense, ts);
     // Shares of the table's accesses (one per sample when one-hot, a bag's ids when not).
     double total = 0;
     for (std::uint32_t c : counts) total += c;
     total = std::max(total, 1.0);
     ts.missing_share = static_cast<double>(counts[kMissingRow]) / total;
     ts.distinct = static_cast<std::uint64_t>(std::count_if(counts.begin(), counts.end(), [](std::uint32_t c) { return c > 0; }));
-    ts.top1_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.01 * info.rows)))) / total;
-    ts.top10_share = static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.10 * info.rows)))) / total;
-    ts.cached_rows = static_cast<std::uint64_t>(std::ceil(o.cache_ratio * static_cast<double>(info.rows)));
+    ts.top1_share =
+        static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.01 * static_cast<double>(ts.rows))))) / total;
+    ts.top10_share =
+        static_cast<double>(top_sum(counts, static_cast<std::uint64_t>(std::ceil(0.10 * static_cast<double>(ts.rows))))) / total;
+    ts.cached_rows = static_cast<std::uint64_t>(std::ceil(o.cache_ratio * static_cast<double>(ts.rows)));
     // The cached rows are the most popular ones (what an LRU cache converges to).
     std::nth_element(counts.begin(), counts.begin() + static_cast<std::ptrdiff_t>(ts.cached_rows - 1), counts.end(), std::greater<>());
     std::uint64_t rare = 0;

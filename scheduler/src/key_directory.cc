@@ -65,7 +65,8 @@ DirectoryCounts& DirectoryCounts::operator+=(const DirectoryCounts& o) {
   return *this;
 }
 
-KeyDirectory::KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_shard) : o_(options), per_shard_(slots_per_shard) {
+KeyDirectory::KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_shard)
+    : o_(options), recency_(options.expire_after > 0 || options.shard_max_rows > 0), per_shard_(slots_per_shard) {
   if (o_.shards == 0) throw ConfigError("dynamic tables need at least one PS shard");
   if (o_.create_after == 0 || o_.create_after > 255) throw ConfigError("--create-after must be in [1, 255]");
   if (o_.create_after > 1 && o_.create_filter_bytes < 64) throw ConfigError("--create-filter-mb: the filter needs at least 64 bytes");
@@ -77,9 +78,7 @@ KeyDirectory::KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_
   shards_.resize(o_.shards);
   for (Shard& sh : shards_) {
     sh.id.assign(per_shard_, kNoId);
-    sh.last.assign(per_shard_, 0);
-    sh.prev.assign(per_shard_, kNone);
-    sh.next.assign(per_shard_, kNone);
+    sh.node.assign(per_shard_, Node{kNone, kNone, 0});
     sh.free.resize(per_shard_);
     // The stack's back is taken first: slots 0, 1, 2, ... in order.
     for (std::uint64_t j = 0; j < per_shard_; ++j) sh.free[j] = static_cast<std::uint32_t>(per_shard_ - 1 - j);
@@ -88,23 +87,26 @@ KeyDirectory::KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_
 }
 
 void KeyDirectory::unlink(Shard& sh, std::uint32_t j) {
-  const std::uint32_t p = sh.prev[j], n = sh.next[j];
-  (p == kNone ? sh.head : sh.next[p]) = n;
-  (n == kNone ? sh.tail : sh.prev[n]) = p;
-  sh.prev[j] = sh.next[j] = kNone;
+  const std::uint32_t p = sh.node[j].prev, n = sh.node[j].next;
+  (p == kNone ? sh.head : sh.node[p].next) = n;
+  (n == kNone ? sh.tail : sh.node[n].prev) = p;
+  sh.node[j].prev = sh.node[j].next = kNone;
 }
 
 void KeyDirectory::touch(Shard& sh, std::uint32_t j, std::uint32_t iteration) {
-  if (sh.head == j) {
-    sh.last[j] = iteration;
-    return;
-  }
-  if (sh.prev[j] != kNone || sh.tail == j) unlink(sh, j);
-  sh.next[j] = sh.head;
-  if (sh.head != kNone) sh.prev[sh.head] = j;
+  // Met before in this batch: it stays where its first appearance put it (rows of one
+  // iteration are ordered by first appearance).
+  Node& x = sh.node[j];
+  if (!recency_) return;
+  const bool linked = x.prev != kNone || sh.head == j;
+  if (x.last == iteration && linked) return;
+  x.last = iteration;
+  if (sh.head == j) return;
+  if (linked) unlink(sh, j);
+  x.next = sh.head;
+  if (sh.head != kNone) sh.node[sh.head].prev = j;
   sh.head = j;
   if (sh.tail == kNone) sh.tail = j;
-  sh.last[j] = iteration;
 }
 
 std::uint32_t KeyDirectory::count_appearance(std::uint64_t id) {
@@ -118,7 +120,7 @@ std::uint32_t KeyDirectory::count_appearance(std::uint64_t id) {
 }
 
 Key KeyDirectory::resolve(std::uint64_t id, std::uint32_t iteration, std::vector<SlotAssignment>* created) {
-  if (const Key* slot = index_.find(id)) {
+  if (const Key* slot = index_.find_hashed(id, U64Map<Key>::hash(id))) {
     Shard& sh = shards_[*slot % o_.shards];
     touch(sh, static_cast<std::uint32_t>(*slot / o_.shards), iteration);
     return *slot;
@@ -151,7 +153,18 @@ void KeyDirectory::admit(std::uint64_t iteration, GlobalBatch& batch, std::vecto
   const auto it = static_cast<std::uint32_t>(iteration);
   batch_refused_.clear();
   bool refused = false;
-  for (Key& k : batch.keys) {
+  // The index misses the cache on nearly every id: fetch a few ids ahead.
+  // The index and the recency nodes miss the cache on nearly every id: fetch the index
+  // slot 16 ids ahead, then the node of what it holds 8 ids ahead.
+  constexpr std::size_t kIndexAhead = 16, kNodeAhead = 8;
+  const std::size_t n = batch.keys.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kIndexAhead < n) index_.prefetch(U64Map<Key>::hash(batch.keys[i + kIndexAhead]));
+    if (recency_ && i + kNodeAhead < n) {
+      if (const Key* slot = index_.find(batch.keys[i + kNodeAhead]))
+        __builtin_prefetch(&shards_[*slot % o_.shards].node[*slot / o_.shards], 1);
+    }
+    Key& k = batch.keys[i];
     k = resolve(k, it, created);
     refused |= k == kNoId;
   }
@@ -188,13 +201,13 @@ void KeyDirectory::end_iteration(std::uint64_t iteration, std::vector<Key>* drop
   for (std::uint32_t s = 0; s < o_.shards; ++s) {
     Shard& sh = shards_[s];
     if (o_.expire_after > 0) {
-      while (sh.tail != kNone && static_cast<std::uint64_t>(sh.last[sh.tail]) + o_.expire_after <= t) {
+      while (sh.tail != kNone && static_cast<std::uint64_t>(sh.node[sh.tail].last) + o_.expire_after <= t) {
         drop(s, sh.tail, dropped);
         ++sh.counts.expired;
       }
     }
     if (o_.shard_max_rows > 0) {
-      while (sh.counts.live > o_.shard_max_rows && sh.tail != kNone && sh.last[sh.tail] != t) {
+      while (sh.counts.live > o_.shard_max_rows && sh.tail != kNone && sh.node[sh.tail].last != t) {
         drop(s, sh.tail, dropped);
         ++sh.counts.capped;
       }
@@ -216,7 +229,7 @@ DirectoryCounts KeyDirectory::totals() const {
 std::size_t KeyDirectory::memory_bytes() const {
   std::size_t b = index_.memory_bytes() + filter_.size() + batch_refused_.memory_bytes();
   for (const Shard& sh : shards_) {
-    b += sh.id.capacity() * 8 + (sh.last.capacity() + sh.prev.capacity() + sh.next.capacity() + sh.free.capacity()) * 4;
+    b += sh.id.capacity() * 8 + sh.node.capacity() * sizeof(Node) + sh.free.capacity() * 4;
   }
   return b;
 }
@@ -232,9 +245,7 @@ std::string KeyDirectory::save() const {
   put(out, per_shard_);
   for (const Shard& sh : shards_) {
     put_vector(out, sh.id);
-    put_vector(out, sh.last);
-    put_vector(out, sh.prev);
-    put_vector(out, sh.next);
+    put_vector(out, sh.node);
     put_vector(out, sh.free);
     put(out, sh.head);
     put(out, sh.tail);
@@ -266,14 +277,12 @@ KeyDirectory KeyDirectory::load(const std::string& bytes, DynamicTableOptions op
   for (std::uint32_t s = 0; s < options.shards; ++s) {
     Shard& sh = d.shards_[s];
     sh.id = r.get_vector<std::uint64_t>();
-    sh.last = r.get_vector<std::uint32_t>();
-    sh.prev = r.get_vector<std::uint32_t>();
-    sh.next = r.get_vector<std::uint32_t>();
+    sh.node = r.get_vector<Node>();
     sh.free = r.get_vector<std::uint32_t>();
     sh.head = r.get<std::uint32_t>();
     sh.tail = r.get<std::uint32_t>();
     sh.counts = r.get<DirectoryCounts>();
-    if (sh.id.size() != per_shard || sh.last.size() != per_shard || sh.prev.size() != per_shard || sh.next.size() != per_shard) {
+    if (sh.id.size() != per_shard || sh.node.size() != per_shard) {
       throw DataError(origin + ": key directory shard " + std::to_string(s) + " has the wrong number of slots");
     }
     for (std::uint32_t j = 0; j < per_shard; ++j) {

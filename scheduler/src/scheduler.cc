@@ -234,7 +234,13 @@ void Scheduler::drop_rows(std::span<const Key> keys) {
   for (const Key k : keys) {
     if (k >= config_.num_keys)
       throw Error("dropped row " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " keys");
-    for (const std::uint32_t w : s.modelled) s.lru[w]->erase(k);
+    // A cache holds a row only as its one latest holder or as a partial holder (design.md,
+    // row states): those copies alone leave.
+    const std::uint16_t owner = s.loc.owner(k);
+    if (owner != cache::LocationMap::kNoOwner && s.lru[owner]) s.lru[owner]->erase(k);
+    s.loc.for_each_partial(k, [&](WorkerId w) {
+      if (s.lru[w]) s.lru[w]->erase(k);
+    });
     s.loc.clear_owner(k);
     s.loc.clear_partials(k);
     s.loc.set_clean(k);

@@ -14,6 +14,7 @@
 #include "ember/data/dataset.h"
 #include "ember/data/line_parser.h"
 #include "ember/data/prep.h"
+#include "ember/data/stats.h"
 #include "test_util.h"
 
 namespace ember::data {
@@ -199,6 +200,25 @@ TEST_F(HashedPrep, CollisionsAmongWideValuesAreCounted) {
   EXPECT_TRUE(back.hashed_ids);
 }
 
+TEST_F(HashedPrep, StatsReadHashedIdsAsTheVocabularysRows) {
+  // Distinct rows, the missing share and windows count rows: a renaming changes none
+  // (the table's size does differ: the ids of the split, not of every split).
+  const fs::path in = text(600, false);
+  prepare_dataset(options(in, "v", false));
+  prepare_dataset(options(in, "h", true));
+  StatsOptions so;
+  so.workers = 4;
+  so.window = 50;
+  const DatasetStats v = compute_stats(Dataset::open(dir_ / "v"), so), h = compute_stats(Dataset::open(dir_ / "h"), so);
+  ASSERT_EQ(v.tables.size(), h.tables.size());
+  for (std::size_t t = 0; t < v.tables.size(); ++t) {
+    EXPECT_EQ(h.tables[t].distinct, v.tables[t].distinct) << t;
+    EXPECT_EQ(h.tables[t].missing_share, v.tables[t].missing_share) << t;
+    EXPECT_EQ(h.tables[t].window_distinct, v.tables[t].window_distinct) << t;
+    EXPECT_NEAR(h.tables[t].window_distinct_random, v.tables[t].window_distinct_random, 1e-9) << t;
+  }
+}
+
 TEST_F(HashedPrep, ProgramsThatNeedFixedTablesRefuseInOneLine) {
   PrepOptions o = options(text(100, false), "h", true);
   prepare_dataset(o);
@@ -210,9 +230,9 @@ TEST_F(HashedPrep, ProgramsThatNeedFixedTablesRefuseInOneLine) {
     EXPECT_NE(std::string(e.what()).find("hashed ids"), std::string::npos) << e.what();
   }
   std::string out;
-  const int rc = test::run_command(test::bin("ember-sim") + " --dataset " + (dir_ / "h").string() + " 2>&1", out);
+  const int rc = test::run_command(test::bin("ember-plan") + " --dataset " + (dir_ / "h").string() + " 2>&1", out);
   EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("hashed ids (ember-data prep --ids hash): ember-sim needs tables of a fixed size"), std::string::npos) << out;
+  EXPECT_NE(out.find("hashed ids (ember-data prep --ids hash): ember-plan needs tables of a fixed size"), std::string::npos) << out;
   PrepOptions bad = options(text(10, false), "m", true);
   bad.min_count = 2;
   EXPECT_THROW(prepare_dataset(bad), ConfigError);

@@ -98,10 +98,16 @@ class KeyDirectory {
 
  private:
   static constexpr std::uint32_t kNone = 0xffffffffu;
-  // One shard's slots: an LRU list by last appearance, most recent at the head.
+  // A slot's place in its shard's recency list, and its last appearance: one cache line
+  // holds a few (a touch reads them together).
+  struct Node {
+    std::uint32_t prev, next, last;
+  };
+  // One shard's slots: an LRU list by last appearance, most recent at the head (kept
+  // only when expiry or the cap reads it).
   struct Shard {
     std::vector<std::uint64_t> id;  // per slot j; kNoId: free
-    std::vector<std::uint32_t> last, prev, next;
+    std::vector<Node> node;
     std::uint32_t head = kNone, tail = kNone;
     std::vector<std::uint32_t> free;  // a stack; the next row takes the back
     DirectoryCounts counts;
@@ -116,6 +122,7 @@ class KeyDirectory {
   Key resolve(std::uint64_t id, std::uint32_t iteration, std::vector<SlotAssignment>* created);
 
   DynamicTableOptions o_;
+  bool recency_;  // expiry or the cap: the recency lists are kept
   std::uint64_t per_shard_;
   std::vector<Shard> shards_;
   U64Map<Key> index_;  // id -> slot

@@ -166,7 +166,13 @@ class Preparer {
     arena.execute([&] { encode_pass(); });
     report_.pass2_seconds = sw.seconds();
     spdlog::debug("prep: RSS {:.0f} MB after encoding (peak {:.0f} MB)", current_rss_bytes() / 1e6, peak_rss_bytes() / 1e6);
-    sw.reset();
+    return finish(staging, arena);
+  }
+
+ private:
+  // Checksums and headers, the manifest, the dataset committed: the report.
+  PrepReport finish(StagingDir& staging, tbb::task_arena& arena) {
+    Stopwatch sw;
     arena.execute([&] { finish_outputs(); });
     write_file_atomic(staging.path() / "manifest.json", manifest_.to_json());
     staging.commit();
@@ -175,7 +181,6 @@ class Preparer {
     return report_;
   }
 
- private:
   void validate() {
     if (opt_.inputs.empty()) throw ConfigError("no input files given");
     if (opt_.output.empty()) throw ConfigError("--output is required");
@@ -248,36 +253,61 @@ class Preparer {
     }
   }
 
-  void count_pass() {
+  // The chunks' keys counted into vocab_, each thread owning one hash partition of
+  // every table.
+  void count_partitions(const std::vector<CountChunk>& chunks, unsigned parts) {
+    tbb::parallel_for(
+        0u, parts,
+        [&](unsigned p) {
+          for (const auto& ch : chunks) {
+            for (int t = 0; t < nt_; ++t) {
+              const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
+              count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
+            }
+          }
+        },
+        tbb::simple_partitioner());
+  }
+
+  // A chunk emptied for the next block's piece.
+  void reset_chunk(CountChunk& ch, unsigned parts) const {
+    ch.lines = ch.good = ch.bad_count = 0;
+    ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
+    for (auto& k : ch.keys) k.clear();
+    ch.bad.clear();
+    ch.row_ids.clear();
+    ch.spool.clear();
+    ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
+    ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
+  }
+
+  // Pass 1's frame, shared by the vocabulary's counting and the hashed ids' spooling:
+  // each block split into chunks, parsed in parallel by parse(chunk, file, piece, parts),
+  // its bad lines and sizes merged in file order, handed to merged(chunks), and the
+  // chunks' keys counted into vocab_, each thread owning one hash partition.
+  template <typename Parse, typename Merged>
+  void parse_blocks(Parse&& parse, Merged&& merged) {
     const unsigned parts = static_cast<unsigned>(threads_);
     bag_sum_.assign(static_cast<std::size_t>(nt_), 0);
     bag_max_.assign(static_cast<std::size_t>(nt_), 0);
-    vocab_.clear();
-    vocab_.resize(static_cast<std::size_t>(nt_));
-    for (auto& t : vocab_) t.resize(parts);
+    vocab_.assign(static_cast<std::size_t>(nt_), std::vector<Vocab>(parts));
     std::vector<CountChunk> chunks;
     for_each_block(1, [&](InputFile& file, std::string_view block, std::uint64_t line_no) -> std::uint64_t {
       auto pieces = split_block(block, threads_);
       chunks.resize(pieces.size());
-      // Stage 1: parse chunks in parallel into flat key arrays.
       tbb::parallel_for(
-          std::size_t{0}, pieces.size(), [&](std::size_t c) { parse_count_chunk(chunks[c], file, pieces[c], parts); },
-          tbb::simple_partitioner());
+          std::size_t{0}, pieces.size(), [&](std::size_t c) { parse(chunks[c], file, pieces[c], parts); }, tbb::simple_partitioner());
       const std::uint64_t lines = merge_count_chunks(file, chunks, line_no);
-      // Stage 2: count, each thread owning one hash partition of every table.
-      tbb::parallel_for(
-          0u, parts,
-          [&](unsigned p) {
-            for (auto& ch : chunks) {
-              for (int t = 0; t < nt_; ++t) {
-                const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
-                count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
-              }
-            }
-          },
-          tbb::simple_partitioner());
+      merged(chunks);
+      count_partitions(chunks, parts);
       return lines;
     });
+  }
+
+  void count_pass() {
+    parse_blocks([this](CountChunk& ch, const InputFile& file, std::string_view piece,
+                        unsigned parts) { parse_count_chunk(ch, file, piece, parts); },
+                 [](const std::vector<CountChunk>&) {});
     for (auto& t : vocab_) {
       for (auto& m : t) report_.vocab_bytes += m.memory_bytes();
     }
@@ -285,13 +315,7 @@ class Preparer {
 
   // One chunk of a block parsed: its keys by (hash partition, table), its bad lines.
   void parse_count_chunk(CountChunk& ch, const InputFile& file, std::string_view piece, unsigned parts) const {
-    ch.lines = ch.good = ch.bad_count = 0;
-    ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
-    for (auto& k : ch.keys) k.clear();
-    ch.bad.clear();
-    ch.row_ids.clear();
-    ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
-    ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
+    reset_chunk(ch, parts);
     LineParser parser = *file.parser;  // parsers keep per-thread scratch
     Record rec;
     std::string err;
@@ -436,59 +460,26 @@ class Preparer {
     }
     std::filesystem::remove(spool);
     report_.pass2_seconds = sw.seconds();
-    sw.reset();
-    arena.execute([&] { finish_outputs(); });
-    write_file_atomic(staging.path() / "manifest.json", manifest_.to_json());
-    staging.commit();
-    report_.finish_seconds = sw.seconds();
-    report_.manifest = manifest_;
-    return report_;
+    return finish(staging, arena);
   }
 
   void spool_pass(const std::filesystem::path& spool) {
-    const unsigned parts = static_cast<unsigned>(threads_);
-    bag_sum_.assign(static_cast<std::size_t>(nt_), 0);
-    bag_max_.assign(static_cast<std::size_t>(nt_), 0);
-    vocab_.assign(static_cast<std::size_t>(nt_), std::vector<Vocab>(parts));
     UniqueFd fd(::open(spool.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) throw IoError(errno_message("create " + spool.string()));
-    std::vector<CountChunk> chunks;
-    for_each_block(1, [&](InputFile& file, std::string_view block, std::uint64_t line_no) -> std::uint64_t {
-      auto pieces = split_block(block, threads_);
-      chunks.resize(pieces.size());
-      tbb::parallel_for(
-          std::size_t{0}, pieces.size(), [&](std::size_t c) { parse_spool_chunk(chunks[c], file, pieces[c], parts); },
-          tbb::simple_partitioner());
-      const std::uint64_t lines = merge_count_chunks(file, chunks, line_no);
-      for (const auto& ch : chunks) write_all(fd.get(), ch.spool, spool);
-      // The wide keys, each partition by one thread (collisions are counted at the end).
-      tbb::parallel_for(
-          0u, parts,
-          [&](unsigned p) {
-            for (auto& ch : chunks) {
-              for (int t = 0; t < nt_; ++t) {
-                const auto& keys = ch.keys[p * static_cast<unsigned>(nt_) + static_cast<unsigned>(t)];
-                count_keys(vocab_[static_cast<std::size_t>(t)][p], keys.data(), keys.size());
-              }
-            }
-          },
-          tbb::simple_partitioner());
-      return lines;
-    });
+    // The chunks' records to the spool in file order; their wide keys counted (the
+    // collisions are counted at the end).
+    parse_blocks([this](CountChunk& ch, const InputFile& file, std::string_view piece,
+                        unsigned parts) { parse_spool_chunk(ch, file, piece, parts); },
+                 [&](const std::vector<CountChunk>& chunks) {
+                   for (const auto& ch : chunks) write_all(fd.get(), ch.spool, spool);
+                 });
     rows_written_ = total_good_;
   }
 
   // One chunk parsed into spool records; its wide keys by (partition of their folded
   // value, table): keys that may share an id land in one partition.
   void parse_spool_chunk(CountChunk& ch, const InputFile& file, std::string_view piece, unsigned parts) const {
-    ch.lines = ch.good = ch.bad_count = 0;
-    ch.keys.resize(static_cast<std::size_t>(parts) * nt_);
-    for (auto& k : ch.keys) k.clear();
-    ch.bad.clear();
-    ch.row_ids.clear();
-    ch.spool.clear();
-    ch.bag_sum.assign(static_cast<std::size_t>(nt_), 0);
-    ch.bag_max.assign(static_cast<std::size_t>(nt_), 0);
+    reset_chunk(ch, parts);
     LineParser parser = *file.parser;
     Record rec;
     std::string err;

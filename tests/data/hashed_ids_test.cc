@@ -100,6 +100,35 @@ void expect_same_rows(const Dataset& vocab, const Dataset& hashed) {
   }
 }
 
+// Row i of `ds` (unshuffled, split after split) is line i: each of its bags holds the
+// hashes of the line's values of that table, in order (one-hot: the one value, or the
+// missing value's hash).
+void expect_hashes_of_lines(const Dataset& ds, const std::vector<std::string>& lines, char sep) {
+  LineParser parser(SourceFormat::kCriteoTsv, lines[0], sep);
+  std::uint64_t pos = 0;
+  for (int s = 0; s < 3; ++s) {
+    const SplitData& split = ds.split(static_cast<Split>(s));
+    for (std::uint64_t i = 0; i < split.rows(); ++i, ++pos) {
+      std::uint64_t row;
+      const Shard& sh = split.shard_of(i, row);
+      Record rec;
+      std::string err;
+      ASSERT_TRUE(parser.parse(lines[pos], rec, err)) << err;
+      for (int t = 0; t < 26; ++t) {
+        const auto table = static_cast<std::size_t>(t);
+        std::vector<std::uint64_t> want, got;
+        if (sep == 0) {
+          want.push_back(hashed_id(static_cast<unsigned>(t), rec.keys[table]));
+        } else {
+          for (std::uint64_t key : rec.bags[table]) want.push_back(hashed_id(static_cast<unsigned>(t), key));
+        }
+        sh.for_each_id(t, row, [&](std::uint64_t id) { got.push_back(id); });
+        ASSERT_EQ(got, want) << "row " << pos << " table " << t;
+      }
+    }
+  }
+}
+
 TEST_F(HashedPrep, OneHotIdsAreTheHashOfEachValueInTheVocabularysRowOrder) {
   const fs::path in = text(500, false);
   for (bool shuffle : {false, true}) {
@@ -115,20 +144,7 @@ TEST_F(HashedPrep, OneHotIdsAreTheHashOfEachValueInTheVocabularysRowOrder) {
     EXPECT_EQ(dh.manifest().total_table_rows(), 0u);
     expect_same_rows(dv, dh);
     // Without a shuffle, row i is line i: its ids are the hashes of its values.
-    if (shuffle) continue;
-    LineParser parser(SourceFormat::kCriteoTsv, lines_[0]);
-    std::uint64_t pos = 0;
-    for (int s = 0; s < 3; ++s) {
-      const SplitData& split = dh.split(static_cast<Split>(s));
-      for (std::uint64_t i = 0; i < split.rows(); ++i, ++pos) {
-        std::uint64_t row;
-        const Shard& sh = split.shard_of(i, row);
-        Record rec;
-        std::string err;
-        ASSERT_TRUE(parser.parse(lines_[pos], rec, err)) << err;
-        for (int t = 0; t < 26; ++t) ASSERT_EQ(sh.id(t, row), hashed_id(static_cast<unsigned>(t), rec.keys[static_cast<std::size_t>(t)]));
-      }
-    }
+    if (!shuffle) expect_hashes_of_lines(dh, lines_, 0);
   }
 }
 
@@ -142,24 +158,7 @@ TEST_F(HashedPrep, BagsStoreEightByteHashesInTheirOrder) {
   ASSERT_TRUE(dh.manifest().multi_hot);
   EXPECT_EQ(dh.manifest().tables[0].id_bytes, 8u);
   expect_same_rows(dv, dh);
-  LineParser parser(SourceFormat::kCriteoTsv, lines_[0], '|');
-  std::uint64_t pos = 0;
-  for (int s = 0; s < 3; ++s) {
-    const SplitData& split = dh.split(static_cast<Split>(s));
-    for (std::uint64_t i = 0; i < split.rows(); ++i, ++pos) {
-      std::uint64_t row;
-      const Shard& sh = split.shard_of(i, row);
-      Record rec;
-      std::string err;
-      ASSERT_TRUE(parser.parse(lines_[pos], rec, err)) << err;
-      for (int t = 0; t < 26; ++t) {
-        std::vector<std::uint64_t> want, got;
-        for (std::uint64_t key : rec.bags[static_cast<std::size_t>(t)]) want.push_back(hashed_id(static_cast<unsigned>(t), key));
-        sh.for_each_id(t, row, [&](std::uint64_t id) { got.push_back(id); });
-        ASSERT_EQ(got, want) << "row " << pos << " table " << t;
-      }
-    }
-  }
+  expect_hashes_of_lines(dh, lines_, '|');
   // Same bytes for another thread count (the spool is written in file order).
   PrepOptions one = h;
   one.output = dir_ / "h1";

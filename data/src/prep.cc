@@ -456,7 +456,7 @@ class Preparer {
     plan_outputs(staging.path());
     {
       const MappedFile in(spool, MappedFile::Access::kRandom);
-      arena.execute([&] { layout_pass(in.data()); });
+      arena.execute([&] { layout_pass(in.data(), in.size()); });
     }
     std::filesystem::remove(spool);
     report_.pass2_seconds = sw.seconds();
@@ -570,7 +570,7 @@ class Preparer {
 
   // Every shard filled from the spool, in parallel over shards: destination row by
   // destination row, its source row by the shuffle's inverse.
-  void layout_pass(const char* spool) {
+  void layout_pass(const char* spool, std::uint64_t spool_bytes) {
     std::vector<std::uint64_t> source;
     if (!perm_.empty()) {
       source.resize(perm_.size());
@@ -585,7 +585,21 @@ class Preparer {
     tbb::parallel_for(std::size_t{0}, all.size(), [&](std::size_t i) {
       auto [out, first] = all[i];
       layout_shard(*out, first, spool, source);
+      release_laid_out(*out, first, spool, spool_bytes, !source.empty());
     });
+  }
+
+  // A shard laid out leaves this process's memory (its pages stay in the page cache, for
+  // finish_outputs to read back), and so do the spool's records it read when they were
+  // one range (unshuffled): prep's RSS stays near one shard's, not the dataset's.
+  void release_laid_out(ShardOut& out, std::uint64_t first, const char* spool, std::uint64_t spool_bytes, bool shuffled) {
+    drop_pages(out.out->data() + out.layout.header_bytes, out.out->data() + out.layout.file_bytes);
+    if (shuffled || out.rows == 0) return;
+    const std::uint64_t record = 1 + 4 * static_cast<std::uint64_t>(nd_) + 8 * static_cast<std::uint64_t>(nt_);
+    const std::uint64_t end = first + out.rows;
+    const std::uint64_t from = multi_hot_ ? spool_off_[first] : first * record;
+    const std::uint64_t to = multi_hot_ ? (end < spool_off_.size() ? spool_off_[end] : spool_bytes) : end * record;
+    drop_pages(const_cast<char*>(spool) + from, const_cast<char*>(spool) + to);
   }
 
   void layout_shard(ShardOut& out, std::uint64_t first, const char* spool, const std::vector<std::uint64_t>& source) {

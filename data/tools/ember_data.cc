@@ -244,7 +244,7 @@ CLI::App* add_prep(CLI::App& app, Flags& f) {
       flag("--json", &Flags::prep_json, "print the report as one JSON object"),
       inputs_argument(),
   };
-  return add_subcommand(app, "prep", "convert text files to Ember's binary dataset (two streaming passes)", decls, f,
+  return add_subcommand(app, "prep", "convert text files to Ember's binary dataset (two streaming passes; one with --ids hash)", decls, f,
                         {"--format", "--output", "inputs"});
 }
 

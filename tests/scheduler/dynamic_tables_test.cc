@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ember/common/error.h"
 #include "ember/data/prep.h"
@@ -115,6 +117,37 @@ TEST_F(DynamicTables, MemoryStaysFlatWhileIdsKeepComing) {
   }
   EXPECT_GT(created[1], 3 * created[0]);
   EXPECT_EQ(bytes[1], bytes[0]);
+}
+
+TEST_F(DynamicTables, EmberSimPrintsTheRowsMadeAndDroppedPerShard) {
+  prepare(6000, 0.3);
+  const std::string base = test::bin("ember-sim") + " --dataset " + (dir_ / "hashed").string() +
+                           " --workers 2 --batch-per-worker 64 --iterations 20 --warmup 2 --ps 2 --policy vanilla,herald -q"
+                           " --create-after 2 --expire-after 4 --shard-max-rows 800";
+  std::string text, json;
+  ASSERT_EQ(test::run_command(base + " 2>&1", text), 0) << text;
+  EXPECT_NE(text.find("dynamic rows: "), std::string::npos) << text;
+  EXPECT_NE(text.find("kept out by --create-after"), std::string::npos) << text;
+  ASSERT_EQ(test::run_command(base + " --json 2>&1", json), 0) << json;
+  std::istringstream lines(json);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(lines, line)) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 2u) << json;
+  for (const auto& r : rows) {
+    const auto& d = r.at("dynamic_rows");
+    ASSERT_EQ(d.at("per_shard").size(), 2u);
+    std::uint64_t live = 0;
+    for (const auto& shard : d.at("per_shard")) {
+      EXPECT_LE(shard.at("live").get<std::uint64_t>(), 800u);
+      live += shard.at("live").get<std::uint64_t>();
+    }
+    EXPECT_EQ(d.at("live").get<std::uint64_t>(), live);
+    EXPECT_EQ(d.at("created").get<std::uint64_t>() - d.at("expired").get<std::uint64_t>() - d.at("capped").get<std::uint64_t>(), live);
+    EXPECT_GT(d.at("refused").get<std::uint64_t>(), 0u);
+    // The same rows under both policies.
+    EXPECT_EQ(d, rows[0].at("dynamic_rows"));
+  }
 }
 
 TEST(DynamicTablesScheduler, DroppedRowsLeaveEveryCacheAndTheirStates) {

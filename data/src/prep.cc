@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "ember/common/byte_io.h"
 #include "ember/common/error.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/fs.h"
@@ -82,11 +83,6 @@ struct CountChunk {
 
 // A hashed-ids spool record: label u8, dense f32[num_dense], then one-hot ids
 // u64[num_tables], or multi-hot bag sizes u32[num_tables] and ids u64[their sum].
-template <typename T>
-void put(std::string& out, const T& v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-
 using Vocab = Vocabulary::Map;
 
 // Which vocabulary partition (and so which counting thread) owns a key.
@@ -119,6 +115,7 @@ struct ShardOut {
   std::unique_ptr<MappedOutput> out;
   std::uint64_t released_rows = 0;
   std::uint64_t checksum = 0;
+  bool summed = false;  // checksum taken (the hashed prep sums each shard as it lays it out)
 
   std::uint8_t* labels() { return reinterpret_cast<std::uint8_t*>(out->data() + layout.labels_offset); }
   float* dense() { return reinterpret_cast<float*>(out->data() + layout.dense_offset); }
@@ -453,6 +450,7 @@ class Preparer {
     fill_hashed_tables();
     report_.vocab_seconds = sw.seconds();
     sw.reset();
+    if (multi_hot_) index_spool();  // before plan_outputs puts row_ids_ in destination order
     plan_outputs(staging.path());
     {
       const MappedFile in(spool, MappedFile::Access::kRandom);
@@ -556,15 +554,16 @@ class Preparer {
             static_cast<double>(bag_sum_[static_cast<std::size_t>(t)]) / static_cast<double>(std::max<std::uint64_t>(1, total_good_));
       }
     }
-    // Where each row's record starts in the spool (multi-hot records vary in size).
-    if (multi_hot_) {
-      spool_off_.resize(total_good_);
-      std::uint64_t at = 0;
-      const std::uint64_t fixed = 1 + 4 * static_cast<std::uint64_t>(nd_) + 4 * static_cast<std::uint64_t>(nt_);
-      for (std::uint64_t g = 0; g < total_good_; ++g) {
-        spool_off_[g] = at;
-        at += fixed + 8 * static_cast<std::uint64_t>(row_ids_[g]);
-      }
+  }
+
+  // Where each row's record starts in the spool (multi-hot records vary in size).
+  void index_spool() {
+    spool_off_.resize(total_good_);
+    std::uint64_t at = 0;
+    const std::uint64_t fixed = 1 + 4 * static_cast<std::uint64_t>(nd_) + 4 * static_cast<std::uint64_t>(nt_);
+    for (std::uint64_t g = 0; g < total_good_; ++g) {
+      spool_off_[g] = at;
+      at += fixed + 8 * static_cast<std::uint64_t>(row_ids_[g]);
     }
   }
 
@@ -589,11 +588,11 @@ class Preparer {
     });
   }
 
-  // A shard laid out leaves this process's memory (its pages stay in the page cache, for
-  // finish_outputs to read back), and so do the spool's records it read when they were
-  // one range (unshuffled): prep's RSS stays near one shard's, not the dataset's.
+  // A shard laid out is checksummed as it leaves this process's memory, and so do the
+  // spool's records it read when they were one range (unshuffled): prep's RSS stays near
+  // one shard's, not the dataset's.
   void release_laid_out(ShardOut& out, std::uint64_t first, const char* spool, std::uint64_t spool_bytes, bool shuffled) {
-    drop_pages(out.out->data() + out.layout.header_bytes, out.out->data() + out.layout.file_bytes);
+    sum_and_release(out);
     if (shuffled || out.rows == 0) return;
     const std::uint64_t record = 1 + 4 * static_cast<std::uint64_t>(nd_) + 8 * static_cast<std::uint64_t>(nt_);
     const std::uint64_t end = first + out.rows;
@@ -847,7 +846,25 @@ class Preparer {
     }
   }
 
-  // Checksums, headers, msync + fsync, in parallel over shards.
+  // Hashes the shard's payload a window at a time, dropping each window after: RSS
+  // stays flat.
+  static void sum_and_release(ShardOut& sh) {
+    char* base = sh.out->data();
+    const std::uint64_t size = sh.layout.file_bytes;
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    constexpr std::uint64_t kWindow = 4u << 20;
+    for (std::uint64_t off = sh.layout.header_bytes; off < size; off += kWindow) {
+      const std::uint64_t len = std::min(kWindow, size - off);
+      XXH3_64bits_update(st, base + off, len);
+      drop_pages(base + off, base + off + len);
+    }
+    sh.checksum = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    sh.summed = true;
+  }
+
+  // Checksums (those not taken at layout), headers, msync + fsync, in parallel over shards.
   void finish_outputs() {
     std::vector<ShardOut*> all;
     for (auto& v : shards_) {
@@ -855,22 +872,9 @@ class Preparer {
     }
     tbb::parallel_for(std::size_t{0}, all.size(), [&](std::size_t i) {
       ShardOut& sh = *all[i];
-      char* base = sh.out->data();
-      const std::uint64_t size = sh.layout.file_bytes;
-      // Hash the payload a window at a time, dropping each window after: RSS stays flat.
-      XXH3_state_t* st = XXH3_createState();
-      XXH3_64bits_reset(st);
-      constexpr std::uint64_t kWindow = 4u << 20;
-      for (std::uint64_t off = sh.layout.header_bytes; off < size; off += kWindow) {
-        std::uint64_t len = std::min(kWindow, size - off);
-        XXH3_64bits_update(st, base + off, len);
-        drop_pages(base + off, base + off + len);
-      }
-      std::uint64_t sum = XXH3_64bits_digest(st);
-      XXH3_freeState(st);
-      finish_shard_header(base, sh.layout, sh.rows, static_cast<std::uint32_t>(nd_), id_bytes_, sum);
+      if (!sh.summed) sum_and_release(sh);
+      finish_shard_header(sh.out->data(), sh.layout, sh.rows, static_cast<std::uint32_t>(nd_), id_bytes_, sh.checksum);
       sh.out->close();
-      sh.checksum = sum;
     });
     for (int s = 0; s < 3; ++s) {
       for (auto& sh : shards_[s]) {

@@ -178,24 +178,20 @@ Decl flag(const char* name, T Flags::*member, const char* help) {
   return field_option<Flags>(name, member, help, kDataProgram);
 }
 // A flag bound to a field of a part of Flags (a subcommand's options).
-template <class Part, class T, class GetPart>
-Decl part_flag(const char* name, T Part::*member, const char* help, GetPart part) {
-  return rebind_option<Flags>(field_option<Part>(name, member, help, kDataProgram), part);
-}
 template <class T>
 Decl prep_flag(const char* name, T PrepOptions::*member, const char* help) {
-  return part_flag(
-      name, member, help, [](auto& f) -> auto& { return f.po; });
+  return member_option<Flags>(
+      name, member, help, kDataProgram, [](auto& f) -> auto& { return f.po; });
 }
 template <class T>
 Decl gen_flag(const char* name, T GenOptions::*member, const char* help) {
-  return part_flag(
-      name, member, help, [](auto& f) -> auto& { return f.go; });
+  return member_option<Flags>(
+      name, member, help, kDataProgram, [](auto& f) -> auto& { return f.go; });
 }
 template <class T>
 Decl stats_flag(const char* name, T StatsOptions::*member, const char* help) {
-  return part_flag(
-      name, member, help, [](auto& f) -> auto& { return f.so; });
+  return member_option<Flags>(
+      name, member, help, kDataProgram, [](auto& f) -> auto& { return f.so; });
 }
 
 // `prep`'s input files, given after its flags.

@@ -378,8 +378,8 @@ Decl flag(const char* name, T Flags::*member, const char* help) {
 }
 template <class T>
 Decl topo_flag(const char* name, T planner::Topology::*member, const char* help) {
-  return rebind_option<Flags>(
-      field_option<planner::Topology>(name, member, help, kShapeProgram), [](auto& f) -> auto& { return f.topo; });
+  return member_option<Flags>(
+      name, member, help, kShapeProgram, [](auto& f) -> auto& { return f.topo; });
 }
 
 // --batch-choices: sizes, comma-separated.

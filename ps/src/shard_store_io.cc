@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ember/common/binary_header.h"
+#include "ember/common/byte_io.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
@@ -180,7 +181,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     std::uint64_t written = 0;
     const auto add = [&](std::uint64_t local, const char* row) {
       const Key key = local * config_.shards + config_.shard;
-      block.append(reinterpret_cast<const char*>(&key), sizeof key);
+      put(block, key);
       block.append(row, rf * sizeof(float));
       if (++written == rows || block.size() >= per_block * record) {
         out(block.data(), block.size());

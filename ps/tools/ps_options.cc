@@ -17,19 +17,15 @@ Decl flag(const char* name, T Flags::*member, const char* help) {
 
 // A declaration of a part of Flags (the daemon's configuration, its store, the store's
 // optimizer or disk tier) as one of Flags.
-template <class Part, class T, class GetPart>
-Decl part_flag(const char* name, T Part::*member, const char* help, GetPart part) {
-  return rebind_option<Flags>(field_option<Part>(name, member, help, kPsProgram), part);
-}
 template <class T>
 Decl daemon_flag(const char* name, T DaemonConfig::*member, const char* help) {
-  return part_flag(
-      name, member, help, [](auto& f) -> auto& { return f.c; });
+  return member_option<Flags>(
+      name, member, help, kPsProgram, [](auto& f) -> auto& { return f.c; });
 }
 template <class T>
 Decl store_flag(const char* name, T StoreConfig::*member, const char* help) {
-  return part_flag(
-      name, member, help, [](auto& f) -> auto& { return f.c.store; });
+  return member_option<Flags>(
+      name, member, help, kPsProgram, [](auto& f) -> auto& { return f.c.store; });
 }
 
 void append(std::vector<Decl>& to, std::vector<Decl> more) { std::move(more.begin(), more.end(), std::back_inserter(to)); }
@@ -52,25 +48,25 @@ std::vector<Decl> store_options() {
   };
   append(d, shared(
                 row_options(), [](auto& f) -> auto& { return f.rows; }));
-  append(d,
-         {
-             part_flag(
-                 "--weight-decay", &OptimizerConfig::weight_decay, "L2 weight decay", [](auto& f) -> auto& { return f.c.store.optimizer; }),
-             store_flag("--seed", &StoreConfig::seed, "initial rows from (seed, key)"),
-             flag("--allocate", &Flags::allocate, "rows allocated 'lazy' (on first use) or 'upfront' (all at start)"),
-             flag("--store-dir", &Flags::store_dir,
-                  "keep the rows in a file under DIR on local disk, at most --ram-budget-mb of them in memory (docs/disk-tier.md)"),
-             flag("--no-hints", &Flags::no_hints,
-                  "with --store-dir: do not ask the workers to name rows ahead (the tier reads a row when first asked for it)"),
-             flag("--ram-budget-mb", &Flags::ram_budget_mb,
-                  "with --store-dir: MB of rows and optimizer state kept in memory, at most (0.0625 and up)")
-                 .default_hidden(),
-             part_flag(
-                 "--tier-io-threads", &TierConfig::io_threads,
-                 "with --store-dir: threads reading and writing rows at once (the disk's queue depth)",
-                 [](auto& f) -> auto& { return f.c.store.tier; })
-                 .checked(CLI::Range(1, 64)),
-         });
+  append(d, {
+                member_option<Flags>(
+                    "--weight-decay", &OptimizerConfig::weight_decay, "L2 weight decay", kPsProgram,
+                    [](auto& f) -> auto& { return f.c.store.optimizer; }),
+                store_flag("--seed", &StoreConfig::seed, "initial rows from (seed, key)"),
+                flag("--allocate", &Flags::allocate, "rows allocated 'lazy' (on first use) or 'upfront' (all at start)"),
+                flag("--store-dir", &Flags::store_dir,
+                     "keep the rows in a file under DIR on local disk, at most --ram-budget-mb of them in memory (docs/disk-tier.md)"),
+                flag("--no-hints", &Flags::no_hints,
+                     "with --store-dir: do not ask the workers to name rows ahead (the tier reads a row when first asked for it)"),
+                flag("--ram-budget-mb", &Flags::ram_budget_mb,
+                     "with --store-dir: MB of rows and optimizer state kept in memory, at most (0.0625 and up)")
+                    .default_hidden(),
+                member_option<Flags>(
+                    "--tier-io-threads", &TierConfig::io_threads,
+                    "with --store-dir: threads reading and writing rows at once (the disk's queue depth)", kPsProgram,
+                    [](auto& f) -> auto& { return f.c.store.tier; })
+                    .checked(CLI::Range(1, 64)),
+            });
   return d;
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ember/common/binary_header.h"
+#include "ember/common/byte_io.h"
 #include "ember/common/error.h"
 #include "ember/common/hash.h"
 
@@ -11,48 +12,6 @@ namespace ember::scheduler {
 namespace {
 
 constexpr BinaryFormat kDirectoryFormat{{'E', 'M', 'B', 'R', 'K', 'D', 'I', 'R'}, "key directory", 1, 1};
-
-template <typename T>
-void put(std::string& out, const T& v) {
-  out.append(reinterpret_cast<const char*>(&v), sizeof v);
-}
-template <typename T>
-void put_vector(std::string& out, const std::vector<T>& v) {
-  put(out, static_cast<std::uint64_t>(v.size()));
-  out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
-
-// Reads what put() wrote; DataError naming the file when it runs short.
-class Reader {
- public:
-  Reader(const std::string& bytes, std::size_t at, const std::string& origin) : b_(bytes), at_(at), origin_(origin) {}
-  template <typename T>
-  T get() {
-    T v;
-    need(sizeof v);
-    std::memcpy(&v, b_.data() + at_, sizeof v);
-    at_ += sizeof v;
-    return v;
-  }
-  template <typename T>
-  std::vector<T> get_vector() {
-    const auto n = get<std::uint64_t>();
-    if (n > (b_.size() - at_) / sizeof(T)) throw DataError(origin_ + ": truncated key directory");
-    std::vector<T> v(n);
-    std::memcpy(v.data(), b_.data() + at_, n * sizeof(T));
-    at_ += n * sizeof(T);
-    return v;
-  }
-  bool done() const { return at_ == b_.size(); }
-
- private:
-  void need(std::size_t n) const {
-    if (b_.size() - at_ < n) throw DataError(origin_ + ": truncated key directory");
-  }
-  const std::string& b_;
-  std::size_t at_;
-  const std::string& origin_;
-};
 
 }  // namespace
 
@@ -258,7 +217,7 @@ std::string KeyDirectory::save() const {
 KeyDirectory KeyDirectory::load(const std::string& bytes, DynamicTableOptions options, std::uint64_t slots_per_shard,
                                 const std::string& origin) {
   read_binary_header(kDirectoryFormat, origin, bytes);
-  Reader r(bytes, kBinaryHeaderBytes, origin);
+  ByteReader r(bytes, kBinaryHeaderBytes, origin, "key directory");
   DynamicTableOptions saved;
   saved.shards = r.get<std::uint32_t>();
   saved.create_after = r.get<std::uint32_t>();

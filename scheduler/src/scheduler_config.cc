@@ -54,7 +54,7 @@ void check_lookahead(const SchedulerConfig& c) {
 namespace {
 
 // What dynamic tables do not support yet, refused in one line each.
-void check_dynamic_tables(const SchedulerOptions& o) {
+void check_dynamic_tables(const SchedulerOptions& o, const Policy& p) {
   if (o.dynamic_slots == 0) throw ConfigError("a dataset of hashed ids needs its dynamic tables' slots (KeyDirectory)");
   const char* refused = o.lookahead > 0                                                ? "--lookahead"
                         : o.eviction != "auto" && o.eviction != "lru"                  ? "--eviction by next use"
@@ -63,7 +63,6 @@ void check_dynamic_tables(const SchedulerOptions& o) {
                         : o.prefetch                                                   ? "--prefetch"
                                                                                        : nullptr;
   if (refused != nullptr) throw ConfigError(std::string(refused) + " does not apply to dynamic tables (hashed ids) yet");
-  const Policy p = parse_policy(o.policy);
   if (p.replicates_frequent_rows() || p.sync() == Sync::kBoundedStaleness) {
     throw ConfigError("--policy " + p.name() + " does not apply to dynamic tables (hashed ids) yet");
   }
@@ -74,8 +73,9 @@ void check_dynamic_tables(const SchedulerOptions& o) {
 SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOptions& o) {
   SchedulerConfig c;
   static_cast<SchedulerCommon&>(c) = o;  // the settings that pass as they are, at once
+  c.policy = parse_policy(o.policy);
   if (ds.manifest().hashed_ids) {
-    check_dynamic_tables(o);
+    check_dynamic_tables(o, c.policy);
     // Every table's keys are slots of one space (KeyDirectory).
     c.table_offsets.assign(ds.manifest().tables.size(), 0);
     c.num_keys = o.dynamic_slots;
@@ -88,7 +88,6 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
     for (const auto& t : ds.manifest().tables) c.bag_bound.push_back(t.max_bag);
   }
   c.cache_rows = cache_rows_for(o.cache_ratio, c.num_keys);
-  c.policy = parse_policy(o.policy);
   if (o.for_training && c.policy.simulator_only()) {
     throw ConfigError("--policy " + c.policy.name() + " is simulator-only (ember-sim); training runs " + trainable_policies());
   }

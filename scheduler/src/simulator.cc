@@ -396,7 +396,6 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   if (ds.manifest().hashed_ids) {
     dir.emplace(make_key_directory(ds, job, o.shards, total));
     job.dynamic_slots = dir->slot_count();
-    if (o.shards > 1 && !o.shard_of) throw ConfigError("dynamic tables on several PS shards need SimOptions::shard_of");
   }
   SchedulerConfig c = make_scheduler_config(ds, job);
   if ((c.host_allocation || c.peer_sync || o.scheduler.scheduler_per_host) && o.host_of) {

@@ -381,13 +381,13 @@ Decl flag(const char* name, T Flags::*member, const char* help) {
 // A flag bound to a field of the generator's options (--synthetic's data).
 template <class T>
 Decl gen_flag(const char* name, T data::GenOptions::*member, const char* help) {
-  return rebind_option<Flags>(
-      field_option<data::GenOptions>(name, member, help, kSimProgram), [](auto& f) -> auto& { return f.gen; });
+  return member_option<Flags>(
+      name, member, help, kSimProgram, [](auto& f) -> auto& { return f.gen; });
 }
 template <class T>
 Decl sim_flag(const char* name, T scheduler::SimOptions::*member, const char* help) {
-  return rebind_option<Flags>(
-      field_option<scheduler::SimOptions>(name, member, help, kSimProgram), [](auto& f) -> auto& { return f.o; });
+  return member_option<Flags>(
+      name, member, help, kSimProgram, [](auto& f) -> auto& { return f.o; });
 }
 
 std::vector<Decl> data_options() {

@@ -24,8 +24,8 @@ Decl option(const char* flag, T Base::*member, const char* help) {
 // A model option bound to a ModelConfig field.
 template <class T>
 Decl model_option(const char* flag, T ModelConfig::*member, const char* help) {
-  return rebind_option<TrainConfig>(
-      field_option<ModelConfig>(flag, member, help, kWorker), [](auto& c) -> auto& { return c.model; });
+  return member_option<TrainConfig>(
+      flag, member, help, kWorker, [](auto& c) -> auto& { return c.model; });
 }
 
 std::string layers(const std::vector<std::int64_t>& l) {

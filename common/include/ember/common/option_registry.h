@@ -163,6 +163,13 @@ OptionDecl<Cfg> rebind_option(const OptionDecl<Part>& p, GetPart part) {
   return d;
 }
 
+// An option bound to a field of a part of Cfg (a member struct): field_option on the
+// part, rebound through `part`.
+template <class Cfg, class Part, class T, class GetPart>
+OptionDecl<Cfg> member_option(std::string flag, T Part::*member, std::string help, unsigned programs, GetPart part) {
+  return rebind_option<Cfg>(field_option<Part>(std::move(flag), member, std::move(help), programs), part);
+}
+
 // The declarations of a base configuration, for a configuration that extends it (the
 // worker's TrainConfig takes the scheduler's options so).
 template <class Cfg, class Base>

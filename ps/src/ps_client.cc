@@ -50,6 +50,7 @@ WireTally& WireTally::operator+=(const WireTally& o) {
   commit += o.commit;
   read += o.read;
   hint += o.hint;
+  reset += o.reset;
   return *this;
 }
 
@@ -433,6 +434,22 @@ PsFuture PsClient::start_push_grad(std::uint64_t iteration, const std::vector<Ke
 PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows) {
   route_rows(keys, rows.data(), dim_ + state_);
   return send_routed(MessageType::kPushValue, 0, dim_ + state_, 1, &WireTally::push_value);
+}
+
+PsFuture PsClient::start_reset_rows(std::uint64_t iteration, const std::vector<Key>& slots, const std::vector<std::uint64_t>& ids) {
+  if (slots.size() != ids.size()) throw ConfigError("reset-rows: as many ids as slots");
+  const std::uint32_t S = lanes();
+  by_shard_.resize(S);
+  segments_.resize(S);
+  for (std::uint32_t s = 0; s < S; ++s) {
+    by_shard_[s].clear();
+    segments_[s].clear();
+  }
+  // Each lane's slots, then their ids in the same order (protocol.h).
+  lane_.resize(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i) by_shard_[lane_[i] = S == 1 ? 0 : lane_of(slots[i])].push_back(slots[i]);
+  for (std::size_t i = 0; i < slots.size(); ++i) by_shard_[lane_[i]].push_back(ids[i]);
+  return send_routed(MessageType::kResetRows, iteration, 0, 2, &WireTally::reset);
 }
 
 PsFuture PsClient::start_commit(std::uint64_t iteration, std::uint32_t flags) {

@@ -24,7 +24,7 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
 }
 
 const char* ServedCounts::name(int kind) {
-  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit", "read", "hint"};
+  static const char* const names[kKinds] = {"pull", "pull_state", "prefetch", "push_grad", "push_value", "commit", "read", "hint", "reset"};
   return kind >= 0 && kind < kKinds ? names[kind] : "unknown";
 }
 
@@ -55,6 +55,9 @@ void PsService::count(const transport::MessageHeader& h, const transport::OutMes
     case MessageType::kCommit:
       kind = ServedCounts::kCommit;
       break;
+    case MessageType::kResetRows:
+      kind = ServedCounts::kReset, rows = h.key_count / 2;
+      break;
     default:
       return;
   }
@@ -76,6 +79,8 @@ void PsService::serve(const transport::Message& req, transport::OutMessage& repl
       return serve_push_value(req, reply);
     case MessageType::kCommit:
       return serve_commit(req, reply);
+    case MessageType::kResetRows:
+      return serve_reset_rows(req, reply);
     default:
       throw ProtocolError(std::string("a PS does not serve ") + transport::type_name(req.header.type) + " requests");
   }
@@ -202,8 +207,36 @@ void PsService::serve_commit(const transport::Message& req, transport::OutMessag
     // iteration applies or waits for the rows it reads (see shard_store.h).
     ack.rows_updated = store_.commit_deferred();
   }
+  apply_resets(h.iteration);  // after the updates taken above, before any pull of this iteration
   checkpoints_.committed(h.iteration, h.flags, checkpoint, ack);
   encode_commit_ack(ack, reply.header);
+}
+
+void PsService::serve_reset_rows(const transport::Message& req, transport::OutMessage& reply) {
+  const auto& h = req.header;
+  if (h.key_count % 2 != 0 || h.value_count != 0) {
+    throw ProtocolError("reset-rows: " + std::to_string(h.key_count) + " keys and " + std::to_string(h.value_count) +
+                        " values (slots, then their ids; no values)");
+  }
+  const std::uint32_t n = h.key_count / 2;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!store_.owns(req.keys[i])) throw ProtocolError("reset-rows: slot " + std::to_string(req.keys[i]) + " is not this shard's");
+  }
+  // (A resumed job sends its first iteration's again: the same rows, reset alike.)
+  std::lock_guard lock(resets_mutex_);
+  Resets& r = resets_[h.iteration];
+  r.slots.insert(r.slots.end(), req.keys, req.keys + n);
+  r.ids.insert(r.ids.end(), req.keys + n, req.keys + 2 * n);
+  reply.header.type = MessageType::kAck;
+}
+
+void PsService::apply_resets(std::uint64_t iteration) {
+  std::lock_guard lock(resets_mutex_);
+  while (!resets_.empty() && resets_.begin()->first <= iteration) {
+    const Resets& r = resets_.begin()->second;
+    store_.reset_rows(r.slots, r.ids);
+    resets_.erase(resets_.begin());
+  }
 }
 
 }  // namespace ember::ps

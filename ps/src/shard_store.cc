@@ -14,6 +14,8 @@
 
 #include "apply_queue.h"
 #include "ember/common/error.h"
+#include "ember/ps/initial_rows.h"
+#include "ember/ps/protocol.h"
 #include "store_stripes.h"
 
 namespace ember::ps {
@@ -397,6 +399,40 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   std::shared_lock<std::shared_mutex> no_save(applier_->gate);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     std::memcpy(read_row(keys[i], true, true).get(), rows + i * rf, sizeof(float) * rf);
+    mark_changed(local_of(keys[i]));
+  }
+}
+
+void ShardStore::reset_rows(std::span<const Key> keys, std::span<const std::uint64_t> ids) {
+  if (keys.size() != ids.size())
+    throw ProtocolError("reset-rows: " + std::to_string(keys.size()) + " slots, " + std::to_string(ids.size()) + " ids");
+  lending_.check_not_lent(arena_, keys, "reset-rows");
+  for (Key k : keys) {
+    check_key(k);
+    prepare_row(k);  // initialized, and any update of the old id applied
+  }
+  // An aggregation of the old id still waiting: its other trainers dropped their
+  // partials with the row (Scheduler::drop_rows), so it would never complete.
+  for (Key k : keys) {
+    const std::uint64_t local = local_of(k);
+    if (!aggregating(local)) continue;
+    Stripe& st = stripes_[stripe_index(k)];
+    tbb::spin_mutex::scoped_lock lock(st.mu);
+    if (const Pending* p = st.partial.find(k)) {
+      st.give_blocks(p->offset, blocks_for(p->expected));
+      st.partial.erase(k);
+      arena_.state(local).store(kIdle, std::memory_order_release);
+    }
+  }
+  const std::uint32_t dim = config_.dim;
+  std::shared_lock<std::shared_mutex> no_save(applier_->gate);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const RowRef r = read_row(keys[i], true, true);
+    if (ids[i] == kFreeSlot)
+      std::fill(r.get(), r.get() + dim, 0.0f);
+    else
+      initial_row(config_.seed, ids[i], dim, r.get());
+    init_state(config_.optimizer, dim, r.get() + dim);
     mark_changed(local_of(keys[i]));
   }
 }

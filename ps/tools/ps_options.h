@@ -22,6 +22,8 @@ struct Flags {
   std::string store_dir;
   double ram_budget_mb = 0;
   bool no_hints = false;
+  // A dataset of hashed ids (dynamic tables): the rows each shard holds at most at once.
+  std::uint64_t slots_per_shard = 1u << 20;
 };
 
 // Every flag of ember-ps, in its --help order.

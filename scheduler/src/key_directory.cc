@@ -13,6 +13,25 @@ namespace {
 
 constexpr BinaryFormat kDirectoryFormat{{'E', 'M', 'B', 'R', 'K', 'D', 'I', 'R'}, "key directory", 1, 1};
 
+// Keys set to KeyDirectory::kNoId leave their bags: one-hot keys (`bags` empty) take
+// bags of 0 or 1 keys.
+void leave_bags(std::vector<Key>& keys, std::vector<std::uint32_t>& bags, std::uint32_t samples, std::uint32_t tables) {
+  const std::size_t n = static_cast<std::size_t>(samples) * tables;
+  std::vector<std::uint32_t> out(n + 1);
+  std::size_t w = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::size_t begin = bags.empty() ? b : bags[b];
+    const std::size_t end = bags.empty() ? b + 1 : bags[b + 1];
+    out[b] = static_cast<std::uint32_t>(w);
+    for (std::size_t i = begin; i < end; ++i) {
+      if (keys[i] != KeyDirectory::kNoId) keys[w++] = keys[i];
+    }
+  }
+  out[n] = static_cast<std::uint32_t>(w);
+  keys.resize(w);
+  bags = std::move(out);
+}
+
 }  // namespace
 
 DirectoryCounts& DirectoryCounts::operator+=(const DirectoryCounts& o) {
@@ -94,7 +113,7 @@ Key KeyDirectory::resolve(std::uint64_t id, std::uint32_t iteration, std::vector
   Shard& sh = shards_[s];
   if (sh.free.empty()) {
     throw Error("PS shard " + std::to_string(s) + " has no free slot for a new row (" + std::to_string(per_shard_) +
-                " slots); raise the slots or lower --shard-max-rows");
+                " slots); raise ember-ps --slots-per-shard or lower --shard-max-rows");
   }
   const std::uint32_t j = sh.free.back();
   sh.free.pop_back();
@@ -127,22 +146,17 @@ void KeyDirectory::admit(std::uint64_t iteration, GlobalBatch& batch, std::vecto
     k = resolve(k, it, created);
     refused |= k == kNoId;
   }
-  if (!refused) return;
-  // Refused ids leave their bags: one-hot batches take bags of 0 or 1 keys.
-  const std::size_t bags = static_cast<std::size_t>(batch.samples) * batch.tables;
-  std::vector<std::uint32_t> out_bags(bags + 1);
-  std::size_t w = 0;
-  for (std::size_t b = 0; b < bags; ++b) {
-    const std::size_t begin = batch.bags.empty() ? b : batch.bags[b];
-    const std::size_t end = batch.bags.empty() ? b + 1 : batch.bags[b + 1];
-    out_bags[b] = static_cast<std::uint32_t>(w);
-    for (std::size_t i = begin; i < end; ++i) {
-      if (batch.keys[i] != kNoId) batch.keys[w++] = batch.keys[i];
-    }
+  if (refused) leave_bags(batch.keys, batch.bags, batch.samples, batch.tables);
+}
+
+void KeyDirectory::lookup(std::vector<Key>& keys, std::vector<std::uint32_t>& bags, std::uint32_t samples, std::uint32_t tables) const {
+  bool absent = false;
+  for (Key& k : keys) {
+    const Key* slot = index_.find(k);
+    k = slot != nullptr ? *slot : kNoId;
+    absent |= k == kNoId;
   }
-  out_bags[bags] = static_cast<std::uint32_t>(w);
-  batch.keys.resize(w);
-  batch.bags = std::move(out_bags);
+  if (absent) leave_bags(keys, bags, samples, tables);
 }
 
 void KeyDirectory::drop(std::uint32_t s, std::uint32_t j, std::vector<Key>* dropped) {

@@ -428,6 +428,7 @@ IterationStats Scheduler::finish_iteration(std::vector<StepPlan>& plans) {
 
 TrafficCounts Scheduler::flush(std::vector<StepPlan>& plans, bool evaluation) {
   check_evictions_applied("flush");
+  evaluation = evaluation && !config_.evaluation_flushes_all;
   State& s = *state_;
   const std::uint32_t W = config_.workers;
   plans.resize(W);

@@ -114,18 +114,23 @@ std::vector<Decl> mechanism_options() {
 }
 
 // Dynamic tables (a dataset of hashed ids, KeyDirectory): when rows are made and dropped.
-// ember-sim only until the training job keys its caches and shards by slots.
 std::vector<Decl> dynamic_options() {
   return {
       option("--create-after", &SchedulerOptions::create_after,
-             "dynamic tables: an id gets a row once it has appeared in N global batches (until then: a zero vector, no gradient)",
-             kSimProgram),
-      option("--create-filter-mb", &SchedulerOptions::create_filter_mb, "dynamic tables: memory of --create-after's counting filter",
-             kSimProgram),
+             "dynamic tables: an id gets a row once it has appeared in N global batches (until then: a zero vector, no gradient)", kJob)
+          .must_agree()
+          .job_setting(),
+      option("--create-filter-mb", &SchedulerOptions::create_filter_mb, "dynamic tables: memory of --create-after's counting filter", kJob)
+          .must_agree()
+          .job_setting(),
       option("--expire-after", &SchedulerOptions::expire_after,
-             "dynamic tables: drop a row that has not appeared in a global batch for K iterations (0: never)", kSimProgram),
+             "dynamic tables: drop a row that has not appeared in a global batch for K iterations (0: never)", kJob)
+          .must_agree()
+          .job_setting(),
       option("--shard-max-rows", &SchedulerOptions::shard_max_rows,
-             "dynamic tables: at a commit, cap each PS shard's rows, dropping the least recently appeared (0: no cap)", kSimProgram),
+             "dynamic tables: at a commit, cap each PS shard's rows, dropping the least recently appeared (0: no cap)", kJob)
+          .must_agree()
+          .job_setting(),
   };
 }
 

@@ -103,6 +103,7 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   }
   check_lookahead(c);
   if (o.eval_every > 0 && !ds.manifest().hashed_ids) c.evaluated_rows = validation_rows(ds, o.eval_samples);
+  c.evaluation_flushes_all = ds.manifest().hashed_ids;
   c.hand_evaluated_rows = !o.scheduler_per_host;
   if (c.policy.replicates_frequent_rows()) c.replicated = profile_replicated_rows(ds, o, c.policy.replicated_fraction());
   if (!o.placement.empty()) {

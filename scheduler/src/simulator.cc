@@ -367,17 +367,26 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   return r;
 }
 
-KeyDirectory make_key_directory(const data::Dataset& ds, const SchedulerOptions& o, std::uint32_t shards, std::uint64_t iterations) {
-  const data::Manifest& m = ds.manifest();
+DynamicTableOptions dynamic_table_options(const SchedulerOptions& o, std::uint32_t shards) {
   DynamicTableOptions d;
   d.shards = std::max<std::uint32_t>(1, shards);
   d.create_after = o.create_after;
   d.create_filter_bytes = static_cast<std::uint64_t>(o.create_filter_mb * 1024 * 1024);
   d.expire_after = o.expire_after;
   d.shard_max_rows = o.shard_max_rows;
+  return d;
+}
+
+std::uint64_t batch_ids_bound(const data::Dataset& ds, const SchedulerOptions& o) {
+  const data::Manifest& m = ds.manifest();
   std::uint64_t ids_per_sample = 0;
   for (const auto& t : m.tables) ids_per_sample += m.multi_hot ? t.max_bag : 1;
-  const std::uint64_t batch_ids = std::uint64_t{o.workers} * o.batch_per_worker * ids_per_sample;
+  return std::uint64_t{o.workers} * o.batch_per_worker * ids_per_sample;
+}
+
+KeyDirectory make_key_directory(const data::Dataset& ds, const SchedulerOptions& o, std::uint32_t shards, std::uint64_t iterations) {
+  const DynamicTableOptions d = dynamic_table_options(o, shards);
+  const std::uint64_t batch_ids = batch_ids_bound(ds, o);
   std::uint64_t slots = 0;
   if (o.shard_max_rows > 0) {
     slots = KeyDirectory::slots_needed(o.shard_max_rows, batch_ids);
@@ -394,7 +403,8 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   job.iterations = total;
   std::optional<KeyDirectory> dir;
   if (ds.manifest().hashed_ids) {
-    dir.emplace(make_key_directory(ds, job, o.shards, total));
+    dir.emplace(o.slots_per_shard > 0 ? KeyDirectory(dynamic_table_options(job, o.shards), o.slots_per_shard)
+                                      : make_key_directory(ds, job, o.shards, total));
     job.dynamic_slots = dir->slot_count();
   }
   SchedulerConfig c = make_scheduler_config(ds, job);

@@ -411,6 +411,9 @@ std::vector<Decl> replay_options() {
       sim_flag("--checkpoint-every", &scheduler::SimOptions::checkpoint_every,
                "the job's checkpoints (ember-ps --checkpoint-every): flush before each"),
       flag("--ps", &Flags::ps_shards, "PS shards, for the per-shard counts (a key's shard as the PS places it)"),
+      sim_flag("--slots-per-shard", &scheduler::SimOptions::slots_per_shard,
+               "dynamic tables: each shard's slots, as ember-ps --slots-per-shard (0: enough for the batches simulated)")
+          .default_hidden(),
       flag("--hosts", &Flags::hosts,
            "worker hosts, for per-link counts: workers in rank order, as many on each (host h holds ranks h*W/H .. (h+1)*W/H - 1)")
           .default_hidden(),

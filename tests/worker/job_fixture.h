@@ -63,6 +63,7 @@ struct JobOptions {
   bool peer_sync = false;                         // --peer-sync
   std::string cache_admission = "none";           // --cache-admission
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
+  std::vector<std::string> sim_args;              // appended to ember-sim's (simulate)
 };
 
 struct JobResult {
@@ -554,6 +555,11 @@ class JobTest : public test::TempDirTest {
         (o.workers_per_host > 0 ? " --ps " + std::to_string(o.shards) + " --hosts " + std::to_string(o.workers / o.workers_per_host) +
                                       " --ps-hosts " + (o.ps_on_host >= 0 ? std::to_string(o.ps_on_host) : std::string("own"))
                                 : std::string()) +
+        [&o] {
+          std::string extra;
+          for (const std::string& a : o.sim_args) extra += " " + a;
+          return extra;
+        }() +
         " --json -q 2>/dev/null";
     EXPECT_EQ(test::run_command(cmd, out), 0) << out;
     auto j = json::parse(out.substr(0, out.find('\n')));

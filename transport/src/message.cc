@@ -24,7 +24,7 @@ std::uint32_t header_checksum(const std::uint8_t* p) { return static_cast<std::u
 
 }  // namespace
 
-bool known_type(std::uint16_t t) { return t >= 1 && t <= 9; }
+bool known_type(std::uint16_t t) { return t >= 1 && t <= 10; }
 
 const char* type_name(MessageType t) {
   switch (t) {
@@ -46,6 +46,8 @@ const char* type_name(MessageType t) {
       return "ack";
     case MessageType::kError:
       return "error";
+    case MessageType::kResetRows:
+      return "reset-rows";
   }
   return "unknown";
 }

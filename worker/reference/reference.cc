@@ -13,6 +13,8 @@
 #include "ember/ps/initial_rows.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "ember/scheduler/global_batch.h"
+#include "ember/scheduler/key_directory.h"
+#include "ember/scheduler/simulator.h"
 #include "ember/worker/embedding_path.h"
 #include "ember/worker/model.h"
 
@@ -54,16 +56,66 @@ struct DistinctRows {
   }
 };
 
+// Dynamic tables, as a job's loaders and PS shards have them: each batch's ids become
+// slots (refused ids leave their bags), the slots made and dropped are reset.
+class DynamicSlots {
+ public:
+  DynamicSlots(const TrainConfig& c, ReferenceSlots slots, std::uint32_t dim, std::uint32_t state)
+      : dir_(scheduler::dynamic_table_options(c, slots.shards), slots.slots_per_shard), seed_(c.seed), dim_(dim), state_(state) {}
+  std::uint64_t slot_count() const { return dir_.slot_count(); }
+
+  // Batch t's ids (keys, bags) to slots; the rows dropped after t - 1, then those made
+  // now, reset in `rows` and `states` (ShardStore::reset_rows).
+  void admit(std::uint64_t t, std::uint32_t samples, std::uint32_t tables, std::vector<Key>& keys, std::vector<std::uint32_t>& bags,
+             const ps::OptimizerConfig& sparse, std::vector<float>& rows, std::vector<float>& states) {
+    g_.index = t;
+    g_.samples = samples;
+    g_.tables = tables;
+    g_.keys.swap(keys);
+    g_.bags.swap(bags);
+    dir_.admit(t, g_, &resets_);
+    for (const auto& a : resets_) {
+      float* row = &rows[a.slot * dim_];
+      if (a.id == scheduler::KeyDirectory::kNoId)
+        std::fill(row, row + dim_, 0.0f);
+      else
+        ps::initial_row(seed_, a.id, dim_, row);
+      ps::init_state(sparse, dim_, &states[a.slot * state_]);
+    }
+    resets_.clear();
+    keys.swap(g_.keys);
+    bags.swap(g_.bags);
+  }
+  // The rows dropped after t, reset at the next batch.
+  void end(std::uint64_t t) {
+    dropped_.clear();
+    dir_.end_iteration(t, &dropped_);
+    for (Key k : dropped_) resets_.push_back({k, scheduler::KeyDirectory::kNoId});
+  }
+
+ private:
+  scheduler::KeyDirectory dir_;
+  std::uint64_t seed_;
+  std::uint32_t dim_, state_;
+  scheduler::GlobalBatch g_;
+  std::vector<scheduler::SlotAssignment> resets_;
+  std::vector<Key> dropped_;
+};
+
 }  // namespace
 
-ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim) {
+ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim, ReferenceSlots slots) {
   TrainConfig c = config;
   auto ds = data::Dataset::open(c.dataset);
-  ds.manifest().require_fixed_tables(c.dataset, "ember-worker --reference");
   fill_model_shape(ds, dim, c);
-  const std::uint64_t N = ds.manifest().total_table_rows();
-  const auto offsets = ds.manifest().table_offsets();
   const std::uint32_t state = ps::state_floats(sparse.kind, dim), T = c.model.num_tables, D = c.model.num_dense;
+  std::optional<DynamicSlots> dir;
+  if (ds.manifest().hashed_ids) {
+    if (slots.shards == 0) ds.manifest().require_fixed_tables(c.dataset, "the one-process reference without the job's slots");
+    dir.emplace(c, slots, dim, state);
+  }
+  const std::uint64_t N = dir ? dir->slot_count() : ds.manifest().total_table_rows();
+  const auto offsets = ds.manifest().table_offsets();
   ReferenceResult r;
   std::vector<float> states(N * state);
   r.rows.resize(N * dim);
@@ -92,6 +144,7 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
       reader.next(b);
     }
     scheduler::global_keys(b, batch_size, offsets, keys, bags);
+    if (dir) dir->admit(t, static_cast<std::uint32_t>(batch_size), T, keys, bags, sparse, r.rows, states);
     for (std::size_t i = 0; i < batch_size; ++i) {
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels[i] = static_cast<float>(b.label(i));
@@ -114,6 +167,7 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
       const Key k = rows.order[j];
       ps::apply(sparse, sparse.lr, dim, &r.rows[k * dim], &states[k * state], &rows.sums[j * dim]);
     }
+    if (dir) dir->end(t);
   }
   r.seconds = clock.seconds();
   r.dense = flatten_params(*model);

@@ -21,7 +21,14 @@ struct ReferenceResult {
   std::vector<double> losses;  // per iteration
   double seconds = 0;          // training loop, wall
 };
-ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim);
+// A dataset of hashed ids (dynamic tables) is trained on the slots of `shards` PS shards
+// of `slots_per_shard` each, as a job's KeyDirectory assigns them (ember-ps
+// --slots-per-shard); `rows` then holds every slot's.
+struct ReferenceSlots {
+  std::uint32_t shards = 0;
+  std::uint64_t slots_per_shard = 0;
+};
+ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim, ReferenceSlots slots = {});
 
 // Reads a dump written by worker 0 (--dump-dir): dense parameters and rows.
 struct ModelDump {

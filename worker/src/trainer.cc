@@ -17,6 +17,7 @@
 #include "ember/common/process.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"
+#include "ember/scheduler/simulator.h"
 #include "ember/worker/device.h"
 #include "ember/worker/row_cache.h"
 #include "host/host_channels.h"
@@ -49,6 +50,8 @@ class Worker {
  private:
   // Everything before the first iteration; returns the scheduler's configuration.
   scheduler::SchedulerConfig set_up();
+  // A dataset of hashed ids' KeyDirectory over the shards' slots (none: fixed tables).
+  std::optional<scheduler::KeyDirectory> key_directory();
   // The model, its optimizer and the stages (after joining).
   void make_stages(const scheduler::SchedulerConfig& sc);
   // One iteration, through the stages in order. With prefetch, takes the next step from
@@ -87,17 +90,36 @@ class Worker {
   double auc_ = -1, logloss_ = -1;
 };
 
+std::optional<scheduler::KeyDirectory> Worker::key_directory() {
+  if (!ds_->manifest().hashed_ids) return std::nullopt;
+  const std::uint32_t shards = job_.ps().shards();
+  const std::uint64_t per_shard = job_.ps_config().num_keys / shards, batch_ids = scheduler::batch_ids_bound(*ds_, c_);
+  if (c_.shard_max_rows > 0 && per_shard < scheduler::KeyDirectory::slots_needed(c_.shard_max_rows, batch_ids)) {
+    throw ConfigError("--shard-max-rows " + std::to_string(c_.shard_max_rows) + " and a global batch's " + std::to_string(batch_ids) +
+                      " ids need " + std::to_string(scheduler::KeyDirectory::slots_needed(c_.shard_max_rows, batch_ids)) +
+                      " slots a shard; the shards have " + std::to_string(per_shard) + " (ember-ps --slots-per-shard)");
+  }
+  return scheduler::KeyDirectory(scheduler::dynamic_table_options(c_, shards), per_shard);
+}
+
 scheduler::SchedulerConfig Worker::set_up() {
   device_ = parse_device(c_.device);
   resolve_cache_backend(c_.cache_backend, device_);  // --cache-backend errors before joining
   ds_.emplace(data::Dataset::open(c_.dataset));
-  ds_->manifest().require_fixed_tables(c_.dataset, "training");
-  auto sc = scheduler::make_scheduler_config(*ds_, c_);  // config errors before joining
-  on_demand_ = sc.policy.sync() == scheduler::Sync::kOnDemand;
+  const bool dynamic = ds_->manifest().hashed_ids;
+  // Config errors before joining; dynamic tables' key space is the shards' slots, known
+  // once joined.
+  scheduler::SchedulerConfig sc;
+  if (!dynamic) sc = scheduler::make_scheduler_config(*ds_, c_);
   at::set_num_threads(c_.torch_threads);
   report_.emplace(c_);
   CheckpointLife::check(c_);
   job_.join(*ds_);
+  if (dynamic) {
+    c_.dynamic_slots = job_.ps_config().num_keys;
+    sc = scheduler::make_scheduler_config(*ds_, c_);
+  }
+  on_demand_ = sc.policy.sync() == scheduler::Sync::kOnDemand;
   scheduler::set_hosts(sc, c_, job_.hosts().host_of, job_.hosts().host_of[job_.rank()]);
   sc.id_rows_for = static_cast<int>(job_.rank());  // each id's row in this worker's plans: no lookup per id
   report_->set_rank(job_.rank());
@@ -158,6 +180,9 @@ void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead, PhaseClo
   // cache is restored (below). (Its sync pushes are all of flushed rows: none is made.)
   const bool restoring = t == life_->first() && t > 0;
   if (!restoring) host_->hand_values(p, s.host.peer);
+  // Dynamic tables: the rows made and dropped, named to their shards before the commit
+  // that resets them.
+  if (!s.resets.empty()) exchange_->reset_rows(s.resets, t);
   clock.lap(&PhaseTimes::sync);
   // commit: after every worker's sync pushes; flagged for checkpoints and stops.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_commit(t));
@@ -224,7 +249,7 @@ void Worker::flush(const Step& s) {
   if (job_.rank() == 0 && s.evaluate) {
     const double flush_s = clock.seconds();
     clock.reset();
-    const Evaluation e = evaluate(*ds_, c_, job_.ps(), *model_, device_, job_.dim(), t, held);
+    const Evaluation e = evaluate(*ds_, c_, job_.ps(), *model_, device_, job_.dim(), t, held, s.directory.get());
     if (e.ran) {
       auc_ = e.auc;
       logloss_ = e.logloss;
@@ -246,7 +271,7 @@ TrainSummary Worker::run() {
     if (host->aggregate) exchange_->group_as(host->ranks.front() + 1);  // one id per host
   }
   Loader loader(*ds_, std::move(sc), c_, job_.rank(), job_.ps_config().schedule(), life_->asked(), life_->stop_at(), std::move(host),
-                evictions_.get(), job_.ps_config().disk_tier);
+                evictions_.get(), job_.ps_config().disk_tier, key_directory());
   Stopwatch total;
   report_->start(first);
   std::uint64_t end = c_.iterations;  // earlier if the job is stopped

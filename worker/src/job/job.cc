@@ -68,7 +68,15 @@ void Job::join(const data::Dataset& ds) {
   }
   ps_ = ps::JobConfig::from_json(control_->lookup(ps::kJobConfigKey, c_.join_timeout));
   const std::uint64_t rows = ds.manifest().total_table_rows();
-  if (ps_.num_keys != rows) {
+  if (ds.manifest().hashed_ids) {
+    // Dynamic tables: the shards' slots, as many on each (ember-ps --slots-per-shard).
+    const std::uint64_t shards = control_->peers_of(transport::Role::kPs).size();
+    if (shards == 0 || ps_.num_keys % shards != 0) {
+      throw ConfigError("dataset mismatch: " + c_.dataset + " has hashed ids, but the PS's " + std::to_string(ps_.num_keys) +
+                        " rows are not slots of " + std::to_string(shards) +
+                        " shards (was ember-ps started with a vocabulary's --dataset?)");
+    }
+  } else if (ps_.num_keys != rows) {
     throw ConfigError("dataset mismatch: " + c_.dataset + " has " + std::to_string(rows) + " embedding rows in its tables, the PS serves " +
                       std::to_string(ps_.num_keys) + " (was ember-ps started with another --dataset?)");
   }

@@ -31,8 +31,9 @@ struct EvalChunk {
   std::vector<Key> distinct;
   U64Map<std::uint32_t> index;
 
-  // Up to kChunkBatches batches from `reader`; false when none was left.
-  bool read(scheduler::ValidationReader& reader) {
+  // Up to kChunkBatches batches from `reader`, ids through `dir` (dynamic tables); false
+  // when none was left.
+  bool read(scheduler::ValidationReader& reader, const scheduler::KeyDirectory* dir, std::uint32_t tables) {
     batches.clear();
     sizes.clear();
     ids.clear();
@@ -48,6 +49,7 @@ struct EvalChunk {
         bags.pop_back();
         break;
       }
+      if (dir != nullptr) dir->lookup(keys, bags.back(), static_cast<std::uint32_t>(n), tables);
       number_distinct(keys, index, distinct, ids.emplace_back());
       batches.push_back(std::move(b));
       sizes.push_back(n);
@@ -76,7 +78,7 @@ void read_rows(const EvalChunk& chunk, const HeldRows& held, ps::PsClient& clien
 }  // namespace
 
 Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient& client, CtrModel& model, torch::Device device,
-                    std::uint32_t dim, std::uint64_t iteration, const HeldRows& held) {
+                    std::uint32_t dim, std::uint64_t iteration, const HeldRows& held, const scheduler::KeyDirectory* directory) {
   Evaluation result;
   if (ds.split(data::Split::kVal).rows() == 0) {
     spdlog::warn("no validation split in {}: skipping evaluation (ember-data prep --val-fraction)", c.dataset);
@@ -90,7 +92,8 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
   const std::uint32_t T = c.model.num_tables, D = c.model.num_dense;
   EmbeddingPath path(torch::kCPU, c.model.pooling);
   EvalChunk chunk;
-  while (chunk.read(reader)) {
+  if (ds.manifest().hashed_ids && directory == nullptr) throw Error("an evaluation of hashed ids needs the job's key directory");
+  while (chunk.read(reader, directory, T)) {
     read_rows(chunk, held, client, dim, iteration, rows, pointers);
     for (std::size_t i = 0; i < chunk.batches.size(); ++i) {
       const auto n = static_cast<std::int64_t>(chunk.sizes[i]);

@@ -9,6 +9,7 @@
 
 #include "ember/data/dataset.h"
 #include "ember/ps/ps_client.h"
+#include "ember/scheduler/key_directory.h"
 #include "ember/worker/model.h"
 #include "ember/worker/train_config.h"
 #include "report/held_rows.h"
@@ -23,8 +24,11 @@ struct Evaluation {
 
 // The model after `iteration` on the validation split (c.eval_samples of it; 0: all):
 // rows in `held` from there (their holders' newer values), the others from the PS.
+// Dynamic tables: `directory` (as it stood after `iteration`) finds each id's row; an id
+// without one leaves its bag, as in training.
 Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient& client, CtrModel& model, torch::Device device,
-                    std::uint32_t dim, std::uint64_t iteration, const HeldRows& held = HeldRows());
+                    std::uint32_t dim, std::uint64_t iteration, const HeldRows& held = HeldRows(),
+                    const scheduler::KeyDirectory* directory = nullptr);
 
 // Writes dense.bin, rows.bin and model.json into c.dump_dir, atomically each.
 void dump_model(const TrainConfig& c, ps::PsClient& client, CtrModel& model, std::uint64_t num_keys, std::uint32_t dim,

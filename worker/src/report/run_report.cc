@@ -39,6 +39,7 @@ json counts_json(const WireCounts& w) {
   json j = w.rows;
   j.update(json{{"hot_load", w.hot_load},
                 {"restored", w.restored},
+                {"reset_rows", w.reset_rows},
                 {"allreduce_bytes", w.allreduce_bytes},
                 {"scheduler_exchange_bytes_out", w.exchange_bytes_out},
                 {"scheduler_exchange_bytes_in", w.exchange_bytes_in},
@@ -132,6 +133,7 @@ struct RunReport::Live {
     const std::tuple<const char*, const char*, std::uint64_t> rows[] = {{"pull", "in", wire.rows.pulls},
                                                                         {"hot_load", "in", wire.hot_load},
                                                                         {"restored", "in", wire.restored},
+                                                                        {"reset", "out", wire.reset_rows},
                                                                         {"push_grad", "out", wire.rows.push_grad},
                                                                         {"push_value", "out", wire.rows.push_value},
                                                                         {"push_evict", "out", wire.rows.push_evict},
@@ -155,11 +157,9 @@ struct RunReport::Live {
                                                              {"flush", bytes.flush}};
     for (const auto& [kind, n] : payload)
       out.counter("ember_worker_payload_bytes_total", payload_help, {{"rank", rank}, {"kind", kind}}, d(n));
-    const std::pair<const char*, const ps::WireTally::Dir*> framed[] = {{"pull", &wire.framed.pull},
-                                                                        {"push_grad", &wire.framed.push_grad},
-                                                                        {"push_value", &wire.framed.push_value},
-                                                                        {"commit", &wire.framed.commit},
-                                                                        {"read", &wire.framed.read}};
+    const std::pair<const char*, const ps::WireTally::Dir*> framed[] = {
+        {"pull", &wire.framed.pull},     {"push_grad", &wire.framed.push_grad}, {"push_value", &wire.framed.push_value},
+        {"commit", &wire.framed.commit}, {"read", &wire.framed.read},           {"reset", &wire.framed.reset}};
     for (const auto& [kind, dir] : framed) {
       out.counter("ember_worker_sent_bytes_total", "Bytes of PS requests sent, framed (headers included), by kind",
                   {{"rank", rank}, {"kind", kind}}, d(dir->out));
@@ -379,6 +379,8 @@ void RunReport::summary(const TrainSummary& sum) {
                   {"commit_in", w.framed.commit.in},
                   {"read_out", w.framed.read.out},
                   {"read_in", w.framed.read.in},
+                  {"reset_out", w.framed.reset.out},
+                  {"reset_in", w.framed.reset.in},
                   {"total", w.framed.out() + w.framed.in()}}},
                 {"links", {{"intra_host", link_json(w.links.intra_host)}, {"cross_host", link_json(w.links.cross_host)}}},
                 {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});

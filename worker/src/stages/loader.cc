@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/common/flat_map.h"
 #include "ember/common/process.h"
 
 namespace ember::worker {
@@ -36,7 +37,7 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
                ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at,
-               std::optional<HostGroup> host, EvictionChannel* evictions, bool hint_rows)
+               std::optional<HostGroup> host, EvictionChannel* evictions, bool hint_rows, std::optional<scheduler::KeyDirectory> directory)
     : ds_(ds),
       first_(sc.first_iteration),
       replay_(replays(sc)),
@@ -48,7 +49,8 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       stop_at_(stop_at),
       host_(std::move(host)),
       evictions_(evictions),
-      hint_rows_(hint_rows && sched_.config().lookahead > 0) {
+      hint_rows_(hint_rows && sched_.config().lookahead > 0),
+      dir_(std::move(directory)) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -79,11 +81,37 @@ double Loader::schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::
   return sw.millis();
 }
 
-Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
+std::vector<scheduler::SlotAssignment> Loader::admit(std::uint64_t t, scheduler::GlobalBatch& g) {
+  std::vector<scheduler::SlotAssignment> made, share;
+  dir_->admit(t, g, &made);
+  // A slot dropped after t - 1 and made again now is reset once, for its new id: the
+  // shards apply the workers' resets in no set order.
+  U64Map<std::uint8_t> remade;
+  for (const auto& m : made) remade.try_emplace(m.slot, 1);
+  std::vector<scheduler::SlotAssignment> all;
+  for (const auto& d : dropped_)
+    if (remade.find(d.slot) == nullptr) all.push_back(d);
+  dropped_.clear();
+  all.insert(all.end(), made.begin(), made.end());
+  // The workers share the resets out by their place in the list.
+  const std::uint32_t workers = sched_.config().workers;
+  for (std::size_t i = rank_; i < all.size(); i += workers) share.push_back(all[i]);
+  return share;
+}
+
+void Loader::drop_after(std::uint64_t t) {
+  std::vector<Key> dropped;
+  dir_->end_iteration(t, &dropped);
+  sched_.drop_rows(dropped);
+  for (Key k : dropped) dropped_.push_back({k, scheduler::KeyDirectory::kNoId});
+}
+
+Step Loader::make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
                        std::vector<scheduler::KeySlot>& restore) {
   const auto T = static_cast<std::uint32_t>(ds_.num_tables()), D = static_cast<std::uint32_t>(ds_.num_dense());
   Step s;
   s.iteration = t;
+  if (dir_) s.resets = admit(t, g);
   s.sched_ms = schedule(g, plans);
   s.exchanged = std::exchange(exchanged_, ExchangeBytes{});
   if (t == first_ && replay_) {
@@ -125,6 +153,10 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalB
     }
     s.flush_plan = std::move(plans[rank_]);
   }
+  if (dir_) {
+    drop_after(t);
+    if (s.evaluate) s.directory = std::make_shared<const scheduler::KeyDirectory>(*dir_);
+  }
   return s;
 }
 
@@ -150,7 +182,9 @@ void Loader::run() {
       for (std::uint64_t t = 0; t < first && !stop_; ++t) {
         batches.look_ahead(sched_, t, c_.iterations);
         batches.next(b, g);
+        if (dir_) admit(t, g);
         schedule(g, plans);
+        if (dir_) drop_after(t);
       }
       sched_.flush(plans);  // the checkpoint's flush: every row held is on the PS
       restore = sched_.latest_rows(rank_);

@@ -20,6 +20,7 @@
 #include "ember/data/dataset.h"
 #include "ember/ps/job_config.h"
 #include "ember/scheduler/batch_stream.h"
+#include "ember/scheduler/key_directory.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/train_config.h"
@@ -78,6 +79,12 @@ struct Step {
   // shards now (protocol.h kHint).
   std::vector<Key> hint_keys;
   std::uint64_t hint_iteration = 0;
+  // Dynamic tables: this worker's share of the rows its shards reset before the step's
+  // pulls (protocol.h kResetRows): those dropped after the last step (id kNoId), then
+  // those made for the step's new ids. And, with `evaluate`, the directory as it stands
+  // after the step (its rows dropped), through which the evaluation finds its ids' rows.
+  std::vector<scheduler::SlotAssignment> resets;
+  std::shared_ptr<const scheduler::KeyDirectory> directory;
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
@@ -96,9 +103,11 @@ class Loader {
   // `host`: with per-host aggregation, this worker's host (each step then carries its
   // hand-offs). `evictions`: with a scheduler of this worker's host (sc.model_host, more
   // hosts than one), the channel the hosts' evictions go over after each iteration.
+  // `directory`: a dataset of hashed ids' (dynamic tables), in its state before the
+  // first batch.
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
          const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt,
-         EvictionChannel* evictions = nullptr, bool hint_rows = false);
+         EvictionChannel* evictions = nullptr, bool hint_rows = false, std::optional<scheduler::KeyDirectory> directory = std::nullopt);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -119,8 +128,14 @@ class Loader {
   // Step t, global batch g (read into b): this worker's plan (scheduling g), its
   // samples' features and what follows the step; a resumed job's first step takes
   // `restore`.
-  Step make_step(std::uint64_t t, data::Batch& b, const scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
+  Step make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& g, std::vector<scheduler::StepPlan>& plans,
                  std::vector<scheduler::KeySlot>& restore);
+  // Dynamic tables: batch t's ids become slots; the rows the shards reset for t (those
+  // dropped after t - 1, then those made now), this worker's share.
+  std::vector<scheduler::SlotAssignment> admit(std::uint64_t t, scheduler::GlobalBatch& g);
+  // Dynamic tables: the rows dropped after t leave the scheduler (the shards clear them
+  // at t + 1's commit).
+  void drop_after(std::uint64_t t);
 
   const data::Dataset& ds_;
   std::uint64_t first_;  // the first iteration this job trains
@@ -137,8 +152,10 @@ class Loader {
   bool hint_rows_ = false;
   std::vector<Key> hints_;  // collected while planning the next step
   std::uint64_t hints_for_ = 0;
-  ExchangeBytes exchanged_;                       // since the last step made
-  tbb::concurrent_bounded_queue<Handoff> queue_;  // two steps ahead at most
+  std::optional<scheduler::KeyDirectory> dir_;
+  std::vector<scheduler::SlotAssignment> dropped_;  // after the last batch (id kNoId), for the next step's resets
+  ExchangeBytes exchanged_;                         // since the last step made
+  tbb::concurrent_bounded_queue<Handoff> queue_;    // two steps ahead at most
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

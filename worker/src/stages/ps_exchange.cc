@@ -271,4 +271,17 @@ void PsExchange::end_pushes(const StepPlan& p, std::uint64_t t, const HandOffs& 
   for (auto& f : sent) f.wait();
 }
 
+void PsExchange::reset_rows(const std::vector<scheduler::SlotAssignment>& resets, std::uint64_t t) {
+  std::vector<Key> slots;
+  std::vector<std::uint64_t> ids;
+  slots.reserve(resets.size());
+  ids.reserve(resets.size());
+  for (const auto& r : resets) {
+    slots.push_back(r.slot);
+    ids.push_back(r.id);
+  }
+  client_.start_reset_rows(t, slots, ids).wait();
+  wire_.reset_rows += resets.size();
+}
+
 }  // namespace ember::worker

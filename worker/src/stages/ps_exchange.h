@@ -22,6 +22,7 @@
 
 #include "ember/common/flat_map.h"
 #include "ember/ps/ps_client.h"
+#include "ember/scheduler/key_directory.h"
 #include "ember/scheduler/step_plan.h"
 #include "ember/worker/row_cache.h"
 #include "ember/worker/summary.h"
@@ -75,6 +76,9 @@ class PsExchange {
   // The partial gradient in `slot` was computed in iteration t by `trainers` workers; it
   // stays in the cache until a plan pushes it.
   void keep_partial(std::uint32_t slot, std::uint64_t t, std::uint32_t trainers);
+  // Dynamic tables: slots made for new ids (or cleared, id KeyDirectory::kNoId), named to
+  // their shards, which reset them at commit(t); acknowledged.
+  void reset_rows(const std::vector<scheduler::SlotAssignment>& resets, std::uint64_t t);
   // Per-host aggregation: every gradient pushed names this worker's host (protocol.h), so
   // that the shards sum a host's gradients alike whether they left it summed or one by
   // one (a flush then changes no sum).

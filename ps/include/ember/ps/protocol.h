@@ -26,6 +26,15 @@
 //               (encode_trainers); the row is complete once its trainers are all in.
 //   kPushValue  keys[n], values[n * (dim + state)] rows written back -> kAck
 //   kCommit     (empty; flags: kCommitCheckpoint, kCommitStop) -> kAck (CommitAck)
+//   kResetRows  slots[n], then ids[n] (2n keys; dynamic tables, KeyDirectory): rows
+//               made for new ids at iteration t (the header's), sent before commit(t)
+//               -> kAck. The shard resets each slot at the first commit(t) to come,
+//               after the updates it applies and before any pull of t: the row
+//               initial_row(seed, id), its state as new, an aggregation of the slot's
+//               old id that will never complete discarded. Id kFreeSlot: a row dropped
+//               (expired or capped), its slot cleared (zeros, the state as new).
+//               The workers of a job share one iteration's resets out, each slot named
+//               once (the shard applies them in no set order).
 // Anything refused gets kError with the reason (transport/channel.h), never a crash.
 //
 // commit(t) ends the sync phase of iteration t - 1 on one worker: once every worker's is
@@ -53,6 +62,9 @@ struct TrainerCount {
 inline TrainerCount decode_trainers(std::uint64_t count) {
   return {static_cast<std::uint32_t>(count), static_cast<std::uint32_t>((count >> 32) & 0xffff), static_cast<std::uint32_t>(count >> 48)};
 }
+
+// kResetRows' id of a slot whose row was dropped.
+inline constexpr std::uint64_t kFreeSlot = ~std::uint64_t{0};
 
 // A pull's flag: each row with its optimizer state (for a worker that will own the row).
 inline constexpr std::uint32_t kWithState = 1;

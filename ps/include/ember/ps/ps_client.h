@@ -94,9 +94,10 @@ struct WireTally {
   // `read`: pulls outside training (Pull::kRead: evaluations, dumps, loads), apart from
   // the training's pulls.
   // `hint`: rows named ahead for a shard's disk tier (Pull::kHint).
-  Dir pull, push_grad, push_value, commit, read, hint;
-  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out + read.out + hint.out; }
-  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in + read.in + hint.in; }
+  // `reset`: dynamic tables' new rows named to their shards (slot and id, no row).
+  Dir pull, push_grad, push_value, commit, read, hint, reset;
+  std::uint64_t out() const { return pull.out + push_grad.out + push_value.out + commit.out + read.out + hint.out + reset.out; }
+  std::uint64_t in() const { return pull.in + push_grad.in + push_value.in + commit.in + read.in + hint.in + reset.in; }
   WireTally& operator+=(const WireTally& o);
 };
 
@@ -165,6 +166,9 @@ class PsClient {
   PsFuture start_push_grad(std::uint64_t iteration, const std::vector<Key>& keys, const std::vector<std::uint32_t>& trainers,
                            const std::vector<float>& grads, const std::vector<std::uint32_t>& shares = {}, std::uint32_t group = 0);
   PsFuture start_push_value(const std::vector<Key>& keys, const std::vector<float>& rows);
+  // Dynamic tables: slots[i] holds a new row of ids[i] from iteration `iteration`, which
+  // its shard resets at that iteration's commit (protocol.h kResetRows).
+  PsFuture start_reset_rows(std::uint64_t iteration, const std::vector<Key>& slots, const std::vector<std::uint64_t>& ids);
   // Sent once every request before it is answered (its pushes on the shards' other
   // connections must be in before the commit applies them). `flags` (protocol.h):
   // kCommitCheckpoint: the caller flushed for a checkpoint of this iteration, which every

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -65,7 +66,7 @@ CommitApplyChoice choose_commit_apply(const std::string& asked, std::uint32_t ro
 // compare with ember-sim's prediction. Pulls are counted by flag: a prefetch, with
 // state, plain, or a read outside training (kRead: evaluations, dumps, loads).
 struct ServedCounts {
-  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kRead, kHint, kKinds };
+  enum Kind { kPull, kPullState, kPrefetch, kPushGrad, kPushValue, kCommit, kRead, kHint, kReset, kKinds };
   static const char* name(int kind);
   struct PerKind {
     std::atomic<std::uint64_t> requests{0}, rows{0}, bytes_in{0}, bytes_out{0};
@@ -166,6 +167,10 @@ class PsService {
   void serve_push_grad(const transport::Message& request, transport::OutMessage& reply);
   void serve_push_value(const transport::Message& request, transport::OutMessage& reply);
   void serve_commit(const transport::Message& request, transport::OutMessage& reply);
+  void serve_reset_rows(const transport::Message& request, transport::OutMessage& reply);
+  // The resets sent for iterations up to `iteration`, applied (under resets_mutex_, so
+  // that no commit of that iteration is acknowledged before they are done).
+  void apply_resets(std::uint64_t iteration);
   // Counts an answered request in served_.
   void count(const transport::MessageHeader& request, const transport::OutMessage& reply);
 
@@ -173,6 +178,13 @@ class PsService {
   CheckpointCoordinator checkpoints_;  // uses store_
   ServedCounts served_;
   CommitApply commit_apply_ = CommitApply::kHandler;
+  // Dynamic tables: the rows to reset at each iteration's first commit, by iteration.
+  struct Resets {
+    std::vector<Key> slots;
+    std::vector<std::uint64_t> ids;
+  };
+  std::mutex resets_mutex_;
+  std::map<std::uint64_t, Resets> resets_;
   mutable std::mutex tier_mutex_;  // the two below
   std::uint64_t tier_iteration_ = 0;
   std::optional<TierStats> tier_at_commit_;

@@ -147,6 +147,12 @@ class ShardStore {
                  std::shared_ptr<const void> grads_owner = nullptr, std::span<const std::uint32_t> shares = {}, std::uint32_t group = 0);
   // Overwrites rows (value + state, row_floats() each) written back by their owner.
   void push_value(std::span<const Key> keys, const float* rows);
+  // Dynamic tables (KeyDirectory): each slot keys[i] now holds the row of id ids[i], new:
+  // initial_row(seed, id) and a fresh optimizer state (id kFreeSlot: zeros, the row dropped). Any update of the slot's old id
+  // is applied first, and an aggregation of it still waiting for contributions (which
+  // will never come: the old id's copies were dropped) is discarded. Called at a commit,
+  // before the pulls of the iteration that made the rows (PsService).
+  void reset_rows(std::span<const Key> keys, std::span<const std::uint64_t> ids);
   // Applies every complete aggregation; returns how many rows were updated.
   std::uint64_t commit();
   // The same, returning once the rows are handed to the applier (see above).

@@ -56,7 +56,8 @@ struct DirectoryCounts {
   bool operator==(const DirectoryCounts&) const = default;
 };
 
-// A row made in this batch: its slot (the key downstream) and id.
+// A row made in this batch: its slot (the key downstream) and id. (A job's PS shards
+// reset such slots, and clear dropped ones, named with id kNoId: protocol.h kResetRows.)
 struct SlotAssignment {
   Key slot;
   std::uint64_t id;
@@ -76,6 +77,10 @@ class KeyDirectory {
   // one-hot batch then takes bags). Rows made now are appended to `created` (if given),
   // in the order the batch met them. Error when a shard has no free slot.
   void admit(std::uint64_t iteration, GlobalBatch& batch, std::vector<SlotAssignment>* created = nullptr);
+  // An evaluation's ids (samples x tables bags, `bags` empty: one-hot) to the slots of
+  // their rows as they stand, ids without a row leaving their bags (their sample sees a
+  // zero vector, as in training); nothing is made, touched or counted.
+  void lookup(std::vector<Key>& keys, std::vector<std::uint32_t>& bags, std::uint32_t samples, std::uint32_t tables) const;
   // End of iteration t: rows expired, then capped, appended to `dropped` (slots, shard
   // by shard); their slots are free from now on.
   void end_iteration(std::uint64_t iteration, std::vector<Key>* dropped = nullptr);

@@ -92,6 +92,9 @@ struct SchedulerConfig : SchedulerCommon {
   // The rows an evaluation reads (the validation samples', any order): an evaluation's
   // flush (Scheduler::flush) pushes only these. Empty: no evaluation before the end.
   std::vector<Key> evaluated_rows;
+  // Dynamic tables: the rows an evaluation reads are known only at its time (its ids'
+  // slots then), so its flush is a whole one.
+  bool evaluation_flushes_all = false;
   // An evaluation's flush hands a dirty owner's evaluated rows to worker 0 rather than
   // pushing them (Scheduler::flush). Worker 0 learns which from every worker's plan, so
   // not with a scheduler per host (model_host); make_scheduler_config sets it otherwise.

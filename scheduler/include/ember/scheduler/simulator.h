@@ -36,6 +36,10 @@ struct SimOptions {
   // 0 .. shards - 1 (as the PS places it: ps::owner_shard); none when shards is 0.
   std::uint32_t shards = 0;
   std::function<std::uint32_t(Key key)> shard_of;
+  // Dynamic tables: the slots of each shard, as a job's shards have them (ember-ps
+  // --slots-per-shard; the cache rows of a --cache-ratio follow them); 0: as
+  // make_key_directory sizes them.
+  std::uint64_t slots_per_shard = 0;
   // Per-link counts (docs/cluster.md#traffic-per-link): `link_of(worker, key)` is 0 when
   // the PS traffic of `worker` for `key` stays within its host, 1 when it crosses hosts;
   // none without it.
@@ -114,6 +118,11 @@ struct SimResult {
 // of the distinct ids the batches can hold on one shard (their ids over the shards, with
 // room for an uneven hash).
 KeyDirectory make_key_directory(const data::Dataset& ds, const SchedulerOptions& o, std::uint32_t shards, std::uint64_t iterations);
+// o's dynamic-table options over `shards` PS shards (0: one).
+DynamicTableOptions dynamic_table_options(const SchedulerOptions& o, std::uint32_t shards);
+// The most ids one global batch of o's shape on `ds` holds (a shard's slots beyond its
+// cap: KeyDirectory::slots_needed).
+std::uint64_t batch_ids_bound(const data::Dataset& ds, const SchedulerOptions& o);
 
 // A stable hash of a worker's plan (every list, in order).
 std::uint64_t plan_hash(const StepPlan& plan, std::uint64_t seed);

@@ -38,13 +38,14 @@ enum class MessageType : std::uint16_t {
   // connect data and sends the proofs the same way (4 keys each).
   kHello = 1,
   kHelloReply = 2,
-  kPull = 3,       // keys -> rows
-  kPullReply = 4,  // values = rows (dim floats each), in key order
-  kPushGrad = 5,   // keys + gradients (dim floats each)
-  kPushValue = 6,  // keys + values and optimizer state
-  kCommit = 7,     // end of a worker's sync phase for `iteration`
-  kAck = 8,        // reply to push and commit
-  kError = 9,      // reply: the request was refused (reason in the payload as bytes)
+  kPull = 3,        // keys -> rows
+  kPullReply = 4,   // values = rows (dim floats each), in key order
+  kPushGrad = 5,    // keys + gradients (dim floats each)
+  kPushValue = 6,   // keys + values and optimizer state
+  kCommit = 7,      // end of a worker's sync phase for `iteration`
+  kAck = 8,         // reply to push and commit
+  kError = 9,       // reply: the request was refused (reason in the payload as bytes)
+  kResetRows = 10,  // dynamic tables: slots + the ids they now hold, reset at a commit
 };
 
 // Keys of the hellos (TCP: the challenge, the client's hello; both: a proof).

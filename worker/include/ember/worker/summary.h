@@ -41,6 +41,9 @@ struct WireCounts {
   // Replicated rows loaded at the start; a resumed job's cached rows, pulled once before
   // its first iteration (Step::restore).
   std::uint64_t hot_load = 0, restored = 0;
+  // Dynamic tables: rows made and dropped that this worker named to their shards (its
+  // share of them, protocol.h kResetRows).
+  std::uint64_t reset_rows = 0;
   // Payload this worker put into the dense all-reduces: dense gradients, the loss and the
   // replicated rows' gradients (4 bytes a float; a ring moves about twice that per link).
   std::uint64_t allreduce_bytes = 0;

@@ -1,0 +1,94 @@
+// Dynamic tables end to end: a dataset of hashed ids (ember-data prep --ids hash), rows
+// made after two batches, expired and capped per shard. Vanilla and herald jobs (real
+// ember-ps shards and ember-worker processes) train the one-process model on the same
+// slots, the shards resetting made and dropped rows at their commits.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../data/test_util.h"
+#include "ember/ps/initial_rows.h"
+#include "ember/ps/sparse_optimizer.h"
+#include "job_fixture.h"
+#include "training_fixture.h"
+
+namespace ember::worker {
+namespace {
+
+using namespace test_jobs;
+
+constexpr std::uint64_t kSlotsPerShard = 8192;
+
+class DynamicTraining : public Training {
+ protected:
+  fs::path hashed_dataset() {
+    const fs::path tsv = dir_ / "hashed.tsv", out = dir_ / "hashed";
+    std::string log;
+    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows 6000 --scale 0.002 --new-ids 0.2 --seed 7 --force -o " +
+                            tsv.string() + " && " + test::bin("ember-data") +
+                            " prep --ids hash --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
+    EXPECT_EQ(test::run_command(cmd, log), 0) << log;
+    return out;
+  }
+
+  static JobOptions dynamic_job(const std::string& policy) {
+    JobOptions o;
+    o.policy = policy;
+    o.iterations = 12;
+    o.cache_ratio = "0.05";
+    o.ps_args = {"--slots-per-shard", std::to_string(kSlotsPerShard)};
+    o.worker_args = {"--create-after", "2", "--expire-after", "4", "--shard-max-rows", "400"};
+    o.sim_args = o.worker_args;
+    for (const char* a : {"--ps", "2", "--slots-per-shard"}) o.sim_args.push_back(a);
+    o.sim_args.push_back(std::to_string(kSlotsPerShard));
+    return o;
+  }
+};
+
+TEST_F(DynamicTraining, VanillaAndHeraldTrainTheOneProcessModelWithRowsMadeExpiredAndCapped) {
+  const fs::path data = hashed_dataset();
+  const JobOptions vanilla = dynamic_job("vanilla"), herald = dynamic_job("herald");
+  TrainConfig rc = reference_config(data, herald);
+  rc.create_after = 2;
+  rc.expire_after = 4;
+  rc.shard_max_rows = 400;
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kSgd;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(rc, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  ASSERT_EQ(ref.rows.size(), herald.shards * kSlotsPerShard * kDim);
+
+  // The reference trained rows made for ids (neither their slot's initial row nor
+  // trained from it).
+  std::size_t made = 0;
+  std::vector<float> init(kDim);
+  for (Key k = 0; k < herald.shards * kSlotsPerShard; ++k) {
+    ps::initial_row(kSeed, k, kDim, init.data());
+    const float* row = &ref.rows[k * kDim];
+    bool zero = true, initial = true;
+    for (std::uint32_t d = 0; d < kDim; ++d) zero &= row[d] == 0.0f, initial &= row[d] == init[d];
+    made += !zero && !initial;
+  }
+  EXPECT_GT(made, 500u) << "rows made for ids";
+
+  const JobResult v = run_job(data, vanilla, "dyn-vanilla");
+  const JobResult h = run_job(data, herald, "dyn-herald");
+  expect_same_model(ref, v, "vanilla on dynamic tables", 1e-6);
+  expect_same_model(ref, h, "herald on dynamic tables", 1e-6);
+  ASSERT_FALSE(h.reported.empty());
+  EXPECT_LT(transmissions(h.reported), transmissions(v.reported)) << "herald should move fewer rows than vanilla";
+  // The rows ember-sim predicts, in the plans and as the shards served them.
+  for (auto [opts, job] : {std::pair{vanilla, &v}, std::pair{herald, &h}}) {
+    auto sim = simulate(data, opts);
+    expect_served_as_simulated(*job, sim, opts, opts.policy);
+    expect_plans_as_simulated(*job, sim, opts.policy);
+  }
+  // The shards reset the rows made and dropped, named once each by one worker.
+  EXPECT_EQ(v.served.at("reset.rows"), h.served.at("reset.rows"));
+  EXPECT_GT(h.served.at("reset.rows"), made);
+  EXPECT_GE(h.auc, 0.0);
+  EXPECT_LE(h.auc, 1.0);
+}
+
+}  // namespace
+}  // namespace ember::worker

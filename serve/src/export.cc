@@ -323,6 +323,7 @@ ExportReport export_model(const ExportOptions& o) {
   if (!fs::exists(manifest_file))
     throw DataError("dataset " + o.dataset.string() + ": no manifest.json (not written by `ember-data prep`?)");
   const data::Manifest dm = data::Manifest::from_json(read_file(manifest_file), manifest_file.string());
+  dm.require_fixed_tables(o.dataset.string(), "ember-export");  // a dynamic table's rows are by slot: (id, row) tables not yet
   std::string vocab_bytes;
   if (dm.vocabulary) {
     data::Vocabulary::of_dataset(o.dataset, dm);  // whole and of these tables

@@ -19,6 +19,7 @@
 #include "ember/data/synthetic.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/dynamic_rows_json.h"
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/simulator.h"
 #include "ember/scheduler/tier_report.h"
@@ -186,17 +187,11 @@ void print_dynamic_rows(const scheduler::SimResult& r) {
 
 nlohmann::ordered_json dynamic_json(const scheduler::SimResult& r) {
   std::uint64_t busiest = 0;
-  const scheduler::DirectoryCounts c = dynamic_totals(r, busiest);
-  auto counts = [](const scheduler::DirectoryCounts& d) {
-    return nlohmann::ordered_json{
-        {"live", d.live}, {"created", d.created}, {"refused", d.refused}, {"expired", d.expired}, {"capped", d.capped}};
-  };
-  nlohmann::ordered_json j = counts(c);
+  dynamic_totals(r, busiest);
+  nlohmann::ordered_json j = scheduler::dynamic_rows_json(r.per_shard_rows);
   j["busiest_shard_live"] = busiest;
   j["slots"] = r.dynamic_slots;
   j["directory_bytes"] = r.directory_bytes;
-  auto& shards = j["per_shard"] = nlohmann::ordered_json::array();
-  for (const auto& s : r.per_shard_rows) shards.push_back(counts(s));
   return j;
 }
 

@@ -157,6 +157,24 @@ class JobTest : public test::TempDirTest {
     return out;
   }
 
+  // A dataset of hashed ids (ember-data prep --ids hash) whose ids keep coming
+  // (gen --new-ids 0.2).
+  fs::path hashed_dataset(std::uint64_t rows = 6000) {
+    const fs::path tsv = dir_ / "hashed.tsv", out = dir_ / "hashed";
+    std::string log;
+    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows " + std::to_string(rows) +
+                            " --scale 0.002 --new-ids 0.2 --seed 7 --force -o " + tsv.string() + " && " + test::bin("ember-data") +
+                            " prep --ids hash --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
+    EXPECT_EQ(test::run_command(cmd, log), 0) << log;
+    return out;
+  }
+  // Dynamic tables' options on `o`: shards of `slots` slots, rows made after 2 batches,
+  // expired after 4 iterations, capped at 400 a shard.
+  static void with_dynamic_tables(JobOptions& o, std::uint64_t slots) {
+    o.ps_args.insert(o.ps_args.end(), {"--slots-per-shard", std::to_string(slots)});
+    o.worker_args.insert(o.worker_args.end(), {"--create-after", "2", "--expire-after", "4", "--shard-max-rows", "400"});
+  }
+
   TrainConfig reference_config(const fs::path& data, const JobOptions& o) {
     TrainConfig c;
     c.dataset = data.string();
@@ -339,6 +357,8 @@ class JobTest : public test::TempDirTest {
         }
         for (const auto& [k, n] : j.at("framed_bytes").items()) r.reported["framed." + k] += n.get<std::uint64_t>();
         if (w == 0) r.auc = j.at("auc");
+        // Dynamic tables: each shard's rows made and dropped (every worker's alike).
+        if (w == 0 && j.contains("dynamic_rows")) add_dynamic_rows(j.at("dynamic_rows"), r.reported);
         // Where the time went: every phase measured, adding up to the training loop's wall
         // time (the phases cover it all: waits, flushes and evaluations included).
         double phases = 0;
@@ -522,6 +542,14 @@ class JobTest : public test::TempDirTest {
     }
   }
 
+  // "dynamic.S.FIELD": shard S's rows live, created, refused, expired and capped, from a
+  // summary's or ember-sim's "dynamic_rows".
+  static void add_dynamic_rows(const json& d, std::map<std::string, std::uint64_t>& out) {
+    for (std::size_t s = 0; s < d.at("per_shard").size(); ++s)
+      for (const char* f : {"live", "created", "refused", "expired", "capped"})
+        out["dynamic." + std::to_string(s) + "." + f] = d.at("per_shard")[s].at(f).get<std::uint64_t>();
+  }
+
   // The shards' served counts against ember-sim's prediction (simulate's "ps.*"): rows
   // pulled and pushed by kind, prefetched rows, and (without per-host aggregation, whose
   // hand-offs change which pulls carry state) the payload. Counted by the shards, so a
@@ -569,6 +597,7 @@ class JobTest : public test::TempDirTest {
       m[k] = j.at(k);
     }
     for (const auto& [kind, n] : j.at("bytes").items()) m["bytes." + kind] = n.get<std::uint64_t>();
+    if (j.contains("dynamic_rows")) add_dynamic_rows(j.at("dynamic_rows"), m);
     // What the shards serve for the training ("ps.*", compared with JobResult::served):
     // pulls; gradients (sync, partial evictions, flushes); values (write-backs, dirty
     // evictions, flushes, replicated rows written back); per-host aggregation's sums

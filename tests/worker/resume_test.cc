@@ -149,6 +149,16 @@ TEST_F(Resume, FromAPeriodicCheckpointEveryPolicyEndsWithTheUninterruptedModel) 
   }
 }
 
+// Dynamic tables (hashed ids; rows made, expired and capped): the resumed loaders
+// replay their key directories with their schedulers, the shards' resets of the first
+// iteration come again, and the job ends with the uninterrupted model.
+TEST_F(Resume, DynamicTablesEndWithTheUninterruptedModel) {
+  const fs::path data = hashed_dataset();
+  JobOptions o = two_workers("herald", "adagrad");
+  with_dynamic_tables(o, 8192);
+  expect_resume_from_periodic(data, o, "dynamic");
+}
+
 #ifndef EMBER_RESUME_MATRIX
 // After each single fault, --resume from the newest checkpoint that is whole ends with
 // the model of a job that was never interrupted (herald, DLRM, Adagrad, the lookahead

@@ -17,27 +17,16 @@ namespace {
 
 using namespace test_jobs;
 
-constexpr std::uint64_t kSlotsPerShard = 8192;
+constexpr std::uint64_t kSlotsPerShard = 8192;  // a batch's 3,328 ids and the cap of 400 fit
 
 class DynamicTraining : public Training {
  protected:
-  fs::path hashed_dataset() {
-    const fs::path tsv = dir_ / "hashed.tsv", out = dir_ / "hashed";
-    std::string log;
-    const std::string cmd = test::bin("ember-data") + " gen --like criteo --rows 6000 --scale 0.002 --new-ids 0.2 --seed 7 --force -o " +
-                            tsv.string() + " && " + test::bin("ember-data") +
-                            " prep --ids hash --format criteo --val-fraction 0.1 --force -o " + out.string() + " " + tsv.string();
-    EXPECT_EQ(test::run_command(cmd, log), 0) << log;
-    return out;
-  }
-
   static JobOptions dynamic_job(const std::string& policy) {
     JobOptions o;
     o.policy = policy;
     o.iterations = 12;
     o.cache_ratio = "0.05";
-    o.ps_args = {"--slots-per-shard", std::to_string(kSlotsPerShard)};
-    o.worker_args = {"--create-after", "2", "--expire-after", "4", "--shard-max-rows", "400"};
+    with_dynamic_tables(o, kSlotsPerShard);
     o.sim_args = o.worker_args;
     for (const char* a : {"--ps", "2", "--slots-per-shard"}) o.sim_args.push_back(a);
     o.sim_args.push_back(std::to_string(kSlotsPerShard));
@@ -77,7 +66,11 @@ TEST_F(DynamicTraining, VanillaAndHeraldTrainTheOneProcessModelWithRowsMadeExpir
   expect_same_model(ref, h, "herald on dynamic tables", 1e-6);
   ASSERT_FALSE(h.reported.empty());
   EXPECT_LT(transmissions(h.reported), transmissions(v.reported)) << "herald should move fewer rows than vanilla";
-  // The rows ember-sim predicts, in the plans and as the shards served them.
+  // The rows ember-sim predicts, in the plans and as the shards served them, and the
+  // rows made and dropped on each shard (the workers' summaries: "dynamic.S.FIELD").
+  ASSERT_EQ(h.reported.count("dynamic.1.capped"), 1u);
+  EXPECT_GT(h.reported.at("dynamic.0.expired") + h.reported.at("dynamic.1.expired"), 0u);
+  EXPECT_GT(h.reported.at("dynamic.0.capped") + h.reported.at("dynamic.1.capped"), 0u);
   for (auto [opts, job] : {std::pair{vanilla, &v}, std::pair{herald, &h}}) {
     auto sim = simulate(data, opts);
     expect_served_as_simulated(*job, sim, opts, opts.policy);

@@ -11,6 +11,7 @@
 
 #include "ember/common/error.h"
 #include "ember/monitor/exporter.h"
+#include "ember/scheduler/dynamic_rows_json.h"
 
 namespace ember::scheduler {
 // The summary's rows by kind, by the scheduler's names (ember-sim's; cold_pulls and
@@ -100,6 +101,7 @@ struct RunReport::Live {
   std::optional<double> auc, logloss;
   std::optional<monitor::Histogram> iteration_seconds;
   std::optional<RunReport::Restarts> restarts;  // a restarted job's (--restart-record)
+  std::vector<scheduler::DirectoryCounts> dynamic_rows;
 
   void fill(monitor::Sink& out) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -109,6 +111,24 @@ struct RunReport::Live {
     fill_rows(out, r);
     fill_links(out);
     fill_cache_and_job(out, r);
+    fill_dynamic_rows(out);
+  }
+
+  // Dynamic tables: each PS shard's rows (the directory's decisions, as this worker
+  // took them: every worker takes the same).
+  void fill_dynamic_rows(monitor::Sink& out) const {
+    for (std::size_t s = 0; s < dynamic_rows.size(); ++s) {
+      const scheduler::DirectoryCounts& c = dynamic_rows[s];
+      const std::string shard = std::to_string(s);
+      out.gauge("ember_worker_dynamic_rows", "Dynamic tables: rows live on each PS shard", {{"rank", rank}, {"shard", shard}}, d(c.live));
+      const std::pair<const char*, std::uint64_t> events[] = {
+          {"created", c.created}, {"refused", c.refused}, {"expired", c.expired}, {"capped", c.capped}};
+      for (const auto& [event, n] : events) {
+        out.counter("ember_worker_dynamic_row_events_total",
+                    "Dynamic tables: rows made, ids kept out by --create-after (per batch), rows expired and capped, per PS shard",
+                    {{"rank", rank}, {"shard", shard}, {"event", event}}, d(n));
+      }
+    }
   }
 
   static double d(std::uint64_t v) { return static_cast<double>(v); }
@@ -275,6 +295,7 @@ void RunReport::begin(const WireCounts& wire, const PhaseTimes& phases) {
 void RunReport::iteration(const Step& s, double ms, double wait_ms, std::optional<double> loss, const WireCounts& wire,
                           const PhaseTimes& phases) {
   const std::uint64_t t = s.iteration;
+  if (!s.dynamic_rows.empty()) dynamic_rows_ = s.dynamic_rows;
   if (restarts_.lost_at > 0 && !restarts_.recovery_s) {  // training again
     const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     restarts_.recovery_s = std::max(0.0, now - restarts_.lost_at);
@@ -293,6 +314,7 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, std::optiona
     live_->last_hit_ratio = hits + pulls > 0 ? hits / (hits + pulls) : 0.0;
     live_->wire = wire;
     live_->phases = phases;
+    if (!s.dynamic_rows.empty()) live_->dynamic_rows = s.dynamic_rows;
     if (live_->iteration_seconds) live_->iteration_seconds->observe(ms / 1e3);
   }
   write(json{{"iteration", t},
@@ -385,6 +407,7 @@ void RunReport::summary(const TrainSummary& sum) {
                 {"links", {{"intra_host", link_json(w.links.intra_host)}, {"cross_host", link_json(w.links.cross_host)}}},
                 {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});
   j["bytes"]["peer"] = bytes.peer;  // every worker's summary has the same fields, alone on its host or not
+  if (!dynamic_rows_.empty()) j["dynamic_rows"] = scheduler::dynamic_rows_json<json>(dynamic_rows_);
   if (!c_.restart_record.empty()) {
     j["restarts"] = restarts_.restarts;
     j["iterations_recomputed"] = restarts_.iterations_recomputed;

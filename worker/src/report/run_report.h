@@ -59,7 +59,8 @@ class RunReport {
   Stopwatch window_;
   std::uint64_t window_first_ = 0;
   Restarts restarts_;
-  std::shared_ptr<Live> live_;  // shared with the exporter's scrape (it may outlive this)
+  std::vector<scheduler::DirectoryCounts> dynamic_rows_;  // dynamic tables: as of the last iteration
+  std::shared_ptr<Live> live_;                            // shared with the exporter's scrape (it may outlive this)
 };
 
 }  // namespace ember::worker

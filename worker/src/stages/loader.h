@@ -85,6 +85,9 @@ struct Step {
   // after the step (its rows dropped), through which the evaluation finds its ids' rows.
   std::vector<scheduler::SlotAssignment> resets;
   std::shared_ptr<const scheduler::KeyDirectory> directory;
+  // Dynamic tables: each shard's rows after the step (live, and made, kept out, expired
+  // and capped so far).
+  std::vector<scheduler::DirectoryCounts> dynamic_rows;
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS

@@ -382,14 +382,14 @@ void PsClient::route_rows(const std::vector<Key>& keys, const float* rows, std::
   // segment), never copied per shard.
   if (S == 1) {  // one connection: the keys as given, the rows as one segment (lane_ unused)
     by_shard_[0].assign(keys.begin(), keys.end());
-    if (!keys.empty()) segments_[0].push_back({rows, static_cast<std::uint32_t>(keys.size() * per)});
+    if (!keys.empty() && per > 0) segments_[0].push_back({rows, static_cast<std::uint32_t>(keys.size() * per)});
     return;
   }
   lane_.resize(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint32_t s = lane_[i] = lane_of(keys[i]);
     by_shard_[s].push_back(keys[i]);
-    transport::append_run(segments_[s], rows + i * per, per);
+    if (per > 0) transport::append_run(segments_[s], rows + i * per, per);
   }
 }
 
@@ -438,17 +438,9 @@ PsFuture PsClient::start_push_value(const std::vector<Key>& keys, const std::vec
 
 PsFuture PsClient::start_reset_rows(std::uint64_t iteration, const std::vector<Key>& slots, const std::vector<std::uint64_t>& ids) {
   if (slots.size() != ids.size()) throw ConfigError("reset-rows: as many ids as slots");
-  const std::uint32_t S = lanes();
-  by_shard_.resize(S);
-  segments_.resize(S);
-  for (std::uint32_t s = 0; s < S; ++s) {
-    by_shard_[s].clear();
-    segments_[s].clear();
-  }
+  route_rows(slots, nullptr, 0);
   // Each lane's slots, then their ids in the same order (protocol.h).
-  lane_.resize(slots.size());
-  for (std::size_t i = 0; i < slots.size(); ++i) by_shard_[lane_[i] = S == 1 ? 0 : lane_of(slots[i])].push_back(slots[i]);
-  for (std::size_t i = 0; i < slots.size(); ++i) by_shard_[lane_[i]].push_back(ids[i]);
+  for (std::size_t i = 0; i < slots.size(); ++i) by_shard_[lanes() == 1 ? 0 : lane_[i]].push_back(ids[i]);
   return send_routed(MessageType::kResetRows, iteration, 0, 2, &WireTally::reset);
 }
 

@@ -11,6 +11,8 @@
 #include "../data/test_util.h"
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/ps/initial_rows.h"
+#include "ember/ps/protocol.h"
 #include "ember/ps/ps_client.h"
 #include "ember/ps/ps_service.h"
 #include "ember/transport/rdma.h"
@@ -223,6 +225,40 @@ TEST(PsClientRetry, PullsRetryOnceOnANewConnectionPushesDoNot) {
   EXPECT_EQ(c.tally().pull.in, H + 4 * 3 * kDim);
   EXPECT_EQ(c.tally().push_grad.out, H + 8 * 6 + 4 * 3 * kDim);
   EXPECT_EQ(c.tally().push_grad.in, 0u);
+}
+
+// Dynamic tables: rows reset before commit(t) change at that commit, after its updates
+// and before any pull of t, over two shards and two connections each; the shards count
+// the resets they were sent.
+TEST(PsResets, ResetsSentBeforeACommitTakeEffectAtIt) {
+  auto fabric = std::make_shared<transport::verbs::FakeFabric>();
+  const transport::Transport data = data_plane("tcp", fabric);
+  const Shards shards = start_shards(data, 2);
+  const std::uint32_t state = state_floats(OptimizerKind::kAdagrad, kDim);
+  PsClient c(shards.addrs, kDim, state, data.make_connector(), 2);
+  const std::vector<Key> slots = {4, 5, 10, 11};
+  const std::vector<std::uint64_t> ids = {0x01000000000000aaULL, kFreeSlot, 0x02000000000000bbULL, 0x02000000000000ccULL};
+  std::vector<float> before, after;
+  c.pull(slots, before, false, 0);
+  c.push_grad(0, {4}, {1}, std::vector<float>(kDim, 0.5f));  // an update of the slot's old id, applied first
+  c.start_reset_rows(1, slots, ids).wait();
+  std::vector<float> still;
+  c.pull(slots, still, false, 0);
+  EXPECT_EQ(still, before) << "no reset before its commit";
+  c.commit(1);
+  c.pull(slots, after, false, 1);
+  std::vector<float> want(kDim);
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (ids[i] == kFreeSlot)
+      want.assign(kDim, 0.0f);
+    else
+      initial_row(3, ids[i], kDim, want.data());
+    EXPECT_EQ(std::vector<float>(after.begin() + i * kDim, after.begin() + (i + 1) * kDim), want) << "slot " << slots[i];
+  }
+  std::uint64_t reset = 0;
+  for (const auto& svc : shards.services) reset += svc->served().kinds[ServedCounts::kReset].rows.load();
+  EXPECT_EQ(reset, slots.size());
+  EXPECT_EQ(c.tally().reset.rows, slots.size());
 }
 
 // Futures: write-backs, gradients and a pull in flight together, waited in any order,

@@ -18,6 +18,7 @@
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 #include "ember/ps/initial_rows.h"
+#include "ember/ps/protocol.h"
 
 namespace ember::ps {
 namespace {
@@ -736,6 +737,47 @@ TEST_F(ShardStoreTest, CheckpointsNeverHoldHalfAWrittenBackRow) {
       for (std::uint32_t j = 1; j < c.dim; ++j) ASSERT_EQ(r[j], r[0]) << f << ": row " << k << " torn at float " << j;
     }
   }
+}
+
+}  // namespace
+}  // namespace ember::ps
+
+namespace ember::ps {
+namespace {
+
+// Dynamic tables: a slot reset for a new id holds that id's initial row and a fresh
+// state; an aggregation of its old id still waiting for trainers is discarded (the next
+// id's pushes then aggregate afresh); kFreeSlot clears the slot.
+TEST(ShardStore, ResetSlotsTakeTheirNewIdsRowAndDropTheOldIdsAggregation) {
+  ShardStore s(store_config(OptimizerKind::kAdagrad, 0, 1));
+  const Key slot = 7, other = 8;
+  std::uint32_t two = 2, one = 1;
+  float g[kDim] = {1, 1, 1, 1};
+  s.push_grad(3, {&slot, 1}, {&two, 1}, g);  // one of two trainers: waits for the other
+  s.push_grad(3, {&other, 1}, {&one, 1}, g);
+  EXPECT_EQ(s.commit(), 1u);
+  EXPECT_EQ(s.pending(), 1u);
+  const std::uint64_t id = 0x0300000000abcdefULL;
+  s.reset_rows(std::span<const Key>(&slot, 1), std::span<const std::uint64_t>(&id, 1));
+  EXPECT_EQ(s.pending(), 0u) << "the old id's aggregation is gone";
+  std::vector<float> want(kDim + state_floats(OptimizerKind::kAdagrad, kDim));
+  initial_row(9, id, kDim, want.data());
+  init_state(s.config().optimizer, kDim, want.data() + kDim);
+  std::vector<float> got(want.size());
+  s.pull_with_state(std::span<const Key>(&slot, 1), got.data());
+  EXPECT_EQ(got, want);
+  // The new id trains from there: one trainer, applied at the next commit.
+  s.push_grad(4, {&slot, 1}, {&one, 1}, g);
+  EXPECT_EQ(s.commit(), 1u);
+  EXPECT_NE(s.row(slot)[0], want[0]);
+  // Dropped: zeros and a fresh state; the other row is untouched.
+  const std::vector<float> other_before(s.row(other), s.row(other) + kDim);
+  const std::uint64_t free_slot = kFreeSlot;
+  s.reset_rows(std::span<const Key>(&slot, 1), std::span<const std::uint64_t>(&free_slot, 1));
+  for (std::uint32_t d = 0; d < kDim; ++d) EXPECT_EQ(s.row(slot)[d], 0.0f);
+  EXPECT_EQ(std::vector<float>(s.row(other), s.row(other) + kDim), other_before);
+  const Key outside = kKeys;
+  EXPECT_THROW(s.reset_rows(std::span<const Key>(&outside, 1), std::span<const std::uint64_t>(&id, 1)), ProtocolError);
 }
 
 }  // namespace

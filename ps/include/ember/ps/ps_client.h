@@ -207,7 +207,7 @@ class PsClient {
   // The lane's connection; IoError if a reconnect failed (a pull then tries again).
   transport::Client& conn(std::uint32_t lane);
   // Splits rows (per floats each, in the order of `keys`) into by_shard_ / segments_ by
-  // lane, each key's lane kept in lane_.
+  // lane, each key's lane kept in lane_ (with more lanes than one). per = 0: keys only.
   void route_rows(const std::vector<Key>& keys, const float* rows, std::uint32_t per);
   // Sends every lane's keys and segments as one request each, all in flight; the future
   // receives the acknowledgements. keys_per_row: 2 for push-grad (keys, then trainer counts).

@@ -24,11 +24,12 @@ namespace fs = std::filesystem;
 
 // The rows of all tables: a dataset of hashed ids (dynamic tables) has `slots_per_shard`
 // on each shard.
-std::uint64_t rows_of_dataset(const fs::path& dir, std::uint64_t slots_per_shard, std::uint32_t shards) {
+std::uint64_t rows_of_dataset(const fs::path& dir, std::uint64_t slots_per_shard, std::uint32_t shards, bool& hashed) {
   auto path = dir / "manifest.json";
   try {
     auto j = nlohmann::json::parse(read_file(path));
-    if (j.value("ids", std::string()) == "hash") return slots_per_shard * shards;
+    hashed = j.value("ids", std::string()) == "hash";
+    if (hashed) return slots_per_shard * shards;
     std::uint64_t n = 0;
     for (const auto& t : j.at("tables")) n += t.at("rows").get<std::uint64_t>();
     return n;
@@ -54,7 +55,7 @@ void resolve(Flags& f) {
   ps::StoreConfig& sc = c.store;
   if (c.token.empty() && c.token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
   transport::resolve_token(c);
-  if (!f.dataset.empty()) sc.num_keys = rows_of_dataset(f.dataset, f.slots_per_shard, sc.shards);
+  if (!f.dataset.empty()) sc.num_keys = rows_of_dataset(f.dataset, f.slots_per_shard, sc.shards, c.slots_by_shard_count);
   if (sc.num_keys == 0) throw ConfigError("give --num-keys or --dataset");
   if ((c.checkpoint_on_exit || c.checkpoint_every > 0) && c.checkpoint_dir.empty()) {
     throw ConfigError("--checkpoint-on-exit and --checkpoint-every need --checkpoint-dir");

@@ -61,6 +61,7 @@ void check_dynamic_tables(const SchedulerOptions& o, const Policy& p) {
                         : !o.placement.empty() || !o.placement_plan.treatments.empty() ? "--placement"
                         : o.scheduler_per_host                                         ? "--scheduler-per-host"
                         : o.prefetch                                                   ? "--prefetch"
+                        : o.peer_sync                                                  ? "--peer-sync"
                                                                                        : nullptr;
   if (refused != nullptr) throw ConfigError(std::string(refused) + " does not apply to dynamic tables (hashed ids) yet");
   if (p.replicates_frequent_rows() || p.sync() == Sync::kBoundedStaleness) {

@@ -157,6 +157,15 @@ TEST_F(Resume, DynamicTablesEndWithTheUninterruptedModel) {
   JobOptions o = two_workers("herald", "adagrad");
   with_dynamic_tables(o, 8192);
   expect_resume_from_periodic(data, o, "dynamic");
+  // Its ids are placed by the shard count: one shard of as many rows refuses the
+  // checkpoint of two, in one line, before serving.
+  std::string out;
+  const std::string cmd = "timeout 30 " + test::bin("ember-ps") + " --dataset " + data.string() +
+                          " --shard 0 --shards 1 --slots-per-shard 16384 --dim " + std::to_string(kDim) +
+                          " --optimizer adagrad --token t --log-level warn --restore " + (ckpt("dynamic") / "iter-000000019").string() +
+                          " 2>&1";
+  EXPECT_EQ(test::run_command(cmd, out), 2) << out;
+  EXPECT_NE(out.find("written by 2 shards"), std::string::npos) << out;
 }
 
 #ifndef EMBER_RESUME_MATRIX

@@ -107,6 +107,8 @@ scheduler::SchedulerConfig Worker::set_up() {
   resolve_cache_backend(c_.cache_backend, device_);  // --cache-backend errors before joining
   ds_.emplace(data::Dataset::open(c_.dataset));
   const bool dynamic = ds_->manifest().hashed_ids;
+  // (A host's gradient parts may outlive a dropped row: not with dynamic tables yet.)
+  if (dynamic && c_.host_aggregation) throw ConfigError("--host-aggregation does not apply to dynamic tables (hashed ids) yet");
   // Config errors before joining; dynamic tables' key space is the shards' slots, known
   // once joined.
   scheduler::SchedulerConfig sc;

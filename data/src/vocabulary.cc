@@ -184,6 +184,12 @@ VocabularyInfo VocabularyWriter::finish() {
 }
 
 void encode_lines(const LineParser& parser, const Vocabulary& vocabulary, std::string_view text, EncodedRows& out, std::size_t max_bad) {
+  encode_lines(
+      parser, [&vocabulary](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { vocabulary.rows(t, keys, n, rows); },
+      text, out, max_bad);
+}
+
+void encode_lines(const LineParser& parser, const KeyRows& rows_of, std::string_view text, EncodedRows& out, std::size_t max_bad) {
   const int nd = parser.schema().num_dense();
   const int nt = parser.schema().num_tables();
   const bool bags = parser.multi_hot();
@@ -236,7 +242,7 @@ void encode_lines(const LineParser& parser, const Vocabulary& vocabulary, std::s
       const auto& k = keys[static_cast<std::size_t>(t)];
       auto& r = rows[static_cast<std::size_t>(t)];
       r.resize(k.size());
-      vocabulary.rows(t, k.data(), k.size(), r.data());
+      rows_of(t, k.data(), k.size(), r.data());
       total += k.size();
     }
     out.bag_ids.reserve(total);
@@ -253,7 +259,7 @@ void encode_lines(const LineParser& parser, const Vocabulary& vocabulary, std::s
   for (int t = 0; t < nt; ++t) {
     auto& ids = out.ids[static_cast<std::size_t>(t)];
     ids.resize(n);
-    vocabulary.rows(t, keys[static_cast<std::size_t>(t)].data(), n, ids.data());
+    rows_of(t, keys[static_cast<std::size_t>(t)].data(), n, ids.data());
   }
 }
 

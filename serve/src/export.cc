@@ -13,6 +13,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/data/hashed_ids.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
 #include "ember/worker/dense_state.h"
@@ -123,7 +124,11 @@ struct Source {
   std::function<const float*(std::uint64_t key)> row;
   std::shared_ptr<void> keep;  // what `row` reads from
   json origin;
+  // Dynamic tables (a dump of a dataset of hashed ids): each slot's id, kNoSlotId if free.
+  std::vector<std::uint64_t> slot_ids;
 };
+
+constexpr std::uint64_t kNoSlotId = ~std::uint64_t{0};
 
 json read_json(const fs::path& file) {
   try {
@@ -167,6 +172,14 @@ Source from_dump(const fs::path& dir) {
                     " rows of dim " + std::to_string(dim) + " (truncated?)");
   }
   s.num_keys = s.rows_stored = num_keys;
+  if (meta.contains("slot_ids")) {
+    const fs::path f = dir / meta.at("slot_ids").get<std::string>();
+    const std::string ids = read_file(f);
+    if (ids.size() != num_keys * 8)
+      throw DataError(f.string() + ": " + std::to_string(ids.size()) + " bytes, not " + std::to_string(num_keys) + " ids");
+    s.slot_ids.resize(num_keys);
+    std::memcpy(s.slot_ids.data(), ids.data(), ids.size());
+  }
   s.row = [rows = rows.get(), dim](std::uint64_t key) { return reinterpret_cast<const float*>(rows->data()) + key * dim; };
   s.keep = rows;
   s.what = "the final model in " + dir.string() + " (" + std::to_string(s.iterations) + " iterations)";
@@ -271,7 +284,13 @@ json export_manifest(const Source& s, const ExportReport& r, const data::Manifes
   m["dense_transform"] = "log1p(max(x, 0)); missing = 0";
   m["source_format"] = dm.source_format;
   if (dm.multi_hot) m["multi_hot_sep"] = std::string(1, dm.multi_hot_sep);
-  m["reserved_rows"] = {{"missing", data::kMissingRow}, {"oov", data::kOovRow}};
+  if (dm.hashed_ids) {
+    // Raw values are looked up as prep --ids hash writes them (data/hashed_ids.h).
+    m["ids"] = "hash";
+    m["reserved_rows"] = {{"no_row", 0}};
+  } else {
+    m["reserved_rows"] = {{"missing", data::kMissingRow}, {"oov", data::kOovRow}};
+  }
   m["min_count"] = dm.min_count;
   if (dm.vocabulary) {
     char sum[17];
@@ -291,6 +310,46 @@ json export_manifest(const Source& s, const ExportReport& r, const data::Manifes
 }
 
 }  // namespace
+
+// Dynamic tables: each table's ids that have rows, ascending, in NAME.ids.pt (int64), and
+// their rows in NAME.pt after a zero row 0: an id without a row gets the zero vector, as
+// in training. Returns the manifest's tables.
+json write_dynamic_tables(const Source& s, const data::Manifest& dm, const fs::path& out, ExportReport& r) {
+  const std::uint32_t dim = s.config.dim;
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_table(dm.tables.size());  // (id, slot)
+  for (std::uint64_t slot = 0; slot < s.slot_ids.size(); ++slot) {
+    const std::uint64_t id = s.slot_ids[slot];
+    if (id == kNoSlotId) continue;
+    const unsigned t = data::hashed_id_table(id);
+    if (t >= by_table.size()) {
+      throw DataError(s.what + ": slot " + std::to_string(slot) + " holds an id of table " + std::to_string(t) + ", beyond the dataset's " +
+                      std::to_string(dm.tables.size()));
+    }
+    by_table[t].emplace_back(id, slot);
+  }
+  json tables = json::array();
+  r.rows = 0;
+  for (std::size_t t = 0; t < by_table.size(); ++t) {
+    auto& live = by_table[t];
+    std::sort(live.begin(), live.end());
+    const auto n = static_cast<std::int64_t>(live.size());
+    auto rows = torch::zeros({n + 1, static_cast<std::int64_t>(dim)}, torch::kFloat32);
+    auto ids = torch::empty({n}, torch::kInt64);
+    float* dst = rows.data_ptr<float>();
+    std::int64_t* id = ids.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      id[i] = static_cast<std::int64_t>(live[static_cast<std::size_t>(i)].first);
+      std::memcpy(dst + (i + 1) * dim, s.row(live[static_cast<std::size_t>(i)].second), dim * 4);
+    }
+    const std::string file = "tables/" + dm.tables[t].name + ".pt", ids_file = "tables/" + dm.tables[t].name + ".ids.pt";
+    write_bytes(out / file, torch::pickle_save(rows), r.bytes);
+    write_bytes(out / ids_file, torch::pickle_save(ids), r.bytes);
+    tables.push_back({{"name", dm.tables[t].name}, {"rows", n + 1}, {"file", file}, {"ids_file", ids_file}});
+    r.rows += static_cast<std::uint64_t>(n);
+  }
+  r.rows_stored = r.rows;
+  return tables;
+}
 
 torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
   if (config.scripted()) {  // the user's own module, with the trained parameters
@@ -323,7 +382,10 @@ ExportReport export_model(const ExportOptions& o) {
   if (!fs::exists(manifest_file))
     throw DataError("dataset " + o.dataset.string() + ": no manifest.json (not written by `ember-data prep`?)");
   const data::Manifest dm = data::Manifest::from_json(read_file(manifest_file), manifest_file.string());
-  dm.require_fixed_tables(o.dataset.string(), "ember-export");  // a dynamic table's rows are by slot: (id, row) tables not yet
+  if (dm.hashed_ids && o.dump.empty()) {
+    throw ConfigError("dataset " + o.dataset.string() + " has hashed ids: export its model from ember-worker's --dump-dir (--dump), " +
+                      "which names each slot's id; checkpoints do not yet");
+  }
   std::string vocab_bytes;
   if (dm.vocabulary) {
     data::Vocabulary::of_dataset(o.dataset, dm);  // whole and of these tables
@@ -341,7 +403,10 @@ ExportReport export_model(const ExportOptions& o) {
                     " dense features, the dataset " + o.dataset.string() + " has " + std::to_string(dm.tables.size()) + " and " +
                     std::to_string(dm.dense_names.size()));
   }
-  if (s.num_keys != dm.total_table_rows()) {
+  if (dm.hashed_ids && s.slot_ids.empty()) {
+    throw DataError(s.what + ": no slot_ids.bin (a dump of a dataset of hashed ids names each slot's id; dump it again)");
+  }
+  if (!dm.hashed_ids && s.num_keys != dm.total_table_rows()) {
     throw DataError(s.what + ": " + std::to_string(s.num_keys) + " rows, the tables of " + o.dataset.string() + " have " +
                     std::to_string(dm.total_table_rows()) + " (another dataset?)");
   }
@@ -360,7 +425,8 @@ ExportReport export_model(const ExportOptions& o) {
 
   json tables = json::array();
   const auto offsets = dm.table_offsets();
-  for (std::size_t t = 0; t < dm.tables.size(); ++t) {
+  if (dm.hashed_ids) tables = write_dynamic_tables(s, dm, out, r);
+  for (std::size_t t = 0; t < dm.tables.size() && !dm.hashed_ids; ++t) {
     const auto rows = static_cast<std::int64_t>(dm.tables[t].rows);
     auto table = torch::empty({rows, static_cast<std::int64_t>(c.dim)}, torch::kFloat32);
     float* dst = table.data_ptr<float>();

@@ -11,6 +11,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/process.h"
+#include "ember/data/hashed_ids.h"
 #include "ember/data/line_parser.h"
 #include "ember/data/text_input.h"
 #include "ember/serve/export.h"
@@ -144,10 +145,30 @@ class Scorer {
   std::vector<std::uint8_t> all_labels_;
 };
 
+// Hashed ids: ids without a row (row 0) leave their bags, as in training.
+void drop_rowless(data::EncodedRows& rows) {
+  std::size_t read = 0, kept = 0;
+  for (std::uint32_t& size : rows.bag_sizes) {
+    std::uint32_t left = 0;
+    for (std::uint32_t k = 0; k < size; ++k, ++read) {
+      if (rows.bag_ids[read] != 0) rows.bag_ids[kept++] = rows.bag_ids[read], ++left;
+    }
+    size = left;
+  }
+  rows.bag_ids.resize(kept);
+}
+
 // Every line of a text file through the vocabulary, as prep encodes it. Returns whether
 // the file has labels.
 bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFormat format, Scorer& scorer) {
-  const data::Vocabulary& vocab = model.vocabulary();
+  // Values to rows: through the vocabulary, or (hashed ids) through their ids.
+  data::KeyRows rows_of;
+  if (model.hashed_ids()) {
+    rows_of = [&model](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { model.rows_of_values(t, keys, n, rows); };
+  } else {
+    const data::Vocabulary& vocab = model.vocabulary();
+    rows_of = [&vocab](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { vocab.rows(t, keys, n, rows); };
+  }
   const std::string name = file.string();
   data::TextInput input(file);
   const std::string first = data::read_first_line(file);
@@ -175,8 +196,9 @@ bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFo
       line_no = 2;
     }
     first_block = false;
-    data::encode_lines(*parser, vocab, block, rows, 1);
+    data::encode_lines(*parser, rows_of, block, rows, 1);
     if (rows.bad_count > 0) throw DataError(name + ":" + std::to_string(line_no + rows.bad[0].first) + ": " + rows.bad[0].second);
+    if (parser->multi_hot() && model.hashed_ids()) drop_rowless(rows);
     if (parser->multi_hot()) {
       scorer.add_bags(rows.labels.data(), rows.dense.data(), rows.bag_sizes.data(), rows.bag_ids.data(), rows.size());
     } else {
@@ -292,6 +314,11 @@ ExportedModel ExportedModel::load(const fs::path& dir) {
       }
       m.tables_.push_back(table.contiguous());
     }
+    if (j.value("ids", std::string("vocabulary")) == "hash") {
+      std::vector<std::string> ids_files;
+      for (const auto& t : j.at("tables")) ids_files.push_back(t.at("ids_file").get<std::string>());
+      m.load_ids(ids_files);
+    }
     if (!j.at("vocabulary").is_null()) {
       std::vector<std::uint64_t> rows = m.table_rows_;
       m.vocabulary_ =
@@ -308,6 +335,33 @@ ExportedModel ExportedModel::load(const fs::path& dir) {
   }
   m.dense_.eval();
   return m;
+}
+
+void ExportedModel::load_ids(const std::vector<std::string>& files) {
+  for (std::size_t t = 0; t < files.size(); ++t) {
+    const fs::path f = dir_ / files[t];
+    const std::string bytes = read_file(f);
+    torch::Tensor ids;
+    try {
+      ids = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end())).toTensor().contiguous();
+    } catch (const std::exception& e) {
+      throw DataError(f.string() + ": not a saved tensor: " + first_line(e));
+    }
+    if (ids.dim() != 1 || ids.scalar_type() != torch::kInt64 || ids.size(0) + 1 != static_cast<std::int64_t>(table_rows_[t])) {
+      throw DataError(f.string() + ": not the int64 ids of the table's " + std::to_string(table_rows_[t] - 1) + " rows");
+    }
+    U64Map<std::uint32_t>& map = id_rows_.emplace_back();
+    const std::int64_t* id = ids.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0; i < ids.size(0); ++i) map.try_emplace(static_cast<std::uint64_t>(id[i]), static_cast<std::uint32_t>(i + 1));
+  }
+}
+
+void ExportedModel::rows_of_values(int table, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) const {
+  const U64Map<std::uint32_t>& map = id_rows_[static_cast<std::size_t>(table)];
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t* r = map.find(data::hashed_id(static_cast<unsigned>(table), keys[i]));
+    rows[i] = r != nullptr ? *r : 0;
+  }
 }
 
 const data::Vocabulary& ExportedModel::vocabulary() const {

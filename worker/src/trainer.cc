@@ -85,6 +85,7 @@ class Worker {
   std::optional<HostExchange> host_;
   std::optional<ComputeStep> compute_;
   bool on_demand_ = false;
+  std::shared_ptr<const scheduler::KeyDirectory> final_directory_;  // dynamic tables: after the last step
   WireCounts wire_;
   PhaseTimes phases_;
   double auc_ = -1, logloss_ = -1;
@@ -300,6 +301,7 @@ TrainSummary Worker::run() {
     clock.lap(&PhaseTimes::update);  // the iteration's bookkeeping
     if (s.last) {
       end = t + 1;
+      final_directory_ = s.directory;
       break;
     }
   }
@@ -323,7 +325,8 @@ TrainSummary Worker::finish(std::uint64_t end, double seconds) {
           end, c_.iterations);
     }
   }
-  if (rank == 0 && !c_.dump_dir.empty()) dump_model(c_, job_.ps(), *model_, job_.ps_config().num_keys, job_.dim(), end - 1);
+  if (rank == 0 && !c_.dump_dir.empty())
+    dump_model(c_, job_.ps(), *model_, job_.ps_config().num_keys, job_.dim(), end - 1, final_directory_.get());
   take_tallies();  // every request this worker made, the dump's reads included
   // Everyone waits for worker 0's evaluation and dump before leaving.
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_before_leaving(end));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "ember/common/byte_io.h"
 #include "ember/common/distinct_keys.h"
 #include "ember/common/error.h"
 #include "ember/common/flat_map.h"
@@ -119,7 +120,7 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
 }
 
 void dump_model(const TrainConfig& c, ps::PsClient& client, CtrModel& model, std::uint64_t num_keys, std::uint32_t dim,
-                std::uint64_t iteration) {
+                std::uint64_t iteration, const scheduler::KeyDirectory* directory) {
   fs::create_directories(c.dump_dir);
   auto dense = flatten_params(model);
   write_file_atomic(fs::path(c.dump_dir) / "dense.bin", std::string_view(reinterpret_cast<const char*>(dense.data()), dense.size() * 4));
@@ -136,12 +137,19 @@ void dump_model(const TrainConfig& c, ps::PsClient& client, CtrModel& model, std
     rows.append(reinterpret_cast<const char*>(out.data()), out.size() * 4);
   }
   write_file_atomic(fs::path(c.dump_dir) / "rows.bin", rows);
+  if (directory != nullptr) {
+    std::string ids;
+    ids.reserve(N * 8);
+    for (Key k = 0; k < N; ++k) put(ids, directory->id_of(k));
+    write_file_atomic(fs::path(c.dump_dir) / "slot_ids.bin", ids);
+  }
   nlohmann::json meta = {{"dim", dim},
                          {"num_keys", N},
                          {"dense_floats", dense.size()},
                          {"iterations", iteration + 1},
                          {"model", c.model.kind},
                          {"model_config", nlohmann::json::parse(model_config_json(c.model))}};
+  if (directory != nullptr) meta["slot_ids"] = "slot_ids.bin";
   write_file_atomic(fs::path(c.dump_dir) / "model.json", meta.dump(2) + "\n");
   spdlog::info("model written to {} ({} dense floats, {} rows)", c.dump_dir, dense.size(), N);
 }

@@ -30,8 +30,10 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
                     std::uint32_t dim, std::uint64_t iteration, const HeldRows& held = HeldRows(),
                     const scheduler::KeyDirectory* directory = nullptr);
 
-// Writes dense.bin, rows.bin and model.json into c.dump_dir, atomically each.
+// Writes dense.bin, rows.bin and model.json into c.dump_dir, atomically each; with
+// `directory` (dynamic tables: rows are slots), slot_ids.bin too: each slot's id as a
+// uint64 (KeyDirectory::kNoId: free).
 void dump_model(const TrainConfig& c, ps::PsClient& client, CtrModel& model, std::uint64_t num_keys, std::uint32_t dim,
-                std::uint64_t iteration);
+                std::uint64_t iteration, const scheduler::KeyDirectory* directory = nullptr);
 
 }  // namespace ember::worker

@@ -155,7 +155,7 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& 
   }
   if (dir_) {
     drop_after(t);
-    if (s.evaluate) s.directory = std::make_shared<const scheduler::KeyDirectory>(*dir_);
+    if (s.evaluate || s.last) s.directory = std::make_shared<const scheduler::KeyDirectory>(*dir_);
     for (std::uint32_t shard = 0; shard < dir_->options().shards; ++shard) s.dynamic_rows.push_back(dir_->shard_counts(shard));
   }
   return s;

@@ -81,8 +81,9 @@ struct Step {
   std::uint64_t hint_iteration = 0;
   // Dynamic tables: this worker's share of the rows its shards reset before the step's
   // pulls (protocol.h kResetRows): those dropped after the last step (id kNoId), then
-  // those made for the step's new ids. And, with `evaluate`, the directory as it stands
-  // after the step (its rows dropped), through which the evaluation finds its ids' rows.
+  // those made for the step's new ids. And, with `evaluate` or `last`, the directory as
+  // it stands after the step (its rows dropped): the evaluation finds its ids' rows
+  // through it, and the model dump names each slot's id.
   std::vector<scheduler::SlotAssignment> resets;
   std::shared_ptr<const scheduler::KeyDirectory> directory;
   // Dynamic tables: each shard's rows after the step (live, and made, kept out, expired

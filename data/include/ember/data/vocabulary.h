@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -113,5 +114,9 @@ struct EncodedRows {
 // categorical values mapped to rows by `vocabulary`. What `ember-data prep` stores for
 // those lines, and what `ember-predict` scores. `parser` keeps scratch: one per thread.
 void encode_lines(const LineParser& parser, const Vocabulary& vocabulary, std::string_view text, EncodedRows& out, std::size_t max_bad = 5);
+// The same with another mapping of values to rows: rows_of(table, keys, n, rows) writes
+// the rows of keys[0..n) of `table` (an export of hashed ids maps them through their ids).
+using KeyRows = std::function<void(int table, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows)>;
+void encode_lines(const LineParser& parser, const KeyRows& rows_of, std::string_view text, EncodedRows& out, std::size_t max_bad = 5);
 
 }  // namespace ember::data

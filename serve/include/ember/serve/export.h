@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "ember/common/flat_map.h"
 #include "ember/data/dataset.h"
 #include "ember/data/schema.h"
 #include "ember/data/vocabulary.h"
@@ -85,6 +86,12 @@ class ExportedModel {
                                   std::size_t n) const;
   // The separator of the training text's bags; 0: one-hot.
   char multi_hot_sep() const { return multi_hot_sep_; }
+  // Dynamic tables (an export of hashed ids): values map to rows through their ids
+  // (data/hashed_ids.h) and each table's ids file; an id without a row is row 0, the zero
+  // vector training gives it.
+  bool hashed_ids() const { return !id_rows_.empty(); }
+  // The rows of keys[0..n) (raw values) of `table`, as data::KeyRows.
+  void rows_of_values(int table, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) const;
 
  private:
   std::filesystem::path dir_;
@@ -95,6 +102,9 @@ class ExportedModel {
   std::int64_t iterations_ = -1;
   char multi_hot_sep_ = 0;
   std::shared_ptr<data::Vocabulary> vocabulary_;
+  std::vector<U64Map<std::uint32_t>> id_rows_;  // hashed ids: each table's, id -> row
+  // Reads each table's ids (int64, ascending; id i is row i + 1).
+  void load_ids(const std::vector<std::string>& files);
   mutable torch::jit::Module dense_;
   std::vector<torch::Tensor> tables_;
 };

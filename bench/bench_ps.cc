@@ -23,6 +23,7 @@
 #include "bench_common.h"
 #include "bench_options.h"
 #include "ember/common/error.h"
+#include "ember/common/hash.h"
 #include "ember/common/huge_pages.h"
 #include "ember/common/process.h"
 #include "ember/ps/ps_client.h"
@@ -64,6 +65,10 @@ void add_ps_options(CLI::App& app, PsBenchOptions& o) {
                  "CPUs for the server side (the shard's threads, the raw server, the store-alone loop), e.g. 1 or 8-15; with "
                  "--client-cpus"),
       bench_flag("--client-cpus", &O::client_cpus, "CPUs for the client threads (PS and raw), e.g. 0 or 0-7; with --server-cpus"),
+      bench_flag("--hashed-ids", &O::hashed_ids, "a shard of dynamic tables: each slot keeps its id (ember-ps on a hashed dataset)"),
+      bench_flag("--reset-share", &O::reset_share,
+                 "with --hashed-ids: the share of each push's rows first reset for a new id at its commit (rows made as ids keep coming)")
+          .checked(CLI::Range(0.0, 1.0)),
   };
   add_options(app, decls, o, kBenchProgram);
 }
@@ -281,6 +286,7 @@ void plain_sgd(float* __restrict table, std::span<const Key> keys, const float* 
 void check_ps_options(const PsBenchOptions& o) {
   const std::uint32_t n = o.rows_per_request;
   if (n == 0 || n * 2ull > o.num_keys) throw ConfigError("--rows must be positive and at most half of --num-keys");
+  if (o.reset_share > 0 && !o.hashed_ids) throw ConfigError("--reset-share goes with --hashed-ids");
   for (const std::string& op : o.ops) {
     if (op != "pull" && op != "push") throw ConfigError("--ops: unknown op '" + op + "' (pull, push)");
   }
@@ -379,6 +385,7 @@ struct PsBench {
     sc.dim = dim;
     sc.optimizer.kind = optimizer;
     sc.apply_threads = apply_threads;
+    sc.hashed_ids = o.hashed_ids;
     ps::PsService service(sc);
     const ps::CommitApplyChoice choice = ps::choose_commit_apply(o.apply_commits, service.store().row_floats() * 4,
                                                                  static_cast<std::uint32_t>(o.io_threads), apply_threads, usable_cpus());
@@ -499,6 +506,9 @@ struct PsBench {
     std::vector<std::uint32_t> trainers(n, 1);
     std::vector<float> buf(static_cast<std::size_t>(n) * shard.dim, 0.001f);
     std::uint64_t done = 0, iteration = 0;
+    const auto resets = static_cast<std::size_t>(o.reset_share * n);
+    std::vector<Key> reset_slots(resets);
+    std::vector<std::uint64_t> new_ids(resets);
     Stopwatch sw;
     while (sw.seconds() < o.seconds) {
       if (scattered) {
@@ -510,6 +520,11 @@ struct PsBench {
       if (op == "pull") {
         c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
       } else {
+        if (resets > 0) {
+          std::copy_n(keys.begin(), resets, reset_slots.begin());
+          for (std::size_t i = 0; i < resets; ++i) new_ids[i] = mix64(keys[i] ^ (iteration << 32) ^ static_cast<std::uint64_t>(t));
+          c.start_reset_rows(iteration, reset_slots, new_ids).wait();
+        }
         c.push_grad(iteration, keys, trainers, buf);  // then committed: each row applied once
         c.commit(iteration++);
       }

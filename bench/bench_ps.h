@@ -29,6 +29,11 @@ struct PsBenchOptions {
   // loop) on one set, the client threads on the other, as a shard with cores of its own
   // and clients on other hosts. Both or neither; empty: the scheduler's choice.
   std::string server_cpus, client_cpus;
+  // A shard of dynamic tables (StoreConfig::hashed_ids): each push round first names
+  // `reset_share` of its rows as new (kResetRows: a fresh id each), which the commit
+  // resets, as a shard whose ids keep coming does.
+  bool hashed_ids = false;
+  double reset_share = 0;
 };
 
 void add_ps_options(CLI::App& app, PsBenchOptions& o);

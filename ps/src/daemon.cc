@@ -197,17 +197,6 @@ void PsDaemon::restore() {
   const StoreConfig& sc = c_.store;
   const RestorePlan plan = plan_restore(c_.restore_dir, RestoringShard{sc.shard, sc.shards});
   for (const std::string& why : plan.skipped) spdlog::warn("--restore: passing over {}", why);
-  if (c_.slots_by_shard_count) {
-    for (const auto& file : plan.files) {
-      const std::uint32_t wrote = ShardStore::checkpoint_info(file).shards;
-      if (wrote != sc.shards) {
-        throw ConfigError("--restore " + plan.dir.string() + ": written by " + std::to_string(wrote) +
-                          " shards, and a dataset of hashed ids " +
-                          "(dynamic tables) restores only on as many (the workers place its ids by the shard count); start " +
-                          std::to_string(wrote) + " shards");
-      }
-    }
-  }
   const std::int64_t iteration = service_->store().load(plan.files, plan.own_file_only);
   service_->restored_from(iteration);
   spdlog::info("restored {} rows from {} checkpoint file(s) in {}{}, iteration {}", service_->store().initialized_rows(), plan.files.size(),

@@ -30,10 +30,7 @@ namespace ember::ps {
 struct DaemonConfig : transport::JobConnection {
   StoreConfig store;
   std::string optimizer_name = "sgd";  // for the log; store.optimizer.kind holds it
-  // Dynamic tables: the workers place ids in slots by the shard count, so a checkpoint
-  // restores only on as many shards as wrote it.
-  bool slots_by_shard_count = false;
-  ShardAddress listen;  // default 127.0.0.1, any free port
+  ShardAddress listen;                 // default 127.0.0.1, any free port
   std::string port_file, restore_dir, checkpoint_dir, stats_file;
   int io_threads = 2;
   std::string apply_commits = "auto";

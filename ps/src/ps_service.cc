@@ -234,7 +234,7 @@ void PsService::apply_resets(std::uint64_t iteration) {
   std::lock_guard lock(resets_mutex_);
   while (!resets_.empty() && resets_.begin()->first <= iteration) {
     const Resets& r = resets_.begin()->second;
-    store_.reset_rows(r.slots, r.ids);
+    store_.reset_rows(resets_.begin()->first, r.slots, r.ids);
     resets_.erase(resets_.begin());
   }
 }

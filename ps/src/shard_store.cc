@@ -36,6 +36,9 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
       arena_(std::move(o.arena_)),
       tier_(arena_.tier()),
       changed_(std::move(o.changed_)),
+      slot_ids_(std::move(o.slot_ids_)),
+      made_iteration_(o.made_iteration_),
+      made_(std::move(o.made_)),
       lending_(std::move(o.lending_)),
       stripes_(std::move(o.stripes_)),
       applier_(std::move(o.applier_)) {}  // jobs name their store: moved only while none is in flight
@@ -44,8 +47,10 @@ std::uint64_t ShardStore::local_rows(const StoreConfig& c) { return RowArena::lo
 
 std::uint64_t ShardStore::bytes_when_full(const StoreConfig& c) {
   // On a tier: its budget, and per row a state byte and the tier's word (disk_tier.h).
-  if (!c.tier.dir.empty()) return c.tier.ram_budget_bytes + local_rows(c) * (1 + 8);
-  return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1);
+  // Hashed ids: 8 bytes a slot more, its id.
+  const std::uint64_t id = c.hashed_ids ? sizeof(std::uint64_t) : 0;
+  if (!c.tier.dir.empty()) return c.tier.ram_budget_bytes + local_rows(c) * (1 + 8 + id);
+  return local_rows(c) * ((c.dim + state_floats(c.optimizer.kind, c.dim)) * sizeof(float) + 1 + id);
 }
 
 std::size_t ShardStore::pending() {
@@ -81,6 +86,10 @@ ShardStore::ShardStore(StoreConfig config)
   if (config_.track_changes) {
     changed_ = std::make_unique<std::atomic<std::uint64_t>[]>((local_rows() + 63) / 64);
     clear_changes();
+  }
+  if (config_.hashed_ids) {
+    slot_ids_.reset(static_cast<std::uint64_t*>(std::calloc(std::max<std::uint64_t>(local_rows(), 1), sizeof(std::uint64_t))));
+    if (!slot_ids_) throw std::bad_alloc();
   }
   if (config_.apply_threads == 0 || config_.apply_threads > 256) {
     throw ConfigError("apply threads: " + std::to_string(config_.apply_threads) + " (1 to 256)");
@@ -403,7 +412,7 @@ void ShardStore::push_value(std::span<const Key> keys, const float* rows) {
   }
 }
 
-void ShardStore::reset_rows(std::span<const Key> keys, std::span<const std::uint64_t> ids) {
+void ShardStore::reset_rows(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint64_t> ids) {
   if (keys.size() != ids.size())
     throw ProtocolError("reset-rows: " + std::to_string(keys.size()) + " slots, " + std::to_string(ids.size()) + " ids");
   lending_.check_not_lent(arena_, keys, "reset-rows");
@@ -434,6 +443,13 @@ void ShardStore::reset_rows(std::span<const Key> keys, std::span<const std::uint
       initial_row(config_.seed, ids[i], dim, r.get());
     init_state(config_.optimizer, dim, r.get() + dim);
     mark_changed(local_of(keys[i]));
+  }
+  if (!config_.hashed_ids) return;
+  if (iteration != made_iteration_) made_.clear(), made_iteration_ = iteration;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::uint64_t local = local_of(keys[i]);
+    set_slot_id(local, ids[i]);
+    if (ids[i] != kFreeSlot) made_.push_back(local);
   }
 }
 

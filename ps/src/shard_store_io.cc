@@ -1,8 +1,9 @@
 // A shard's checkpoint files (ShardStore::save, load): a header naming the table
 // geometry, the optimizer, the iteration and the base (an incremental checkpoint's: the
 // iteration of the same shard's checkpoint it adds to), then every initialized row of
-// the shard (an incremental one: every row changed since its base) as its key and its
-// value and optimizer state, then a checksum of everything before it.
+// the shard (an incremental one: every row changed since its base) as its key, its id
+// (a shard of hashed ids: kHashedIds), its value and optimizer state, then a checksum of
+// everything before it.
 // The store's serving side is shard_store.cc.
 #include <algorithm>
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <map>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 
 #include "ember/common/binary_header.h"
 #include "ember/common/byte_io.h"
@@ -25,9 +27,11 @@
 namespace ember::ps {
 namespace {
 
-// Version 3 carries the base; version 2 files (the iteration, no base) and version 1
-// files (48-byte header, no iteration) still load.
-constexpr BinaryFormat kCheckpointFormat{{'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'}, "checkpoint", 3, 1};
+// Version 4 carries flags (kHashedIds); version 3 files (the base), version 2 files (the
+// iteration, no base) and version 1 files (48-byte header, no iteration) still load.
+constexpr BinaryFormat kCheckpointFormat{{'E', 'M', 'B', 'R', 'C', 'K', 'P', 'T'}, "checkpoint", 4, 1};
+// A flag: each record holds the slot's id after its key (kNoId: the slot is free).
+constexpr std::uint64_t kHashedIds = 1;
 constexpr std::int64_t kNoBase = std::numeric_limits<std::int64_t>::min();
 
 struct CheckpointHeader {
@@ -42,12 +46,20 @@ struct CheckpointHeader {
   std::uint64_t rows;
   std::int64_t iteration;  // last iteration committed into the rows (-1: none, or a version 1 file)
   std::int64_t base;       // an incremental checkpoint's base iteration; kNoBase: whole (and before version 3)
+  std::uint64_t flags;     // kHashedIds (0 before version 4)
 };
-static_assert(sizeof(CheckpointHeader) == 64 && offsetof(CheckpointHeader, dim) == kBinaryHeaderBytes);
-constexpr std::size_t kHeaderV1Bytes = 48, kHeaderV2Bytes = 56;
+static_assert(sizeof(CheckpointHeader) == 72 && offsetof(CheckpointHeader, dim) == kBinaryHeaderBytes);
+constexpr std::size_t kHeaderV1Bytes = 48, kHeaderV2Bytes = 56, kHeaderV3Bytes = 64;
 
 std::size_t header_bytes(std::uint32_t version) {
-  return version == 1 ? kHeaderV1Bytes : version == 2 ? kHeaderV2Bytes : sizeof(CheckpointHeader);
+  return version == 1 ? kHeaderV1Bytes : version == 2 ? kHeaderV2Bytes : version == 3 ? kHeaderV3Bytes : sizeof(CheckpointHeader);
+}
+
+bool hashed(const CheckpointHeader& h) { return (h.flags & kHashedIds) != 0; }
+
+// The bytes of one row's record: key, id (hashed ids), value and state.
+std::size_t record_bytes(const CheckpointHeader& h) {
+  return sizeof(Key) + (hashed(h) ? sizeof(std::uint64_t) : 0) + (static_cast<std::size_t>(h.dim) + h.state) * sizeof(float);
 }
 
 // The header of a checkpoint file (its first bytes), checked for magic and version.
@@ -58,6 +70,7 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
   std::memcpy(&h, buf.data(), kHeaderV1Bytes);
   h.iteration = -1;
   h.base = kNoBase;
+  h.flags = 0;
   if (h.version != 1) {
     const std::size_t n = header_bytes(h.version);
     if (buf.size() < n + sizeof(std::uint64_t)) throw DataError(name + ": truncated checkpoint");
@@ -91,12 +104,12 @@ void read_blocks(const std::filesystem::path& file, std::uint64_t from, std::uin
   }
 }
 
-// The header of a checkpoint file, after checking that its size fits its rows (records
-// of `record` bytes; 0: as its header says) and that its checksum holds, read in blocks.
-CheckpointHeader read_checked(const std::filesystem::path& file, std::size_t record) {
+// The header of a checkpoint file, after checking that its size fits its rows and that
+// its checksum holds, read in blocks.
+CheckpointHeader read_checked(const std::filesystem::path& file) {
   const std::string name = file.string();
   const CheckpointHeader h = header_of(file);
-  if (record == 0) record = sizeof(Key) + (static_cast<std::size_t>(h.dim) + h.state) * sizeof(float);
+  const std::size_t record = record_bytes(h);
   std::error_code ec;
   const std::uint64_t size = std::filesystem::file_size(file, ec);
   if (ec) throw IoError(name + ": " + ec.message());
@@ -122,7 +135,7 @@ std::filesystem::path base_file(const std::filesystem::path& file, const Checkpo
                     base.string() + " is missing (restore a whole checkpoint, or put it back)");
   }
   const CheckpointHeader b = header_of(base);
-  if (b.iteration != h.base || b.shard != h.shard || b.shards != h.shards) {
+  if (b.iteration != h.base || b.shard != h.shard || b.shards != h.shards || b.flags != h.flags) {
     throw DataError(file.string() + ": its base " + base.string() + " holds shard " + std::to_string(b.shard) + " of " +
                     std::to_string(b.shards) + " at iteration " + std::to_string(b.iteration) + ", not shard " + std::to_string(h.shard) +
                     " of " + std::to_string(h.shards) + " at " + std::to_string(h.base));
@@ -144,7 +157,17 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
                 " rows have incomplete gradient aggregations");
   }
   const std::uint32_t rf = row_floats();
-  const std::size_t record = sizeof(Key) + rf * sizeof(float);
+  const bool ids = config_.hashed_ids;
+  const std::size_t record = sizeof(Key) + (ids ? sizeof(std::uint64_t) : 0) + rf * sizeof(float);
+  // Hashed ids: the rows the resets of this very commit made are no part of the model
+  // before `iteration`; they are written as free (a whole checkpoint leaves free slots
+  // out), and a resumed job's first step makes them again.
+  std::vector<bool> fresh;
+  if (ids && iteration >= 0 && made_iteration_ == static_cast<std::uint64_t>(iteration) && !made_.empty()) {
+    fresh.resize(local_rows());
+    for (std::uint64_t local : made_) fresh[local] = true;
+  }
+  const auto id_of = [&](std::uint64_t local) { return !fresh.empty() && fresh[local] ? kNoId : slot_ids_[local] - 1; };
   // The rows to write, listed once: pulls may initialize rows meanwhile (a worker that
   // had its commit acknowledged reads on). Those are left out; they hold their initial
   // values, which a restore gives them again from (seed, key).
@@ -153,7 +176,8 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   std::vector<bool> listed(local_rows());
   std::uint64_t rows = 0;
   for (std::uint64_t local = 0; local < local_rows(); ++local) {
-    if (arena_.state(local).load(std::memory_order_acquire) >= kIdle && (!base || changed(local))) listed[local] = true, ++rows;
+    if (arena_.state(local).load(std::memory_order_acquire) < kIdle) continue;
+    if (base ? changed(local) : !ids || id_of(local) != kNoId) listed[local] = true, ++rows;
   }
   CheckpointHeader h{};
   write_binary_header(kCheckpointFormat, &h);
@@ -166,6 +190,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   h.rows = rows;
   h.iteration = iteration;
   h.base = base.value_or(kNoBase);
+  h.flags = ids ? kHashedIds : 0;
   // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
   // its memory.
   write_file_atomic(file, [&](const std::function<void(std::string_view)>& write) {
@@ -182,6 +207,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     const auto add = [&](std::uint64_t local, const char* row) {
       const Key key = local * config_.shards + config_.shard;
       put(block, key);
+      if (ids) put(block, id_of(local));
       block.append(row, rf * sizeof(float));
       if (++written == rows || block.size() >= per_block * record) {
         out(block.data(), block.size());
@@ -201,7 +227,11 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   });
   // Written: the next incremental checkpoint counts changes from here (none can come
   // meanwhile: applies and write-backs are held off).
-  if (changed_) clear_changes();
+  if (changed_) {
+    clear_changes();
+    for (std::uint64_t local = 0; local < fresh.size(); ++local)
+      if (fresh[local]) mark_changed(local);  // written free: the next one writes them as made
+  }
   return left_out;
 }
 
@@ -219,40 +249,98 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
   } else {
     iteration = check_checkpoint_set(files);
   }
+  if (config_.hashed_ids) {
+    // Another shard count, or other slots per shard: the ids are placed anew.
+    const CheckpointHeader h = header_of(files[0]);
+    if (h.shards != config_.shards || h.num_keys != config_.num_keys) return load_replaced(files, iteration);
+  }
   const std::uint32_t rf = row_floats();
-  const std::size_t record = sizeof(Key) + rf * sizeof(float);
+  read_records(files, [&](const std::string& name, Key key, std::uint64_t id, const char* row) {
+    if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
+    if (!owns(key)) return;
+    std::memcpy(read_row(key, true, true).get(), row, rf * sizeof(float));
+    if (config_.hashed_ids) set_slot_id(local_of(key), id);
+  });
+  return iteration;
+}
+
+void ShardStore::read_records(const std::vector<std::filesystem::path>& files,
+                              const std::function<void(const std::string&, Key, std::uint64_t, const char*)>& take) const {
+  const std::uint32_t rf = row_floats();
   // An incremental checkpoint's file: its base's rows first (recursively), then its own.
   std::function<void(const std::filesystem::path&)> load_file = [&](const std::filesystem::path& f) {
     const std::string name = f.string();
-    const CheckpointHeader h = read_checked(f, record);
+    const CheckpointHeader h = read_checked(f);
     if (h.base != kNoBase) load_file(base_file(f, h));
-    const std::size_t hb = header_bytes(h.version);
     if (h.dim != config_.dim || h.state != state_ || h.optimizer != static_cast<std::uint32_t>(config_.optimizer.kind) ||
-        h.num_keys != config_.num_keys) {
+        (h.num_keys != config_.num_keys && !config_.hashed_ids)) {
       throw DataError(name + ": written for dim " + std::to_string(h.dim) + ", optimizer " +
                       optimizer_name(static_cast<OptimizerKind>(h.optimizer)) + ", " + std::to_string(h.num_keys) +
                       " keys; this PS has dim " + std::to_string(config_.dim) + ", " + optimizer_name(config_.optimizer.kind) + ", " +
                       std::to_string(config_.num_keys) + " keys");
     }
+    if (hashed(h) != config_.hashed_ids) {
+      throw DataError(name + ": written for a dataset of " + (hashed(h) ? "hashed ids (dynamic tables)" : "vocabulary ids") +
+                      ", and this PS serves one of " + (config_.hashed_ids ? "hashed ids" : "vocabulary ids"));
+    }
+    const std::size_t hb = header_bytes(h.version), record = record_bytes(h);
+    const std::size_t at_row = record - rf * sizeof(float);
     const std::size_t block = std::max<std::size_t>(1, (4u << 20) / record) * record;
     read_blocks(f, hb, hb + h.rows * record, block, [&](const char* p, std::size_t n) {
       for (const char* end = p + n; p < end; p += record) {
         Key key;
+        std::uint64_t id = kNoId;
         std::memcpy(&key, p, sizeof key);
-        if (key >= config_.num_keys) throw DataError(name + ": key " + std::to_string(key) + " beyond the tables");
-        if (!owns(key)) continue;
-        std::memcpy(read_row(key, true, true).get(), p + sizeof key, rf * sizeof(float));
+        if (hashed(h)) std::memcpy(&id, p + sizeof key, sizeof id);
+        take(name, key, id, p + at_row);
       }
     });
   };
   for (const auto& f : files) load_file(f);
+}
+
+std::int64_t ShardStore::load_replaced(const std::vector<std::filesystem::path>& files, std::int64_t iteration) {
+  const std::uint32_t rf = row_floats();
+  // The rows of the ids this shard takes, by the slot that held them (a later file of a
+  // chain replaces its base's record of a slot: a new id, or the slot freed).
+  std::unordered_map<Key, std::size_t> at;  // old slot -> entry
+  std::vector<std::uint64_t> ids;
+  std::vector<float> rows;
+  read_records(files, [&](const std::string&, Key key, std::uint64_t id, const char* row) {
+    const bool mine = id != kNoId && shard_of_id(id, config_.shards) == config_.shard;
+    auto it = at.find(key);
+    if (it == at.end()) {
+      if (!mine) return;
+      it = at.emplace(key, ids.size()).first;
+      ids.push_back(id);
+      rows.resize(rows.size() + rf);
+    }
+    ids[it->second] = mine ? id : kNoId;
+    std::memcpy(rows.data() + it->second * rf, row, rf * sizeof(float));
+  });
+  std::vector<std::size_t> order;
+  for (std::size_t e = 0; e < ids.size(); ++e)
+    if (ids[e] != kNoId) order.push_back(e);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
+  if (order.size() > local_rows()) {
+    throw DataError(files[0].parent_path().string() + ": shard " + std::to_string(config_.shard) + " of " + std::to_string(config_.shards) +
+                    " takes " + std::to_string(order.size()) + " of its rows and has " + std::to_string(local_rows()) +
+                    " slots (ember-ps --slots-per-shard)");
+  }
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    if (j > 0 && ids[order[j]] == ids[order[j - 1]]) {
+      throw DataError(files[0].parent_path().string() + ": id " + std::to_string(ids[order[j]]) + " in two slots (corrupt checkpoint)");
+    }
+    std::memcpy(read_row(arena_.key_of(j), true, true).get(), rows.data() + order[j] * rf, rf * sizeof(float));
+    set_slot_id(j, ids[order[j]]);
+  }
   return iteration;
 }
 
 void verify_checkpoint_file(const std::filesystem::path& file) {
   // The record size follows from the header (dim and optimizer state floats), so the file
   // is checked without a store of its geometry. An incremental one's bases are too.
-  const CheckpointHeader h = read_checked(file, 0);
+  const CheckpointHeader h = read_checked(file);
   if (h.base != kNoBase) verify_checkpoint_file(base_file(file, h));
 }
 
@@ -270,6 +358,7 @@ ShardStore::CheckpointInfo ShardStore::checkpoint_info(const std::filesystem::pa
   info.rows = h.rows;
   info.iteration = h.iteration;
   if (h.base != kNoBase) info.base = h.base;
+  info.hashed_ids = hashed(h);
   return info;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "ember/common/binary_header.h"
 #include "ember/common/byte_io.h"
@@ -11,7 +12,7 @@
 namespace ember::scheduler {
 namespace {
 
-constexpr BinaryFormat kDirectoryFormat{{'E', 'M', 'B', 'R', 'K', 'D', 'I', 'R'}, "key directory", 1, 1};
+constexpr BinaryFormat kDirectoryFormat{{'E', 'M', 'B', 'R', 'K', 'D', 'I', 'R'}, "key directory", 2, 2};
 
 // Keys set to KeyDirectory::kNoId leave their bags: one-hot keys (`bags` empty) take
 // bags of 0 or 1 keys.
@@ -207,6 +208,9 @@ std::size_t KeyDirectory::memory_bytes() const {
   return b;
 }
 
+// The saved state: the options and slots, then per shard its counts, its live slots
+// (slot, id, last appearance) from the most recent down (by slot without recency lists)
+// and its free stack, then the filter.
 std::string KeyDirectory::save() const {
   std::string out(kBinaryHeaderBytes, '\0');
   write_binary_header(kDirectoryFormat, out.data());
@@ -217,53 +221,141 @@ std::string KeyDirectory::save() const {
   put(out, o_.shard_max_rows);
   put(out, per_shard_);
   for (const Shard& sh : shards_) {
-    put_vector(out, sh.id);
-    put_vector(out, sh.node);
-    put_vector(out, sh.free);
-    put(out, sh.head);
-    put(out, sh.tail);
     put(out, sh.counts);
+    std::vector<LiveSlot> live;
+    for_each_live(sh, [&](std::uint32_t j) { live.push_back({j, sh.node[j].last, sh.id[j]}); });
+    put_vector(out, live);
+    put_vector(out, sh.free);
   }
   put_vector(out, filter_);
   return out;
 }
 
-KeyDirectory KeyDirectory::load(const std::string& bytes, DynamicTableOptions options, std::uint64_t slots_per_shard,
-                                const std::string& origin) {
+template <typename F>
+void KeyDirectory::for_each_live(const Shard& sh, F&& f) const {
+  if (recency_) {
+    for (std::uint32_t j = sh.head; j != kNone; j = sh.node[j].next) f(j);
+  } else {
+    for (std::uint32_t j = 0; j < sh.id.size(); ++j)
+      if (sh.id[j] != kNoId) f(j);
+  }
+}
+
+void KeyDirectory::place(std::uint32_t s, std::uint32_t j, std::uint64_t id, std::uint32_t last) {
+  Shard& sh = shards_[s];
+  sh.id[j] = id;
+  sh.node[j].last = last;
+  if (recency_) {  // appended: the callers go from the most recent down
+    sh.node[j].prev = sh.tail;
+    (sh.tail == kNone ? sh.head : sh.node[sh.tail].next) = j;
+    sh.tail = j;
+  }
+  index_.try_emplace(id, key_of(s, j));
+}
+
+KeyDirectory KeyDirectory::load(const std::string& bytes, const std::string& origin) {
   read_binary_header(kDirectoryFormat, origin, bytes);
   ByteReader r(bytes, kBinaryHeaderBytes, origin, "key directory");
-  DynamicTableOptions saved;
-  saved.shards = r.get<std::uint32_t>();
-  saved.create_after = r.get<std::uint32_t>();
-  saved.create_filter_bytes = r.get<std::uint64_t>();
-  saved.expire_after = r.get<std::uint64_t>();
-  saved.shard_max_rows = r.get<std::uint64_t>();
+  DynamicTableOptions o;
+  o.shards = r.get<std::uint32_t>();
+  o.create_after = r.get<std::uint32_t>();
+  o.create_filter_bytes = r.get<std::uint64_t>();
+  o.expire_after = r.get<std::uint64_t>();
+  o.shard_max_rows = r.get<std::uint64_t>();
   const auto per_shard = r.get<std::uint64_t>();
-  if (saved.shards != options.shards || saved.create_after != options.create_after ||
-      saved.create_filter_bytes != options.create_filter_bytes || saved.expire_after != options.expire_after ||
-      saved.shard_max_rows != options.shard_max_rows || per_shard != slots_per_shard) {
+  std::optional<KeyDirectory> made;
+  try {
+    made.emplace(o, per_shard);
+  } catch (const ConfigError& e) {
+    throw DataError(origin + ": " + e.what());
+  }
+  KeyDirectory& d = *made;
+  for (std::uint32_t s = 0; s < o.shards; ++s) {
+    Shard& sh = d.shards_[s];
+    sh.counts = r.get<DirectoryCounts>();
+    const auto live = r.get_vector<LiveSlot>();
+    sh.free = r.get_vector<std::uint32_t>();
+    bool bad = live.size() != sh.counts.live || live.size() + sh.free.size() != per_shard;
+    for (const LiveSlot& x : live) {
+      bad = bad || x.slot >= per_shard || sh.id[x.slot] != kNoId || x.id == kNoId;
+      if (!bad) d.place(s, x.slot, x.id, x.last);
+    }
+    for (std::uint32_t j : sh.free) bad = bad || j >= per_shard || sh.id[j] != kNoId;
+    if (bad) throw DataError(origin + ": key directory shard " + std::to_string(s) + " is inconsistent (corrupt)");
+  }
+  d.filter_ = r.get_vector<std::uint8_t>();
+  if (d.filter_.size() != (o.create_after > 1 ? o.create_filter_bytes : 0))
+    throw DataError(origin + ": the creation filter's size is wrong");
+  if (!r.done()) throw DataError(origin + ": trailing bytes after the key directory");
+  return std::move(*made);
+}
+
+KeyDirectory KeyDirectory::load(const std::string& bytes, DynamicTableOptions options, std::uint64_t slots_per_shard,
+                                const std::string& origin) {
+  KeyDirectory d = load(bytes, origin);
+  if (d.o_.shards != options.shards || d.per_shard_ != slots_per_shard || !d.decides_as(options)) {
     throw DataError(origin +
                     ": saved with other dynamic-table options (shards, --create-after, --create-filter-mb, --expire-after, "
                     "--shard-max-rows or slots); resume with the job's own");
   }
-  KeyDirectory d(options, slots_per_shard);
-  for (std::uint32_t s = 0; s < options.shards; ++s) {
-    Shard& sh = d.shards_[s];
-    sh.id = r.get_vector<std::uint64_t>();
-    sh.node = r.get_vector<Node>();
-    sh.free = r.get_vector<std::uint32_t>();
-    sh.head = r.get<std::uint32_t>();
-    sh.tail = r.get<std::uint32_t>();
-    sh.counts = r.get<DirectoryCounts>();
-    if (sh.id.size() != per_shard || sh.node.size() != per_shard) {
-      throw DataError(origin + ": key directory shard " + std::to_string(s) + " has the wrong number of slots");
-    }
-    for (std::uint32_t j = 0; j < per_shard; ++j) {
-      if (sh.id[j] != kNoId) d.index_.try_emplace(sh.id[j], d.key_of(s, j));
-    }
+  return d;
+}
+
+bool KeyDirectory::decides_as(const DynamicTableOptions& o) const {
+  return o.create_after == o_.create_after && o.create_filter_bytes == o_.create_filter_bytes && o.expire_after == o_.expire_after &&
+         o.shard_max_rows == o_.shard_max_rows;
+}
+
+KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t slots_per_shard) const {
+  if (!decides_as(options)) {
+    throw ConfigError("dynamic tables made with --create-after " + std::to_string(o_.create_after) + ", --create-filter-mb " +
+                      std::to_string(o_.create_filter_bytes >> 20) + ", --expire-after " + std::to_string(o_.expire_after) +
+                      ", --shard-max-rows " + std::to_string(o_.shard_max_rows) + " go on with the same");
   }
-  d.filter_ = r.get_vector<std::uint8_t>();
-  if (!r.done()) throw DataError(origin + ": trailing bytes after the key directory");
+  KeyDirectory d(options, slots_per_shard);
+  // Each live row, in the order the new recency lists take them: the most recent first,
+  // ties by old shard, then by the old list's order.
+  struct Row {
+    std::uint64_t id;
+    std::uint32_t last, old_shard, rank;
+  };
+  std::vector<std::vector<Row>> to(options.shards);
+  for (std::uint32_t s = 0; s < o_.shards; ++s) {
+    std::uint32_t rank = 0;
+    for_each_live(shards_[s], [&](std::uint32_t j) {
+      const std::uint64_t id = shards_[s].id[j];
+      to[shard_of_id(id, options.shards)].push_back({id, shards_[s].node[j].last, s, rank++});
+    });
+    // Counts of what happened go to the shard of the same number, modulo the new count.
+    DirectoryCounts& c = d.shards_[s % options.shards].counts;
+    const DirectoryCounts& old = shards_[s].counts;
+    c.created += old.created, c.refused += old.refused, c.expired += old.expired, c.capped += old.capped;
+  }
+  for (std::uint32_t s = 0; s < options.shards; ++s) {
+    std::vector<Row>& rows = to[s];
+    if (rows.size() > slots_per_shard) {
+      throw ConfigError("PS shard " + std::to_string(s) + " of " + std::to_string(options.shards) + " takes " +
+                        std::to_string(rows.size()) + " live rows and has " + std::to_string(slots_per_shard) +
+                        " slots (ember-ps --slots-per-shard)");
+    }
+    // Slots by ascending id, as a PS shard re-places a checkpoint's rows (ShardStore::load).
+    std::vector<std::uint64_t> ids(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) ids[i] = rows[i].id;
+    std::sort(ids.begin(), ids.end());
+    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+      return a.last != b.last ? a.last > b.last : a.old_shard != b.old_shard ? a.old_shard < b.old_shard : a.rank < b.rank;
+    });
+    Shard& sh = d.shards_[s];
+    for (const Row& x : rows) {
+      const auto j = static_cast<std::uint32_t>(std::lower_bound(ids.begin(), ids.end(), x.id) - ids.begin());
+      d.place(s, j, x.id, x.last);
+    }
+    sh.counts.live = rows.size();
+    // The stack's back is taken first: the lowest free slot next.
+    sh.free.clear();
+    for (std::uint64_t j = slots_per_shard; j-- > rows.size();) sh.free.push_back(static_cast<std::uint32_t>(j));
+  }
+  d.filter_ = filter_;
   return d;
 }
 

@@ -124,11 +124,9 @@ struct Source {
   std::function<const float*(std::uint64_t key)> row;
   std::shared_ptr<void> keep;  // what `row` reads from
   json origin;
-  // Dynamic tables (a dump of a dataset of hashed ids): each slot's id, kNoSlotId if free.
+  // Dynamic tables (a dataset of hashed ids): each slot's id, kNoId if free.
   std::vector<std::uint64_t> slot_ids;
 };
-
-constexpr std::uint64_t kNoSlotId = ~std::uint64_t{0};
 
 json read_json(const fs::path& file) {
   try {
@@ -249,8 +247,14 @@ Source from_checkpoint(const fs::path& checkpoint, fs::path dense) {
   sc.shards = 1;
   sc.seed = st.ps_seed;
   sc.optimizer.kind = info.optimizer;
+  // Hashed ids: the shards' files name each slot's id; one shard takes every row (placed anew).
+  sc.hashed_ids = info.hashed_ids;
   auto store = std::make_shared<ps::ShardStore>(sc);
   s.iterations = store->load(plan.files);
+  if (sc.hashed_ids) {
+    s.slot_ids.resize(info.num_keys);
+    for (std::uint64_t key = 0; key < info.num_keys; ++key) s.slot_ids[key] = store->slot_id(key);
+  }
   s.num_keys = info.num_keys;
   s.rows_stored = store->initialized_rows();
   s.row = [store = store.get()](std::uint64_t key) { return store->row(key); };
@@ -319,7 +323,7 @@ json write_dynamic_tables(const Source& s, const data::Manifest& dm, const fs::p
   std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_table(dm.tables.size());  // (id, slot)
   for (std::uint64_t slot = 0; slot < s.slot_ids.size(); ++slot) {
     const std::uint64_t id = s.slot_ids[slot];
-    if (id == kNoSlotId) continue;
+    if (id == kNoId) continue;
     const unsigned t = data::hashed_id_table(id);
     if (t >= by_table.size()) {
       throw DataError(s.what + ": slot " + std::to_string(slot) + " holds an id of table " + std::to_string(t) + ", beyond the dataset's " +
@@ -382,10 +386,6 @@ ExportReport export_model(const ExportOptions& o) {
   if (!fs::exists(manifest_file))
     throw DataError("dataset " + o.dataset.string() + ": no manifest.json (not written by `ember-data prep`?)");
   const data::Manifest dm = data::Manifest::from_json(read_file(manifest_file), manifest_file.string());
-  if (dm.hashed_ids && o.dump.empty()) {
-    throw ConfigError("dataset " + o.dataset.string() + " has hashed ids: export its model from ember-worker's --dump-dir (--dump), " +
-                      "which names each slot's id; checkpoints do not yet");
-  }
   std::string vocab_bytes;
   if (dm.vocabulary) {
     data::Vocabulary::of_dataset(o.dataset, dm);  // whole and of these tables
@@ -404,7 +404,9 @@ ExportReport export_model(const ExportOptions& o) {
                     std::to_string(dm.dense_names.size()));
   }
   if (dm.hashed_ids && s.slot_ids.empty()) {
-    throw DataError(s.what + ": no slot_ids.bin (a dump of a dataset of hashed ids names each slot's id; dump it again)");
+    throw DataError(s.what + (o.dump.empty()
+                                  ? ": a checkpoint of vocabulary ids, and the dataset's ids are hashed (another dataset?)"
+                                  : ": no slot_ids.bin (a dump of a dataset of hashed ids names each slot's id; dump it again)"));
   }
   if (!dm.hashed_ids && s.num_keys != dm.total_table_rows()) {
     throw DataError(s.what + ": " + std::to_string(s.num_keys) + " rows, the tables of " + o.dataset.string() + " have " +

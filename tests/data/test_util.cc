@@ -67,6 +67,38 @@ int run_command(const std::string& cmd, std::string& output) {
 
 std::string bin(const std::string& name) { return std::string(EMBER_BIN_DIR) + "/" + name; }
 
+std::vector<std::string> ps_command(const PsShard& s) {
+  return {bin("ember-ps"),
+          "--dataset",
+          s.data.string(),
+          "--shard",
+          std::to_string(s.shard),
+          "--shards",
+          std::to_string(s.shards),
+          "--dim",
+          std::to_string(s.dim),
+          "--optimizer",
+          s.optimizer,
+          "--lr",
+          "0.05",
+          "--seed",
+          std::to_string(s.seed),
+          "--token",
+          s.token,
+          "--workers",
+          std::to_string(s.workers),
+          "--coordinator",
+          s.shard == 0 ? "tcp://127.0.0.1:0" : s.coordinator,
+          "--coordinator-file",
+          s.coord_file.string(),
+          "--stats-interval",
+          "0",
+          "--heartbeat-timeout-ms",
+          "3000",
+          "--log-level",
+          s.log_level};
+}
+
 std::vector<std::string> worker_command(const std::filesystem::path& data, const std::string& coordinator,
                                         const std::pair<std::string, std::string>& token, std::uint32_t workers, int rank) {
   std::vector<std::string> a = {bin("ember-worker"), "--dataset",  data.string(), "--coordinator",        coordinator,

@@ -38,6 +38,20 @@ std::string bin(const std::string& name);
 std::vector<std::string> worker_command(const std::filesystem::path& data, const std::string& coordinator,
                                         const std::pair<std::string, std::string>& token, std::uint32_t workers, int rank);
 
+// An ember-ps shard of a job formed on loopback: shard 0 hosts the coordinator (on any
+// free port, its endpoint written to `coord_file`), the others join `coordinator`.
+struct PsShard {
+  std::filesystem::path data;
+  std::uint32_t shard = 0, shards = 1, dim = 8, workers = 1;
+  std::string optimizer = "sgd", token, coordinator;
+  std::uint64_t seed = 1;
+  std::filesystem::path coord_file;
+  std::string log_level = "warn";
+};
+// Its command line (SGD or `optimizer` at lr 0.05, no stats lines, a 3 s heartbeat
+// timeout); tests append the rest.
+std::vector<std::string> ps_command(const PsShard& s);
+
 // A TCP socket connected to 127.0.0.1:port (the caller closes it), or -1.
 int connect_loopback(std::uint16_t port);
 

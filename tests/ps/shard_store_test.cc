@@ -9,6 +9,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/ps/initial_rows.h"
 #include "ember/ps/protocol.h"
 
@@ -636,20 +638,21 @@ TEST_F(ShardStoreTest, OnlyAWholeCheckpointIsRestored) {
   refused({two[0], two[0], two[1]}, "both hold shard 0");
   ShardStore st(store_config(OptimizerKind::kSgd, 0, 1));
   EXPECT_EQ(st.load(three), 7);
-  // Files of earlier versions still load: version 1 (a 48-byte header, no iteration)
-  // and version 2 (56 bytes: the iteration, no base), made from a version 3 file.
+  // Files of earlier versions still load: version 1 (a 48-byte header, no iteration),
+  // version 2 (56 bytes: the iteration, no base) and version 3 (64 bytes: the base, no
+  // flags), made from a version 4 file.
   ShardStore trained(store_config(OptimizerKind::kSgd, 0, 1));
   Key k = 3;
   std::uint32_t t1 = 1;
   float gr[kDim] = {1, 2, 3, 4};
   trained.push_grad(0, {&k, 1}, {&t1, 1}, gr);
   trained.commit();
-  trained.save(dir_ / "v3.ckpt", 0);
-  const std::string v3 = read_file(dir_ / "v3.ckpt");
-  for (const std::uint32_t version : {1u, 2u}) {
+  trained.save(dir_ / "v4.ckpt", 0);
+  const std::string v4 = read_file(dir_ / "v4.ckpt");
+  for (const std::uint32_t version : {1u, 2u, 3u}) {
     SCOPED_TRACE(version);
-    const std::size_t header = version == 1 ? 48 : 56;
-    std::string old = v3.substr(0, header) + v3.substr(64, v3.size() - 64 - 8);
+    const std::size_t header = version == 1 ? 48 : version == 2 ? 56 : 64;
+    std::string old = v4.substr(0, header) + v4.substr(72, v4.size() - 72 - 8);
     std::memcpy(old.data() + 8, &version, sizeof version);
     const std::uint64_t sum = checksum64(old.data(), old.size());
     old.append(reinterpret_cast<const char*>(&sum), sizeof sum);
@@ -758,7 +761,7 @@ TEST(ShardStore, ResetSlotsTakeTheirNewIdsRowAndDropTheOldIdsAggregation) {
   EXPECT_EQ(s.commit(), 1u);
   EXPECT_EQ(s.pending(), 1u);
   const std::uint64_t id = 0x0300000000abcdefULL;
-  s.reset_rows(std::span<const Key>(&slot, 1), std::span<const std::uint64_t>(&id, 1));
+  s.reset_rows(0, std::span<const Key>(&slot, 1), std::span<const std::uint64_t>(&id, 1));
   EXPECT_EQ(s.pending(), 0u) << "the old id's aggregation is gone";
   std::vector<float> want(kDim + state_floats(OptimizerKind::kAdagrad, kDim));
   initial_row(9, id, kDim, want.data());
@@ -773,11 +776,140 @@ TEST(ShardStore, ResetSlotsTakeTheirNewIdsRowAndDropTheOldIdsAggregation) {
   // Dropped: zeros and a fresh state; the other row is untouched.
   const std::vector<float> other_before(s.row(other), s.row(other) + kDim);
   const std::uint64_t free_slot = kFreeSlot;
-  s.reset_rows(std::span<const Key>(&slot, 1), std::span<const std::uint64_t>(&free_slot, 1));
+  s.reset_rows(0, std::span<const Key>(&slot, 1), std::span<const std::uint64_t>(&free_slot, 1));
   for (std::uint32_t d = 0; d < kDim; ++d) EXPECT_EQ(s.row(slot)[d], 0.0f);
   EXPECT_EQ(std::vector<float>(s.row(other), s.row(other) + kDim), other_before);
   const Key outside = kKeys;
-  EXPECT_THROW(s.reset_rows(std::span<const Key>(&outside, 1), std::span<const std::uint64_t>(&id, 1)), ProtocolError);
+  EXPECT_THROW(s.reset_rows(0, std::span<const Key>(&outside, 1), std::span<const std::uint64_t>(&id, 1)), ProtocolError);
+}
+
+// Dynamic tables' checkpoints: each row names its id; the rows made by the checkpoint's
+// own commit are written free (no part of the model before it: the resumed job makes
+// them again), dropped rows are left out (an incremental file writes them free); a
+// store of another shard count, or other slots, takes the ids shard_of_id() gives it,
+// by ascending id, with their rows.
+class HashedCheckpoints : public test::TempDirTest {
+ protected:
+  static constexpr std::uint64_t kSlots = 64;
+  static StoreConfig hashed(std::uint32_t shard, std::uint32_t shards, std::uint64_t slots = kSlots) {
+    StoreConfig c = store_config(OptimizerKind::kAdagrad, shard, shards);
+    c.num_keys = slots * shards;
+    c.hashed_ids = true;
+    c.track_changes = true;
+    return c;
+  }
+  // Each store's row of slot `key` (value and state).
+  static std::vector<float> row_of(ShardStore& s, Key key) {
+    std::vector<float> r(s.row_floats());
+    s.pull_with_state(std::span<const Key>(&key, 1), r.data());
+    return r;
+  }
+  // id -> row of every live slot of `stores` (one job's shards).
+  static std::map<std::uint64_t, std::vector<float>> live(std::vector<ShardStore>& stores) {
+    std::map<std::uint64_t, std::vector<float>> by_id;
+    for (ShardStore& s : stores) {
+      for (std::uint64_t j = 0; j < s.local_rows(); ++j) {
+        const Key key = j * s.config().shards + s.config().shard;
+        if (s.slot_id(key) != kNoId) EXPECT_TRUE(by_id.emplace(s.slot_id(key), row_of(s, key)).second);
+      }
+    }
+    return by_id;
+  }
+  std::vector<std::filesystem::path> save_all(std::vector<ShardStore>& stores, std::int64_t it, std::optional<std::int64_t> base = {}) {
+    std::vector<std::filesystem::path> files;
+    for (ShardStore& s : stores) {
+      files.push_back(checkpoint_dir(dir_, it) / checkpoint_file_name(s.config().shard, s.config().shards));
+      std::filesystem::create_directories(files.back().parent_path());
+      s.save(files.back(), it, ShardStore::Unapplied::kRefuse, base);
+    }
+    return files;
+  }
+  static std::vector<ShardStore> loaded(const std::vector<std::filesystem::path>& files, std::uint32_t shards, std::uint64_t slots) {
+    std::vector<ShardStore> out;
+    for (std::uint32_t s = 0; s < shards; ++s) {
+      out.emplace_back(hashed(s, shards, slots));
+      out.back().load(files);
+    }
+    return out;
+  }
+};
+
+TEST_F(HashedCheckpoints, RowsGoWithTheirIdsToAnyShardCount) {
+  std::vector<ShardStore> two;
+  for (std::uint32_t s = 0; s < 2; ++s) two.emplace_back(hashed(s, 2));
+  // Make 40 ids at iteration 5 (each on its shard's next slot) and train them.
+  std::vector<std::uint32_t> next(2, 0);
+  std::map<std::uint64_t, Key> slot_of;
+  const auto make = [&](std::uint64_t it, std::uint64_t id) {
+    const std::uint32_t s = shard_of_id(id, 2);
+    const Key key = static_cast<Key>(next[s]++) * 2 + s;
+    two[s].reset_rows(it, std::span<const Key>(&key, 1), std::span<const std::uint64_t>(&id, 1));
+    slot_of[id] = key;
+  };
+  const auto drop = [&](std::uint64_t it, std::uint64_t id) {
+    const Key key = slot_of.at(id);
+    two[key % 2].reset_rows(it, std::span<const Key>(&key, 1), std::span<const std::uint64_t>(&kNoId, 1));
+    slot_of.erase(id);
+  };
+  for (std::uint64_t n = 0; n < 40; ++n) make(5, mix64(n + 1));
+  std::uint32_t one = 1;
+  for (const auto& [id, key] : slot_of) {
+    float g[kDim] = {0.5f, -0.25f, float(id % 7), 1};
+    two[key % 2].push_grad(5, {&key, 1}, {&one, 1}, g);
+  }
+  for (ShardStore& s : two) s.commit();
+  // Commit 7: one id dropped, one made: a checkpoint of 7 holds neither.
+  const std::uint64_t gone = mix64(1), fresh = mix64(1000);
+  drop(7, gone);
+  make(7, fresh);
+  auto trained = live(two);
+  ASSERT_EQ(trained.size(), 40u);  // 40 made, one dropped, one made
+  trained.erase(fresh);
+  const auto at7 = save_all(two, 7);
+  for (const std::uint32_t shards : {1u, 2u, 3u}) {
+    SCOPED_TRACE(std::to_string(shards) + " shards");
+    std::vector<ShardStore> back = loaded(at7, shards, 48);
+    EXPECT_EQ(live(back), trained);
+    for (ShardStore& s : back) {
+      // Slots 0, 1, ... by ascending id.
+      std::uint64_t last = 0;
+      for (std::uint64_t j = 0; j < s.local_rows(); ++j) {
+        const std::uint64_t id = s.slot_id(j * shards + s.config().shard);
+        if (id == kNoId) break;
+        EXPECT_EQ(shard_of_id(id, shards), s.config().shard);
+        EXPECT_GT(id, last);
+        last = id;
+      }
+    }
+  }
+  // Incremental on 7: another id dropped at 9; the chain leaves it out, and the row made
+  // at 7 (written free then) is in, as trained.
+  const std::uint64_t dropped_later = mix64(2);
+  drop(9, dropped_later);
+  const Key fresh_key = slot_of.at(fresh);
+  float g[kDim] = {1, 1, 1, 1};
+  two[fresh_key % 2].push_grad(8, {&fresh_key, 1}, {&one, 1}, g);
+  for (ShardStore& s : two) s.commit();
+  auto at9_rows = live(two);
+  const auto at9 = save_all(two, 9, 7);
+  EXPECT_TRUE(ShardStore::checkpoint_info(at9[0]).base.has_value());
+  EXPECT_TRUE(ShardStore::checkpoint_info(at9[0]).hashed_ids);
+  {
+    std::vector<ShardStore> back = loaded(at9, 3, 48);
+    EXPECT_EQ(live(back), at9_rows);
+  }
+  // Too few slots for a shard's ids: refused, naming the flag.
+  try {
+    loaded(at9, 1, 16);
+    ADD_FAILURE() << "39 rows in 16 slots";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("--slots-per-shard"), std::string::npos) << e.what();
+  }
+  // A store of vocabulary ids refuses them.
+  StoreConfig plain = store_config(OptimizerKind::kAdagrad, 0, 2);
+  plain.num_keys = kSlots * 2;
+  ShardStore p(plain);
+  EXPECT_THROW(p.load(at7), DataError);
 }
 
 }  // namespace

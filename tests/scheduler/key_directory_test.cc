@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -188,6 +189,51 @@ TEST(KeyDirectory, SameBatchesSameDecisionsAndAResumeContinuesExactly) {
   other.expire_after = 6;
   EXPECT_THROW(KeyDirectory::load(half, other, slots, "dir.bin"), DataError);
   EXPECT_THROW(KeyDirectory::load(half.substr(0, half.size() - 3), o, slots, "dir.bin"), DataError);
+}
+
+// Re-placed on another shard count: the same live ids with their last appearances, each
+// on its shard by the new count, its slots taken by ascending id; and then, without a
+// cap (rows made and expired by id alone), the same decisions as the directory that
+// never moved, batch after batch.
+TEST(KeyDirectory, ReshardKeepsEveryRowAndGoesOnDecidingAlike) {
+  const DynamicTableOptions o{.shards = 4, .create_after = 2, .create_filter_bytes = 4096, .expire_after = 5};
+  KeyDirectory a(o, 512);
+  for (std::uint64_t t = 0; t < 30; ++t) {
+    GlobalBatch x = stream_batch(t);
+    a.admit(t, x);
+    a.end_iteration(t);
+  }
+  DynamicTableOptions three = o;
+  three.shards = 3;
+  // Through save and load, as a dense checkpoint carries it.
+  KeyDirectory b = KeyDirectory::load(a.save(), "dir.bin").reshard(three, 300);
+  EXPECT_EQ(b.totals().live, a.totals().live);
+  EXPECT_EQ(b.totals().created, a.totals().created);
+  EXPECT_EQ(b.totals().expired, a.totals().expired);
+  std::map<std::uint32_t, std::vector<std::uint64_t>> by_shard;
+  for (Key slot = 0; slot < a.slot_count(); ++slot)
+    if (a.id_of(slot) != KeyDirectory::kNoId) by_shard[shard_of_id(a.id_of(slot), 3)].push_back(a.id_of(slot));
+  for (auto& [shard, ids] : by_shard) {
+    std::sort(ids.begin(), ids.end());
+    for (std::size_t j = 0; j < ids.size(); ++j) EXPECT_EQ(b.id_of(shard + 3 * j), ids[j]) << "shard " << shard << " slot " << j;
+  }
+  for (std::uint64_t t = 30; t < 60; ++t) {
+    GlobalBatch x = stream_batch(t), y = stream_batch(t);
+    std::vector<Key> da, db;
+    a.admit(t, x);
+    b.admit(t, y);
+    ASSERT_EQ(x.bags, y.bags) << t;  // the same ids kept out
+    for (std::size_t i = 0; i < x.keys.size(); ++i) ASSERT_EQ(a.id_of(x.keys[i]), b.id_of(y.keys[i])) << t;
+    a.end_iteration(t, &da);
+    b.end_iteration(t, &db);
+    ASSERT_EQ(da.size(), db.size()) << t;  // the same rows expired
+  }
+  EXPECT_EQ(b.totals().live, a.totals().live);
+  // Too few slots for the rows a shard takes, or other decisions: refused.
+  EXPECT_THROW(a.reshard(three, 8), ConfigError);
+  DynamicTableOptions later = three;
+  later.expire_after = 6;
+  EXPECT_THROW(a.reshard(later, 300), ConfigError);
 }
 
 TEST(KeyDirectory, MemoryStaysFlatWhileIdsKeepComing) {

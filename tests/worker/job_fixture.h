@@ -262,35 +262,16 @@ class JobTest : public test::TempDirTest {
     fs::remove(coord_file);  // a job of the same name ran before: never read its endpoint
     std::string coord;
     for (std::uint32_t s = 0; s < o.shards; ++s) {
-      std::vector<std::string> a = {test::bin("ember-ps"),
-                                    "--dataset",
-                                    data.string(),
-                                    "--shard",
-                                    std::to_string(s),
-                                    "--shards",
-                                    std::to_string(o.shards),
-                                    "--dim",
-                                    std::to_string(kDim),
-                                    "--optimizer",
-                                    o.optimizer,
-                                    "--lr",
-                                    "0.05",
-                                    "--seed",
-                                    std::to_string(kSeed),
-                                    "--token",
-                                    kToken,
-                                    "--workers",
-                                    std::to_string(o.workers),
-                                    "--coordinator",
-                                    s == 0 ? "tcp://127.0.0.1:0" : coord,
-                                    "--coordinator-file",
-                                    coord_file.string(),
-                                    "--stats-interval",
-                                    "0",
-                                    "--heartbeat-timeout-ms",
-                                    "3000",
-                                    "--log-level",
-                                    "warn"};
+      std::vector<std::string> a = test::ps_command({.data = data,
+                                                     .shard = s,
+                                                     .shards = o.shards,
+                                                     .dim = kDim,
+                                                     .workers = o.workers,
+                                                     .optimizer = o.optimizer,
+                                                     .token = kToken,
+                                                     .coordinator = coord,
+                                                     .seed = kSeed,
+                                                     .coord_file = coord_file});
       a.insert(a.end(), {"--summary-file", (dir_ / (name + "-ps" + std::to_string(s) + ".json")).string()});
       if (o.ps_on_host >= 0) a.insert(a.end(), {"--host", "vhost" + std::to_string(o.ps_on_host)});
       a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());

@@ -375,36 +375,10 @@ class WorkerOptionsJob : public test::TempDirTest {
     Outcome r;
     const fs::path coord_file = dir_ / (name + ".coord");
     const fs::path ps_log = dir_ / (name + "-ps.log");
-    test::Process ps({test::bin("ember-ps"),
-                      "--dataset",
-                      (*root_ / "data").string(),
-                      "--shard",
-                      "0",
-                      "--shards",
-                      "1",
-                      "--dim",
-                      "8",
-                      "--optimizer",
-                      "sgd",
-                      "--lr",
-                      "0.05",
-                      "--seed",
-                      "3",
-                      "--token",
-                      kToken,
-                      "--workers",
-                      "2",
-                      "--coordinator",
-                      "tcp://127.0.0.1:0",
-                      "--coordinator-file",
-                      coord_file.string(),
-                      "--stats-interval",
-                      "0",
-                      "--heartbeat-timeout-ms",
-                      "3000",
-                      "--log-level",
-                      "info"},
-                     ps_log);
+    test::Process ps(
+        test::ps_command(
+            {.data = *root_ / "data", .workers = 2, .token = kToken, .seed = 3, .coord_file = coord_file, .log_level = "info"}),
+        ps_log);
     const std::string coord = test::wait_for_file(coord_file, 30s);
     if (coord.empty()) {
       ADD_FAILURE() << "ember-ps did not start:\n" << ps.log_tail(20);

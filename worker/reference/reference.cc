@@ -185,6 +185,11 @@ ModelDump read_dump(const std::string& dir) {
   };
   load("dense.bin", m.dense);
   load("rows.bin", m.rows);
+  if (meta.contains("slot_ids")) {
+    const std::string bytes = read_file(fs::path(dir) / meta.at("slot_ids").get<std::string>());
+    m.slot_ids.resize(bytes.size() / sizeof(std::uint64_t));
+    std::memcpy(m.slot_ids.data(), bytes.data(), m.slot_ids.size() * sizeof(std::uint64_t));
+  }
   return m;
 }
 

@@ -35,6 +35,7 @@ struct ModelDump {
   std::vector<float> dense;
   std::vector<float> rows;
   std::uint32_t dim = 0;
+  std::vector<std::uint64_t> slot_ids;  // dynamic tables: each row's id (kNoId: a free slot)
 };
 ModelDump read_dump(const std::string& dir);
 

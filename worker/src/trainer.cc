@@ -51,7 +51,7 @@ class Worker {
   // Everything before the first iteration; returns the scheduler's configuration.
   scheduler::SchedulerConfig set_up();
   // A dataset of hashed ids' KeyDirectory over the shards' slots (none: fixed tables).
-  std::optional<scheduler::KeyDirectory> key_directory();
+  std::optional<StartDirectory> key_directory();
   // The model, its optimizer and the stages (after joining).
   void make_stages(const scheduler::SchedulerConfig& sc);
   // One iteration, through the stages in order. With prefetch, takes the next step from
@@ -91,7 +91,7 @@ class Worker {
   double auc_ = -1, logloss_ = -1;
 };
 
-std::optional<scheduler::KeyDirectory> Worker::key_directory() {
+std::optional<StartDirectory> Worker::key_directory() {
   if (!ds_->manifest().hashed_ids) return std::nullopt;
   const std::uint32_t shards = job_.ps().shards();
   const std::uint64_t per_shard = job_.ps_config().num_keys / shards, batch_ids = scheduler::batch_ids_bound(*ds_, c_);
@@ -100,7 +100,20 @@ std::optional<scheduler::KeyDirectory> Worker::key_directory() {
                       " ids need " + std::to_string(scheduler::KeyDirectory::slots_needed(c_.shard_max_rows, batch_ids)) +
                       " slots a shard; the shards have " + std::to_string(per_shard) + " (ember-ps --slots-per-shard)");
   }
-  return scheduler::KeyDirectory(scheduler::dynamic_table_options(c_, shards), per_shard);
+  const scheduler::DynamicTableOptions options = scheduler::dynamic_table_options(c_, shards);
+  const std::string& saved = life_->restored_directory();
+  if (!saved.empty()) {
+    // A checkpoint of other shards (or slots): its rows were re-placed on the shards' restore,
+    // the directory is alike. (Of the same: the loader replays it, as the scheduler.)
+    const std::string origin = "--resume: the key directory of iteration " + std::to_string(life_->first()) + "'s dense checkpoint";
+    scheduler::KeyDirectory d = scheduler::KeyDirectory::load(saved, origin);
+    if (d.options().shards != shards || d.slots_per_shard() != per_shard) {
+      spdlog::info("worker {}: resuming dynamic tables of {} shards x {} slots on {} x {}: {} rows re-placed, caches start empty",
+                   job_.rank(), d.options().shards, d.slots_per_shard(), shards, per_shard, d.totals().live);
+      return StartDirectory{d.reshard(options, per_shard), true};
+    }
+  }
+  return StartDirectory{scheduler::KeyDirectory(options, per_shard), false};
 }
 
 scheduler::SchedulerConfig Worker::set_up() {

@@ -51,6 +51,15 @@ std::uint64_t field(const std::string& b, std::uint64_t at, int bytes, const std
   return v;
 }
 
+constexpr const char* kDirectoryRecord = "key_directory";
+
+std::string directory_state_of(torch::serialize::InputArchive& root) {
+  at::Tensor t;
+  if (!root.try_read(kDirectoryRecord, t)) return {};
+  t = t.contiguous();
+  return std::string(reinterpret_cast<const char*>(t.data_ptr<std::uint8_t>()), static_cast<std::size_t>(t.numel()));
+}
+
 }  // namespace
 
 // A .pt file is a zip archive (LibTorch writes its records stored, each with its CRC-32):
@@ -123,7 +132,8 @@ json DenseCheckpoints::meta(std::uint64_t iteration) const {
           {"dim", dim_}};
 }
 
-bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const {
+bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer,
+                            const std::string& directory_state) const {
   torch::serialize::OutputArchive root, model_archive, optimizer_archive;
   model.save(model_archive);
   optimizer.save(optimizer_archive);
@@ -132,6 +142,11 @@ bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::opt
   root.write("meta", c10::IValue(meta(iteration).dump()));
   root.write("model_config", c10::IValue(model_config_json(c_.model)));
   root.write("ps_seed", c10::IValue(static_cast<std::int64_t>(ps_seed_)));
+  if (!directory_state.empty()) {
+    // Bytes as a tensor: the archive checks them by their CRC (verify_dense_file).
+    auto* p = const_cast<char*>(directory_state.data());
+    root.write(kDirectoryRecord, torch::from_blob(p, {static_cast<std::int64_t>(directory_state.size())}, torch::kUInt8).clone());
+  }
   std::ostringstream bytes;
   root.save_to(bytes);
   const fs::path file = dense_checkpoint_file(c_.checkpoint_dir, rank_, iteration);
@@ -169,7 +184,8 @@ void DenseCheckpoints::prune() const {
   }
 }
 
-void DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const {
+std::string DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer,
+                                   torch::Device device) const {
   // This worker's file, then another worker's of the same iteration (the replicas hold the
   // same state): one missing is skipped, one corrupt (its CRCs fail, or LibTorch cannot
   // read it) is passed over with one line naming it, so a worker whose own copy went bad
@@ -184,6 +200,7 @@ void DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::opt
     if (!fs::exists(file)) continue;
     torch::serialize::InputArchive root, model_archive, optimizer_archive;
     json found;
+    std::string directory;
     try {
       verify_dense_file(file);
       try {
@@ -193,6 +210,7 @@ void DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::opt
         found = json::parse(m.toStringRef());
         root.read("model", model_archive);
         root.read("optimizer", optimizer_archive);
+        directory = directory_state_of(root);
       } catch (const std::exception& e) {
         throw DataError(file.string() + ": not a readable dense checkpoint: " + first_line(e));
       }
@@ -203,6 +221,7 @@ void DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::opt
     }
     const json want = meta(iteration);  // named: items() refers to it
     for (const auto& [key, value] : want.items()) {
+      if (key == "num_keys" && !directory.empty()) continue;  // its key directory is placed on this job's shards
       if (!found.contains(key) || found[key] != value) {
         throw ConfigError("--resume: " + file.string() + " was written by a job with " + key + " " +
                           (found.contains(key) ? found[key].dump() : "unset") + ", this one has " + value.dump());
@@ -216,7 +235,7 @@ void DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::opt
     }
     spdlog::info("worker {}: resuming at iteration {}: dense model and optimizer from {}{}", rank_, iteration, file.string(),
                  file == own ? "" : (fs::exists(own) ? " (its own file is corrupt)" : " (its own file is missing)"));
-    return;
+    return directory;
   }
   if (passed.empty()) {
     throw ConfigError("--resume: the PS restored iteration " + std::to_string(iteration) + " but " + c_.checkpoint_dir +

@@ -33,12 +33,15 @@ class DenseCheckpoints {
 
   // A failure to write is logged, not thrown: training goes on and the earlier
   // checkpoints are intact, as on the PS. Returns whether the file was written.
-  bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer) const;
+  // `directory_state`: dynamic tables' KeyDirectory::save() as of the checkpoint (empty:
+  // none), kept in the file.
+  bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, const std::string& directory_state = {}) const;
   // Loads this worker's file of `iteration`, or another worker's when its own is missing
   // or corrupt (verify_dense_file; each passed over is logged). Throws ConfigError naming
   // what is missing or does not match this job, DataError when every file of the
-  // iteration there is corrupt (naming each).
-  void load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
+  // iteration there is corrupt (naming each). Returns the file's directory state (empty:
+  // none); a file with one may name other keys than this job's (another shard count).
+  std::string load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
 
  private:
   // What must match for the dense state to continue this job's training.

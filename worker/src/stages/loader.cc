@@ -18,8 +18,8 @@ bool replays(const scheduler::SchedulerConfig& sc) {
 }
 
 // A replayed scheduler starts where the checkpoint's job started: at iteration 0.
-scheduler::SchedulerConfig from_start(scheduler::SchedulerConfig sc) {
-  if (replays(sc)) sc.first_iteration = 0;
+scheduler::SchedulerConfig from_start(scheduler::SchedulerConfig sc, bool replay) {
+  if (replay) sc.first_iteration = 0;
   return sc;
 }
 
@@ -37,11 +37,11 @@ bool AskedCheckpoints::contains(std::uint64_t at) const {
 
 Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank,
                ps::CheckpointSchedule schedule, const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at,
-               std::optional<HostGroup> host, EvictionChannel* evictions, bool hint_rows, std::optional<scheduler::KeyDirectory> directory)
+               std::optional<HostGroup> host, EvictionChannel* evictions, bool hint_rows, std::optional<StartDirectory> directory)
     : ds_(ds),
       first_(sc.first_iteration),
-      replay_(replays(sc)),
-      sched_(from_start(std::move(sc))),
+      replay_(replays(sc) && !(directory && directory->restored)),
+      sched_(from_start(std::move(sc), replay_)),
       c_(c),
       rank_(rank),
       flushes_{c.iterations, c.eval_every, schedule},
@@ -50,7 +50,7 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       host_(std::move(host)),
       evictions_(evictions),
       hint_rows_(hint_rows && sched_.config().lookahead > 0),
-      dir_(std::move(directory)) {
+      dir_(directory ? std::optional(std::move(directory->directory)) : std::nullopt) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -156,6 +156,7 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& 
   if (dir_) {
     drop_after(t);
     if (s.evaluate || s.last) s.directory = std::make_shared<const scheduler::KeyDirectory>(*dir_);
+    if (s.checkpoint || s.last) s.directory_state = dir_->save();
     for (std::uint32_t shard = 0; shard < dir_->options().shards; ++shard) s.dynamic_rows.push_back(dir_->shard_counts(shard));
   }
   return s;

@@ -86,9 +86,22 @@ struct Step {
   // through it, and the model dump names each slot's id.
   std::vector<scheduler::SlotAssignment> resets;
   std::shared_ptr<const scheduler::KeyDirectory> directory;
+  // With `checkpoint` or `last`: the directory's saved state after the step, which the
+  // dense checkpoint keeps (a job resumed on another shard count re-places it).
+  std::string directory_state;
   // Dynamic tables: each shard's rows after the step (live, and made, kept out, expired
   // and capped so far).
   std::vector<scheduler::DirectoryCounts> dynamic_rows;
+};
+
+// Dynamic tables: the key directory before the job's first iteration. A new job's is
+// empty, and a resumed job's is replayed with the scheduler; one `restored` from a
+// checkpoint of another shard count (re-placed: KeyDirectory::reshard) is not, and then
+// neither is the scheduler: every cache starts empty (a checkpoint's rows are all on the
+// shards), so the model goes on as BSP's, on the new shards' slots.
+struct StartDirectory {
+  scheduler::KeyDirectory directory;
+  bool restored = false;
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
@@ -107,11 +120,10 @@ class Loader {
   // `host`: with per-host aggregation, this worker's host (each step then carries its
   // hand-offs). `evictions`: with a scheduler of this worker's host (sc.model_host, more
   // hosts than one), the channel the hosts' evictions go over after each iteration.
-  // `directory`: a dataset of hashed ids' (dynamic tables), in its state before the
-  // first batch.
+  // `directory`: a dataset of hashed ids' (dynamic tables), above.
   Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const TrainConfig& c, std::uint32_t rank, ps::CheckpointSchedule schedule,
          const AskedCheckpoints& asked, const std::atomic<std::uint64_t>& stop_at, std::optional<HostGroup> host = std::nullopt,
-         EvictionChannel* evictions = nullptr, bool hint_rows = false, std::optional<scheduler::KeyDirectory> directory = std::nullopt);
+         EvictionChannel* evictions = nullptr, bool hint_rows = false, std::optional<StartDirectory> directory = std::nullopt);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;

@@ -18,6 +18,12 @@ inline std::uint64_t mix64(std::uint64_t x) {
   return x;
 }
 
+// Dynamic tables: the PS shard of a hashed id. The workers' directories place ids by it,
+// and a shard restoring a checkpoint of another shard count re-places them by it.
+inline std::uint32_t shard_of_id(std::uint64_t id, std::uint32_t shards) {
+  return static_cast<std::uint32_t>(mix64(id ^ 0x5d1a7e5c0ffee123ULL) % shards);
+}
+
 inline std::uint64_t hash_bytes(std::string_view s, std::uint64_t seed = 0) { return XXH3_64bits_withSeed(s.data(), s.size(), seed); }
 
 // FNV-1a, 64 bits: the identity of a file's contents that processes of a job compare

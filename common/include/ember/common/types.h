@@ -11,4 +11,8 @@ using Key = std::uint64_t;
 using TableId = std::uint32_t;
 using WorkerId = std::uint32_t;
 
+// Dynamic tables (hashed 64-bit ids, `ember-data prep --ids hash`): the id of a row slot
+// that holds none (free, or its row dropped).
+inline constexpr std::uint64_t kNoId = ~std::uint64_t{0};
+
 }  // namespace ember

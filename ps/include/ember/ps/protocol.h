@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ember/common/types.h"
 #include "ember/transport/message.h"
 
 namespace ember::ps {
@@ -64,7 +65,7 @@ inline TrainerCount decode_trainers(std::uint64_t count) {
 }
 
 // kResetRows' id of a slot whose row was dropped.
-inline constexpr std::uint64_t kFreeSlot = ~std::uint64_t{0};
+inline constexpr std::uint64_t kFreeSlot = kNoId;
 
 // A pull's flag: each row with its optimizer state (for a worker that will own the row).
 inline constexpr std::uint32_t kWithState = 1;

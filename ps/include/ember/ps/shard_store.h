@@ -39,6 +39,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -46,6 +47,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -86,6 +88,10 @@ struct StoreConfig {
   // A disk tier under the rows (disk_tier.h): with tier.dir set, the rows live in a file
   // there and at most tier.ram_budget_bytes of them in memory; on_chunk is not called.
   TierConfig tier;
+  // Dynamic tables (a dataset of hashed ids): keys are slots, and each slot names the id
+  // it holds (reset_rows). Checkpoints carry the ids, so that ember-export writes (id,
+  // row) tables and a checkpoint restores on another shard count (load()).
+  bool hashed_ids = false;
 };
 
 inline std::uint32_t owner_shard(Key key, std::uint32_t shards) { return static_cast<std::uint32_t>(key % shards); }
@@ -148,11 +154,16 @@ class ShardStore {
   // Overwrites rows (value + state, row_floats() each) written back by their owner.
   void push_value(std::span<const Key> keys, const float* rows);
   // Dynamic tables (KeyDirectory): each slot keys[i] now holds the row of id ids[i], new:
-  // initial_row(seed, id) and a fresh optimizer state (id kFreeSlot: zeros, the row dropped). Any update of the slot's old id
-  // is applied first, and an aggregation of it still waiting for contributions (which
-  // will never come: the old id's copies were dropped) is discarded. Called at a commit,
-  // before the pulls of the iteration that made the rows (PsService).
-  void reset_rows(std::span<const Key> keys, std::span<const std::uint64_t> ids);
+  // initial_row(seed, id) and a fresh optimizer state (id kNoId: zeros, the row
+  // dropped). Any update of the slot's old id is applied first, and an aggregation of it
+  // still waiting for contributions (which will never come: the old id's copies were
+  // dropped) is discarded. Called at commit(iteration), before the pulls of the iteration
+  // that made the rows (PsService). A checkpoint of that same commit holds the rows made
+  // here as free: they are no part of the model before `iteration`, and a resumed job's
+  // first step makes them again.
+  void reset_rows(std::uint64_t iteration, std::span<const Key> keys, std::span<const std::uint64_t> ids);
+  // With StoreConfig::hashed_ids: the id slot `key` holds (kNoId: free).
+  std::uint64_t slot_id(Key key) const { return slot_ids_[local_of(key)] - 1; }
   // Applies every complete aggregation; returns how many rows were updated.
   std::uint64_t commit();
   // The same, returning once the rows are handed to the applier (see above).
@@ -184,7 +195,11 @@ class ShardStore {
                    std::optional<std::int64_t> base = std::nullopt);
   // Loads the rows this shard owns from one checkpoint written by any number of shards:
   // the files of its every shard, all of one iteration (an incremental file with its
-  // bases, oldest first). Returns that iteration. Throws DataError for a corrupt,
+  // bases, oldest first). Returns that iteration.
+  // With StoreConfig::hashed_ids, a checkpoint of another shard count or slots per shard
+  // is re-placed: the ids that shard_of_id() gives this shard take its slots 0, 1, ... in
+  // ascending order of id (KeyDirectory::reshard places them alike); DataError when they
+  // are more than its slots. Throws DataError for a corrupt,
   // truncated or mismatched file, a base missing, a shard's file missing or given twice,
   // or files of different checkpoints.
   // With `own_file_only`, `files` is this shard's own file (same shard and shard count)
@@ -204,6 +219,7 @@ class ShardStore {
     std::uint64_t rows = 0;            // rows written (the rows touched; an incremental file: those changed)
     std::int64_t iteration = -1;       // as load() returns it
     std::optional<std::int64_t> base;  // an incremental checkpoint's base iteration
+    bool hashed_ids = false;           // each row names its id (StoreConfig::hashed_ids)
   };
   static CheckpointInfo checkpoint_info(const std::filesystem::path& file);
 
@@ -364,6 +380,23 @@ class ShardStore {
   void clear_changes() {
     for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) changed_[w].store(0, std::memory_order_relaxed);
   }
+  // With StoreConfig::hashed_ids: each slot's id plus one (0: free; kNoId + 1 wraps to
+  // 0), zeroed by calloc so that the pages of slots never used cost no memory; and the
+  // slots the resets of the latest iteration made (a checkpoint of that iteration holds
+  // them as free).
+  struct FreeBytes {
+    void operator()(void* p) const noexcept { std::free(p); }
+  };
+  std::unique_ptr<std::uint64_t[], FreeBytes> slot_ids_;
+  void set_slot_id(std::uint64_t local, std::uint64_t id) { slot_ids_[local] = id + 1; }
+  std::uint64_t made_iteration_ = 0;
+  std::vector<std::uint64_t> made_;  // local indices
+  // Each record of a checkpoint's files (each checked; an incremental file's bases before
+  // it): the file's name, the key, the id (kNoId without hashed ids) and the row.
+  void read_records(const std::vector<std::filesystem::path>& files,
+                    const std::function<void(const std::string&, Key, std::uint64_t, const char*)>& take) const;
+  // load()'s re-placement of a hashed-id checkpoint's rows (another shard count).
+  std::int64_t load_replaced(const std::vector<std::filesystem::path>& files, std::int64_t iteration);
   RowLending lending_;
   static constexpr std::size_t kStripes = 64;
   std::unique_ptr<Stripe[]> stripes_;

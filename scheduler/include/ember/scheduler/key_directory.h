@@ -41,11 +41,6 @@ struct DynamicTableOptions {
   std::uint64_t shard_max_rows = 0;  // 0: no cap
 };
 
-// The PS shard of a hashed id.
-inline std::uint32_t shard_of_id(std::uint64_t id, std::uint32_t shards) {
-  return static_cast<std::uint32_t>(mix64(id ^ 0x5d1a7e5c0ffee123ULL) % shards);
-}
-
 struct DirectoryCounts {
   std::uint64_t live = 0;
   std::uint64_t created = 0;
@@ -90,16 +85,30 @@ class KeyDirectory {
   // The dense key space downstream: shards * slots_per_shard.
   std::uint64_t slot_count() const { return per_shard_ * o_.shards; }
   // The id a live slot holds (kNoId: free).
-  static constexpr std::uint64_t kNoId = ~std::uint64_t{0};
+  static constexpr std::uint64_t kNoId = ember::kNoId;
   std::uint64_t id_of(Key slot) const;
   DirectoryCounts totals() const;
   const DirectoryCounts& shard_counts(std::uint32_t shard) const { return shards_[shard].counts; }
   // Bytes held: the index, the per-slot arrays and the filter.
   std::size_t memory_bytes() const;
 
-  // The whole state, to resume a job exactly; load() checks the options agree.
+  // The whole state (live rows with their last appearance, free slots, counts, the
+  // filter), to resume a job exactly. load() checks what it reads (DataError naming
+  // `origin`); the second also that it was saved with these options and slots.
   std::string save() const;
+  static KeyDirectory load(const std::string& bytes, const std::string& origin);
   static KeyDirectory load(const std::string& bytes, DynamicTableOptions options, std::uint64_t slots_per_shard, const std::string& origin);
+  // Whether `o` makes, expires and caps rows as this directory does (all but the shards).
+  bool decides_as(const DynamicTableOptions& o) const;
+  // The same rows on `options.shards` shards of `slots_per_shard` slots: each live id goes
+  // to shard_of_id() of the new count, whose ids take its slots 0, 1, ... by ascending id
+  // (as a PS shard re-places a checkpoint's rows), with their last appearance; the
+  // recency lists keep the order of last appearance (ties: by old shard, then the old
+  // order); the filter is kept, and each old shard's counts of rows made, kept out,
+  // expired and capped go to the new shard of its number modulo the new count.
+  // ConfigError when a shard gets more rows than its slots, or `options` decides
+  // otherwise (decides_as).
+  KeyDirectory reshard(DynamicTableOptions options, std::uint64_t slots_per_shard) const;
 
  private:
   static constexpr std::uint32_t kNone = 0xffffffffu;
@@ -117,6 +126,16 @@ class KeyDirectory {
     std::vector<std::uint32_t> free;  // a stack; the next row takes the back
     DirectoryCounts counts;
   };
+  // A live slot as saved.
+  struct LiveSlot {
+    std::uint32_t slot, last;
+    std::uint64_t id;
+  };
+  // f(j) for each live slot of `sh`: from the most recent down (by slot without recency lists).
+  template <typename F>
+  void for_each_live(const Shard& sh, F&& f) const;
+  // Slot j of shard s holds `id`, appeared last at `last`; appended to the recency list.
+  void place(std::uint32_t s, std::uint32_t j, std::uint64_t id, std::uint32_t last);
   // Key (slot) of j on shard s, and back.
   Key key_of(std::uint32_t s, std::uint32_t j) const { return static_cast<Key>(s) + static_cast<Key>(o_.shards) * j; }
   void touch(Shard& sh, std::uint32_t j, std::uint32_t iteration);

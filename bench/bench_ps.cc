@@ -520,12 +520,18 @@ struct PsBench {
       if (op == "pull") {
         c.pull(keys, buf, false, 0, ps::PsClient::Dedup::kNo);  // distinct, as a worker's misses
       } else {
+        // The resets go out with the push, acknowledged before the commit (as a worker's
+        // before its barrier); their slots are rows of this thread's range that the push
+        // does not hold (the n after its keys, wrapped: a made row has no update pending).
+        ps::PsFuture reset;
         if (resets > 0) {
-          std::copy_n(keys.begin(), resets, reset_slots.begin());
+          const std::uint64_t range = o.num_keys / static_cast<std::uint64_t>(threads), first = static_cast<std::uint64_t>(t) * range;
+          for (std::size_t i = 0; i < resets; ++i) reset_slots[i] = first + (keys[i] - first + n) % range;
           for (std::size_t i = 0; i < resets; ++i) new_ids[i] = mix64(keys[i] ^ (iteration << 32) ^ static_cast<std::uint64_t>(t));
-          c.start_reset_rows(iteration, reset_slots, new_ids).wait();
+          reset = c.start_reset_rows(iteration, reset_slots, new_ids);
         }
         c.push_grad(iteration, keys, trainers, buf);  // then committed: each row applied once
+        if (reset.valid()) reset.wait();
         c.commit(iteration++);
       }
       done += n;

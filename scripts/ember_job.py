@@ -227,6 +227,8 @@ def read_metrics(out, workers, who="ember-job"):
             elif j.get("eval"):
                 if w == 0:
                     evals.append(j)
+            elif j.get("progressive") is True:
+                pass  # worker 0's window as of a progress line: its summary holds the last
             else:
                 it = per_iter.setdefault(j["iteration"], {"iteration": j["iteration"], "pulls": 0, "pushes": 0, "hits": 0})
                 it["pulls"] += j["pulls"]
@@ -276,6 +278,8 @@ def merge_summaries(job, summaries, w0, evals, per_iter):
         # Every job setting the workers declare (ember-worker --options-json), as they ran.
         **job["settings"],
         "loss": w0["loss"], "auc": w0["auc"], "logloss": w0["logloss"],
+        # Progressive validation over the last window (--progressive-window; None: off).
+        "progressive": w0.get("progressive"),
         # Where the workers' iterations went (seconds, mean over workers; see trainer.h).
         "phase_s": {k: sum(s["phase_s"][k] for s in summaries) / len(summaries) for k in w0["phase_s"]},
         # Prometheus endpoints of the shards, then the workers (--metrics-port; empty: off).

@@ -201,7 +201,7 @@ TEST(WorkerOptionsCompare, OptionsJsonListsTheLaunchersSettings) {
   for (const auto& o : j) {
     if (o.at("setting").get<bool>()) settings[o.at("flag")] = o;
   }
-  ASSERT_EQ(settings.size(), 13u);
+  ASSERT_EQ(settings.size(), 14u);
   EXPECT_EQ(settings.at("--cache-admission").at("default"), "none");
   EXPECT_EQ(settings.at("--policy").at("default"), "herald");
   EXPECT_EQ(settings.at("--lookahead").at("kind"), "integer");
@@ -210,6 +210,7 @@ TEST(WorkerOptionsCompare, OptionsJsonListsTheLaunchersSettings) {
   EXPECT_EQ(settings.at("--prefetch").at("default"), "off");
   EXPECT_EQ(settings.at("--placement").at("default"), "");
   for (const char* f : {"--refine-allocation", "--overlap-allreduce", "--model-file"}) EXPECT_EQ(settings.count(f), 1u) << f;
+  EXPECT_EQ(settings.at("--progressive-window").at("default"), "0");
   // Dynamic tables' decisions: every worker takes the same.
   EXPECT_EQ(settings.at("--create-after").at("default"), "1");
   EXPECT_EQ(settings.at("--expire-after").at("kind"), "integer");

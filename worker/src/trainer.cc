@@ -182,6 +182,10 @@ void Worker::make_stages(const scheduler::SchedulerConfig& sc) {
   exchange_.emplace(job_.ps(), *cache_, wire_, row, slots);
   host_.emplace(*cache_, wire_, row, std::move(host_channel_));
   compute_.emplace(*model_, *optimizer_, *collective_, *replicas_, device_, c_, dim, ps.optimizer, wire_);
+  if (c_.progressive_window > 0) {
+    compute_->on_scored(
+        [this](std::uint64_t t, const float* logits, const float* marks, std::size_t n) { report_->scored(t, logits, marks, n); });
+  }
 }
 
 void Worker::train(Step& s, Loader& loader, std::optional<Step>& ahead, PhaseClock& clock) {

@@ -159,6 +159,11 @@ std::vector<Decl> declare() {
       option("--overlap-allreduce", &TrainConfig::overlap_allreduce,
              "sum the dense gradients over the workers while the PS exchange runs (waited for before the next forward pass)")
           .job_setting(),
+      option("--progressive-window", &TrainConfig::progressive_window,
+             "progressive validation: each global batch scored by the model before it trains on it; AUC and log loss over the "
+             "last N iterations in the progress line, summary.json and /metrics (0: off; 2 floats a sample join the all-reduce)")
+          .must_agree()
+          .job_setting(),
   });
   add(process_options());
   return d;

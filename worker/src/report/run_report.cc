@@ -99,6 +99,7 @@ struct RunReport::Live {
   WireCounts wire;
   PhaseTimes phases;
   std::optional<double> auc, logloss;
+  std::optional<ProgressiveWindow::Scores> progressive;
   std::optional<monitor::Histogram> iteration_seconds;
   std::optional<RunReport::Restarts> restarts;  // a restarted job's (--restart-record)
   std::vector<scheduler::DirectoryCounts> dynamic_rows;
@@ -231,6 +232,12 @@ struct RunReport::Live {
     out.gauge("ember_worker_cache_hit_ratio", "Cache hits over lookups in the last iteration", r, last_hit_ratio);
     if (auc) out.gauge("ember_worker_eval_auc", "AUC of the last evaluation on the validation split", r, *auc);
     if (logloss) out.gauge("ember_worker_eval_logloss", "Log loss of the last evaluation on the validation split", r, *logloss);
+    if (progressive) {
+      out.gauge("ember_worker_progressive_auc", "AUC of the global batches scored before training on them, over the window", r,
+                progressive->auc);
+      out.gauge("ember_worker_progressive_logloss", "Log loss of the global batches scored before training on them, over the window", r,
+                progressive->logloss);
+    }
     if (restarts) {
       out.gauge("ember_worker_job_restarts", "Restarts of this job before this process started (its launcher's record)", r,
                 d(restarts->restarts));
@@ -273,6 +280,7 @@ RunReport::RunReport(const TrainConfig& c) : c_(c), global_n_(static_cast<double
 
 void RunReport::set_rank(std::uint32_t rank) {
   rank_ = rank;
+  if (rank == 0 && c_.progressive_window > 0) progressive_.emplace(c_.progressive_window);  // worker 0 reports it
   if (!live_) return;
   // 1 ms to about 65 s: an iteration on a loaded CPU to one waiting on a slow peer.
   auto h = c_.exporter->histogram("ember_worker_iteration_seconds", "Wall time per iteration, loader wait included",
@@ -281,6 +289,19 @@ void RunReport::set_rank(std::uint32_t rank) {
   live_->rank = std::to_string(rank);
   live_->ranked = true;
   live_->iteration_seconds = h;
+}
+
+void RunReport::scored(std::uint64_t iteration, const float* logits, const float* marks, std::size_t n) {
+  if (progressive_) progressive_->add(iteration, logits, marks, n);
+}
+
+json RunReport::progressive_json(const ProgressiveWindow::Scores& p) const {
+  return {{"window_iterations", progressive_->iterations()},
+          {"first_iteration", p.first + 1},
+          {"iteration", p.last + 1},
+          {"samples", p.samples},
+          {"auc", p.auc},
+          {"logloss", p.logloss}};
 }
 
 void RunReport::write(const std::string& line) {
@@ -341,9 +362,21 @@ void RunReport::iteration(const Step& s, double ms, double wait_ms, std::optiona
   // Bytes that left or reached this host (worker 0's): shown where the job spans hosts.
   const auto across = [](const WireCounts& w) { return w.links.cross_host.out() + w.links.cross_host.in(); };
   const std::uint64_t cross = across(wire) - across(at_window_);
-  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB{} | {}", t + 1,
-               c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss ? fmt::format("{:.4f}", *loss) : std::string("-"),
-               hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0, wire.rows.pulls - at_window_.rows.pulls,
+  // Progressive validation over its window, as of the last all-reduce completed.
+  std::string scored;
+  if (const auto p = progressive_ ? progressive_->scores() : std::nullopt) {
+    scored = fmt::format(" | progressive AUC {:.4f} log loss {:.4f}", p->auc, p->logloss);
+    json line = progressive_json(*p);
+    line["progressive"] = true;
+    write(line.dump());
+    if (live_) {
+      std::lock_guard<std::mutex> lock(live_->mutex);
+      live_->progressive = p;
+    }
+  }
+  spdlog::info("iteration {}/{} | {:.0f} samples/s | loss {}{} | hit {:.1f}% | worker 0 rows: {} pulled, {} pushed | {:.2f} MB{} | {}",
+               t + 1, c_.iterations, global_n_ * static_cast<double>(iters) / secs, loss ? fmt::format("{:.4f}", *loss) : std::string("-"),
+               scored, hits + pulls > 0 ? 100 * hits / (hits + pulls) : 0.0, wire.rows.pulls - at_window_.rows.pulls,
                wire.pushes() - at_window_.pushes(), static_cast<double>(wire.bytes().total() - at_window_.bytes().total()) / 1e6,
                cross > 0 ? fmt::format(" | worker 0 across hosts {:.2f} MB", static_cast<double>(cross) / 1e6) : std::string(),
                phase_shares(phases, phases_at_window_));
@@ -408,6 +441,7 @@ void RunReport::summary(const TrainSummary& sum) {
                 {"phase_s", phase_json(sum.phases, PhaseTimes{}, 1)}});
   j["bytes"]["peer"] = bytes.peer;  // every worker's summary has the same fields, alone on its host or not
   if (!dynamic_rows_.empty()) j["dynamic_rows"] = scheduler::dynamic_rows_json<json>(dynamic_rows_);
+  if (const auto p = progressive_ ? progressive_->scores() : std::nullopt) j["progressive"] = progressive_json(*p);
   if (!c_.restart_record.empty()) {
     j["restarts"] = restarts_.restarts;
     j["iterations_recomputed"] = restarts_.iterations_recomputed;

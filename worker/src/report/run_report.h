@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "ember/common/process.h"
 #include "ember/worker/summary.h"
 #include "ember/worker/train_config.h"
+#include "report/progressive.h"
 #include "stages/loader.h"
 
 namespace ember::worker {
@@ -36,6 +38,10 @@ class RunReport {
   // `flush_s`: the flush before it (pushes, barrier, commit); `eval_s`: the evaluation.
   void evaluation(std::uint64_t iteration, double auc, double logloss, std::uint64_t samples, double flush_s, double eval_s);
   void summary(const TrainSummary& sum);
+  // Progressive validation (--progressive-window): iteration t's global batch as scored
+  // before training (ComputeStep::on_scored); worker 0 keeps the window, reports it in
+  // its progress lines (and a JSON line each), on /metrics and in the summary.
+  void scored(std::uint64_t iteration, const float* logits, const float* marks, std::size_t n);
 
   // What a launcher's --restart-record says (none: restarts == 0 and lost_at == 0).
   struct Restarts {
@@ -49,6 +55,7 @@ class RunReport {
  private:
   struct Live;  // what Prometheus reads: a snapshot taken once per iteration
   void write(const std::string& line);
+  nlohmann::json progressive_json(const ProgressiveWindow::Scores& p) const;
 
   const TrainConfig& c_;
   std::uint32_t rank_ = 0;
@@ -60,6 +67,7 @@ class RunReport {
   std::uint64_t window_first_ = 0;
   Restarts restarts_;
   std::vector<scheduler::DirectoryCounts> dynamic_rows_;  // dynamic tables: as of the last iteration
+  std::optional<ProgressiveWindow> progressive_;          // worker 0's, with --progressive-window
   std::shared_ptr<Live> live_;                            // shared with the exporter's scrape (it may outlive this)
 };
 

@@ -19,6 +19,7 @@ ComputeStep::ComputeStep(CtrModel& model, torch::optim::Optimizer& optimizer, Co
       dim_(dim),
       sparse_(sparse),
       overlap_(c.overlap_allreduce),
+      progressive_(c.progressive_window > 0),
       wire_(wire),
       path_(device, c.model.pooling) {}
 
@@ -74,6 +75,20 @@ void ComputeStep::forward_backward(Step& s) {
   auto logits = model_.forward(dense, input_);
   loss_ = torch::binary_cross_entropy_with_logits(logits, labels, {}, {}, at::Reduction::Sum) / static_cast<double>(global_n_);
   loss_.backward();
+  if (progressive_) {
+    // This worker's samples' scores (the model before it trains on them) and labels + 1,
+    // at their places in the global batch; the all-reduce's sum gathers every worker's
+    // (the other places hold zeros: x + 0 is x).
+    const torch::Tensor scores = logits.detach().to(torch::kCPU).to(torch::kFloat32).contiguous();
+    const float* x = scores.data_ptr<float>();
+    scored_.assign(2 * static_cast<std::size_t>(global_n_), 0.0f);
+    for (std::size_t k = 0; k < s.plan.samples.size(); ++k) {
+      const std::uint32_t g = s.plan.samples[k];
+      scored_[g] = x[k];
+      scored_[global_n_ + g] = s.labels[k] + 1.0f;
+    }
+    scored_iteration_ = s.iteration;
+  }
 }
 
 void ComputeStep::embedding_backward() {
@@ -94,6 +109,10 @@ void ComputeStep::allreduce(bool flush, PhaseClock& clock) {
   for (auto& param : model_.parameters()) parts.push_back(param.grad().reshape(-1));
   parts.push_back(loss_.detach().reshape(1));
   if (!replicas_.empty()) replicas_.append_to(parts, device_, replicated_);
+  if (progressive_) {  // last: wait_allreduce finds it at the end
+    parts.push_back(torch::from_blob(scored_.data(), {static_cast<std::int64_t>(scored_.size())}, torch::kFloat32).clone().to(device_));
+    reduced_iteration_ = scored_iteration_;
+  }
   // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the
   // host (with NCCL it stays on the device). One flat tensor, whether or not the sum
   // overlaps anything: the same sums, so the same model.
@@ -123,6 +142,11 @@ void ComputeStep::wait_allreduce(PhaseClock& clock) {
   loss_known_ = true;
   clock.lap(&PhaseTimes::allreduce);
   if (!replicas_.empty()) wire_.rows.hot_sync += replicas_.apply(flat_[0], off + 1, sparse_);
+  if (progressive_ && on_scored_) {
+    const auto n = static_cast<std::int64_t>(global_n_);
+    const torch::Tensor g = flat_[0].narrow(0, flat_[0].numel() - 2 * n, 2 * n).to(torch::kCPU).contiguous();
+    on_scored_(reduced_iteration_, g.data_ptr<float>(), g.data_ptr<float>() + n, global_n_);
+  }
   flat_.clear();
   optimizer_.step();
   clock.lap(&PhaseTimes::dense_step);

@@ -50,6 +50,10 @@ class ComputeStep {
   // Whether an all-reduce completed in this run (with --overlap-allreduce, not yet after
   // the first iteration: its loss comes with the next one).
   bool loss_known() const { return loss_known_; }
+  // With --progressive-window: called as each all-reduce completes with its iteration's
+  // global batch as scored before training (ProgressiveWindow::add's arguments).
+  using Scored = std::function<void(std::uint64_t iteration, const float* logits, const float* marks, std::size_t n)>;
+  void on_scored(Scored f) { on_scored_ = std::move(f); }
 
  private:
   // The bags' gradients into the rows' accumulators; the replicas' into their sums.
@@ -63,6 +67,7 @@ class ComputeStep {
   std::uint32_t num_tables_, num_dense_, global_n_, dim_;
   ps::OptimizerConfig sparse_;
   bool overlap_;
+  bool progressive_;
   WireCounts& wire_;
   EmbeddingPath path_;
   double loss_mean_ = 0;
@@ -82,6 +87,11 @@ class ComputeStep {
   // The all-reduce in flight: its flat tensor and what completes it.
   std::vector<torch::Tensor> flat_;
   std::function<void()> reduced_;
+  // Progressive validation: the step's scores and labels + 1 at their global places, and
+  // the iterations of the last forward pass and of the all-reduce in flight.
+  std::vector<float> scored_;
+  std::uint64_t scored_iteration_ = 0, reduced_iteration_ = 0;
+  Scored on_scored_;
 };
 
 }  // namespace ember::worker

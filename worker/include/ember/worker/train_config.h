@@ -80,6 +80,10 @@ struct TrainConfig : scheduler::SchedulerOptions, ConnectOptions {
   // of iteration t starts after its backward pass and is waited for before t+1's forward
   // pass (the same model; an iteration's progress line then shows the loss before it).
   bool overlap_allreduce = false;
+  // Progressive validation (report/progressive.h): AUC and log loss of each global batch
+  // scored before it trains, over the last N iterations (0: off). Its scores and labels
+  // join the dense all-reduce: 2 floats a sample of the global batch.
+  std::uint64_t progressive_window = 0;
   std::string device = "cpu";          // cpu, cuda or cuda:N (a CUDA build of LibTorch)
   std::string cache_backend = "auto";  // host (CPU memory) or tensor (device memory); auto: by device
   int torch_threads = 1;

@@ -14,11 +14,11 @@
 #include <map>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 
 #include "ember/common/binary_header.h"
 #include "ember/common/byte_io.h"
 #include "ember/common/error.h"
+#include "ember/common/flat_map.h"
 #include "ember/common/fs.h"
 #include "ember/common/hash.h"
 #include "ember/ps/checkpoints.h"
@@ -80,6 +80,23 @@ CheckpointHeader read_header(const std::string& name, const std::string& buf) {
     throw DataError(name + ": an incremental checkpoint of iteration " + std::to_string(h.iteration) + " on a base of iteration " +
                     std::to_string(h.base) + " (not older: corrupt)");
   }
+  return h;
+}
+
+// The header of a file of `rows` rows of a store of `c` (`state` floats a row).
+CheckpointHeader header_for(const StoreConfig& c, std::uint32_t state, std::uint64_t rows, std::int64_t iteration, std::int64_t base) {
+  CheckpointHeader h{};
+  write_binary_header(kCheckpointFormat, &h);
+  h.dim = c.dim;
+  h.state = state;
+  h.optimizer = static_cast<std::uint32_t>(c.optimizer.kind);
+  h.shard = c.shard;
+  h.shards = c.shards;
+  h.num_keys = c.num_keys;
+  h.rows = rows;
+  h.iteration = iteration;
+  h.base = base;
+  h.flags = c.hashed_ids ? kHashedIds : 0;
   return h;
 }
 
@@ -179,18 +196,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     if (arena_.state(local).load(std::memory_order_acquire) < kIdle) continue;
     if (base ? changed(local) : !ids || id_of(local) != kNoId) listed[local] = true, ++rows;
   }
-  CheckpointHeader h{};
-  write_binary_header(kCheckpointFormat, &h);
-  h.dim = config_.dim;
-  h.state = state_;
-  h.optimizer = static_cast<std::uint32_t>(config_.optimizer.kind);
-  h.shard = config_.shard;
-  h.shards = config_.shards;
-  h.num_keys = config_.num_keys;
-  h.rows = rows;
-  h.iteration = iteration;
-  h.base = base.value_or(kNoBase);
-  h.flags = ids ? kHashedIds : 0;
+  const CheckpointHeader h = header_for(config_, state_, rows, iteration, base.value_or(kNoBase));
   // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
   // its memory.
   write_file_atomic(file, [&](const std::function<void(std::string_view)>& write) {
@@ -279,6 +285,11 @@ void ShardStore::read_records(const std::vector<std::filesystem::path>& files,
                       " keys; this PS has dim " + std::to_string(config_.dim) + ", " + optimizer_name(config_.optimizer.kind) + ", " +
                       std::to_string(config_.num_keys) + " keys");
     }
+    if (config_.hashed_ids && !hashed(h) && h.version < 4) {
+      throw DataError(name + ": a checkpoint of version " + std::to_string(h.version) +
+                      ", written before its rows named their ids (format 4); this PS serves hashed ids and cannot tell its "
+                      "rows' ids: restore it with the ember-ps that wrote it");
+    }
     if (hashed(h) != config_.hashed_ids) {
       throw DataError(name + ": written for a dataset of " + (hashed(h) ? "hashed ids (dynamic tables)" : "vocabulary ids") +
                       ", and this PS serves one of " + (config_.hashed_ids ? "hashed ids" : "vocabulary ids"));
@@ -301,39 +312,38 @@ void ShardStore::read_records(const std::vector<std::filesystem::path>& files,
 
 std::int64_t ShardStore::load_replaced(const std::vector<std::filesystem::path>& files, std::int64_t iteration) {
   const std::uint32_t rf = row_floats();
-  // The rows of the ids this shard takes, by the slot that held them (a later file of a
+  // Two passes, so that no row is held twice (a tiered shard's rows exceed its memory).
+  // First each old slot's last id, where it is one this shard takes (a later file of a
   // chain replaces its base's record of a slot: a new id, or the slot freed).
-  std::unordered_map<Key, std::size_t> at;  // old slot -> entry
-  std::vector<std::uint64_t> ids;
-  std::vector<float> rows;
-  read_records(files, [&](const std::string&, Key key, std::uint64_t id, const char* row) {
-    const bool mine = id != kNoId && shard_of_id(id, config_.shards) == config_.shard;
-    auto it = at.find(key);
-    if (it == at.end()) {
-      if (!mine) return;
-      it = at.emplace(key, ids.size()).first;
-      ids.push_back(id);
-      rows.resize(rows.size() + rf);
-    }
-    ids[it->second] = mine ? id : kNoId;
-    std::memcpy(rows.data() + it->second * rf, row, rf * sizeof(float));
+  U64Map<std::uint64_t> id_at;  // old slot -> id
+  read_records(files, [&](const std::string&, Key key, std::uint64_t id, const char*) {
+    if (id != kNoId && shard_of_id(id, config_.shards) == config_.shard)
+      *id_at.try_emplace(key).first = id;
+    else
+      id_at.erase(key);
   });
-  std::vector<std::size_t> order;
-  for (std::size_t e = 0; e < ids.size(); ++e)
-    if (ids[e] != kNoId) order.push_back(e);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ids[a] < ids[b]; });
-  if (order.size() > local_rows()) {
-    throw DataError(files[0].parent_path().string() + ": shard " + std::to_string(config_.shard) + " of " + std::to_string(config_.shards) +
-                    " takes " + std::to_string(order.size()) + " of its rows and has " + std::to_string(local_rows()) +
+  std::vector<std::pair<std::uint64_t, Key>> by_id;  // (id, old slot), ascending
+  id_at.for_each([&](std::uint64_t key, std::uint64_t id) { by_id.emplace_back(id, key); });
+  std::sort(by_id.begin(), by_id.end());
+  const std::string where = files[0].parent_path().string();
+  if (by_id.size() > local_rows()) {
+    throw DataError(where + ": shard " + std::to_string(config_.shard) + " of " + std::to_string(config_.shards) + " takes " +
+                    std::to_string(by_id.size()) + " of its rows and has " + std::to_string(local_rows()) +
                     " slots (ember-ps --slots-per-shard)");
   }
-  for (std::size_t j = 0; j < order.size(); ++j) {
-    if (j > 0 && ids[order[j]] == ids[order[j - 1]]) {
-      throw DataError(files[0].parent_path().string() + ": id " + std::to_string(ids[order[j]]) + " in two slots (corrupt checkpoint)");
-    }
-    std::memcpy(read_row(arena_.key_of(j), true, true).get(), rows.data() + order[j] * rf, rf * sizeof(float));
-    set_slot_id(j, ids[order[j]]);
+  U64Map<std::uint64_t> slot_of;  // old slot -> this shard's local slot
+  for (std::size_t j = 0; j < by_id.size(); ++j) {
+    if (j > 0 && by_id[j].first == by_id[j - 1].first)
+      throw DataError(where + ": id " + std::to_string(by_id[j].first) + " in two slots (corrupt checkpoint)");
+    *slot_of.try_emplace(by_id[j].second).first = j;
+    set_slot_id(j, by_id[j].first);
   }
+  // Then the rows: each old slot's records of its last id, in order (the last wins).
+  read_records(files, [&](const std::string&, Key key, std::uint64_t id, const char* row) {
+    const std::uint64_t* j = slot_of.find(key);
+    if (j == nullptr || slot_ids_[*j] - 1 != id) return;
+    std::memcpy(read_row(arena_.key_of(*j), true, true).get(), row, rf * sizeof(float));
+  });
   return iteration;
 }
 

@@ -220,6 +220,7 @@ std::string KeyDirectory::save() const {
   put(out, o_.expire_after);
   put(out, o_.shard_max_rows);
   put(out, per_shard_);
+  put(out, placed_at_);
   for (const Shard& sh : shards_) {
     put(out, sh.counts);
     std::vector<LiveSlot> live;
@@ -263,6 +264,7 @@ KeyDirectory KeyDirectory::load(const std::string& bytes, const std::string& ori
   o.expire_after = r.get<std::uint64_t>();
   o.shard_max_rows = r.get<std::uint64_t>();
   const auto per_shard = r.get<std::uint64_t>();
+  const auto placed_at = r.get<std::uint64_t>();
   std::optional<KeyDirectory> made;
   try {
     made.emplace(o, per_shard);
@@ -270,6 +272,7 @@ KeyDirectory KeyDirectory::load(const std::string& bytes, const std::string& ori
     throw DataError(origin + ": " + e.what());
   }
   KeyDirectory& d = *made;
+  d.placed_at_ = placed_at;
   for (std::uint32_t s = 0; s < o.shards; ++s) {
     Shard& sh = d.shards_[s];
     sh.counts = r.get<DirectoryCounts>();
@@ -277,10 +280,14 @@ KeyDirectory KeyDirectory::load(const std::string& bytes, const std::string& ori
     sh.free = r.get_vector<std::uint32_t>();
     bool bad = live.size() != sh.counts.live || live.size() + sh.free.size() != per_shard;
     for (const LiveSlot& x : live) {
-      bad = bad || x.slot >= per_shard || sh.id[x.slot] != kNoId || x.id == kNoId;
+      bad = bad || x.slot >= per_shard || sh.id[x.slot] != kNoId || x.id == kNoId || d.index_.find(x.id) != nullptr;
       if (!bad) d.place(s, x.slot, x.id, x.last);
     }
-    for (std::uint32_t j : sh.free) bad = bad || j >= per_shard || sh.id[j] != kNoId;
+    std::vector<bool> freed(per_shard);
+    for (std::uint32_t j : sh.free) {
+      bad = bad || j >= per_shard || sh.id[j] != kNoId || freed[j];
+      if (!bad) freed[j] = true;
+    }
     if (bad) throw DataError(origin + ": key directory shard " + std::to_string(s) + " is inconsistent (corrupt)");
   }
   d.filter_ = r.get_vector<std::uint8_t>();
@@ -306,13 +313,15 @@ bool KeyDirectory::decides_as(const DynamicTableOptions& o) const {
          o.shard_max_rows == o_.shard_max_rows;
 }
 
-KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t slots_per_shard) const {
+KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t slots_per_shard, std::uint64_t headroom,
+                                   std::uint64_t iteration) const {
   if (!decides_as(options)) {
     throw ConfigError("dynamic tables made with --create-after " + std::to_string(o_.create_after) + ", --create-filter-mb " +
                       std::to_string(o_.create_filter_bytes >> 20) + ", --expire-after " + std::to_string(o_.expire_after) +
                       ", --shard-max-rows " + std::to_string(o_.shard_max_rows) + " go on with the same");
   }
   KeyDirectory d(options, slots_per_shard);
+  d.placed_at_ = iteration;
   // Each live row, in the order the new recency lists take them: the most recent first,
   // ties by old shard, then by the old list's order.
   struct Row {
@@ -333,10 +342,10 @@ KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t sl
   }
   for (std::uint32_t s = 0; s < options.shards; ++s) {
     std::vector<Row>& rows = to[s];
-    if (rows.size() > slots_per_shard) {
+    if (rows.size() + headroom > slots_per_shard) {
       throw ConfigError("PS shard " + std::to_string(s) + " of " + std::to_string(options.shards) + " takes " +
-                        std::to_string(rows.size()) + " live rows and has " + std::to_string(slots_per_shard) +
-                        " slots (ember-ps --slots-per-shard)");
+                        std::to_string(rows.size()) + " live rows and needs room for " + std::to_string(headroom) +
+                        " new ones a batch; it has " + std::to_string(slots_per_shard) + " slots (ember-ps --slots-per-shard)");
     }
     // Slots by ascending id, as a PS shard re-places a checkpoint's rows (ShardStore::load).
     std::vector<std::uint64_t> ids(rows.size());

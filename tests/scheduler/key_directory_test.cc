@@ -206,7 +206,9 @@ TEST(KeyDirectory, ReshardKeepsEveryRowAndGoesOnDecidingAlike) {
   DynamicTableOptions three = o;
   three.shards = 3;
   // Through save and load, as a dense checkpoint carries it.
-  KeyDirectory b = KeyDirectory::load(a.save(), "dir.bin").reshard(three, 300);
+  KeyDirectory b = KeyDirectory::load(a.save(), "dir.bin").reshard(three, 300, 128, 30);
+  EXPECT_EQ(a.placed_at(), 0u);
+  EXPECT_EQ(KeyDirectory::load(b.save(), "dir.bin").placed_at(), 30u);
   EXPECT_EQ(b.totals().live, a.totals().live);
   EXPECT_EQ(b.totals().created, a.totals().created);
   EXPECT_EQ(b.totals().expired, a.totals().expired);
@@ -230,10 +232,11 @@ TEST(KeyDirectory, ReshardKeepsEveryRowAndGoesOnDecidingAlike) {
   }
   EXPECT_EQ(b.totals().live, a.totals().live);
   // Too few slots for the rows a shard takes, or other decisions: refused.
-  EXPECT_THROW(a.reshard(three, 8), ConfigError);
+  EXPECT_THROW(a.reshard(three, 8, 0, 60), ConfigError);
+  EXPECT_THROW(a.reshard(three, 300, 300, 60), ConfigError);  // the rows fit (above), a batch's new ones would not
   DynamicTableOptions later = three;
   later.expire_after = 6;
-  EXPECT_THROW(a.reshard(later, 300), ConfigError);
+  EXPECT_THROW(a.reshard(later, 300, 128, 60), ConfigError);
 }
 
 TEST(KeyDirectory, MemoryStaysFlatWhileIdsKeepComing) {

@@ -385,7 +385,7 @@ TEST_F(ExportRoundTrip, HashedIdsExportAsIdsAndRowsAndRawLinesScoreAsTrained) {
       0)
       << log;
   const std::uint64_t val_rows = json::parse(read_file(data / "manifest.json")).at("rows").at("val").get<std::uint64_t>();
-  const json eval = train(data, "dlrm", 30, {"--create-after", "2"}, {"--slots-per-shard", "65536"});
+  const json eval = train(data, "dlrm", 30, {"--create-after", "2", "--expire-after", "3"}, {"--slots-per-shard", "65536"});
   ASSERT_FALSE(eval.is_null()) << "no evaluation line";
   ASSERT_EQ(eval.at("samples").get<std::uint64_t>(), val_rows);
   const fs::path exported = dir_ / "hashed-export";
@@ -411,7 +411,8 @@ TEST_F(ExportRoundTrip, HashedIdsExportAsIdsAndRowsAndRawLinesScoreAsTrained) {
   EXPECT_NEAR(r.at("auc").get<double>(), eval.at("auc").get<double>(), 1e-6);
   EXPECT_NEAR(r.at("logloss").get<double>(), eval.at("logloss").get<double>(), 1e-6);
   // The job's final checkpoint names each slot's id too: its export holds the same ids
-  // and rows as the dump's (the shards' files re-placed on one shard: ascending ids).
+  // and rows as the dump's (the shards' files re-placed on one shard: ascending ids;
+  // the rows expired after the last iteration cleared at the final commit).
   const fs::path from_ckpt = dir_ / "from-ckpt";
   ASSERT_EQ(run(test::bin("ember-export") + " --checkpoint " + (dir_ / "ckpt").string() + " --dense " + (dir_ / "dense").string() +
                     " --dataset " + data.string() + " -o " + from_ckpt.string(),

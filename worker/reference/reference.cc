@@ -92,6 +92,14 @@ class DynamicSlots {
     dir_.end_iteration(t, &dropped_);
     for (Key k : dropped_) resets_.push_back({k, scheduler::KeyDirectory::kNoId});
   }
+  // After the last batch: the rows dropped after it cleared, as a job's final commit does.
+  void finish(const ps::OptimizerConfig& sparse, std::vector<float>& rows, std::vector<float>& states) {
+    for (const auto& a : resets_) {
+      std::fill(&rows[a.slot * dim_], &rows[a.slot * dim_] + dim_, 0.0f);
+      ps::init_state(sparse, dim_, &states[a.slot * state_]);
+    }
+    resets_.clear();
+  }
 
  private:
   scheduler::KeyDirectory dir_;
@@ -169,6 +177,7 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
     }
     if (dir) dir->end(t);
   }
+  if (dir) dir->finish(sparse, r.rows, states);
   r.seconds = clock.seconds();
   r.dense = flatten_params(*model);
   return r;

@@ -110,7 +110,13 @@ std::optional<StartDirectory> Worker::key_directory() {
     if (d.options().shards != shards || d.slots_per_shard() != per_shard) {
       spdlog::info("worker {}: resuming dynamic tables of {} shards x {} slots on {} x {}: {} rows re-placed, caches start empty",
                    job_.rank(), d.options().shards, d.slots_per_shard(), shards, per_shard, d.totals().live);
-      return StartDirectory{d.reshard(options, per_shard), true};
+      return StartDirectory{d.reshard(options, per_shard, batch_ids, life_->first()), true};
+    }
+    if (d.placed_at() > 0) {
+      // Re-placed by an earlier resume: a replay from iteration 0 would not make its slots.
+      if (!d.decides_as(options)) throw ConfigError(origin + ": saved with other --create-after, --expire-after or --shard-max-rows");
+      spdlog::info("worker {}: resuming dynamic tables placed anew at iteration {}: caches start empty", job_.rank(), d.placed_at());
+      return StartDirectory{std::move(d), true};
     }
   }
   return StartDirectory{scheduler::KeyDirectory(options, per_shard), false};
@@ -264,6 +270,7 @@ void Worker::flush(const Step& s) {
     held = handover_->hand(s.flush_plan, s.eval_hands_of, *cache_, job_.dim());
     wire_.rows.eval_handed += s.flush_plan.eval_hands.size();
   }
+  if (!s.final_resets.empty()) exchange_->reset_rows(s.final_resets, t + 1);  // at the final commit, t + 1
   job_.control().barrier(transport::BarrierGroup::kWorkers, barrier_after_flush(t));
   life_->commit_flush(*exchange_, s);
   if (job_.rank() == 0 && s.evaluate) {

@@ -77,16 +77,12 @@ void ComputeStep::forward_backward(Step& s) {
   loss_.backward();
   if (progressive_) {
     // This worker's samples' scores (the model before it trains on them) and labels + 1,
-    // at their places in the global batch; the all-reduce's sum gathers every worker's
-    // (the other places hold zeros: x + 0 is x).
-    const torch::Tensor scores = logits.detach().to(torch::kCPU).to(torch::kFloat32).contiguous();
-    const float* x = scores.data_ptr<float>();
-    scored_.assign(2 * static_cast<std::size_t>(global_n_), 0.0f);
-    for (std::size_t k = 0; k < s.plan.samples.size(); ++k) {
-      const std::uint32_t g = s.plan.samples[k];
-      scored_[g] = x[k];
-      scored_[global_n_ + g] = s.labels[k] + 1.0f;
-    }
+    // at their places in the global batch, on the device; the all-reduce's sum gathers
+    // every worker's (the other places hold zeros: x + 0 is x).
+    auto at = torch::from_blob(s.plan.samples.data(), {n}, torch::kInt32).to(device_, torch::kLong);
+    scored_ = torch::zeros({2 * static_cast<std::int64_t>(global_n_)}, torch::TensorOptions(torch::kFloat32).device(device_));
+    scored_.index_put_({at}, logits.detach().to(torch::kFloat32));
+    scored_.index_put_({at + static_cast<std::int64_t>(global_n_)}, labels + 1.0f);
     scored_iteration_ = s.iteration;
   }
 }
@@ -110,7 +106,7 @@ void ComputeStep::allreduce(bool flush, PhaseClock& clock) {
   parts.push_back(loss_.detach().reshape(1));
   if (!replicas_.empty()) replicas_.append_to(parts, device_, replicated_);
   if (progressive_) {  // last: wait_allreduce finds it at the end
-    parts.push_back(torch::from_blob(scored_.data(), {static_cast<std::int64_t>(scored_.size())}, torch::kFloat32).clone().to(device_));
+    parts.push_back(std::exchange(scored_, torch::Tensor()));
     reduced_iteration_ = scored_iteration_;
   }
   // Gloo reduces host tensors: on a GPU the flat gradient makes one round trip to the

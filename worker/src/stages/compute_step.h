@@ -89,7 +89,7 @@ class ComputeStep {
   std::function<void()> reduced_;
   // Progressive validation: the step's scores and labels + 1 at their global places, and
   // the iterations of the last forward pass and of the all-reduce in flight.
-  std::vector<float> scored_;
+  torch::Tensor scored_;
   std::uint64_t scored_iteration_ = 0, reduced_iteration_ = 0;
   Scored on_scored_;
 };

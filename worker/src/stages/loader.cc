@@ -82,7 +82,7 @@ double Loader::schedule(const scheduler::GlobalBatch& g, std::vector<scheduler::
 }
 
 std::vector<scheduler::SlotAssignment> Loader::admit(std::uint64_t t, scheduler::GlobalBatch& g) {
-  std::vector<scheduler::SlotAssignment> made, share;
+  std::vector<scheduler::SlotAssignment> made;
   dir_->admit(t, g, &made);
   // A slot dropped after t - 1 and made again now is reset once, for its new id: the
   // shards apply the workers' resets in no set order.
@@ -93,7 +93,12 @@ std::vector<scheduler::SlotAssignment> Loader::admit(std::uint64_t t, scheduler:
     if (remade.find(d.slot) == nullptr) all.push_back(d);
   dropped_.clear();
   all.insert(all.end(), made.begin(), made.end());
+  return share_of(all);
+}
+
+std::vector<scheduler::SlotAssignment> Loader::share_of(const std::vector<scheduler::SlotAssignment>& all) const {
   // The workers share the resets out by their place in the list.
+  std::vector<scheduler::SlotAssignment> share;
   const std::uint32_t workers = sched_.config().workers;
   for (std::size_t i = rank_; i < all.size(); i += workers) share.push_back(all[i]);
   return share;
@@ -156,7 +161,10 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& 
   if (dir_) {
     drop_after(t);
     if (s.evaluate || s.last) s.directory = std::make_shared<const scheduler::KeyDirectory>(*dir_);
-    if (s.checkpoint || s.last) s.directory_state = dir_->save();
+    if ((s.checkpoint || s.last) && !c_.checkpoint_dir.empty()) s.directory_state = dir_->save();
+    // The rows dropped after the last step are cleared at the final commit, so that its
+    // checkpoint holds the rows of the directory it keeps.
+    if (s.last) s.final_resets = share_of(std::exchange(dropped_, {}));
     for (std::uint32_t shard = 0; shard < dir_->options().shards; ++shard) s.dynamic_rows.push_back(dir_->shard_counts(shard));
   }
   return s;

@@ -86,9 +86,13 @@ struct Step {
   // through it, and the model dump names each slot's id.
   std::vector<scheduler::SlotAssignment> resets;
   std::shared_ptr<const scheduler::KeyDirectory> directory;
-  // With `checkpoint` or `last`: the directory's saved state after the step, which the
-  // dense checkpoint keeps (a job resumed on another shard count re-places it).
+  // With `checkpoint` or `last` (and a --checkpoint-dir): the directory's saved state
+  // after the step, which the dense checkpoint keeps (a job resumed on another shard
+  // count re-places it). With `last`: this worker's share of the rows dropped after the
+  // step, which the shards clear at the final commit (its checkpoint then holds the
+  // directory's rows).
   std::string directory_state;
+  std::vector<scheduler::SlotAssignment> final_resets;
   // Dynamic tables: each shard's rows after the step (live, and made, kept out, expired
   // and capped so far).
   std::vector<scheduler::DirectoryCounts> dynamic_rows;
@@ -152,6 +156,8 @@ class Loader {
   // Dynamic tables: the rows dropped after t leave the scheduler (the shards clear them
   // at t + 1's commit).
   void drop_after(std::uint64_t t);
+  // This worker's share of a step's resets (each named by one worker).
+  std::vector<scheduler::SlotAssignment> share_of(const std::vector<scheduler::SlotAssignment>& all) const;
 
   const data::Dataset& ds_;
   std::uint64_t first_;  // the first iteration this job trains

@@ -106,9 +106,14 @@ class KeyDirectory {
   // recency lists keep the order of last appearance (ties: by old shard, then the old
   // order); the filter is kept, and each old shard's counts of rows made, kept out,
   // expired and capped go to the new shard of its number modulo the new count.
-  // ConfigError when a shard gets more rows than its slots, or `options` decides
-  // otherwise (decides_as).
-  KeyDirectory reshard(DynamicTableOptions options, std::uint64_t slots_per_shard) const;
+  // ConfigError when a shard's rows and `headroom` (a batch's new rows) exceed its
+  // slots, or `options` decides otherwise (decides_as). `iteration`: the first the
+  // result admits (placed_at()).
+  KeyDirectory reshard(DynamicTableOptions options, std::uint64_t slots_per_shard, std::uint64_t headroom, std::uint64_t iteration) const;
+  // 0 when the slots follow from the batches since iteration 0 (a replay of them makes
+  // the same directory); else the iteration at which reshard() placed them anew, after
+  // which a replay from 0 would not.
+  std::uint64_t placed_at() const { return placed_at_; }
 
  private:
   static constexpr std::uint32_t kNone = 0xffffffffu;
@@ -146,6 +151,7 @@ class KeyDirectory {
   Key resolve(std::uint64_t id, std::uint32_t iteration, std::vector<SlotAssignment>* created);
 
   DynamicTableOptions o_;
+  std::uint64_t placed_at_ = 0;
   bool recency_;  // expiry or the cap: the recency lists are kept
   std::uint64_t per_shard_;
   std::vector<Shard> shards_;

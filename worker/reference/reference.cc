@@ -74,15 +74,7 @@ class DynamicSlots {
     g_.keys.swap(keys);
     g_.bags.swap(bags);
     dir_.admit(t, g_, &resets_);
-    for (const auto& a : resets_) {
-      float* row = &rows[a.slot * dim_];
-      if (a.id == scheduler::KeyDirectory::kNoId)
-        std::fill(row, row + dim_, 0.0f);
-      else
-        ps::initial_row(seed_, a.id, dim_, row);
-      ps::init_state(sparse, dim_, &states[a.slot * state_]);
-    }
-    resets_.clear();
+    apply_resets(sparse, rows, states);
     keys.swap(g_.keys);
     bags.swap(g_.bags);
   }
@@ -94,14 +86,24 @@ class DynamicSlots {
   }
   // After the last batch: the rows dropped after it cleared, as a job's final commit does.
   void finish(const ps::OptimizerConfig& sparse, std::vector<float>& rows, std::vector<float>& states) {
+    apply_resets(sparse, rows, states);
+  }
+
+ private:
+  // The resets pending (ShardStore::reset_rows): a made row's initial value, a dropped
+  // row's zeros, and a fresh state either way.
+  void apply_resets(const ps::OptimizerConfig& sparse, std::vector<float>& rows, std::vector<float>& states) {
     for (const auto& a : resets_) {
-      std::fill(&rows[a.slot * dim_], &rows[a.slot * dim_] + dim_, 0.0f);
+      float* row = &rows[a.slot * dim_];
+      if (a.id == scheduler::KeyDirectory::kNoId)
+        std::fill(row, row + dim_, 0.0f);
+      else
+        ps::initial_row(seed_, a.id, dim_, row);
       ps::init_state(sparse, dim_, &states[a.slot * state_]);
     }
     resets_.clear();
   }
 
- private:
   scheduler::KeyDirectory dir_;
   std::uint64_t seed_;
   std::uint32_t dim_, state_;

@@ -349,6 +349,43 @@ Shard::Shard(const std::filesystem::path& path, const Manifest& m, const ShardIn
   }
 }
 
+void ShardColumns::clear() {
+  labels.clear();
+  dense.clear();
+  for (auto& c : columns) c.clear();
+  bag_offsets.clear();
+  bag_ids.clear();
+}
+
+Shard::Shard(ShardColumns columns) : held_(std::move(columns)) {
+  rows_ = held_.rows();
+  num_dense_ = held_.num_dense;
+  num_tables_ = held_.num_tables;
+  labels_ = held_.labels.data();
+  dense_ = held_.dense.data();
+  if (held_.multi_hot()) {
+    bag_offsets_ = held_.bag_offsets.data();
+    bag_ids_ = reinterpret_cast<const char*>(held_.bag_ids.data());
+    bag_id_bytes_ = 8;
+  } else {
+    for (const auto& c : held_.columns) cols_.push_back({reinterpret_cast<const char*>(c.data()), 8});
+  }
+}
+
+Batch Batch::whole(const Shard& shard, std::uint64_t index) {
+  Batch b;
+  b.size_ = static_cast<std::size_t>(shard.rows());
+  b.index_ = index;
+  b.single_ = &shard;
+  return b;
+}
+
+Dataset Dataset::without_rows(Manifest manifest) {
+  Dataset d;
+  d.manifest_ = std::move(manifest);
+  return d;
+}
+
 SplitData::SplitData(std::vector<std::unique_ptr<Shard>> shards, std::uint64_t shard_rows)
     : shards_(std::move(shards)), shift_(std::countr_zero(shard_rows)), mask_(shard_rows - 1) {
   for (auto& s : shards_) rows_ += s->rows();

@@ -210,6 +210,9 @@ void PsDaemon::serve() {
   server_ = data_plane_->make_server(service_->handler());
   rdma_server_ = dynamic_cast<const transport::RdmaServer*>(server_.get());
   spdlog::info("listening on {}:{} ({})", c_.listen.host, server_->port(), data_plane_->name());
+  // No job to form: the loop takes the signals before the port file says the shard is
+  // up (a SIGTERM sent on seeing it stops the shard in order, exit 0, not by signal).
+  if (c_.coordinator.empty()) before_serving_.reset();
   if (!c_.port_file.empty()) write_file_atomic(c_.port_file, std::to_string(server_->port()) + "\n");
   // Metrics served from here on, while the job forms too.
   if (c_.metrics_port != 0) {
@@ -220,12 +223,7 @@ void PsDaemon::serve() {
 }
 
 void PsDaemon::join_job() {
-  if (c_.coordinator.empty()) {
-    // No job to form: the loop takes the signals now. (Left to the thread, a SIGTERM
-    // went to whichever of the two waited first: stopped at once or by the loop.)
-    before_serving_.reset();
-    return;
-  }
+  if (c_.coordinator.empty()) return;  // signals already the loop's (serve)
   // Control plane: shard 0 coordinates; every shard joins and publishes its address.
   transport::ControlTimeouts ct;
   ct.heartbeat_timeout = c_.heartbeat_timeout;

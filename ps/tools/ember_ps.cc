@@ -55,7 +55,14 @@ void resolve(Flags& f) {
   ps::StoreConfig& sc = c.store;
   if (c.token.empty() && c.token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
   transport::resolve_token(c);
-  if (!f.dataset.empty()) sc.num_keys = rows_of_dataset(f.dataset, f.slots_per_shard, sc.shards, sc.hashed_ids);
+  if (!f.dataset.empty()) {
+    sc.num_keys = rows_of_dataset(f.dataset, f.slots_per_shard, sc.shards, sc.hashed_ids);
+  } else if (f.slots_per_shard > 0) {
+    // Dynamic tables without a dataset (a job on a --stream): slots for hashed ids.
+    if (sc.num_keys != 0) throw ConfigError("--slots-per-shard (dynamic tables) and --num-keys (fixed tables) exclude each other");
+    sc.hashed_ids = true;
+    sc.num_keys = f.slots_per_shard * sc.shards;
+  }
   if (sc.num_keys == 0) throw ConfigError("give --num-keys or --dataset");
   if ((c.checkpoint_on_exit || c.checkpoint_every > 0) && c.checkpoint_dir.empty()) {
     throw ConfigError("--checkpoint-on-exit and --checkpoint-every need --checkpoint-dir");

@@ -46,8 +46,8 @@ std::vector<Decl> store_options() {
       store_flag("--num-keys", &StoreConfig::num_keys, "rows of all tables").default_hidden(),
       flag("--dataset", &Flags::dataset, "take the rows of all tables from an ember-data dataset"),
       flag("--slots-per-shard", &Flags::slots_per_shard,
-           "a dataset of hashed ids (dynamic tables): rows this shard holds at most at once (--shard-max-rows and one global "
-           "batch's ids fit)")
+           "a dataset of hashed ids, or no --dataset (a job on a stream): dynamic tables, of which this shard holds at most this "
+           "many rows at once (--shard-max-rows and one global batch's ids fit)")
           .checked(CLI::Range(std::uint64_t{1}, std::uint64_t{1} << 32)),
   };
   append(d, shared(

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "ember/common/error.h"
+
 namespace ember::scheduler {
 
 void BatchStream::Epochs::next(data::Batch& out) {
@@ -12,16 +14,24 @@ void BatchStream::Epochs::next(data::Batch& out) {
 }
 
 BatchStream::BatchStream(const data::BatchReader& reader, std::vector<std::uint64_t> table_offsets, std::uint32_t lookahead)
-    : main_{reader}, ahead_{reader}, offsets_(std::move(table_offsets)), lookahead_(lookahead) {}
+    : main_(Epochs{reader}), ahead_(Epochs{reader}), offsets_(std::move(table_offsets)), lookahead_(lookahead) {}
 
-void BatchStream::next(data::Batch& b, GlobalBatch& g) {
-  main_.next(b);
+BatchStream::BatchStream(data::StreamOptions stream, std::size_t batch_size, std::vector<std::uint64_t> table_offsets)
+    : stream_(std::make_unique<data::DirectoryStream>(std::move(stream), batch_size)), offsets_(std::move(table_offsets)), lookahead_(0) {}
+
+bool BatchStream::next(data::Batch& b, GlobalBatch& g) {
+  if (stream_) {
+    if (!stream_->next(b)) return false;
+  } else {
+    main_->next(b);
+  }
   to_global_batch(b, offsets_, g);
+  return true;
 }
 
 void BatchStream::look_ahead(Scheduler& s, std::uint64_t t, std::uint64_t end) {
   s.look_ahead_through(t, end, [&](GlobalBatch& next) {
-    ahead_.next(ahead_batch_);
+    ahead_->next(ahead_batch_);
     to_global_batch(ahead_batch_, offsets_, next);
     if (on_ahead_) on_ahead_(ahead_next_, next);
     ++ahead_next_;
@@ -30,20 +40,46 @@ void BatchStream::look_ahead(Scheduler& s, std::uint64_t t, std::uint64_t end) {
 
 void BatchStream::look_ahead(HostSchedulers& s, std::uint64_t t, std::uint64_t end) {
   s.look_ahead_through(t, end, [&](GlobalBatch& next) {
-    ahead_.next(ahead_batch_);
+    ahead_->next(ahead_batch_);
     to_global_batch(ahead_batch_, offsets_, next);
     if (on_ahead_) on_ahead_(ahead_next_, next);
     ++ahead_next_;
   });
 }
 
-void BatchStream::skip(std::uint64_t n) {
+bool BatchStream::skip(std::uint64_t n) {
+  if (stream_) return stream_->skip(n);
   data::Batch b;
-  for (std::uint64_t t = 0; t < n; ++t) main_.next(b);
+  for (std::uint64_t t = 0; t < n; ++t) main_->next(b);
   if (lookahead_ > 0) {
-    for (std::uint64_t t = 0; t < n; ++t) ahead_.next(b);
+    for (std::uint64_t t = 0; t < n; ++t) ahead_->next(b);
     ahead_next_ += n;
   }
+  return true;
+}
+
+data::StreamOptions stream_options(const SchedulerOptions& o, std::function<bool()> stopped) {
+  data::StreamOptions s;
+  s.dir = o.stream;
+  s.format = data::parse_source_format(o.stream_format);
+  s.stopped = std::move(stopped);
+  return s;
+}
+
+data::Dataset open_job_data(const std::string& dir, const SchedulerOptions& o, data::OpenOptions open) {
+  if (o.stream.empty()) {
+    if (dir.empty()) throw ConfigError("--dataset is required (or --stream DIR)");
+    return data::Dataset::open(dir, open);
+  }
+  const data::StreamOptions s = stream_options(o);
+  return data::Dataset::without_rows(data::stream_manifest(s.format, s.multi_hot_sep));
+}
+
+BatchStream job_batches(const data::Dataset& ds, const SchedulerOptions& o, std::vector<std::uint64_t> table_offsets,
+                        std::uint32_t lookahead, std::function<bool()> stopped) {
+  if (o.stream.empty()) return BatchStream(global_batch_reader(ds, o), std::move(table_offsets), lookahead);
+  const std::size_t n = static_cast<std::size_t>(o.workers) * o.batch_per_worker;
+  return BatchStream(stream_options(o, std::move(stopped)), n, std::move(table_offsets));
 }
 
 }  // namespace ember::scheduler

@@ -42,6 +42,12 @@ std::vector<Decl> shape_options() {
       option("--iterations", &SchedulerOptions::iterations,
              "global batches the job trains (ember-sim: schedules, the first --warmup of them not counted)", kJob)
           .must_agree(),
+      option("--stream", &SchedulerOptions::stream,
+             "train on raw lines from the files of this directory, read in name order as they come in (hashed ids, docs/online.md), "
+             "not on the dataset's training split",
+             kJob)
+          .must_agree(),
+      option("--stream-format", &SchedulerOptions::stream_format, "--stream: criteo (TSV), criteo-csv or avazu", kJob).must_agree(),
       option("--sched-threads", &SchedulerOptions::threads, "scheduler threads (the plans do not depend on them)", kJob),
       option("--budget-ms", &SchedulerOptions::budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)", kSimProgram),
       option("--partitions", &SchedulerOptions::partitions, "partitioned LAIA allocation (Herald's parallel variant)", kSimProgram),

@@ -75,6 +75,12 @@ SchedulerConfig make_scheduler_config(const data::Dataset& ds, const SchedulerOp
   SchedulerConfig c;
   static_cast<SchedulerCommon&>(c) = o;  // the settings that pass as they are, at once
   c.policy = parse_policy(o.policy);
+  if (!o.stream.empty()) {
+    // A stream's order is its files' (every worker reads the same), and what comes
+    // later is not there to look at.
+    if (o.shuffle) throw ConfigError("--shuffle does not apply to --stream: a stream is read in its files' order");
+    if (o.lookahead > 0) throw ConfigError("--lookahead does not apply to --stream: later batches are not there yet");
+  }
   if (ds.manifest().hashed_ids) {
     check_dynamic_tables(o, c.policy);
     // Every table's keys are slots of one space (KeyDirectory).

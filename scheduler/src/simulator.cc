@@ -289,8 +289,8 @@ void drop_rows_after(std::uint64_t it, KeyDirectory& dir, S& sched, std::vector<
 // With `dir` (dynamic tables), each batch's ids become its slots and the rows it drops
 // after each iteration leave the scheduler.
 template <typename S>
-SimResult replay(S& sched, const data::BatchReader& reader, const std::string& policy, bool flushes, std::uint64_t total,
-                 const SimOptions& o, KeyDirectory* dir) {
+SimResult replay(S& sched, BatchStream& batches, const std::string& policy, bool flushes, std::uint64_t total, const SimOptions& o,
+                 KeyDirectory* dir) {
   SimResult r;
   r.policy = policy;
   r.cache_rows = sched.config().cache_rows;
@@ -299,7 +299,6 @@ SimResult replay(S& sched, const data::BatchReader& reader, const std::string& p
   data::Batch b;
   GlobalBatch g;
   const auto& offsets = sched.config().table_offsets;
-  BatchStream batches(reader, offsets, sched.config().lookahead);
   const FlushSchedule flush_schedule{total, o.scheduler.eval_every, CheckpointSchedule(o.checkpoint_every)};
   double tables_sum = 0, scoring_sum = 0;
   GroupCounts groups(o, offsets, dir == nullptr, r);
@@ -411,20 +410,23 @@ SimResult simulate(const data::Dataset& ds, const SimOptions& o) {
   if ((c.host_allocation || c.peer_sync || o.scheduler.scheduler_per_host) && o.host_of) {
     for (WorkerId w = 0; w < c.workers; ++w) c.host_of.push_back(o.host_of(w));
   }
-  const data::BatchReader reader = global_batch_reader(ds, job);
-  if (reader.batches_per_epoch() < total) {
-    throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
-                      " global batches; --warmup + --iterations = " + std::to_string(total));
+  if (job.stream.empty()) {
+    const data::BatchReader reader = global_batch_reader(ds, job);
+    if (reader.batches_per_epoch() < total) {
+      throw ConfigError("the training split holds " + std::to_string(reader.batches_per_epoch()) +
+                        " global batches; --warmup + --iterations = " + std::to_string(total));
+    }
   }
+  BatchStream batches = job_batches(ds, job, c.table_offsets, c.lookahead);
   const std::string policy = c.policy.name();
   const bool flushes = c.policy.sync() != Sync::kBoundedStaleness;
   if (o.scheduler.scheduler_per_host) {
     if (!o.host_of) throw ConfigError("--scheduler-per-host needs the workers' hosts (--hosts or --host-map)");
     HostSchedulers sched(c);
-    return replay(sched, reader, policy, flushes, total, o, dir ? &*dir : nullptr);
+    return replay(sched, batches, policy, flushes, total, o, dir ? &*dir : nullptr);
   }
   Scheduler sched(std::move(c));
-  return replay(sched, reader, policy, flushes, total, o, dir ? &*dir : nullptr);
+  return replay(sched, batches, policy, flushes, total, o, dir ? &*dir : nullptr);
 }
 
 }  // namespace ember::scheduler

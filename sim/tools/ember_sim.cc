@@ -19,6 +19,7 @@
 #include "ember/data/synthetic.h"
 #include "ember/ps/shard_store.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/batch_stream.h"
 #include "ember/scheduler/dynamic_rows_json.h"
 #include "ember/scheduler/scheduler_cli.h"
 #include "ember/scheduler/simulator.h"
@@ -447,6 +448,7 @@ const std::vector<Decl>& sim_options() {
 void add_flags(CLI::App& app, Flags& f) {
   add_options(app, sim_options(), f, kSimProgram);
   app.get_option("--dataset")->excludes(app.get_option("--synthetic"));
+  app.get_option("--stream")->excludes(app.get_option("--dataset"))->excludes(app.get_option("--synthetic"));
   app.get_option("--host-map")->excludes(app.get_option("--hosts"));
   // The names of earlier releases, now ember-worker's.
   add_renamed_flag(app, "--data", "--dataset", true);
@@ -458,7 +460,8 @@ void add_flags(CLI::App& app, Flags& f) {
 // Checks the job's flags and fills in what they imply: the counted iterations, the PS
 // shards and the workers' hosts.
 void set_up_job(Flags& f) {
-  if (f.data_dir.empty() && f.synthetic.empty()) throw ConfigError("give --dataset DIR or --synthetic criteo|avazu");
+  if (f.data_dir.empty() && f.synthetic.empty() && f.o.scheduler.stream.empty())
+    throw ConfigError("give --dataset DIR, --stream DIR or --synthetic criteo|avazu");
   f.o.iterations = scheduler::counted_iterations(f.o.scheduler.iterations, f.o.warmup, "counted");
   if (f.ps_shards < 1) throw ConfigError("--ps must be at least 1");
   f.o.shards = f.ps_shards;
@@ -538,7 +541,7 @@ int main(int argc, char** argv) {
     }
     SyntheticDataset holder;
     const fs::path dir = dataset_dir(f, holder);
-    data::Dataset ds = data::Dataset::open(dir, {false});
+    data::Dataset ds = scheduler::open_job_data(dir.string(), f.o.scheduler, {false});
     if (!f.synthetic.empty()) {
       // The file holds a sample of each table; the key space (and the cache ratio) is
       // the generator's full tables, as it would be for the real dataset.

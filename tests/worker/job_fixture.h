@@ -64,6 +64,7 @@ struct JobOptions {
   std::string cache_admission = "none";           // --cache-admission
   std::vector<std::string> ps_args, worker_args;  // appended to every shard's / worker's
   std::vector<std::string> sim_args;              // appended to ember-sim's (simulate)
+  std::string stream;                             // the workers train on --stream DIR, not --dataset
 };
 
 struct JobResult {
@@ -197,6 +198,7 @@ class JobTest : public test::TempDirTest {
                                        int rank) {
     fs::path metrics = dir_ / (name + "-w" + std::to_string(rank) + ".jsonl");
     std::vector<std::string> a = test::worker_command(data, coord, {"--token", kToken}, o.workers, rank);
+    if (!o.stream.empty()) a[1] = "--stream", a[2] = o.stream;  // in place of --dataset DATA
     a.insert(a.end(), {"--policy",
                        o.policy,
                        "--model",

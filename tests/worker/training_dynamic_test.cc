@@ -4,7 +4,9 @@
 // slots, the shards resetting made and dropped rows at their commits.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "../data/test_util.h"
 #include "ember/ps/initial_rows.h"
@@ -81,6 +83,55 @@ TEST_F(DynamicTraining, VanillaAndHeraldTrainTheOneProcessModelWithRowsMadeExpir
   EXPECT_GT(h.served.at("reset.rows"), made);
   EXPECT_GE(h.auc, 0.0);
   EXPECT_LE(h.auc, 1.0);
+}
+
+// A job on a stream (ember-worker --stream): a directory's files, the second put in place
+// while the job waits for it, train the model one process trains on `prep --ids hash` of
+// the same files, and move the rows ember-sim predicts for that dataset.
+TEST_F(DynamicTraining, AJobOnAStreamOfFilesTrainsThePreparedFilesModel) {
+  const fs::path in = dir_ / "stream", staged = dir_ / "staged", data = dir_ / "prepared";
+  fs::create_directories(in);
+  fs::create_directories(staged);
+  std::string log;
+  for (const char* k : {"1", "2"}) {
+    ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 800 --scale 0.002 --new-ids 0.2 --seed " + k +
+                                    " --force -o " + (staged / (std::string("part-") + k + ".tsv")).string(),
+                                log),
+              0)
+        << log;
+  }
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --ids hash --format criteo --force -o " + data.string() + " " +
+                                  (staged / "part-1.tsv").string() + " " + (staged / "part-2.tsv").string(),
+                              log),
+            0)
+      << log;
+  fs::copy_file(staged / "part-1.tsv", in / "part-1.tsv");
+  JobOptions herald = dynamic_job("herald");
+  herald.stream = in.string();  // 12 batches of 128: 6 in part-1, the rest need part-2
+  TrainConfig rc = reference_config(data, herald);
+  rc.create_after = 2;
+  rc.expire_after = 4;
+  rc.shard_max_rows = 400;
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kSgd;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(rc, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+
+  const JobResult h = run_job(data, herald, "stream-herald", [&](Processes&, Processes&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    fs::copy_file(staged / "part-2.tsv", in / ".part-2.tsv");  // written under a hidden name, then put in place
+    fs::rename(in / ".part-2.tsv", in / "part-2.tsv");
+  });
+  expect_same_model(ref, h, "herald on a stream", 1e-6);
+  auto sim = simulate(data, herald);
+  expect_served_as_simulated(h, sim, herald, herald.policy);
+  // The one-process reference reads the stream as the workers do: the same model, bit for bit.
+  TrainConfig on_stream = rc;
+  on_stream.dataset.clear();
+  on_stream.stream = in.string();
+  const ReferenceResult from_stream = train_reference(on_stream, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  EXPECT_EQ(from_stream.rows, ref.rows);
+  EXPECT_EQ(from_stream.dense, ref.dense);
 }
 
 }  // namespace

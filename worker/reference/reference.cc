@@ -12,6 +12,7 @@
 #include "ember/data/dataset.h"
 #include "ember/ps/initial_rows.h"
 #include "ember/ps/sparse_optimizer.h"
+#include "ember/scheduler/batch_stream.h"
 #include "ember/scheduler/global_batch.h"
 #include "ember/scheduler/key_directory.h"
 #include "ember/scheduler/simulator.h"
@@ -64,19 +65,12 @@ class DynamicSlots {
       : dir_(scheduler::dynamic_table_options(c, slots.shards), slots.slots_per_shard), seed_(c.seed), dim_(dim), state_(state) {}
   std::uint64_t slot_count() const { return dir_.slot_count(); }
 
-  // Batch t's ids (keys, bags) to slots; the rows dropped after t - 1, then those made
-  // now, reset in `rows` and `states` (ShardStore::reset_rows).
-  void admit(std::uint64_t t, std::uint32_t samples, std::uint32_t tables, std::vector<Key>& keys, std::vector<std::uint32_t>& bags,
-             const ps::OptimizerConfig& sparse, std::vector<float>& rows, std::vector<float>& states) {
-    g_.index = t;
-    g_.samples = samples;
-    g_.tables = tables;
-    g_.keys.swap(keys);
-    g_.bags.swap(bags);
-    dir_.admit(t, g_, &resets_);
+  // Batch t's ids to slots; the rows dropped after t - 1, then those made now, reset in
+  // `rows` and `states` (ShardStore::reset_rows).
+  void admit(std::uint64_t t, scheduler::GlobalBatch& g, const ps::OptimizerConfig& sparse, std::vector<float>& rows,
+             std::vector<float>& states) {
+    dir_.admit(t, g, &resets_);
     apply_resets(sparse, rows, states);
-    keys.swap(g_.keys);
-    bags.swap(g_.bags);
   }
   // The rows dropped after t, reset at the next batch.
   void end(std::uint64_t t) {
@@ -107,7 +101,6 @@ class DynamicSlots {
   scheduler::KeyDirectory dir_;
   std::uint64_t seed_;
   std::uint32_t dim_, state_;
-  scheduler::GlobalBatch g_;
   std::vector<scheduler::SlotAssignment> resets_;
   std::vector<Key> dropped_;
 };
@@ -116,7 +109,7 @@ class DynamicSlots {
 
 ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerConfig& sparse, std::uint32_t dim, ReferenceSlots slots) {
   TrainConfig c = config;
-  auto ds = data::Dataset::open(c.dataset);
+  auto ds = scheduler::open_job_data(c.dataset, c);
   fill_model_shape(ds, dim, c);
   const std::uint32_t state = ps::state_floats(sparse.kind, dim), T = c.model.num_tables, D = c.model.num_dense;
   std::optional<DynamicSlots> dir;
@@ -137,24 +130,20 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   torch::manual_seed(c.seed);
   auto model = make_model(c.model);
   auto opt = make_dense_optimizer(c.dense_optimizer, model->parameters(), c.dense_lr);
-  data::BatchReader reader = scheduler::global_batch_reader(ds, c);  // the job's order
+  scheduler::BatchStream batches = scheduler::job_batches(ds, c, offsets, 0);  // the job's order
   const std::size_t batch_size = static_cast<std::size_t>(c.workers) * c.batch_per_worker;
   data::Batch b;
-  std::uint64_t epoch = 0;
+  scheduler::GlobalBatch g;
   const std::int64_t n = static_cast<std::int64_t>(batch_size);
-  std::vector<Key> keys(batch_size * T);
-  std::vector<std::uint32_t> bags;
   std::vector<float> dense(batch_size * D), labels(batch_size);
   EmbeddingPath path(torch::kCPU, c.model.pooling);
   DistinctRows rows;
   Stopwatch clock;
   for (std::uint64_t t = 0; t < c.iterations; ++t) {
-    if (!reader.next(b)) {
-      reader.start_epoch(++epoch);
-      reader.next(b);
-    }
-    scheduler::global_keys(b, batch_size, offsets, keys, bags);
-    if (dir) dir->admit(t, static_cast<std::uint32_t>(batch_size), T, keys, bags, sparse, r.rows, states);
+    batches.next(b, g);
+    if (dir) dir->admit(t, g, sparse, r.rows, states);
+    const std::vector<Key>& keys = g.keys;
+    const std::vector<std::uint32_t>& bags = g.bags;
     for (std::size_t i = 0; i < batch_size; ++i) {
       std::memcpy(&dense[i * D], b.dense(i), D * sizeof(float));
       labels[i] = static_cast<float>(b.label(i));

@@ -15,6 +15,7 @@
 #include "checkpoint/checkpoint_life.h"
 #include "ember/common/error.h"
 #include "ember/common/process.h"
+#include "ember/scheduler/batch_stream.h"
 #include "ember/scheduler/scheduler.h"
 #include "ember/scheduler/scheduler_config.h"
 #include "ember/scheduler/simulator.h"
@@ -110,22 +111,24 @@ std::optional<StartDirectory> Worker::key_directory() {
     if (d.options().shards != shards || d.slots_per_shard() != per_shard) {
       spdlog::info("worker {}: resuming dynamic tables of {} shards x {} slots on {} x {}: {} rows re-placed, caches start empty",
                    job_.rank(), d.options().shards, d.slots_per_shard(), shards, per_shard, d.totals().live);
-      return StartDirectory{d.reshard(options, per_shard, batch_ids, life_->first()), true};
+      return StartDirectory{d.reshard(options, per_shard, batch_ids, life_->first()), true, life_->restored_stream_position()};
     }
-    if (d.placed_at() > 0) {
+    if (d.placed_at() > 0 || !c_.stream.empty()) {
       // Re-placed by an earlier resume: a replay from iteration 0 would not make its slots.
+      // On a stream: its early files may be gone; it goes on from the saved position.
       if (!d.decides_as(options)) throw ConfigError(origin + ": saved with other --create-after, --expire-after or --shard-max-rows");
-      spdlog::info("worker {}: resuming dynamic tables placed anew at iteration {}: caches start empty", job_.rank(), d.placed_at());
-      return StartDirectory{std::move(d), true};
+      spdlog::info("worker {}: resuming dynamic tables {}: caches start empty", job_.rank(),
+                   c_.stream.empty() ? "placed anew at iteration " + std::to_string(d.placed_at()) : std::string("of a stream"));
+      return StartDirectory{std::move(d), true, life_->restored_stream_position()};
     }
   }
-  return StartDirectory{scheduler::KeyDirectory(options, per_shard), false};
+  return StartDirectory{scheduler::KeyDirectory(options, per_shard), false, {}};
 }
 
 scheduler::SchedulerConfig Worker::set_up() {
   device_ = parse_device(c_.device);
   resolve_cache_backend(c_.cache_backend, device_);  // --cache-backend errors before joining
-  ds_.emplace(data::Dataset::open(c_.dataset));
+  ds_.emplace(scheduler::open_job_data(c_.dataset, c_));
   const bool dynamic = ds_->manifest().hashed_ids;
   // (A host's gradient parts may outlive a dropped row: not with dynamic tables yet.)
   if (dynamic && c_.host_aggregation) throw ConfigError("--host-aggregation does not apply to dynamic tables (hashed ids) yet");

@@ -44,7 +44,7 @@ CheckpointLife::CheckpointLife(const TrainConfig& c, Job& job)
 }
 
 void CheckpointLife::restore(CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) {
-  if (c_.resume) restored_directory_ = dense_.load(first_, model, optimizer, device);
+  if (c_.resume) restored_ = dense_.load(first_, model, optimizer, device);
 }
 
 CheckpointLife::StopWindow CheckpointLife::stop_window() const {
@@ -66,7 +66,7 @@ void CheckpointLife::flushed(const Step& s, CtrModel& model, torch::optim::Optim
   // Every worker says what became of its part.
   const std::uint64_t at = s.iteration + 1;
   const char* state = "none";
-  if (!c_.checkpoint_dir.empty()) state = dense_.save(at, model, optimizer, s.directory_state) ? "written" : "failed";
+  if (!c_.checkpoint_dir.empty()) state = dense_.save(at, model, optimizer, s.directory_state, s.stream_position) ? "written" : "failed";
   job_.control().publish(ps::dense_state_key(static_cast<std::int64_t>(at), rank_), state);
 }
 

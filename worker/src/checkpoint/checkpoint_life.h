@@ -38,7 +38,9 @@ class CheckpointLife {
   // A resumed job's dense model and optimizer, from checkpoint_dir (DenseCheckpoints::load).
   void restore(CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device);
   // What that checkpoint holds of dynamic tables' KeyDirectory (empty: nothing).
-  const std::string& restored_directory() const { return restored_directory_; }
+  const std::string& restored_directory() const { return restored_.directory; }
+  // A job on a stream: where the checkpoint's stream was (empty: not saved).
+  const std::string& restored_stream_position() const { return restored_.stream_position; }
 
   // What the loader plans by: checkpoints asked for, and the iteration the job stops at.
   const AskedCheckpoints& asked() const { return asked_; }
@@ -97,7 +99,7 @@ class CheckpointLife {
   std::atomic<std::uint64_t> stop_at_{0};  // the job stops after stop_at - 1 (0: not asked)
   std::uint64_t stop_commits_ = 0;         // commits flagged kCommitStop
   bool checkpoint_commit_ = false;         // the next commit's: flushed for a checkpoint
-  std::string restored_directory_;
+  DenseRestore restored_;
 };
 
 }  // namespace ember::worker

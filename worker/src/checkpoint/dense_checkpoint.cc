@@ -52,6 +52,7 @@ std::uint64_t field(const std::string& b, std::uint64_t at, int bytes, const std
 }
 
 constexpr const char* kDirectoryRecord = "key_directory";
+constexpr const char* kStreamRecord = "stream_position";
 
 std::string directory_state_of(torch::serialize::InputArchive& root) {
   at::Tensor t;
@@ -133,7 +134,7 @@ json DenseCheckpoints::meta(std::uint64_t iteration) const {
 }
 
 bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer,
-                            const std::string& directory_state) const {
+                            const std::string& directory_state, const std::string& stream_position) const {
   torch::serialize::OutputArchive root, model_archive, optimizer_archive;
   model.save(model_archive);
   optimizer.save(optimizer_archive);
@@ -147,6 +148,7 @@ bool DenseCheckpoints::save(std::uint64_t iteration, CtrModel& model, torch::opt
     auto* p = const_cast<char*>(directory_state.data());
     root.write(kDirectoryRecord, torch::from_blob(p, {static_cast<std::int64_t>(directory_state.size())}, torch::kUInt8).clone());
   }
+  if (!stream_position.empty()) root.write(kStreamRecord, c10::IValue(stream_position));
   std::ostringstream bytes;
   root.save_to(bytes);
   const fs::path file = dense_checkpoint_file(c_.checkpoint_dir, rank_, iteration);
@@ -184,8 +186,8 @@ void DenseCheckpoints::prune() const {
   }
 }
 
-std::string DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer,
-                                   torch::Device device) const {
+DenseRestore DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer,
+                                    torch::Device device) const {
   // This worker's file, then another worker's of the same iteration (the replicas hold the
   // same state): one missing is skipped, one corrupt (its CRCs fail, or LibTorch cannot
   // read it) is passed over with one line naming it, so a worker whose own copy went bad
@@ -200,7 +202,8 @@ std::string DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, tor
     if (!fs::exists(file)) continue;
     torch::serialize::InputArchive root, model_archive, optimizer_archive;
     json found;
-    std::string directory;
+    DenseRestore restored;
+    std::string& directory = restored.directory;
     try {
       verify_dense_file(file);
       try {
@@ -211,6 +214,8 @@ std::string DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, tor
         root.read("model", model_archive);
         root.read("optimizer", optimizer_archive);
         directory = directory_state_of(root);
+        c10::IValue position;
+        if (root.try_read(kStreamRecord, position)) restored.stream_position = position.toStringRef();
       } catch (const std::exception& e) {
         throw DataError(file.string() + ": not a readable dense checkpoint: " + first_line(e));
       }
@@ -235,7 +240,7 @@ std::string DenseCheckpoints::load(std::uint64_t iteration, CtrModel& model, tor
     }
     spdlog::info("worker {}: resuming at iteration {}: dense model and optimizer from {}{}", rank_, iteration, file.string(),
                  file == own ? "" : (fs::exists(own) ? " (its own file is corrupt)" : " (its own file is missing)"));
-    return directory;
+    return restored;
   }
   if (passed.empty()) {
     throw ConfigError("--resume: the PS restored iteration " + std::to_string(iteration) + " but " + c_.checkpoint_dir +

@@ -21,6 +21,13 @@
 
 namespace ember::worker {
 
+// What a dense checkpoint keeps beside the model for a job of dynamic tables: its key
+// directory (KeyDirectory::save) and, on a stream, the stream's position.
+struct DenseRestore {
+  std::string directory;
+  std::string stream_position;
+};
+
 class DenseCheckpoints {
  public:
   // `whole_for_job(it)`: whether iteration it's checkpoint is whole for the job (must not
@@ -35,13 +42,16 @@ class DenseCheckpoints {
   // checkpoints are intact, as on the PS. Returns whether the file was written.
   // `directory_state`: dynamic tables' KeyDirectory::save() as of the checkpoint (empty:
   // none), kept in the file.
-  bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, const std::string& directory_state = {}) const;
+  // `stream_position`: a job on a stream's (data::StreamPosition::to_json), kept alike.
+  bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, const std::string& directory_state = {},
+            const std::string& stream_position = {}) const;
   // Loads this worker's file of `iteration`, or another worker's when its own is missing
   // or corrupt (verify_dense_file; each passed over is logged). Throws ConfigError naming
   // what is missing or does not match this job, DataError when every file of the
   // iteration there is corrupt (naming each). Returns the file's directory state (empty:
-  // none); a file with one may name other keys than this job's (another shard count).
-  std::string load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
+  // none; a file with one may name other keys than this job's, another shard count) and
+  // stream position.
+  DenseRestore load(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, torch::Device device) const;
 
  private:
   // What must match for the dense state to continue this job's training.

@@ -72,9 +72,10 @@ void Job::join(const data::Dataset& ds) {
     // Dynamic tables: the shards' slots, as many on each (ember-ps --slots-per-shard).
     const std::uint64_t shards = control_->peers_of(transport::Role::kPs).size();
     if (shards == 0 || ps_.num_keys % shards != 0) {
-      throw ConfigError("dataset mismatch: " + c_.dataset + " has hashed ids, but the PS's " + std::to_string(ps_.num_keys) +
+      const std::string data = c_.stream.empty() ? c_.dataset : "--stream " + c_.stream;
+      throw ConfigError("dataset mismatch: " + data + " has hashed ids, but the PS's " + std::to_string(ps_.num_keys) +
                         " rows are not slots of " + std::to_string(shards) +
-                        " shards (was ember-ps started with a vocabulary's --dataset?)");
+                        " shards (was ember-ps started with a vocabulary's --dataset? dynamic tables take --slots-per-shard)");
     }
   } else if (ps_.num_keys != rows) {
     throw ConfigError("dataset mismatch: " + c_.dataset + " has " + std::to_string(rows) + " embedding rows in its tables, the PS serves " +

@@ -132,7 +132,8 @@ std::vector<Decl> declare() {
   // the job starts. Each worker's own addresses, threads, device, files, reporting and
   // timeouts may differ: the dense gradients are summed before any replica steps, and
   // only worker 0 evaluates and dumps.
-  std::vector<Decl> d = {option("--dataset", &TrainConfig::dataset, "ember-data dataset directory (required)").must_agree()};
+  std::vector<Decl> d = {
+      option("--dataset", &TrainConfig::dataset, "ember-data dataset directory (required, unless --stream)").must_agree()};
   auto add = [&d](std::vector<Decl> part) { std::move(part.begin(), part.end(), std::back_inserter(d)); };
   add(model_options());
   add({
@@ -178,7 +179,7 @@ const std::vector<OptionDecl<TrainConfig>>& worker_options() {
 
 void add_worker_options(CLI::App& app, TrainConfig& c) {
   add_options(app, worker_options(), c, kWorkerProgram);
-  app.get_option("--dataset")->required();
+  app.get_option("--dataset")->excludes(app.get_option("--stream"));  // one of them: open_job_data
 }
 
 std::string worker_options_json(const TrainConfig& c) {

@@ -82,7 +82,11 @@ Evaluation evaluate(const data::Dataset& ds, const TrainConfig& c, ps::PsClient&
                     std::uint32_t dim, std::uint64_t iteration, const HeldRows& held, const scheduler::KeyDirectory* directory) {
   Evaluation result;
   if (ds.split(data::Split::kVal).rows() == 0) {
-    spdlog::warn("no validation split in {}: skipping evaluation (ember-data prep --val-fraction)", c.dataset);
+    if (c.stream.empty()) {
+      spdlog::warn("no validation split in {}: skipping evaluation (ember-data prep --val-fraction)", c.dataset);
+    } else {
+      spdlog::info("--stream: no validation split to evaluate; --progressive-window scores each batch before it trains");
+    }
     return result;
   }
   torch::NoGradGuard no_grad;

@@ -50,7 +50,8 @@ Loader::Loader(const data::Dataset& ds, scheduler::SchedulerConfig sc, const Tra
       host_(std::move(host)),
       evictions_(evictions),
       hint_rows_(hint_rows && sched_.config().lookahead > 0),
-      dir_(directory ? std::optional(std::move(directory->directory)) : std::nullopt) {
+      dir_(directory ? std::optional(std::move(directory->directory)) : std::nullopt),
+      stream_start_(directory ? directory->stream_position : std::string()) {
   queue_.set_capacity(2);
   thread_ = std::thread([this] {
     name_this_thread("loader");
@@ -172,11 +173,12 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& 
 
 void Loader::run() {
   try {
-    data::BatchReader reader = scheduler::global_batch_reader(ds_, c_);  // the order ember-sim and the reference read
+    // The order ember-sim and the reference read; a stream's wait ends when the loader stops.
+    scheduler::BatchStream batches =
+        scheduler::job_batches(ds_, c_, sched_.config().table_offsets, sched_.config().lookahead, [this] { return stop_.load(); });
     data::Batch b;
     scheduler::GlobalBatch g;
     std::vector<scheduler::StepPlan> plans;
-    scheduler::BatchStream batches(reader, sched_.config().table_offsets, sched_.config().lookahead);
     if (hint_rows_) {
       const std::uint32_t workers = sched_.config().workers;
       batches.on_ahead([this, workers](std::uint64_t it, const scheduler::GlobalBatch& next) {
@@ -191,7 +193,7 @@ void Loader::run() {
       Stopwatch clock;
       for (std::uint64_t t = 0; t < first && !stop_; ++t) {
         batches.look_ahead(sched_, t, c_.iterations);
-        batches.next(b, g);
+        if (!batches.next(b, g)) return;  // stopped
         if (dir_) admit(t, g);
         schedule(g, plans);
         if (dir_) drop_after(t);
@@ -203,14 +205,20 @@ void Loader::run() {
                      clock.seconds(), restore.size());
       }
     } else {
-      batches.skip(first);  // the batches trained before the checkpoint
+      if (!stream_start_.empty()) {
+        batches.seek(data::StreamPosition::from_json(stream_start_, "--resume: the dense checkpoint's stream position"));
+      } else if (!batches.skip(first)) {  // the batches trained before the checkpoint (false: stopped)
+        return;
+      }
     }
     for (std::uint64_t t = first; t < c_.iterations && !stop_; ++t) {
       hints_.clear();
       batches.look_ahead(sched_, t, c_.iterations);
-      batches.next(b, g);
+      if (!batches.next(b, g)) return;  // stopped
       Handoff h;
       h.step = make_step(t, b, g, plans, restore);
+      if ((h.step.checkpoint || h.step.last) && !c_.checkpoint_dir.empty() && batches.stream_position() != nullptr)
+        h.step.stream_position = batches.stream_position()->to_json();
       if (!hints_.empty()) {
         std::sort(hints_.begin(), hints_.end());
         hints_.erase(std::unique(hints_.begin(), hints_.end()), hints_.end());

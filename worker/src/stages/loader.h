@@ -92,6 +92,9 @@ struct Step {
   // step, which the shards clear at the final commit (its checkpoint then holds the
   // directory's rows).
   std::string directory_state;
+  // A job on a stream, where the PS checkpoints after this step (and at the last): the
+  // stream's position after this step's batch (data::StreamPosition::to_json).
+  std::string stream_position;
   std::vector<scheduler::SlotAssignment> final_resets;
   // Dynamic tables: each shard's rows after the step (live, and made, kept out, expired
   // and capped so far).
@@ -103,9 +106,13 @@ struct Step {
 // checkpoint of another shard count (re-placed: KeyDirectory::reshard) is not, and then
 // neither is the scheduler: every cache starts empty (a checkpoint's rows are all on the
 // shards), so the model goes on as BSP's, on the new shards' slots.
+// A job on a stream restores its directory from the checkpoint (no replay: the stream's
+// early files may be gone) and reads on from the checkpoint's `stream_position`
+// (data::StreamPosition::to_json; empty: from the start, past the batches trained).
 struct StartDirectory {
   scheduler::KeyDirectory directory;
   bool restored = false;
+  std::string stream_position;
 };
 
 // Plans from iteration `sc.first_iteration` (a resumed job) to the end. The PS
@@ -175,6 +182,7 @@ class Loader {
   std::vector<Key> hints_;  // collected while planning the next step
   std::uint64_t hints_for_ = 0;
   std::optional<scheduler::KeyDirectory> dir_;
+  std::string stream_start_;                        // StartDirectory::stream_position
   std::vector<scheduler::SlotAssignment> dropped_;  // after the last batch (id kNoId), for the next step's resets
   ExchangeBytes exchanged_;                         // since the last step made
   tbb::concurrent_bounded_queue<Handoff> queue_;    // two steps ahead at most

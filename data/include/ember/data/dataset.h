@@ -147,12 +147,33 @@ ShardLayout multi_hot_shard_layout(std::uint64_t rows, std::uint32_t num_dense, 
 void finish_shard_header(char* file_base, const ShardLayout& layout, std::uint64_t rows, std::uint32_t num_dense,
                          const std::vector<std::uint32_t>& id_bytes, std::uint64_t payload_checksum);
 
-// One mapped shard file.
+// The columns of a shard held in memory (a stream's batch, stream.h): what a shard
+// file holds after its header, in vectors.
+struct ShardColumns {
+  std::uint32_t num_dense = 0;
+  std::uint32_t num_tables = 0;
+  std::vector<std::uint8_t> labels;  // rows
+  std::vector<float> dense;          // rows x num_dense
+  // One-hot: one id column of rows() ids per table. Multi-hot: `bag_offsets` (rows x
+  // num_tables + 1) into `bag_ids`, as a version 2 file's.
+  std::vector<std::vector<std::uint64_t>> columns;
+  std::vector<std::uint32_t> bag_offsets;
+  std::vector<std::uint64_t> bag_ids;
+  bool multi_hot() const { return !bag_offsets.empty(); }
+  std::uint64_t rows() const { return labels.size(); }
+  void clear();  // no rows; the vectors' memory kept
+};
+
+// One shard: a mapped file, or columns in memory.
 class Shard {
  public:
   // Validates magic, version, header checksum and sizes against the manifest; with
   // `verify_payload` also the payload checksum. Throws DataError naming the file.
   Shard(const std::filesystem::path& path, const Manifest& manifest, const ShardInfo& info, bool verify_payload);
+  // Views `columns`, which it keeps (ids 8 bytes wide).
+  explicit Shard(ShardColumns columns);
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
 
   std::uint64_t rows() const { return rows_; }
   std::uint8_t label(std::uint64_t r) const { return labels_[r]; }
@@ -198,6 +219,7 @@ class Shard {
     std::uint32_t bytes;
   };
   MappedFile file_;
+  ShardColumns held_;  // a shard in memory
   std::uint64_t rows_ = 0;
   std::uint32_t num_dense_ = 0;
   std::uint64_t num_tables_ = 0;
@@ -240,6 +262,9 @@ class Dataset {
  public:
   // Opens a directory written by `ember-data prep`. Throws DataError / IoError.
   static Dataset open(const std::filesystem::path& dir, OpenOptions options = {});
+  // A dataset of `manifest`'s shape and no rows: a stream's (stream.h), whose batches come
+  // from elsewhere.
+  static Dataset without_rows(Manifest manifest);
 
   const Manifest& manifest() const { return manifest_; }
   const SplitData& split(Split s) const { return splits_[static_cast<int>(s)]; }
@@ -259,7 +284,12 @@ class Batch {
  public:
   std::size_t size() const { return size_; }
   std::uint64_t index() const { return index_; }  // batch number within the epoch
-  bool multi_hot() const { return split_ != nullptr && split_->num_shards() > 0 && split_->shard(0).multi_hot(); }
+  bool multi_hot() const {
+    if (single_ != nullptr) return single_->multi_hot();
+    return split_ != nullptr && split_->num_shards() > 0 && split_->shard(0).multi_hot();
+  }
+  // Every row of `shard` (a stream's batch), as batch `index`.
+  static Batch whole(const Shard& shard, std::uint64_t index);
 
   std::uint8_t label(std::size_t i) const {
     std::uint64_t r;

@@ -182,6 +182,10 @@ struct SchedulerOptions : SchedulerCommon {
   double create_filter_mb = 8;
   std::uint64_t expire_after = 0;
   std::uint64_t shard_max_rows = 0;
+  // A stream of raw lines (data/stream.h) instead of the dataset's training split: its
+  // directory and its text format (one-hot: a bag's bound is not known ahead).
+  std::string stream;
+  std::string stream_format = "criteo";
 };
 
 // The configuration for a job on `ds` with options `o`, replicated rows included (profiled

@@ -1,0 +1,100 @@
+// A stream of raw lines (Criteo TSV / CSV, Avazu CSV, plain or gzip) from a directory
+// whose files keep coming, cut into global batches with hashed ids (hashed_ids.h).
+//
+// Every worker reads the same directory and forms the same batches without talking:
+// the files are read in name order, each once it is in place (a writer renames it in:
+// names that start with '.' or hold ".tmp" are not read yet), line after line; global
+// batch t is records [tN, (t+1)N) of that order, never cut by time. A batch waits for
+// its records, however long they take to come. So a job on a stream trains what a job
+// on `ember-data prep --ids hash` of the same files, unshuffled, trains.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ember/data/dataset.h"
+#include "ember/data/line_parser.h"
+#include "ember/data/schema.h"
+#include "ember/data/text_input.h"
+
+namespace ember::data {
+
+struct StreamOptions {
+  std::filesystem::path dir;
+  SourceFormat format = SourceFormat::kCriteoTsv;
+  char multi_hot_sep = 0;  // != 0: every categorical field is a bag of values split by it
+  std::uint32_t poll_ms = 50;
+  // Asked while the stream waits for files; true ends the wait (next() returns false).
+  std::function<bool()> stopped;
+};
+
+// The manifest of a stream's batches: the format's schema, dynamic tables of hashed ids,
+// no rows. (What `prep --ids hash` of the same format writes, less its shards.)
+Manifest stream_manifest(SourceFormat format, char multi_hot_sep);
+
+// Where a stream is: the record it reads next.
+struct StreamPosition {
+  std::string file;             // its file's name in the directory ("" before the first file)
+  std::uint64_t line = 0;       // the line it is on in that file (1-based; 0: the file's start)
+  std::uint64_t records = 0;    // records read before it
+  std::uint64_t bad_lines = 0;  // lines passed over (logged with FILE:LINE)
+  std::uint64_t files = 0;      // files finished
+  std::uint64_t batches = 0;    // batches formed before it
+
+  // One line of JSON (what a checkpoint keeps), and back: DataError naming `origin`.
+  std::string to_json() const;
+  static StreamPosition from_json(const std::string& text, const std::string& origin);
+};
+
+class DirectoryStream {
+ public:
+  // Throws ConfigError when `o.dir` is not a directory.
+  DirectoryStream(StreamOptions o, std::size_t batch_size);
+  ~DirectoryStream();
+  DirectoryStream(const DirectoryStream&) = delete;
+  DirectoryStream& operator=(const DirectoryStream&) = delete;
+
+  // The next global batch (`batch_size` records), waiting for files as long as it takes;
+  // the view holds until the next call. False when `stopped` ended a wait. Throws
+  // DataError when a file appears whose name sorts before one already read (the order
+  // the workers agree on would differ) or a file cannot be read.
+  bool next(Batch& batch);
+  // Passes over `batches` batches (those a resumed job trained); false when stopped.
+  bool skip(std::uint64_t batches);
+  // Goes on from `p` (a checkpoint's position): its file opened at its line, the files
+  // named before it taken as read (they may be gone). Before any next(). DataError when
+  // the file is gone or shorter than the position says.
+  void seek(const StreamPosition& p);
+  const StreamPosition& position() const { return pos_; }
+
+ private:
+  // The next record into columns_; false when stopped.
+  bool read_record();
+  // The next line of the stream (a view valid until the next call); false when stopped.
+  bool next_line(std::string_view& line);
+  // Opens the next file in name order, waiting for one; false when stopped.
+  bool open_next_file();
+  std::optional<std::string> next_file_name();
+  void append(const Record& r);
+
+  StreamOptions o_;
+  std::size_t batch_size_;
+  StreamPosition pos_;
+  std::vector<std::string> begun_;  // names opened, in order (the last one bounds the next)
+  std::unique_ptr<TextInput> input_;
+  std::optional<LineParser> parser_;
+  std::string_view block_;
+  std::size_t at_ = 0;  // in block_
+  bool skip_header_ = false;
+  Record record_;
+  std::string error_;
+  ShardColumns columns_;
+  std::unique_ptr<Shard> shard_;  // the last batch's
+};
+
+}  // namespace ember::data

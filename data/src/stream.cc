@@ -1,0 +1,256 @@
+#include "ember/data/stream.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "ember/common/error.h"
+#include "ember/common/process.h"
+#include "ember/data/hashed_ids.h"
+
+namespace ember::data {
+
+namespace {
+
+constexpr std::uint64_t kBadLinesLogged = 10;
+constexpr double kWaitLogSeconds = 30;
+
+// A file a writer has put in place: not hidden, not a temporary (write_file_atomic's and
+// gen's "NAME.tmp-..."), a regular file.
+bool in_place(const std::filesystem::directory_entry& e) {
+  const std::string name = e.path().filename().string();
+  std::error_code ec;
+  return !name.empty() && name[0] != '.' && name.find(".tmp") == std::string::npos && e.is_regular_file(ec);
+}
+
+bool blank(std::string_view line) { return line.empty() || (line.size() == 1 && line[0] == '\r'); }
+
+}  // namespace
+
+Manifest stream_manifest(SourceFormat format, char multi_hot_sep) {
+  const Schema& schema = schema_for(format);
+  Manifest m;
+  m.format_version = multi_hot_sep != 0 ? kMultiHotFormatVersion : kDatasetFormatVersion;
+  m.source_format = std::string(format_name(format));
+  m.dense_names = schema.dense_names;
+  m.multi_hot = multi_hot_sep != 0;
+  m.multi_hot_sep = multi_hot_sep;
+  m.hashed_ids = true;
+  for (const std::string& name : schema.table_names) {
+    TableInfo t;
+    t.name = name;
+    t.rows = 0;  // dynamic
+    t.id_bytes = 8;
+    m.tables.push_back(t);
+  }
+  return m;
+}
+
+DirectoryStream::DirectoryStream(StreamOptions o, std::size_t batch_size) : o_(std::move(o)), batch_size_(batch_size) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(o_.dir, ec)) throw ConfigError("--stream " + o_.dir.string() + ": not a directory");
+  if (batch_size_ == 0) throw ConfigError("--stream: a global batch of 0 records");
+}
+
+DirectoryStream::~DirectoryStream() = default;
+
+std::optional<std::string> DirectoryStream::next_file_name() {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(o_.dir, ec)) {
+    if (in_place(e)) names.push_back(e.path().filename().string());
+  }
+  if (ec) throw IoError("--stream " + o_.dir.string() + ": " + ec.message());
+  std::sort(names.begin(), names.end());
+  const std::string* last = begun_.empty() ? nullptr : &begun_.back();
+  for (const std::string& n : names) {
+    if (last == nullptr || n > *last) return n;
+    // Sorted before a file read already: another worker may have read it in order.
+    if (!std::binary_search(begun_.begin(), begun_.end(), n)) {
+      throw DataError("--stream " + (o_.dir / n).string() + ": appeared after " + *last +
+                      " was read; files must come in name order (every worker reads the same batches)");
+    }
+  }
+  return std::nullopt;
+}
+
+bool DirectoryStream::open_next_file() {
+  Stopwatch waited;
+  double logged = 0;
+  for (;;) {
+    std::optional<std::string> name = next_file_name();
+    if (!name) {
+      if (o_.stopped && o_.stopped()) return false;
+      if (waited.seconds() - logged >= kWaitLogSeconds) {
+        logged = waited.seconds();
+        spdlog::info("--stream {}: waiting for the next file after {} ({} records read)", o_.dir.string(),
+                     begun_.empty() ? std::string("none") : begun_.back(), pos_.records);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(o_.poll_ms));
+      continue;
+    }
+    const std::filesystem::path path = o_.dir / *name;
+    begun_.push_back(*name);
+    pos_.file = *name;
+    pos_.line = 0;
+    const std::string first = read_first_line(path);
+    if (first.empty() && std::filesystem::file_size(path) == 0) {  // nothing in it
+      ++pos_.files;
+      continue;
+    }
+    try {
+      parser_.emplace(o_.format, first, o_.multi_hot_sep);
+    } catch (const DataError& e) {
+      throw DataError(path.string() + ":1: " + e.what());
+    }
+    skip_header_ = parser_->header_consumed();
+    input_ = std::make_unique<TextInput>(path);
+    block_ = {};
+    at_ = 0;
+    return true;
+  }
+}
+
+bool DirectoryStream::next_line(std::string_view& line) {
+  for (;;) {
+    if (!input_ && !open_next_file()) return false;
+    if (at_ >= block_.size()) {
+      if (input_->next(block_)) {
+        at_ = 0;
+        continue;
+      }
+      ++pos_.files;
+      input_.reset();
+      continue;
+    }
+    const std::size_t nl = block_.find('\n', at_);
+    const std::size_t end = nl == std::string_view::npos ? block_.size() : nl;
+    line = block_.substr(at_, end - at_);
+    at_ = end + 1;
+    ++pos_.line;
+    if (skip_header_ && pos_.line == 1) continue;
+    return true;
+  }
+}
+
+bool DirectoryStream::read_record() {
+  std::string_view line;
+  for (;;) {
+    if (!next_line(line)) return false;
+    if (blank(line)) continue;
+    if (parser_->parse(line, record_, error_, true)) break;
+    if (pos_.bad_lines++ < kBadLinesLogged)
+      spdlog::warn("--stream {}:{}: {} (line passed over)", (o_.dir / pos_.file).string(), pos_.line, error_);
+  }
+  ++pos_.records;
+  return true;
+}
+
+void DirectoryStream::append(const Record& r) {
+  ShardColumns& c = columns_;
+  c.labels.push_back(r.label);
+  c.dense.insert(c.dense.end(), r.dense.begin(), r.dense.begin() + c.num_dense);
+  for (unsigned t = 0; t < c.num_tables; ++t) {
+    if (c.multi_hot()) {
+      for (std::uint64_t key : r.bags[t]) c.bag_ids.push_back(hashed_id(t, key));
+      c.bag_offsets.push_back(static_cast<std::uint32_t>(c.bag_ids.size()));
+    } else {
+      c.columns[t].push_back(hashed_id(t, r.keys[t]));
+    }
+  }
+}
+
+bool DirectoryStream::next(Batch& batch) {
+  const Schema& schema = schema_for(o_.format);
+  columns_ = ShardColumns{};
+  columns_.num_dense = static_cast<std::uint32_t>(schema.num_dense());
+  columns_.num_tables = static_cast<std::uint32_t>(schema.num_tables());
+  columns_.labels.reserve(batch_size_);
+  if (o_.multi_hot_sep != 0) {
+    columns_.bag_offsets.push_back(0);
+  } else {
+    columns_.columns.assign(columns_.num_tables, {});
+    for (auto& col : columns_.columns) col.reserve(batch_size_);
+  }
+  for (std::size_t i = 0; i < batch_size_; ++i) {
+    if (!read_record()) return false;
+    append(record_);
+  }
+  shard_ = std::make_unique<Shard>(std::move(columns_));
+  batch = Batch::whole(*shard_, pos_.batches++);
+  return true;
+}
+
+bool DirectoryStream::skip(std::uint64_t batches) {
+  for (std::uint64_t i = 0; i < batches * batch_size_; ++i) {
+    if (!read_record()) return false;
+  }
+  pos_.batches += batches;
+  return true;
+}
+
+void DirectoryStream::seek(const StreamPosition& p) {
+  pos_ = p;
+  if (p.file.empty()) return;
+  // The names in place before the position's file, and it unless none of it was read:
+  // read before the checkpoint.
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(o_.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (in_place(e) && (name < p.file || (name == p.file && p.line > 0))) begun_.push_back(name);
+  }
+  std::sort(begun_.begin(), begun_.end());
+  if (p.line == 0) return;
+  const std::filesystem::path path = o_.dir / p.file;
+  if (begun_.empty() || begun_.back() != p.file) {
+    throw DataError("--stream " + path.string() + ": the checkpoint's stream position is in this file, which is gone");
+  }
+  parser_.emplace(o_.format, read_first_line(path), o_.multi_hot_sep);
+  skip_header_ = parser_->header_consumed();
+  input_ = std::make_unique<TextInput>(path);
+  block_ = {};
+  at_ = 0;
+  pos_.line = 0;
+  std::string_view line;
+  while (pos_.line < p.line) {
+    if (at_ >= block_.size()) {
+      if (!input_->next(block_)) {
+        throw DataError("--stream " + path.string() + ": has " + std::to_string(pos_.line) + " lines; the checkpoint's position is line " +
+                        std::to_string(p.line));
+      }
+      at_ = 0;
+    }
+    const std::size_t nl = block_.find('\n', at_);
+    at_ = nl == std::string_view::npos ? block_.size() : nl + 1;
+    ++pos_.line;
+  }
+}
+
+std::string StreamPosition::to_json() const {
+  return nlohmann::json{{"file", file},           {"line", line},   {"records", records},
+                        {"bad_lines", bad_lines}, {"files", files}, {"batches", batches}}
+      .dump();
+}
+
+StreamPosition StreamPosition::from_json(const std::string& text, const std::string& origin) {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    StreamPosition p;
+    p.file = j.at("file").get<std::string>();
+    p.line = j.at("line").get<std::uint64_t>();
+    p.records = j.at("records").get<std::uint64_t>();
+    p.bad_lines = j.at("bad_lines").get<std::uint64_t>();
+    p.files = j.at("files").get<std::uint64_t>();
+    p.batches = j.at("batches").get<std::uint64_t>();
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(origin + ": not a stream position: " + e.what());
+  }
+}
+
+}  // namespace ember::data

@@ -274,6 +274,7 @@ class JobTest : public test::TempDirTest {
                                                      .coordinator = coord,
                                                      .seed = kSeed,
                                                      .coord_file = coord_file});
+      if (!o.stream.empty()) a.erase(a.begin() + 1, a.begin() + 3);  // no --dataset: dynamic tables by --slots-per-shard
       a.insert(a.end(), {"--summary-file", (dir_ / (name + "-ps" + std::to_string(s) + ".json")).string()});
       if (o.ps_on_host >= 0) a.insert(a.end(), {"--host", "vhost" + std::to_string(o.ps_on_host)});
       a.insert(a.end(), o.ps_args.begin(), o.ps_args.end());

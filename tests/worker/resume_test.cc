@@ -233,6 +233,45 @@ TEST_F(Resume, DynamicTablesRestoreOnAnotherShardCount) {
   }
 }
 
+// A job on a stream resumes from the stream position its dense checkpoint keeps: the
+// files read before it may be gone (here: removed), and the job ends with the
+// uninterrupted model, id by id. Its shards serve dynamic tables without a dataset.
+TEST_F(Resume, AStreamJobGoesOnFromItsCheckpointsPosition) {
+  const fs::path in = dir_ / "stream";
+  fs::create_directories(in);
+  std::string log;
+  for (const char* k : {"1", "2", "3"}) {
+    ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 700 --scale 0.002 --new-ids 0.2 --seed " + k +
+                                    " --force -o " + (in / (std::string("part-") + k + ".tsv")).string(),
+                                log),
+              0)
+        << log;
+  }
+  JobOptions o = two_workers("herald", "sgd");
+  o.iterations = 16;  // 16 x 128 of the 2,100 records
+  o.stream = in.string();
+  o.worker_args.insert(o.worker_args.end(), {"--create-after", "2", "--expire-after", "4"});
+  o.ps_args.insert(o.ps_args.end(), {"--slots-per-shard", "8192"});
+  const JobOptions c = checkpointed(o, "s", {"--checkpoint-every", "4"});
+  const JobResult whole = run_job(in, c, "s");
+  const fs::path at7 = ckpt("s") / "iter-000000007";
+  ASSERT_TRUE(fs::exists(at7 / "manifest.json")) << at7;
+  // Iteration 7 begins at record 896, in part-2: part-1 is no longer needed.
+  fs::remove(in / "part-1.tsv");
+  const JobResult resumed = run_job(in, resumed_from(c, at7), "s-resumed");
+  const auto want = rows_by_id(whole.dump), got = rows_by_id(resumed.dump);
+  ASSERT_GT(want.size(), 100u);
+  ASSERT_EQ(got.size(), want.size()) << "live rows";
+  double diff = 0;
+  for (const auto& [id, row] : want) {
+    auto it = got.find(id);
+    ASSERT_NE(it, got.end()) << "id " << id << " has no row after the resume";
+    diff = std::max(diff, max_abs_diff(row, it->second));
+  }
+  EXPECT_LE(diff, kExact) << "rows by id";
+  EXPECT_LE(max_abs_diff(whole.dump.dense, resumed.dump.dense), kExact) << "dense weights";
+}
+
 #ifndef EMBER_RESUME_MATRIX
 // After each single fault, --resume from the newest checkpoint that is whole ends with
 // the model of a job that was never interrupted (herald, DLRM, Adagrad, the lookahead

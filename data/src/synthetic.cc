@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <string_view>
 #include <thread>
 
 #include "ember/common/error.h"
@@ -90,6 +92,112 @@ struct TableModel {
   bool label_signal = false;
 };
 
+// Where generated lines go: one file, or (GenOptions::files > 1) a directory of files
+// of rows / files lines each, every file written under a temporary name and renamed into
+// place when whole, `every` seconds apart (a stream's source, data/stream.h).
+class Output {
+ public:
+  Output(const GenOptions& o, std::string header) : o_(o), header_(std::move(header)) {
+    std::error_code ec;
+    if (std::filesystem::exists(o_.output, ec) && !o_.overwrite) {
+      throw ConfigError("output " + o_.output.string() + " already exists (use --force to replace it)");
+    }
+    if (o_.files > 1) {
+      if (o_.rows < o_.files) throw ConfigError("--files " + std::to_string(o_.files) + " exceeds --rows " + std::to_string(o_.rows));
+      std::filesystem::create_directories(o_.output, ec);
+      if (ec) throw IoError("create " + o_.output.string() + ": " + ec.message());
+    }
+    open();
+  }
+  ~Output() { drop(); }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+
+  // Whole lines, split across files where a file is full.
+  void lines(std::string_view text) {
+    while (!text.empty()) {
+      if (left_ == 0) next_file();
+      std::size_t end = 0;
+      std::uint64_t n = 0;
+      while (end < text.size() && n < left_) {
+        end = text.find('\n', end);
+        end = end == std::string_view::npos ? text.size() : end + 1;
+        ++n;
+      }
+      write(text.substr(0, end));
+      left_ -= n;
+      text.remove_prefix(end);
+    }
+  }
+  void finish() { close(); }
+  std::uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::filesystem::path path() const {
+    if (o_.files <= 1) return o_.output;
+    char name[40];
+    std::snprintf(name, sizeof name, "part-%06llu.%s", static_cast<unsigned long long>(index_),
+                  o_.like == SourceFormat::kAvazu ? "csv" : "tsv");
+    return o_.output / name;
+  }
+  bool gzip() const { return o_.files <= 1 && o_.output.extension() == ".gz"; }
+  void open() {
+    final_ = path();
+    tmp_ = final_;
+    tmp_ += ".tmp-" + std::to_string(::getpid());
+    if (gzip()) {
+      g_ = gzopen(tmp_.c_str(), "wb6");
+      if (g_ == nullptr) throw IoError(errno_message("create " + tmp_.string()));
+    } else {
+      f_ = std::fopen(tmp_.c_str(), "wb");
+      if (f_ == nullptr) throw IoError(errno_message("create " + tmp_.string()));
+    }
+    const std::uint64_t files = std::max<std::uint64_t>(1, o_.files);
+    left_ = o_.rows / files + (index_ + 1 == files ? o_.rows % files : 0);
+    if (!header_.empty()) write(header_);
+  }
+  void write(std::string_view s) {
+    bool ok = g_ != nullptr ? gzwrite(g_, s.data(), static_cast<unsigned>(s.size())) == static_cast<int>(s.size())
+                            : std::fwrite(s.data(), 1, s.size(), f_) == s.size();
+    if (!ok) throw IoError(errno_message("write " + tmp_.string()));
+    bytes_ += s.size();
+  }
+  // The file whole: synced and renamed into place.
+  void close() {
+    if (f_ == nullptr && g_ == nullptr) return;
+    bool ok = g_ != nullptr ? gzclose(g_) == Z_OK : (std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0 && std::fclose(f_) == 0);
+    f_ = nullptr;
+    g_ = nullptr;
+    if (!ok) throw IoError(errno_message("write " + tmp_.string()));
+    std::error_code ec;
+    std::filesystem::rename(tmp_, final_, ec);
+    if (ec) throw IoError("rename " + tmp_.string() + " -> " + final_.string() + ": " + ec.message());
+  }
+  void next_file() {
+    close();
+    ++index_;
+    if (o_.every_seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(o_.every_seconds));
+    open();
+  }
+  void drop() {
+    if (f_) std::fclose(f_);
+    if (g_) gzclose(g_);
+    if (f_ != nullptr || g_ != nullptr) {
+      std::error_code ec;
+      std::filesystem::remove(tmp_, ec);
+    }
+    f_ = nullptr;
+    g_ = nullptr;
+  }
+
+  const GenOptions& o_;
+  std::string header_;
+  std::filesystem::path final_, tmp_;
+  std::FILE* f_ = nullptr;
+  gzFile g_ = nullptr;
+  std::uint64_t index_ = 0, left_ = 0, bytes_ = 0;
+};
+
 class Generator {
  public:
   explicit Generator(const GenOptions& o) : o_(o), criteo_(o.like != SourceFormat::kAvazu) {
@@ -133,65 +241,25 @@ class Generator {
 
   GenReport run() {
     const int threads = o_.threads > 0 ? o_.threads : static_cast<int>(std::max(1u, usable_cpus()));
-    auto tmp = o_.output;
-    tmp += ".tmp-" + std::to_string(::getpid());
-    std::error_code ec;
-    if (std::filesystem::exists(o_.output, ec) && !o_.overwrite) {
-      throw ConfigError("output " + o_.output.string() + " already exists (use --force to replace it)");
-    }
-    bool gz = o_.output.extension() == ".gz";
-    std::FILE* f = nullptr;
-    gzFile g = nullptr;
-    if (gz) {
-      g = gzopen(tmp.c_str(), "wb6");
-      if (g == nullptr) throw IoError(errno_message("create " + tmp.string()));
-    } else {
-      f = std::fopen(tmp.c_str(), "wb");
-      if (f == nullptr) throw IoError(errno_message("create " + tmp.string()));
-    }
-    auto cleanup = [&] {
-      if (f) std::fclose(f);
-      if (g) gzclose(g);
-      f = nullptr;
-      g = nullptr;
-      std::filesystem::remove(tmp, ec);
-    };
-    try {
-      auto write = [&](const std::string& s) {
-        bool ok = gz ? gzwrite(g, s.data(), static_cast<unsigned>(s.size())) == static_cast<int>(s.size())
-                     : std::fwrite(s.data(), 1, s.size(), f) == s.size();
-        if (!ok) throw IoError(errno_message("write " + tmp.string()));
-        report_.bytes += s.size();
-      };
-      if (!criteo_) {
-        write(
-            "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
-            "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n");
+    Output out(o_, criteo_ ? std::string()
+                           : "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
+                             "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n");
+    const std::uint64_t chunks = (o_.rows + kChunkRows - 1) / kChunkRows;
+    const std::uint64_t group = static_cast<std::uint64_t>(threads) * 2;
+    std::vector<std::string> bufs(group);
+    std::vector<std::uint64_t> pos(group);
+    tbb::task_arena arena(threads);
+    for (std::uint64_t c0 = 0; c0 < chunks; c0 += group) {
+      std::uint64_t n = std::min(group, chunks - c0);
+      arena.execute([&] { tbb::parallel_for(std::uint64_t{0}, n, [&](std::uint64_t i) { pos[i] = make_chunk(c0 + i, bufs[i]); }); });
+      for (std::uint64_t i = 0; i < n; ++i) {
+        out.lines(bufs[i]);
+        report_.positives += pos[i];
       }
-      const std::uint64_t chunks = (o_.rows + kChunkRows - 1) / kChunkRows;
-      const std::uint64_t group = static_cast<std::uint64_t>(threads) * 2;
-      std::vector<std::string> bufs(group);
-      std::vector<std::uint64_t> pos(group);
-      tbb::task_arena arena(threads);
-      for (std::uint64_t c0 = 0; c0 < chunks; c0 += group) {
-        std::uint64_t n = std::min(group, chunks - c0);
-        arena.execute([&] { tbb::parallel_for(std::uint64_t{0}, n, [&](std::uint64_t i) { pos[i] = make_chunk(c0 + i, bufs[i]); }); });
-        for (std::uint64_t i = 0; i < n; ++i) {
-          write(bufs[i]);
-          report_.positives += pos[i];
-        }
-        if (o_.on_progress) o_.on_progress(std::min(o_.rows, (c0 + n) * kChunkRows));
-      }
-      bool ok = gz ? gzclose(g) == Z_OK : (std::fflush(f) == 0 && ::fsync(fileno(f)) == 0 && std::fclose(f) == 0);
-      f = nullptr;
-      g = nullptr;
-      if (!ok) throw IoError(errno_message("write " + tmp.string()));
-      std::filesystem::rename(tmp, o_.output, ec);
-      if (ec) throw IoError("rename " + tmp.string() + " -> " + o_.output.string() + ": " + ec.message());
-    } catch (...) {
-      cleanup();
-      throw;
+      if (o_.on_progress) o_.on_progress(std::min(o_.rows, (c0 + n) * kChunkRows));
     }
+    out.finish();
+    report_.bytes = out.bytes();
     report_.rows = o_.rows;
     return report_;
   }

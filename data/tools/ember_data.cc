@@ -264,7 +264,11 @@ CLI::App* add_gen(CLI::App& app, Flags& f) {
       flag("--multi-hot", &Flags::gen_bags, "bags of values: 'mlperf' (MLPerf DLRM-DCNv2's 26 sizes), one size, or one per table"),
       flag("--multi-hot-dist", &Flags::gen_bag_dist, "a bag's extra values: uniform over the table, or zipf (its popularity)"),
       flag("--multi-hot-sep", &Flags::gen_bag_sep, "separator of a bag's values"),
-      gen_flag("--output,-o", &GenOptions::output, "output file (.gz: gzip)").default_hidden(),
+      gen_flag("--output,-o", &GenOptions::output, "output file (.gz: gzip), or with --files a directory").default_hidden(),
+      gen_flag("--files", &GenOptions::files,
+               "write the rows as this many files part-000000.tsv, ... into the --output directory, each renamed into place when "
+               "whole (a stream's directory, ember-worker --stream)"),
+      gen_flag("--every", &GenOptions::every_seconds, "with --files: seconds between one file and the next (a stream that keeps coming)"),
       gen_flag("--force", &GenOptions::overwrite, "replace an existing output file"),
       flag("--quiet,-q", &Flags::gen_quiet, "no progress or summary"),
   };

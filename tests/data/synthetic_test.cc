@@ -91,6 +91,42 @@ TEST_F(Synthetic, OutputDoesNotDependOnThreads) {
   EXPECT_NE(read_file(dir_ / "a.tsv"), read_file(dir_ / "c.tsv"));
 }
 
+// --files: a stream's directory of files whose lines, in name order, are one file's
+// (Avazu: each file with its header), each put in place whole.
+TEST_F(Synthetic, FilesSplitOneGenerationInOrder) {
+  for (SourceFormat like : {SourceFormat::kCriteoTsv, SourceFormat::kAvazu}) {
+    GenOptions g;
+    g.like = like;
+    g.rows = 40000;  // chunks of 16,384 rows cut across the files
+    g.scale = 0.01;
+    g.output = dir_ / "one.txt";
+    g.overwrite = true;
+    generate(g);
+    g.files = 3;
+    g.output = dir_ / "parts";
+    generate(g);
+    std::string joined, header;
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_ / "parts")) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    const std::string ext = like == SourceFormat::kAvazu ? ".csv" : ".tsv";
+    ASSERT_EQ(names, (std::vector<std::string>{"part-000000" + ext, "part-000001" + ext, "part-000002" + ext}));
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      std::string text = read_file(dir_ / "parts" / names[k]);
+      if (like == SourceFormat::kAvazu) {
+        const std::size_t nl = text.find('\n') + 1;
+        if (k == 0) header = text.substr(0, nl);
+        EXPECT_EQ(text.substr(0, nl), header);
+        if (k > 0) text.erase(0, nl);
+      }
+      EXPECT_EQ(std::count(text.begin(), text.end(), '\n') - (like == SourceFormat::kAvazu && k == 0 ? 1 : 0), k < 2 ? 13333 : 13334);
+      joined += text;
+    }
+    EXPECT_EQ(joined, read_file(dir_ / "one.txt"));
+    fs::remove_all(dir_ / "parts");
+  }
+}
+
 TEST_F(Synthetic, NewIdsKeepComingAndFadeWithTheirWindow) {
   // Tables of one value at this scale: every other value of a table is a fresh id.
   GenOptions g;

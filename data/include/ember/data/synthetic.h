@@ -64,6 +64,11 @@ struct GenOptions {
   char multi_hot_sep = '|';
   int threads = 0;               // 0 = all cores; output is identical for any count
   std::filesystem::path output;  // ".gz" suffix: gzip-compressed
+  // > 1: `output` is a directory of this many plain files (part-000000.tsv, ...) of
+  // rows / files rows each, in order, each renamed into place when whole, `every_seconds`
+  // apart: a stream's directory (data/stream.h).
+  std::uint64_t files = 1;
+  double every_seconds = 0;
   bool overwrite = false;
   std::function<void(std::uint64_t rows_done)> on_progress;
 };

@@ -92,17 +92,29 @@ class LocalJob:
         # shards in one, the workers in another, joined by a veth pair.
         ns = ["ip", "netns", "exec", a.ps_netns] if a.ps_netns else []
         host = a.ps_address
-        return ns + [str(self.bin / "ember-ps"), "--dataset", a.dataset, "--shard", str(s), "--shards", str(a.ps),
+        return ns + [str(self.bin / "ember-ps"), *self.shard_tables(), "--shard", str(s), "--shards", str(a.ps),
                      "--workers", str(a.workers), "--stats-interval", "0", "--transport", a.transport, "--listen", f"{host}:0",
                      "--coordinator", f"tcp://{host}:0" if s == 0 else coord, "--coordinator-file", str(self.out / "coordinator"),
                      "--failure-file", str(self.out / "failure.json"), "--summary-file", str(self.out / f"ps{s}.json")] + \
             common + self.metrics_port(s) + shard_extra
 
+    def shard_tables(self):
+        """The shards' tables: the dataset's (its dynamic tables' slots with --slots-per-shard),
+        or for a stream dynamic tables of --slots-per-shard slots."""
+        a = self.a
+        slots = ["--slots-per-shard", str(a.slots_per_shard)] if a.slots_per_shard else []
+        return (["--dataset", a.dataset] if a.dataset else []) + slots
+
+    def worker_data(self):
+        """The workers' data: the dataset, or the stream's directory and format."""
+        a = self.a
+        return ["--dataset", a.dataset] if a.dataset else ["--stream", a.stream, "--stream-format", a.stream_format]
+
     def worker_command(self, w, coord, common, worker_extra):
         a = self.a
         host = ["--host", f"vhost{1 + w * a.hosts // a.workers}"] if a.hosts else []  # ranks in order, as evenly as they go
         ns = ["ip", "netns", "exec", a.worker_netns] if a.worker_netns else []
-        return ns + [str(self.bin / "ember-worker"), *host, "--dataset", a.dataset, "--coordinator", coord, "--workers", str(a.workers),
+        return ns + [str(self.bin / "ember-worker"), *host, *self.worker_data(), "--coordinator", coord, "--workers", str(a.workers),
                      "--rank", str(w), "--transport", a.transport, *self.setting_args, "--metrics", str(self.out / f"w{w}.jsonl")] + \
             common + self.metrics_port(a.ps + w) + worker_extra + self.worker_args + \
             (["--dump-dir", a.dump_dir] if w == 0 and a.dump_dir else [])
@@ -153,7 +165,7 @@ class LocalJob:
         return run_job(self, "ember-launch")
 
 # Launcher settings that are paths: in a --config file, relative to the file's directory.
-PATH_KEYS = ("dataset", "out", "bin", "checkpoint_dir", "dump_dir", "placement", "model_file")
+PATH_KEYS = ("dataset", "stream", "out", "bin", "checkpoint_dir", "dump_dir", "placement", "model_file")
 # Tables of a --config file: flags for every ember-ps, every ember-worker.
 ARG_TABLES = ("ember-ps", "ember-worker")
 
@@ -252,7 +264,12 @@ def build_parser(settings, default_bin):
                                 epilog="Settings may also come from a TOML file (--config); flags given here override it (docs/launching.md).")
     p.add_argument("--config", default="", help="a TOML job file: the settings by these flags' names, [ember-ps] and [ember-worker] tables of flags; "
                    "flags given here override it, relative paths in it are relative to the file")
-    p.add_argument("--dataset", default="", help="ember-data dataset directory (required)")
+    p.add_argument("--dataset", default="", help="ember-data dataset directory (this or --stream is required)")
+    p.add_argument("--stream", default="",
+                   help="train on the raw files of this directory, read in name order as they come in (docs/online.md), not a --dataset")
+    p.add_argument("--stream-format", default="criteo", help="--stream: criteo, criteo-csv or avazu")
+    p.add_argument("--slots-per-shard", type=int, default=0,
+                   help="dynamic tables (a --stream, or a dataset of hashed ids): rows each shard holds at most (ember-ps --slots-per-shard)")
     p.add_argument("--ps", type=int, default=1, help="PS shards")
     p.add_argument("--workers", type=int, default=4, help="workers")
     p.add_argument("--transport", default="tcp", help="tcp or rdma")
@@ -312,8 +329,14 @@ def parse_args(p, argv, worker_args):
 
 def check_args(p, a):
     """Ends the launcher (exit 2, by p.error) on settings that cannot make a job."""
-    if not a.dataset or not a.out:
-        p.error("--dataset and --out are required (as flags or in the --config file)")
+    if not (a.dataset or a.stream) or not a.out:
+        p.error("--dataset (or --stream) and --out are required (as flags or in the --config file)")
+    if a.dataset and a.stream:
+        p.error("--dataset and --stream exclude each other: a job trains on one")
+    if a.stream and not Path(a.stream).is_dir():
+        p.error(f"--stream {a.stream}: not a directory")
+    if a.stream and a.slots_per_shard <= 0:
+        p.error("--stream needs --slots-per-shard N: the shards' dynamic tables hold at most N rows each")
     if not 0 <= a.metrics_port <= 65536 - a.ps - a.workers:
         p.error(f"--metrics-port {a.metrics_port}: ports BASE..BASE+{a.ps + a.workers - 1} must lie in 1..65535 (0: off)")
     if a.ps < 1 or a.workers < 1:
@@ -324,7 +347,7 @@ def check_args(p, a):
         p.error("--checkpoint-every and --resume need --checkpoint-dir")
     if a.resume and not (Path(a.checkpoint_dir) / "ps").is_dir():
         p.error(f"--resume: {Path(a.checkpoint_dir) / 'ps'} does not exist (no checkpoint was written there)")
-    if not (Path(a.dataset) / "manifest.json").exists():
+    if a.dataset and not (Path(a.dataset) / "manifest.json").exists():
         p.error(f"--dataset {a.dataset}: no manifest.json (run ember-data prep first)")
     for b in ("ember-ps", "ember-worker"):
         if not os.access(Path(a.bin) / b, os.X_OK):

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""ember_launch.py --stream: a job trains on files that keep coming in.
+
+  - `ember-data gen --files 6 --every 0.6` writes the stream while the job runs; worker 1
+    is killed (SIGKILL) mid-stream; with --max-restarts the launcher restarts the job from
+    its newest checkpoint, which goes on from the stream position it keeps, and the job
+    ends with the model of an uninterrupted job on the whole directory, row by row;
+  - the job's summary.json has its progressive validation (each batch scored before it
+    trains);
+  - --stream without --slots-per-shard, or with --dataset, is refused in one line.
+
+  python3 tests/launcher/stream_test.py BIN_DIR SOURCE_DIR
+"""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN, SRC = (Path(a).resolve() for a in sys.argv[1:3])
+LAUNCH = [sys.executable, str(SRC / "scripts" / "ember_launch.py")]
+failures = []
+
+
+def check(name, cond, detail=""):
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f": {detail}"), flush=True)
+    if not cond:
+        failures.append(name)
+
+
+def job(tmp, stream, name, extra=()):
+    """A stream job: 1 shard of dynamic tables, 2 workers, herald + SGD, checkpoints every 4."""
+    out = tmp / name
+    cmd = LAUNCH + ["--stream", str(stream), "--slots-per-shard", "16384", "--ps", "1", "--workers", "2", "--policy", "herald",
+                    "--bin", str(BIN), "--out", str(out), "-q", "--timeout", "200", "--heartbeat-timeout-ms", "3000",
+                    "--checkpoint-dir", str(tmp / f"{name}-ckpt"), "--checkpoint-every", "4", "--dump-dir", str(tmp / f"{name}-model"),
+                    "--ps-args", "--dim 8 --optimizer sgd --lr 0.05", *extra, "--",
+                    "--iterations", "20", "--batch-per-worker", "64", "--progress-every", "0", "--progressive-window", "5",
+                    "--create-after", "2", "--expire-after", "6"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), out
+
+
+def gen(stream, every):
+    return subprocess.Popen([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "3000", "--files", "6", "--every", str(every),
+                             "--scale", "0.002", "--new-ids", "0.2", "--seed", "5", "--force", "-q", "-o", str(stream)])
+
+
+def floats(path):
+    b = path.read_bytes()
+    return struct.unpack(f"<{len(b) // 4}f", b)
+
+
+def max_diff(a, b):
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0) if len(a) == len(b) else float("inf")
+
+
+def lines(path):
+    try:
+        return sum(1 for _ in open(path))
+    except OSError:
+        return 0
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="ember-stream-") as t:
+        tmp = Path(t)
+        # The uninterrupted job, on the whole stream written first.
+        whole_dir = tmp / "whole-in"
+        gen(whole_dir, 0).wait(timeout=60)
+        p, out = job(tmp, whole_dir, "whole")
+        _, err = p.communicate(timeout=240)
+        check("the uninterrupted stream job runs", p.returncode == 0, err[-2000:])
+
+        # The same stream while it is written, a file every 0.6 s, worker 1 killed mid-way.
+        live_dir = tmp / "live-in"
+        writer = gen(live_dir, 0.6)
+        p, out = job(tmp, live_dir, "healed", ["--max-restarts", "2"])
+        killed = False
+        deadline = time.time() + 120
+        while time.time() < deadline and p.poll() is None and not killed:
+            if lines(out / "w1.jsonl") >= 10:
+                r = subprocess.run(["pgrep", "-f", f"ember-worker .*--metrics {out}/w1.jsonl"], capture_output=True, text=True)
+                if r.stdout.split():
+                    os.kill(int(r.stdout.split()[0]), signal.SIGKILL)
+                    killed = True
+            time.sleep(0.05)
+        check("worker 1 was killed mid-stream", killed)
+        _, err = p.communicate(timeout=240)
+        writer.wait(timeout=60)
+        check("the healed stream job finishes by itself", p.returncode == 0, err[-2000:])
+        restarts = [l for l in err.splitlines() if l.startswith("ember-launch: restart ")]
+        check("one restart, from a checkpoint", len(restarts) == 1 and "from checkpoint" in restarts[0], restarts or err[-2000:])
+        if p.returncode == 0:
+            for f in ("rows.bin", "dense.bin"):
+                d = max_diff(floats(tmp / "whole-model" / f), floats(tmp / "healed-model" / f))
+                check(f"{f}: the uninterrupted job's model (max diff {d:.2e})", d <= 1e-5, d)
+            s = json.loads((out / "summary.json").read_text())
+            prog = s.get("progressive") or {}
+            check("summary.json has progressive validation", 0 < prog.get("auc", 0) < 1 and prog.get("logloss", 0) > 0, prog)
+            print(f"     {restarts[0] if restarts else ''}\n     progressive {prog}")
+
+        # Refused in one line.
+        for extra, want in ((["--slots-per-shard", "0"], "--stream needs --slots-per-shard"),
+                            (["--dataset", str(tmp)], "--dataset and --stream exclude each other")):
+            r = subprocess.run(LAUNCH + ["--stream", str(whole_dir), "--slots-per-shard", "16384", "--out", str(tmp / "bad"), "--bin", str(BIN),
+                                         *extra], capture_output=True, text=True, timeout=60)
+            check(f"refused: {want}", r.returncode == 2 and want in r.stderr, r.stderr[-500:])
+    print("stream_test: " + ("FAILED: " + ", ".join(failures) if failures else "all passed"))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -236,7 +236,7 @@ def load_config(p, path):
             ok, want = isinstance(v, str), "a string"
         if not ok:
             config_error(path, text, key, f"'{key}' must be {want}, not {type(v).__name__} {v!r}")
-        if act.dest in PATH_KEYS and v and not os.path.isabs(v):
+        if act.dest in PATH_KEYS and v and not os.path.isabs(v) and "://" not in v:  # kafka:// is no path
             v = os.path.normpath(os.path.join(base, v))
         defaults[act.dest] = v
     return defaults, ps_table, worker_table
@@ -266,7 +266,8 @@ def build_parser(settings, default_bin):
                    "flags given here override it, relative paths in it are relative to the file")
     p.add_argument("--dataset", default="", help="ember-data dataset directory (this or --stream is required)")
     p.add_argument("--stream", default="",
-                   help="train on the raw files of this directory, read in name order as they come in (docs/online.md), not a --dataset")
+                   help="train on the raw files of this directory, read in name order as they come in, or on kafka://HOST:PORT/TOPIC "
+                        "(docs/online.md), not a --dataset")
     p.add_argument("--stream-format", default="criteo", help="--stream: criteo, criteo-csv or avazu")
     p.add_argument("--slots-per-shard", type=int, default=0,
                    help="dynamic tables (a --stream, or a dataset of hashed ids): rows each shard holds at most (ember-ps --slots-per-shard)")
@@ -333,7 +334,7 @@ def check_args(p, a):
         p.error("--dataset (or --stream) and --out are required (as flags or in the --config file)")
     if a.dataset and a.stream:
         p.error("--dataset and --stream exclude each other: a job trains on one")
-    if a.stream and not Path(a.stream).is_dir():
+    if a.stream and not a.stream.startswith("kafka://") and not Path(a.stream).is_dir():
         p.error(f"--stream {a.stream}: not a directory")
     if a.stream and a.slots_per_shard <= 0:
         p.error("--stream needs --slots-per-shard N: the shards' dynamic tables hold at most N rows each")

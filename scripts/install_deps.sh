@@ -19,6 +19,7 @@ PACKAGES=(
   # LibTorch's thread count (--torch-threads).
   libopenblas0-openmp
   prometheus-cpp-dev
+  librdkafka-dev
   python3-matplotlib
 )
 # With --ops (the test command): what the operations tests run for real, a Prometheus

@@ -12,6 +12,8 @@
 #include "ember/common/error.h"
 #include "ember/common/process.h"
 #include "ember/data/hashed_ids.h"
+#include "kafka_stream.h"
+#include "stream_batches.h"
 
 namespace ember::data {
 
@@ -32,6 +34,11 @@ bool blank(std::string_view line) { return line.empty() || (line.size() == 1 && 
 
 }  // namespace
 
+std::unique_ptr<RecordStream> open_stream(StreamOptions o, std::size_t batch_size) {
+  if (o.source.rfind("kafka://", 0) == 0) return open_kafka_stream(std::move(o), batch_size);
+  return std::make_unique<DirectoryStream>(std::move(o), batch_size);
+}
+
 Manifest stream_manifest(SourceFormat format, char multi_hot_sep) {
   const Schema& schema = schema_for(format);
   Manifest m;
@@ -51,10 +58,11 @@ Manifest stream_manifest(SourceFormat format, char multi_hot_sep) {
   return m;
 }
 
-DirectoryStream::DirectoryStream(StreamOptions o, std::size_t batch_size) : o_(std::move(o)), batch_size_(batch_size) {
+DirectoryStream::DirectoryStream(StreamOptions o, std::size_t batch_size) : o_(std::move(o)), dir_(o_.source) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(o_.dir, ec)) throw ConfigError("--stream " + o_.dir.string() + ": not a directory");
-  if (batch_size_ == 0) throw ConfigError("--stream: a global batch of 0 records");
+  if (!std::filesystem::is_directory(dir_, ec)) throw ConfigError("--stream " + o_.source + ": not a directory");
+  if (batch_size == 0) throw ConfigError("--stream: a global batch of 0 records");
+  builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, batch_size);
 }
 
 DirectoryStream::~DirectoryStream() = default;
@@ -62,17 +70,17 @@ DirectoryStream::~DirectoryStream() = default;
 std::optional<std::string> DirectoryStream::next_file_name() {
   std::vector<std::string> names;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(o_.dir, ec)) {
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     if (in_place(e)) names.push_back(e.path().filename().string());
   }
-  if (ec) throw IoError("--stream " + o_.dir.string() + ": " + ec.message());
+  if (ec) throw IoError("--stream " + dir_.string() + ": " + ec.message());
   std::sort(names.begin(), names.end());
   const std::string* last = begun_.empty() ? nullptr : &begun_.back();
   for (const std::string& n : names) {
     if (last == nullptr || n > *last) return n;
     // Sorted before a file read already: another worker may have read it in order.
     if (!std::binary_search(begun_.begin(), begun_.end(), n)) {
-      throw DataError("--stream " + (o_.dir / n).string() + ": appeared after " + *last +
+      throw DataError("--stream " + (dir_ / n).string() + ": appeared after " + *last +
                       " was read; files must come in name order (every worker reads the same batches)");
     }
   }
@@ -88,13 +96,13 @@ bool DirectoryStream::open_next_file() {
       if (o_.stopped && o_.stopped()) return false;
       if (waited.seconds() - logged >= kWaitLogSeconds) {
         logged = waited.seconds();
-        spdlog::info("--stream {}: waiting for the next file after {} ({} records read)", o_.dir.string(),
+        spdlog::info("--stream {}: waiting for the next file after {} ({} records read)", dir_.string(),
                      begun_.empty() ? std::string("none") : begun_.back(), pos_.records);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(o_.poll_ms));
       continue;
     }
-    const std::filesystem::path path = o_.dir / *name;
+    const std::filesystem::path path = dir_ / *name;
     begun_.push_back(*name);
     pos_.file = *name;
     pos_.line = 0;
@@ -145,18 +153,39 @@ bool DirectoryStream::read_record() {
     if (blank(line)) continue;
     if (parser_->parse(line, record_, error_, true)) break;
     if (pos_.bad_lines++ < kBadLinesLogged)
-      spdlog::warn("--stream {}:{}: {} (line passed over)", (o_.dir / pos_.file).string(), pos_.line, error_);
+      spdlog::warn("--stream {}:{}: {} (line passed over)", (dir_ / pos_.file).string(), pos_.line, error_);
   }
   ++pos_.records;
   return true;
 }
 
-void DirectoryStream::append(const Record& r) {
+BatchBuilder::BatchBuilder(SourceFormat format, char multi_hot_sep, std::size_t batch_size)
+    : num_dense_(static_cast<std::uint32_t>(schema_for(format).num_dense())),
+      num_tables_(static_cast<std::uint32_t>(schema_for(format).num_tables())),
+      multi_hot_(multi_hot_sep != 0),
+      batch_size_(batch_size) {
+  start();
+}
+
+void BatchBuilder::start() {
+  columns_ = ShardColumns{};
+  columns_.num_dense = num_dense_;
+  columns_.num_tables = num_tables_;
+  columns_.labels.reserve(batch_size_);
+  if (multi_hot_) {
+    columns_.bag_offsets.push_back(0);
+  } else {
+    columns_.columns.assign(num_tables_, {});
+    for (auto& col : columns_.columns) col.reserve(batch_size_);
+  }
+}
+
+void BatchBuilder::add(const Record& r) {
   ShardColumns& c = columns_;
   c.labels.push_back(r.label);
-  c.dense.insert(c.dense.end(), r.dense.begin(), r.dense.begin() + c.num_dense);
-  for (unsigned t = 0; t < c.num_tables; ++t) {
-    if (c.multi_hot()) {
+  c.dense.insert(c.dense.end(), r.dense.begin(), r.dense.begin() + num_dense_);
+  for (unsigned t = 0; t < num_tables_; ++t) {
+    if (multi_hot_) {
       for (std::uint64_t key : r.bags[t]) c.bag_ids.push_back(hashed_id(t, key));
       c.bag_offsets.push_back(static_cast<std::uint32_t>(c.bag_ids.size()));
     } else {
@@ -165,29 +194,23 @@ void DirectoryStream::append(const Record& r) {
   }
 }
 
-bool DirectoryStream::next(Batch& batch) {
-  const Schema& schema = schema_for(o_.format);
-  columns_ = ShardColumns{};
-  columns_.num_dense = static_cast<std::uint32_t>(schema.num_dense());
-  columns_.num_tables = static_cast<std::uint32_t>(schema.num_tables());
-  columns_.labels.reserve(batch_size_);
-  if (o_.multi_hot_sep != 0) {
-    columns_.bag_offsets.push_back(0);
-  } else {
-    columns_.columns.assign(columns_.num_tables, {});
-    for (auto& col : columns_.columns) col.reserve(batch_size_);
-  }
-  for (std::size_t i = 0; i < batch_size_; ++i) {
-    if (!read_record()) return false;
-    append(record_);
-  }
+Batch BatchBuilder::take(std::uint64_t index) {
   shard_ = std::make_unique<Shard>(std::move(columns_));
-  batch = Batch::whole(*shard_, pos_.batches++);
+  start();
+  return Batch::whole(*shard_, index);
+}
+
+bool DirectoryStream::next(Batch& batch) {
+  while (!builder_->full()) {
+    if (!read_record()) return false;
+    builder_->add(record_);
+  }
+  batch = builder_->take(pos_.batches++);
   return true;
 }
 
 bool DirectoryStream::skip(std::uint64_t batches) {
-  for (std::uint64_t i = 0; i < batches * batch_size_; ++i) {
+  for (std::uint64_t i = 0; i < batches * builder_->batch_size(); ++i) {
     if (!read_record()) return false;
   }
   pos_.batches += batches;
@@ -200,13 +223,13 @@ void DirectoryStream::seek(const StreamPosition& p) {
   // The names in place before the position's file, and it unless none of it was read:
   // read before the checkpoint.
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(o_.dir, ec)) {
+  for (const auto& e : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
     if (in_place(e) && (name < p.file || (name == p.file && p.line > 0))) begun_.push_back(name);
   }
   std::sort(begun_.begin(), begun_.end());
   if (p.line == 0) return;
-  const std::filesystem::path path = o_.dir / p.file;
+  const std::filesystem::path path = dir_ / p.file;
   if (begun_.empty() || begun_.back() != p.file) {
     throw DataError("--stream " + path.string() + ": the checkpoint's stream position is in this file, which is gone");
   }

@@ -17,7 +17,7 @@ BatchStream::BatchStream(const data::BatchReader& reader, std::vector<std::uint6
     : main_(Epochs{reader}), ahead_(Epochs{reader}), offsets_(std::move(table_offsets)), lookahead_(lookahead) {}
 
 BatchStream::BatchStream(data::StreamOptions stream, std::size_t batch_size, std::vector<std::uint64_t> table_offsets)
-    : stream_(std::make_unique<data::DirectoryStream>(std::move(stream), batch_size)), offsets_(std::move(table_offsets)), lookahead_(0) {}
+    : stream_(data::open_stream(std::move(stream), batch_size)), offsets_(std::move(table_offsets)), lookahead_(0) {}
 
 bool BatchStream::next(data::Batch& b, GlobalBatch& g) {
   if (stream_) {
@@ -60,7 +60,7 @@ bool BatchStream::skip(std::uint64_t n) {
 
 data::StreamOptions stream_options(const SchedulerOptions& o, std::function<bool()> stopped) {
   data::StreamOptions s;
-  s.dir = o.stream;
+  s.source = o.stream;
   s.format = data::parse_source_format(o.stream_format);
   s.stopped = std::move(stopped);
   return s;

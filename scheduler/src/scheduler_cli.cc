@@ -43,8 +43,8 @@ std::vector<Decl> shape_options() {
              "global batches the job trains (ember-sim: schedules, the first --warmup of them not counted)", kJob)
           .must_agree(),
       option("--stream", &SchedulerOptions::stream,
-             "train on raw lines from the files of this directory, read in name order as they come in (hashed ids, docs/online.md), "
-             "not on the dataset's training split",
+             "train on raw lines from the files of this directory, read in name order as they come in, or from a Kafka topic, "
+             "kafka://HOST:PORT[,HOST:PORT...]/TOPIC (hashed ids, docs/online.md), not on the dataset's training split",
              kJob)
           .must_agree(),
       option("--stream-format", &SchedulerOptions::stream_format, "--stream: criteo (TSV), criteo-csv or avazu", kJob).must_agree(),

@@ -47,7 +47,7 @@ class DirectoryStreamTest : public test::TempDirTest {
 
   StreamOptions options(char sep = 0) const {
     StreamOptions o;
-    o.dir = dir_ / "in";
+    o.source = (dir_ / "in").string();
     o.multi_hot_sep = sep;
     o.poll_ms = 10;
     return o;
@@ -189,7 +189,7 @@ TEST_F(DirectoryStreamTest, AFileOutOfNameOrderOrABadLineIsNamed) {
     EXPECT_NE(std::string(e.what()).find("0001.tsv: appeared after 0003.tsv was read"), std::string::npos) << e.what();
   }
   StreamOptions none;
-  none.dir = dir_ / "nothing";
+  none.source = (dir_ / "nothing").string();
   EXPECT_THROW(DirectoryStream(none, 10), ConfigError);
 }
 

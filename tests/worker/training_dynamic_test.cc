@@ -12,6 +12,13 @@
 #include "ember/ps/initial_rows.h"
 #include "ember/ps/sparse_optimizer.h"
 #include "job_fixture.h"
+#ifdef EMBER_HAVE_KAFKA
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+
+#include <fstream>
+#include <memory>
+#endif
 #include "training_fixture.h"
 
 namespace ember::worker {
@@ -133,6 +140,61 @@ TEST_F(DynamicTraining, AJobOnAStreamOfFilesTrainsThePreparedFilesModel) {
   EXPECT_EQ(from_stream.rows, ref.rows);
   EXPECT_EQ(from_stream.dense, ref.dense);
 }
+
+#ifdef EMBER_HAVE_KAFKA
+// The same from a Kafka topic of 2 partitions on librdkafka's mock cluster (in this
+// process, over loopback): the workers consume the whole topic each, partitions in turn,
+// and train the one-process model of the lines in that order.
+TEST_F(DynamicTraining, AJobOnAKafkaTopicTrainsThePreparedLinesModel) {
+  const fs::path tsv = dir_ / "lines.tsv", data = dir_ / "prepared";
+  std::string log;
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 1600 --scale 0.002 --new-ids 0.2 --seed 4 --force -o " +
+                                  tsv.string() + " && " + test::bin("ember-data") + " prep --ids hash --format criteo --force -o " +
+                                  data.string() + " " + tsv.string(),
+                              log),
+            0)
+      << log;
+  char err[256];
+  rd_kafka_conf_t* conf = rd_kafka_conf_new();
+  ASSERT_EQ(rd_kafka_conf_set(conf, "test.mock.num.brokers", "1", err, sizeof err), RD_KAFKA_CONF_OK) << err;
+  std::unique_ptr<rd_kafka_t, void (*)(rd_kafka_t*)> producer(rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err), rd_kafka_destroy);
+  ASSERT_NE(producer, nullptr) << err;
+  rd_kafka_mock_cluster_t* cluster = rd_kafka_handle_mock_cluster(producer.get());
+  ASSERT_EQ(rd_kafka_mock_topic_create(cluster, "clicks", 2, 1), RD_KAFKA_RESP_ERR_NO_ERROR);
+  // Line k to partition k % 2: the stream's order is the file's. The second half while
+  // the job waits for it.
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(tsv);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  const auto produce = [&](std::size_t from, std::size_t to) {
+    for (std::size_t k = from; k < to; ++k) {
+      ASSERT_EQ(
+          rd_kafka_producev(producer.get(), RD_KAFKA_V_TOPIC("clicks"), RD_KAFKA_V_PARTITION(static_cast<std::int32_t>(k % 2)),
+                            RD_KAFKA_V_VALUE(lines[k].data(), lines[k].size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+          RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    ASSERT_EQ(rd_kafka_flush(producer.get(), 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  };
+  produce(0, 800);
+  JobOptions herald = dynamic_job("herald");
+  herald.stream = std::string("kafka://") + rd_kafka_mock_cluster_bootstraps(cluster) + "/clicks";
+  TrainConfig rc = reference_config(data, herald);
+  rc.create_after = 2;
+  rc.expire_after = 4;
+  rc.shard_max_rows = 400;
+  ps::OptimizerConfig sparse;
+  sparse.kind = ps::OptimizerKind::kSgd;
+  sparse.lr = 0.05f;
+  const ReferenceResult ref = train_reference(rc, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  const JobResult h = run_job(data, herald, "kafka-herald", [&](Processes&, Processes&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    produce(800, lines.size());
+  });
+  expect_same_model(ref, h, "herald on a Kafka topic", 1e-6);
+}
+#endif
 
 }  // namespace
 }  // namespace ember::worker

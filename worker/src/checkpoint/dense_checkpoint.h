@@ -42,7 +42,7 @@ class DenseCheckpoints {
   // checkpoints are intact, as on the PS. Returns whether the file was written.
   // `directory_state`: dynamic tables' KeyDirectory::save() as of the checkpoint (empty:
   // none), kept in the file.
-  // `stream_position`: a job on a stream's (data::StreamPosition::to_json), kept alike.
+  // `stream_position`: a job on a stream's (data::RecordStream::position_json), kept alike.
   bool save(std::uint64_t iteration, CtrModel& model, torch::optim::Optimizer& optimizer, const std::string& directory_state = {},
             const std::string& stream_position = {}) const;
   // Loads this worker's file of `iteration`, or another worker's when its own is missing

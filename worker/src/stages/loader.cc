@@ -206,7 +206,7 @@ void Loader::run() {
       }
     } else {
       if (!stream_start_.empty()) {
-        batches.seek(data::StreamPosition::from_json(stream_start_, "--resume: the dense checkpoint's stream position"));
+        batches.seek(stream_start_, "--resume: the dense checkpoint's stream position");
       } else if (!batches.skip(first)) {  // the batches trained before the checkpoint (false: stopped)
         return;
       }
@@ -217,8 +217,7 @@ void Loader::run() {
       if (!batches.next(b, g)) return;  // stopped
       Handoff h;
       h.step = make_step(t, b, g, plans, restore);
-      if ((h.step.checkpoint || h.step.last) && !c_.checkpoint_dir.empty() && batches.stream_position() != nullptr)
-        h.step.stream_position = batches.stream_position()->to_json();
+      if ((h.step.checkpoint || h.step.last) && !c_.checkpoint_dir.empty()) h.step.stream_position = batches.stream_position();
       if (!hints_.empty()) {
         std::sort(hints_.begin(), hints_.end());
         hints_.erase(std::unique(hints_.begin(), hints_.end()), hints_.end());

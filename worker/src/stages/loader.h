@@ -93,7 +93,7 @@ struct Step {
   // directory's rows).
   std::string directory_state;
   // A job on a stream, where the PS checkpoints after this step (and at the last): the
-  // stream's position after this step's batch (data::StreamPosition::to_json).
+  // stream's position after this step's batch (data::RecordStream::position_json).
   std::string stream_position;
   std::vector<scheduler::SlotAssignment> final_resets;
   // Dynamic tables: each shard's rows after the step (live, and made, kept out, expired
@@ -108,7 +108,7 @@ struct Step {
 // shards), so the model goes on as BSP's, on the new shards' slots.
 // A job on a stream restores its directory from the checkpoint (no replay: the stream's
 // early files may be gone) and reads on from the checkpoint's `stream_position`
-// (data::StreamPosition::to_json; empty: from the start, past the batches trained).
+// (data::RecordStream::position_json; empty: from the start, past the batches trained).
 struct StartDirectory {
   scheduler::KeyDirectory directory;
   bool restored = false;

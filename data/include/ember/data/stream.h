@@ -1,12 +1,13 @@
-// A stream of raw lines (Criteo TSV / CSV, Avazu CSV, plain or gzip) from a directory
-// whose files keep coming, cut into global batches with hashed ids (hashed_ids.h).
+// A stream of raw lines (Criteo TSV / CSV, Avazu CSV) that keep coming, cut into global
+// batches with hashed ids (hashed_ids.h): from a directory whose files keep coming
+// (DirectoryStream), or from a Kafka topic (KafkaStream, kafka_stream.cc).
 //
-// Every worker reads the same directory and forms the same batches without talking:
-// the files are read in name order, each once it is in place (a writer renames it in:
-// names that start with '.' or hold ".tmp" are not read yet), line after line; global
-// batch t is records [tN, (t+1)N) of that order, never cut by time. A batch waits for
-// its records, however long they take to come. So a job on a stream trains what a job
-// on `ember-data prep --ids hash` of the same files, unshuffled, trains.
+// Every worker reads the same source and forms the same batches without talking: the
+// records come in one fixed order (a directory: files in name order, each once it is in
+// place, line after line; Kafka: below), and global batch t is records [tN, (t+1)N) of
+// that order, never cut by time. A batch waits for its records, however long they take
+// to come. So a job on a stream trains what a job on `ember-data prep --ids hash` of the
+// same lines in that order, unshuffled, trains.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,11 @@
 
 namespace ember::data {
 
+class BatchBuilder;  // stream_batches.h
+
 struct StreamOptions {
-  std::filesystem::path dir;
+  // A directory, or kafka://HOST:PORT[,HOST:PORT...]/TOPIC.
+  std::string source;
   SourceFormat format = SourceFormat::kCriteoTsv;
   char multi_hot_sep = 0;  // != 0: every categorical field is a bag of values split by it
   std::uint32_t poll_ms = 50;
@@ -37,7 +41,28 @@ struct StreamOptions {
 // no rows. (What `prep --ids hash` of the same format writes, less its shards.)
 Manifest stream_manifest(SourceFormat format, char multi_hot_sep);
 
-// Where a stream is: the record it reads next.
+// The records of a stream formed into global batches (a directory's or a Kafka topic's).
+class RecordStream {
+ public:
+  virtual ~RecordStream() = default;
+  // The next global batch, waiting for its records as long as it takes; the view holds
+  // until the next call. False when StreamOptions::stopped ended a wait.
+  virtual bool next(Batch& batch) = 0;
+  // Passes over `batches` batches (those a resumed job trained); false when stopped.
+  virtual bool skip(std::uint64_t batches) = 0;
+  // Where the stream is, as one line of JSON (what a dense checkpoint keeps).
+  virtual std::string position_json() const = 0;
+  // Goes on from a position_json() of a stream of this source (a checkpoint's), before
+  // any next(). DataError naming `origin` when it does not fit the source.
+  virtual void seek_json(const std::string& text, const std::string& origin) = 0;
+};
+
+// The stream of `o.source`: kafka://... a KafkaStream, else a DirectoryStream. ConfigError
+// for a Kafka source in a build without librdkafka (has_kafka()).
+std::unique_ptr<RecordStream> open_stream(StreamOptions o, std::size_t batch_size);
+bool has_kafka();
+
+// Where a directory stream is: the record it reads next.
 struct StreamPosition {
   std::string file;             // its file's name in the directory ("" before the first file)
   std::uint64_t line = 0;       // the line it is on in that file (1-based; 0: the file's start)
@@ -51,9 +76,11 @@ struct StreamPosition {
   static StreamPosition from_json(const std::string& text, const std::string& origin);
 };
 
-class DirectoryStream {
+// Files in name order, each read once in place: a writer renames it in (names that start
+// with '.' or hold ".tmp" are not read yet).
+class DirectoryStream : public RecordStream {
  public:
-  // Throws ConfigError when `o.dir` is not a directory.
+  // Throws ConfigError when `o.source` is not a directory.
   DirectoryStream(StreamOptions o, std::size_t batch_size);
   ~DirectoryStream();
   DirectoryStream(const DirectoryStream&) = delete;
@@ -63,9 +90,10 @@ class DirectoryStream {
   // the view holds until the next call. False when `stopped` ended a wait. Throws
   // DataError when a file appears whose name sorts before one already read (the order
   // the workers agree on would differ) or a file cannot be read.
-  bool next(Batch& batch);
-  // Passes over `batches` batches (those a resumed job trained); false when stopped.
-  bool skip(std::uint64_t batches);
+  bool next(Batch& batch) override;
+  bool skip(std::uint64_t batches) override;
+  std::string position_json() const override { return pos_.to_json(); }
+  void seek_json(const std::string& text, const std::string& origin) override { seek(StreamPosition::from_json(text, origin)); }
   // Goes on from `p` (a checkpoint's position): its file opened at its line, the files
   // named before it taken as read (they may be gone). Before any next(). DataError when
   // the file is gone or shorter than the position says.
@@ -80,10 +108,8 @@ class DirectoryStream {
   // Opens the next file in name order, waiting for one; false when stopped.
   bool open_next_file();
   std::optional<std::string> next_file_name();
-  void append(const Record& r);
-
   StreamOptions o_;
-  std::size_t batch_size_;
+  std::filesystem::path dir_;
   StreamPosition pos_;
   std::vector<std::string> begun_;  // names opened, in order (the last one bounds the next)
   std::unique_ptr<TextInput> input_;
@@ -93,8 +119,7 @@ class DirectoryStream {
   bool skip_header_ = false;
   Record record_;
   std::string error_;
-  ShardColumns columns_;
-  std::unique_ptr<Shard> shard_;  // the last batch's
+  std::unique_ptr<BatchBuilder> builder_;
 };
 
 }  // namespace ember::data

@@ -43,10 +43,11 @@ class BatchStream {
   // trained before its checkpoint, when it does not replay them): the lookahead's
   // reader too when there is a window.
   bool skip(std::uint64_t n);
-  // A stream's: goes on from `p` (DirectoryStream::seek) instead of skipping.
-  void seek(const data::StreamPosition& p) { stream_->seek(p); }
-  // The stream's position (null: batches of a dataset).
-  const data::StreamPosition* stream_position() const { return stream_ ? &stream_->position() : nullptr; }
+  // A stream's: goes on from `position` (a checkpoint's, RecordStream::seek_json) instead
+  // of skipping.
+  void seek(const std::string& position, const std::string& origin) { stream_->seek_json(position, origin); }
+  // The stream's position (RecordStream::position_json; empty: batches of a dataset).
+  std::string stream_position() const { return stream_ ? stream_->position_json() : std::string(); }
   // Called with each batch the lookahead reads, and its iteration (a PS disk tier's
   // hints: the rows iteration it will use, named --lookahead iterations ahead).
   void on_ahead(std::function<void(std::uint64_t iteration, const GlobalBatch&)> f) { on_ahead_ = std::move(f); }
@@ -57,8 +58,8 @@ class BatchStream {
     std::uint64_t epoch = 0;
     void next(data::Batch& out);
   };
-  std::optional<Epochs> main_, ahead_;             // a dataset's
-  std::unique_ptr<data::DirectoryStream> stream_;  // or a stream's
+  std::optional<Epochs> main_, ahead_;          // a dataset's
+  std::unique_ptr<data::RecordStream> stream_;  // or a stream's
   std::vector<std::uint64_t> offsets_;
   std::uint32_t lookahead_;
   data::Batch ahead_batch_;       // the lookahead's, reused

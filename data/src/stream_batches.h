@@ -1,0 +1,36 @@
+// The global batches of a stream: records, their ids hashed as `prep --ids hash` hashes
+// them, gathered into an in-memory shard (ShardColumns) that a Batch views.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "ember/data/dataset.h"
+#include "ember/data/line_parser.h"
+#include "ember/data/schema.h"
+
+namespace ember::data {
+
+class BatchBuilder {
+ public:
+  BatchBuilder(SourceFormat format, char multi_hot_sep, std::size_t batch_size);
+
+  void add(const Record& r);
+  bool full() const { return columns_.rows() == batch_size_; }
+  std::size_t batch_size() const { return batch_size_; }
+  // The records added (a full batch) as batch `index`, valid until the next take(); the
+  // next records start a new batch.
+  Batch take(std::uint64_t index);
+
+ private:
+  void start();
+
+  std::uint32_t num_dense_, num_tables_;
+  bool multi_hot_;
+  std::size_t batch_size_;
+  ShardColumns columns_;
+  std::unique_ptr<Shard> shard_;  // the last batch's
+};
+
+}  // namespace ember::data

@@ -148,4 +148,18 @@ dense = sorted(p.name for p in Path(sys.argv[2], "dense").glob(f"worker-*-iter-{
 assert len(dense) == 4, f"dense state of {len(dense)} workers at iteration {at}"
 print(f"stopped at iteration {at}: {ck} whole, dense state of 4 workers")
 EOF
+echo "== job 3: a stream (stream:DIR), against ember_launch.py --stream"
+"$bin/ember-data" gen --like criteo --rows 4000 --files 4 --scale 0.002 --new-ids 0.1 --seed 5 --force -q -o "$work/stream"
+sargs=(--model dlrm --bottom-mlp 16 --top-mlp 16 --batch-per-worker 64 --progress-every 0 --iterations 20 --create-after 2)
+EMBER_ROOT="$src" EMBER_BIN="$bin" EMBER_OUT="$work/ss" EMBER_DUMP_DIR="$work/ss-dump" EMBER_PS_ARGS="$ps_args" EMBER_SLOTS_PER_SHARD=16384 \
+  timeout 300 sbatch --wait --parsable -o "$work/ss-%j.out" "$src/scripts/ember.sbatch" "stream:$work/stream" herald 1 2 \
+  -- "${sargs[@]}" > "$work/ss.jobid" || { cat "$work"/ss-*.out >&2; fail "job 3 (a stream) failed or timed out"; }
+timeout 300 python3 "$src/scripts/ember_launch.py" --bin "$bin" --stream "$work/stream" --slots-per-shard 16384 --ps 1 --workers 2 \
+  --policy herald -q --out "$work/ls" --dump-dir "$work/ls-dump" --ps-args "$ps_args" --timeout 240 -- "${sargs[@]}" > /dev/null ||
+  fail "ember_launch.py --stream failed"
+for f in dense.bin rows.bin; do
+  cmp -s "$work/ss-dump/$f" "$work/ls-dump/$f" || fail "job 3: $f differs from ember_launch.py --stream's"
+done
+echo "job 3: the stream job's model is ember_launch.py --stream's, byte for byte"
+
 echo "PASS in $((SECONDS - t_start)) s"

@@ -7,6 +7,7 @@
     ends with the model of an uninterrupted job on the whole directory, row by row;
   - the job's summary.json has its progressive validation (each batch scored before it
     trains);
+  - examples/online-stream.toml runs (shortened);
   - --stream without --slots-per-shard, or with --dataset, is refused in one line.
 
   python3 tests/launcher/stream_test.py BIN_DIR SOURCE_DIR
@@ -102,6 +103,12 @@ def main():
             prog = s.get("progressive") or {}
             check("summary.json has progressive validation", 0 < prog.get("auc", 0) < 1 and prog.get("logloss", 0) > 0, prog)
             print(f"     {restarts[0] if restarts else ''}\n     progressive {prog}")
+
+        # The example job file runs (shortened) on the same stream.
+        r = subprocess.run(LAUNCH + ["--config", str(SRC / "examples" / "online-stream.toml"), "--bin", str(BIN), "--stream", str(whole_dir),
+                                     "--out", str(tmp / "ex"), "--checkpoint-dir", str(tmp / "ex-ckpt"), "-q", "--",
+                                     "--iterations", "4", "--batch-per-worker", "128"], capture_output=True, text=True, timeout=240)
+        check("examples/online-stream.toml runs", r.returncode == 0, r.stderr[-2000:])
 
         # Refused in one line.
         for extra, want in ((["--slots-per-shard", "0"], "--stream needs --slots-per-shard"),

@@ -50,6 +50,8 @@ class KafkaStream : public RecordStream {
     }
     if (batch_size == 0) throw ConfigError("--stream: a global batch of 0 records");
     builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, batch_size);
+    // Labelled Criteo lines, 40 fields: not decided by whichever line comes first.
+    parser_.emplace(o_.format, "0" + std::string(39, '\t'), o_.multi_hot_sep);
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     // No consumer group: each worker is assigned every partition at the offsets it names.
@@ -101,6 +103,11 @@ class KafkaStream : public RecordStream {
         .dump();
   }
 
+  std::string start_position_json() override {
+    ensure_assigned();
+    return partitions_ == 0 ? std::string() : position_json();
+  }
+
   void seek_json(const std::string& text, const std::string& origin) override {
     try {
       const nlohmann::json j = nlohmann::json::parse(text);
@@ -108,6 +115,7 @@ class KafkaStream : public RecordStream {
         throw DataError(origin + ": a position in Kafka topic " + j.at("kafka").dump() + ", not " + topic_);
       }
       ensure_assigned(j.at("offsets").get<std::vector<std::int64_t>>());
+      if (partitions_ == 0) return;  // stopped while waiting for the topic
       turn_ = j.at("turn").get<std::size_t>();
       skip_lines_ = j.at("line").get<std::uint64_t>();
       records_ = j.at("records").get<std::uint64_t>();
@@ -193,9 +201,9 @@ class KafkaStream : public RecordStream {
   bool fetch(std::size_t p) {
     Stopwatch waited;
     while (fetched_[p].empty()) {
+      if (o_.stopped && o_.stopped()) return false;
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_, static_cast<int>(o_.poll_ms));
       if (m == nullptr) {
-        if (o_.stopped && o_.stopped()) return false;
         if (waited.seconds() > kWaitLogSeconds) {
           spdlog::info("--stream {}: waiting for partition {}'s message at offset {} ({} records read)", o_.source, p, offsets_[p],
                        records_);
@@ -214,9 +222,10 @@ class KafkaStream : public RecordStream {
       const rd_kafka_resp_err_t e = m->err;
       rd_kafka_message_destroy(m);
       // Gone (retention) or never there: the order the workers agree on cannot go on.
-      if (e == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE || e == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC ||
-          e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
-        throw DataError("--stream " + o_.source + ": " + why);
+      // (auto.offset.reset=error reports an offset no longer there as __AUTO_OFFSET_RESET.)
+      if (e == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE || e == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+          e == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC || e == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART)
+        throw DataError("--stream " + o_.source + ": " + why + " (the offsets read next: " + nlohmann::json(offsets_).dump() + ")");
       spdlog::warn("--stream {}: {} (retrying)", o_.source, why);
       return;
     }
@@ -233,7 +242,15 @@ class KafkaStream : public RecordStream {
     for (;;) {
       if (!fetch(turn_)) return false;
       const Message& m = fetched_[turn_].front();
-      if (at_ >= m.payload.size()) {  // the message read: the next partition's turn
+      if (skip_lines_ > 0 && at_ == 0 && m.offset != offsets_[turn_]) {
+        throw DataError("--stream " + o_.source + ": partition " + std::to_string(turn_) + " has no message at the checkpoint's offset " +
+                        std::to_string(offsets_[turn_]) + " (the next is " + std::to_string(m.offset) + ")");
+      }
+      if (at_ >= m.payload.size()) {
+        if (skip_lines_ > 0) {
+          throw DataError("--stream " + o_.source + ": partition " + std::to_string(turn_) + " offset " + std::to_string(m.offset) +
+                          " has fewer lines than the checkpoint's position says");
+        }  // the message read: the next partition's turn
         offsets_[turn_] = m.offset + 1;
         fetched_[turn_].pop_front();
         if (paused_[turn_] && fetched_[turn_].size() < kMaxAhead / 2) pause(turn_, false);
@@ -262,7 +279,6 @@ class KafkaStream : public RecordStream {
     for (;;) {
       if (!next_line(line)) return false;
       if (blank(line)) continue;
-      if (!parser_) parser_.emplace(o_.format, line, o_.multi_hot_sep);
       if (parser_->parse(line, record_, error_, true)) break;
       if (bad_lines_++ < kBadLinesLogged) {
         spdlog::warn("--stream {}: partition {} offset {} line {}: {} (line passed over)", o_.source, turn_, fetched_[turn_].front().offset,

@@ -87,6 +87,17 @@ std::optional<std::string> DirectoryStream::next_file_name() {
   return std::nullopt;
 }
 
+void DirectoryStream::open_parser(const std::filesystem::path& path) {
+  try {
+    parser_.emplace(o_.format, read_first_line(path), o_.multi_hot_sep);
+  } catch (const DataError& e) {
+    throw DataError(path.string() + ":1: " + e.what());
+  }
+  // A file without labels (a test split) would train every line as a 0.
+  if (!parser_->has_label()) throw DataError(path.string() + ":1: no label column; a stream trains on labelled lines");
+  skip_header_ = parser_->header_consumed();
+}
+
 bool DirectoryStream::open_next_file() {
   Stopwatch waited;
   double logged = 0;
@@ -106,17 +117,12 @@ bool DirectoryStream::open_next_file() {
     begun_.push_back(*name);
     pos_.file = *name;
     pos_.line = 0;
-    const std::string first = read_first_line(path);
-    if (first.empty() && std::filesystem::file_size(path) == 0) {  // nothing in it
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) == 0 && !ec) {  // nothing in it
       ++pos_.files;
       continue;
     }
-    try {
-      parser_.emplace(o_.format, first, o_.multi_hot_sep);
-    } catch (const DataError& e) {
-      throw DataError(path.string() + ":1: " + e.what());
-    }
-    skip_header_ = parser_->header_consumed();
+    open_parser(path);
     input_ = std::make_unique<TextInput>(path);
     block_ = {};
     at_ = 0;
@@ -233,8 +239,7 @@ void DirectoryStream::seek(const StreamPosition& p) {
   if (begun_.empty() || begun_.back() != p.file) {
     throw DataError("--stream " + path.string() + ": the checkpoint's stream position is in this file, which is gone");
   }
-  parser_.emplace(o_.format, read_first_line(path), o_.multi_hot_sep);
-  skip_header_ = parser_->header_consumed();
+  open_parser(path);
   input_ = std::make_unique<TextInput>(path);
   block_ = {};
   at_ = 0;

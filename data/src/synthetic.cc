@@ -99,9 +99,13 @@ class Output {
  public:
   Output(const GenOptions& o, std::string header) : o_(o), header_(std::move(header)) {
     std::error_code ec;
-    if (std::filesystem::exists(o_.output, ec) && !o_.overwrite) {
+    // A stream's directory made ahead (for a job to wait on) may be there, empty.
+    const bool empty_dir = o_.files > 1 && std::filesystem::is_directory(o_.output, ec) && std::filesystem::is_empty(o_.output, ec);
+    if (std::filesystem::exists(o_.output, ec) && !o_.overwrite && !empty_dir) {
       throw ConfigError("output " + o_.output.string() + " already exists (use --force to replace it)");
     }
+    if (o_.files == 0) throw ConfigError("--files must be at least 1");
+    if (o_.every_seconds > 0 && o_.files <= 1) throw ConfigError("--every goes with --files K (K > 1): seconds between the files");
     if (o_.files > 1) {
       if (o_.rows < o_.files) throw ConfigError("--files " + std::to_string(o_.files) + " exceeds --rows " + std::to_string(o_.rows));
       std::filesystem::create_directories(o_.output, ec);
@@ -168,10 +172,18 @@ class Output {
     bool ok = g_ != nullptr ? gzclose(g_) == Z_OK : (std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0 && std::fclose(f_) == 0);
     f_ = nullptr;
     g_ = nullptr;
-    if (!ok) throw IoError(errno_message("write " + tmp_.string()));
     std::error_code ec;
+    if (!ok) {
+      const std::string why = errno_message("write " + tmp_.string());
+      std::filesystem::remove(tmp_, ec);
+      throw IoError(why);
+    }
     std::filesystem::rename(tmp_, final_, ec);
-    if (ec) throw IoError("rename " + tmp_.string() + " -> " + final_.string() + ": " + ec.message());
+    if (ec) {
+      const std::string why = "rename " + tmp_.string() + " -> " + final_.string() + ": " + ec.message();
+      std::filesystem::remove(tmp_, ec);
+      throw IoError(why);
+    }
   }
   void next_file() {
     close();

@@ -1,5 +1,7 @@
 #include "ember/scheduler/batch_stream.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "ember/common/error.h"
@@ -47,6 +49,11 @@ void BatchStream::look_ahead(HostSchedulers& s, std::uint64_t t, std::uint64_t e
   });
 }
 
+void BatchStream::seek(const std::string& position, const std::string& origin) {
+  if (!stream_) throw ConfigError(origin + ": a stream's position, and this job reads a dataset (--stream)");
+  stream_->seek_json(position, origin);
+}
+
 bool BatchStream::skip(std::uint64_t n) {
   if (stream_) return stream_->skip(n);
   data::Batch b;
@@ -72,6 +79,9 @@ data::Dataset open_job_data(const std::string& dir, const SchedulerOptions& o, d
     return data::Dataset::open(dir, open);
   }
   const data::StreamOptions s = stream_options(o);
+  std::error_code ec;
+  if (s.source.rfind("kafka://", 0) != 0 && !std::filesystem::is_directory(s.source, ec))
+    throw ConfigError("--stream " + s.source + ": not a directory (nor kafka://HOST:PORT/TOPIC)");
   return data::Dataset::without_rows(data::stream_manifest(s.format, s.multi_hot_sep));
 }
 

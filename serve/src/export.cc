@@ -14,6 +14,7 @@
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
 #include "ember/data/hashed_ids.h"
+#include "ember/data/stream.h"
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
 #include "ember/worker/dense_state.h"
@@ -272,7 +273,7 @@ void write_bytes(const fs::path& file, const std::vector<char>& bytes, std::uint
 // The export's manifest.json: the model, the files and how to read them, and where it
 // came from (`vocab_bytes`: the vocabulary file's size, when the dataset has one).
 json export_manifest(const Source& s, const ExportReport& r, const data::Manifest& dm, json tables, std::size_t vocab_bytes,
-                     const fs::path& dataset) {
+                     const std::string& dataset) {
   const ModelConfig& c = s.config;
   json m;
   m["format"] = "ember-export";
@@ -309,7 +310,7 @@ json export_manifest(const Source& s, const ExportReport& r, const data::Manifes
   m["iterations"] = s.iterations;
   m["rows_initial"] = r.rows - std::min(r.rows, r.rows_stored);
   m["source"] = s.origin;
-  m["dataset"] = dataset.string();
+  m["dataset"] = dataset;
   return m;
 }
 
@@ -377,16 +378,16 @@ torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
   return m;
 }
 
-ExportReport export_model(const ExportOptions& o) {
-  if (o.checkpoint.empty() == o.dump.empty()) throw ConfigError("give either --checkpoint or --dump");
-  if (o.dataset.empty()) throw ConfigError("--dataset is required (its tables and vocabulary)");
-  if (o.output.empty()) throw ConfigError("--output is required");
-  if (!o.dense.empty() && o.checkpoint.empty()) throw ConfigError("--dense goes with --checkpoint");
+// The manifest of the data the model was trained on: the dataset's (its vocabulary's
+// bytes into `vocab_bytes`), or a stream's (data::stream_manifest: hashed ids).
+data::Manifest trained_on(const ExportOptions& o, std::string& vocab_bytes) {
+  if (o.dataset.empty() == o.stream_format.empty())
+    throw ConfigError("give --dataset (its tables and vocabulary) or, for a model trained on a stream, --stream-format");
+  if (!o.stream_format.empty()) return data::stream_manifest(data::parse_source_format(o.stream_format), 0);
   const fs::path manifest_file = o.dataset / "manifest.json";
   if (!fs::exists(manifest_file))
     throw DataError("dataset " + o.dataset.string() + ": no manifest.json (not written by `ember-data prep`?)");
   const data::Manifest dm = data::Manifest::from_json(read_file(manifest_file), manifest_file.string());
-  std::string vocab_bytes;
   if (dm.vocabulary) {
     data::Vocabulary::of_dataset(o.dataset, dm);  // whole and of these tables
     vocab_bytes = read_file(o.dataset / dm.vocabulary->file);
@@ -394,18 +395,28 @@ ExportReport export_model(const ExportOptions& o) {
     spdlog::warn("dataset {} has no vocabulary (prepared by an older ember-data): the export scores prepared splits only, not raw text",
                  o.dataset.string());
   }
+  return dm;
+}
+
+ExportReport export_model(const ExportOptions& o) {
+  if (o.checkpoint.empty() == o.dump.empty()) throw ConfigError("give either --checkpoint or --dump");
+  if (o.output.empty()) throw ConfigError("--output is required");
+  if (!o.dense.empty() && o.checkpoint.empty()) throw ConfigError("--dense goes with --checkpoint");
+  std::string vocab_bytes;
+  const data::Manifest dm = trained_on(o, vocab_bytes);
+  const std::string data_name = o.dataset.empty() ? "a " + o.stream_format + " stream" : "the dataset " + o.dataset.string();
   StagingDir staging(o.output, o.overwrite);  // refuses an existing output before the work
 
   Source s = o.dump.empty() ? from_checkpoint(o.checkpoint, o.dense) : from_dump(o.dump);
   const ModelConfig& c = s.config;
   if (c.num_tables != dm.tables.size() || c.num_dense != dm.dense_names.size()) {
     throw DataError(s.what + ": a model of " + std::to_string(c.num_tables) + " tables and " + std::to_string(c.num_dense) +
-                    " dense features, the dataset " + o.dataset.string() + " has " + std::to_string(dm.tables.size()) + " and " +
+                    " dense features, " + data_name + " has " + std::to_string(dm.tables.size()) + " and " +
                     std::to_string(dm.dense_names.size()));
   }
   if (dm.hashed_ids && s.slot_ids.empty()) {
     throw DataError(s.what + (o.dump.empty()
-                                  ? ": a checkpoint of vocabulary ids, and the dataset's ids are hashed (another dataset?)"
+                                  ? ": a checkpoint of vocabulary ids, and " + data_name + "'s ids are hashed (another dataset?)"
                                   : ": no slot_ids.bin (a dump of a dataset of hashed ids names each slot's id; dump it again)"));
   }
   if (!dm.hashed_ids && s.num_keys != dm.total_table_rows()) {
@@ -441,7 +452,7 @@ ExportReport export_model(const ExportOptions& o) {
     write_file_atomic(out / data::kVocabularyFile, vocab_bytes);
     r.bytes += vocab_bytes.size();
   }
-  const json m = export_manifest(s, r, dm, std::move(tables), vocab_bytes.size(), o.dataset);
+  const json m = export_manifest(s, r, dm, std::move(tables), vocab_bytes.size(), o.dataset.empty() ? data_name : o.dataset.string());
   const std::string text = m.dump(2) + "\n";
   write_file_atomic(out / "manifest.json", text);
   r.bytes += text.size();

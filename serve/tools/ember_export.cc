@@ -27,7 +27,10 @@ int main(int argc, char** argv) {
                  "(default: dense/ beside the launcher's ps/)");
   auto* dump = app.add_option("--dump", o.dump, "or the final model an ember-worker --dump-dir wrote (dense.bin, rows.bin, model.json)");
   ckpt->excludes(dump);
-  app.add_option("--dataset", o.dataset, "the prepared dataset the model was trained on (tables, vocabulary)")->required();
+  auto* dataset = app.add_option("--dataset", o.dataset, "the prepared dataset the model was trained on (tables, vocabulary)");
+  app.add_option("--stream-format", o.stream_format,
+                 "or, for a model trained on a stream (ember-worker --stream), the stream's format: criteo, criteo-csv or avazu")
+      ->excludes(dataset);
   app.add_option("--output,-o", o.output, "export directory to create")->required();
   app.add_flag("--force", o.overwrite, "replace an existing export directory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();

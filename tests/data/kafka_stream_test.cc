@@ -119,16 +119,20 @@ TEST_F(KafkaStreamTest, PartitionsInTurnGiveThePreparedLinesAndAPositionResumes)
     ASSERT_TRUE(resumed->next(b));
     expect_batch(b, train, t, 100);
   }
-  // Mid-message: a position after 450 records falls inside a two-line message.
-  std::unique_ptr<RecordStream> fifty = open_stream(options(), 50);
-  ASSERT_TRUE(fifty->skip(9));
-  std::unique_ptr<RecordStream> again = open_stream(options(), 50);
-  again->seek_json(fifty->position_json(), "test");
+  // Mid-message: a position after 451 records (11 batches of 41) falls inside the
+  // two-line message of lines 450 and 451.
+  std::unique_ptr<RecordStream> odd = open_stream(options(), 41);
+  ASSERT_TRUE(odd->skip(11));
+  EXPECT_NE(odd->position_json().find("\"line\":1"), std::string::npos) << odd->position_json();
+  std::unique_ptr<RecordStream> again = open_stream(options(), 41);
+  again->seek_json(odd->position_json(), "test");
   ASSERT_TRUE(again->next(b));
-  ASSERT_EQ(b.size(), 50u);
-  std::uint64_t row;
-  const Shard& sh = train.shard_of(450, row);
-  EXPECT_EQ(b.id(0, 0), sh.id(0, row)) << "record 450 first";
+  ASSERT_EQ(b.size(), 41u);
+  for (std::size_t i = 0; i < 41; ++i) {
+    std::uint64_t row;
+    const Shard& sh = train.shard_of(451 + i, row);
+    for (int t = 0; t < 26; ++t) ASSERT_EQ(b.id(t, i), sh.id(t, row)) << "record " << 451 + i << " table " << t;
+  }
   EXPECT_THROW(again->seek_json("{\"kafka\": \"other\"}", "ckpt"), DataError);
 }
 

@@ -188,6 +188,16 @@ TEST_F(DirectoryStreamTest, AFileOutOfNameOrderOrABadLineIsNamed) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("0001.tsv: appeared after 0003.tsv was read"), std::string::npos) << e.what();
   }
+  // A file without labels (a test split's) would train every line as a 0: refused.
+  put("0004.tsv", lines(700, 10, false).substr(2));  // the first line's label gone
+  DirectoryStream unlabelled(options(), 100);
+  ASSERT_TRUE(unlabelled.skip(4));  // 400 of the 420 records before 0004.tsv
+  try {
+    unlabelled.next(b);
+    ADD_FAILURE() << "a file without labels was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("0004.tsv:1: no label column"), std::string::npos) << e.what();
+  }
   StreamOptions none;
   none.source = (dir_ / "nothing").string();
   EXPECT_THROW(DirectoryStream(none, 10), ConfigError);

@@ -7,6 +7,8 @@
     ends with the model of an uninterrupted job on the whole directory, row by row;
   - the job's summary.json has its progressive validation (each batch scored before it
     trains);
+  - its checkpoint exports without a dataset (ember-export --stream-format) and
+    ember-predict scores raw lines with the export;
   - examples/online-stream.toml runs (shortened);
   - --stream without --slots-per-shard, or with --dataset, is refused in one line.
 
@@ -78,8 +80,10 @@ def main():
 
         # The same stream while it is written, a file every 0.6 s, worker 1 killed mid-way.
         live_dir = tmp / "live-in"
-        writer = gen(live_dir, 0.6)
+        live_dir.mkdir()  # the job waits on it before the writer's first file
         p, out = job(tmp, live_dir, "healed", ["--max-restarts", "2"])
+        time.sleep(0.5)
+        writer = gen(live_dir, 0.6)
         killed = False
         deadline = time.time() + 120
         while time.time() < deadline and p.poll() is None and not killed:
@@ -99,6 +103,16 @@ def main():
             for f in ("rows.bin", "dense.bin"):
                 d = max_diff(floats(tmp / "whole-model" / f), floats(tmp / "healed-model" / f))
                 check(f"{f}: the uninterrupted job's model (max diff {d:.2e})", d <= 1e-5, d)
+            # The healed job's last checkpoint, exported without a dataset, scores raw lines.
+            exp = tmp / "export"
+            r = subprocess.run([str(BIN / "ember-export"), "--checkpoint", str(tmp / "healed-ckpt"), "--stream-format", "criteo",
+                                "-o", str(exp)], capture_output=True, text=True, timeout=120)
+            check("ember-export --stream-format exports the stream job's checkpoint", r.returncode == 0, r.stderr[-1000:])
+            r = subprocess.run([str(BIN / "ember-predict"), "--export", str(exp), "--json", str(live_dir / "part-000005.tsv")],
+                               capture_output=True, text=True, timeout=120)
+            scored = json.loads(r.stdout) if r.returncode == 0 else {}
+            check("ember-predict scores raw lines with it", scored.get("samples") == 500 and 0 < scored.get("auc", 0) < 1,
+                  r.stdout + r.stderr[-1000:])
             s = json.loads((out / "summary.json").read_text())
             prog = s.get("progressive") or {}
             check("summary.json has progressive validation", 0 < prog.get("auc", 0) < 1 and prog.get("logloss", 0) > 0, prog)

@@ -170,6 +170,20 @@ std::map<std::uint64_t, std::vector<float>> rows_by_id(const ModelDump& d) {
   return by_id;
 }
 
+// Every live id of `want` has a row in `got`, the same within kExact, and no id more.
+void expect_rows_by_id(const ModelDump& want_dump, const ModelDump& got_dump) {
+  const auto want = rows_by_id(want_dump), got = rows_by_id(got_dump);
+  ASSERT_GT(want.size(), 100u);
+  ASSERT_EQ(got.size(), want.size()) << "live rows";
+  double diff = 0;
+  for (const auto& [id, row] : want) {
+    auto it = got.find(id);
+    ASSERT_NE(it, got.end()) << "id " << id << " has no row after the resume";
+    diff = std::max(diff, max_abs_diff(row, it->second));
+  }
+  EXPECT_LE(diff, kExact) << "rows by id";
+}
+
 // A checkpoint of dynamic tables restores on another shard count (and other slots a
 // shard): the shards re-place its rows by id, the workers their key directories (kept in
 // their dense checkpoints) alike, and the job goes on, caches empty, to the model of the
@@ -190,18 +204,9 @@ TEST_F(Resume, DynamicTablesRestoreOnAnotherShardCount) {
   const fs::path at19 = ckpt("two") / "iter-000000019";
   ASSERT_TRUE(fs::exists(at19 / "manifest.json")) << at19;
   const auto want = rows_by_id(whole.dump);
-  ASSERT_GT(want.size(), 100u);
   // The model of a resumed job, id by id, against the uninterrupted one's.
   const auto expect_whole = [&](const JobResult& resumed, std::uint32_t shards) {
-    const auto got = rows_by_id(resumed.dump);
-    ASSERT_EQ(got.size(), want.size()) << "live rows";
-    double diff = 0;
-    for (const auto& [id, row] : want) {
-      auto it = got.find(id);
-      ASSERT_NE(it, got.end()) << "id " << id << " has no row after the restore";
-      diff = std::max(diff, max_abs_diff(row, it->second));
-    }
-    EXPECT_LE(diff, kExact) << "rows by id";
+    expect_rows_by_id(whole.dump, resumed.dump);
     EXPECT_LE(max_abs_diff(whole.dump.dense, resumed.dump.dense), kExact) << "dense weights";
     // The rows moved: the dump's slots are the new shards' (ascending ids on each).
     EXPECT_EQ(resumed.dump.slot_ids.size(), 16384u / shards * shards);
@@ -259,16 +264,7 @@ TEST_F(Resume, AStreamJobGoesOnFromItsCheckpointsPosition) {
   // Iteration 7 begins at record 896, in part-2: part-1 is no longer needed.
   fs::remove(in / "part-1.tsv");
   const JobResult resumed = run_job(in, resumed_from(c, at7), "s-resumed");
-  const auto want = rows_by_id(whole.dump), got = rows_by_id(resumed.dump);
-  ASSERT_GT(want.size(), 100u);
-  ASSERT_EQ(got.size(), want.size()) << "live rows";
-  double diff = 0;
-  for (const auto& [id, row] : want) {
-    auto it = got.find(id);
-    ASSERT_NE(it, got.end()) << "id " << id << " has no row after the resume";
-    diff = std::max(diff, max_abs_diff(row, it->second));
-  }
-  EXPECT_LE(diff, kExact) << "rows by id";
+  expect_rows_by_id(whole.dump, resumed.dump);
   EXPECT_LE(max_abs_diff(whole.dump.dense, resumed.dump.dense), kExact) << "dense weights";
 }
 

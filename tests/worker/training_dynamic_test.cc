@@ -41,19 +41,30 @@ class DynamicTraining : public Training {
     o.sim_args.push_back(std::to_string(kSlotsPerShard));
     return o;
   }
+  // The one-process reference of `o` on `data` with the rules with_dynamic_tables gives.
+  TrainConfig dynamic_reference_config(const fs::path& data, const JobOptions& o) {
+    TrainConfig rc = reference_config(data, o);
+    rc.create_after = 2;
+    rc.expire_after = 4;
+    rc.shard_max_rows = 400;
+    return rc;
+  }
+  static ReferenceResult train_dynamic_reference(const TrainConfig& rc, std::uint32_t shards) {
+    return train_reference(rc, sgd(), kDim, ReferenceSlots{shards, kSlotsPerShard});
+  }
+  static ps::OptimizerConfig sgd() {
+    ps::OptimizerConfig sparse;
+    sparse.kind = ps::OptimizerKind::kSgd;
+    sparse.lr = 0.05f;
+    return sparse;
+  }
 };
 
 TEST_F(DynamicTraining, VanillaAndHeraldTrainTheOneProcessModelWithRowsMadeExpiredAndCapped) {
   const fs::path data = hashed_dataset();
   const JobOptions vanilla = dynamic_job("vanilla"), herald = dynamic_job("herald");
-  TrainConfig rc = reference_config(data, herald);
-  rc.create_after = 2;
-  rc.expire_after = 4;
-  rc.shard_max_rows = 400;
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kSgd;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(rc, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  const TrainConfig rc = dynamic_reference_config(data, herald);
+  const ReferenceResult ref = train_dynamic_reference(rc, herald.shards);
   ASSERT_EQ(ref.rows.size(), herald.shards * kSlotsPerShard * kDim);
 
   // The reference trained rows made for ids (neither their slot's initial row nor
@@ -115,14 +126,8 @@ TEST_F(DynamicTraining, AJobOnAStreamOfFilesTrainsThePreparedFilesModel) {
   fs::copy_file(staged / "part-1.tsv", in / "part-1.tsv");
   JobOptions herald = dynamic_job("herald");
   herald.stream = in.string();  // 12 batches of 128: 6 in part-1, the rest need part-2
-  TrainConfig rc = reference_config(data, herald);
-  rc.create_after = 2;
-  rc.expire_after = 4;
-  rc.shard_max_rows = 400;
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kSgd;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(rc, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  const TrainConfig rc = dynamic_reference_config(data, herald);
+  const ReferenceResult ref = train_dynamic_reference(rc, herald.shards);
 
   const JobResult h = run_job(data, herald, "stream-herald", [&](Processes&, Processes&) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -136,7 +141,7 @@ TEST_F(DynamicTraining, AJobOnAStreamOfFilesTrainsThePreparedFilesModel) {
   TrainConfig on_stream = rc;
   on_stream.dataset.clear();
   on_stream.stream = in.string();
-  const ReferenceResult from_stream = train_reference(on_stream, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  const ReferenceResult from_stream = train_dynamic_reference(on_stream, herald.shards);
   EXPECT_EQ(from_stream.rows, ref.rows);
   EXPECT_EQ(from_stream.dense, ref.dense);
 }
@@ -180,14 +185,8 @@ TEST_F(DynamicTraining, AJobOnAKafkaTopicTrainsThePreparedLinesModel) {
   produce(0, 800);
   JobOptions herald = dynamic_job("herald");
   herald.stream = std::string("kafka://") + rd_kafka_mock_cluster_bootstraps(cluster) + "/clicks";
-  TrainConfig rc = reference_config(data, herald);
-  rc.create_after = 2;
-  rc.expire_after = 4;
-  rc.shard_max_rows = 400;
-  ps::OptimizerConfig sparse;
-  sparse.kind = ps::OptimizerKind::kSgd;
-  sparse.lr = 0.05f;
-  const ReferenceResult ref = train_reference(rc, sparse, kDim, ReferenceSlots{herald.shards, kSlotsPerShard});
+  const TrainConfig rc = dynamic_reference_config(data, herald);
+  const ReferenceResult ref = train_dynamic_reference(rc, herald.shards);
   const JobResult h = run_job(data, herald, "kafka-herald", [&](Processes&, Processes&) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     produce(800, lines.size());

@@ -53,6 +53,8 @@ class Worker {
   scheduler::SchedulerConfig set_up();
   // A dataset of hashed ids' KeyDirectory over the shards' slots (none: fixed tables).
   std::optional<StartDirectory> key_directory();
+  // Where a resumed stream job's loader goes on (empty: not a stream, or not resumed).
+  std::string stream_start();
   // The model, its optimizer and the stages (after joining).
   void make_stages(const scheduler::SchedulerConfig& sc);
   // One iteration, through the stages in order. With prefetch, takes the next step from
@@ -92,6 +94,24 @@ class Worker {
   double auc_ = -1, logloss_ = -1;
 };
 
+std::string Worker::stream_start() {
+  // A stream job's checkpoint resumed as a --dataset job has no stream to seek.
+  if (c_.stream.empty()) return {};
+  if (!life_->restored_stream_position().empty()) return life_->restored_stream_position();
+  // A directory starts at its first file; a resume without a saved position skips the
+  // batches trained.
+  if (c_.stream.rfind("kafka://", 0) != 0 || life_->first() > 0) return {};
+  // Kafka: where each partition starts (its earliest offset) is decided once, by worker
+  // 0, for every worker: retention between two workers' starts would part them.
+  constexpr const char* kKey = "stream_start";
+  if (job_.rank() != 0) return job_.control().lookup(kKey, c_.join_timeout);
+  const std::size_t batch = static_cast<std::size_t>(c_.workers) * c_.batch_per_worker;
+  const std::string start = data::open_stream(scheduler::stream_options(c_), batch)->start_position_json();
+  job_.control().publish(kKey, start);
+  spdlog::info("worker 0: the stream starts at {}", start);
+  return start;
+}
+
 std::optional<StartDirectory> Worker::key_directory() {
   if (!ds_->manifest().hashed_ids) return std::nullopt;
   const std::uint32_t shards = job_.ps().shards();
@@ -111,7 +131,7 @@ std::optional<StartDirectory> Worker::key_directory() {
     if (d.options().shards != shards || d.slots_per_shard() != per_shard) {
       spdlog::info("worker {}: resuming dynamic tables of {} shards x {} slots on {} x {}: {} rows re-placed, caches start empty",
                    job_.rank(), d.options().shards, d.slots_per_shard(), shards, per_shard, d.totals().live);
-      return StartDirectory{d.reshard(options, per_shard, batch_ids, life_->first()), true, life_->restored_stream_position()};
+      return StartDirectory{d.reshard(options, per_shard, batch_ids, life_->first()), true, stream_start()};
     }
     if (d.placed_at() > 0 || !c_.stream.empty()) {
       // Re-placed by an earlier resume: a replay from iteration 0 would not make its slots.
@@ -119,10 +139,10 @@ std::optional<StartDirectory> Worker::key_directory() {
       if (!d.decides_as(options)) throw ConfigError(origin + ": saved with other --create-after, --expire-after or --shard-max-rows");
       spdlog::info("worker {}: resuming dynamic tables {}: caches start empty", job_.rank(),
                    c_.stream.empty() ? "placed anew at iteration " + std::to_string(d.placed_at()) : std::string("of a stream"));
-      return StartDirectory{std::move(d), true, life_->restored_stream_position()};
+      return StartDirectory{std::move(d), true, stream_start()};
     }
   }
-  return StartDirectory{scheduler::KeyDirectory(options, per_shard), false, {}};
+  return StartDirectory{scheduler::KeyDirectory(options, per_shard), false, stream_start()};
 }
 
 scheduler::SchedulerConfig Worker::set_up() {

@@ -1,13 +1,17 @@
 #include "stages/loader.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "ember/common/error.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/process.h"
+#include "ember/common/signals.h"
 
 namespace ember::worker {
 
@@ -21,6 +25,19 @@ bool replays(const scheduler::SchedulerConfig& sc) {
 scheduler::SchedulerConfig from_start(scheduler::SchedulerConfig sc, bool replay) {
   if (replay) sc.first_iteration = 0;
   return sc;
+}
+
+// A stream waiting for records holds the job's commits back, so the stop at a checkpoint
+// a signal asks for (it needs commits) cannot come: a signal while it waits stops this
+// worker now, as a second signal would; the job resumes from its last checkpoint.
+void stop_now_if_signalled(StopRequest* stop, std::uint32_t rank) {
+  const int sig = stop == nullptr ? 0 : stop->signal.load();
+  if (sig == 0) return;
+  spdlog::warn("worker {}: signal {} while the stream waits for records: stopping now (the job resumes from its last checkpoint)", rank,
+               sig);
+  stop->ending(fmt::format("stopped by signal {} while waiting for the stream's records", sig));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // for the message to leave
+  die_by_signal(sig);
 }
 
 }  // namespace
@@ -174,8 +191,10 @@ Step Loader::make_step(std::uint64_t t, data::Batch& b, scheduler::GlobalBatch& 
 void Loader::run() {
   try {
     // The order ember-sim and the reference read; a stream's wait ends when the loader stops.
-    scheduler::BatchStream batches =
-        scheduler::job_batches(ds_, c_, sched_.config().table_offsets, sched_.config().lookahead, [this] { return stop_.load(); });
+    scheduler::BatchStream batches = scheduler::job_batches(ds_, c_, sched_.config().table_offsets, sched_.config().lookahead, [this] {
+      stop_now_if_signalled(c_.stop, rank_);
+      return stop_.load();
+    });
     data::Batch b;
     scheduler::GlobalBatch g;
     std::vector<scheduler::StepPlan> plans;

@@ -55,6 +55,10 @@ class RecordStream {
   // Goes on from a position_json() of a stream of this source (a checkpoint's), before
   // any next(). DataError naming `origin` when it does not fit the source.
   virtual void seek_json(const std::string& text, const std::string& origin) = 0;
+  // Where the stream starts, decided now (Kafka: the partitions and their earliest
+  // offsets, which one worker decides for all); empty where the source fixes it (a
+  // directory). False stopped: empty too.
+  virtual std::string start_position_json() { return {}; }
 };
 
 // The stream of `o.source`: kafka://... a KafkaStream, else a DirectoryStream. ConfigError
@@ -107,6 +111,8 @@ class DirectoryStream : public RecordStream {
   bool next_line(std::string_view& line);
   // Opens the next file in name order, waiting for one; false when stopped.
   bool open_next_file();
+  // The parser of file `path` from its first line; DataError naming it (no labels too).
+  void open_parser(const std::filesystem::path& path);
   std::optional<std::string> next_file_name();
   StreamOptions o_;
   std::filesystem::path dir_;

@@ -45,7 +45,7 @@ class BatchStream {
   bool skip(std::uint64_t n);
   // A stream's: goes on from `position` (a checkpoint's, RecordStream::seek_json) instead
   // of skipping.
-  void seek(const std::string& position, const std::string& origin) { stream_->seek_json(position, origin); }
+  void seek(const std::string& position, const std::string& origin);
   // The stream's position (RecordStream::position_json; empty: batches of a dataset).
   std::string stream_position() const { return stream_ ? stream_->position_json() : std::string(); }
   // Called with each batch the lookahead reads, and its iteration (a PS disk tier's

@@ -47,6 +47,7 @@ struct ExportOptions {
   // Or from the final model of ember-worker --dump-dir.
   std::filesystem::path dump;
   std::filesystem::path dataset;  // the prepared dataset the model was trained on
+  std::string stream_format;      // or, trained on a stream (--stream): its lines' format
   std::filesystem::path output;
   bool overwrite = false;
 };

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote
 
-BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench", "ember-export", "ember-predict", "ember-plan")
+BINARIES = ("ember-ps", "ember-worker", "ember-data", "ember-sim", "ember-bench", "ember-export", "ember-predict", "ember-plan", "ember-serve")
 PY_SCRIPTS = ("ember_launch.py", "launch_hosts.py", "bench_e2e.py", "experiments.py", "compare_runs.py")
 # Shell scripts that only run a Python one (its flags are theirs).
 WRAPPERS = {"launch_hosts.sh": "launch_hosts.py"}

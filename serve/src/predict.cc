@@ -158,21 +158,19 @@ void drop_rowless(data::EncodedRows& rows) {
   rows.bag_ids.resize(kept);
 }
 
-// Every line of a text file through the vocabulary, as prep encodes it. Returns whether
-// the file has labels.
-bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFormat format, Scorer& scorer) {
-  // Values to rows: through the vocabulary, or (hashed ids) through their ids.
-  data::KeyRows rows_of;
+// Values to rows: through the vocabulary, or (hashed ids) through their ids.
+data::KeyRows rows_of_model(const ExportedModel& model) {
   if (model.hashed_ids()) {
-    rows_of = [&model](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { model.rows_of_values(t, keys, n, rows); };
-  } else {
-    const data::Vocabulary& vocab = model.vocabulary();
-    rows_of = [&vocab](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { vocab.rows(t, keys, n, rows); };
+    return [&model](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { model.rows_of_values(t, keys, n, rows); };
   }
-  const std::string name = file.string();
-  data::TextInput input(file);
-  const std::string first = data::read_first_line(file);
-  if (first.empty()) throw DataError(name + ":1: empty file");
+  const data::Vocabulary& vocab = model.vocabulary();
+  return [&vocab](int t, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) { vocab.rows(t, keys, n, rows); };
+}
+
+// A parser of `format` from `first` (a file's first line), checked against the model;
+// errors name `name`.
+std::unique_ptr<data::LineParser> model_parser(const ExportedModel& model, data::SourceFormat format, const std::string& first,
+                                               const std::string& name) {
   std::unique_ptr<data::LineParser> parser;
   try {
     parser = std::make_unique<data::LineParser>(format, first, model.multi_hot_sep());
@@ -185,6 +183,30 @@ bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFo
                       std::to_string(parser->schema().num_tables()) + " tables, the model " + std::to_string(model.config().num_tables) +
                       " (--format?)");
   }
+  return parser;
+}
+
+// Encoded rows into the scorer.
+void add_rows(const ExportedModel& model, const data::LineParser& parser, data::EncodedRows& rows, Scorer& scorer) {
+  if (parser.multi_hot() && model.hashed_ids()) drop_rowless(rows);
+  if (parser.multi_hot()) {
+    scorer.add_bags(rows.labels.data(), rows.dense.data(), rows.bag_sizes.data(), rows.bag_ids.data(), rows.size());
+  } else {
+    std::vector<const std::uint32_t*> ids;
+    for (const auto& col : rows.ids) ids.push_back(col.data());
+    scorer.add(rows.labels.data(), rows.dense.data(), ids, rows.size());
+  }
+}
+
+// Every line of a text file through the vocabulary, as prep encodes it. Returns whether
+// the file has labels.
+bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFormat format, Scorer& scorer) {
+  const data::KeyRows rows_of = rows_of_model(model);
+  const std::string name = file.string();
+  data::TextInput input(file);
+  const std::string first = data::read_first_line(file);
+  if (first.empty()) throw DataError(name + ":1: empty file");
+  const std::unique_ptr<data::LineParser> parser = model_parser(model, format, first, name);
   std::string_view block;
   std::uint64_t line_no = 1;
   bool first_block = true;
@@ -198,14 +220,7 @@ bool score_text(const ExportedModel& model, const fs::path& file, data::SourceFo
     first_block = false;
     data::encode_lines(*parser, rows_of, block, rows, 1);
     if (rows.bad_count > 0) throw DataError(name + ":" + std::to_string(line_no + rows.bad[0].first) + ": " + rows.bad[0].second);
-    if (parser->multi_hot() && model.hashed_ids()) drop_rowless(rows);
-    if (parser->multi_hot()) {
-      scorer.add_bags(rows.labels.data(), rows.dense.data(), rows.bag_sizes.data(), rows.bag_ids.data(), rows.size());
-    } else {
-      std::vector<const std::uint32_t*> ids;
-      for (const auto& col : rows.ids) ids.push_back(col.data());
-      scorer.add(rows.labels.data(), rows.dense.data(), ids, rows.size());
-    }
+    add_rows(model, *parser, rows, scorer);
     line_no += rows.lines;
     input.release_current();
   }
@@ -415,6 +430,26 @@ std::vector<float> ExportedModel::predict_bags(const float* dense, const std::ve
   const auto emb = worker::pool_bags(flat, offsets, config_.pooling).view({rows, static_cast<std::int64_t>(nt), dim});
   auto p = torch::sigmoid(dense_.forward({x, emb}).toTensor()).contiguous();
   return std::vector<float>(p.data_ptr<float>(), p.data_ptr<float>() + n);
+}
+
+std::vector<float> score_lines(const ExportedModel& model, std::string_view text, data::SourceFormat format) {
+  const std::size_t nl = text.find('\n');
+  const std::string first(text.substr(0, nl == std::string_view::npos ? text.size() : nl));
+  if (first.empty()) throw DataError("request:1: no line to score");
+  const std::unique_ptr<data::LineParser> parser = model_parser(model, format, first, "request");
+  std::uint64_t line_no = 1;
+  if (parser->header_consumed()) {
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    line_no = 2;
+  }
+  AtomicOutput none({});
+  Scorer scorer(model, 4096, none);
+  data::EncodedRows rows;
+  data::encode_lines(*parser, rows_of_model(model), text, rows, 1);
+  if (rows.bad_count > 0) throw DataError("request:" + std::to_string(line_no + rows.bad[0].first) + ": " + rows.bad[0].second);
+  add_rows(model, *parser, rows, scorer);
+  scorer.finish();
+  return scorer.probs();
 }
 
 PredictReport predict(const PredictOptions& o) {

@@ -132,4 +132,9 @@ struct PredictReport {
 // Scores every sample of the input. Bad text: DataError "FILE:LINE: what".
 PredictReport predict(const PredictOptions& options);
 
+// The probabilities of raw lines of `format` (with or without their label column; a CSV
+// format's first line is its header), each as ember-predict scores it. DataError
+// "request:N: what" for a bad line N.
+std::vector<float> score_lines(const ExportedModel& model, std::string_view text, data::SourceFormat format);
+
 }  // namespace ember::serve

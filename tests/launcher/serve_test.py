@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""ember-serve follows a stream job while it trains:
+
+  - started before the job, it serves each checkpoint the job writes (every 4 iterations,
+    each shard file holding only the rows changed since the one before), never going
+    back in version, each within 2 s of its checkpoint's manifest;
+  - at every version it served, its scores of raw lines equal ember-predict's on an
+    ember-export of that checkpoint;
+  - a bad request gets a 400 naming the line and the server goes on; SIGTERM stops it.
+
+  python3 tests/launcher/serve_test.py BIN_DIR SOURCE_DIR
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+BIN, SRC = (Path(a).resolve() for a in sys.argv[1:3])
+failures = []
+
+
+def check(name, cond, detail=""):
+    print(("ok   " if cond else "FAIL ") + name + ("" if cond else f": {detail}"), flush=True)
+    if not cond:
+        failures.append(name)
+
+
+def request(url, body=None):
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="ember-serve-") as t:
+        tmp = Path(t)
+        stream = tmp / "in"
+        subprocess.run([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "3000", "--files", "6", "--scale", "0.002",
+                        "--new-ids", "0.2", "--seed", "6", "--force", "-q", "-o", str(stream)], check=True, timeout=60)
+        lines = "\n".join((stream / "part-000005.tsv").read_text().splitlines()[:300]) + "\n"
+        unlabelled = "\n".join(l.split("\t", 1)[1] for l in lines.splitlines()) + "\n"  # as requests come
+        ckpt = tmp / "ckpt"
+        serve = subprocess.Popen([str(BIN / "ember-serve"), "--checkpoints", str(ckpt), "--stream-format", "criteo", "--listen",
+                                  "127.0.0.1:0", "--port-file", str(tmp / "port"), "--poll-ms", "100", "--log-level", "warn"],
+                                 stderr=subprocess.PIPE, text=True)
+        for _ in range(100):
+            if (tmp / "port").exists():
+                break
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{(tmp / 'port').read_text().strip()}"
+        status, _, _ = request(url + "/version")
+        check("no version before the job's first checkpoint (503)", status == 503, status)
+
+        job = subprocess.Popen([sys.executable, str(SRC / "scripts" / "ember_launch.py"), "--stream", str(stream), "--slots-per-shard",
+                                "16384", "--ps", "1", "--workers", "2", "--policy", "herald", "--bin", str(BIN), "--out",
+                                str(tmp / "out"), "-q", "--timeout", "200", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4",
+                                "--ps-args", "--dim 8 --optimizer sgd --lr 0.05 --checkpoint-full-every 4 --keep-checkpoints 0", "--",
+                                "--iterations", "20", "--batch-per-worker", "64", "--progress-every", "0", "--keep-checkpoints", "0",
+                                "--create-after", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen, scored = [], {}  # versions in the order served; version -> probabilities
+        seen_at = {}
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            status, _, body = request(url + "/version")
+            if status == 200:
+                v = json.loads(body)["iteration"]
+                if not seen or v != seen[-1]:
+                    seen.append(v)
+                    seen_at[v] = time.time()
+                    status, headers, text = request(url + "/score", unlabelled.encode())
+                    if status == 200:
+                        scored[int(headers["X-Ember-Iteration"])] = [float(x) for x in text.split()]
+            if job.poll() is not None and seen and seen[-1] >= 20:
+                break
+            time.sleep(0.05)
+        _, err = job.communicate(timeout=60)
+        check("the stream job runs", job.returncode == 0, err[-2000:])
+        check("versions served in order, never back, up to the job's end", seen == sorted(set(seen)) and seen and seen[-1] == 20, seen)
+        lag = max((seen_at[v] - (ckpt / "ps" / f"iter-{v:09d}" / "manifest.json").stat().st_mtime for v in seen), default=99)
+        check(f"each version served within 2 s of its checkpoint (slowest {lag:.2f} s)", lag <= 2.0, lag)
+        whole = sorted((ckpt / "ps").glob("iter-*/shard-0-of-1.ckpt"))
+        sizes = [f.stat().st_size for f in whole]
+        print(f"     versions {seen}; shard file bytes by checkpoint {sizes}")
+
+        # Every version scored equals ember-predict on an export of that checkpoint.
+        (tmp / "lines.tsv").write_text(unlabelled)
+        for v, probs in sorted(scored.items()):
+            exp = tmp / f"export-{v}"
+            r = subprocess.run([str(BIN / "ember-export"), "--checkpoint", str(ckpt / "ps" / f"iter-{v:09d}"), "--dense",
+                                str(ckpt / "dense"), "--stream-format", "criteo", "-o", str(exp)], capture_output=True, text=True,
+                               timeout=120)
+            if r.returncode != 0:
+                check(f"version {v} exports", False, r.stderr[-1000:])
+                continue
+            r = subprocess.run([str(BIN / "ember-predict"), "--export", str(exp), str(tmp / "lines.tsv"), "-o", str(tmp / f"p-{v}")],
+                               capture_output=True, text=True, timeout=120)
+            want = [float(x) for x in (tmp / f"p-{v}").read_text().split()] if r.returncode == 0 else []
+            d = max((abs(a - b) for a, b in zip(probs, want)), default=1.0) if len(probs) == len(want) == 300 else 1.0
+            check(f"version {v}: the served scores are ember-predict's on its export (max diff {d:.1e})", d <= 1e-6, r.stderr[-500:])
+        check("more than one version was scored", len(scored) >= 2, scored.keys())
+
+        status, _, body = request(url + "/score", b"not\ta\tcriteo\tline\n")
+        check("a bad line gets a 400 naming it", status == 400 and body.startswith("request:1: "), (status, body))
+        status, _, _ = request(url + "/healthz")
+        check("the server goes on after it", status == 200, status)
+        serve.send_signal(signal.SIGTERM)
+        try:
+            rc = serve.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            rc = -9
+        check("SIGTERM stops ember-serve (exit 0)", rc == 0, serve.stderr.read()[-1000:])
+    print("serve_test: " + ("FAILED: " + ", ".join(failures) if failures else "all passed"))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -50,14 +50,15 @@ int verify_checkpoint(const std::string& dir) {
 }
 
 // Checks the flags and resolves them into f.c: the token, the rows, the optimizer.
-void resolve(Flags& f) {
+// `slots_given`: --slots-per-shard on the command line (or in the config file).
+void resolve(Flags& f, bool slots_given) {
   ps::DaemonConfig& c = f.c;
   ps::StoreConfig& sc = c.store;
   if (c.token.empty() && c.token_file.empty()) throw ConfigError("a job token is required (--token or --token-file)");
   transport::resolve_token(c);
   if (!f.dataset.empty()) {
     sc.num_keys = rows_of_dataset(f.dataset, f.slots_per_shard, sc.shards, sc.hashed_ids);
-  } else if (f.slots_per_shard > 0) {
+  } else if (slots_given) {
     // Dynamic tables without a dataset (a job on a --stream): slots for hashed ids.
     if (sc.num_keys != 0) throw ConfigError("--slots-per-shard (dynamic tables) and --num-keys (fixed tables) exclude each other");
     sc.hashed_ids = true;
@@ -105,7 +106,7 @@ int main(int argc, char** argv) {
   return guarded_main("ember-ps", [&] {
     setup_logging(f.log_level);
     if (!f.verify_dir.empty()) return verify_checkpoint(f.verify_dir);
-    resolve(f);
+    resolve(f, app.get_option("--slots-per-shard")->count() > 0);
     ps::PsDaemon daemon(std::move(f.c));
     return daemon.run();
   });

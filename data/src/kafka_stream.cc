@@ -22,13 +22,9 @@ bool has_kafka() { return true; }
 
 namespace {
 
-constexpr std::uint64_t kBadLinesLogged = 10;
-constexpr double kWaitLogSeconds = 30;
 constexpr int kMetadataTimeoutMs = 5000;
 // Messages held per partition before it is paused (the others behind it in turn).
 constexpr std::size_t kMaxAhead = 20000;
-
-bool blank(std::string_view line) { return line.empty() || (line.size() == 1 && line[0] == '\r'); }
 
 struct Message {
   std::int64_t offset;
@@ -140,7 +136,7 @@ class KafkaStream : public RecordStream {
         break;
       }
       if (o_.stopped && o_.stopped()) return;
-      if (waited.seconds() > kWaitLogSeconds) {
+      if (waited.seconds() > kStreamWaitLogSeconds) {
         spdlog::info("--stream {}: waiting for topic {} to exist", o_.source, topic_);
         waited.reset();
       }
@@ -204,7 +200,7 @@ class KafkaStream : public RecordStream {
       if (o_.stopped && o_.stopped()) return false;
       rd_kafka_message_t* m = rd_kafka_consumer_poll(rk_, static_cast<int>(o_.poll_ms));
       if (m == nullptr) {
-        if (waited.seconds() > kWaitLogSeconds) {
+        if (waited.seconds() > kStreamWaitLogSeconds) {
           spdlog::info("--stream {}: waiting for partition {}'s message at offset {} ({} records read)", o_.source, p, offsets_[p],
                        records_);
           waited.reset();
@@ -278,9 +274,9 @@ class KafkaStream : public RecordStream {
     std::string_view line;
     for (;;) {
       if (!next_line(line)) return false;
-      if (blank(line)) continue;
+      if (blank_line(line)) continue;
       if (parser_->parse(line, record_, error_, true)) break;
-      if (bad_lines_++ < kBadLinesLogged) {
+      if (bad_lines_++ < kStreamBadLinesLogged) {
         spdlog::warn("--stream {}: partition {} offset {} line {}: {} (line passed over)", o_.source, turn_, fetched_[turn_].front().offset,
                      line_in_, error_);
       }

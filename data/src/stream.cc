@@ -19,9 +19,6 @@ namespace ember::data {
 
 namespace {
 
-constexpr std::uint64_t kBadLinesLogged = 10;
-constexpr double kWaitLogSeconds = 30;
-
 // A file a writer has put in place: not hidden, not a temporary (write_file_atomic's and
 // gen's "NAME.tmp-..."), a regular file.
 bool in_place(const std::filesystem::directory_entry& e) {
@@ -29,8 +26,6 @@ bool in_place(const std::filesystem::directory_entry& e) {
   std::error_code ec;
   return !name.empty() && name[0] != '.' && name.find(".tmp") == std::string::npos && e.is_regular_file(ec);
 }
-
-bool blank(std::string_view line) { return line.empty() || (line.size() == 1 && line[0] == '\r'); }
 
 }  // namespace
 
@@ -105,7 +100,7 @@ bool DirectoryStream::open_next_file() {
     std::optional<std::string> name = next_file_name();
     if (!name) {
       if (o_.stopped && o_.stopped()) return false;
-      if (waited.seconds() - logged >= kWaitLogSeconds) {
+      if (waited.seconds() - logged >= kStreamWaitLogSeconds) {
         logged = waited.seconds();
         spdlog::info("--stream {}: waiting for the next file after {} ({} records read)", dir_.string(),
                      begun_.empty() ? std::string("none") : begun_.back(), pos_.records);
@@ -156,9 +151,9 @@ bool DirectoryStream::read_record() {
   std::string_view line;
   for (;;) {
     if (!next_line(line)) return false;
-    if (blank(line)) continue;
+    if (blank_line(line)) continue;
     if (parser_->parse(line, record_, error_, true)) break;
-    if (pos_.bad_lines++ < kBadLinesLogged)
+    if (pos_.bad_lines++ < kStreamBadLinesLogged)
       spdlog::warn("--stream {}:{}: {} (line passed over)", (dir_ / pos_.file).string(), pos_.line, error_);
   }
   ++pos_.records;

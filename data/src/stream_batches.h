@@ -5,12 +5,21 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "ember/data/dataset.h"
 #include "ember/data/line_parser.h"
 #include "ember/data/schema.h"
 
 namespace ember::data {
+
+// What both stream sources (stream.cc, kafka_stream.cc) log: the first bad lines, and a
+// wait for records this long.
+inline constexpr std::uint64_t kStreamBadLinesLogged = 10;
+inline constexpr double kStreamWaitLogSeconds = 30;
+
+// An empty line (or one of a lone '\r') is no record.
+inline bool blank_line(std::string_view line) { return line.empty() || (line.size() == 1 && line[0] == '\r'); }
 
 class BatchBuilder {
  public:

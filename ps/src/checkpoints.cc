@@ -9,6 +9,7 @@
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/ps/serving_delta.h"
 #include "ember/ps/shard_store.h"
 
 namespace ember::ps {
@@ -19,31 +20,6 @@ namespace {
 
 constexpr const char* kManifest = "manifest.json";
 constexpr int kManifestFormat = 1;
-
-// The iteration an iter-* directory's name gives (-1: iter-initial); none for other names.
-std::optional<std::int64_t> iteration_of(const fs::path& dir) {
-  const std::string name = dir.filename().string();
-  if (name == "iter-initial") return -1;
-  if (name.size() <= 5 || name.size() > 23 || name.rfind("iter-", 0) != 0) return std::nullopt;
-  std::int64_t v = 0;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-// The checkpoint directories under `root`, newest first (none if it cannot be read).
-std::vector<std::pair<std::int64_t, fs::path>> checkpoints_under(const fs::path& root) {
-  std::vector<std::pair<std::int64_t, fs::path>> out;
-  std::error_code ec;
-  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!it->is_directory(ec)) continue;
-    if (const auto iteration = iteration_of(it->path())) out.emplace_back(*iteration, it->path());
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  return out;
-}
 
 std::vector<fs::path> ckpt_files(const fs::path& dir) {
   std::vector<fs::path> files;
@@ -107,6 +83,29 @@ void write_manifest(const fs::path& dir, std::int64_t iteration, std::size_t sha
 }
 
 }  // namespace
+
+std::optional<std::int64_t> iteration_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name == "iter-initial") return -1;
+  if (name.size() <= 5 || name.size() > 23 || name.rfind("iter-", 0) != 0) return std::nullopt;
+  std::int64_t v = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+std::vector<std::pair<std::int64_t, fs::path>> checkpoints_under(const fs::path& root) {
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    if (const auto iteration = iteration_of(it->path())) out.emplace_back(*iteration, it->path());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
 
 std::string checkpoint_file_name(std::uint32_t shard, std::uint32_t shards) {
   return "shard-" + std::to_string(shard) + "-of-" + std::to_string(shards) + ".ckpt";
@@ -212,7 +211,7 @@ bool CheckpointDir::manifests_from_peers() const {
 
 void CheckpointDir::prune(bool completed_here) const {
   if (keep_ == 0) return;
-  const std::string mine = checkpoint_file_name(shard_, shards_);
+  const std::string mine = checkpoint_file_name(shard_, shards_), my_delta = delta_file_name(shard_, shards_);
   std::size_t newer_whole = 0;
   recheck_ = false;
   // A checkpoint kept keeps those its incremental files add to (their bases, older).
@@ -250,7 +249,8 @@ void CheckpointDir::prune(bool completed_here) const {
     fs::remove(dir / kManifest, ec);
     for (fs::directory_iterator e(dir, ec), end; !ec && e != end; e.increment(ec)) {
       const std::string name = e->path().filename().string();
-      if (name.rfind(mine, 0) == 0) fs::remove(e->path(), ec);  // the file, a temp file a crash left (or a .prev earlier versions kept)
+      if (name.rfind(mine, 0) == 0 || name.rfind(my_delta, 0) == 0)
+        fs::remove(e->path(), ec);  // the file, a temp file a crash left (or a .prev earlier versions kept)
     }
     fs::remove(dir, ec);  // only once empty
   }

@@ -43,6 +43,8 @@ struct DaemonConfig : transport::JobConnection {
   // One checkpoint in N whole, those between incremental (CheckpointCoordinator); 0: 8
   // with a disk tier (its table may be far larger than its changes), else 1.
   std::uint32_t checkpoint_full_every = 0;
+  // With each checkpoint, a serving delta per shard (serving_delta.h, ember-serve).
+  bool serving_deltas = false;
   std::size_t keep_checkpoints = 3;
   std::string coordinator_file, failure_file, summary_file;
   std::uint32_t max_connections = 1024;

@@ -36,6 +36,8 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
       arena_(std::move(o.arena_)),
       tier_(arena_.tier()),
       changed_(std::move(o.changed_)),
+      id_changed_(std::move(o.id_changed_)),
+      delta_previous_(o.delta_previous_),
       slot_ids_(std::move(o.slot_ids_)),
       made_iteration_(o.made_iteration_),
       made_(std::move(o.made_)),
@@ -83,9 +85,14 @@ ShardStore::ShardStore(StoreConfig config)
       arena_(config_, config_.dim + state_),
       tier_(arena_.tier()) {
   stripes_ = std::make_unique<Stripe[]>(kStripes);
+  if (config_.serving_deltas) config_.track_changes = true;
   if (config_.track_changes) {
     changed_ = std::make_unique<std::atomic<std::uint64_t>[]>((local_rows() + 63) / 64);
     clear_changes();
+  }
+  if (config_.serving_deltas && config_.hashed_ids) {
+    id_changed_ = std::make_unique<std::atomic<std::uint64_t>[]>((local_rows() + 63) / 64);
+    for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) id_changed_[w].store(0, std::memory_order_relaxed);
   }
   if (config_.hashed_ids) {
     slot_ids_.reset(static_cast<std::uint64_t*>(std::calloc(std::max<std::uint64_t>(local_rows(), 1), sizeof(std::uint64_t))));
@@ -449,6 +456,7 @@ void ShardStore::reset_rows(std::uint64_t iteration, std::span<const Key> keys, 
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::uint64_t local = local_of(keys[i]);
     set_slot_id(local, ids[i]);
+    if (id_changed_) id_changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
     if (ids[i] != kFreeSlot) made_.push_back(local);
   }
 }

@@ -197,6 +197,8 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     if (base ? changed(local) : !ids || id_of(local) != kNoId) listed[local] = true, ++rows;
   }
   const CheckpointHeader h = header_for(config_, state_, rows, iteration, base.value_or(kNoBase));
+  // The delta first: once every shard's checkpoint file is in (a manifest), so are the deltas.
+  if (config_.serving_deltas) write_delta(file, iteration, fresh);
   // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
   // its memory.
   write_file_atomic(file, [&](const std::function<void(std::string_view)>& write) {
@@ -220,14 +222,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
         block.clear();
       }
     };
-    if (tier_ == nullptr) {
-      for (std::uint64_t local = 0; local < listed.size(); ++local)
-        if (listed[local]) add(local, reinterpret_cast<const char*>(row_address(local)));
-    } else {
-      // A block of the table at a time, read from the file, rows in memory from there.
-      for (std::uint64_t first = 0; first < listed.size(); first += per_block)
-        tier_->scan(first, std::min<std::uint64_t>(first + per_block, listed.size()), listed, add);
-    }
+    for_each_listed(listed, per_block, add);
     const std::uint64_t digest = sum.digest();
     write(std::string_view(reinterpret_cast<const char*>(&digest), sizeof digest));
   });
@@ -238,7 +233,52 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     for (std::uint64_t local = 0; local < fresh.size(); ++local)
       if (fresh[local]) mark_changed(local);  // written free: the next one writes them as made
   }
+  if (id_changed_) {
+    for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) id_changed_[w].store(0, std::memory_order_relaxed);
+    for (std::uint64_t local = 0; local < fresh.size(); ++local)
+      if (fresh[local]) id_changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
+  }
+  delta_previous_ = iteration;
   return left_out;
+}
+
+void ShardStore::for_each_listed(const std::vector<bool>& listed, std::size_t per_block,
+                                 const std::function<void(std::uint64_t, const char*)>& add) const {
+  if (tier_ == nullptr) {
+    for (std::uint64_t local = 0; local < listed.size(); ++local)
+      if (listed[local]) add(local, reinterpret_cast<const char*>(row_address(local)));
+    return;
+  }
+  // A block of the table at a time, read from the file, rows in memory from there.
+  for (std::uint64_t first = 0; first < listed.size(); first += per_block)
+    tier_->scan(first, std::min<std::uint64_t>(first + per_block, listed.size()), listed, add);
+}
+
+void ShardStore::write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh) {
+  DeltaInfo info;
+  info.dim = config_.dim;
+  info.shard = config_.shard;
+  info.shards = config_.shards;
+  info.num_keys = config_.num_keys;
+  info.iteration = iteration;
+  info.previous = delta_previous_;
+  info.hashed_ids = config_.hashed_ids;
+  std::vector<bool> listed(local_rows());
+  for (std::uint64_t local = 0; local < local_rows(); ++local)
+    listed[local] = changed(local) && arena_.state(local).load(std::memory_order_acquire) >= kIdle;
+  DeltaWriter delta(info);
+  for_each_listed(listed, std::max<std::size_t>(1, (4u << 20) / (row_floats() * sizeof(float))), [&](std::uint64_t local, const char* row) {
+    const auto* values = reinterpret_cast<const float*>(row);
+    if (!config_.hashed_ids) return delta.add(local, DeltaKind::kRow, kNoId, values);
+    // Written free as the checkpoint writes it: made by this very commit, or dropped.
+    const std::uint64_t id = !fresh.empty() && fresh[local] ? kNoId : slot_ids_[local] - 1;
+    const bool new_id = (id_changed_[local >> 6].load(std::memory_order_relaxed) >> (local & 63) & 1) != 0;
+    if (id == kNoId)
+      delta.add(local, DeltaKind::kFreed, kNoId, nullptr);
+    else
+      delta.add(local, new_id ? DeltaKind::kNewId : DeltaKind::kRow, id, values);
+  });
+  delta.write(checkpoint_file.parent_path() / delta_file_name(config_.shard, config_.shards));
 }
 
 std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, bool own_file_only) {
@@ -267,6 +307,7 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
     std::memcpy(read_row(key, true, true).get(), row, rf * sizeof(float));
     if (config_.hashed_ids) set_slot_id(local_of(key), id);
   });
+  delta_previous_ = iteration;  // the next delta applies to this checkpoint
   return iteration;
 }
 
@@ -312,6 +353,7 @@ void ShardStore::read_records(const std::vector<std::filesystem::path>& files,
 
 std::int64_t ShardStore::load_replaced(const std::vector<std::filesystem::path>& files, std::int64_t iteration) {
   const std::uint32_t rf = row_floats();
+  delta_previous_ = DeltaInfo::kNoPrevious;  // slots placed anew: a follower must load the next checkpoint whole
   // Two passes, so that no row is held twice (a tiered shard's rows exceed its memory).
   // First each old slot's last id, where it is one this shard takes (a later file of a
   // chain replaces its base's record of a slot: a new id, or the slot freed).

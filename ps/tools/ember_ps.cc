@@ -83,6 +83,9 @@ void resolve(Flags& f, bool slots_given) {
     throw ConfigError("--ram-budget-mb " + std::to_string(f.ram_budget_mb) + ": out of range");
   if (c.checkpoint_full_every == 0) c.checkpoint_full_every = f.store_dir.empty() ? 1 : 8;
   sc.track_changes = c.checkpoint_full_every > 1 && !c.checkpoint_dir.empty();
+  if (c.serving_deltas && c.checkpoint_dir.empty())
+    throw ConfigError("--serving-deltas needs --checkpoint-dir (they go beside checkpoints)");
+  sc.serving_deltas = c.serving_deltas;
   if (!f.store_dir.empty()) {
     sc.tier.dir = f.store_dir;
     sc.tier.hints = !f.no_hints;

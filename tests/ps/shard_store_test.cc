@@ -21,6 +21,7 @@
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/initial_rows.h"
 #include "ember/ps/protocol.h"
+#include "ember/ps/serving_delta.h"
 
 namespace ember::ps {
 namespace {
@@ -910,6 +911,118 @@ TEST_F(HashedCheckpoints, RowsGoWithTheirIdsToAnyShardCount) {
   plain.num_keys = kSlots * 2;
   ShardStore p(plain);
   EXPECT_THROW(p.load(at7), DataError);
+}
+
+// Serving deltas: a follower holding checkpoint 3 (id -> row) that applies each later
+// checkpoint's deltas in turn holds, at each, what that checkpoint restores (rows made
+// by a checkpoint's own commit are free there; dropped ids gone; an id made anew on
+// another slot), through incremental and whole checkpoints alike; the deltas hold the
+// changed rows only; a flipped byte is refused.
+TEST_F(HashedCheckpoints, ServingDeltasTakeEachCheckpointToTheNext) {
+  std::vector<ShardStore> two;
+  for (std::uint32_t s = 0; s < 2; ++s) {
+    StoreConfig c = hashed(s, 2);
+    c.serving_deltas = true;
+    two.emplace_back(c);
+  }
+  std::vector<std::vector<Key>> free_slots(2);
+  for (std::uint32_t s = 0; s < 2; ++s)
+    for (Key j = kSlots; j-- > 0;) free_slots[s].push_back(j * 2 + s);
+  std::map<std::uint64_t, Key> slot_of;
+  const auto make = [&](std::uint64_t it, std::uint64_t id) {
+    const std::uint32_t s = shard_of_id(id, 2);
+    const Key key = free_slots[s].back();
+    free_slots[s].pop_back();
+    two[s].reset_rows(it, std::span<const Key>(&key, 1), std::span<const std::uint64_t>(&id, 1));
+    slot_of[id] = key;
+  };
+  const auto drop = [&](std::uint64_t it, std::uint64_t id) {
+    const Key key = slot_of.at(id);
+    two[key % 2].reset_rows(it, std::span<const Key>(&key, 1), std::span<const std::uint64_t>(&kNoId, 1));
+    free_slots[key % 2].push_back(key);
+    slot_of.erase(id);
+  };
+  std::uint32_t one = 1;
+  const auto train = [&](std::uint64_t it, std::uint64_t every) {
+    for (const auto& [id, key] : slot_of) {
+      if (id % every != 0) continue;
+      float g[kDim] = {0.5f, -0.25f, float(id % 7), float(it)};
+      two[key % 2].push_grad(it, {&key, 1}, {&one, 1}, g);
+    }
+    for (ShardStore& s : two) s.commit();
+  };
+  const auto values = [](std::map<std::uint64_t, std::vector<float>> rows) {
+    for (auto& [id, r] : rows) r.resize(kDim);  // the optimizer state is no part of serving
+    return rows;
+  };
+  std::uint64_t next_id = 1;
+  for (; next_id <= 30; ++next_id) make(1, mix64(next_id));
+  train(1, 1);
+  const auto at3 = save_all(two, 3);
+  // The follower: checkpoint 3 as restored, then each checkpoint's deltas.
+  std::map<std::uint64_t, std::vector<float>> held = values(live(two));
+  std::map<Key, std::uint64_t> held_ids;
+  for (const auto& [id, key] : slot_of) held_ids[key] = id;
+  std::int64_t held_at = 3;
+  std::uint64_t changed_records = 0;
+  // Checkpoints 5 (on 3), 7 (on 5), 9 whole, 11 (on 9): ids made, dropped, trained.
+  const std::vector<std::pair<std::int64_t, std::optional<std::int64_t>>> plan = {{5, 3}, {7, 5}, {9, std::nullopt}, {11, 9}};
+  for (const auto& [it, base] : plan) {
+    SCOPED_TRACE("checkpoint " + std::to_string(it));
+    drop(static_cast<std::uint64_t>(it), mix64(next_id - 25));
+    make(static_cast<std::uint64_t>(it) - 1, mix64(next_id++));
+    train(static_cast<std::uint64_t>(it) - 1, 3);
+    make(static_cast<std::uint64_t>(it), mix64(next_id++));  // made by the checkpoint's own commit: free in it
+    const auto files = save_all(two, it, base);
+    for (std::uint32_t s = 0; s < 2; ++s) {
+      const DeltaInfo info =
+          read_delta(files[s].parent_path() / delta_file_name(s, 2), [&](Key key, DeltaKind kind, std::uint64_t id, const float* row) {
+            ++changed_records;
+            if (const auto at = held_ids.find(key); at != held_ids.end() && kind != DeltaKind::kRow) {
+              held.erase(at->second);
+              held_ids.erase(at);
+            }
+            if (kind == DeltaKind::kFreed) return;
+            if (kind == DeltaKind::kRow) {
+              ASSERT_TRUE(held_ids.count(key)) << "an update of slot " << key << ", which holds no id";
+              id = held_ids[key];
+            }
+            held_ids[key] = id;
+            held[id] = std::vector<float>(row, row + kDim);
+          });
+      EXPECT_EQ(info.previous, held_at);
+      EXPECT_EQ(info.iteration, it);
+      EXPECT_TRUE(info.hashed_ids);
+    }
+    held_at = it;
+    EXPECT_EQ(held, values(live(*std::make_unique<std::vector<ShardStore>>(loaded(files, 2, kSlots)))));
+  }
+  // Four deltas of some 12 changed rows a shard each, not the 30-odd live rows each time.
+  EXPECT_LT(changed_records, 4u * 30u);
+  EXPECT_GT(changed_records, 4u * 4u);
+  // A flipped byte: refused, naming the file.
+  const auto file = checkpoint_dir(dir_, 11) / delta_file_name(0, 2);
+  std::string bytes = read_file(file);
+  bytes[bytes.size() / 2] ^= 0x10;
+  write_file_atomic(file, bytes);
+  try {
+    read_delta(file, [](Key, DeltaKind, std::uint64_t, const float*) {});
+    ADD_FAILURE() << "a corrupt delta read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  // Restored from 11, the next delta applies to 11.
+  std::vector<ShardStore> back;
+  for (std::uint32_t s = 0; s < 2; ++s) {
+    StoreConfig c = hashed(s, 2);
+    c.serving_deltas = true;
+    back.emplace_back(c);
+    back.back().load(save_all(two, 13));
+  }
+  std::filesystem::create_directories(checkpoint_dir(dir_, 15));
+  back[0].save(checkpoint_dir(dir_, 15) / checkpoint_file_name(0, 2), 15);
+  EXPECT_EQ(delta_info(checkpoint_dir(dir_, 15) / delta_file_name(0, 2)).previous, 13);
+  EXPECT_EQ(delta_info(checkpoint_dir(dir_, 15) / delta_file_name(0, 2)).updated, 0u);
 }
 
 }  // namespace

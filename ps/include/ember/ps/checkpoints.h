@@ -24,6 +24,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ember::ps {
@@ -100,6 +101,11 @@ class CheckpointDir {
   mutable bool recheck_ = false;
   mutable std::chrono::steady_clock::time_point last_recheck_{};
 };
+
+// The iteration an iter-* directory's name gives (-1: iter-initial); none for other names.
+std::optional<std::int64_t> iteration_of(const std::filesystem::path& dir);
+// The checkpoint directories under `root`, newest first (none if it cannot be read).
+std::vector<std::pair<std::int64_t, std::filesystem::path>> checkpoints_under(const std::filesystem::path& root);
 
 // The directory of the checkpoint of `iteration` under `root`.
 std::filesystem::path checkpoint_dir(const std::filesystem::path& root, std::int64_t iteration);

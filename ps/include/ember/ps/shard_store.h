@@ -57,6 +57,7 @@
 #include "ember/common/types.h"
 #include "ember/ps/row_arena.h"
 #include "ember/ps/row_lending.h"
+#include "ember/ps/serving_delta.h"
 #include "ember/ps/sparse_optimizer.h"
 
 namespace ember::ps {
@@ -85,6 +86,9 @@ struct StoreConfig {
   // Track which rows change between checkpoints (a bit a row), for incremental ones
   // (save with a base).
   bool track_changes = false;
+  // Serving deltas (serving_delta.h): each save also writes the rows changed since the
+  // last save or load beside the checkpoint file (turns track_changes on).
+  bool serving_deltas = false;
   // A disk tier under the rows (disk_tier.h): with tier.dir set, the rows live in a file
   // there and at most tier.ram_budget_bytes of them in memory; on_chunk is not called.
   TierConfig tier;
@@ -380,6 +384,16 @@ class ShardStore {
   void clear_changes() {
     for (std::uint64_t w = 0; w < (local_rows() + 63) / 64; ++w) changed_[w].store(0, std::memory_order_relaxed);
   }
+  // With serving deltas on hashed ids: a bit per slot whose id changed since the last
+  // save (its delta record names the new id); and the iteration the changes count from.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> id_changed_;
+  std::int64_t delta_previous_ = DeltaInfo::kNoPrevious;
+  // The serving delta of a save (`fresh`: slots written free), before its checkpoint file.
+  void write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh);
+  // Calls add(local, row) for each listed row in ascending order (from the disk tier's
+  // file, a block at a time, when there is one).
+  void for_each_listed(const std::vector<bool>& listed, std::size_t per_block,
+                       const std::function<void(std::uint64_t, const char*)>& add) const;
   // With StoreConfig::hashed_ids: each slot's id plus one (0: free; kNoId + 1 wraps to
   // 0), zeroed by calloc so that the pages of slots never used cost no memory; and the
   // slots the resets of the latest iteration made (a checkpoint of that iteration holds

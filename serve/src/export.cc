@@ -18,6 +18,7 @@
 #include "ember/ps/checkpoints.h"
 #include "ember/ps/shard_store.h"
 #include "ember/worker/dense_state.h"
+#include "model_source.h"
 
 namespace ember::serve {
 
@@ -113,22 +114,6 @@ const char* kProbabilityCode =
     "def probability(self, dense, emb):\n"
     "    return torch.sigmoid(self.forward(dense, emb))\n";
 
-// What an export is made from.
-struct Source {
-  std::string what;
-  ModelConfig config;
-  std::shared_ptr<CtrModel> model;
-  std::int64_t iterations = -1;
-  std::uint64_t num_keys = 0;  // rows of all tables
-  std::uint64_t rows_stored = 0;
-  // Row `key` (global) of the model: dim floats.
-  std::function<const float*(std::uint64_t key)> row;
-  std::shared_ptr<void> keep;  // what `row` reads from
-  json origin;
-  // Dynamic tables (a dataset of hashed ids): each slot's id, kNoId if free.
-  std::vector<std::uint64_t> slot_ids;
-};
-
 json read_json(const fs::path& file) {
   try {
     return json::parse(read_file(file));
@@ -186,7 +171,8 @@ Source from_dump(const fs::path& dir) {
   return s;
 }
 
-// The dense state of `iteration` under `dense` (a worker's --checkpoint-dir, or a file).
+}  // namespace
+
 fs::path dense_file_of(const fs::path& dense, std::int64_t iteration) {
   if (fs::is_regular_file(dense)) return dense;
   if (!fs::is_directory(dense)) throw ConfigError("--dense " + dense.string() + ": no such file or directory");
@@ -206,8 +192,7 @@ fs::path dense_file_of(const fs::path& dense, std::int64_t iteration) {
   return found.front();
 }
 
-Source from_checkpoint(const fs::path& checkpoint, fs::path dense) {
-  Source s;
+CheckpointPaths checkpoint_paths(const fs::path& checkpoint, fs::path dense) {
   fs::path ps_root = checkpoint;
   if (fs::is_directory(checkpoint / "ps")) {
     // A launcher's --checkpoint-dir: the shards' part in ps/, the workers' in dense/.
@@ -218,6 +203,12 @@ Source from_checkpoint(const fs::path& checkpoint, fs::path dense) {
     throw ConfigError("--dense: where the workers wrote their dense state (ember-worker --checkpoint-dir) is needed with --checkpoint " +
                       checkpoint.string());
   }
+  return {ps_root, dense};
+}
+
+Source from_checkpoint(const fs::path& checkpoint, const fs::path& dense_dir) {
+  Source s;
+  const auto [ps_root, dense] = checkpoint_paths(checkpoint, dense_dir);
   const ps::RestorePlan plan = ps::plan_restore(ps_root);
   for (const auto& why : plan.skipped) spdlog::warn("passed over {}", why);
   const auto info = ps::ShardStore::checkpoint_info(plan.files.front());
@@ -238,32 +229,45 @@ Source from_checkpoint(const fs::path& checkpoint, fs::path dense) {
   }
   s.config = st.model;
   s.model = st.weights;
-  // The shards' rows into one store of one shard: the ps module's own loading, and its
-  // first-touch initialization for the rows no checkpoint holds (never trained or read:
-  // they hold their initial values from the PS's seed).
+  // Each shard's rows into a store of its own, in the job's layout (ember-serve applies
+  // the shards' deltas by slot): the ps module's own loading, and its first-touch
+  // initialization for the rows no checkpoint holds (never trained or read: they hold
+  // their initial values from the PS's seed).
+  ps::ShardStore::check_checkpoint_set(plan.files);
   ps::StoreConfig sc;
   sc.num_keys = info.num_keys;
   sc.dim = info.dim;
-  sc.shard = 0;
-  sc.shards = 1;
+  sc.shards = info.shards;
   sc.seed = st.ps_seed;
   sc.optimizer.kind = info.optimizer;
-  // Hashed ids: the shards' files name each slot's id; one shard takes every row (placed anew).
-  sc.hashed_ids = info.hashed_ids;
-  auto store = std::make_shared<ps::ShardStore>(sc);
-  s.iterations = store->load(plan.files);
+  sc.hashed_ids = info.hashed_ids;  // the shards' files name each slot's id
+  auto stores = std::make_shared<std::vector<ps::ShardStore>>();
+  stores->reserve(info.shards);
+  for (std::uint32_t shard = 0; shard < info.shards; ++shard) {
+    sc.shard = shard;
+    stores->emplace_back(sc);
+  }
+  for (const fs::path& f : plan.files) {
+    ps::ShardStore& store = (*stores)[ps::ShardStore::checkpoint_info(f).shard];
+    s.iterations = store.load({f}, true);
+    s.rows_stored += store.initialized_rows();
+  }
   if (sc.hashed_ids) {
     s.slot_ids.resize(info.num_keys);
-    for (std::uint64_t key = 0; key < info.num_keys; ++key) s.slot_ids[key] = store->slot_id(key);
+    for (std::uint64_t key = 0; key < info.num_keys; ++key) s.slot_ids[key] = (*stores)[ps::owner_shard(key, info.shards)].slot_id(key);
   }
   s.num_keys = info.num_keys;
-  s.rows_stored = store->initialized_rows();
-  s.row = [store = store.get()](std::uint64_t key) { return store->row(key); };
-  s.keep = store;
+  s.shards = info.shards;
+  s.row = [stores = stores.get()](std::uint64_t key) {
+    return (*stores)[ps::owner_shard(key, static_cast<std::uint32_t>(stores->size()))].row(key);
+  };
+  s.keep = stores;
   s.what = "checkpoint " + plan.dir.string() + " (iteration " + std::to_string(s.iterations) + ") with " + dense_file.string();
   s.origin = {{"kind", "checkpoint"}, {"path", plan.dir.string()}, {"dense", dense_file.string()}};
   return s;
 }
+
+namespace {
 
 void write_bytes(const fs::path& file, const std::vector<char>& bytes, std::uint64_t& total) {
   write_file_atomic(file, std::string_view(bytes.data(), bytes.size()));
@@ -378,8 +382,6 @@ torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
   return m;
 }
 
-// The manifest of the data the model was trained on: the dataset's (its vocabulary's
-// bytes into `vocab_bytes`), or a stream's (data::stream_manifest: hashed ids).
 data::Manifest trained_on(const ExportOptions& o, std::string& vocab_bytes) {
   if (o.dataset.empty() == o.stream_format.empty())
     throw ConfigError("give --dataset (its tables and vocabulary) or, for a model trained on a stream, --stream-format");

@@ -18,7 +18,10 @@
 
 #include "ember/common/error.h"
 #include "ember/common/fs.h"
+#include "ember/common/process.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/serve/export.h"
+#include "live_model.h"
 
 namespace ember::serve {
 
@@ -31,31 +34,16 @@ namespace {
 constexpr int kMaxConnections = 64;
 constexpr int kSocketTimeoutS = 30;
 
-// One loaded version.
-struct Version {
-  std::int64_t iteration = -1;
+// The model served: replaced whole, or changed in place by deltas under `mutex`, which
+// scoring holds too (the TorchScript module scores one request at a time).
+struct Served {
+  std::mutex mutex;
+  std::unique_ptr<LiveModel> live;
   std::string source;
   double loaded_unix_s = 0;
-  std::unique_ptr<ExportedModel> model;
-  std::mutex scoring;  // the TorchScript module scores one request at a time
+  std::uint64_t deltas = 0, delta_rows = 0, delta_bytes = 0;  // applied since its whole load
+  bool broken = false;                                        // a delta failed half applied: a whole load replaces it
 };
-
-// The newest iteration with a checkpoint manifest under `root` (a launcher's dir: its
-// ps/); -1 when none.
-std::int64_t newest_checkpoint(const fs::path& root) {
-  const fs::path ps = fs::is_directory(root / "ps") ? root / "ps" : root;
-  std::int64_t best = -1;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(ps, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("iter-", 0) != 0 || !fs::exists(e.path() / "manifest.json", ec)) continue;
-    try {
-      best = std::max<std::int64_t>(best, std::stoll(name.substr(5)));
-    } catch (const std::exception&) {
-    }
-  }
-  return best;
-}
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
@@ -65,22 +53,15 @@ class Server {
     if (o_.checkpoints.empty()) throw ConfigError("--checkpoints is required (the job's --checkpoint-dir)");
     if (o_.dataset.empty() == o_.stream_format.empty())
       throw ConfigError("give --dataset (the model's prepared dataset) or --stream-format (a model trained on a stream)");
-    work_ = o_.work_dir.empty() ? fs::temp_directory_path() / ("ember-serve-" + std::to_string(::getpid())) : o_.work_dir;
-    fs::create_directories(work_);
-  }
-  ~Server() {
-    if (o_.work_dir.empty()) {
-      std::error_code ec;
-      fs::remove_all(work_, ec);
-    }
   }
 
-  // Loads a newer version when the job has checkpointed one; errors (a checkpoint whose
-  // dense state is not there yet) are logged and retried at the next poll.
+  // Takes the model to the newest checkpoint when the job has written a newer one;
+  // errors (a checkpoint whose dense state is not there yet) are logged and retried at
+  // the next poll.
   void follow(const std::atomic<bool>& stop) {
     while (!stop.load()) {
       try {
-        if (newest_checkpoint(o_.checkpoints) > current_iteration()) load_newest();
+        refresh();
       } catch (const std::exception& e) {
         if (e.what() != last_warning_) spdlog::warn("ember-serve: {} (retrying every {} ms)", e.what(), o_.poll_ms);
         last_warning_ = e.what();
@@ -89,7 +70,7 @@ class Server {
     }
   }
 
-  std::shared_ptr<Version> current() {
+  std::shared_ptr<Served> current() {
     std::lock_guard lock(mutex_);
     return current_;
   }
@@ -97,10 +78,13 @@ class Server {
   http::response<http::string_body> handle(const http::request<http::string_body>& req) {
     const std::string target(req.target());
     if (target == "/healthz") return reply(req, http::status::ok, "ok\n", "text/plain");
-    const std::shared_ptr<Version> v = current();
+    const std::shared_ptr<Served> v = current();
     if (target == "/version" && req.method() == http::verb::get) {
       if (!v) return reply(req, http::status::service_unavailable, "{\"error\": \"no version loaded yet\"}\n", "application/json");
-      const nlohmann::json j = {{"iteration", v->iteration}, {"loaded_unix_s", v->loaded_unix_s}, {"source", v->source}};
+      std::lock_guard lock(v->mutex);
+      const nlohmann::json j = {{"iteration", v->live->iteration()}, {"loaded_unix_s", v->loaded_unix_s}, {"source", v->source},
+                                {"deltas_applied", v->deltas},       {"delta_rows", v->delta_rows},       {"delta_bytes", v->delta_bytes},
+                                {"whole_loads", whole_loads_.load()}};
       return reply(req, http::status::ok, j.dump() + "\n", "application/json");
     }
     if (target == "/score" && req.method() == http::verb::post) {
@@ -113,59 +97,94 @@ class Server {
   std::uint64_t max_body() const { return o_.max_body_bytes; }
 
  private:
-  std::int64_t current_iteration() {
-    const std::shared_ptr<Version> v = current();
-    return v ? v->iteration : -1;
+  // The checkpoints newer than the version served, each with a manifest (whole), oldest
+  // first: applied as deltas when each one's deltas apply to the one before, else the
+  // newest loaded whole.
+  void refresh() {
+    const std::shared_ptr<Served> held = current();
+    const std::int64_t at = held ? held->live->iteration() : -2;
+    std::vector<std::pair<std::int64_t, fs::path>> newer;
+    // A launcher's directory has its ps/ once the job has begun.
+    const fs::path ps_root = fs::is_directory(o_.checkpoints / "ps") ? o_.checkpoints / "ps" : o_.checkpoints;
+    for (const auto& [it, dir] : ps::checkpoints_under(ps_root)) {
+      std::error_code ec;
+      if (it > at && fs::exists(dir / "manifest.json", ec)) newer.emplace_back(it, dir);
+    }
+    if (newer.empty()) return;
+    std::reverse(newer.begin(), newer.end());
+    if (held && !held->broken && apply_deltas(*held, newer)) return;
+    load_whole();
   }
 
-  void load_newest() {
+  bool apply_deltas(Served& held, const std::vector<std::pair<std::int64_t, fs::path>>& newer) {
+    const Stopwatch took;
+    std::vector<ModelUpdate> updates;
+    std::int64_t after = held.live->iteration();
+    for (const auto& [it, dir] : newer) {
+      std::optional<ModelUpdate> u = held.live->read_update(dir, it, after);
+      if (!u) return false;
+      updates.push_back(std::move(*u));
+      after = it;
+    }
+    std::uint64_t rows = 0, bytes = 0;
+    for (const ModelUpdate& u : updates) rows += u.rows.size(), bytes += u.bytes;
+    std::lock_guard lock(held.mutex);
+    try {
+      held.live->apply(updates);
+    } catch (const DataError& e) {
+      held.broken = true;  // scoring answers 503 until the whole load
+      spdlog::warn("ember-serve: {}: loading the newest checkpoint whole", e.what());
+      return false;
+    }
+    held.deltas += updates.size();
+    held.delta_rows += rows;
+    held.delta_bytes += bytes;
+    held.loaded_unix_s = unix_now();
+    held.source = "deltas to iteration " + std::to_string(after) + " (" + updates.back().dense_file + ")";
+    spdlog::info("ember-serve: serving iteration {}: {} delta(s), {} rows, {} bytes, applied in {:.3f} s", after, updates.size(), rows,
+                 bytes, took.seconds());
+    return true;
+  }
+
+  void load_whole() {
+    const Stopwatch took;
     ExportOptions e;
     e.checkpoint = o_.checkpoints;
     e.dense = o_.dense;
     e.dataset = o_.dataset;
     e.stream_format = o_.stream_format;
-    e.output = work_ / ("next-" + std::to_string(loads_++));
-    e.overwrite = true;
-    const ExportReport r = export_model(e);
-    auto v = std::make_shared<Version>();
-    v->iteration = r.iterations;
-    v->source = r.source;
-    if (v->iteration <= current_iteration()) {  // never back
-      fs::remove_all(e.output);
-      return;
-    }
-    v->model = std::make_unique<ExportedModel>(ExportedModel::load(e.output));
+    auto v = std::make_shared<Served>();
+    v->live = std::make_unique<LiveModel>(e);
+    const std::shared_ptr<Served> held = current();
+    if (held && !held->broken && v->live->iteration() <= held->live->iteration()) return;  // never back
+    v->source = v->live->source();
     v->loaded_unix_s = unix_now();
-    std::shared_ptr<Version> old;
     {
       std::lock_guard lock(mutex_);
-      old = std::exchange(current_, v);
+      current_ = v;
     }
-    spdlog::info("ember-serve: serving iteration {} ({})", v->iteration, v->source);
-    if (old) old_exports_.push_back(old_output_);
-    old_output_ = e.output;
-    // The export before the one now served: its model is loaded in memory, the files go.
-    while (old_exports_.size() > 1) {
-      std::error_code ec;
-      fs::remove_all(old_exports_.front(), ec);
-      old_exports_.erase(old_exports_.begin());
-    }
+    ++whole_loads_;
+    spdlog::info("ember-serve: serving iteration {} ({}), loaded whole in {:.3f} s", v->live->iteration(), v->source, took.seconds());
   }
 
-  http::response<http::string_body> score(const http::request<http::string_body>& req, Version& v) {
+  http::response<http::string_body> score(const http::request<http::string_body>& req, Served& v) {
     try {
-      const data::SourceFormat format = o_.format.empty() ? v.model->source_format() : data::parse_source_format(o_.format);
       std::vector<float> p;
+      std::int64_t iteration = 0;
       {
-        std::lock_guard lock(v.scoring);
-        p = score_lines(*v.model, req.body(), format);
+        std::lock_guard lock(v.mutex);
+        if (v.broken) return reply(req, http::status::service_unavailable, "reloading the model\n", "text/plain");
+        const ExportedModel& model = v.live->model();
+        const data::SourceFormat format = o_.format.empty() ? model.source_format() : data::parse_source_format(o_.format);
+        p = score_lines(model, req.body(), format);
+        iteration = v.live->iteration();
       }
       std::string text;
       text.reserve(p.size() * 12);
       char buf[32];
       for (const float x : p) text.append(buf, static_cast<std::size_t>(std::snprintf(buf, sizeof buf, "%.9g\n", static_cast<double>(x))));
       auto res = reply(req, http::status::ok, std::move(text), "text/plain");
-      res.set("X-Ember-Iteration", std::to_string(v.iteration));
+      res.set("X-Ember-Iteration", std::to_string(iteration));
       return res;
     } catch (const std::exception& e) {
       return reply(req, http::status::bad_request, std::string(e.what()) + "\n", "text/plain");
@@ -184,12 +203,9 @@ class Server {
   }
 
   const ServeOptions& o_;
-  fs::path work_;
   std::mutex mutex_;
-  std::shared_ptr<Version> current_;
-  std::uint64_t loads_ = 0;
-  fs::path old_output_;
-  std::vector<fs::path> old_exports_;
+  std::shared_ptr<Served> current_;
+  std::atomic<std::uint64_t> whole_loads_{0};
   std::string last_warning_;  // said once until another comes
 };
 

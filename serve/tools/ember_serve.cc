@@ -1,5 +1,5 @@
 // ember-serve: serves a training job's model while it trains, following its checkpoints
-// (each a version; with ember-ps --checkpoint-full-every K, the rows changed since the
+// (each a version; with ember-ps --serving-deltas, applied as the rows changed since the
 // one before), scoring raw lines over HTTP (serve/include/ember/serve/server.h).
 #include <spdlog/spdlog.h>
 
@@ -31,7 +31,6 @@ int main(int argc, char** argv) {
   app.add_option("--format", o.format, "the requests' lines: criteo, criteo-csv or avazu (default: the model's source format)");
   app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0: any free port)")->capture_default_str();
   app.add_option("--port-file", o.port_file, "write the port here once listening");
-  app.add_option("--work-dir", o.work_dir, "where each version's export goes (default: a directory under /tmp, removed at exit)");
   app.add_option("--poll-ms", o.poll_ms, "how often to look for a newer checkpoint")->capture_default_str();
   app.add_option("--max-body-mb", max_body_mb, "largest request body (413 past it)")->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """ember-serve follows a stream job while it trains:
 
-  - started before the job, it serves each checkpoint the job writes (every 4 iterations,
-    each shard file holding only the rows changed since the one before), never going
-    back in version, each within 2 s of its checkpoint's manifest;
+  - started before the job, it serves each checkpoint the job writes (every 2 iterations,
+    with ember-ps --serving-deltas), loading the first whole and applying the deltas of
+    the others, never going back in version, each within 2 s of its checkpoint's
+    manifest; killed with SIGKILL mid-stream, a new one loads the newest whole and
+    follows from there;
   - at every version it served, its scores of raw lines equal ember-predict's on an
     ember-export of that checkpoint;
   - a bad request gets a 400 naming the line and the server goes on; SIGTERM stops it.
@@ -11,6 +13,7 @@
   python3 tests/launcher/serve_test.py BIN_DIR SOURCE_DIR
 """
 import json
+import struct
 import os
 import signal
 import subprocess
@@ -44,47 +47,85 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ember-serve-") as t:
         tmp = Path(t)
         stream = tmp / "in"
-        subprocess.run([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "3000", "--files", "6", "--scale", "0.002",
-                        "--new-ids", "0.2", "--seed", "6", "--force", "-q", "-o", str(stream)], check=True, timeout=60)
-        lines = "\n".join((stream / "part-000005.tsv").read_text().splitlines()[:300]) + "\n"
+        # The lines to score: another file of the same generator.
+        subprocess.run([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "300", "--scale", "0.002", "--new-ids", "0.2",
+                        "--seed", "7", "--force", "-q", "-o", str(tmp / "requests.tsv")], check=True, timeout=60)
+        lines = (tmp / "requests.tsv").read_text()
         unlabelled = "\n".join(l.split("\t", 1)[1] for l in lines.splitlines()) + "\n"  # as requests come
         ckpt = tmp / "ckpt"
-        serve = subprocess.Popen([str(BIN / "ember-serve"), "--checkpoints", str(ckpt), "--stream-format", "criteo", "--listen",
-                                  "127.0.0.1:0", "--port-file", str(tmp / "port"), "--poll-ms", "100", "--log-level", "warn"],
-                                 stderr=subprocess.PIPE, text=True)
-        for _ in range(100):
-            if (tmp / "port").exists():
-                break
-            time.sleep(0.1)
-        url = f"http://127.0.0.1:{(tmp / 'port').read_text().strip()}"
+
+        def start_serve(n):
+            port_file = tmp / f"port-{n}"
+            proc = subprocess.Popen([str(BIN / "ember-serve"), "--checkpoints", str(ckpt), "--stream-format", "criteo", "--listen",
+                                     "127.0.0.1:0", "--port-file", str(port_file), "--poll-ms", "100", "--log-level", "warn"],
+                                    stderr=subprocess.PIPE, text=True)
+            for _ in range(100):
+                if port_file.exists():
+                    break
+                time.sleep(0.1)
+            return proc, f"http://127.0.0.1:{port_file.read_text().strip()}"
+
+        serve, url = start_serve(0)
         status, _, _ = request(url + "/version")
         check("no version before the job's first checkpoint (503)", status == 503, status)
 
+        # The stream arrives while the job trains: a file of 400 lines a second.
+        gen = subprocess.Popen([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "3200", "--files", "8", "--every", "1",
+                                "--scale", "0.002", "--new-ids", "0.2", "--seed", "6", "--force", "-q", "-o", str(stream)])
         job = subprocess.Popen([sys.executable, str(SRC / "scripts" / "ember_launch.py"), "--stream", str(stream), "--slots-per-shard",
                                 "16384", "--ps", "1", "--workers", "2", "--policy", "herald", "--bin", str(BIN), "--out",
-                                str(tmp / "out"), "-q", "--timeout", "200", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "4",
-                                "--ps-args", "--dim 8 --optimizer sgd --lr 0.05 --checkpoint-full-every 4 --keep-checkpoints 0", "--",
+                                str(tmp / "out"), "-q", "--timeout", "200", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2",
+                                "--ps-args", "--dim 8 --optimizer sgd --lr 0.05 --checkpoint-full-every 3 --keep-checkpoints 0 --serving-deltas", "--",
                                 "--iterations", "20", "--batch-per-worker", "64", "--progress-every", "0", "--keep-checkpoints", "0",
                                 "--create-after", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen, scored = [], {}  # versions in the order served; version -> probabilities
-        seen_at = {}
+        seen_at, lives = {}, [[]]  # each ember-serve's /version answers
         deadline = time.time() + 180
         while time.time() < deadline:
             status, _, body = request(url + "/version")
             if status == 200:
                 v = json.loads(body)["iteration"]
+                if not lives[-1] or v != lives[-1][-1]["iteration"]:
+                    lives[-1].append(json.loads(body))
                 if not seen or v != seen[-1]:
                     seen.append(v)
                     seen_at[v] = time.time()
                     status, headers, text = request(url + "/score", unlabelled.encode())
                     if status == 200:
                         scored[int(headers["X-Ember-Iteration"])] = [float(x) for x in text.split()]
+                if len(lives) == 1 and v >= 8:
+                    # Killed mid-stream: a new one loads the newest checkpoint whole and follows.
+                    serve.kill()
+                    serve.wait()
+                    serve, url = start_serve(1)
+                    lives.append([])
             if job.poll() is not None and seen and seen[-1] >= 20:
                 break
             time.sleep(0.05)
         _, err = job.communicate(timeout=60)
+        gen.wait(timeout=60)
         check("the stream job runs", job.returncode == 0, err[-2000:])
-        check("versions served in order, never back, up to the job's end", seen == sorted(set(seen)) and seen and seen[-1] == 20, seen)
+        if not seen:
+            serve.kill()
+            print(serve.stderr.read()[-3000:])
+        check("versions served in order, never back (an ember-serve killed and restarted too), up to the job's end",
+              seen == sorted(set(seen)) and seen and seen[-1] == 20, seen)
+        for n, life in enumerate(lives):
+            applied = life[-1]["deltas_applied"] if life else 0
+            check(f"ember-serve {n}: one whole load, then every newer version by deltas ({applied} applied)",
+                  life and life[-1]["whole_loads"] == 1 and applied >= 1, life[-1:] if life else life)
+        # The deltas hold the changed rows: their bytes against those rows' (dim 8 float32).
+        records = row_bytes = delta_bytes = 0
+        for f in (ckpt / "ps").glob("iter-*/*.delta"):
+            b = f.read_bytes()
+            dim = struct.unpack_from("<I", b, 12)[0]
+            updated, created, freed = struct.unpack_from("<QQQ", b, 56)
+            records += updated + created + freed
+            row_bytes += (updated + created) * dim * 4
+            delta_bytes += len(b)
+        print(f"     deltas: {records} records, {delta_bytes} bytes, {delta_bytes / max(row_bytes, 1):.3f}x their rows' bytes")
+        check("the deltas' bytes follow their rows' (at most 1.5x at dim 8 with new ids)", 0 < delta_bytes <= 1.5 * row_bytes,
+              (delta_bytes, row_bytes))
         lag = max((seen_at[v] - (ckpt / "ps" / f"iter-{v:09d}" / "manifest.json").stat().st_mtime for v in seen), default=99)
         check(f"each version served within 2 s of its checkpoint (slowest {lag:.2f} s)", lag <= 2.0, lag)
         whole = sorted((ckpt / "ps").glob("iter-*/shard-0-of-1.ckpt"))

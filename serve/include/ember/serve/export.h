@@ -95,6 +95,7 @@ class ExportedModel {
   void rows_of_values(int table, const std::uint64_t* keys, std::size_t n, std::uint32_t* rows) const;
 
  private:
+  friend class LiveModel;  // ember-serve's: built in memory, then changed by deltas
   std::filesystem::path dir_;
   ModelConfig config_;
   data::SourceFormat format_ = data::SourceFormat::kCriteoTsv;

@@ -1,9 +1,12 @@
-// ember-serve: a training job's model served while it trains. It follows the job's
-// checkpoints, each a version (with `ember-ps --checkpoint-full-every K` each holds only
-// the rows changed since the one before: the job's deltas), and answers scoring requests
-// over HTTP with the newest version it has loaded, never an older one.
+// ember-serve: a training job's model served while it trains. It loads the job's newest
+// whole checkpoint into memory, then follows the checkpoints as they come: with
+// `ember-ps --serving-deltas` each brings every shard's changed rows (values only), which
+// it applies in place, with that version's dense weights; without, it loads each newer
+// checkpoint whole. It answers scoring requests over HTTP with the newest version it holds,
+// never an older one.
 //
-//   GET  /version  {"iteration": N, "loaded_unix_s": T, "source": "..."} (503 before one)
+//   GET  /version  {"iteration", "loaded_unix_s", "source", "deltas_applied", "delta_rows",
+//                   "delta_bytes", "whole_loads"} (503 before one)
 //   POST /score    raw lines (as ember-predict reads them) -> one probability a line;
 //                  header X-Ember-Iteration: the version that scored them
 //   GET  /healthz  ok
@@ -26,7 +29,6 @@ struct ServeOptions {
   std::string format;  // the requests' lines (empty: the model's source format)
   std::string listen = "127.0.0.1:0";
   std::filesystem::path port_file;  // written once listening: the port
-  std::filesystem::path work_dir;   // exports of each version (empty: under /tmp)
   std::uint32_t poll_ms = 200;
   std::uint64_t max_body_bytes = 64ull << 20;
 };

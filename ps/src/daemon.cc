@@ -302,7 +302,8 @@ int PsDaemon::signal_loop() {
   while (true) {
     // Short waits when a control plane may end the job; stats on their own clock.
     const double stats_interval = c_.stats_interval;
-    timespec ts{member_ ? 0 : static_cast<time_t>(stats_interval > 0 ? stats_interval : 3600), member_ ? 100000000L : 0};
+    const bool short_waits = member_ || c_.checkpoint_every_s > 0;
+    timespec ts{short_waits ? 0 : static_cast<time_t>(stats_interval > 0 ? stats_interval : 3600), short_waits ? 100000000L : 0};
     if (!on_signal(sigtimedwait(&signals_, nullptr, &ts))) return loop_.exit_status;
     if (stats_interval <= 0 || loop_.stats_clock.seconds() < stats_interval) continue;
     loop_.stats_clock.reset();
@@ -333,6 +334,13 @@ bool PsDaemon::on_signal(int sig) {
     spdlog::warn("the workers did not reach iteration {}'s checkpoint within --stop-wait-s {}: stopping now", service_->stop_at(),
                  c_.stop_wait_s);
     return false;
+  }
+  // Timed checkpoints (--checkpoint-every-s): shard 0 asks, as SIGUSR1 does; the workers
+  // learn the iteration from its commit acks and flag that commit to every shard.
+  if (c_.checkpoint_every_s > 0 && c_.store.shard == 0 && loop_.timed_checkpoint_clock.seconds() >= c_.checkpoint_every_s) {
+    loop_.timed_checkpoint_clock.reset();
+    if (const std::int64_t at = service_->request_checkpoint(); at >= 0)
+      spdlog::debug("--checkpoint-every-s: checkpoint at iteration {}'s commit", at);
   }
   if (sig == SIGUSR1) {
     const std::int64_t at = service_->request_checkpoint();

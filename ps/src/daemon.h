@@ -45,6 +45,8 @@ struct DaemonConfig : transport::JobConnection {
   std::uint32_t checkpoint_full_every = 0;
   // With each checkpoint, a serving delta per shard (serving_delta.h, ember-serve).
   bool serving_deltas = false;
+  // Shard 0 asks for a checkpoint (as SIGUSR1 does) every this many seconds; 0: never.
+  double checkpoint_every_s = 0;
   std::size_t keep_checkpoints = 3;
   std::string coordinator_file, failure_file, summary_file;
   std::uint32_t max_connections = 1024;
@@ -104,7 +106,7 @@ class PsDaemon {
   std::unique_ptr<monitor::Exporter> metrics_;
   // The signal loop's state.
   struct Loop {
-    Stopwatch since, stats_clock, stop_clock;
+    Stopwatch since, stats_clock, stop_clock, timed_checkpoint_clock;
     std::uint64_t last_requests = 0, last_rows = 0;
     int exit_status = 0;
     bool stopping = false;  // stopping the job at a checkpoint the workers flush for

@@ -65,8 +65,8 @@ void resolve(Flags& f, bool slots_given) {
     sc.num_keys = f.slots_per_shard * sc.shards;
   }
   if (sc.num_keys == 0) throw ConfigError("give --num-keys or --dataset");
-  if ((c.checkpoint_on_exit || c.checkpoint_every > 0) && c.checkpoint_dir.empty()) {
-    throw ConfigError("--checkpoint-on-exit and --checkpoint-every need --checkpoint-dir");
+  if ((c.checkpoint_on_exit || c.checkpoint_every > 0 || c.checkpoint_every_s > 0) && c.checkpoint_dir.empty()) {
+    throw ConfigError("--checkpoint-on-exit, --checkpoint-every and --checkpoint-every-s need --checkpoint-dir");
   }
   sc.dim = f.rows.dim;
   sc.optimizer.kind = ps::parse_optimizer(f.rows.optimizer);

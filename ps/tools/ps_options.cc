@@ -123,6 +123,10 @@ std::vector<Decl> checkpoint_options() {
                   "one checkpoint in N holds every row; those between hold the rows changed since the one before "
                   "(incremental; 0: 8 with --store-dir, else 1)")
           .checked(CLI::Range(0, 1000000)),
+      daemon_flag("--checkpoint-every-s", &DaemonConfig::checkpoint_every_s,
+                  "shard 0 also asks for a checkpoint every T seconds (as SIGUSR1 does: at an iteration a few on, the "
+                  "workers flush for it); with --serving-deltas, a version for ember-serve every T seconds")
+          .checked(CLI::Range(0.0, 1e7)),
       daemon_flag("--serving-deltas", &DaemonConfig::serving_deltas,
                   "with each checkpoint, also write each shard's rows changed since its last one (values only) for "
                   "ember-serve to apply"),

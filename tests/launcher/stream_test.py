@@ -2,9 +2,10 @@
 """ember_launch.py --stream: a job trains on files that keep coming in.
 
   - `ember-data gen --files 6 --every 0.6` writes the stream while the job runs; worker 1
-    is killed (SIGKILL) mid-stream; with --max-restarts the launcher restarts the job from
-    its newest checkpoint, which goes on from the stream position it keeps, and the job
-    ends with the model of an uninterrupted job on the whole directory, row by row;
+    is killed (SIGKILL) mid-stream, and in another run the shard; with --max-restarts
+    the launcher restarts the job from its newest checkpoint, which goes on from the
+    stream position it keeps, and the job ends with the model of an uninterrupted job on
+    the whole directory, row by row;
   - the job's summary.json has its progressive validation (each batch scored before it
     trains);
   - its checkpoint exports without a dataset (ember-export --stream-format) and
@@ -68,6 +69,33 @@ def lines(path):
         return 0
 
 
+def healed_run(tmp, name, victim, pattern):
+    """The stream written while the job trains (a file every 0.6 s), `victim` (the process
+    `pattern` finds) killed with SIGKILL mid-stream, healed by --max-restarts."""
+    live_dir = tmp / f"{name}-in"
+    live_dir.mkdir()  # the job waits on it before the writer's first file
+    p, out = job(tmp, live_dir, name, ["--max-restarts", "2"])
+    time.sleep(0.5)
+    writer = gen(live_dir, 0.6)
+    killed = False
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None and not killed:
+        if lines(out / "w0.jsonl") >= 10:
+            r = subprocess.run(["pgrep", "-f", pattern.format(out=out)], capture_output=True, text=True)
+            if r.stdout.split():
+                os.kill(int(r.stdout.split()[0]), signal.SIGKILL)
+                killed = True
+        time.sleep(0.05)
+    check(f"{victim} was killed mid-stream", killed)
+    _, err = p.communicate(timeout=240)
+    writer.wait(timeout=60)
+    check(f"{victim} killed: the healed stream job finishes by itself", p.returncode == 0, err[-2000:])
+    restarts = [l for l in err.splitlines() if l.startswith("ember-launch: restart ")]
+    check(f"{victim} killed: one restart, from a checkpoint", len(restarts) == 1 and "from checkpoint" in restarts[0],
+          restarts or err[-2000:])
+    print(f"     {restarts[0] if restarts else ''}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="ember-stream-") as t:
         tmp = Path(t)
@@ -78,31 +106,21 @@ def main():
         _, err = p.communicate(timeout=240)
         check("the uninterrupted stream job runs", p.returncode == 0, err[-2000:])
 
-        # The same stream while it is written, a file every 0.6 s, worker 1 killed mid-way.
-        live_dir = tmp / "live-in"
-        live_dir.mkdir()  # the job waits on it before the writer's first file
-        p, out = job(tmp, live_dir, "healed", ["--max-restarts", "2"])
-        time.sleep(0.5)
-        writer = gen(live_dir, 0.6)
-        killed = False
-        deadline = time.time() + 120
-        while time.time() < deadline and p.poll() is None and not killed:
-            if lines(out / "w1.jsonl") >= 10:
-                r = subprocess.run(["pgrep", "-f", f"ember-worker .*--metrics {out}/w1.jsonl"], capture_output=True, text=True)
-                if r.stdout.split():
-                    os.kill(int(r.stdout.split()[0]), signal.SIGKILL)
-                    killed = True
-            time.sleep(0.05)
-        check("worker 1 was killed mid-stream", killed)
-        _, err = p.communicate(timeout=240)
-        writer.wait(timeout=60)
-        check("the healed stream job finishes by itself", p.returncode == 0, err[-2000:])
-        restarts = [l for l in err.splitlines() if l.startswith("ember-launch: restart ")]
-        check("one restart, from a checkpoint", len(restarts) == 1 and "from checkpoint" in restarts[0], restarts or err[-2000:])
-        if p.returncode == 0:
-            for f in ("rows.bin", "dense.bin"):
-                d = max_diff(floats(tmp / "whole-model" / f), floats(tmp / "healed-model" / f))
-                check(f"{f}: the uninterrupted job's model (max diff {d:.2e})", d <= 1e-5, d)
+        # The same stream while it is written, a file every 0.6 s, worker 1 killed mid-way;
+        # then again with the shard killed.
+        for victim, pattern in (("worker 1", "ember-worker .*--metrics {out}/w1.jsonl"),
+                                ("the shard", "ember-ps .*--summary-file {out}/ps0.json")):
+            name = "healed" if victim == "worker 1" else "healed-ps"
+            healed_run(tmp, name, victim, pattern)
+            dumped = (tmp / f"{name}-model" / "rows.bin").exists()
+            check(f"{victim} killed: the job dumped its model", dumped)
+            if dumped:
+                for f in ("rows.bin", "dense.bin"):
+                    d = max_diff(floats(tmp / "whole-model" / f), floats(tmp / f"{name}-model" / f))
+                    check(f"{victim} killed: {f} is the uninterrupted job's model (max diff {d:.2e})", d <= 1e-5, d)
+        out = tmp / "healed"
+        live_dir = tmp / "healed-in"
+        if (tmp / "healed-model" / "rows.bin").exists():
             # The healed job's last checkpoint, exported without a dataset, scores raw lines.
             exp = tmp / "export"
             r = subprocess.run([str(BIN / "ember-export"), "--checkpoint", str(tmp / "healed-ckpt"), "--stream-format", "criteo",
@@ -116,7 +134,7 @@ def main():
             s = json.loads((out / "summary.json").read_text())
             prog = s.get("progressive") or {}
             check("summary.json has progressive validation", 0 < prog.get("auc", 0) < 1 and prog.get("logloss", 0) > 0, prog)
-            print(f"     {restarts[0] if restarts else ''}\n     progressive {prog}")
+            print(f"     progressive {prog}")
 
         # The example job file runs (shortened) on the same stream.
         r = subprocess.run(LAUNCH + ["--config", str(SRC / "examples" / "online-stream.toml"), "--bin", str(BIN), "--stream", str(whole_dir),

@@ -26,8 +26,9 @@ struct DeltaHeader {
   std::int64_t previous;
   std::uint64_t flags;
   std::uint64_t updated, created, freed;
+  std::uint64_t previous_sum;
 };
-static_assert(sizeof(DeltaHeader) == 80 && offsetof(DeltaHeader, dim) == kBinaryHeaderBytes);
+static_assert(sizeof(DeltaHeader) == 88 && offsetof(DeltaHeader, dim) == kBinaryHeaderBytes);
 
 void put_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -49,6 +50,7 @@ DeltaInfo info_of(const DeltaHeader& h, std::uint64_t bytes) {
   i.updated = h.updated;
   i.created = h.created;
   i.freed = h.freed;
+  i.previous_sum = h.previous_sum;
   i.bytes = bytes;
   return i;
 }
@@ -93,6 +95,7 @@ DeltaInfo DeltaWriter::write(const std::filesystem::path& file) {
   h.updated = info_.updated;
   h.created = info_.created;
   h.freed = info_.freed;
+  h.previous_sum = info_.previous_sum;
   Checksum64 sum;
   sum.update(&h, sizeof h);
   sum.update(body_.data(), body_.size());

@@ -38,6 +38,7 @@ ShardStore::ShardStore(ShardStore&& o) noexcept
       changed_(std::move(o.changed_)),
       id_changed_(std::move(o.id_changed_)),
       delta_previous_(o.delta_previous_),
+      delta_previous_sum_(o.delta_previous_sum_),
       slot_ids_(std::move(o.slot_ids_)),
       made_iteration_(o.made_iteration_),
       made_(std::move(o.made_)),

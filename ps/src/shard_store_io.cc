@@ -197,6 +197,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     if (base ? changed(local) : !ids || id_of(local) != kNoId) listed[local] = true, ++rows;
   }
   const CheckpointHeader h = header_for(config_, state_, rows, iteration, base.value_or(kNoBase));
+  std::uint64_t written_sum = 0;
   // The delta first: once every shard's checkpoint file is in (a manifest), so are the deltas.
   if (config_.serving_deltas) write_delta(file, iteration, fresh);
   // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
@@ -225,6 +226,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     for_each_listed(listed, per_block, add);
     const std::uint64_t digest = sum.digest();
     write(std::string_view(reinterpret_cast<const char*>(&digest), sizeof digest));
+    written_sum = digest;
   });
   // Written: the next incremental checkpoint counts changes from here (none can come
   // meanwhile: applies and write-backs are held off).
@@ -239,6 +241,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
       if (fresh[local]) id_changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
   }
   delta_previous_ = iteration;
+  delta_previous_sum_ = written_sum;
   return left_out;
 }
 
@@ -262,11 +265,19 @@ void ShardStore::write_delta(const std::filesystem::path& checkpoint_file, std::
   info.num_keys = config_.num_keys;
   info.iteration = iteration;
   info.previous = delta_previous_;
+  info.previous_sum = delta_previous_sum_;
   info.hashed_ids = config_.hashed_ids;
+  DeltaWriter delta(info);
+  const std::filesystem::path file = checkpoint_file.parent_path() / delta_file_name(config_.shard, config_.shards);
+  // After a fresh start no follower holds what the changes count from: a header only (a
+  // first delta would be every row trained, held in memory).
+  if (delta_previous_ == DeltaInfo::kNoPrevious) {
+    delta.write(file);
+    return;
+  }
   std::vector<bool> listed(local_rows());
   for (std::uint64_t local = 0; local < local_rows(); ++local)
     listed[local] = changed(local) && arena_.state(local).load(std::memory_order_acquire) >= kIdle;
-  DeltaWriter delta(info);
   for_each_listed(listed, std::max<std::size_t>(1, (4u << 20) / (row_floats() * sizeof(float))), [&](std::uint64_t local, const char* row) {
     const auto* values = reinterpret_cast<const float*>(row);
     if (!config_.hashed_ids) return delta.add(local, DeltaKind::kRow, kNoId, values);
@@ -278,7 +289,7 @@ void ShardStore::write_delta(const std::filesystem::path& checkpoint_file, std::
     else
       delta.add(local, new_id ? DeltaKind::kNewId : DeltaKind::kRow, id, values);
   });
-  delta.write(checkpoint_file.parent_path() / delta_file_name(config_.shard, config_.shards));
+  delta.write(file);
 }
 
 std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, bool own_file_only) {
@@ -307,7 +318,12 @@ std::int64_t ShardStore::load(const std::vector<std::filesystem::path>& files, b
     std::memcpy(read_row(key, true, true).get(), row, rf * sizeof(float));
     if (config_.hashed_ids) set_slot_id(local_of(key), id);
   });
-  delta_previous_ = iteration;  // the next delta applies to this checkpoint
+  // The next delta applies to this checkpoint: its iteration, and this shard's file of it.
+  delta_previous_ = DeltaInfo::kNoPrevious;
+  for (const auto& f : files) {
+    const CheckpointHeader h = header_of(f);
+    if (h.shard == config_.shard && h.shards == config_.shards) delta_previous_ = iteration, delta_previous_sum_ = checkpoint_checksum(f);
+  }
   return iteration;
 }
 
@@ -387,6 +403,16 @@ std::int64_t ShardStore::load_replaced(const std::vector<std::filesystem::path>&
     std::memcpy(read_row(arena_.key_of(*j), true, true).get(), row, rf * sizeof(float));
   });
   return iteration;
+}
+
+std::uint64_t checkpoint_checksum(const std::filesystem::path& file) {
+  std::error_code ec;
+  const std::uint64_t size = std::filesystem::file_size(file, ec);
+  if (ec) throw IoError(file.string() + ": " + ec.message());
+  if (size < kHeaderV1Bytes + sizeof(std::uint64_t)) throw DataError(file.string() + ": truncated checkpoint");
+  std::uint64_t stored = 0;
+  read_blocks(file, size - sizeof stored, size, sizeof stored, [&](const char* p, std::size_t) { std::memcpy(&stored, p, sizeof stored); });
+  return stored;
 }
 
 void verify_checkpoint_file(const std::filesystem::path& file) {

@@ -247,8 +247,11 @@ Source from_checkpoint(const fs::path& checkpoint, const fs::path& dense_dir) {
     sc.shard = shard;
     stores->emplace_back(sc);
   }
+  s.shard_sums.assign(info.shards, 0);
   for (const fs::path& f : plan.files) {
-    ps::ShardStore& store = (*stores)[ps::ShardStore::checkpoint_info(f).shard];
+    const std::uint32_t shard = ps::ShardStore::checkpoint_info(f).shard;
+    s.shard_sums[shard] = ps::checkpoint_checksum(f);
+    ps::ShardStore& store = (*stores)[shard];
     s.iterations = store.load({f}, true);
     s.rows_stored += store.initialized_rows();
   }
@@ -385,7 +388,11 @@ torch::jit::Module script_model(CtrModel& model, const ModelConfig& config) {
 data::Manifest trained_on(const ExportOptions& o, std::string& vocab_bytes) {
   if (o.dataset.empty() == o.stream_format.empty())
     throw ConfigError("give --dataset (its tables and vocabulary) or, for a model trained on a stream, --stream-format");
-  if (!o.stream_format.empty()) return data::stream_manifest(data::parse_source_format(o.stream_format), 0);
+  if (o.stream_multi_hot_sep.size() > 1 || (!o.stream_multi_hot_sep.empty() && o.stream_format.empty()))
+    throw ConfigError("--stream-multi-hot-sep '" + o.stream_multi_hot_sep + "': one character, with --stream-format");
+  if (!o.stream_format.empty())
+    return data::stream_manifest(data::parse_source_format(o.stream_format),
+                                 o.stream_multi_hot_sep.empty() ? 0 : o.stream_multi_hot_sep[0]);
   const fs::path manifest_file = o.dataset / "manifest.json";
   if (!fs::exists(manifest_file))
     throw DataError("dataset " + o.dataset.string() + ": no manifest.json (not written by `ember-data prep`?)");

@@ -7,6 +7,7 @@
 
 #include "ember/common/error.h"
 #include "ember/data/hashed_ids.h"
+#include "ember/ps/checkpoints.h"
 #include "ember/worker/dense_state.h"
 
 namespace ember::serve {
@@ -40,6 +41,7 @@ LiveModel::LiveModel(const ExportOptions& o) : options_(o) {
   m.dense_.eval();
   source_ = s.what;
   shards_ = s.shards;
+  sums_ = s.shard_sums;
   num_keys_ = s.num_keys;
   if (dm.hashed_ids) {
     build_dynamic(s, dm);
@@ -91,39 +93,48 @@ void LiveModel::build_dynamic(const Source& s, const data::Manifest& dm) {
   }
 }
 
-std::optional<ModelUpdate> LiveModel::read_update(const fs::path& dir, std::int64_t iteration, std::int64_t after) const {
+std::optional<ModelUpdate> LiveModel::read_update(const fs::path& dir, std::int64_t iteration, std::int64_t after,
+                                                  const std::vector<std::uint64_t>& after_sums) const {
   const std::uint32_t dim = model_.config_.dim;
-  std::vector<fs::path> files;
-  for (std::uint32_t shard = 0; shard < shards_; ++shard) {
-    files.push_back(dir / ps::delta_file_name(shard, shards_));
-    std::error_code ec;
-    if (!fs::exists(files.back(), ec)) return std::nullopt;  // no deltas (or another shard layout)
-    const ps::DeltaInfo info = ps::delta_info(files.back());
-    if (info.previous != after || info.iteration != iteration || info.num_keys != num_keys_ || info.dim != dim ||
-        info.hashed_ids != !slot_ids_.empty())
-      return std::nullopt;
-  }
+  const bool hashed = !slot_ids_.empty();
   ModelUpdate u;
   u.iteration = iteration;
   try {
+    std::vector<fs::path> files;
+    for (std::uint32_t shard = 0; shard < shards_; ++shard) {
+      files.push_back(dir / ps::delta_file_name(shard, shards_));
+      std::error_code ec;
+      if (!fs::exists(files.back(), ec)) return std::nullopt;  // no deltas (or another shard layout)
+      const ps::DeltaInfo info = ps::delta_info(files.back());
+      if (info.previous != after || info.previous_sum != after_sums.at(shard) || info.iteration != iteration ||
+          info.num_keys != num_keys_ || info.dim != dim || info.hashed_ids != hashed || info.shard != shard || info.shards != shards_)
+        return std::nullopt;
+      u.sums.push_back(ps::checkpoint_checksum(dir / ps::checkpoint_file_name(shard, shards_)));
+    }
     for (const fs::path& f : files) {
       u.bytes += ps::read_delta(f, [&](Key key, ps::DeltaKind kind, std::uint64_t id, const float* row) {
+                   if (!hashed && kind != ps::DeltaKind::kRow)
+                     throw DataError(f.string() + ": an id's record in a delta of vocabulary ids");
                    u.rows.push_back({key, kind, id});
                    if (row != nullptr) u.values.insert(u.values.end(), row, row + dim);
                  }).bytes;
     }
-  } catch (const DataError& e) {
-    spdlog::warn("ember-serve: {}: loading that checkpoint whole", e.what());
+  } catch (const Error& e) {  // a corrupt or vanished delta or checkpoint file
+    spdlog::warn("ember-serve: {}: loading the newest checkpoint whole", e.what());
     return std::nullopt;
   }
-  const fs::path dense_file = dense_file_of(dense_dir_, iteration);
-  worker::DenseState st = worker::read_dense_state(dense_file);
-  if (st.model.dim != dim || st.model.num_tables != model_.config_.num_tables || st.meta.value("iteration", std::int64_t{-1}) != iteration)
-    throw DataError(dense_file.string() + ": not the dense state of iteration " + std::to_string(iteration) + " of this model");
-  u.dense = script_model(*st.weights, st.model);
-  u.dense.eval();
-  u.dense_file = dense_file.string();
   return u;
+}
+
+void LiveModel::read_dense(ModelUpdate& u) const {
+  const fs::path dense_file = dense_file_of(dense_dir_, u.iteration);
+  worker::DenseState st = worker::read_dense_state(dense_file);
+  if (st.model.dim != model_.config_.dim || st.model.num_tables != model_.config_.num_tables ||
+      st.meta.value("iteration", std::int64_t{-1}) != u.iteration)
+    throw DataError(dense_file.string() + ": not the dense state of iteration " + std::to_string(u.iteration) + " of this model");
+  u.dense = script_model(*st.weights, st.model);
+  u.dense->eval();
+  u.dense_file = dense_file.string();
 }
 
 std::uint32_t LiveModel::take_row(unsigned t) {
@@ -189,8 +200,9 @@ void LiveModel::apply(std::vector<ModelUpdate>& updates) {
         values += dim;
       }
     }
-    model_.dense_ = std::move(u.dense);
+    if (u.dense) model_.dense_ = std::move(*u.dense);
     model_.iterations_ = u.iteration;
+    sums_ = u.sums;
   }
 }
 

@@ -27,10 +27,11 @@ struct ModelUpdate {
     ps::DeltaKind kind;
     std::uint64_t id;
   };
-  std::vector<Row> rows;      // every shard's records
-  std::vector<float> values;  // dim floats for each record that is not kFreed, in order
-  torch::jit::Module dense;
-  std::uint64_t bytes = 0;  // the deltas' files
+  std::vector<Row> rows;                    // every shard's records
+  std::vector<float> values;                // dim floats for each record that is not kFreed, in order
+  std::vector<std::uint64_t> sums;          // each shard's checkpoint file of `iteration`: what the next delta follows
+  std::optional<torch::jit::Module> dense;  // the last of a run of updates only
+  std::uint64_t bytes = 0;                  // the deltas' files
   std::string dense_file;
 };
 
@@ -43,11 +44,17 @@ class LiveModel {
   std::int64_t iteration() const { return model_.iterations_; }
   const std::string& source() const { return source_; }
 
-  // Checkpoint `dir` of `iteration` as a change of the version `after`: every shard's
-  // delta there applies to `after` in this model's layout. None when it does not (a
-  // delta missing, written on another version or shard layout): load that one whole.
-  // DataError for a corrupt delta, and the dense state's errors.
-  std::optional<ModelUpdate> read_update(const std::filesystem::path& dir, std::int64_t iteration, std::int64_t after) const;
+  // The version held: its iteration and each shard's checkpoint file's checksum.
+  std::int64_t held() const { return model_.iterations_; }
+  const std::vector<std::uint64_t>& held_sums() const { return sums_; }
+  // Checkpoint `dir` of `iteration` as a change of version `after` (whose shards' files
+  // have checksums `after_sums`): every shard's delta there follows that very checkpoint,
+  // in this model's layout. None when one does not (missing, corrupt, of another
+  // version, run or shard layout): load the newest whole.
+  std::optional<ModelUpdate> read_update(const std::filesystem::path& dir, std::int64_t iteration, std::int64_t after,
+                                         const std::vector<std::uint64_t>& after_sums) const;
+  // The dense state of the update's iteration, scripted (the dense state's errors).
+  void read_dense(ModelUpdate& u) const;
   // Applies updates read on this model's version, in order. DataError if the rows do not
   // fit the model held (then it is half changed: load a whole checkpoint).
   void apply(std::vector<ModelUpdate>& updates);
@@ -61,7 +68,8 @@ class LiveModel {
   std::filesystem::path dense_dir_;
   ExportedModel model_;
   std::string source_;
-  std::uint32_t shards_ = 0;  // the shard layout of the checkpoint loaded
+  std::uint32_t shards_ = 0;         // the shard layout of the checkpoint loaded
+  std::vector<std::uint64_t> sums_;  // the held version's shard files' checksums
   std::uint64_t num_keys_ = 0;
   std::vector<std::uint64_t> offsets_;                 // vocabulary tables: each table's first key
   std::vector<std::uint64_t> slot_ids_;                // dynamic tables: each slot's id (kNoId: free)

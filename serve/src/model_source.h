@@ -22,7 +22,8 @@ struct Source {
   std::int64_t iterations = -1;
   std::uint64_t num_keys = 0;  // rows of all tables
   std::uint64_t rows_stored = 0;
-  std::uint32_t shards = 1;  // a checkpoint's shards (keys in their layout)
+  std::uint32_t shards = 1;               // a checkpoint's shards (keys in their layout)
+  std::vector<std::uint64_t> shard_sums;  // each shard's checkpoint file's checksum (ps::checkpoint_checksum)
   // Row `key` (global) of the model: dim floats.
   std::function<const float*(std::uint64_t key)> row;
   std::shared_ptr<void> keep;  // what `row` reads from

@@ -119,19 +119,22 @@ class Server {
   bool apply_deltas(Served& held, const std::vector<std::pair<std::int64_t, fs::path>>& newer) {
     const Stopwatch took;
     std::vector<ModelUpdate> updates;
-    std::int64_t after = held.live->iteration();
+    std::int64_t after = held.live->held();
+    std::vector<std::uint64_t> sums = held.live->held_sums();
     for (const auto& [it, dir] : newer) {
-      std::optional<ModelUpdate> u = held.live->read_update(dir, it, after);
+      std::optional<ModelUpdate> u = held.live->read_update(dir, it, after, sums);
       if (!u) return false;
+      sums = u->sums;
       updates.push_back(std::move(*u));
       after = it;
     }
+    held.live->read_dense(updates.back());  // the newest's dense weights serve
     std::uint64_t rows = 0, bytes = 0;
     for (const ModelUpdate& u : updates) rows += u.rows.size(), bytes += u.bytes;
     std::lock_guard lock(held.mutex);
     try {
       held.live->apply(updates);
-    } catch (const DataError& e) {
+    } catch (const std::exception& e) {
       held.broken = true;  // scoring answers 503 until the whole load
       spdlog::warn("ember-serve: {}: loading the newest checkpoint whole", e.what());
       return false;
@@ -153,6 +156,7 @@ class Server {
     e.dense = o_.dense;
     e.dataset = o_.dataset;
     e.stream_format = o_.stream_format;
+    e.stream_multi_hot_sep = o_.stream_multi_hot_sep;
     auto v = std::make_shared<Served>();
     v->live = std::make_unique<LiveModel>(e);
     const std::shared_ptr<Served> held = current();

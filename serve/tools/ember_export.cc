@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--stream-format", o.stream_format,
                  "or, for a model trained on a stream (ember-worker --stream), the stream's format: criteo, criteo-csv or avazu")
       ->excludes(dataset);
+  app.add_option("--stream-multi-hot-sep", o.stream_multi_hot_sep, "with --stream-format: the bags' separator (ember-worker's)");
   app.add_option("--output,-o", o.output, "export directory to create")->required();
   app.add_flag("--force", o.overwrite, "replace an existing export directory");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, off")->capture_default_str();

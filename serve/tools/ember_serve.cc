@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   auto* dataset = app.add_option("--dataset", o.dataset, "the prepared dataset the model trains on (tables, vocabulary)");
   app.add_option("--stream-format", o.stream_format, "or, for a job on a stream, its format: criteo, criteo-csv or avazu")
       ->excludes(dataset);
+  app.add_option("--stream-multi-hot-sep", o.stream_multi_hot_sep, "with --stream-format: the bags' separator (the job's)");
   app.add_option("--format", o.format, "the requests' lines: criteo, criteo-csv or avazu (default: the model's source format)");
   app.add_option("--listen", o.listen, "HOST:PORT to serve on (port 0: any free port)")->capture_default_str();
   app.add_option("--port-file", o.port_file, "write the port here once listening");

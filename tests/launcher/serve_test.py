@@ -72,12 +72,15 @@ def main():
         # The stream arrives while the job trains: a file of 400 lines a second.
         gen = subprocess.Popen([str(BIN / "ember-data"), "gen", "--like", "criteo", "--rows", "3200", "--files", "8", "--every", "1",
                                 "--scale", "0.002", "--new-ids", "0.2", "--seed", "6", "--force", "-q", "-o", str(stream)])
-        job = subprocess.Popen([sys.executable, str(SRC / "scripts" / "ember_launch.py"), "--stream", str(stream), "--slots-per-shard",
-                                "16384", "--ps", "1", "--workers", "2", "--policy", "herald", "--bin", str(BIN), "--out",
-                                str(tmp / "out"), "-q", "--timeout", "200", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2",
-                                "--ps-args", "--dim 8 --optimizer sgd --lr 0.05 --checkpoint-full-every 3 --keep-checkpoints 0 --serving-deltas", "--",
-                                "--iterations", "20", "--batch-per-worker", "64", "--progress-every", "0", "--keep-checkpoints", "0",
-                                "--create-after", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        def launch(out, every, lr, iterations):
+            return [sys.executable, str(SRC / "scripts" / "ember_launch.py"), "--stream", str(stream), "--slots-per-shard", "16384", "--ps",
+                    "1", "--workers", "2", "--policy", "herald", "--bin", str(BIN), "--out", str(tmp / out), "-q", "--timeout", "200",
+                    "--checkpoint-dir", str(ckpt), "--checkpoint-every", every, "--ps-args",
+                    f"--dim 8 --optimizer sgd --lr {lr} --checkpoint-full-every 3 --keep-checkpoints 0 --serving-deltas", "--",
+                    "--iterations", iterations, "--batch-per-worker", "64", "--progress-every", "0", "--keep-checkpoints", "0",
+                    "--create-after", "2"]
+
+        job = subprocess.Popen(launch("out", "2", "0.05", "20"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen, scored = [], {}  # versions in the order served; version -> probabilities
         seen_at, lives = {}, [[]]  # each ember-serve's /version answers
         deadline = time.time() + 180
@@ -134,20 +137,41 @@ def main():
 
         # Every version scored equals ember-predict on an export of that checkpoint.
         (tmp / "lines.tsv").write_text(unlabelled)
-        for v, probs in sorted(scored.items()):
+
+        def predicted(v):
             exp = tmp / f"export-{v}"
             r = subprocess.run([str(BIN / "ember-export"), "--checkpoint", str(ckpt / "ps" / f"iter-{v:09d}"), "--dense",
-                                str(ckpt / "dense"), "--stream-format", "criteo", "-o", str(exp)], capture_output=True, text=True,
-                               timeout=120)
+                                str(ckpt / "dense"), "--stream-format", "criteo", "-o", str(exp), "--force"], capture_output=True,
+                               text=True, timeout=120)
             if r.returncode != 0:
-                check(f"version {v} exports", False, r.stderr[-1000:])
-                continue
+                return [], r.stderr[-1000:]
             r = subprocess.run([str(BIN / "ember-predict"), "--export", str(exp), str(tmp / "lines.tsv"), "-o", str(tmp / f"p-{v}")],
                                capture_output=True, text=True, timeout=120)
-            want = [float(x) for x in (tmp / f"p-{v}").read_text().split()] if r.returncode == 0 else []
+            return ([float(x) for x in (tmp / f"p-{v}").read_text().split()] if r.returncode == 0 else []), r.stderr[-500:]
+
+        for v, probs in sorted(scored.items()):
+            want, err = predicted(v)
             d = max((abs(a - b) for a, b in zip(probs, want)), default=1.0) if len(probs) == len(want) == 300 else 1.0
-            check(f"version {v}: the served scores are ember-predict's on its export (max diff {d:.1e})", d <= 1e-6, r.stderr[-500:])
+            check(f"version {v}: the served scores are ember-predict's on its export (max diff {d:.1e})", d <= 1e-6, err)
         check("more than one version was scored", len(scored) >= 2, scored.keys())
+
+        # Another run in the same directory (another learning rate, a checkpoint every 3):
+        # its checkpoint 20 replaces the one served, and its delta 23 follows that one, not
+        # the one served: ember-serve loads it whole instead of applying it.
+        r = subprocess.run(launch("out2", "3", "0.3", "24"), capture_output=True, text=True, timeout=240)
+        check("a second run in the same checkpoint directory runs", r.returncode == 0, r.stderr[-2000:])
+        deadline, last = time.time() + 30, {}
+        while time.time() < deadline and last.get("iteration") != 24:
+            status, _, body = request(url + "/version")
+            last = json.loads(body) if status == 200 else {}
+            time.sleep(0.1)
+        status, headers, text = request(url + "/score", unlabelled.encode())
+        want, err = predicted(24)
+        got = [float(x) for x in text.split()] if status == 200 else []
+        d = max((abs(a - b) for a, b in zip(got, want)), default=1.0) if len(got) == len(want) == 300 else 1.0
+        check(f"the other run's iteration 24, loaded whole ({last.get('whole_loads')} whole loads), scores as its export "
+              f"(max diff {d:.1e})", last.get("whole_loads") == 2 and headers.get("X-Ember-Iteration") == "24" and d <= 1e-6,
+              (last, err))
 
         status, _, body = request(url + "/score", b"not\ta\tcriteo\tline\n")
         check("a bad line gets a 400 naming it", status == 400 and body.startswith("request:1: "), (status, body))

@@ -991,6 +991,7 @@ TEST_F(HashedCheckpoints, ServingDeltasTakeEachCheckpointToTheNext) {
             held[id] = std::vector<float>(row, row + kDim);
           });
       EXPECT_EQ(info.previous, held_at);
+      EXPECT_EQ(info.previous_sum, checkpoint_checksum(checkpoint_dir(dir_, held_at) / checkpoint_file_name(s, 2)));
       EXPECT_EQ(info.iteration, it);
       EXPECT_TRUE(info.hashed_ids);
     }
@@ -1022,6 +1023,11 @@ TEST_F(HashedCheckpoints, ServingDeltasTakeEachCheckpointToTheNext) {
   std::filesystem::create_directories(checkpoint_dir(dir_, 15));
   back[0].save(checkpoint_dir(dir_, 15) / checkpoint_file_name(0, 2), 15);
   EXPECT_EQ(delta_info(checkpoint_dir(dir_, 15) / delta_file_name(0, 2)).previous, 13);
+  EXPECT_EQ(delta_info(checkpoint_dir(dir_, 15) / delta_file_name(0, 2)).previous_sum,
+            checkpoint_checksum(checkpoint_dir(dir_, 13) / checkpoint_file_name(0, 2)));
+  // A fresh store's first delta has nothing to apply to: a header only.
+  EXPECT_EQ(delta_info(checkpoint_dir(dir_, 3) / delta_file_name(0, 2)).previous, DeltaInfo::kNoPrevious);
+  EXPECT_EQ(delta_info(checkpoint_dir(dir_, 3) / delta_file_name(0, 2)).updated, 0u);
   EXPECT_EQ(delta_info(checkpoint_dir(dir_, 15) / delta_file_name(0, 2)).updated, 0u);
 }
 

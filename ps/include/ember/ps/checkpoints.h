@@ -120,6 +120,10 @@ bool write_manifest_if_whole(const std::filesystem::path& dir);
 // (shard_store_io.cc, beside the format.)
 void verify_checkpoint_file(const std::filesystem::path& file);
 
+// The checksum a checkpoint file stores (its last 8 bytes), unchecked: what names that
+// file's content (serving deltas follow it). IoError/DataError naming the file.
+std::uint64_t checkpoint_checksum(const std::filesystem::path& file);
+
 // What `--restore DIR` loads. DIR may be one checkpoint (its manifest's files, checked
 // against the sizes it lists; or, without a manifest, its *.ckpt files, as in the flat
 // layout of earlier versions) or a root of checkpoints: then the newest one that is whole,

@@ -8,8 +8,9 @@
 //   ROOT/iter-000000012/shard-0-of-2.delta   (written before the shard's .ckpt: a
 //                                             manifest means every delta is there)
 //
-// A delta file: an 80-byte header (magic EMBRDLTA, version, dim, shard, shards, num_keys,
-// iteration, previous, flags, rows updated, rows created, slots freed), then one record a
+// A delta file: an 88-byte header (magic EMBRDLTA, version, dim, shard, shards, num_keys,
+// iteration, previous, flags, rows updated, rows created, slots freed, the checksum of the
+// shard's checkpoint file of `previous`: which run's checkpoint it follows), then one record a
 // changed slot in ascending order, then a checksum of all before it. A record is a varint
 // (gap << 2 | kind), the gap counting the slots skipped since the last record; kind 0: the
 // row (dim float32) of the id the slot held before; 1: a new id (uint64) and its row;
@@ -38,6 +39,10 @@ struct DeltaInfo {
   // The iteration of the state the delta applies to: the shard's save before, or the
   // checkpoint it restored; kNoPrevious after a fresh start (nothing to apply it to).
   std::int64_t previous = kNoPrevious;
+  // The stored checksum of the shard's checkpoint file of `previous` (checkpoint_checksum):
+  // a checkpoint of the same iteration written by another run (a restart from an older
+  // one, a new job in the same directory) has another, and the delta does not apply to it.
+  std::uint64_t previous_sum = 0;
   bool hashed_ids = false;
   std::uint64_t updated = 0, created = 0, freed = 0;
   std::uint64_t bytes = 0;  // the file's size

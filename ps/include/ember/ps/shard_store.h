@@ -388,6 +388,7 @@ class ShardStore {
   // save (its delta record names the new id); and the iteration the changes count from.
   std::unique_ptr<std::atomic<std::uint64_t>[]> id_changed_;
   std::int64_t delta_previous_ = DeltaInfo::kNoPrevious;
+  std::uint64_t delta_previous_sum_ = 0;  // that checkpoint file's stored checksum
   // The serving delta of a save (`fresh`: slots written free), before its checkpoint file.
   void write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh);
   // Calls add(local, row) for each listed row in ascending order (from the disk tier's

@@ -46,8 +46,9 @@ struct ExportOptions {
   std::filesystem::path checkpoint, dense;
   // Or from the final model of ember-worker --dump-dir.
   std::filesystem::path dump;
-  std::filesystem::path dataset;  // the prepared dataset the model was trained on
-  std::string stream_format;      // or, trained on a stream (--stream): its lines' format
+  std::filesystem::path dataset;     // the prepared dataset the model was trained on
+  std::string stream_format;         // or, trained on a stream (--stream): its lines' format
+  std::string stream_multi_hot_sep;  // and its bags' separator (empty: one-hot)
   std::filesystem::path output;
   bool overwrite = false;
 };

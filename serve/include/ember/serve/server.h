@@ -25,7 +25,7 @@ struct ServeOptions {
   std::filesystem::path checkpoints, dense;
   // What the model was trained on: a prepared dataset, or a stream's format.
   std::filesystem::path dataset;
-  std::string stream_format;
+  std::string stream_format, stream_multi_hot_sep;
   std::string format;  // the requests' lines (empty: the model's source format)
   std::string listen = "127.0.0.1:0";
   std::filesystem::path port_file;  // written once listening: the port

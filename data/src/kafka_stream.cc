@@ -45,7 +45,7 @@ class KafkaStream : public RecordStream {
       throw ConfigError("--stream " + o_.source + ": a Kafka stream reads Criteo TSV lines (--stream-format criteo) only yet");
     }
     if (batch_size == 0) throw ConfigError("--stream: a global batch of 0 records");
-    builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, batch_size);
+    builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, o_.max_bag, batch_size);
     // Labelled Criteo lines, 40 fields: not decided by whichever line comes first.
     parser_.emplace(o_.format, "0" + std::string(39, '\t'), o_.multi_hot_sep);
     char err[512];
@@ -275,7 +275,7 @@ class KafkaStream : public RecordStream {
     for (;;) {
       if (!next_line(line)) return false;
       if (blank_line(line)) continue;
-      if (parser_->parse(line, record_, error_, true)) break;
+      if (parser_->parse(line, record_, error_, true) && builder_->fits(record_, error_)) break;
       if (bad_lines_++ < kStreamBadLinesLogged) {
         spdlog::warn("--stream {}: partition {} offset {} line {}: {} (line passed over)", o_.source, turn_, fetched_[turn_].front().offset,
                      line_in_, error_);

@@ -34,7 +34,7 @@ std::unique_ptr<RecordStream> open_stream(StreamOptions o, std::size_t batch_siz
   return std::make_unique<DirectoryStream>(std::move(o), batch_size);
 }
 
-Manifest stream_manifest(SourceFormat format, char multi_hot_sep) {
+Manifest stream_manifest(SourceFormat format, char multi_hot_sep, std::uint32_t max_bag) {
   const Schema& schema = schema_for(format);
   Manifest m;
   m.format_version = multi_hot_sep != 0 ? kMultiHotFormatVersion : kDatasetFormatVersion;
@@ -48,6 +48,7 @@ Manifest stream_manifest(SourceFormat format, char multi_hot_sep) {
     t.name = name;
     t.rows = 0;  // dynamic
     t.id_bytes = 8;
+    if (m.multi_hot) t.max_bag = max_bag;
     m.tables.push_back(t);
   }
   return m;
@@ -57,7 +58,7 @@ DirectoryStream::DirectoryStream(StreamOptions o, std::size_t batch_size) : o_(s
   std::error_code ec;
   if (!std::filesystem::is_directory(dir_, ec)) throw ConfigError("--stream " + o_.source + ": not a directory");
   if (batch_size == 0) throw ConfigError("--stream: a global batch of 0 records");
-  builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, batch_size);
+  builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, o_.max_bag, batch_size);
 }
 
 DirectoryStream::~DirectoryStream() = default;
@@ -152,7 +153,7 @@ bool DirectoryStream::read_record() {
   for (;;) {
     if (!next_line(line)) return false;
     if (blank_line(line)) continue;
-    if (parser_->parse(line, record_, error_, true)) break;
+    if (parser_->parse(line, record_, error_, true) && builder_->fits(record_, error_)) break;
     if (pos_.bad_lines++ < kStreamBadLinesLogged)
       spdlog::warn("--stream {}:{}: {} (line passed over)", (dir_ / pos_.file).string(), pos_.line, error_);
   }
@@ -160,12 +161,27 @@ bool DirectoryStream::read_record() {
   return true;
 }
 
-BatchBuilder::BatchBuilder(SourceFormat format, char multi_hot_sep, std::size_t batch_size)
+BatchBuilder::BatchBuilder(SourceFormat format, char multi_hot_sep, std::uint32_t max_bag, std::size_t batch_size)
     : num_dense_(static_cast<std::uint32_t>(schema_for(format).num_dense())),
       num_tables_(static_cast<std::uint32_t>(schema_for(format).num_tables())),
       multi_hot_(multi_hot_sep != 0),
+      max_bag_(max_bag),
+      schema_(&schema_for(format)),
       batch_size_(batch_size) {
+  if (multi_hot_ && max_bag_ == 0) throw ConfigError("--stream-max-bag 0: a bag holds at least one value");
   start();
+}
+
+bool BatchBuilder::fits(const Record& r, std::string& why) const {
+  if (!multi_hot_) return true;
+  for (unsigned t = 0; t < num_tables_; ++t) {
+    if (r.bags[t].size() > max_bag_) {
+      why = "a bag of " + std::to_string(r.bags[t].size()) + " values in " + schema_->table_names[t] + ", over --stream-max-bag " +
+            std::to_string(max_bag_);
+      return false;
+    }
+  }
+  return true;
 }
 
 void BatchBuilder::start() {

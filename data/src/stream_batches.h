@@ -23,8 +23,11 @@ inline bool blank_line(std::string_view line) { return line.empty() || (line.siz
 
 class BatchBuilder {
  public:
-  BatchBuilder(SourceFormat format, char multi_hot_sep, std::size_t batch_size);
+  BatchBuilder(SourceFormat format, char multi_hot_sep, std::uint32_t max_bag, std::size_t batch_size);
 
+  // Whether a parsed record fits the stream's bounds (bags of at most max_bag values);
+  // else why not, in `why`.
+  bool fits(const Record& r, std::string& why) const;
   void add(const Record& r);
   bool full() const { return columns_.rows() == batch_size_; }
   std::size_t batch_size() const { return batch_size_; }
@@ -37,6 +40,8 @@ class BatchBuilder {
 
   std::uint32_t num_dense_, num_tables_;
   bool multi_hot_;
+  std::uint32_t max_bag_;
+  const Schema* schema_;
   std::size_t batch_size_;
   ShardColumns columns_;
   std::unique_ptr<Shard> shard_;  // the last batch's

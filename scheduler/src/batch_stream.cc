@@ -69,6 +69,9 @@ data::StreamOptions stream_options(const SchedulerOptions& o, std::function<bool
   data::StreamOptions s;
   s.source = o.stream;
   s.format = data::parse_source_format(o.stream_format);
+  if (o.stream_multi_hot_sep.size() > 1) throw ConfigError("--stream-multi-hot-sep '" + o.stream_multi_hot_sep + "': one character");
+  s.multi_hot_sep = o.stream_multi_hot_sep.empty() ? 0 : o.stream_multi_hot_sep[0];
+  s.max_bag = o.stream_max_bag;
   s.stopped = std::move(stopped);
   return s;
 }
@@ -82,7 +85,7 @@ data::Dataset open_job_data(const std::string& dir, const SchedulerOptions& o, d
   std::error_code ec;
   if (s.source.rfind("kafka://", 0) != 0 && !std::filesystem::is_directory(s.source, ec))
     throw ConfigError("--stream " + s.source + ": not a directory (nor kafka://HOST:PORT/TOPIC)");
-  return data::Dataset::without_rows(data::stream_manifest(s.format, s.multi_hot_sep));
+  return data::Dataset::without_rows(data::stream_manifest(s.format, s.multi_hot_sep, s.max_bag));
 }
 
 BatchStream job_batches(const data::Dataset& ds, const SchedulerOptions& o, std::vector<std::uint64_t> table_offsets,

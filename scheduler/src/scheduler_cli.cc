@@ -48,6 +48,12 @@ std::vector<Decl> shape_options() {
              kJob)
           .must_agree(),
       option("--stream-format", &SchedulerOptions::stream_format, "--stream: criteo (TSV), criteo-csv or avazu", kJob).must_agree(),
+      option("--stream-multi-hot-sep", &SchedulerOptions::stream_multi_hot_sep,
+             "--stream: every categorical field is a bag of values split by this character (as prep --multi-hot-sep)", kJob)
+          .must_agree(),
+      option("--stream-max-bag", &SchedulerOptions::stream_max_bag,
+             "--stream with bags: the most values a bag holds (a line with a longer one is passed over and logged)", kJob)
+          .must_agree(),
       option("--sched-threads", &SchedulerOptions::threads, "scheduler threads (the plans do not depend on them)", kJob),
       option("--budget-ms", &SchedulerOptions::budget_ms, "adaptive LAIA: scoring budget per batch (0 = score every table)", kSimProgram),
       option("--partitions", &SchedulerOptions::partitions, "partitioned LAIA allocation (Herald's parallel variant)", kSimProgram),

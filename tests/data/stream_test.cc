@@ -117,6 +117,30 @@ TEST_F(DirectoryStreamTest, BatchesAreThePreparedRowsOfTheFilesInNameOrder) {
   }
 }
 
+// Bags over the stream's bound (--stream-max-bag) make a line bad: passed over, counted,
+// the batches those of the lines that fit.
+TEST_F(DirectoryStreamTest, ALineWithABagOverTheBoundIsPassedOver) {
+  // Bags of 0-3 values (each line has one of 3) between lines of bags of 0-1.
+  const std::string fits = lines(0, 100, false) + lines(200, 150, false);
+  const std::string text = lines(0, 100, false) + lines(100, 100, true) + lines(200, 150, false);
+  const std::uint64_t kept = 250;
+  put("a.tsv", fits);
+  const Dataset ds = prepared({"a.tsv"}, '|');
+  put("a.tsv", text);
+  StreamOptions o = options('|');
+  o.max_bag = 2;
+  DirectoryStream s(o, 50);
+  Batch b;
+  for (std::uint64_t t = 0; t < kept / 50; ++t) {
+    ASSERT_TRUE(s.next(b));
+    expect_same_batch(b, ds.split(Split::kTrain), t, 50);
+  }
+  EXPECT_EQ(s.position().bad_lines, 100u);
+  EXPECT_EQ(stream_manifest(SourceFormat::kCriteoTsv, '|', 2).tables[0].max_bag, 2u);
+  o.max_bag = 0;
+  EXPECT_THROW(DirectoryStream(o, 50), ConfigError);
+}
+
 TEST_F(DirectoryStreamTest, WaitsForFilesPutInPlaceAndSkipsTheBatchesOfAResume) {
   put("0001.tsv", lines(0, 150, false));
   // A file being written (a temporary, a hidden name) is not read until renamed in.

@@ -146,6 +146,40 @@ TEST_F(DynamicTraining, AJobOnAStreamOfFilesTrainsThePreparedFilesModel) {
   EXPECT_EQ(from_stream.dense, ref.dense);
 }
 
+// Bags of ids on a stream (--stream-multi-hot-sep): the job trains the one-process model
+// of `prep --ids hash --multi-hot-sep` of the same lines, and the reference on the stream
+// equals it, bit for bit.
+TEST_F(DynamicTraining, AJobOnAStreamOfBagsTrainsThePreparedFilesModel) {
+  const fs::path in = dir_ / "bags", data = dir_ / "prepared-bags";
+  fs::create_directories(in);
+  std::string log;
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " gen --like criteo --rows 1600 --scale 0.002 --new-ids 0.2 --multi-hot 2 " +
+                                  "--seed 4 --force -o " + (in / "part-1.tsv").string(),
+                              log),
+            0)
+      << log;
+  ASSERT_EQ(test::run_command(test::bin("ember-data") + " prep --ids hash --format criteo --multi-hot-sep '|' --force -o " + data.string() +
+                                  " " + (in / "part-1.tsv").string(),
+                              log),
+            0)
+      << log;
+  JobOptions herald = dynamic_job("herald");
+  herald.stream = in.string();
+  herald.worker_args.insert(herald.worker_args.end(), {"--stream-multi-hot-sep", "|", "--stream-max-bag", "2"});
+  const TrainConfig rc = dynamic_reference_config(data, herald);
+  const ReferenceResult ref = train_dynamic_reference(rc, herald.shards);
+  const JobResult h = run_job(data, herald, "bags-herald");
+  expect_same_model(ref, h, "herald on a stream of bags", 1e-6);
+  TrainConfig on_stream = rc;
+  on_stream.dataset.clear();
+  on_stream.stream = in.string();
+  on_stream.stream_multi_hot_sep = "|";
+  on_stream.stream_max_bag = 2;
+  const ReferenceResult from_stream = train_dynamic_reference(on_stream, herald.shards);
+  EXPECT_EQ(from_stream.rows, ref.rows);
+  EXPECT_EQ(from_stream.dense, ref.dense);
+}
+
 #ifdef EMBER_HAVE_KAFKA
 // The same from a Kafka topic of 2 partitions on librdkafka's mock cluster (in this
 // process, over loopback): the workers consume the whole topic each, partitions in turn,

@@ -32,14 +32,19 @@ struct StreamOptions {
   std::string source;
   SourceFormat format = SourceFormat::kCriteoTsv;
   char multi_hot_sep = 0;  // != 0: every categorical field is a bag of values split by it
+  // Bags: the most values a bag may hold (the stream's bound, not known ahead as a
+  // prepared dataset's is: it sizes the workers' staging); a line with a longer bag is a
+  // bad line, passed over and logged.
+  std::uint32_t max_bag = 64;
   std::uint32_t poll_ms = 50;
   // Asked while the stream waits for files; true ends the wait (next() returns false).
   std::function<bool()> stopped;
 };
 
 // The manifest of a stream's batches: the format's schema, dynamic tables of hashed ids,
-// no rows. (What `prep --ids hash` of the same format writes, less its shards.)
-Manifest stream_manifest(SourceFormat format, char multi_hot_sep);
+// no rows (bags: each table's bound `max_bag`). (What `prep --ids hash` of the same
+// format writes, less its shards.)
+Manifest stream_manifest(SourceFormat format, char multi_hot_sep, std::uint32_t max_bag = 64);
 
 // The records of a stream formed into global batches (a directory's or a Kafka topic's).
 class RecordStream {

@@ -183,9 +183,11 @@ struct SchedulerOptions : SchedulerCommon {
   std::uint64_t expire_after = 0;
   std::uint64_t shard_max_rows = 0;
   // A stream of raw lines (data/stream.h) instead of the dataset's training split: its
-  // directory and its text format (one-hot: a bag's bound is not known ahead).
+  // directory and its text format; bags: their separator (one character) and bound.
   std::string stream;
   std::string stream_format = "criteo";
+  std::string stream_multi_hot_sep;
+  std::uint32_t stream_max_bag = 64;
 };
 
 // The configuration for a job on `ds` with options `o`, replicated rows included (profiled

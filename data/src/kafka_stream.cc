@@ -41,13 +41,12 @@ class KafkaStream : public RecordStream {
     }
     brokers_ = rest.substr(0, slash);
     topic_ = rest.substr(slash + 1);
-    if (o_.format != SourceFormat::kCriteoTsv) {
-      throw ConfigError("--stream " + o_.source + ": a Kafka stream reads Criteo TSV lines (--stream-format criteo) only yet");
-    }
     if (batch_size == 0) throw ConfigError("--stream: a global batch of 0 records");
     builder_ = std::make_unique<BatchBuilder>(o_.format, o_.multi_hot_sep, o_.max_bag, batch_size);
-    // Labelled Criteo lines, 40 fields: not decided by whichever line comes first.
-    parser_.emplace(o_.format, "0" + std::string(39, '\t'), o_.multi_hot_sep);
+    // Labelled Criteo lines, 40 fields, or CSV lines in the format's standard columns (a
+    // message has no header): not decided by whichever line comes first.
+    parser_.emplace(o_.format, o_.format == SourceFormat::kCriteoTsv ? "0" + std::string(39, '\t') : standard_header(o_.format),
+                    o_.multi_hot_sep);
     char err[512];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     // No consumer group: each worker is assigned every partition at the offsets it names.

@@ -77,4 +77,23 @@ const Schema& schema_for(SourceFormat format) {
   return criteo_tsv;
 }
 
+std::string standard_header(SourceFormat format) {
+  const Schema& s = schema_for(format);
+  std::string h;
+  switch (format) {
+    case SourceFormat::kCriteoTsv:
+      return h;
+    case SourceFormat::kCriteoCsv:
+      h = "label";
+      for (const auto& n : s.dense_names) h += "," + n;
+      for (const auto& n : s.table_names) h += "," + n;
+      return h;
+    case SourceFormat::kAvazu:
+      h = "id,click,hour";
+      for (std::size_t t = 0; t + 2 < s.table_names.size(); ++t) h += "," + s.table_names[t];  // hour and weekday are derived
+      return h;
+  }
+  return h;
+}
+
 }  // namespace ember::data

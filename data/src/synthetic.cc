@@ -253,9 +253,7 @@ class Generator {
 
   GenReport run() {
     const int threads = o_.threads > 0 ? o_.threads : static_cast<int>(std::max(1u, usable_cpus()));
-    Output out(o_, criteo_ ? std::string()
-                           : "id,click,hour,C1,banner_pos,site_id,site_domain,site_category,app_id,app_domain,app_category,"
-                             "device_id,device_ip,device_model,device_type,device_conn_type,C14,C15,C16,C17,C18,C19,C20,C21\n");
+    Output out(o_, criteo_ ? std::string() : standard_header(SourceFormat::kAvazu) + "\n");
     const std::uint64_t chunks = (o_.rows + kChunkRows - 1) / kChunkRows;
     const std::uint64_t group = static_cast<std::uint64_t>(threads) * 2;
     std::vector<std::string> bufs(group);

@@ -35,6 +35,12 @@ struct Schema {
 // YYMMDDHH field) and `weekday`.
 const Schema& schema_for(SourceFormat format);
 
+// The header line of a CSV format's public files, in their column order (Avazu's train
+// file: id,click,hour,C1,banner_pos,...,C21; criteo-csv: label,I1..I13,C1..C26), without
+// a newline; empty for Criteo TSV (no header). Lines without a header (a Kafka message's)
+// are read in this order.
+std::string standard_header(SourceFormat format);
+
 // Row ids every table reserves before the values it saw.
 inline constexpr std::uint64_t kMissingRow = 0;  // the field was empty
 inline constexpr std::uint64_t kOovRow = 1;      // seen fewer than --min-count times

@@ -200,15 +200,20 @@ bool split_csv(std::string_view line, std::vector<std::string_view>& fields, std
   }
 }
 
-LineParser::LineParser(SourceFormat format, std::string_view first_line, char multi_hot_sep)
-    : schema_(&schema_for(format)), format_(format), sep_(format == SourceFormat::kCriteoTsv ? '\t' : ','), bag_sep_(multi_hot_sep) {
-  if (bag_sep_ == sep_ || bag_sep_ == '"' || bag_sep_ == '\n' || bag_sep_ == '\r') {
+void LineParser::check_bag_separator(SourceFormat format, char bag) {
+  const char sep = format == SourceFormat::kCriteoTsv ? '\t' : ',';
+  if (bag == sep || bag == '"' || bag == '\n' || bag == '\r') {
     throw ConfigError(std::string("--multi-hot-sep cannot be ") +
-                      (bag_sep_ == '\t'  ? "a tab"
-                       : bag_sep_ == ',' ? "','"
-                                         : "a quote or newline") +
+                      (bag == '\t'  ? "a tab"
+                       : bag == ',' ? "','"
+                                    : "a quote or newline") +
                       " in " + std::string(format_name(format)) + " files");
   }
+}
+
+LineParser::LineParser(SourceFormat format, std::string_view first_line, char multi_hot_sep)
+    : schema_(&schema_for(format)), format_(format), sep_(format == SourceFormat::kCriteoTsv ? '\t' : ','), bag_sep_(multi_hot_sep) {
+  check_bag_separator(format, bag_sep_);
   first_line = strip_cr(first_line);
   if (format == SourceFormat::kCriteoTsv) {
     // label + 13 + 26 = 40 fields; Kaggle test.txt has no label (39).

@@ -12,7 +12,7 @@
 namespace ember::ps {
 namespace {
 
-constexpr BinaryFormat kDeltaFormat{{'E', 'M', 'B', 'R', 'D', 'L', 'T', 'A'}, "serving delta", 1, 1};
+constexpr BinaryFormat kDeltaFormat{{'E', 'M', 'B', 'R', 'D', 'L', 'T', 'A'}, "serving delta", 2, 2};
 constexpr std::uint64_t kHashedIds = 1;
 
 struct DeltaHeader {
@@ -27,8 +27,9 @@ struct DeltaHeader {
   std::uint64_t flags;
   std::uint64_t updated, created, freed;
   std::uint64_t previous_sum;
+  std::uint64_t own_sum;
 };
-static_assert(sizeof(DeltaHeader) == 88 && offsetof(DeltaHeader, dim) == kBinaryHeaderBytes);
+static_assert(sizeof(DeltaHeader) == 96 && offsetof(DeltaHeader, dim) == kBinaryHeaderBytes);
 
 void put_varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -51,6 +52,7 @@ DeltaInfo info_of(const DeltaHeader& h, std::uint64_t bytes) {
   i.created = h.created;
   i.freed = h.freed;
   i.previous_sum = h.previous_sum;
+  i.own_sum = h.own_sum;
   i.bytes = bytes;
   return i;
 }
@@ -96,6 +98,7 @@ DeltaInfo DeltaWriter::write(const std::filesystem::path& file) {
   h.created = info_.created;
   h.freed = info_.freed;
   h.previous_sum = info_.previous_sum;
+  h.own_sum = info_.own_sum;
   Checksum64 sum;
   sum.update(&h, sizeof h);
   sum.update(body_.data(), body_.size());

@@ -198,11 +198,13 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   }
   const CheckpointHeader h = header_for(config_, state_, rows, iteration, base.value_or(kNoBase));
   std::uint64_t written_sum = 0;
-  // The delta first: once every shard's checkpoint file is in (a manifest), so are the deltas.
-  if (config_.serving_deltas) write_delta(file, iteration, fresh);
   // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
   // its memory.
-  write_file_atomic(file, [&](const std::function<void(std::string_view)>& write) {
+  // With deltas, the file is written under a staging name, then the delta (which names
+  // its checksum), then the file renamed in: once every shard's file is in (a
+  // manifest), so are the deltas.
+  const std::filesystem::path staged = config_.serving_deltas ? std::filesystem::path(file.string() + ".staged") : file;
+  write_file_atomic(staged, [&](const std::function<void(std::string_view)>& write) {
     Checksum64 sum;
     const auto out = [&](const char* p, std::size_t n) {
       sum.update(p, n);
@@ -228,6 +230,17 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     write(std::string_view(reinterpret_cast<const char*>(&digest), sizeof digest));
     written_sum = digest;
   });
+  if (config_.serving_deltas) {
+    try {
+      write_delta(file, iteration, fresh, written_sum);
+      std::filesystem::rename(staged, file);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(staged, ec);
+      throw;
+    }
+    fsync_dir(file.parent_path());
+  }
   // Written: the next incremental checkpoint counts changes from here (none can come
   // meanwhile: applies and write-backs are held off).
   if (changed_) {
@@ -257,7 +270,8 @@ void ShardStore::for_each_listed(const std::vector<bool>& listed, std::size_t pe
     tier_->scan(first, std::min<std::uint64_t>(first + per_block, listed.size()), listed, add);
 }
 
-void ShardStore::write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh) {
+void ShardStore::write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh,
+                             std::uint64_t checkpoint_sum) {
   DeltaInfo info;
   info.dim = config_.dim;
   info.shard = config_.shard;
@@ -266,6 +280,7 @@ void ShardStore::write_delta(const std::filesystem::path& checkpoint_file, std::
   info.iteration = iteration;
   info.previous = delta_previous_;
   info.previous_sum = delta_previous_sum_;
+  info.own_sum = checkpoint_sum;
   info.hashed_ids = config_.hashed_ids;
   DeltaWriter delta(info);
   const std::filesystem::path file = checkpoint_file.parent_path() / delta_file_name(config_.shard, config_.shards);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ember/common/error.h"
+#include "ember/data/line_parser.h"
 
 namespace ember::scheduler {
 
@@ -72,6 +73,9 @@ data::StreamOptions stream_options(const SchedulerOptions& o, std::function<bool
   if (o.stream_multi_hot_sep.size() > 1) throw ConfigError("--stream-multi-hot-sep '" + o.stream_multi_hot_sep + "': one character");
   s.multi_hot_sep = o.stream_multi_hot_sep.empty() ? 0 : o.stream_multi_hot_sep[0];
   s.max_bag = o.stream_max_bag;
+  // Refused now, not at the stream's first line in the loader.
+  if (s.multi_hot_sep != 0 && s.max_bag == 0) throw ConfigError("--stream-max-bag 0: a bag holds at least one value");
+  data::LineParser::check_bag_separator(s.format, s.multi_hot_sep);
   s.stopped = std::move(stopped);
   return s;
 }

@@ -109,7 +109,10 @@ std::optional<ModelUpdate> LiveModel::read_update(const fs::path& dir, std::int6
       if (info.previous != after || info.previous_sum != after_sums.at(shard) || info.iteration != iteration ||
           info.num_keys != num_keys_ || info.dim != dim || info.hashed_ids != hashed || info.shard != shard || info.shards != shards_)
         return std::nullopt;
-      u.sums.push_back(ps::checkpoint_checksum(dir / ps::checkpoint_file_name(shard, shards_)));
+      // The checkpoint file beside it must be the one written with it (not another run's
+      // rewrite of the directory): what the next delta follows.
+      if (ps::checkpoint_checksum(dir / ps::checkpoint_file_name(shard, shards_)) != info.own_sum) return std::nullopt;
+      u.sums.push_back(info.own_sum);
     }
     for (const fs::path& f : files) {
       u.bytes += ps::read_delta(f, [&](Key key, ps::DeltaKind kind, std::uint64_t id, const float* row) {

@@ -53,6 +53,8 @@ class Server {
     if (o_.checkpoints.empty()) throw ConfigError("--checkpoints is required (the job's --checkpoint-dir)");
     if (o_.dataset.empty() == o_.stream_format.empty())
       throw ConfigError("give --dataset (the model's prepared dataset) or --stream-format (a model trained on a stream)");
+    if (o_.stream_multi_hot_sep.size() > 1 || (!o_.stream_multi_hot_sep.empty() && o_.stream_format.empty()))
+      throw ConfigError("--stream-multi-hot-sep '" + o_.stream_multi_hot_sep + "': one character, with --stream-format");
   }
 
   // Takes the model to the newest checkpoint when the job has written a newer one;

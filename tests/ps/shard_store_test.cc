@@ -992,6 +992,7 @@ TEST_F(HashedCheckpoints, ServingDeltasTakeEachCheckpointToTheNext) {
           });
       EXPECT_EQ(info.previous, held_at);
       EXPECT_EQ(info.previous_sum, checkpoint_checksum(checkpoint_dir(dir_, held_at) / checkpoint_file_name(s, 2)));
+      EXPECT_EQ(info.own_sum, checkpoint_checksum(files[s]));
       EXPECT_EQ(info.iteration, it);
       EXPECT_TRUE(info.hashed_ids);
     }

@@ -31,6 +31,9 @@ class LineParser {
   // has labels). Throws DataError("...: <why>") when it cannot be a valid start.
   // `multi_hot_sep` != 0: every categorical field is a bag of values separated by it.
   LineParser(SourceFormat format, std::string_view first_line, char multi_hot_sep = 0);
+  // ConfigError when `multi_hot_sep` cannot split bags in `format` (its field separator,
+  // a quote, a newline).
+  static void check_bag_separator(SourceFormat format, char multi_hot_sep);
 
   // True when the first line was a header and must not be parsed as a record.
   bool header_consumed() const { return header_consumed_; }

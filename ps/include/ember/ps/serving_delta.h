@@ -5,12 +5,14 @@
 // whole every K); a delta keeps what scoring needs, and every checkpoint has one, so a
 // follower goes from version to version through whole checkpoints too.
 //
-//   ROOT/iter-000000012/shard-0-of-2.delta   (written before the shard's .ckpt: a
-//                                             manifest means every delta is there)
+//   ROOT/iter-000000012/shard-0-of-2.delta   (the .ckpt is written under a staging name,
+//                                             then the delta, then the .ckpt renamed in:
+//                                             a manifest means every delta is there)
 //
-// A delta file: an 88-byte header (magic EMBRDLTA, version, dim, shard, shards, num_keys,
-// iteration, previous, flags, rows updated, rows created, slots freed, the checksum of the
-// shard's checkpoint file of `previous`: which run's checkpoint it follows), then one record a
+// A delta file: a 96-byte header (magic EMBRDLTA, version, dim, shard, shards, num_keys,
+// iteration, previous, flags, rows updated, rows created, slots freed, the stored checksum
+// of the shard's checkpoint file of `previous` (which run's checkpoint it follows) and of
+// the one written with it), then one record a
 // changed slot in ascending order, then a checksum of all before it. A record is a varint
 // (gap << 2 | kind), the gap counting the slots skipped since the last record; kind 0: the
 // row (dim float32) of the id the slot held before; 1: a new id (uint64) and its row;
@@ -43,6 +45,9 @@ struct DeltaInfo {
   // a checkpoint of the same iteration written by another run (a restart from an older
   // one, a new job in the same directory) has another, and the delta does not apply to it.
   std::uint64_t previous_sum = 0;
+  // The stored checksum of the checkpoint file written with this delta: a follower takes
+  // the delta only beside that very file (not a rewrite of the directory by another run).
+  std::uint64_t own_sum = 0;
   bool hashed_ids = false;
   std::uint64_t updated = 0, created = 0, freed = 0;
   std::uint64_t bytes = 0;  // the file's size

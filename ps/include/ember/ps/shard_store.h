@@ -389,8 +389,10 @@ class ShardStore {
   std::unique_ptr<std::atomic<std::uint64_t>[]> id_changed_;
   std::int64_t delta_previous_ = DeltaInfo::kNoPrevious;
   std::uint64_t delta_previous_sum_ = 0;  // that checkpoint file's stored checksum
-  // The serving delta of a save (`fresh`: slots written free), before its checkpoint file.
-  void write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh);
+  // The serving delta of a save (`fresh`: slots written free; `checkpoint_sum`: the
+  // checkpoint file's stored checksum), before that file is renamed in.
+  void write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh,
+                   std::uint64_t checkpoint_sum);
   // Calls add(local, row) for each listed row in ascending order (from the disk tier's
   // file, a block at a time, when there is one).
   void for_each_listed(const std::vector<bool>& listed, std::size_t per_block,

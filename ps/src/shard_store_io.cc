@@ -198,11 +198,9 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
   }
   const CheckpointHeader h = header_for(config_, state_, rows, iteration, base.value_or(kNoBase));
   std::uint64_t written_sum = 0;
-  // Written as it is made, in blocks of 4 MiB: a shard on a disk tier holds more rows than
-  // its memory.
-  // With deltas, the file is written under a staging name, then the delta (which names
-  // its checksum), then the file renamed in: once every shard's file is in (a
-  // manifest), so are the deltas.
+  // Written as it is made, in blocks of 4 MiB (a tiered shard holds more rows than its
+  // memory). With deltas: under a staging name, then the delta (naming its checksum),
+  // then renamed in: once every shard's file is in (a manifest), so are the deltas.
   const std::filesystem::path staged = config_.serving_deltas ? std::filesystem::path(file.string() + ".staged") : file;
   write_file_atomic(staged, [&](const std::function<void(std::string_view)>& write) {
     Checksum64 sum;
@@ -241,7 +239,12 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
     }
     fsync_dir(file.parent_path());
   }
-  // Written: the next incremental checkpoint counts changes from here (none can come
+  changes_saved(iteration, written_sum, fresh);
+  return left_out;
+}
+
+void ShardStore::changes_saved(std::int64_t iteration, std::uint64_t sum, const std::vector<bool>& fresh) {
+  // The next incremental checkpoint and delta count changes from here (none can come
   // meanwhile: applies and write-backs are held off).
   if (changed_) {
     clear_changes();
@@ -254,8 +257,7 @@ std::size_t ShardStore::save(const std::filesystem::path& file, std::int64_t ite
       if (fresh[local]) id_changed_[local >> 6].fetch_or(std::uint64_t{1} << (local & 63), std::memory_order_relaxed);
   }
   delta_previous_ = iteration;
-  delta_previous_sum_ = written_sum;
-  return left_out;
+  delta_previous_sum_ = sum;
 }
 
 void ShardStore::for_each_listed(const std::vector<bool>& listed, std::size_t per_block,

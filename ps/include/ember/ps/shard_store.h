@@ -393,6 +393,8 @@ class ShardStore {
   // checkpoint file's stored checksum), before that file is renamed in.
   void write_delta(const std::filesystem::path& checkpoint_file, std::int64_t iteration, const std::vector<bool>& fresh,
                    std::uint64_t checkpoint_sum);
+  // After a save of `iteration` (its file's checksum `sum`): changes count from here.
+  void changes_saved(std::int64_t iteration, std::uint64_t sum, const std::vector<bool>& fresh);
   // Calls add(local, row) for each listed row in ascending order (from the disk tier's
   // file, a block at a time, when there is one).
   void for_each_listed(const std::vector<bool>& listed, std::size_t per_block,

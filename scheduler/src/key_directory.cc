@@ -57,7 +57,7 @@ KeyDirectory::KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_
   shards_.resize(o_.shards);
   for (Shard& sh : shards_) {
     sh.id.assign(per_shard_, kNoId);
-    sh.node.assign(per_shard_, Node{kNone, kNone, 0});
+    sh.last.assign(per_shard_, kNone);
     sh.free.resize(per_shard_);
     // The stack's back is taken first: slots 0, 1, 2, ... in order.
     for (std::uint64_t j = 0; j < per_shard_; ++j) sh.free[j] = static_cast<std::uint32_t>(per_shard_ - 1 - j);
@@ -65,27 +65,41 @@ KeyDirectory::KeyDirectory(DynamicTableOptions options, std::uint64_t slots_per_
   if (o_.create_after > 1) filter_.assign(o_.create_filter_bytes, 0);
 }
 
-void KeyDirectory::unlink(Shard& sh, std::uint32_t j) {
-  const std::uint32_t p = sh.node[j].prev, n = sh.node[j].next;
-  (p == kNone ? sh.head : sh.node[p].next) = n;
-  (n == kNone ? sh.tail : sh.node[n].prev) = p;
-  sh.node[j].prev = sh.node[j].next = kNone;
+void KeyDirectory::touch(Shard& sh, std::uint32_t j, std::uint32_t iteration) {
+  // Met before in this batch: it keeps the place its first appearance gave it (rows of
+  // one iteration are ordered by first appearance).
+  if (!recency_) return;
+  std::uint32_t& last = sh.last[j];
+  if (last == iteration) return;
+  last = iteration;
+  sh.log.push_back({j, iteration});
 }
 
-void KeyDirectory::touch(Shard& sh, std::uint32_t j, std::uint32_t iteration) {
-  // Met before in this batch: it stays where its first appearance put it (rows of one
-  // iteration are ordered by first appearance).
-  Node& x = sh.node[j];
-  if (!recency_) return;
-  const bool linked = x.prev != kNone || sh.head == j;
-  if (x.last == iteration && linked) return;
-  x.last = iteration;
-  if (sh.head == j) return;
-  if (linked) unlink(sh, j);
-  x.next = sh.head;
-  if (sh.head != kNone) sh.node[sh.head].prev = j;
-  sh.head = j;
-  if (sh.tail == kNone) sh.tail = j;
+std::uint32_t KeyDirectory::least_recent(Shard& sh) {
+  // Most records read are stale (their rows appeared since): each reads a slot that
+  // misses the cache, so fetch the slots of records a few ahead.
+  constexpr std::size_t kAhead = 16;
+  while (sh.log_front < sh.log.size()) {
+    if (sh.log_front + kAhead < sh.log.size()) __builtin_prefetch(&sh.last[sh.log[sh.log_front + kAhead].slot]);
+    const Touch& r = sh.log[sh.log_front];
+    if (sh.last[r.slot] == r.iteration) return r.slot;
+    ++sh.log_front;
+  }
+  return kNone;
+}
+
+void KeyDirectory::compact(Shard& sh) {
+  // Only once the consumed records, or the stale ones, outnumber the current: a record
+  // costs O(1) over its life.
+  const std::size_t records = sh.log.size() - sh.log_front;
+  if (sh.log_front <= records && records <= 2 * sh.counts.live + 4096) return;
+  std::size_t w = 0;
+  for (std::size_t i = sh.log_front; i < sh.log.size(); ++i) {
+    const Touch r = sh.log[i];
+    if (sh.last[r.slot] == r.iteration) sh.log[w++] = r;
+  }
+  sh.log.resize(w);
+  sh.log_front = 0;
 }
 
 std::uint32_t KeyDirectory::count_appearance(std::uint64_t id) {
@@ -100,9 +114,7 @@ std::uint32_t KeyDirectory::count_appearance(std::uint64_t id) {
 
 Key KeyDirectory::resolve(std::uint64_t id, std::uint32_t iteration, std::vector<SlotAssignment>* created) {
   if (const Key* slot = index_.find_hashed(id, U64Map<Key>::hash(id))) {
-    Shard& sh = shards_[*slot % o_.shards];
-    touch(sh, static_cast<std::uint32_t>(*slot / o_.shards), iteration);
-    return *slot;
+    return *slot;  // touched by admit()'s second pass
   }
   if (batch_refused_.find(id) != nullptr) return kNoId;
   if (o_.create_after > 1 && count_appearance(id) < o_.create_after) {
@@ -118,8 +130,10 @@ Key KeyDirectory::resolve(std::uint64_t id, std::uint32_t iteration, std::vector
   }
   const std::uint32_t j = sh.free.back();
   sh.free.pop_back();
+  // With recency, a `last` other than this iteration: the second pass logs it in the
+  // batch's order. (Without, `last` is never read: 0, as saved.)
   sh.id[j] = id;
-  touch(sh, j, iteration);
+  sh.last[j] = recency_ ? ~iteration : 0;
   ++sh.counts.created;
   ++sh.counts.live;
   const Key slot = key_of(s, j);
@@ -129,25 +143,43 @@ Key KeyDirectory::resolve(std::uint64_t id, std::uint32_t iteration, std::vector
 }
 
 void KeyDirectory::admit(std::uint64_t iteration, GlobalBatch& batch, std::vector<SlotAssignment>* created) {
+  // Appearances are kept as 32-bit iterations, kNone meaning none.
+  if (iteration >= kNone) throw Error("dynamic tables count iterations below 2^32 - 1, not " + std::to_string(iteration));
   const auto it = static_cast<std::uint32_t>(iteration);
   batch_refused_.clear();
   bool refused = false;
-  // The index misses the cache on nearly every id: fetch a few ids ahead.
-  // The index and the recency nodes miss the cache on nearly every id: fetch the index
-  // slot 16 ids ahead, then the node of what it holds 8 ids ahead.
-  constexpr std::size_t kIndexAhead = 16, kNodeAhead = 8;
+  // The index and the slots miss the cache on nearly every id: fetch 16 ids ahead.
+  constexpr std::size_t kAhead = 16;
   const std::size_t n = batch.keys.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (i + kIndexAhead < n) index_.prefetch(U64Map<Key>::hash(batch.keys[i + kIndexAhead]));
-    if (recency_ && i + kNodeAhead < n) {
-      if (const Key* slot = index_.find(batch.keys[i + kNodeAhead]))
-        __builtin_prefetch(&shards_[*slot % o_.shards].node[*slot / o_.shards], 1);
+  std::size_t i = 0;
+  try {
+    for (; i < n; ++i) {
+      if (i + kAhead < n) index_.prefetch(U64Map<Key>::hash(batch.keys[i + kAhead]));
+      Key& k = batch.keys[i];
+      k = resolve(k, it, created);
+      refused |= k == kNoId;
     }
-    Key& k = batch.keys[i];
-    k = resolve(k, it, created);
-    refused |= k == kNoId;
+  } catch (...) {
+    touch_all(std::span<const Key>(batch.keys.data(), i), it);  // the rows made so far stay consistent
+    throw;
   }
   if (refused) leave_bags(batch.keys, batch.bags, batch.samples, batch.tables);
+  touch_all(batch.keys, it);
+}
+
+void KeyDirectory::touch_all(std::span<const Key> slots, std::uint32_t iteration) {
+  if (!recency_) return;
+  // The rows' appearances, in the order the batch met them: a second pass over slots
+  // (their addresses known ahead) costs less than touching them while resolving.
+  constexpr std::size_t kAhead = 16;
+  const std::size_t n = slots.size();
+  const Key shards = o_.shards;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + kAhead < n && slots[i + kAhead] != kNoId)
+      __builtin_prefetch(&shards_[slots[i + kAhead] % shards].last[slots[i + kAhead] / shards], 1);
+    const Key k = slots[i];
+    if (k != kNoId) touch(shards_[k % shards], static_cast<std::uint32_t>(k / shards), iteration);
+  }
 }
 
 void KeyDirectory::lookup(std::vector<Key>& keys, std::vector<std::uint32_t>& bags, std::uint32_t samples, std::uint32_t tables) const {
@@ -162,31 +194,40 @@ void KeyDirectory::lookup(std::vector<Key>& keys, std::vector<std::uint32_t>& ba
 
 void KeyDirectory::drop(std::uint32_t s, std::uint32_t j, std::vector<Key>* dropped) {
   Shard& sh = shards_[s];
-  unlink(sh, j);
-  index_.erase(sh.id[j]);
+  gone_.push_back(sh.id[j]);  // leaves the index at the end of end_iteration()
   sh.id[j] = kNoId;
+  sh.last[j] = kNone;  // its records are stale
   sh.free.push_back(j);
   --sh.counts.live;
   if (dropped != nullptr) dropped->push_back(key_of(s, j));
 }
 
 void KeyDirectory::end_iteration(std::uint64_t iteration, std::vector<Key>* dropped) {
+  if (!recency_) return;
   const auto t = static_cast<std::uint32_t>(iteration);
   for (std::uint32_t s = 0; s < o_.shards; ++s) {
     Shard& sh = shards_[s];
     if (o_.expire_after > 0) {
-      while (sh.tail != kNone && static_cast<std::uint64_t>(sh.node[sh.tail].last) + o_.expire_after <= t) {
-        drop(s, sh.tail, dropped);
+      for (std::uint32_t j; (j = least_recent(sh)) != kNone && static_cast<std::uint64_t>(sh.last[j]) + o_.expire_after <= t;) {
+        drop(s, j, dropped);
         ++sh.counts.expired;
       }
     }
     if (o_.shard_max_rows > 0) {
-      while (sh.counts.live > o_.shard_max_rows && sh.tail != kNone && sh.node[sh.tail].last != t) {
-        drop(s, sh.tail, dropped);
+      for (std::uint32_t j; sh.counts.live > o_.shard_max_rows && (j = least_recent(sh)) != kNone && sh.last[j] != t;) {
+        drop(s, j, dropped);
         ++sh.counts.capped;
       }
     }
+    compact(sh);
   }
+  // The index misses the cache on each: fetch the slot of the id 8 ahead.
+  constexpr std::size_t kAhead = 8;
+  for (std::size_t i = 0; i < gone_.size(); ++i) {
+    if (i + kAhead < gone_.size()) index_.prefetch(U64Map<Key>::hash(gone_[i + kAhead]));
+    index_.erase(gone_[i]);
+  }
+  gone_.clear();
 }
 
 std::uint64_t KeyDirectory::id_of(Key slot) const {
@@ -201,15 +242,15 @@ DirectoryCounts KeyDirectory::totals() const {
 }
 
 std::size_t KeyDirectory::memory_bytes() const {
-  std::size_t b = index_.memory_bytes() + filter_.size() + batch_refused_.memory_bytes();
+  std::size_t b = index_.memory_bytes() + filter_.size() + batch_refused_.memory_bytes() + gone_.capacity() * 8;
   for (const Shard& sh : shards_) {
-    b += sh.id.capacity() * 8 + sh.node.capacity() * sizeof(Node) + sh.free.capacity() * 4;
+    b += sh.id.capacity() * 8 + sh.last.capacity() * 4 + sh.log.capacity() * sizeof(Touch) + sh.free.capacity() * 4;
   }
   return b;
 }
 
 // The saved state: the options and slots, then per shard its counts, its live slots
-// (slot, id, last appearance) from the most recent down (by slot without recency lists)
+// (slot, id, last appearance) from the most recent down (by slot without recency)
 // and its free stack, then the filter.
 std::string KeyDirectory::save() const {
   std::string out(kBinaryHeaderBytes, '\0');
@@ -224,7 +265,7 @@ std::string KeyDirectory::save() const {
   for (const Shard& sh : shards_) {
     put(out, sh.counts);
     std::vector<LiveSlot> live;
-    for_each_live(sh, [&](std::uint32_t j) { live.push_back({j, sh.node[j].last, sh.id[j]}); });
+    for_each_live(sh, [&](std::uint32_t j) { live.push_back({j, sh.last[j], sh.id[j]}); });
     put_vector(out, live);
     put_vector(out, sh.free);
   }
@@ -235,7 +276,10 @@ std::string KeyDirectory::save() const {
 template <typename F>
 void KeyDirectory::for_each_live(const Shard& sh, F&& f) const {
   if (recency_) {
-    for (std::uint32_t j = sh.head; j != kNone; j = sh.node[j].next) f(j);
+    for (std::size_t i = sh.log.size(); i-- > sh.log_front;) {
+      const Touch r = sh.log[i];
+      if (sh.last[r.slot] == r.iteration) f(r.slot);
+    }
   } else {
     for (std::uint32_t j = 0; j < sh.id.size(); ++j)
       if (sh.id[j] != kNoId) f(j);
@@ -245,13 +289,14 @@ void KeyDirectory::for_each_live(const Shard& sh, F&& f) const {
 void KeyDirectory::place(std::uint32_t s, std::uint32_t j, std::uint64_t id, std::uint32_t last) {
   Shard& sh = shards_[s];
   sh.id[j] = id;
-  sh.node[j].last = last;
-  if (recency_) {  // appended: the callers go from the most recent down
-    sh.node[j].prev = sh.tail;
-    (sh.tail == kNone ? sh.head : sh.node[sh.tail].next) = j;
-    sh.tail = j;
-  }
+  sh.last[j] = last;
+  if (recency_) sh.log.push_back({j, last});
   index_.try_emplace(id, key_of(s, j));
+}
+
+void KeyDirectory::end_placing(std::uint32_t s) {
+  // Placed from the most recent down: the log runs the other way.
+  std::reverse(shards_[s].log.begin(), shards_[s].log.end());
 }
 
 KeyDirectory KeyDirectory::load(const std::string& bytes, const std::string& origin) {
@@ -280,9 +325,12 @@ KeyDirectory KeyDirectory::load(const std::string& bytes, const std::string& ori
     sh.free = r.get_vector<std::uint32_t>();
     bool bad = live.size() != sh.counts.live || live.size() + sh.free.size() != per_shard;
     for (const LiveSlot& x : live) {
-      bad = bad || x.slot >= per_shard || sh.id[x.slot] != kNoId || x.id == kNoId || d.index_.find(x.id) != nullptr;
+      bad = bad || x.slot >= per_shard || sh.id[x.slot] != kNoId || x.id == kNoId || x.last == kNone || d.index_.find(x.id) != nullptr;
       if (!bad) d.place(s, x.slot, x.id, x.last);
     }
+    // Saved from the most recent down: an older `last` after a newer one is corrupt.
+    for (std::size_t i = 1; i < live.size() && d.recency_; ++i) bad = bad || live[i].last > live[i - 1].last;
+    d.end_placing(s);
     std::vector<bool> freed(per_shard);
     for (std::uint32_t j : sh.free) {
       bad = bad || j >= per_shard || sh.id[j] != kNoId || freed[j];
@@ -322,7 +370,7 @@ KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t sl
   }
   KeyDirectory d(options, slots_per_shard);
   d.placed_at_ = iteration;
-  // Each live row, in the order the new recency lists take them: the most recent first,
+  // Each live row, in the order the new recency logs take them: the most recent first,
   // ties by old shard, then by the old list's order.
   struct Row {
     std::uint64_t id;
@@ -333,7 +381,7 @@ KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t sl
     std::uint32_t rank = 0;
     for_each_live(shards_[s], [&](std::uint32_t j) {
       const std::uint64_t id = shards_[s].id[j];
-      to[shard_of_id(id, options.shards)].push_back({id, shards_[s].node[j].last, s, rank++});
+      to[shard_of_id(id, options.shards)].push_back({id, shards_[s].last[j], s, rank++});
     });
     // Counts of what happened go to the shard of the same number, modulo the new count.
     DirectoryCounts& c = d.shards_[s % options.shards].counts;
@@ -359,6 +407,7 @@ KeyDirectory KeyDirectory::reshard(DynamicTableOptions options, std::uint64_t sl
       const auto j = static_cast<std::uint32_t>(std::lower_bound(ids.begin(), ids.end(), x.id) - ids.begin());
       d.place(s, j, x.id, x.last);
     }
+    d.end_placing(s);
     sh.counts.live = rows.size();
     // The stack's back is taken first: the lowest free slot next.
     sh.free.clear();

@@ -234,6 +234,17 @@ void Scheduler::drop_rows(std::span<const Key> keys) {
   for (const Key k : keys) {
     if (k >= config_.num_keys)
       throw Error("dropped row " + std::to_string(k) + " is outside the " + std::to_string(config_.num_keys) + " keys");
+  }
+  // Dropped rows are scattered: fetch each one's location 16 rows ahead, and its
+  // owner's cache entry 8 ahead.
+  constexpr std::size_t kLocationAhead = 16, kCacheAhead = 8;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (i + kLocationAhead < keys.size()) s.loc.prefetch(keys[i + kLocationAhead]);
+    if (i + kCacheAhead < keys.size()) {
+      const std::uint16_t o = s.loc.owner(keys[i + kCacheAhead]);
+      if (o != cache::LocationMap::kNoOwner && s.lru[o]) s.lru[o]->prefetch(keys[i + kCacheAhead]);
+    }
+    const Key k = keys[i];
     // A cache holds a row only as its one latest holder or as a partial holder (design.md,
     // row states): those copies alone leave.
     const std::uint16_t owner = s.loc.owner(k);

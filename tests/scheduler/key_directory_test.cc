@@ -89,7 +89,9 @@ TEST(KeyDirectory, AFullFilterMakesRowsEarlyNeverLate) {
     for (std::uint64_t n = 0; n < 10; ++n) {
       const bool live = std::any_of(made.begin(), made.end(), [&](const SlotAssignment& a) { return a.id == id(100000 + n); }) ||
                         seen.count(id(100000 + n)) > 0;
-      if (t >= 3) EXPECT_TRUE(live) << "row made late: batch " << t;
+      if (t >= 3) {
+        EXPECT_TRUE(live) << "row made late: batch " << t;
+      }
     }
     for (const SlotAssignment& a : made) seen[a.id] = static_cast<int>(t);
   }
@@ -251,6 +253,125 @@ TEST(KeyDirectory, MemoryStaysFlatWhileIdsKeepComing) {
   EXPECT_EQ(d.memory_bytes(), at_100);
   EXPECT_GT(d.totals().created, 2000u * 30);
   EXPECT_LE(d.totals().live, 200u);
+}
+
+// The rules written plainly: per shard, each live id's last appearance and its place
+// among its batch's ids (the order they were met); exact counts of the batches each id
+// without a row appeared in.
+class PlainDirectory {
+ public:
+  PlainDirectory(std::uint32_t shards, std::uint32_t create_after, std::uint64_t expire_after, std::uint64_t cap)
+      : shards_(shards), create_after_(create_after), expire_(expire_after), cap_(cap) {}
+
+  // The ids made by batch t, in the order met.
+  std::vector<std::uint64_t> admit(std::uint64_t t, const std::vector<std::uint64_t>& ids) {
+    std::vector<std::uint64_t> made;
+    std::set<std::uint64_t> refused;
+    for (const std::uint64_t id : ids) {
+      const auto it = live_.find(id);
+      if (it != live_.end()) {
+        if (it->second.last != t) it->second = {t, seq_};
+      } else if (refused.count(id) == 0) {
+        if (++batches_[id] >= create_after_) {
+          live_.emplace(id, Seen{t, seq_});
+          made.push_back(id);
+        } else {
+          refused.insert(id);
+        }
+      }
+      ++seq_;
+    }
+    return made;
+  }
+  // The ids dropped at the end of t, shard by shard, least recently appeared first.
+  std::vector<std::uint64_t> end_iteration(std::uint64_t t) {
+    std::vector<std::uint64_t> dropped;
+    for (std::uint32_t s = 0; s < shards_; ++s) {
+      std::vector<std::pair<Seen, std::uint64_t>> rows;
+      for (const auto& [id, seen] : live_)
+        if (shard_of_id(id, shards_) == s) rows.emplace_back(seen, id);
+      std::sort(rows.begin(), rows.end());
+      std::size_t kept = rows.size();
+      for (const auto& [seen, id] : rows) {
+        const bool expired = expire_ > 0 && seen.last + expire_ <= t;
+        const bool capped = cap_ > 0 && kept > cap_ && seen.last != t;
+        if (!expired && !capped) break;
+        dropped.push_back(id);
+        live_.erase(id);
+        --kept;
+      }
+    }
+    return dropped;
+  }
+
+ private:
+  struct Seen {
+    std::uint64_t last, order;
+    auto operator<=>(const Seen&) const = default;
+  };
+  std::uint32_t shards_, create_after_;
+  std::uint64_t expire_, cap_, seq_ = 0;
+  std::map<std::uint64_t, Seen> live_;
+  std::map<std::uint64_t, std::uint32_t> batches_;
+};
+
+// Creation, expiry and the cap against the plain rules over many iterations: ids repeated
+// within and across batches, a cap that binds in some stretches and not in others, enough
+// appearances that the recency log is compacted many times, and a resume from the saved
+// state half-way.
+TEST(KeyDirectory, DecidesAsThePlainRulesSayOverManyIterations) {
+  struct Case {
+    std::uint32_t create_after;
+    std::uint64_t expire, cap;
+  };
+  for (const Case c : {Case{1, 6, 150}, Case{1, 0, 150}, Case{1, 9, 0}, Case{2, 6, 150}, Case{1, 0, 0}}) {
+    const std::string what =
+        "create " + std::to_string(c.create_after) + ", expire " + std::to_string(c.expire) + ", cap " + std::to_string(c.cap);
+    const DynamicTableOptions o{.shards = 2, .create_after = c.create_after, .expire_after = c.expire, .shard_max_rows = c.cap};
+    KeyDirectory d(o, 6000);
+    PlainDirectory plain(2, c.create_after, c.expire, c.cap);
+    std::map<Key, std::uint64_t> slot_ids;  // as the made rows name them
+    std::uint64_t state = 12345;
+    for (std::uint64_t t = 0; t < 1500; ++t) {
+      if (t == 750) d = KeyDirectory::load(d.save(), o, 6000, "saved at 750");
+      // Stretches of 100 iterations alternate a narrow id range (the cap does not bind)
+      // and a wide one (it does).
+      const std::uint64_t range = (t / 100) % 2 == 0 ? 120 : 5000;
+      std::vector<std::uint64_t> ids;
+      for (int i = 0; i < 200; ++i) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        ids.push_back(id((state >> 33) % range));
+      }
+      GlobalBatch b = batch_of(t, ids);
+      std::vector<SlotAssignment> made;
+      d.admit(t, b, &made);
+      std::vector<std::uint64_t> made_ids;
+      for (const SlotAssignment& a : made) {
+        made_ids.push_back(a.id);
+        slot_ids[a.slot] = a.id;
+      }
+      ASSERT_EQ(made_ids, plain.admit(t, ids)) << "batch " << t << ", " << what;
+      std::vector<Key> dropped;
+      d.end_iteration(t, &dropped);
+      std::vector<std::uint64_t> dropped_ids;
+      for (const Key k : dropped) dropped_ids.push_back(slot_ids.at(k));
+      ASSERT_EQ(dropped_ids, plain.end_iteration(t)) << "batch " << t << ", " << what;
+    }
+    if (c.expire > 0 || c.cap > 0) {
+      EXPECT_GT(d.totals().capped + d.totals().expired, 1000u) << what;
+    }
+    EXPECT_EQ(KeyDirectory::load(d.save(), "saved").save(), d.save()) << what;
+  }
+}
+
+// Without expiry or a cap no appearance is kept: the same history saves the same bytes
+// whenever its rows were made.
+TEST(KeyDirectory, WithoutRecencyTheSavedStateHoldsNoAppearances) {
+  KeyDirectory early({.shards = 1}, 100), late({.shards = 1}, 100);
+  GlobalBatch a = batch_of(0, {id(1), id(2)}), b = batch_of(5, {id(1), id(2)});
+  early.admit(0, a);
+  late.admit(5, b);
+  EXPECT_EQ(early.save(), late.save());
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,8 @@ class KeyDirectory {
 
   // Batch t's ids become slots, in place; ids the filter keeps out leave their bags (a
   // one-hot batch then takes bags). Rows made now are appended to `created` (if given),
-  // in the order the batch met them. Error when a shard has no free slot.
+  // in the order the batch met them. Error when a shard has no free slot (the rows made
+  // before it stay consistent), or for an iteration of 2^32 - 1 or more.
   void admit(std::uint64_t iteration, GlobalBatch& batch, std::vector<SlotAssignment>* created = nullptr);
   // An evaluation's ids (samples x tables bags, `bags` empty: one-hot) to the slots of
   // their rows as they stand, ids without a row leaving their bags (their sample sees a
@@ -103,7 +105,7 @@ class KeyDirectory {
   // The same rows on `options.shards` shards of `slots_per_shard` slots: each live id goes
   // to shard_of_id() of the new count, whose ids take its slots 0, 1, ... by ascending id
   // (as a PS shard re-places a checkpoint's rows), with their last appearance; the
-  // recency lists keep the order of last appearance (ties: by old shard, then the old
+  // recency logs keep the order of last appearance (ties: by old shard, then the old
   // order); the filter is kept, and each old shard's counts of rows made, kept out,
   // expired and capped go to the new shard of its number modulo the new count.
   // ConfigError when a shard's rows and `headroom` (a batch's new rows) exceed its
@@ -117,17 +119,22 @@ class KeyDirectory {
 
  private:
   static constexpr std::uint32_t kNone = 0xffffffffu;
-  // A slot's place in its shard's recency list, and its last appearance: one cache line
-  // holds a few (a touch reads them together).
-  struct Node {
-    std::uint32_t prev, next, last;
+  // An appearance: slot j appeared (first in its batch) at `iteration`. Recency is a log
+  // of them, oldest first, rather than a linked list: a touch appends one record instead
+  // of relinking three nodes. A record is current while its slot's `last` is its
+  // iteration (a free slot's is kNone); the others are passed over (and compacted away).
+  struct Touch {
+    std::uint32_t slot, iteration;
   };
-  // One shard's slots: an LRU list by last appearance, most recent at the head (kept
-  // only when expiry or the cap reads it).
+  // One shard's slots and the log of their appearances (kept only when expiry or the
+  // cap reads it): its current records, front to back, are the live rows from the least
+  // recently appeared, ties in the order their batch met them.
   struct Shard {
-    std::vector<std::uint64_t> id;  // per slot j; kNoId: free
-    std::vector<Node> node;
-    std::uint32_t head = kNone, tail = kNone;
+    std::vector<std::uint64_t> id;    // per slot; kNoId: free
+    std::vector<std::uint32_t> last;  // per slot: its last appearance (kNone: free), apart
+                                      // from the ids: a touch writes 4 bytes of a small array
+    std::vector<Touch> log;
+    std::size_t log_front = 0;        // records before it are consumed
     std::vector<std::uint32_t> free;  // a stack; the next row takes the back
     DirectoryCounts counts;
   };
@@ -136,15 +143,22 @@ class KeyDirectory {
     std::uint32_t slot, last;
     std::uint64_t id;
   };
-  // f(j) for each live slot of `sh`: from the most recent down (by slot without recency lists).
+  // f(j) for each live slot of `sh`: from the most recent down (by slot without recency).
   template <typename F>
   void for_each_live(const Shard& sh, F&& f) const;
-  // Slot j of shard s holds `id`, appeared last at `last`; appended to the recency list.
+  // Slot j of shard s holds `id`, appeared last at `last`; the callers place a shard's
+  // rows from the most recent down, then call end_placing(s).
   void place(std::uint32_t s, std::uint32_t j, std::uint64_t id, std::uint32_t last);
+  void end_placing(std::uint32_t s);
   // Key (slot) of j on shard s, and back.
   Key key_of(std::uint32_t s, std::uint32_t j) const { return static_cast<Key>(s) + static_cast<Key>(o_.shards) * j; }
   void touch(Shard& sh, std::uint32_t j, std::uint32_t iteration);
-  void unlink(Shard& sh, std::uint32_t j);
+  // touch() for each slot (kNoId: none) in order.
+  void touch_all(std::span<const Key> slots, std::uint32_t iteration);
+  // The least recently appeared live slot of `sh` (kNone: none), stale records consumed.
+  static std::uint32_t least_recent(Shard& sh);
+  // The log without its consumed and stale records, once they outnumber the current ones.
+  static void compact(Shard& sh);
   void drop(std::uint32_t s, std::uint32_t j, std::vector<Key>* dropped);
   // The filter: count(id) after this batch's appearance, conservatively updated.
   std::uint32_t count_appearance(std::uint64_t id);
@@ -152,12 +166,13 @@ class KeyDirectory {
 
   DynamicTableOptions o_;
   std::uint64_t placed_at_ = 0;
-  bool recency_;  // expiry or the cap: the recency lists are kept
+  bool recency_;  // expiry or the cap: the recency logs are kept
   std::uint64_t per_shard_;
   std::vector<Shard> shards_;
   U64Map<Key> index_;  // id -> slot
   std::vector<std::uint8_t> filter_;
   U64Map<std::uint8_t> batch_refused_;  // ids kept out of the batch being admitted
+  std::vector<std::uint64_t> gone_;     // ids dropped by end_iteration(), for the index
 };
 
 }  // namespace ember::scheduler

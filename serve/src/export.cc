@@ -229,6 +229,7 @@ Source from_checkpoint(const fs::path& checkpoint, const fs::path& dense_dir) {
   }
   s.config = st.model;
   s.model = st.weights;
+  s.dense_dir = dense;
   // Each shard's rows into a store of its own, in the job's layout (ember-serve applies
   // the shards' deltas by slot): the ps module's own loading, and its first-touch
   // initialization for the rows no checkpoint holds (never trained or read: they hold
@@ -326,24 +327,29 @@ json export_manifest(const Source& s, const ExportReport& r, const data::Manifes
 // Dynamic tables: each table's ids that have rows, ascending, in NAME.ids.pt (int64), and
 // their rows in NAME.pt after a zero row 0: an id without a row gets the zero vector, as
 // in training. Returns the manifest's tables.
-json write_dynamic_tables(const Source& s, const data::Manifest& dm, const fs::path& out, ExportReport& r) {
-  const std::uint32_t dim = s.config.dim;
-  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_table(dm.tables.size());  // (id, slot)
+std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> ids_by_table(const Source& s, std::size_t tables) {
+  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_table(tables);
   for (std::uint64_t slot = 0; slot < s.slot_ids.size(); ++slot) {
     const std::uint64_t id = s.slot_ids[slot];
     if (id == kNoId) continue;
     const unsigned t = data::hashed_id_table(id);
     if (t >= by_table.size()) {
       throw DataError(s.what + ": slot " + std::to_string(slot) + " holds an id of table " + std::to_string(t) + ", beyond the dataset's " +
-                      std::to_string(dm.tables.size()));
+                      std::to_string(tables));
     }
     by_table[t].emplace_back(id, slot);
   }
+  for (auto& live : by_table) std::sort(live.begin(), live.end());
+  return by_table;
+}
+
+json write_dynamic_tables(const Source& s, const data::Manifest& dm, const fs::path& out, ExportReport& r) {
+  const std::uint32_t dim = s.config.dim;
+  const auto by_table = ids_by_table(s, dm.tables.size());
   json tables = json::array();
   r.rows = 0;
   for (std::size_t t = 0; t < by_table.size(); ++t) {
-    auto& live = by_table[t];
-    std::sort(live.begin(), live.end());
+    const auto& live = by_table[t];
     const auto n = static_cast<std::int64_t>(live.size());
     auto rows = torch::zeros({n + 1, static_cast<std::int64_t>(dim)}, torch::kFloat32);
     auto ids = torch::empty({n}, torch::kInt64);

@@ -14,11 +14,11 @@ namespace ember::serve {
 
 namespace fs = std::filesystem;
 
-LiveModel::LiveModel(const ExportOptions& o) : options_(o) {
+LiveModel::LiveModel(const ExportOptions& o) {
   std::string vocab_bytes;
   const data::Manifest dm = trained_on(o, vocab_bytes);
-  dense_dir_ = checkpoint_paths(o.checkpoint, o.dense).dense;
   const Source s = from_checkpoint(o.checkpoint, o.dense);
+  dense_dir_ = s.dense_dir;
   if (s.config.num_tables != dm.tables.size() || s.config.num_dense != dm.dense_names.size()) {
     throw DataError(s.what + ": a model of " + std::to_string(s.config.num_tables) + " tables and " + std::to_string(s.config.num_dense) +
                     " dense features, the data it serves has " + std::to_string(dm.tables.size()) + " and " +
@@ -65,19 +65,11 @@ LiveModel::LiveModel(const ExportOptions& o) : options_(o) {
 void LiveModel::build_dynamic(const Source& s, const data::Manifest& dm) {
   const std::uint32_t dim = s.config.dim;
   ExportedModel& m = model_;
-  std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> by_table(dm.tables.size());  // (id, slot)
-  for (std::uint64_t slot = 0; slot < s.slot_ids.size(); ++slot) {
-    const std::uint64_t id = s.slot_ids[slot];
-    if (id == kNoId) continue;
-    const unsigned t = data::hashed_id_table(id);
-    if (t >= by_table.size()) throw DataError(s.what + ": slot " + std::to_string(slot) + " holds an id of table " + std::to_string(t));
-    by_table[t].emplace_back(id, slot);
-  }
+  const auto by_table = ids_by_table(s, dm.tables.size());
   slot_ids_ = s.slot_ids;
   free_rows_.assign(by_table.size(), {});
   for (std::size_t t = 0; t < by_table.size(); ++t) {
-    auto& live = by_table[t];
-    std::sort(live.begin(), live.end());
+    const auto& live = by_table[t];
     const auto n = static_cast<std::int64_t>(live.size());
     auto rows = torch::zeros({n + 1 + n / 2 + 64, static_cast<std::int64_t>(dim)}, torch::kFloat32);
     float* dst = rows.data_ptr<float>();

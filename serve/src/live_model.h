@@ -64,7 +64,6 @@ class LiveModel {
   // A free row of table t (its tensor grows by doubling).
   std::uint32_t take_row(unsigned t);
 
-  ExportOptions options_;
   std::filesystem::path dense_dir_;
   ExportedModel model_;
   std::string source_;

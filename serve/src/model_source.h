@@ -8,6 +8,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ember/data/dataset.h"
@@ -30,7 +31,12 @@ struct Source {
   nlohmann::ordered_json origin;
   // Dynamic tables (a dataset of hashed ids): each slot's id, kNoId if free.
   std::vector<std::uint64_t> slot_ids;
+  std::filesystem::path dense_dir;  // from_checkpoint(): where the workers' dense states are
 };
+
+// Dynamic tables: each table's live (id, slot) pairs, by ascending id (the export's and
+// ember-serve's row order). DataError naming the slot of an id beyond `tables`.
+std::vector<std::vector<std::pair<std::uint64_t, std::uint64_t>>> ids_by_table(const Source& s, std::size_t tables);
 
 // A launcher's --checkpoint-dir (ps/ and dense/) or the shards' root with `dense`: where
 // the shards' and the workers' parts are. ConfigError without a dense directory.

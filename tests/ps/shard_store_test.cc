@@ -811,7 +811,9 @@ class HashedCheckpoints : public test::TempDirTest {
     for (ShardStore& s : stores) {
       for (std::uint64_t j = 0; j < s.local_rows(); ++j) {
         const Key key = j * s.config().shards + s.config().shard;
-        if (s.slot_id(key) != kNoId) EXPECT_TRUE(by_id.emplace(s.slot_id(key), row_of(s, key)).second);
+        if (s.slot_id(key) != kNoId) {
+          EXPECT_TRUE(by_id.emplace(s.slot_id(key), row_of(s, key)).second);
+        }
       }
     }
     return by_id;

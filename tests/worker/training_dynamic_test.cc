@@ -103,6 +103,33 @@ TEST_F(DynamicTraining, VanillaAndHeraldTrainTheOneProcessModelWithRowsMadeExpir
   EXPECT_LE(h.auc, 1.0);
 }
 
+// ember-worker --reference on a dataset of hashed ids takes the job's slots from
+// --reference-shards and --reference-slots-per-shard, and trains the library's
+// one-process model (its last loss); without them it refuses in one line naming them.
+TEST_F(DynamicTraining, TheCommandLineReferenceTrainsOnTheJobsSlots) {
+  const fs::path data = hashed_dataset();
+  const JobOptions o = dynamic_job("herald");
+  const ReferenceResult ref = train_dynamic_reference(dynamic_reference_config(data, o), o.shards);
+  ASSERT_FALSE(ref.losses.empty());
+  const std::string cmd = test::bin("ember-worker") + " --reference --dataset " + data.string() + " --workers " +
+                          std::to_string(o.workers) + " --batch-per-worker " + std::to_string(o.batch) + " --iterations " +
+                          std::to_string(o.iterations) + " --seed " + std::to_string(kSeed) + " --model " + o.model +
+                          " --bottom-mlp 16 --top-mlp 16 --deep-mlp 16 --dense-lr 0.05 --dense-optimizer " + o.dense_optimizer + " --dim " +
+                          std::to_string(kDim) + " --optimizer sgd --lr 0.05 --create-after 2 --expire-after 4" +
+                          " --shard-max-rows 400 --log-level warn";
+  std::string out;
+  ASSERT_EQ(
+      test::run_command(
+          cmd + " --reference-shards " + std::to_string(o.shards) + " --reference-slots-per-shard " + std::to_string(kSlotsPerShard), out),
+      0)
+      << out;
+  const std::size_t at = out.find("\"loss\":");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NEAR(std::stod(out.substr(at + 7)), ref.losses.back(), 2e-6) << out;
+  EXPECT_NE(test::run_command(cmd, out), 0) << out;
+  EXPECT_NE(out.find("--reference-shards"), std::string::npos) << out;
+}
+
 // A job on a stream (ember-worker --stream): a directory's files, the second put in place
 // while the job waits for it, train the model one process trains on `prep --ids hash` of
 // the same files, and move the rows ember-sim predicts for that dataset.

@@ -114,7 +114,9 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   const std::uint32_t state = ps::state_floats(sparse.kind, dim), T = c.model.num_tables, D = c.model.num_dense;
   std::optional<DynamicSlots> dir;
   if (ds.manifest().hashed_ids) {
-    if (slots.shards == 0) ds.manifest().require_fixed_tables(c.dataset, "the one-process reference without the job's slots");
+    if (slots.shards == 0)
+      ds.manifest().require_fixed_tables(
+          c.dataset, "the one-process reference without the job's slots (ember-worker --reference-shards, --reference-slots-per-shard)");
     dir.emplace(c, slots, dim, state);
   }
   const std::uint64_t N = dir ? dir->slot_count() : ds.manifest().total_table_rows();

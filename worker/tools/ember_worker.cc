@@ -50,11 +50,14 @@ SignalThread stop_signals(worker::StopRequest& stop) {
 }
 
 // --reference: the whole global batch in this process; one JSON line.
-int run_reference(const worker::TrainConfig& c, const ps::RowSettings& rows) {
+// Dynamic tables (hashed ids) train on the slots of `slots.shards` shards, as the job's.
+int run_reference(const worker::TrainConfig& c, const ps::RowSettings& rows, worker::ReferenceSlots slots) {
+  if ((slots.shards == 0) != (slots.slots_per_shard == 0))
+    throw ConfigError("--reference-shards and --reference-slots-per-shard go together (a dataset of hashed ids: the job's PS shards)");
   ps::OptimizerConfig sparse;
   sparse.kind = ps::parse_optimizer(rows.optimizer);
   sparse.lr = rows.lr;
-  auto r = worker::train_reference(c, sparse, rows.dim);
+  auto r = worker::train_reference(c, sparse, rows.dim, slots);
   const double samples = static_cast<double>(c.workers) * c.batch_per_worker * static_cast<double>(c.iterations);
   std::printf("{\"reference\":true,\"iterations\":%llu,\"seconds\":%.4f,\"samples_s\":%.1f,\"loss\":%.6f}\n",
               static_cast<unsigned long long>(c.iterations), r.seconds, samples / r.seconds, r.losses.empty() ? 0.0 : r.losses.back());
@@ -96,6 +99,11 @@ int main(int argc, char** argv) {
                "train the whole global batch in this one process with the tables in memory (no PS, no scheduler): "
                "the baseline of the equivalence test and of the e2e benchmark; prints one JSON line");
   add_options(app, ps::row_options(), reference_rows, kWorkerProgram);  // --dim, --optimizer, --lr: ember-ps's too
+  worker::ReferenceSlots reference_slots;
+  app.add_option("--reference-shards", reference_slots.shards,
+                 "with --reference on a dataset of hashed ids: the job's PS shards, whose slots the dynamic tables take");
+  app.add_option("--reference-slots-per-shard", reference_slots.slots_per_shard,
+                 "with --reference on a dataset of hashed ids: the job's ember-ps --slots-per-shard");
   app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: none)")
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --gloo-host address)");
@@ -118,7 +126,9 @@ int main(int argc, char** argv) {
     if (c.model.scripted()) worker::check_model_file(c.model.file);  // before the job forms
     spdlog::info("{}", worker::describe(worker::select_device(false)));
     spdlog::info("{}", describe(blas_info()));
-    if (reference) return run_reference(c, reference_rows);
+    if (reference) return run_reference(c, reference_rows, reference_slots);
+    if (reference_slots.shards != 0 || reference_slots.slots_per_shard != 0)
+      throw ConfigError("--reference-shards and --reference-slots-per-shard go with --reference");
     return train(c, metrics_port, metrics_address);
   });
 }

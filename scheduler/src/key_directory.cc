@@ -7,6 +7,7 @@
 #include "ember/common/binary_header.h"
 #include "ember/common/byte_io.h"
 #include "ember/common/error.h"
+#include "ember/common/fast_div.h"
 #include "ember/common/hash.h"
 
 namespace ember::scheduler {
@@ -173,12 +174,18 @@ void KeyDirectory::touch_all(std::span<const Key> slots, std::uint32_t iteration
   // (their addresses known ahead) costs less than touching them while resolving.
   constexpr std::size_t kAhead = 16;
   const std::size_t n = slots.size();
-  const Key shards = o_.shards;
+  const FastDiv shards(o_.shards);  // a slot's shard and place without a hardware divide
+  const auto at = [&](Key k) -> std::uint32_t& {
+    const std::uint64_t j = shards.quotient(k);
+    return shards_[k - j * shards.divisor()].last[j];
+  };
   for (std::size_t i = 0; i < n; ++i) {
-    if (i + kAhead < n && slots[i + kAhead] != kNoId)
-      __builtin_prefetch(&shards_[slots[i + kAhead] % shards].last[slots[i + kAhead] / shards], 1);
+    if (i + kAhead < n && slots[i + kAhead] != kNoId) __builtin_prefetch(&at(slots[i + kAhead]), 1);
     const Key k = slots[i];
-    if (k != kNoId) touch(shards_[k % shards], static_cast<std::uint32_t>(k / shards), iteration);
+    if (k != kNoId) {
+      const std::uint64_t j = shards.quotient(k);
+      touch(shards_[k - j * shards.divisor()], static_cast<std::uint32_t>(j), iteration);
+    }
   }
 }
 

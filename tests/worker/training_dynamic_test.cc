@@ -126,8 +126,13 @@ TEST_F(DynamicTraining, TheCommandLineReferenceTrainsOnTheJobsSlots) {
   const std::size_t at = out.find("\"loss\":");
   ASSERT_NE(at, std::string::npos) << out;
   EXPECT_NEAR(std::stod(out.substr(at + 7)), ref.losses.back(), 2e-6) << out;
-  EXPECT_NE(test::run_command(cmd, out), 0) << out;
+  EXPECT_EQ(test::run_command(cmd, out), 2) << out;
   EXPECT_NE(out.find("--reference-shards"), std::string::npos) << out;
+  // One without the other; slots below the cap (the job's ember-ps would refuse them too).
+  EXPECT_EQ(test::run_command(cmd + " --reference-shards 2", out), 2) << out;
+  EXPECT_NE(out.find("go together"), std::string::npos) << out;
+  EXPECT_EQ(test::run_command(cmd + " --reference-shards 2 --reference-slots-per-shard 100", out), 2) << out;
+  EXPECT_NE(out.find("--shard-max-rows 400 is above the shard's 100 slots"), std::string::npos) << out;
 }
 
 // A job on a stream (ember-worker --stream): a directory's files, the second put in place

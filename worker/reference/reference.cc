@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ember/common/distinct_keys.h"
+#include "ember/common/error.h"
 #include "ember/common/flat_map.h"
 #include "ember/common/fs.h"
 #include "ember/common/process.h"
@@ -113,6 +114,8 @@ ReferenceResult train_reference(const TrainConfig& config, const ps::OptimizerCo
   fill_model_shape(ds, dim, c);
   const std::uint32_t state = ps::state_floats(sparse.kind, dim), T = c.model.num_tables, D = c.model.num_dense;
   std::optional<DynamicSlots> dir;
+  if (!ds.manifest().hashed_ids && slots.shards != 0)
+    throw ConfigError("dataset " + c.dataset + " has a vocabulary: the job's slots (--reference-shards) are for hashed ids");
   if (ds.manifest().hashed_ids) {
     if (slots.shards == 0)
       ds.manifest().require_fixed_tables(

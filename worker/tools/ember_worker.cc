@@ -101,9 +101,11 @@ int main(int argc, char** argv) {
   add_options(app, ps::row_options(), reference_rows, kWorkerProgram);  // --dim, --optimizer, --lr: ember-ps's too
   worker::ReferenceSlots reference_slots;
   app.add_option("--reference-shards", reference_slots.shards,
-                 "with --reference on a dataset of hashed ids: the job's PS shards, whose slots the dynamic tables take");
+                 "with --reference on a dataset of hashed ids: the job's PS shards, whose slots the dynamic tables take")
+      ->check(CLI::Range(1u, 65535u));
   app.add_option("--reference-slots-per-shard", reference_slots.slots_per_shard,
-                 "with --reference on a dataset of hashed ids: the job's ember-ps --slots-per-shard");
+                 "with --reference on a dataset of hashed ids: the job's ember-ps --slots-per-shard")
+      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{0xfffffffe}));
   app.add_option("--metrics-port", metrics_port, "serve Prometheus metrics at http://ADDRESS:PORT/metrics (0: none)")
       ->capture_default_str();
   app.add_option("--metrics-address", metrics_address, "address the metrics are served on (default: the --gloo-host address)");

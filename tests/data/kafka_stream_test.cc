@@ -55,26 +55,36 @@ class KafkaStreamTest : public test::TempDirTest {
     for (int k = 0; k < messages; ++k) {
       std::string text;
       for (int l = 0; l < lines_per; ++l) text += line(first + k * lines_per + l) + (l + 1 < lines_per ? "\n" : "");
-      ASSERT_EQ(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC("clicks"), RD_KAFKA_V_PARTITION(sent_ % 2),
-                                  RD_KAFKA_V_VALUE(text.data(), text.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
-                RD_KAFKA_RESP_ERR_NO_ERROR);
+      send(static_cast<int>(sent_ % 2), text);
       ++sent_;
     }
     ASSERT_EQ(rd_kafka_flush(producer_, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
+  }
+  // One message of `text` to `partition`.
+  void send(int partition, const std::string& text) {
+    ASSERT_EQ(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC("clicks"), RD_KAFKA_V_PARTITION(partition),
+                                RD_KAFKA_V_VALUE(const_cast<char*>(text.data()), text.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                RD_KAFKA_V_END),
+              RD_KAFKA_RESP_ERR_NO_ERROR);
   }
   // `prep --ids hash` of lines [0, n).
   Dataset prepared(int n) const {
     std::string text;
     for (int i = 0; i < n; ++i) text += line(i) + "\n";
-    write_file_atomic(dir_ / "lines.tsv", text);
+    return prepared_text(text, SourceFormat::kCriteoTsv, "lines.tsv", "prepared");
+  }
+  // `prep --ids hash` of `text` in `format`, written to `file`, into `name`.
+  Dataset prepared_text(const std::string& text, SourceFormat format, const std::string& file, const std::string& name) const {
+    write_file_atomic(dir_ / file, text);
     PrepOptions p;
-    p.inputs = {dir_ / "lines.tsv"};
-    p.output = dir_ / "prepared";
+    p.format = format;
+    p.inputs = {dir_ / file};
+    p.output = dir_ / name;
     p.overwrite = true;
     p.hashed_ids = true;
     p.shard_rows = 64;
     prepare_dataset(p);
-    return Dataset::open(dir_ / "prepared");
+    return Dataset::open(dir_ / name);
   }
   StreamOptions options() const {
     StreamOptions o;
@@ -174,22 +184,10 @@ TEST_F(KafkaStreamTest, AvazuLinesInTheStandardColumnsGiveThePreparedLines) {
   for (int k = 0; k < 300; ++k) {
     const std::string text = avazu_line(k);
     file += text + "\n";
-    ASSERT_EQ(rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC("clicks"), RD_KAFKA_V_PARTITION(k % 2),
-                                RD_KAFKA_V_VALUE(const_cast<char*>(text.data()), text.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                RD_KAFKA_V_END),
-              RD_KAFKA_RESP_ERR_NO_ERROR);
+    send(k % 2, text);
   }
   ASSERT_EQ(rd_kafka_flush(producer_, 10000), RD_KAFKA_RESP_ERR_NO_ERROR);
-  write_file_atomic(dir_ / "avazu.csv", file);
-  PrepOptions p;
-  p.format = SourceFormat::kAvazu;
-  p.inputs = {dir_ / "avazu.csv"};
-  p.output = dir_ / "prepared-avazu";
-  p.overwrite = true;
-  p.hashed_ids = true;
-  p.shard_rows = 64;
-  prepare_dataset(p);
-  const Dataset ds = Dataset::open(dir_ / "prepared-avazu");
+  const Dataset ds = prepared_text(file, SourceFormat::kAvazu, "avazu.csv", "prepared-avazu");
   StreamOptions o = options();
   o.format = SourceFormat::kAvazu;
   auto s = open_stream(o, 100);
